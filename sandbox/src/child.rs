@@ -1,0 +1,299 @@
+//! The sandbox child: PID 1 of the new pid namespace.
+//!
+//! [`main`] is the whole in-child setup as one checklist, in order. Every
+//! step works on the [`Plan`] prepared before `clone` and reports a failure
+//! as one line on the report pipe, then exits 125. After setup this process
+//! forks the command (PID 2) and stays behind as the reaper ([`crate::init`]).
+
+use std::ffi::CStr;
+use std::fmt::Write as _;
+use std::os::fd::RawFd;
+use std::panic::AssertUnwindSafe;
+
+use nix::errno::Errno;
+
+use crate::error::{EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND, EXIT_SETUP_FAILED, ErrnoText};
+use crate::mounts::{self, Fail, Roots};
+use crate::prepare::{Action, Plan};
+use crate::report::{Lossy, Report};
+use crate::sys;
+
+/// Descriptors the child inherits from the launcher.
+pub(crate) struct ChildFds {
+    /// Write end of the report pipe (close-on-exec).
+    pub report: RawFd,
+    /// Read end of the sync pipe: one byte once the id maps are written,
+    /// then end-of-file when the launcher dies.
+    pub sync: RawFd,
+}
+
+/// A setup failure: which step, which call, and a hint if one is known.
+struct StepFail<'a> {
+    what: &'a str,
+    fail: Fail<'a>,
+    hint: Option<&'static str>,
+}
+
+fn fail<'a>(what: &'a str, call: &'static str, arg: &'a CStr, errno: Errno) -> StepFail<'a> {
+    StepFail { what, fail: Fail::new(call, arg, errno), hint: None }
+}
+
+/// Entry point after `clone`; never returns.
+pub(crate) fn main(plan: &Plan, fds: &ChildFds) -> ! {
+    // A panic must not unwind into the launcher's code in this copy of the
+    // process; report it and leave.
+    let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| setup(plan, fds)));
+    let mut report = Report::new();
+    match outcome {
+        Ok(Ok(never)) => match never {},
+        Ok(Err(f)) => {
+            let _ = write!(report, "{}: {}", f.what, f.fail.call);
+            if let Some(arg) = f.fail.arg {
+                let slash = if f.fail.rooted { "/" } else { "" };
+                let _ = write!(report, "(\"{slash}{}\")", Lossy(arg.to_bytes()));
+            }
+            let _ = write!(report, " => {}", ErrnoText(f.fail.errno));
+            if let Some(hint) = f.hint.or_else(|| hint_for(f.fail.call, f.fail.errno)) {
+                let _ = write!(report, "; hint: {hint}");
+            }
+        }
+        Err(_) => {
+            let _ = write!(report, "internal error: the sandbox child panicked during setup");
+        }
+    }
+    report.send(fds.report, EXIT_SETUP_FAILED);
+    sys::exit_now(EXIT_SETUP_FAILED as i32)
+}
+
+/// The in-child checklist. Returns only on failure.
+fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible, StepFail<'a>> {
+    // 1. Wait until the launcher has written our uid/gid maps. End-of-file
+    //    means the launcher died before that: leave quietly.
+    let mut byte = [0u8; 1];
+    match sys::read(fds.sync, &mut byte) {
+        Ok(1) => {}
+        _ => sys::exit_now(EXIT_SETUP_FAILED as i32),
+    }
+
+    // 2. Become the sandbox user. For an unprivileged caller these ids are
+    //    already ours; for a root caller mapping onto other host ids this
+    //    switches to them. We keep all capabilities in our own namespace.
+    sys::setresgid(plan.gid).map_err(|e| fail("switch to the sandbox group", "setresgid", c"", e))?;
+    sys::setresuid(plan.uid).map_err(|e| fail("switch to the sandbox user", "setresuid", c"", e))?;
+
+    // 3. Die with the launcher. Credential changes reset the parent-death
+    //    signal, so set it after step 2, then re-check the lifeline: if the
+    //    launcher died in between, the sync pipe is at end-of-file.
+    sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong)
+        .map_err(|e| fail("die with the launcher", "prctl(PR_SET_PDEATHSIG)", c"", e))?;
+    if launcher_gone(fds.sync) {
+        sys::exit_now(EXIT_SETUP_FAILED as i32);
+    }
+
+    // 4. Files created during setup get exactly the modes we ask for.
+    //    SAFETY: umask cannot fail.
+    let caller_umask = unsafe { libc::umask(0) };
+
+    // 5. Mounts: nothing propagates back to the host; stage a tmpfs, put
+    //    the new root on it, and move the host's root aside to /oldroot.
+    let root_what = "prepare the new root";
+    sys::mount(None, c"/", None, libc::MS_SLAVE | libc::MS_REC, None)
+        .map_err(|e| fail(root_what, "mount(MS_SLAVE|MS_REC)", c"/", e))?;
+    sys::mount(
+        Some(c"tmpfs"),
+        &plan.staging_dir,
+        Some(c"tmpfs"),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        Some(c"mode=0700"),
+    )
+    .map_err(|e| fail(root_what, "mount(tmpfs)", &plan.staging_dir, e))?;
+    sys::chdir(&plan.staging_dir).map_err(|e| fail(root_what, "chdir", &plan.staging_dir, e))?;
+    sys::mkdir(c"newroot", 0o755).map_err(|e| fail(root_what, "mkdir", c"newroot", e))?;
+    sys::mount(
+        Some(c"tmpfs"),
+        c"newroot",
+        Some(c"tmpfs"),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        Some(c"mode=0755"),
+    )
+    .map_err(|e| fail(root_what, "mount(tmpfs)", c"newroot", e))?;
+    sys::mkdir(c"oldroot", 0o755).map_err(|e| fail(root_what, "mkdir", c"oldroot", e))?;
+    sys::pivot_root(c".", c"oldroot").map_err(|e| fail(root_what, "pivot_root", c"oldroot", e))?;
+    sys::chdir(c"/").map_err(|e| fail(root_what, "chdir", c"/", e))?;
+
+    // 6. Build the root filesystem, step by step, in the planned order.
+    let dir = libc::O_PATH | libc::O_DIRECTORY;
+    let roots = Roots {
+        host: sys::open(c"/oldroot", dir, 0).map_err(|e| fail(root_what, "open", c"/oldroot", e))?,
+        new: sys::open(c"/newroot", dir, 0).map_err(|e| fail(root_what, "open", c"/newroot", e))?,
+        staging: sys::open(c"/", dir, 0).map_err(|e| fail(root_what, "open", c"/", e))?,
+    };
+    for step in &plan.steps {
+        mounts::run(&step.action, &roots).map_err(|f| StepFail {
+            what: &step.what,
+            hint: step_hint(&step.action, &f),
+            fail: f,
+        })?;
+    }
+    drop(roots);
+
+    // 7. Detach the host's root, then pivot into the new root and detach
+    //    the staging tmpfs (generated files stay bound where they are).
+    let detach_what = "detach the host's root";
+    sys::mount(None, c"/oldroot", None, libc::MS_PRIVATE | libc::MS_REC, None)
+        .map_err(|e| fail(detach_what, "mount(MS_PRIVATE|MS_REC)", c"/oldroot", e))?;
+    sys::umount2(c"/oldroot", libc::MNT_DETACH).map_err(|e| fail(detach_what, "umount2", c"/oldroot", e))?;
+    sys::chdir(c"/newroot").map_err(|e| fail(detach_what, "chdir", c"/newroot", e))?;
+    sys::pivot_root(c".", c".").map_err(|e| fail(detach_what, "pivot_root", c"/newroot", e))?;
+    sys::umount2(c".", libc::MNT_DETACH).map_err(|e| fail(detach_what, "umount2", c".", e))?;
+    sys::chdir(c"/").map_err(|e| fail(detach_what, "chdir", c"/", e))?;
+
+    // 8. Hostname and, in a private network namespace, loopback.
+    sys::sethostname(&plan.hostname)
+        .map_err(|e| fail("set the hostname", "sethostname", &plan.hostname, e))?;
+    if plan.network_off {
+        sys::loopback_up().map_err(|e| fail("bring up loopback", "ioctl(SIOCSIFFLAGS)", c"lo", e))?;
+    }
+
+    // 9. The command's working directory.
+    sys::chdir(&plan.cwd).map_err(|e| fail("enter the working directory", "chdir", &plan.cwd, e))?;
+
+    // 10. Fork the command; this process becomes the reaper.
+    //     SAFETY: this process is a fork of the single-threaded launcher and
+    //     has started no threads; the child only execs or `_exit`s.
+    let pid = unsafe { sys::fork() }.map_err(|e| fail("start the command", "fork", c"", e))?;
+    if pid == 0 {
+        exec_command(plan, fds.report, caller_umask);
+    }
+    // The report pipe now belongs to the command: its close-on-exec end is
+    // what tells the launcher the exec happened.
+    // SAFETY: closing descriptors we own and no longer use.
+    unsafe {
+        libc::close(fds.report);
+        libc::close(fds.sync);
+    }
+    crate::init::reap(pid)
+}
+
+/// True when the launcher's end of the sync pipe is closed.
+fn launcher_gone(sync: RawFd) -> bool {
+    let mut pfd = libc::pollfd { fd: sync, events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd, zero timeout.
+    let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+    n > 0 && pfd.revents & (libc::POLLHUP | libc::POLLIN) != 0
+}
+
+/// PID 2: the last steps before `execve`, then the command itself.
+fn exec_command(plan: &Plan, report_fd: RawFd, caller_umask: libc::mode_t) -> ! {
+    // Signal dispositions and mask are inherited across exec; the command
+    // must start with defaults (Rust's runtime ignores SIGPIPE, the
+    // launcher blocks the forwarded signals).
+    for sig in 1..libc::SIGRTMAX() {
+        sys::reset_signal(sig);
+    }
+    let _ = sys::set_sigmask(libc::SIG_SETMASK, &sys::empty_sigset());
+    // SAFETY: umask cannot fail.
+    unsafe { libc::umask(caller_umask) };
+
+    let mut report = Report::new();
+    if plan.new_session
+        && let Err(e) = sys::setsid()
+    {
+        let _ = write!(report, "start a new session: setsid() => {}", ErrnoText(e));
+        report.send(report_fd, EXIT_SETUP_FAILED);
+        sys::exit_now(EXIT_SETUP_FAILED as i32);
+    }
+    // Nothing the launcher had open may reach the command.
+    if let Err(e) = sys::close_range_cloexec(3) {
+        let _ = write!(
+            report,
+            "close inherited descriptors: close_range(3, ~0, CLOSE_RANGE_CLOEXEC) => {}",
+            ErrnoText(e)
+        );
+        report.send(report_fd, EXIT_SETUP_FAILED);
+        sys::exit_now(EXIT_SETUP_FAILED as i32);
+    }
+
+    let exec = &plan.exec;
+    let mut denied = false;
+    let mut other: Option<(Errno, &CStr)> = None;
+    for candidate in &exec.candidates {
+        match sys::execve(candidate, &exec.argv_ptrs, &exec.envp_ptrs) {
+            Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP | Errno::ENAMETOOLONG => {}
+            Errno::EACCES => denied = true,
+            e => {
+                other = Some((e, candidate));
+                break;
+            }
+        }
+    }
+    let program = Lossy(exec.program.as_bytes());
+    let code = match other {
+        Some((e, path)) => {
+            let _ = write!(
+                report,
+                "execve(\"{}\") => {}: cannot execute the command",
+                Lossy(path.to_bytes()),
+                ErrnoText(e)
+            );
+            EXIT_CANNOT_EXECUTE
+        }
+        None if denied => {
+            let _ = write!(
+                report,
+                "execve(\"{program}\") => {}: the command is not executable",
+                ErrnoText(Errno::EACCES)
+            );
+            EXIT_CANNOT_EXECUTE
+        }
+        None if exec.program.contains('/') => {
+            let _ =
+                write!(report, "execve(\"{program}\") => {}: command not found", ErrnoText(Errno::ENOENT));
+            EXIT_NOT_FOUND
+        }
+        None => {
+            let _ = write!(
+                report,
+                "execve(\"{program}\") => {}: command not found in PATH={}",
+                ErrnoText(Errno::ENOENT),
+                Lossy(exec.search_path.as_bytes())
+            );
+            EXIT_NOT_FOUND
+        }
+    };
+    report.send(report_fd, code);
+    sys::exit_now(code as i32)
+}
+
+/// Hints for failures of a particular kind of step.
+fn step_hint(action: &Action, f: &Fail<'_>) -> Option<&'static str> {
+    match (action, f.errno) {
+        (Action::Fs { fstype, .. }, Errno::EPERM | Errno::EINVAL) if fstype.to_bytes() == b"proc" => Some(
+            "a fresh /proc cannot be mounted here: the outer /proc has masked or read-only submounts \
+             (typical inside docker/podman; run the container with --security-opt systempaths=unconfined \
+             or use --provider docker)",
+        ),
+        (Action::Bind { .. }, Errno::ENOENT) if f.call == "openat2" => {
+            Some("the bind source disappeared or was replaced by a symlink after it was checked")
+        }
+        (Action::Fs { .. } | Action::Bind { .. } | Action::WriteStaging { .. }, Errno::EROFS) => {
+            Some("the destination lies inside a read-only mount; bind a writable directory there first")
+        }
+        _ => None,
+    }
+}
+
+/// Hints that depend only on the call and errno.
+fn hint_for(call: &str, errno: Errno) -> Option<&'static str> {
+    match errno {
+        Errno::ENOSYS => Some(
+            "this kernel lacks the new mount API (open_tree/mount_setattr/openat2): Linux 5.12 or newer is needed",
+        ),
+        Errno::ENOMEM | Errno::ENOSPC
+            if call.starts_with("mount") || call == "fsmount" || call == "move_mount" =>
+        {
+            Some("too many mounts (fs.mount-max) or out of memory")
+        }
+        _ => None,
+    }
+}

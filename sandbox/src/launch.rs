@@ -1,0 +1,350 @@
+//! The launcher: the parent side of the sandbox, which stays outside as the
+//! monitor.
+//!
+//! ```text
+//! launcher (caller's namespaces)          child = PID 1 (new namespaces)
+//! ──────────────────────────────          ──────────────────────────────
+//! prepare Plan (all allocation)
+//! block forwarded signals + SIGCHLD
+//! clone(NEWUSER|NEWNS|NEWPID|...)  ─────▶ read(sync)  … waits
+//! write setgroups, uid_map, gid_map
+//! write(sync, 1 byte)              ─────▶ setresgid/uid, PDEATHSIG, mounts,
+//!                                         pivot_root, hostname, lo, chdir
+//!                                         fork ─▶ PID 2: setsid, exec
+//! read(report): record ⇒ failure   ◀───── record on failure (exit 125/126/127)
+//!               EOF    ⇒ started   ◀───── report pipe closed by exec (CLOEXEC)
+//! signalfd: forward INT/TERM/…     ─────▶ PID 1 relays to PID 2
+//!           SIGCHLD ⇒ waitpid      ◀───── PID 1 exits with PID 2's status
+//! ```
+//!
+//! The sync pipe's write end stays open in the launcher for the sandbox's
+//! whole life: the child checks it right after setting its parent-death
+//! signal, closing the race where the launcher dies before `prctl`.
+
+use std::fs;
+use std::io::Write as _;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+
+use nix::errno::Errno;
+
+use crate::child::{self, ChildFds};
+use crate::error::{LaunchError, SpecError, SyscallError};
+use crate::init::FORWARDED_SIGNALS;
+use crate::prepare::Plan;
+use crate::report;
+use crate::spec::SandboxSpec;
+use crate::sys;
+
+/// Options of one launch that are not part of the sandbox's description.
+#[derive(Clone, Debug, Default)]
+pub struct LaunchOptions {
+    /// Write `{"child-pid": N}` when the command has started and
+    /// `{"exit-code": N}` when it has ended, one JSON object per line
+    /// (bubblewrap's `--json-status-fd` format).
+    pub json_status_fd: Option<RawFd>,
+    /// Once the command runs, point the launcher's own stdin and stdout at
+    /// `/dev/null`, so that only the command holds the caller's pipes and
+    /// end-of-file propagates as soon as the command closes them.
+    pub release_stdio: bool,
+}
+
+/// How the command ended: its exit code, or 128+signal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExitStatus {
+    code: i32,
+}
+
+impl ExitStatus {
+    pub fn code(self) -> i32 {
+        self.code
+    }
+
+    pub fn success(self) -> bool {
+        self.code == 0
+    }
+}
+
+/// Runs `spec` to completion. Must be called from a single-threaded process
+/// (the `run` CLI, or a helper process spawned by a multi-threaded caller).
+pub fn launch(spec: &SandboxSpec, options: &LaunchOptions) -> Result<ExitStatus, LaunchError> {
+    ensure_single_threaded()?;
+    let plan = Plan::prepare(spec)?;
+    drop_supplementary_groups();
+
+    let (report_r, report_w) =
+        sys::pipe().map_err(|e| SyscallError::new("create the report pipe", "pipe2", e))?;
+    let (sync_r, sync_w) = sys::pipe().map_err(|e| SyscallError::new("create the sync pipe", "pipe2", e))?;
+
+    // Block the forwarded signals and SIGCHLD before clone, so none is lost
+    // between clone and the signalfd, and none runs a default action on us.
+    let mut watched = FORWARDED_SIGNALS.to_vec();
+    watched.push(libc::SIGCHLD);
+    let watched = sys::sigset_of(&watched);
+    let old_mask = sys::set_sigmask(libc::SIG_BLOCK, &watched)
+        .map_err(|e| SyscallError::new("block signals", "sigprocmask", e))?;
+    let restore_mask = Defer(|| {
+        let _ = sys::set_sigmask(libc::SIG_SETMASK, &old_mask);
+    });
+
+    // SAFETY: we checked that this process is single-threaded, and the
+    // child branch never returns: `child::main` ends in `_exit`.
+    let pid = match unsafe { sys::clone_fork(plan.clone_flags) } {
+        Ok(0) => child::main(&plan, &ChildFds { report: report_w.as_raw_fd(), sync: sync_r.as_raw_fd() }),
+        Ok(pid) => pid,
+        Err(e) => return Err(clone_error(e).into()),
+    };
+    let mut child = ChildGuard { pid, reaped: false };
+    drop(report_w);
+    drop(sync_r);
+
+    write_id_maps(pid, &plan)?;
+    sys::write_all(sync_w.as_raw_fd(), &[1])
+        .map_err(|e| SyscallError::new("release the sandbox child", "write", e))?;
+
+    let result = monitor(&mut child, report_r, spec.new_session, options, &watched);
+    drop(sync_w);
+    drop(restore_mask);
+    result
+}
+
+/// Kills and reaps the child if the launcher bails out early.
+struct ChildGuard {
+    pid: libc::pid_t,
+    reaped: bool,
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if !self.reaped {
+            let _ = sys::kill(self.pid, libc::SIGKILL);
+            let _ = sys::waitpid(self.pid, 0);
+        }
+    }
+}
+
+struct Defer<F: FnMut()>(F);
+
+impl<F: FnMut()> Drop for Defer<F> {
+    fn drop(&mut self) {
+        (self.0)()
+    }
+}
+
+fn monitor(
+    child: &mut ChildGuard,
+    report_r: OwnedFd,
+    new_session: bool,
+    options: &LaunchOptions,
+    watched: &libc::sigset_t,
+) -> Result<ExitStatus, LaunchError> {
+    // SAFETY: `watched` is a valid sigset; the returned fd is ours.
+    let sfd = unsafe { libc::signalfd(-1, watched, libc::SFD_CLOEXEC) };
+    if sfd < 0 {
+        return Err(SyscallError::new("watch signals", "signalfd", Errno::last()).into());
+    }
+    // SAFETY: signalfd returned a new descriptor that we now own.
+    let sfd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(sfd) };
+
+    let mut report_bytes = Vec::new();
+    let mut report_open = true;
+    let mut started = false;
+    let mut killed_by: Option<i32> = None;
+    let status = 'outer: loop {
+        let mut pfds = [
+            libc::pollfd {
+                fd: if report_open { report_r.as_raw_fd() } else { -1 },
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd { fd: sfd.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+        ];
+        // SAFETY: two valid pollfd entries.
+        if unsafe { libc::poll(pfds.as_mut_ptr(), 2, -1) } < 0 {
+            let e = Errno::last();
+            if e == Errno::EINTR {
+                continue;
+            }
+            return Err(SyscallError::new("monitor the sandbox", "poll", e).into());
+        }
+        if pfds[0].revents != 0 && read_report(&report_r, &mut report_bytes)? == 0 {
+            report_open = false;
+            if report_bytes.is_empty() && killed_by.is_none() {
+                started = true;
+                write_status(options.json_status_fd, &format!("{{\"child-pid\": {}}}", child.pid));
+                if options.release_stdio {
+                    release_stdio();
+                }
+            }
+        }
+        if pfds[1].revents != 0 {
+            // SAFETY: signalfd_siginfo is plain data; reading fills it.
+            let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
+            let size = std::mem::size_of::<libc::signalfd_siginfo>();
+            // SAFETY: `info` is valid for `size` bytes.
+            let n = unsafe {
+                libc::read(sfd.as_raw_fd(), (&mut info as *mut libc::signalfd_siginfo).cast(), size)
+            };
+            if n as usize != size {
+                continue;
+            }
+            let sig = info.ssi_signo as libc::c_int;
+            if sig == libc::SIGCHLD {
+                if let Ok((pid, status)) = sys::waitpid(child.pid, libc::WNOHANG)
+                    && pid == child.pid
+                {
+                    child.reaped = true;
+                    break 'outer status;
+                }
+            } else if !started {
+                // Interrupted during setup: nothing to relay to yet.
+                let _ = sys::kill(child.pid, libc::SIGKILL);
+                killed_by.get_or_insert(128 + sig);
+            } else if new_session || info.ssi_code != libc::SI_KERNEL {
+                // A signal the terminal generated (SI_KERNEL) already reached
+                // a command that shares our session; relay only the others.
+                let _ = sys::kill(child.pid, sig);
+            }
+        }
+    };
+
+    // The child is gone; whatever it reported is in the pipe already, and
+    // end-of-file follows once the last process of the sandbox has exited.
+    while report_open {
+        if read_report(&report_r, &mut report_bytes)? == 0 {
+            report_open = false;
+        }
+    }
+    let code = match (report::parse(&report_bytes), killed_by) {
+        (Some((code, message)), _) => {
+            write_status(options.json_status_fd, &format!("{{\"exit-code\": {code}}}"));
+            return Err(LaunchError::Child { code, message });
+        }
+        (None, Some(code)) => code,
+        (None, None) => sys::exit_code_of(status),
+    };
+    write_status(options.json_status_fd, &format!("{{\"exit-code\": {code}}}"));
+    Ok(ExitStatus { code })
+}
+
+/// Reads what is available on the report pipe; returns the byte count (0 at EOF).
+fn read_report(fd: &OwnedFd, into: &mut Vec<u8>) -> Result<usize, LaunchError> {
+    let mut buf = [0u8; 2048];
+    let n = sys::read(fd.as_raw_fd(), &mut buf)
+        .map_err(|e| SyscallError::new("read the sandbox's report", "read", e))?;
+    into.extend_from_slice(&buf[..n]);
+    Ok(n)
+}
+
+fn write_status(fd: Option<RawFd>, json: &str) {
+    if let Some(fd) = fd {
+        let line = format!("{json}\n");
+        // The status fd is the caller's; a closed reader is not our failure.
+        let _ = sys::write_all(fd, line.as_bytes());
+    }
+}
+
+fn release_stdio() {
+    if let Ok(null) = fs::OpenOptions::new().read(true).write(true).open("/dev/null") {
+        let _ = sys::dup2(null.as_raw_fd(), 0);
+        let _ = sys::dup2(null.as_raw_fd(), 1);
+    }
+}
+
+fn ensure_single_threaded() -> Result<(), LaunchError> {
+    let threads = fs::read_dir("/proc/self/task").map(|d| d.count()).unwrap_or(1);
+    if threads == 1 {
+        Ok(())
+    } else {
+        Err(SpecError::new(format!(
+            "the sandbox launcher must run in a single-threaded process (this one has {threads} threads); \
+             spawn `tuixiu-sandbox __exec` with the spec instead"
+        ))
+        .into())
+    }
+}
+
+/// A root caller's supplementary groups would show up as `nogroup` inside;
+/// drop them while we still may (unprivileged callers cannot, and have
+/// `setgroups` denied in the sandbox anyway).
+fn drop_supplementary_groups() {
+    // SAFETY: an empty group list is a valid argument.
+    let _ = unsafe { libc::setgroups(0, std::ptr::null()) };
+}
+
+fn write_proc_file(pid: libc::pid_t, name: &str, contents: &str) -> Result<(), SyscallError> {
+    let path = format!("/proc/{pid}/{name}");
+    let step = format!("write the sandbox's {name}");
+    let mut file = fs::OpenOptions::new().write(true).open(&path).map_err(|e| {
+        SyscallError::new(
+            step.clone(),
+            format!("open(\"{path}\")"),
+            Errno::from_raw(e.raw_os_error().unwrap_or(0)),
+        )
+    })?;
+    file.write_all(contents.as_bytes()).map_err(|e| {
+        SyscallError::new(
+            step,
+            format!("write(\"{path}\", {:?})", contents.trim_end()),
+            Errno::from_raw(e.raw_os_error().unwrap_or(0)),
+        )
+    })
+}
+
+fn write_id_maps(pid: libc::pid_t, plan: &Plan) -> Result<(), SyscallError> {
+    let add_hint = |e: SyscallError| match e.errno {
+        Errno::EPERM | Errno::EACCES => match userns_map_hint() {
+            Some(hint) => e.hint(hint),
+            None => e,
+        },
+        _ => e,
+    };
+    write_proc_file(pid, "uid_map", &plan.uid_map()).map_err(add_hint)?;
+    // Unprivileged gid maps require setgroups to be denied first; we deny it
+    // for every caller, so nobody in the sandbox can drop a group to gain access.
+    write_proc_file(pid, "setgroups", "deny").map_err(add_hint)?;
+    write_proc_file(pid, "gid_map", &plan.gid_map()).map_err(add_hint)
+}
+
+fn read_sysctl(path: &str) -> Option<String> {
+    fs::read_to_string(path).ok().map(|s| s.trim().to_string())
+}
+
+fn userns_map_hint() -> Option<String> {
+    if read_sysctl("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref() == Some("1") {
+        return Some(
+            "AppArmor restricts unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns=1): \
+             install the AppArmor profile from docs/troubleshooting.md for this binary, or set the sysctl to 0"
+                .into(),
+        );
+    }
+    Some("the id map could not be written; an LSM (AppArmor, SELinux) may confine user namespaces on this host".into())
+}
+
+fn clone_error(errno: Errno) -> SyscallError {
+    let call = "clone(CLONE_NEWUSER|CLONE_NEWNS|CLONE_NEWPID|CLONE_NEWIPC|CLONE_NEWUTS)";
+    let e = SyscallError::new("create the sandbox namespaces", call, errno);
+    let hint = match errno {
+        Errno::EPERM | Errno::EACCES => {
+            if read_sysctl("/proc/sys/kernel/unprivileged_userns_clone").as_deref() == Some("0") {
+                "unprivileged user namespaces are disabled: set kernel.unprivileged_userns_clone=1"
+                    .to_string()
+            } else if read_sysctl("/proc/sys/user/max_user_namespaces").as_deref() == Some("0") {
+                "user namespaces are disabled: set user.max_user_namespaces to a positive value".to_string()
+            } else {
+                "creating namespaces is forbidden here; inside a container, its seccomp profile \
+                 (docker's default) blocks clone(CLONE_NEWUSER): use --security-opt seccomp=unconfined, \
+                 or --provider docker on the host"
+                    .to_string()
+            }
+        }
+        Errno::ENOSPC | Errno::EUSERS => format!(
+            "the user namespace limit was reached (user.max_user_namespaces = {}) or the nesting depth (32) exceeded",
+            read_sysctl("/proc/sys/user/max_user_namespaces").unwrap_or_else(|| "?".into())
+        ),
+        Errno::EINVAL => {
+            "this kernel lacks support for one of the namespaces (CONFIG_USER_NS, CONFIG_PID_NS...)".into()
+        }
+        _ => return e,
+    };
+    e.hint(hint)
+}

@@ -1,0 +1,44 @@
+//! `sandbox`: run one process in fresh Linux namespaces, without `bwrap`.
+//!
+//! The crate is the low-level runtime of `tuixiu-sandbox`. It knows nothing
+//! about ACP, manifests or backends: it takes a [`SandboxSpec`] (plain,
+//! serializable data, usually made by [`SandboxBuilder`]) and runs it with
+//! [`launch`]:
+//!
+//! 1. [`launch`] prepares every C string and buffer (the plan), then
+//!    `clone`s a child into new user, mount, pid, ipc and uts namespaces
+//!    (and net, when the network is off), writes its id maps, and monitors it.
+//! 2. The child (PID 1 inside) runs the setup checklist in `child.rs`:
+//!    mounts on a fresh tmpfs, `pivot_root`, hostname, loopback, working
+//!    directory, then forks the command and stays as the reaper.
+//! 3. The command's exit status comes back as the launcher's result;
+//!    a setup failure comes back as one line naming the step, the syscall
+//!    and the errno.
+//!
+//! [`launch`] must run in a single-threaded process. A threaded caller
+//! (the daemon) spawns the `tuixiu-sandbox __exec` helper with the spec as
+//! JSON instead.
+
+mod builder;
+mod child;
+pub mod error;
+pub mod guest_path;
+mod init;
+mod launch;
+mod mounts;
+mod prepare;
+mod report;
+pub mod spec;
+mod sys;
+pub mod user;
+
+pub use builder::{DEFAULT_PATH, Home, SandboxBuilder, set_var};
+pub use error::{
+    EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND, EXIT_SETUP_FAILED, LaunchError, SpecError, SyscallError,
+};
+pub use init::FORWARDED_SIGNALS;
+pub use launch::{ExitStatus, LaunchOptions, launch};
+pub use spec::{Access, HostIds, MountOp, Network, SandboxSpec, UserView};
+
+/// Guest path of the workspace.
+pub const WORKSPACE: &str = "/workspace";

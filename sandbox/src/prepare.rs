@@ -1,0 +1,436 @@
+//! Turns a [`SandboxSpec`] into a [`Plan`]: every C string, byte buffer and
+//! pointer array the sandbox child will need, computed in the launcher
+//! before `clone`. After `clone` the child only walks this plan and issues
+//! syscalls; it allocates nothing.
+//!
+//! Host paths are checked here (canonicalized, their type recorded), so a
+//! missing bind source is a clear error before any namespace exists.
+
+use std::ffi::CString;
+use std::os::unix::fs::FileTypeExt;
+use std::path::Path;
+
+use libc::{c_char, c_ulong};
+
+use crate::error::{SpecError, io_error_text};
+use crate::guest_path;
+use crate::spec::{Access, MountOp, Network, SandboxSpec, UserView};
+
+const MOUNT_NOSUID: u64 = libc::MOUNT_ATTR_NOSUID;
+const MOUNT_NODEV: u64 = libc::MOUNT_ATTR_NODEV;
+const MOUNT_NOEXEC: u64 = libc::MOUNT_ATTR_NOEXEC;
+const MOUNT_RDONLY: u64 = libc::MOUNT_ATTR_RDONLY;
+
+/// Device nodes bound from the host into the minimal `/dev`.
+const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
+/// `/proc` entries covered read-only, as bubblewrap does.
+const PROC_READ_ONLY: &[&str] = &["sys", "sysrq-trigger", "irq", "bus"];
+/// Host directories the staging tmpfs may be mounted over (in the child's
+/// private mount namespace only); the first that exists is used.
+const STAGING_CANDIDATES: &[&str] = &["/tmp", "/var/tmp", "/mnt", "/run", "/media", "/srv"];
+/// `PATH` used for the command lookup when the environment has none.
+const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// Which tree a bind's source path is relative to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Tree {
+    /// The host's root, reachable as `/oldroot` after the first pivot.
+    Host,
+    /// The sandbox root being built.
+    New,
+    /// The private staging tmpfs (`/` between the two pivots).
+    Staging,
+}
+
+/// What to create at a bind destination that does not exist yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Dir,
+    File,
+}
+
+/// One primitive the child executes. Paths are relative to their tree.
+pub(crate) enum Action {
+    /// Clone the mount tree at `src` (recursively), set `attrs` on every
+    /// mount of the clone, and attach it at `dst` in the new root.
+    Bind {
+        from: Tree,
+        src: CString,
+        dst: CString,
+        kind: Kind,
+        attrs: u64,
+        optional: bool,
+    },
+    /// Mount a fresh filesystem at `dst` (created as a directory).
+    Fs {
+        fstype: CString,
+        options: Vec<(CString, Option<CString>)>,
+        attrs: u64,
+        dst: CString,
+    },
+    /// Create file `name` on the staging tmpfs with these bytes.
+    WriteStaging {
+        name: CString,
+        contents: Vec<u8>,
+        mode: u32,
+    },
+    Symlink {
+        target: CString,
+        dst: CString,
+    },
+    Dir {
+        dst: CString,
+        mode: u32,
+    },
+    /// Add `attrs` to the single mount at `dst` (not its submounts).
+    Remount {
+        dst: CString,
+        attrs: u64,
+    },
+}
+
+/// A primitive with the words used when it fails.
+pub(crate) struct Step {
+    pub what: String,
+    pub action: Action,
+}
+
+/// How to execute the command: argv/envp as C arrays and the candidate
+/// paths of a `PATH` lookup done with the sandbox's own `PATH`.
+pub(crate) struct ExecPlan {
+    pub program: String,
+    pub candidates: Vec<CString>,
+    pub search_path: String,
+    // The pointer arrays point into these; CString heap buffers never move.
+    _argv: Vec<CString>,
+    _envp: Vec<CString>,
+    pub argv_ptrs: Vec<*const c_char>,
+    pub envp_ptrs: Vec<*const c_char>,
+}
+
+pub(crate) struct Plan {
+    pub clone_flags: c_ulong,
+    pub uid: u32,
+    pub gid: u32,
+    pub host_uid: u32,
+    pub host_gid: u32,
+    pub staging_dir: CString,
+    pub steps: Vec<Step>,
+    pub hostname: CString,
+    pub network_off: bool,
+    pub cwd: CString,
+    pub new_session: bool,
+    pub exec: ExecPlan,
+}
+
+fn cstring(what: &str, s: impl Into<Vec<u8>>) -> Result<CString, SpecError> {
+    CString::new(s).map_err(|_| SpecError::new(format!("{what} contains a NUL byte")))
+}
+
+/// Normalized guest path relative to the new root ("" for the root itself).
+fn guest_rel(what: &str, path: &str) -> Result<(String, CString), SpecError> {
+    let norm = guest_path::normalize(path).map_err(|why| SpecError::new(format!("{what} {path:?} {why}")))?;
+    let rel = cstring(what, norm.trim_start_matches('/'))?;
+    Ok((norm, rel))
+}
+
+/// The `(uid, gid)` the launcher runs as.
+pub(crate) fn own_ids() -> (u32, u32) {
+    // SAFETY: geteuid/getegid cannot fail.
+    unsafe { (libc::geteuid(), libc::getegid()) }
+}
+
+impl Plan {
+    pub(crate) fn prepare(spec: &SandboxSpec) -> Result<Plan, SpecError> {
+        spec.user.validate()?;
+        let (own_uid, own_gid) = own_ids();
+        let (host_uid, host_gid) = match spec.host_ids {
+            Some(ids) => (ids.uid, ids.gid),
+            None => (own_uid, own_gid),
+        };
+        if (host_uid, host_gid) != (own_uid, own_gid) && own_uid != 0 {
+            return Err(SpecError::new(format!(
+                "mapping the sandbox user onto host ids {host_uid}:{host_gid} needs root; \
+                 an unprivileged caller's sandbox user maps onto its own ids {own_uid}:{own_gid}"
+            )));
+        }
+
+        let mut clone_flags = libc::CLONE_NEWUSER
+            | libc::CLONE_NEWNS
+            | libc::CLONE_NEWPID
+            | libc::CLONE_NEWIPC
+            | libc::CLONE_NEWUTS;
+        if spec.network == Network::Off {
+            clone_flags |= libc::CLONE_NEWNET;
+        }
+
+        let staging_dir = STAGING_CANDIDATES.iter().find(|p| Path::new(p).is_dir()).ok_or_else(|| {
+            SpecError::new("none of /tmp, /var/tmp, /mnt, /run exists to stage the new root on")
+        })?;
+
+        let mut steps = Vec::with_capacity(spec.mounts.len() * 2 + 16);
+        for op in &spec.mounts {
+            expand(op, &spec.user, &mut steps)?;
+        }
+        steps.push(Step {
+            what: "make / read-only".into(),
+            action: Action::Remount { dst: CString::default(), attrs: MOUNT_RDONLY },
+        });
+
+        if spec.hostname.is_empty() || spec.hostname.len() > 64 || spec.hostname.contains(['\0', '/']) {
+            return Err(SpecError::new(format!(
+                "hostname {:?} must be 1-64 bytes without '/'",
+                spec.hostname
+            )));
+        }
+        let (cwd_text, _) = guest_rel("working directory", &spec.cwd)?;
+
+        Ok(Plan {
+            clone_flags: clone_flags as c_ulong,
+            uid: spec.user.uid,
+            gid: spec.user.gid,
+            host_uid,
+            host_gid,
+            staging_dir: cstring("staging dir", *staging_dir)?,
+            steps,
+            hostname: cstring("hostname", spec.hostname.as_str())?,
+            network_off: spec.network == Network::Off,
+            cwd: cstring("working directory", cwd_text.as_str())?,
+            new_session: spec.new_session,
+            exec: ExecPlan::prepare(spec)?,
+        })
+    }
+
+    pub(crate) fn uid_map(&self) -> String {
+        crate::user::id_map_line(self.uid, self.host_uid)
+    }
+
+    pub(crate) fn gid_map(&self) -> String {
+        crate::user::id_map_line(self.gid, self.host_gid)
+    }
+}
+
+fn expand(op: &MountOp, user: &UserView, steps: &mut Vec<Step>) -> Result<(), SpecError> {
+    let (dst_text, dst) = guest_rel("mount destination", op.dst())?;
+    match op {
+        MountOp::Bind { src, access, .. } => {
+            let canonical = std::fs::canonicalize(src).map_err(|e| {
+                SpecError::new(format!("bind source {}: {}", src.display(), io_error_text(&e)))
+            })?;
+            let meta = std::fs::metadata(&canonical).map_err(|e| {
+                SpecError::new(format!("bind source {}: {}", src.display(), io_error_text(&e)))
+            })?;
+            let kind = if meta.is_dir() { Kind::Dir } else { Kind::File };
+            let ro = *access == Access::Ro;
+            let mut attrs = MOUNT_NOSUID | MOUNT_NODEV;
+            if ro {
+                attrs |= MOUNT_RDONLY;
+            }
+            let rel = canonical.to_str().map(|s| s.trim_start_matches('/')).unwrap_or_default();
+            let rel = if rel.is_empty() { "." } else { rel };
+            steps.push(Step {
+                what: format!("bind {} -> {dst_text} ({})", src.display(), if ro { "ro" } else { "rw" }),
+                action: Action::Bind {
+                    from: Tree::Host,
+                    src: cstring("bind source", rel)?,
+                    dst,
+                    kind,
+                    attrs,
+                    optional: false,
+                },
+            });
+        }
+        MountOp::Tmpfs { mode, owned_by_user, size, .. } => {
+            let mut options =
+                vec![(cstring("tmpfs option", "mode")?, Some(cstring("mode", format!("{mode:o}"))?))];
+            if let Some(size) = size {
+                options.push((cstring("tmpfs option", "size")?, Some(cstring("size", size.to_string())?)));
+            }
+            if *owned_by_user {
+                // Interpreted in the sandbox's user namespace, where these ids are mapped.
+                options.push((cstring("tmpfs option", "uid")?, Some(cstring("uid", user.uid.to_string())?)));
+                options.push((cstring("tmpfs option", "gid")?, Some(cstring("gid", user.gid.to_string())?)));
+            }
+            steps.push(Step {
+                what: format!("mount tmpfs on {dst_text}"),
+                action: Action::Fs {
+                    fstype: cstring("fstype", "tmpfs")?,
+                    options,
+                    attrs: MOUNT_NOSUID | MOUNT_NODEV,
+                    dst,
+                },
+            });
+        }
+        MountOp::Proc { .. } => {
+            steps.push(Step {
+                what: format!("mount proc on {dst_text}"),
+                action: Action::Fs {
+                    fstype: cstring("fstype", "proc")?,
+                    options: Vec::new(),
+                    attrs: MOUNT_NOSUID | MOUNT_NODEV | MOUNT_NOEXEC,
+                    dst,
+                },
+            });
+            for entry in PROC_READ_ONLY {
+                let path = child_rel(&dst_text, entry);
+                steps.push(Step {
+                    what: format!("cover {dst_text}/{entry} read-only"),
+                    action: Action::Bind {
+                        from: Tree::New,
+                        src: cstring("proc path", path.as_str())?,
+                        dst: cstring("proc path", path.as_str())?,
+                        kind: Kind::File,
+                        attrs: MOUNT_RDONLY | MOUNT_NOSUID | MOUNT_NODEV | MOUNT_NOEXEC,
+                        optional: true,
+                    },
+                });
+            }
+        }
+        MountOp::Dev { .. } => expand_dev(&dst_text, steps)?,
+        MountOp::File { contents, mode, .. } => {
+            let name = format!("file-{}", steps.len());
+            steps.push(Step {
+                what: format!("write the contents of {dst_text}"),
+                action: Action::WriteStaging {
+                    name: cstring("file name", name.as_str())?,
+                    contents: contents.clone(),
+                    mode: *mode,
+                },
+            });
+            steps.push(Step {
+                what: format!("bind the generated {dst_text}"),
+                action: Action::Bind {
+                    from: Tree::Staging,
+                    src: cstring("file name", name)?,
+                    dst,
+                    kind: Kind::File,
+                    attrs: MOUNT_RDONLY | MOUNT_NOSUID | MOUNT_NODEV,
+                    optional: false,
+                },
+            });
+        }
+        MountOp::Symlink { target, .. } => steps.push(Step {
+            what: format!("symlink {dst_text} -> {target}"),
+            action: Action::Symlink { target: cstring("symlink target", target.as_str())?, dst },
+        }),
+        MountOp::Dir { mode, .. } => steps.push(Step {
+            what: format!("create directory {dst_text}"),
+            action: Action::Dir { dst, mode: *mode },
+        }),
+    }
+    Ok(())
+}
+
+/// `dst/entry` relative to the new root.
+fn child_rel(dst_text: &str, entry: &str) -> String {
+    format!("{}/{entry}", dst_text.trim_start_matches('/')).trim_start_matches('/').to_string()
+}
+
+/// The minimal `/dev`, as bubblewrap's `--dev` builds it.
+fn expand_dev(dst_text: &str, steps: &mut Vec<Step>) -> Result<(), SpecError> {
+    let at = |entry: &str| cstring("dev path", child_rel(dst_text, entry));
+    let tmpfs = |dst: CString, mode: &str, attrs: u64| -> Result<Action, SpecError> {
+        Ok(Action::Fs {
+            fstype: cstring("fstype", "tmpfs")?,
+            options: vec![(cstring("option", "mode")?, Some(cstring("mode", mode)?))],
+            attrs,
+            dst,
+        })
+    };
+    steps.push(Step {
+        what: format!("mount tmpfs on {dst_text}"),
+        action: tmpfs(at("")?, "755", MOUNT_NOSUID | MOUNT_NOEXEC)?,
+    });
+    for dev in DEVICES {
+        let host = format!("/dev/{dev}");
+        let is_char_device = std::fs::metadata(&host).is_ok_and(|m| m.file_type().is_char_device());
+        if !is_char_device {
+            continue;
+        }
+        steps.push(Step {
+            what: format!("bind {host} -> {dst_text}/{dev}"),
+            action: Action::Bind {
+                from: Tree::Host,
+                src: cstring("device", format!("dev/{dev}"))?,
+                dst: at(dev)?,
+                kind: Kind::File,
+                attrs: MOUNT_NOSUID | MOUNT_NOEXEC,
+                optional: false,
+            },
+        });
+    }
+    for (name, target) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+        ("core", "/proc/kcore"),
+        ("ptmx", "pts/ptmx"),
+    ] {
+        steps.push(Step {
+            what: format!("symlink {dst_text}/{name} -> {target}"),
+            action: Action::Symlink { target: cstring("symlink", target)?, dst: at(name)? },
+        });
+    }
+    steps.push(Step {
+        what: format!("mount devpts on {dst_text}/pts"),
+        action: Action::Fs {
+            fstype: cstring("fstype", "devpts")?,
+            options: vec![
+                (cstring("option", "newinstance")?, None),
+                (cstring("option", "ptmxmode")?, Some(cstring("mode", "0666")?)),
+                (cstring("option", "mode")?, Some(cstring("mode", "620")?)),
+            ],
+            attrs: MOUNT_NOSUID | MOUNT_NOEXEC,
+            dst: at("pts")?,
+        },
+    });
+    steps.push(Step {
+        what: format!("mount tmpfs on {dst_text}/shm"),
+        action: tmpfs(at("shm")?, "1777", MOUNT_NOSUID | MOUNT_NODEV)?,
+    });
+    steps.push(Step {
+        what: format!("make {dst_text} read-only"),
+        action: Action::Remount { dst: at("")?, attrs: MOUNT_RDONLY },
+    });
+    Ok(())
+}
+
+impl ExecPlan {
+    fn prepare(spec: &SandboxSpec) -> Result<ExecPlan, SpecError> {
+        let program = spec.argv.first().ok_or_else(|| SpecError::new("no command given"))?.clone();
+        if program.is_empty() {
+            return Err(SpecError::new("the command name is empty"));
+        }
+        let argv: Vec<CString> =
+            spec.argv.iter().map(|a| cstring("command argument", a.as_str())).collect::<Result<_, _>>()?;
+        let mut envp = Vec::with_capacity(spec.env.len());
+        for (k, v) in &spec.env {
+            if k.is_empty() || k.contains('=') {
+                return Err(SpecError::new(format!("environment variable name {k:?} is invalid")));
+            }
+            envp.push(cstring(&format!("environment variable {k}"), format!("{k}={v}"))?);
+        }
+        let search_path = spec
+            .env
+            .iter()
+            .rev()
+            .find(|(k, _)| k == "PATH")
+            .map_or(DEFAULT_PATH, |(_, v)| v.as_str())
+            .to_string();
+        let candidates = if program.contains('/') {
+            vec![cstring("command", program.as_str())?]
+        } else {
+            search_path
+                .split(':')
+                .filter(|dir| !dir.is_empty())
+                .map(|dir| cstring("command", format!("{}/{program}", dir.trim_end_matches('/'))))
+                .collect::<Result<_, _>>()?
+        };
+        let mut argv_ptrs: Vec<*const c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+        argv_ptrs.push(std::ptr::null());
+        let mut envp_ptrs: Vec<*const c_char> = envp.iter().map(|e| e.as_ptr()).collect();
+        envp_ptrs.push(std::ptr::null());
+        Ok(ExecPlan { program, candidates, search_path, _argv: argv, _envp: envp, argv_ptrs, envp_ptrs })
+    }
+}

@@ -1,0 +1,140 @@
+//! Plain data describing one sandboxed process.
+//!
+//! A [`SandboxSpec`] says *what* the sandbox looks like; it holds no file
+//! descriptors and no C strings, so it can be built anywhere (including a
+//! multi-threaded daemon), serialized, and handed to a fresh single-threaded
+//! launcher process. [`crate::launch`] turns it into a prepared plan and runs
+//! it.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// Everything the launcher needs to start one command in a sandbox.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxSpec {
+    /// The command and its arguments. `argv[0]` is looked up in the
+    /// sandbox's `PATH` when it contains no `/`.
+    pub argv: Vec<String>,
+    /// The complete environment of the command, in order. Nothing else is
+    /// inherited from the caller.
+    pub env: Vec<(String, String)>,
+    /// Working directory of the command, as the sandbox sees it.
+    pub cwd: String,
+    /// The identity the command runs under.
+    pub user: UserView,
+    /// Host ids the sandbox user maps onto. `None` maps onto the launcher's
+    /// own effective ids, which is the only choice for unprivileged callers.
+    pub host_ids: Option<HostIds>,
+    /// Whether the sandbox shares the host's network or gets its own.
+    pub network: Network,
+    /// Hostname inside the sandbox's UTS namespace.
+    pub hostname: String,
+    /// The root filesystem, built in this order on an empty tmpfs.
+    pub mounts: Vec<MountOp>,
+    /// Run the command in a new session (`setsid`), detached from the
+    /// caller's terminal. This closes the TIOCSTI terminal-injection hole.
+    pub new_session: bool,
+}
+
+/// The user as seen from inside: `id -un`, `getpwuid()`, `$HOME`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserView {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+    /// Guest path of the home directory.
+    pub home: String,
+    /// Login shell recorded in `/etc/passwd` and `$SHELL`.
+    pub shell: String,
+}
+
+/// Host uid/gid that the sandbox user's ids are mapped onto.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostIds {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// Network policy.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Network {
+    /// Share the host's network namespace.
+    #[default]
+    On,
+    /// A private network namespace with only loopback, which is brought up.
+    Off,
+}
+
+/// Read-only or read-write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Access {
+    Ro,
+    Rw,
+}
+
+/// One step of building the sandbox's root filesystem.
+///
+/// Guest paths (`dst`) are absolute paths inside the sandbox. They are
+/// resolved inside the new root, so a symlink met on the way is followed
+/// *within* the sandbox and can never lead the mount onto a host path.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "camelCase")]
+pub enum MountOp {
+    /// Recursive bind of a host path. `nosuid` and `nodev` are applied to
+    /// the bind and every submount; `ro` adds `MS_RDONLY` to each of them.
+    Bind { src: PathBuf, dst: String, access: Access },
+    /// A fresh tmpfs. `owner` makes the tmpfs root belong to the sandbox
+    /// user (used for a private home).
+    Tmpfs {
+        dst: String,
+        mode: u32,
+        #[serde(default)]
+        owned_by_user: bool,
+        #[serde(default)]
+        size: Option<u64>,
+    },
+    /// A fresh procfs for the sandbox's pid namespace, with `sys`,
+    /// `sysrq-trigger`, `irq` and `bus` covered read-only.
+    Proc { dst: String },
+    /// A minimal `/dev`: null, zero, full, random, urandom, tty, a private
+    /// devpts with ptmx, shm, and the fd symlinks.
+    Dev { dst: String },
+    /// A read-only file with the given bytes, created on the sandbox's
+    /// private tmpfs and bound over `dst` (never written into a host path).
+    File { dst: String, contents: Vec<u8>, mode: u32 },
+    /// A symbolic link `dst -> target`.
+    Symlink { target: String, dst: String },
+    /// An empty directory on the root tmpfs.
+    Dir { dst: String, mode: u32 },
+}
+
+impl MountOp {
+    /// The guest path this operation writes to.
+    pub fn dst(&self) -> &str {
+        match self {
+            MountOp::Bind { dst, .. }
+            | MountOp::Tmpfs { dst, .. }
+            | MountOp::Proc { dst }
+            | MountOp::Dev { dst }
+            | MountOp::File { dst, .. }
+            | MountOp::Symlink { dst, .. }
+            | MountOp::Dir { dst, .. } => dst,
+        }
+    }
+}
+
+impl SandboxSpec {
+    /// Serialize for the re-exec boundary.
+    pub fn to_json(&self) -> Vec<u8> {
+        // Serializing plain data with string keys cannot fail.
+        serde_json::to_vec(self).expect("SandboxSpec is always serializable")
+    }
+
+    /// Deserialize what [`SandboxSpec::to_json`] produced.
+    pub fn from_json(bytes: &[u8]) -> Result<Self, serde_json::Error> {
+        serde_json::from_slice(bytes)
+    }
+}

@@ -1,0 +1,443 @@
+//! Thin, allocation-free wrappers over the raw syscalls the runtime uses.
+//!
+//! Every function takes C strings and raw descriptors prepared by the caller
+//! and returns the kernel's `errno` on failure. This is the only module with
+//! `unsafe` syscall invocations for the mount and namespace work, which keeps
+//! the code that decides *what* to mount readable and the seam narrow.
+
+use std::ffi::CStr;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::ptr;
+
+use libc::{c_char, c_int, c_long, c_uint, c_ulong, c_void};
+use nix::errno::Errno;
+
+pub type SysResult<T> = Result<T, Errno>;
+
+fn check(ret: c_int) -> SysResult<c_int> {
+    if ret < 0 { Err(Errno::last()) } else { Ok(ret) }
+}
+
+fn check_long(ret: c_long) -> SysResult<c_long> {
+    if ret < 0 { Err(Errno::last()) } else { Ok(ret) }
+}
+
+fn owned(ret: c_long) -> SysResult<OwnedFd> {
+    let fd = check_long(ret)? as RawFd;
+    // SAFETY: the kernel just returned this descriptor to us and nothing else
+    // refers to it, so we are its only owner.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn opt_ptr(s: Option<&CStr>) -> *const c_char {
+    s.map_or(ptr::null(), CStr::as_ptr)
+}
+
+/// `clone(flags | SIGCHLD)` with fork semantics: no new stack, the child
+/// continues from this call with a copy of the address space.
+///
+/// Returns 0 in the child and the child's pid in the parent.
+///
+/// # Safety
+/// The caller must be single-threaded: the child gets a copy of only the
+/// calling thread, so a lock held by another thread (e.g. the allocator's)
+/// would stay locked forever in the child. The child must leave with
+/// `_exit` (or `execve`) and never return into code that assumes it is the
+/// parent.
+pub unsafe fn clone_fork(flags: c_ulong) -> SysResult<libc::pid_t> {
+    let flags = flags | libc::SIGCHLD as c_ulong;
+    // The raw syscall takes (flags, stack, parent_tid, child_tid, tls) on
+    // x86_64 and (flags, stack, parent_tid, tls, child_tid) on aarch64; with
+    // a null stack and no CLONE_*TID/SETTLS flags only `flags` matters. s390x
+    // swaps the first two (CONFIG_CLONE_BACKWARDS2).
+    #[cfg(target_arch = "s390x")]
+    // SAFETY: see the function's contract; no pointers are passed.
+    let ret = unsafe { libc::syscall(libc::SYS_clone, 0 as c_ulong, flags, 0, 0, 0) };
+    #[cfg(not(target_arch = "s390x"))]
+    // SAFETY: see the function's contract; no pointers are passed.
+    let ret = unsafe { libc::syscall(libc::SYS_clone, flags, 0 as c_ulong, 0, 0, 0) };
+    check_long(ret).map(|pid| pid as libc::pid_t)
+}
+
+/// Plain `fork()`; same contract as [`clone_fork`].
+///
+/// # Safety
+/// See [`clone_fork`].
+pub unsafe fn fork() -> SysResult<libc::pid_t> {
+    // SAFETY: delegated to the caller (single-threaded, child `_exit`s).
+    unsafe { clone_fork(0) }
+}
+
+pub fn mount(
+    source: Option<&CStr>,
+    target: &CStr,
+    fstype: Option<&CStr>,
+    flags: c_ulong,
+    data: Option<&CStr>,
+) -> SysResult<()> {
+    // SAFETY: all pointers are NUL-terminated strings or null, valid for
+    // the duration of the call.
+    check(unsafe {
+        libc::mount(opt_ptr(source), target.as_ptr(), opt_ptr(fstype), flags, opt_ptr(data) as *const c_void)
+    })
+    .map(drop)
+}
+
+pub fn umount2(target: &CStr, flags: c_int) -> SysResult<()> {
+    // SAFETY: `target` is a valid C string.
+    check(unsafe { libc::umount2(target.as_ptr(), flags) }).map(drop)
+}
+
+pub fn pivot_root(new_root: &CStr, put_old: &CStr) -> SysResult<()> {
+    // SAFETY: both arguments are valid C strings; pivot_root has no libc wrapper.
+    check_long(unsafe { libc::syscall(libc::SYS_pivot_root, new_root.as_ptr(), put_old.as_ptr()) }).map(drop)
+}
+
+/// `open_tree(dirfd, path, flags)`: with `OPEN_TREE_CLONE` a detached copy of
+/// the mount tree at `path`.
+pub fn open_tree(dirfd: BorrowedFd<'_>, path: &CStr, flags: c_uint) -> SysResult<OwnedFd> {
+    // SAFETY: valid descriptor and C string.
+    owned(unsafe { libc::syscall(libc::SYS_open_tree, dirfd.as_raw_fd(), path.as_ptr(), flags) })
+}
+
+/// Attach the detached mount `from` onto the object `to` refers to.
+pub fn move_mount_fd(from: BorrowedFd<'_>, to: BorrowedFd<'_>) -> SysResult<()> {
+    let empty = c"";
+    let flags = libc::MOVE_MOUNT_F_EMPTY_PATH | libc::MOVE_MOUNT_T_EMPTY_PATH;
+    // SAFETY: valid descriptors and an empty C string for both paths.
+    check_long(unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            from.as_raw_fd(),
+            empty.as_ptr(),
+            to.as_raw_fd(),
+            empty.as_ptr(),
+            flags,
+        )
+    })
+    .map(drop)
+}
+
+/// `mount_setattr` on the mount `fd` refers to; `recursive` covers every
+/// submount. Flags already set (including ones the kernel locked) are kept:
+/// only the bits in `set` are added.
+pub fn mount_setattr(fd: BorrowedFd<'_>, set: u64, recursive: bool) -> SysResult<()> {
+    let mut attr = libc::mount_attr { attr_set: set, attr_clr: 0, propagation: 0, userns_fd: 0 };
+    let mut flags = libc::AT_EMPTY_PATH as c_uint;
+    if recursive {
+        flags |= libc::AT_RECURSIVE as c_uint;
+    }
+    // SAFETY: `attr` is a valid, initialized mount_attr and its size is passed.
+    check_long(unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            flags,
+            &mut attr as *mut libc::mount_attr,
+            std::mem::size_of::<libc::mount_attr>(),
+        )
+    })
+    .map(drop)
+}
+
+pub fn fsopen(fstype: &CStr) -> SysResult<OwnedFd> {
+    // SAFETY: valid C string.
+    owned(unsafe { libc::syscall(libc::SYS_fsopen, fstype.as_ptr(), libc::FSOPEN_CLOEXEC) })
+}
+
+/// `fsconfig(FSCONFIG_SET_STRING)`, or `FSCONFIG_SET_FLAG` when `value` is `None`.
+pub fn fsconfig_set(fd: BorrowedFd<'_>, key: &CStr, value: Option<&CStr>) -> SysResult<()> {
+    let cmd = if value.is_some() { libc::FSCONFIG_SET_STRING } else { libc::FSCONFIG_SET_FLAG };
+    // SAFETY: valid descriptor, key, and value (or null for a flag).
+    check_long(unsafe {
+        libc::syscall(libc::SYS_fsconfig, fd.as_raw_fd(), cmd, key.as_ptr(), opt_ptr(value), 0)
+    })
+    .map(drop)
+}
+
+pub fn fsconfig_create(fd: BorrowedFd<'_>) -> SysResult<()> {
+    // SAFETY: FSCONFIG_CMD_CREATE takes no key or value.
+    check_long(unsafe {
+        libc::syscall(
+            libc::SYS_fsconfig,
+            fd.as_raw_fd(),
+            libc::FSCONFIG_CMD_CREATE,
+            ptr::null::<c_char>(),
+            ptr::null::<c_void>(),
+            0,
+        )
+    })
+    .map(drop)
+}
+
+/// `fsmount`: a detached mount of the configured filesystem with `MOUNT_ATTR_*` flags.
+pub fn fsmount(fd: BorrowedFd<'_>, attrs: u64) -> SysResult<OwnedFd> {
+    // SAFETY: valid descriptor; flags are plain integers.
+    owned(unsafe { libc::syscall(libc::SYS_fsmount, fd.as_raw_fd(), libc::FSMOUNT_CLOEXEC, attrs as c_uint) })
+}
+
+/// `openat2` with a `resolve` policy (e.g. `RESOLVE_IN_ROOT`).
+pub fn openat2(
+    dirfd: BorrowedFd<'_>,
+    path: &CStr,
+    flags: c_int,
+    mode: u32,
+    resolve: u64,
+) -> SysResult<OwnedFd> {
+    let mut how: libc::open_how = unsafe {
+        // SAFETY: open_how is a plain C struct for which all-zero is valid.
+        std::mem::zeroed()
+    };
+    how.flags = (flags | libc::O_CLOEXEC) as u64;
+    how.mode = if flags & (libc::O_CREAT | libc::O_TMPFILE) != 0 { mode as u64 } else { 0 };
+    how.resolve = resolve;
+    // SAFETY: `how` is initialized and its size is passed; path is a C string.
+    owned(unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dirfd.as_raw_fd(),
+            path.as_ptr(),
+            &mut how as *mut libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    })
+}
+
+pub fn open(path: &CStr, flags: c_int, mode: u32) -> SysResult<OwnedFd> {
+    // SAFETY: valid C string.
+    owned(unsafe { libc::open(path.as_ptr(), flags | libc::O_CLOEXEC, mode as c_uint) } as c_long)
+}
+
+pub fn openat(dirfd: BorrowedFd<'_>, path: &CStr, flags: c_int, mode: u32) -> SysResult<OwnedFd> {
+    // SAFETY: valid descriptor and C string.
+    owned(unsafe { libc::openat(dirfd.as_raw_fd(), path.as_ptr(), flags | libc::O_CLOEXEC, mode as c_uint) }
+        as c_long)
+}
+
+pub fn mkdir(path: &CStr, mode: u32) -> SysResult<()> {
+    // SAFETY: valid C string.
+    check(unsafe { libc::mkdir(path.as_ptr(), mode as libc::mode_t) }).map(drop)
+}
+
+pub fn mkdirat(dirfd: BorrowedFd<'_>, name: &CStr, mode: u32) -> SysResult<()> {
+    // SAFETY: valid descriptor and C string.
+    check(unsafe { libc::mkdirat(dirfd.as_raw_fd(), name.as_ptr(), mode as libc::mode_t) }).map(drop)
+}
+
+pub fn symlinkat(target: &CStr, dirfd: BorrowedFd<'_>, name: &CStr) -> SysResult<()> {
+    // SAFETY: valid C strings and descriptor.
+    check(unsafe { libc::symlinkat(target.as_ptr(), dirfd.as_raw_fd(), name.as_ptr()) }).map(drop)
+}
+
+/// Reads the target of the symlink `name` in `dirfd` into `buf`; returns its length.
+pub fn readlinkat(dirfd: BorrowedFd<'_>, name: &CStr, buf: &mut [u8]) -> SysResult<usize> {
+    // SAFETY: `buf` is valid for `buf.len()` bytes.
+    let n = unsafe { libc::readlinkat(dirfd.as_raw_fd(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if n < 0 { Err(Errno::last()) } else { Ok(n as usize) }
+}
+
+pub fn chdir(path: &CStr) -> SysResult<()> {
+    // SAFETY: valid C string.
+    check(unsafe { libc::chdir(path.as_ptr()) }).map(drop)
+}
+
+/// Writes all of `buf`, retrying on EINTR and short writes.
+pub fn write_all(fd: RawFd, mut buf: &[u8]) -> SysResult<()> {
+    while !buf.is_empty() {
+        // SAFETY: `buf` is valid for `buf.len()` bytes.
+        let n = unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
+        if n < 0 {
+            let e = Errno::last();
+            if e == Errno::EINTR {
+                continue;
+            }
+            return Err(e);
+        }
+        buf = &buf[n as usize..];
+    }
+    Ok(())
+}
+
+/// `read`, retrying on EINTR.
+pub fn read(fd: RawFd, buf: &mut [u8]) -> SysResult<usize> {
+    loop {
+        // SAFETY: `buf` is valid for `buf.len()` bytes.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = Errno::last();
+        if e != Errno::EINTR {
+            return Err(e);
+        }
+    }
+}
+
+pub fn sethostname(name: &CStr) -> SysResult<()> {
+    let bytes = name.to_bytes();
+    // SAFETY: `bytes` is valid for its length.
+    check(unsafe { libc::sethostname(bytes.as_ptr().cast(), bytes.len()) }).map(drop)
+}
+
+pub fn setresuid(uid: u32) -> SysResult<()> {
+    // Raw syscall: glibc's wrapper would broadcast to other threads, and we
+    // have none.
+    // SAFETY: integer arguments only.
+    check_long(unsafe { libc::syscall(libc::SYS_setresuid, uid, uid, uid) }).map(drop)
+}
+
+pub fn setresgid(gid: u32) -> SysResult<()> {
+    // SAFETY: integer arguments only.
+    check_long(unsafe { libc::syscall(libc::SYS_setresgid, gid, gid, gid) }).map(drop)
+}
+
+pub fn prctl(option: c_int, arg2: c_ulong) -> SysResult<c_int> {
+    // SAFETY: the options used here take integer arguments only.
+    check(unsafe { libc::prctl(option, arg2, 0 as c_ulong, 0 as c_ulong, 0 as c_ulong) })
+}
+
+/// Marks every descriptor from `first` on close-on-exec, so nothing the
+/// launcher had open leaks into the command.
+pub fn close_range_cloexec(first: c_uint) -> SysResult<()> {
+    // SAFETY: integer arguments only.
+    check_long(unsafe { libc::syscall(libc::SYS_close_range, first, c_uint::MAX, libc::CLOSE_RANGE_CLOEXEC) })
+        .map(drop)
+}
+
+pub fn dup2(old: RawFd, new: RawFd) -> SysResult<()> {
+    // SAFETY: integer arguments only; closing `new` is what we want.
+    check(unsafe { libc::dup2(old, new) }).map(drop)
+}
+
+pub fn setsid() -> SysResult<()> {
+    // SAFETY: no arguments.
+    check(unsafe { libc::setsid() }).map(drop)
+}
+
+/// `execve`; only returns on failure.
+pub fn execve(path: &CStr, argv: &[*const c_char], envp: &[*const c_char]) -> Errno {
+    // SAFETY: `argv` and `envp` are null-terminated arrays of pointers into
+    // C strings owned by the prepared plan, which outlives this call.
+    unsafe { libc::execve(path.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
+    Errno::last()
+}
+
+pub fn kill(pid: libc::pid_t, sig: c_int) -> SysResult<()> {
+    // SAFETY: integer arguments only.
+    check(unsafe { libc::kill(pid, sig) }).map(drop)
+}
+
+/// `waitpid`, retrying on EINTR. Returns (pid, raw status).
+pub fn waitpid(pid: libc::pid_t, flags: c_int) -> SysResult<(libc::pid_t, c_int)> {
+    let mut status = 0;
+    loop {
+        // SAFETY: `status` is a valid out-pointer.
+        let ret = unsafe { libc::waitpid(pid, &mut status, flags) };
+        if ret >= 0 {
+            return Ok((ret, status));
+        }
+        let e = Errno::last();
+        if e != Errno::EINTR {
+            return Err(e);
+        }
+    }
+}
+
+/// Maps a raw wait status to a shell-style exit code: the code, or 128+signal.
+pub fn exit_code_of(status: c_int) -> i32 {
+    if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else if libc::WIFSIGNALED(status) {
+        128 + libc::WTERMSIG(status)
+    } else {
+        128
+    }
+}
+
+/// Sets `sig` to its default disposition.
+pub fn reset_signal(sig: c_int) {
+    // SAFETY: a zeroed sigaction with SIG_DFL is valid; errors (for SIGKILL,
+    // SIGSTOP and the reserved realtime signals) are expected and ignored.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = libc::SIG_DFL;
+        libc::sigaction(sig, &sa, ptr::null_mut());
+    }
+}
+
+/// Installs `handler` for `sig` with `SA_RESTART`.
+pub fn set_signal_handler(sig: c_int, handler: extern "C" fn(c_int)) -> SysResult<()> {
+    // SAFETY: the handler is an `extern "C" fn(c_int)` that only performs
+    // async-signal-safe work; the sigaction struct is fully initialized.
+    check(unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = handler as usize;
+        sa.sa_flags = libc::SA_RESTART;
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(sig, &sa, ptr::null_mut())
+    })
+    .map(drop)
+}
+
+/// Replaces the signal mask; returns the previous one.
+pub fn set_sigmask(how: c_int, set: &libc::sigset_t) -> SysResult<libc::sigset_t> {
+    // SAFETY: both pointers refer to valid sigset_t values.
+    unsafe {
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        check(libc::sigprocmask(how, set, &mut old))?;
+        Ok(old)
+    }
+}
+
+pub fn sigset_of(signals: &[c_int]) -> libc::sigset_t {
+    // SAFETY: sigemptyset/sigaddset initialize the set we own.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for &s in signals {
+            libc::sigaddset(&mut set, s);
+        }
+        set
+    }
+}
+
+pub fn empty_sigset() -> libc::sigset_t {
+    sigset_of(&[])
+}
+
+/// A pipe with both ends close-on-exec: (read, write).
+pub fn pipe() -> SysResult<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as c_int; 2];
+    // SAFETY: `fds` is a valid out-array of two ints.
+    check(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
+    // SAFETY: pipe2 returned two new descriptors that we now own.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Brings the loopback interface up in the current network namespace. The
+/// kernel adds 127.0.0.1/8 and ::1 itself when `lo` goes up.
+pub fn loopback_up() -> SysResult<()> {
+    // SAFETY: plain socket creation.
+    let sock =
+        owned(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) } as c_long)?;
+    // SAFETY: ifreq is a plain C struct for which all-zero is valid.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
+        *dst = *src as c_char;
+    }
+    // SAFETY: `req` is a valid ifreq naming "lo" for both ioctls.
+    unsafe {
+        check(libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req))?;
+        req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+        check(libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &mut req))?;
+    }
+    Ok(())
+}
+
+/// Immediately terminates the process without running destructors or
+/// `atexit` handlers (which belong to the parent's copy of the program).
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit is always safe to call.
+    unsafe { libc::_exit(code) }
+}

@@ -1,0 +1,42 @@
+//! `__exec`: the single-threaded launcher for threaded callers.
+//!
+//! The daemon runs on tokio, and namespace work must not happen in a
+//! process with threads (a forked child would inherit locks held by other
+//! threads). So it spawns this helper with the serialized spec on a pipe;
+//! this fresh process is single-threaded and becomes the sandbox's monitor.
+
+use std::io::Read;
+use std::os::fd::FromRawFd;
+
+use sandbox::SandboxSpec;
+
+use crate::cli::ExecArgs;
+use crate::{EXIT_TOOL_ERROR, report_error};
+
+pub fn main(args: ExecArgs) -> u8 {
+    if args.spec_fd < 3 {
+        report_error(format!("--spec-fd {}: must be a descriptor above stderr", args.spec_fd));
+        return EXIT_TOOL_ERROR;
+    }
+    if let Err(e) = super::run::check_fd(args.spec_fd) {
+        report_error(format!("--spec-fd {}: {}", args.spec_fd, sandbox::error::io_error_text(&e)));
+        return EXIT_TOOL_ERROR;
+    }
+    // SAFETY: the descriptor was handed to us for exactly this purpose and
+    // nothing else in this process refers to it.
+    let mut file = unsafe { std::fs::File::from_raw_fd(args.spec_fd) };
+    let mut bytes = Vec::new();
+    if let Err(e) = file.read_to_end(&mut bytes) {
+        report_error(format!("reading the spec from fd {}: {e}", args.spec_fd));
+        return EXIT_TOOL_ERROR;
+    }
+    drop(file);
+    let spec = match SandboxSpec::from_json(&bytes) {
+        Ok(spec) => spec,
+        Err(e) => {
+            report_error(format!("invalid sandbox spec on fd {}: {e}", args.spec_fd));
+            return EXIT_TOOL_ERROR;
+        }
+    };
+    super::run::launch_and_report(&spec, args.json_status_fd)
+}

@@ -1,0 +1,174 @@
+//! `run`: one command in a fresh sandbox, stdio passed straight through.
+
+use std::path::PathBuf;
+
+use clap::ArgMatches;
+use sandbox::{
+    Access, Home, HostIds, LaunchOptions, MountOp, Network, SandboxBuilder, SandboxSpec, UserView,
+};
+
+use crate::cli::{NetworkArg, RunArgs};
+use crate::{EXIT_TOOL_ERROR, report_error};
+
+/// Variables copied from the caller when set: harmless and needed by
+/// interactive programs. Everything else must be asked for.
+const PASSED_BY_DEFAULT: &[&str] = &["TERM"];
+
+pub fn main(args: RunArgs, matches: &ArgMatches) -> u8 {
+    let spec = match build_spec(args, matches) {
+        Ok(spec) => spec,
+        Err(message) => {
+            report_error(message);
+            return EXIT_TOOL_ERROR;
+        }
+    };
+    let json_status_fd = matches.get_one::<i32>("json_status_fd").copied();
+    launch_and_report(&spec, json_status_fd)
+}
+
+/// Launches `spec` in this (single-threaded) process and maps the outcome to
+/// an exit status, printing one line on stderr for failures.
+pub fn launch_and_report(spec: &SandboxSpec, json_status_fd: Option<i32>) -> u8 {
+    if let Some(fd) = json_status_fd
+        && let Err(e) = check_fd(fd)
+    {
+        report_error(format!("--json-status-fd {fd}: {}", sandbox::error::io_error_text(&e)));
+        return EXIT_TOOL_ERROR;
+    }
+    let options = LaunchOptions { json_status_fd, release_stdio: true };
+    match sandbox::launch(spec, &options) {
+        Ok(status) => status.code().clamp(0, 255) as u8,
+        Err(e) => {
+            report_error(&e);
+            e.exit_code()
+        }
+    }
+}
+
+/// Checks that `fd` is an open descriptor.
+pub fn check_fd(fd: i32) -> Result<(), std::io::Error> {
+    // SAFETY: F_GETFD only inspects the descriptor table.
+    if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 { Err(std::io::Error::last_os_error()) } else { Ok(()) }
+}
+
+fn build_spec(args: RunArgs, matches: &ArgMatches) -> Result<SandboxSpec, String> {
+    let mut user = UserView::new(args.user.clone(), args.uid, args.gid.unwrap_or(args.uid));
+    if let Some(home_path) = &args.home_path {
+        if !home_path.starts_with('/') {
+            return Err(format!("--home-path {home_path:?}: must be an absolute path"));
+        }
+        user.home = home_path.clone();
+    }
+    user.validate().map_err(|e| format!("{}: {e}", user_flag(&args)))?;
+
+    let workspace = match &args.workspace {
+        Some(dir) => dir.clone(),
+        None => std::env::current_dir()
+            .map_err(|e| format!("--workspace: cannot use the current directory: {e}"))?,
+    };
+    check_dir("--workspace", &workspace)?;
+    let home = match &args.home {
+        Some(dir) => {
+            check_dir("--home", dir)?;
+            Home::Bind(dir.clone())
+        }
+        None => Home::Tmpfs,
+    };
+
+    let mut builder = SandboxBuilder::new(args.command[0].clone())
+        .args(args.command[1..].iter().cloned())
+        .user(user)
+        .workspace(workspace)
+        .home(home)
+        .network(match args.network {
+            NetworkArg::On => Network::On,
+            NetworkArg::Off => Network::Off,
+        })
+        .hostname(args.hostname.clone())
+        .new_session(!args.keep_session);
+    if let Some(dir) = &args.chdir {
+        builder = builder.cwd(dir.clone());
+    }
+    if args.map_uid.is_some() || args.map_gid.is_some() {
+        // SAFETY: geteuid/getegid cannot fail.
+        let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        if euid != 0 {
+            return Err(
+                "--map-uid/--map-gid: only a root caller can map the sandbox user onto other host ids".into(),
+            );
+        }
+        builder = builder
+            .map_to_host(HostIds { uid: args.map_uid.unwrap_or(euid), gid: args.map_gid.unwrap_or(egid) });
+    }
+    for op in extra_mounts(&args, matches) {
+        builder = builder.mount(op);
+    }
+    for (key, value) in environment(&args)? {
+        builder = builder.env(key, value);
+    }
+    builder.build().map_err(|e| e.to_string())
+}
+
+fn user_flag(args: &RunArgs) -> &'static str {
+    if args.home_path.is_some() { "--home-path" } else { "--user" }
+}
+
+fn check_dir(flag: &str, dir: &PathBuf) -> Result<(), String> {
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(format!("{flag} {}: not a directory", dir.display())),
+        Err(e) => Err(format!("{flag} {}: {}", dir.display(), sandbox::error::io_error_text(&e))),
+    }
+}
+
+/// `--ro-bind`, `--bind` and `--tmpfs` in command-line order, as bubblewrap
+/// applies them: a later mount may cover an earlier one.
+fn extra_mounts(args: &RunArgs, matches: &ArgMatches) -> Vec<MountOp> {
+    let mut ops: Vec<(usize, MountOp)> = Vec::new();
+    let pairs = |id: &str, values: &[String]| -> Vec<(usize, String, String)> {
+        let indices: Vec<usize> = matches.indices_of(id).map(|i| i.collect()).unwrap_or_default();
+        values.chunks(2).zip(indices.chunks(2)).map(|(v, i)| (i[0], v[0].clone(), v[1].clone())).collect()
+    };
+    for (at, src, dst) in pairs("ro_bind", &args.ro_bind) {
+        ops.push((at, MountOp::Bind { src: src.into(), dst, access: Access::Ro }));
+    }
+    for (at, src, dst) in pairs("bind", &args.bind) {
+        ops.push((at, MountOp::Bind { src: src.into(), dst, access: Access::Rw }));
+    }
+    let tmpfs_at: Vec<usize> = matches.indices_of("tmpfs").map(|i| i.collect()).unwrap_or_default();
+    for (dst, at) in args.tmpfs.iter().zip(tmpfs_at) {
+        ops.push((at, MountOp::Tmpfs { dst: dst.clone(), mode: 0o755, owned_by_user: true, size: None }));
+    }
+    ops.sort_by_key(|(at, _)| *at);
+    ops.into_iter().map(|(_, op)| op).collect()
+}
+
+/// The variables the CLI adds to the builder's base (user view and PATH).
+fn environment(args: &RunArgs) -> Result<Vec<(String, String)>, String> {
+    let mut env = Vec::new();
+    for key in PASSED_BY_DEFAULT.iter().copied().chain(args.pass_env.iter().map(String::as_str)) {
+        if key.is_empty() || key.contains('=') {
+            return Err(format!("--pass-env {key:?}: not a variable name"));
+        }
+        if let Ok(value) = std::env::var(key) {
+            env.push((key.to_string(), value));
+        }
+    }
+    for pair in &args.env {
+        match pair.split_once('=') {
+            Some((key, value)) if !key.is_empty() => env.push((key.to_string(), value.to_string())),
+            // Never echo the value: it may be a secret.
+            _ => {
+                return Err(format!(
+                    "--env: expected KEY=VALUE, got a value without '=' or with an empty key (argument {})",
+                    env_position(args, pair)
+                ));
+            }
+        }
+    }
+    Ok(env)
+}
+
+fn env_position(args: &RunArgs, pair: &str) -> usize {
+    args.env.iter().position(|p| p == pair).map_or(0, |i| i + 1)
+}
