@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use crate::WORKSPACE;
 use crate::error::{SpecError, io_error_text};
 use crate::guest_path;
-use crate::spec::{Access, HostIds, MountOp, Network, SandboxSpec, UserView};
+use crate::spec::{Access, DeferredBind, HostIds, MountOp, Network, SandboxSpec, UserView};
 
 /// Host directories shown read-only, besides every top-level `/lib*`.
 const SYSTEM_DIRS: &[&str] = &["/usr", "/bin", "/sbin", "/etc", "/opt"];
@@ -53,6 +53,7 @@ pub struct SandboxBuilder {
     host_ids: Option<HostIds>,
     new_session: bool,
     extra: Vec<MountOp>,
+    deferred: Vec<DeferredBind>,
 }
 
 impl SandboxBuilder {
@@ -71,6 +72,7 @@ impl SandboxBuilder {
             host_ids: None,
             new_session: true,
             extra: Vec::new(),
+            deferred: Vec::new(),
         }
     }
 
@@ -144,6 +146,13 @@ impl SandboxBuilder {
     pub fn mount(mut self, op: MountOp) -> Self {
         self.extra.push(op);
         self
+    }
+
+    /// A bind attached during the apply phase; returns its index for
+    /// [`crate::ApplyContext::attach`].
+    pub fn deferred_bind(&mut self, bind: DeferredBind) -> usize {
+        self.deferred.push(bind);
+        self.deferred.len() - 1
     }
 
     pub fn build(self) -> Result<SandboxSpec, SpecError> {
@@ -220,6 +229,7 @@ impl SandboxBuilder {
             hostname: self.hostname,
             mounts,
             new_session: self.new_session,
+            deferred_binds: self.deferred,
         })
     }
 }

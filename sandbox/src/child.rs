@@ -7,11 +7,12 @@
 
 use std::ffi::CStr;
 use std::fmt::Write as _;
-use std::os::fd::RawFd;
+use std::os::fd::{AsFd, RawFd};
 use std::panic::AssertUnwindSafe;
 
 use nix::errno::Errno;
 
+use crate::apply;
 use crate::error::{EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND, EXIT_SETUP_FAILED, ErrnoText};
 use crate::mounts::{self, Fail, Roots};
 use crate::prepare::{Action, Plan};
@@ -23,8 +24,10 @@ pub(crate) struct ChildFds {
     /// Write end of the report pipe (close-on-exec).
     pub report: RawFd,
     /// Read end of the sync pipe: one byte once the id maps are written,
-    /// then end-of-file when the launcher dies.
+    /// then end-of-file when the launcher dies (and apply-phase commands).
     pub sync: RawFd,
+    /// Write end of the ack pipe for the apply phase (-1 without one).
+    pub ack: RawFd,
 }
 
 /// A setup failure: which step, which call, and a hint if one is known.
@@ -135,6 +138,13 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
             fail: f,
         })?;
     }
+    // Deferred binds: clone their sources now, while the host's root is
+    // still reachable; they are attached during the apply phase.
+    let clones = apply::Clones::make(plan, roots.host.as_fd()).map_err(|(i, f)| StepFail {
+        what: &plan.deferred[i].host.what,
+        hint: None,
+        fail: f,
+    })?;
     drop(roots);
 
     // 7. Detach the host's root, then pivot into the new root and detach
@@ -155,10 +165,16 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
         sys::loopback_up().map_err(|e| fail("bring up loopback", "ioctl(SIOCSIFFLAGS)", c"lo", e))?;
     }
 
-    // 9. The command's working directory.
+    // 9. The apply phase: the launcher lands its inputs in this tree and
+    //    has deferred binds attached, in its order.
+    if plan.apply_phase && !apply::serve(plan, clones, fds.sync, fds.ack) {
+        sys::exit_now(EXIT_SETUP_FAILED as i32);
+    }
+
+    // 10. The command's working directory.
     sys::chdir(&plan.cwd).map_err(|e| fail("enter the working directory", "chdir", &plan.cwd, e))?;
 
-    // 10. Fork the command; this process becomes the reaper.
+    // 11. Fork the command; this process becomes the reaper.
     //     SAFETY: this process is a fork of the single-threaded launcher and
     //     has started no threads; the child only execs or `_exit`s.
     let pid = unsafe { sys::fork() }.map_err(|e| fail("start the command", "fork", c"", e))?;
@@ -171,6 +187,9 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
     unsafe {
         libc::close(fds.report);
         libc::close(fds.sync);
+        if fds.ack >= 0 {
+            libc::close(fds.ack);
+        }
     }
     crate::init::reap(pid)
 }

@@ -35,6 +35,9 @@ pub enum LaunchError {
     /// A syscall failed in the launcher (outside the sandbox).
     #[error("{0}")]
     Syscall(SyscallError),
+    /// The caller's apply callback failed; the command was not started.
+    #[error("{0}")]
+    Apply(Box<dyn std::error::Error + Send + Sync>),
     /// The sandbox reported a failure from inside (setup or exec); the
     /// message was rendered there, `code` is 125, 126 or 127.
     #[error("{message}")]

@@ -36,9 +36,6 @@ pub(crate) fn reap(command: libc::pid_t) -> ! {
         let _ = sys::dup2(null.as_raw_fd(), 0);
         let _ = sys::dup2(null.as_raw_fd(), 1);
     }
-    // The reaper needs no privilege: drop what the user namespace gave us
-    // and keep the command (same uid) from ptracing us.
-    let _ = sys::prctl(libc::PR_SET_DUMPABLE, 0);
     for sig in FORWARDED_SIGNALS {
         let _ = sys::set_signal_handler(sig, relay);
     }

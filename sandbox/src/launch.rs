@@ -27,6 +27,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use nix::errno::Errno;
 
+use crate::apply::{self, ApplyContext};
 use crate::child::{self, ChildFds};
 use crate::error::{LaunchError, SpecError, SyscallError};
 use crate::init::FORWARDED_SIGNALS;
@@ -66,14 +67,55 @@ impl ExitStatus {
 
 /// Runs `spec` to completion. Must be called from a single-threaded process
 /// (the `run` CLI, or a helper process spawned by a multi-threaded caller).
+/// Deferred binds, if any, are attached in order before the command starts.
 pub fn launch(spec: &SandboxSpec, options: &LaunchOptions) -> Result<ExitStatus, LaunchError> {
+    if spec.deferred_binds.is_empty() {
+        return run(spec, options, None);
+    }
+    launch_with(spec, options, |ctx| {
+        for i in 0..ctx.deferred_binds() {
+            ctx.attach(i)?;
+        }
+        Ok(())
+    })
+}
+
+/// The error type apply callbacks return.
+pub type ApplyError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Like [`launch`], but pauses once the sandbox's root is built and calls
+/// `apply` to land inputs in it (see [`ApplyContext`]). If `apply` fails,
+/// the sandbox is killed before the command starts and the error is
+/// returned as [`LaunchError::Apply`].
+pub fn launch_with<F>(
+    spec: &SandboxSpec,
+    options: &LaunchOptions,
+    apply: F,
+) -> Result<ExitStatus, LaunchError>
+where
+    F: FnOnce(&mut ApplyContext<'_>) -> Result<(), ApplyError>,
+{
+    run(spec, options, Some(Box::new(apply)))
+}
+
+type ApplyFn<'f> = Box<dyn FnOnce(&mut ApplyContext<'_>) -> Result<(), ApplyError> + 'f>;
+
+fn run(
+    spec: &SandboxSpec,
+    options: &LaunchOptions,
+    apply: Option<ApplyFn<'_>>,
+) -> Result<ExitStatus, LaunchError> {
     ensure_single_threaded()?;
-    let plan = Plan::prepare(spec)?;
+    let mut plan = Plan::prepare(spec)?;
+    plan.apply_phase = apply.is_some();
     drop_supplementary_groups();
 
-    let (report_r, report_w) =
-        sys::pipe().map_err(|e| SyscallError::new("create the report pipe", "pipe2", e))?;
-    let (sync_r, sync_w) = sys::pipe().map_err(|e| SyscallError::new("create the sync pipe", "pipe2", e))?;
+    let pipe = |what: &str| {
+        sys::pipe().map_err(|e| SyscallError::new(format!("create the {what} pipe"), "pipe2", e))
+    };
+    let (report_r, report_w) = pipe("report")?;
+    let (sync_r, sync_w) = pipe("sync")?;
+    let acks = if plan.apply_phase { Some(pipe("ack")?) } else { None };
 
     // Block the forwarded signals and SIGCHLD before clone, so none is lost
     // between clone and the signalfd, and none runs a default action on us.
@@ -82,29 +124,91 @@ pub fn launch(spec: &SandboxSpec, options: &LaunchOptions) -> Result<ExitStatus,
     let watched = sys::sigset_of(&watched);
     let old_mask = sys::set_sigmask(libc::SIG_BLOCK, &watched)
         .map_err(|e| SyscallError::new("block signals", "sigprocmask", e))?;
-    let restore_mask = Defer(|| {
+    let _restore_mask = Defer(|| {
         let _ = sys::set_sigmask(libc::SIG_SETMASK, &old_mask);
     });
 
+    let child_fds = ChildFds {
+        report: report_w.as_raw_fd(),
+        sync: sync_r.as_raw_fd(),
+        ack: acks.as_ref().map_or(-1, |(_, w)| w.as_raw_fd()),
+    };
     // SAFETY: we checked that this process is single-threaded, and the
     // child branch never returns: `child::main` ends in `_exit`.
     let pid = match unsafe { sys::clone_fork(plan.clone_flags) } {
-        Ok(0) => child::main(&plan, &ChildFds { report: report_w.as_raw_fd(), sync: sync_r.as_raw_fd() }),
+        Ok(0) => child::main(&plan, &child_fds),
         Ok(pid) => pid,
         Err(e) => return Err(clone_error(e).into()),
     };
     let mut child = ChildGuard { pid, reaped: false };
     drop(report_w);
     drop(sync_r);
+    let ack_r = acks.map(|(r, w)| {
+        drop(w);
+        r
+    });
 
     write_id_maps(pid, &plan)?;
     sys::write_all(sync_w.as_raw_fd(), &[1])
         .map_err(|e| SyscallError::new("release the sandbox child", "write", e))?;
 
-    let result = monitor(&mut child, report_r, spec.new_session, options, &watched);
-    drop(sync_w);
-    drop(restore_mask);
-    result
+    if let (Some(apply), Some(ack_r)) = (apply, ack_r) {
+        // A child that fails setup exits instead of saying READY; the
+        // monitor below then reads its report.
+        let ready = apply::wait_ready(ack_r.as_raw_fd())
+            .map_err(|e| SyscallError::new("wait for the sandbox", "read(ack pipe)", e))?;
+        if ready {
+            let mut ctx = ApplyContext {
+                plan: &plan,
+                root: apply::open_root(pid)?,
+                commands: sync_w.as_raw_fd(),
+                acks: ack_r.as_raw_fd(),
+                attached: vec![false; plan.deferred.len()],
+            };
+            let fs_ids = FsIds::become_sandbox_owner(&plan);
+            let outcome = apply(&mut ctx);
+            drop(fs_ids);
+            outcome.map_err(LaunchError::Apply)?;
+            ctx.finish()?;
+        }
+    }
+
+    monitor(&mut child, report_r, spec.new_session, options, &watched)
+    // `sync_w` (the lifeline) closes here, after the sandbox has ended.
+}
+
+/// During the apply phase a root launcher writes with the host ids the
+/// sandbox user maps onto, so files it creates belong to that user inside.
+struct FsIds {
+    restore: Option<(u32, u32)>,
+}
+
+impl FsIds {
+    fn become_sandbox_owner(plan: &Plan) -> FsIds {
+        let (uid, gid) = crate::prepare::own_ids();
+        if uid != 0 || (plan.host_uid, plan.host_gid) == (uid, gid) {
+            return FsIds { restore: None };
+        }
+        // SAFETY: setfsuid/setfsgid only change this (single) thread's
+        // filesystem ids; they cannot fail in a way that matters here.
+        unsafe {
+            libc::setfsgid(plan.host_gid);
+            libc::setfsuid(plan.host_uid);
+        }
+        FsIds { restore: Some((uid, gid)) }
+    }
+}
+
+impl Drop for FsIds {
+    fn drop(&mut self) {
+        if let Some((uid, gid)) = self.restore {
+            // SAFETY: as above.
+            unsafe {
+                libc::setfsuid(uid);
+                libc::setfsgid(gid);
+            }
+        }
+    }
 }
 
 /// Kills and reaps the child if the launcher bails out early.

@@ -19,6 +19,7 @@
 //! (the daemon) spawns the `tuixiu-sandbox __exec` helper with the spec as
 //! JSON instead.
 
+mod apply;
 mod builder;
 mod child;
 pub mod error;
@@ -32,13 +33,14 @@ pub mod spec;
 mod sys;
 pub mod user;
 
+pub use apply::ApplyContext;
 pub use builder::{DEFAULT_PATH, Home, SandboxBuilder, set_var};
 pub use error::{
     EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND, EXIT_SETUP_FAILED, LaunchError, SpecError, SyscallError,
 };
 pub use init::FORWARDED_SIGNALS;
-pub use launch::{ExitStatus, LaunchOptions, launch};
-pub use spec::{Access, HostIds, MountOp, Network, SandboxSpec, UserView};
+pub use launch::{ApplyError, ExitStatus, LaunchOptions, launch, launch_with};
+pub use spec::{Access, DeferredBind, HostIds, MountOp, Network, SandboxSpec, UserView};
 
 /// Guest path of the workspace.
 pub const WORKSPACE: &str = "/workspace";

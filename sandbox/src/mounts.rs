@@ -64,19 +64,11 @@ pub(crate) fn run<'a>(action: &'a Action, roots: &Roots) -> Result<'a, ()> {
                 Tree::New => (roots.new.as_fd(), RESOLVE_IN_ROOT),
                 Tree::Staging => (roots.staging.as_fd(), RESOLVE_IN_ROOT),
             };
-            let source = match sys::openat2(tree, src, libc::O_PATH, 0, how) {
-                Ok(fd) => fd,
-                Err(Errno::ENOENT) if *optional => return Ok(()),
-                Err(e) => return Err(Fail::rooted("openat2", src, e)),
+            let copy = match clone_tree(tree, src, how, *attrs) {
+                Ok(copy) => copy,
+                Err(f) if *optional && f.errno == Errno::ENOENT && f.call == "openat2" => return Ok(()),
+                Err(f) => return Err(f),
             };
-            let flags = libc::OPEN_TREE_CLONE
-                | libc::OPEN_TREE_CLOEXEC
-                | libc::AT_EMPTY_PATH as u32
-                | libc::AT_RECURSIVE as u32;
-            let copy =
-                sys::open_tree(source.as_fd(), c"", flags).map_err(|e| Fail::rooted("open_tree", src, e))?;
-            sys::mount_setattr(copy.as_fd(), *attrs, true)
-                .map_err(|e| Fail::rooted("mount_setattr", src, e))?;
             let target = resolve(roots.new.as_fd(), dst, Some(*kind))?;
             sys::move_mount_fd(copy.as_fd(), target.as_fd()).map_err(|e| Fail::rooted("move_mount", dst, e))
         }
@@ -132,6 +124,28 @@ pub(crate) fn run<'a>(action: &'a Action, roots: &Roots) -> Result<'a, ()> {
         }
     }
 }
+
+/// A detached, recursive copy of the mount tree at `src` (in `tree`), with
+/// `attrs` added to every mount of the copy before anyone can see it.
+pub(crate) fn clone_tree<'a>(
+    tree: BorrowedFd<'_>,
+    src: &'a CStr,
+    how: u64,
+    attrs: u64,
+) -> Result<'a, OwnedFd> {
+    let source =
+        sys::openat2(tree, src, libc::O_PATH, 0, how).map_err(|e| Fail::rooted("openat2", src, e))?;
+    let flags = libc::OPEN_TREE_CLONE
+        | libc::OPEN_TREE_CLOEXEC
+        | libc::AT_EMPTY_PATH as u32
+        | libc::AT_RECURSIVE as u32;
+    let copy = sys::open_tree(source.as_fd(), c"", flags).map_err(|e| Fail::rooted("open_tree", src, e))?;
+    sys::mount_setattr(copy.as_fd(), attrs, true).map_err(|e| Fail::rooted("mount_setattr", src, e))?;
+    Ok(copy)
+}
+
+/// Host sources of deferred binds are cloned with the same resolution rule.
+pub(crate) const RESOLVE_HOST: u64 = RESOLVE_CANONICAL;
 
 fn same_link(dir: BorrowedFd<'_>, name: &CStr, target: &CStr) -> bool {
     let mut buf = [0u8; PATH_BUF];

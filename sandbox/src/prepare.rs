@@ -121,6 +121,9 @@ pub(crate) struct Plan {
     pub cwd: CString,
     pub new_session: bool,
     pub exec: ExecPlan,
+    pub deferred: Vec<Deferred>,
+    /// Pause after setup for the launcher's apply phase.
+    pub apply_phase: bool,
 }
 
 fn cstring(what: &str, s: impl Into<Vec<u8>>) -> Result<CString, SpecError> {
@@ -184,6 +187,14 @@ impl Plan {
             )));
         }
         let (cwd_text, _) = guest_rel("working directory", &spec.cwd)?;
+        if spec.deferred_binds.len() > MAX_DEFERRED {
+            return Err(SpecError::new(format!("at most {MAX_DEFERRED} deferred binds are supported")));
+        }
+        let mut deferred = Vec::with_capacity(spec.deferred_binds.len());
+        for bind in &spec.deferred_binds {
+            let (dst_text, dst) = guest_rel("bind destination", &bind.dst)?;
+            deferred.push(Deferred { host: HostBind::prepare(&bind.src, bind.access, &dst_text)?, dst });
+        }
 
         Ok(Plan {
             clone_flags: clone_flags as c_ulong,
@@ -198,6 +209,8 @@ impl Plan {
             cwd: cstring("working directory", cwd_text.as_str())?,
             new_session: spec.new_session,
             exec: ExecPlan::prepare(spec)?,
+            deferred,
+            apply_phase: false,
         })
     }
 
@@ -214,28 +227,15 @@ fn expand(op: &MountOp, user: &UserView, steps: &mut Vec<Step>) -> Result<(), Sp
     let (dst_text, dst) = guest_rel("mount destination", op.dst())?;
     match op {
         MountOp::Bind { src, access, .. } => {
-            let canonical = std::fs::canonicalize(src).map_err(|e| {
-                SpecError::new(format!("bind source {}: {}", src.display(), io_error_text(&e)))
-            })?;
-            let meta = std::fs::metadata(&canonical).map_err(|e| {
-                SpecError::new(format!("bind source {}: {}", src.display(), io_error_text(&e)))
-            })?;
-            let kind = if meta.is_dir() { Kind::Dir } else { Kind::File };
-            let ro = *access == Access::Ro;
-            let mut attrs = MOUNT_NOSUID | MOUNT_NODEV;
-            if ro {
-                attrs |= MOUNT_RDONLY;
-            }
-            let rel = canonical.to_str().map(|s| s.trim_start_matches('/')).unwrap_or_default();
-            let rel = if rel.is_empty() { "." } else { rel };
+            let host = HostBind::prepare(src, *access, &dst_text)?;
             steps.push(Step {
-                what: format!("bind {} -> {dst_text} ({})", src.display(), if ro { "ro" } else { "rw" }),
+                what: host.what,
                 action: Action::Bind {
                     from: Tree::Host,
-                    src: cstring("bind source", rel)?,
+                    src: host.src,
                     dst,
-                    kind,
-                    attrs,
+                    kind: host.kind,
+                    attrs: host.attrs,
                     optional: false,
                 },
             });
@@ -320,6 +320,50 @@ fn expand(op: &MountOp, user: &UserView, steps: &mut Vec<Step>) -> Result<(), Sp
     }
     Ok(())
 }
+
+/// A host bind source, checked and canonicalized before clone.
+pub(crate) struct HostBind {
+    pub what: String,
+    /// Canonical path relative to the host root ("." for `/`).
+    pub src: CString,
+    pub kind: Kind,
+    pub attrs: u64,
+}
+
+impl HostBind {
+    fn prepare(src: &Path, access: Access, dst_text: &str) -> Result<HostBind, SpecError> {
+        let bad = |e: std::io::Error| {
+            SpecError::new(format!("bind source {}: {}", src.display(), io_error_text(&e)))
+        };
+        let canonical = std::fs::canonicalize(src).map_err(bad)?;
+        let meta = std::fs::metadata(&canonical).map_err(bad)?;
+        let ro = access == Access::Ro;
+        let mut attrs = MOUNT_NOSUID | MOUNT_NODEV;
+        if ro {
+            attrs |= MOUNT_RDONLY;
+        }
+        let rel = canonical
+            .to_str()
+            .ok_or_else(|| SpecError::new(format!("bind source {}: path is not UTF-8", src.display())))?
+            .trim_start_matches('/');
+        Ok(HostBind {
+            what: format!("bind {} -> {dst_text} ({})", src.display(), if ro { "ro" } else { "rw" }),
+            src: cstring("bind source", if rel.is_empty() { "." } else { rel })?,
+            kind: if meta.is_dir() { Kind::Dir } else { Kind::File },
+            attrs,
+        })
+    }
+}
+
+/// A bind cloned during setup and attached when the apply phase asks.
+pub(crate) struct Deferred {
+    pub host: HostBind,
+    pub dst: CString,
+}
+
+/// Most deferred binds one sandbox may hold (their clones are kept in a
+/// fixed array in the child).
+pub(crate) const MAX_DEFERRED: usize = 64;
 
 /// `dst/entry` relative to the new root.
 fn child_rel(dst_text: &str, entry: &str) -> String {

@@ -35,6 +35,19 @@ pub struct SandboxSpec {
     /// Run the command in a new session (`setsid`), detached from the
     /// caller's terminal. This closes the TIOCSTI terminal-injection hole.
     pub new_session: bool,
+    /// Binds prepared during setup but attached only when the launcher's
+    /// apply phase asks for them, by index (see [`crate::launch_with`]), so
+    /// they can be interleaved with writes in a caller-defined order.
+    #[serde(default)]
+    pub deferred_binds: Vec<DeferredBind>,
+}
+
+/// A bind whose source is cloned during setup and attached on request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeferredBind {
+    pub src: PathBuf,
+    pub dst: String,
+    pub access: Access,
 }
 
 /// The user as seen from inside: `id -un`, `getpwuid()`, `$HOME`.
