@@ -1,0 +1,171 @@
+//! Shared fixtures for the integration tests: run the real binary as each
+//! kind of caller the product supports.
+//!
+//! * `Caller::Root`: the test process itself (CI runs as root).
+//! * `Caller::Unprivileged`: `setpriv --reuid 65534 --regid 65534 --clear-groups`.
+//! * `Caller::Nested`: an unprivileged user inside `unshare -U -r`, as CI
+//!   systems that run jobs in user namespaces do.
+//!
+//! The binary is copied once to a world-readable directory, because the
+//! checkout (e.g. under /root) may not be reachable for uid 65534.
+
+#![allow(dead_code)]
+
+use std::os::unix::fs::{chown, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+pub const NOBODY: u32 = 65534;
+/// A variable set in the caller's environment that must never reach a sandbox.
+pub const LEAK_MARKER: (&str, &str) = ("TUIXIU_TEST_LEAK_MARKER", "must-not-leak-7f3a");
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Caller {
+    Root,
+    Unprivileged,
+    Nested,
+}
+
+impl Caller {
+    /// The host uid that files written by the sandbox user end up owned by.
+    pub fn host_uid(self) -> u32 {
+        match self {
+            Caller::Root => 0,
+            Caller::Unprivileged | Caller::Nested => NOBODY,
+        }
+    }
+
+    /// Wraps `program args` so it runs as this caller.
+    pub fn command(self, program: &Path, args: &[&str]) -> Command {
+        let mut cmd = match self {
+            Caller::Root => Command::new(program),
+            Caller::Unprivileged => {
+                let mut c = Command::new("setpriv");
+                c.args(["--reuid", "65534", "--regid", "65534", "--clear-groups"]).arg(program);
+                c
+            }
+            Caller::Nested => {
+                let mut c = Command::new("setpriv");
+                c.args(["--reuid", "65534", "--regid", "65534", "--clear-groups", "unshare", "-U", "-r"])
+                    .arg(program);
+                c
+            }
+        };
+        cmd.args(args);
+        cmd.env_clear();
+        cmd.env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+        cmd.env(LEAK_MARKER.0, LEAK_MARKER.1);
+        cmd
+    }
+}
+
+/// Fails loudly if the suite is not run as root: it needs root to act as
+/// the other callers (CI runs it as root; see README).
+pub fn require_root() {
+    // SAFETY: geteuid cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(euid, 0, "the integration tests must run as root (they switch to uid 65534 and nest user namespaces)");
+}
+
+/// The `tuixiu-sandbox` binary, copied where every caller can execute it.
+pub fn binary() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let src = Path::new(env!("CARGO_BIN_EXE_tuixiu-sandbox"));
+        let dir = std::env::temp_dir().join(format!("tuixiu-sandbox-test-bin-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let dst = dir.join("tuixiu-sandbox");
+        std::fs::copy(src, &dst).unwrap();
+        std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(0o755)).unwrap();
+        dst
+    })
+}
+
+/// A scratch directory with a workspace and a home, owned by the caller.
+pub struct Fixture {
+    pub caller: Caller,
+    pub dir: PathBuf,
+    pub workspace: PathBuf,
+    pub home: PathBuf,
+}
+
+impl Fixture {
+    pub fn new(caller: Caller) -> Fixture {
+        require_root();
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("tuixiu-sandbox-test-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let workspace = dir.join("workspace");
+        let home = dir.join("home");
+        for d in [&workspace, &home] {
+            std::fs::create_dir(d).unwrap();
+            chown(d, Some(caller.host_uid()), Some(caller.host_uid())).unwrap();
+        }
+        Fixture { caller, dir, workspace, home }
+    }
+
+    /// `tuixiu-sandbox ARGS...` as this fixture's caller, from the fixture dir.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = self.caller.command(binary(), args);
+        cmd.current_dir(&self.dir);
+        cmd.stdin(Stdio::null());
+        cmd
+    }
+
+    /// `tuixiu-sandbox run --workspace WS EXTRA... -- COMMAND...`, waited for.
+    pub fn run(&self, extra: &[&str], command: &[&str]) -> Output {
+        let ws = self.workspace.to_str().unwrap().to_string();
+        let mut args = vec!["run", "--workspace", ws.as_str()];
+        args.extend_from_slice(extra);
+        args.push("--");
+        args.extend_from_slice(command);
+        self.command(&args).output().unwrap()
+    }
+
+    /// Runs `sh -c SCRIPT` in the sandbox and returns stdout, asserting success.
+    pub fn sh(&self, extra: &[&str], script: &str) -> String {
+        let out = self.run(extra, &["sh", "-c", script]);
+        assert!(out.status.success(), "sandbox failed ({:?}): stderr: {}", out.status, String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Stderr as text, for assertions.
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Declares one test per caller: `mod NAME { fn root(); fn unprivileged(); fn nested(); }`.
+#[macro_export]
+macro_rules! for_each_caller {
+    ($name:ident, $body:expr) => {
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            #[test]
+            fn root() {
+                ($body)($crate::common::Caller::Root)
+            }
+            #[test]
+            fn unprivileged() {
+                ($body)($crate::common::Caller::Unprivileged)
+            }
+            #[test]
+            fn nested() {
+                ($body)($crate::common::Caller::Nested)
+            }
+        }
+    };
+}
