@@ -216,7 +216,11 @@ pub fn fetch_and_launch(
         Some(path) => match Audit::open(path) {
             Ok(audit) => audit,
             Err(e) => {
-                return fail(format!("--audit-log {}: {}", path.display(), sandbox::error::io_error_text(&e)));
+                return fail(format!(
+                    "--audit-log {}: {}",
+                    path.display(),
+                    sandbox::error::io_error_text(&e)
+                ));
             }
         },
         None => Audit::log_only(),

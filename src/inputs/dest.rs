@@ -93,14 +93,17 @@ impl Destination for SandboxDest<'_, '_> {
         // logical root, i.e. no symlink leads the bind out of the root.
         let guest = self.layout.guest(root, rel);
         let inside = fsx::open_in_root(root_fd, rel, OFlag::O_PATH).map_err(|e| e.to_string())?;
-        let seen = fsx::open_in_root(self.ctx.root(), guest_rel(&guest), OFlag::O_PATH)
-            .map_err(|e| e.to_string())?;
+        let leads_out = || format!("{guest} leads out of {} through a symlink", self.layout.root(root));
+        // The target exists inside the root; if the sandbox's own view of
+        // the same path does not reach it, a symlink leads elsewhere.
+        let seen =
+            fsx::open_in_root(self.ctx.root(), guest_rel(&guest), OFlag::O_PATH).map_err(|_| leads_out())?;
         let (a, b) = (
             fstat(inside.as_fd()).map_err(|e| fs_err("fstat", &guest, e).to_string())?,
             fstat(seen.as_fd()).map_err(|e| fs_err("fstat", &guest, e).to_string())?,
         );
         if (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino) {
-            return Err(format!("{guest} leads out of {} through a symlink", self.layout.root(root)));
+            return Err(leads_out());
         }
         self.ctx.attach(index).map_err(|e| e.to_string())?;
         Ok(BindOutcome::Attached)

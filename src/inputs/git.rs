@@ -100,12 +100,28 @@ pub fn checkout(
         GitRepo::Remote(url) => (url.clone(), "https:http:ssh:git"),
         GitRepo::Local(host) => (host.canonical.to_string_lossy().into_owned(), "file"),
     };
+    // git's only configuration: a file of ours. A local repository belongs
+    // to whoever made it, and git refuses to read one owned by another user
+    // unless it is named in protected configuration; only the allowlisted
+    // repository itself is named, never `*`.
+    let config = scratch.join("gitconfig");
+    let config_text = match repo {
+        GitRepo::Local(host) => format!("[safe]\n\tdirectory = {}\n", host.canonical.to_string_lossy()),
+        GitRepo::Remote(_) => String::new(),
+    };
+    std::fs::write(&config, config_text)
+        .map_err(|e| GitFailure { message: format!("git config: {e}"), timed_out: false })?;
+    // `file://` rather than a plain path, so that `--depth 1` applies.
+    let url = match repo {
+        GitRepo::Local(_) => format!("file://{url}"),
+        GitRepo::Remote(_) => url,
+    };
     let home = scratch.join("home");
     std::fs::create_dir_all(&home)
         .map_err(|e| GitFailure { message: format!("git home: {e}"), timed_out: false })?;
     let deadline = Instant::now() + options.timeout;
     let git = |args: &[&str], cwd: Option<&Path>| -> Result<(), GitFailure> {
-        run_git(args, cwd, &home, protocols, options, redactor, deadline, scratch)
+        run_git(args, cwd, &home, &config, protocols, options, redactor, deadline, scratch)
     };
     let target = dir.to_string_lossy().into_owned();
     let is_commit =
@@ -164,6 +180,7 @@ fn run_git(
     args: &[&str],
     cwd: Option<&Path>,
     home: &Path,
+    config: &Path,
     protocols: &str,
     options: &GitOptions,
     redactor: &Redactor,
@@ -198,7 +215,7 @@ fn run_git(
         .env("HOME", home)
         .env("LC_ALL", "C")
         .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_GLOBAL", config)
         .env("GIT_TERMINAL_PROMPT", "0")
         .env("GIT_ALLOW_PROTOCOL", protocols)
         .env("GIT_SSH_COMMAND", "ssh -o BatchMode=yes")
