@@ -49,6 +49,11 @@ pub enum Command {
     #[command(subcommand)]
     Manifest(ManifestCommand),
 
+    /// Skill jobs: the Skill Runner HTTP API, one-off runs, package checks
+    /// (see docs/skills.md).
+    #[command(subcommand)]
+    Skills(crate::cmd::skills::SkillsCommand),
+
     /// Internal: run a serialized sandbox spec read from a descriptor (used
     /// by multi-threaded callers such as the daemon).
     #[command(name = "__exec", hide = true)]

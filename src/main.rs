@@ -5,6 +5,7 @@ mod cmd;
 mod env;
 mod inputs;
 mod manifest;
+mod skills;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -50,6 +51,7 @@ fn main() -> ExitCode {
         }
         Command::Exec(args) => cmd::exec::main(args),
         Command::Manifest(command) => cmd::manifest::main(command),
+        Command::Skills(command) => cmd::skills::main(command),
     };
     ExitCode::from(code)
 }

@@ -4,3 +4,4 @@ pub mod exec;
 pub mod manifest;
 pub mod run;
 pub mod run_inputs;
+pub mod skills;
