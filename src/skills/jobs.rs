@@ -827,7 +827,7 @@ fn runtime_options(given: &Map<String, Value>) -> ApiResult<Map<String, Value>> 
                 return Err(ApiError::new(400, format!("runtime_options.{k} must be a boolean")));
             }
         } else if POSITIVE.contains(&k.as_str()) {
-            if !v.as_u64().is_some_and(|n| n > 0) {
+            if v.as_u64().is_none_or(|n| n == 0) {
                 return Err(ApiError::new(400, format!("runtime_options.{k} must be a positive integer")));
             }
         } else if k == "execution_mode" && !matches!(v.as_str(), Some("auto" | "interactive")) {

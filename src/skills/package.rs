@@ -405,11 +405,11 @@ fn artifact_item(item: &Value, errors: &mut Vec<(usize, String)>) {
     }
 }
 
-/// Upstream's engine policy: returns (declared, unsupported, effective).
-fn engine_policy(
-    obj: &Map<String, Value>,
-    known: &[String],
-) -> Result<(Vec<String>, Vec<String>, Vec<String>), PackageError> {
+/// Declared, unsupported and effective engines.
+type EnginePolicy = (Vec<String>, Vec<String>, Vec<String>);
+
+/// Upstream's engine policy.
+fn engine_policy(obj: &Map<String, Value>, known: &[String]) -> Result<EnginePolicy, PackageError> {
     if obj.contains_key("unsupport_engine") {
         return err("runner.json field 'unsupport_engine' has been renamed to 'unsupported_engines'");
     }
@@ -514,7 +514,7 @@ fn meta_error(key: &str, schema: &Value) -> Option<String> {
             return Some(format!("{} is not of type 'string'", py_repr(bad)));
         }
     }
-    let Some(props) = obj.get("properties") else { return None };
+    let props = obj.get("properties")?;
     let Some(props) = props.as_object() else {
         return Some(format!("{} is not of type 'object'", py_repr(props)));
     };
