@@ -49,6 +49,11 @@ pub enum Command {
     #[command(subcommand)]
     Manifest(ManifestCommand),
 
+    /// Internal: extract a zip with the safe extractor into an empty
+    /// directory, as downloadExtract does (used by scripts/bench-extract.sh).
+    #[command(name = "__extract", hide = true)]
+    Extract(ExtractArgs),
+
     /// Internal: run a serialized sandbox spec read from a descriptor (used
     /// by multi-threaded callers such as the daemon).
     #[command(name = "__exec", hide = true)]
@@ -245,6 +250,17 @@ pub struct EnvArgs {
     /// Start the allowlist empty instead of from the default list
     #[arg(long)]
     pub no_default_env_allow: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ExtractArgs {
+    /// The zip archive
+    #[arg(value_name = "ZIP")]
+    pub archive: PathBuf,
+
+    /// An existing, empty directory to extract into
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
 }
 
 #[derive(Debug, Subcommand)]

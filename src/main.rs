@@ -50,6 +50,7 @@ fn main() -> ExitCode {
         }
         Command::Exec(args) => cmd::exec::main(args),
         Command::Manifest(command) => cmd::manifest::main(command),
+        Command::Extract(args) => cmd::manifest::extract(args),
     };
     ExitCode::from(code)
 }

@@ -232,7 +232,8 @@ fn not_a_zip_and_missing_skill_md() {
     );
 }
 
-crate::for_each_caller!(hostile_archive_for_every_caller, |caller: Caller| {
+// Seed 000: "Malicious zip cannot escape target directory", for every caller.
+crate::for_each_caller!(seed000_malicious_zip_cannot_escape_target_directory, |caller: Caller| {
     let (t, server) =
         setup(caller, zip(&[skill_md(), ZipEntry::file("ok", b"1"), ZipEntry::file("../../../evil", b"x")]));
     let before = tree(&t.f.home);
