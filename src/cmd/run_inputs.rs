@@ -241,10 +241,14 @@ pub fn fetch_and_launch(
         },
     };
     let Built { spec, layout, binds } = built;
-    report_launch(json_status_fd, |launch_options| {
-        sandbox::launch_with(&spec, launch_options, |ctx| {
+    report_launch(json_status_fd, move |launch_options| {
+        sandbox::launch_with(&spec, launch_options, move |ctx| {
             let mut dest = SandboxDest::new(ctx, layout, binds);
-            inputs::apply(&fetched, &mut dest, &apply_options, &mut audit).map_err(Into::into)
+            let result = inputs::apply(&fetched, &mut dest, &apply_options, &mut audit);
+            // Archives closed and checkouts removed before the command runs.
+            drop(fetched);
+            drop(audit);
+            result.map_err(Into::into)
         })
     })
 }

@@ -10,8 +10,9 @@
 //!     // plan.uses(Root::Scratch) tell a provider what to mount.
 //! let fetched = plan.fetch(&inputs::FetchOptions {..})?;
 //!     // the slow part, before any sandbox exists: downloads into the
-//!     // cache (verified by sha256), git clones into private temp dirs,
-//!     // copy sources opened. Leaves the process single-threaded.
+//!     // cache (verified by sha256), git clones into private temp dirs.
+//!     // Leaves the process single-threaded. No directory stays open (the
+//!     // sandbox's PID 1 would inherit it); drop `fetched` after `apply`.
 //! inputs::apply(&fetched, &mut dest, &inputs::ApplyOptions {..}, &mut audit)?;
 //!     // strictly in manifest order; the first failure stops.
 //! ```
@@ -46,7 +47,7 @@ mod hostpath;
 mod plan;
 pub mod zip;
 
-use std::os::fd::OwnedFd;
+use std::path::PathBuf;
 
 // The whole interface is exported for the providers (docker, host) and the
 // daemon; `run` uses only part of it.
@@ -111,14 +112,17 @@ pub(crate) enum Resource {
     None,
     /// A downloaded (or cached) archive.
     Zip(Zip),
-    /// An opened copy source.
-    Source(OwnedFd),
-    /// A checkout: an open descriptor of its directory.
-    Tree(OwnedFd),
+    /// A checkout in a private temporary directory (its `repo`).
+    ///
+    /// Directories, copy sources included, are opened only during the
+    /// apply phase: a descriptor open when the sandbox is cloned would be
+    /// inherited by its PID 1, a handle on a host tree reachable through
+    /// `/proc/1/fd` from inside.
+    Tree(PathBuf),
 }
 
 impl Plan {
-    /// Downloads, clones and opens what the items need, in order; the first
+    /// Downloads and clones what the items need, in order; the first
     /// failure stops. Call it before the sandbox is launched: it may take a
     /// while and uses the network.
     pub fn fetch(self, options: &FetchOptions) -> Result<Fetched, InputError> {
@@ -148,13 +152,8 @@ impl Plan {
             let id = planned.item.id.as_str();
             let resource = match &planned.step {
                 Step::Download { .. } => Resource::Zip(zips.next().expect("one archive per download item")),
-                Step::Copy { host } => Resource::Source(host.open().map_err(|e| {
-                    InputError::new(
-                        Code::HostPath,
-                        id,
-                        format!("copy: cannot open {}: {e}", host.canonical.display()),
-                    )
-                })?),
+                // Checked now (exists, allowed); opened at its turn.
+                Step::Copy { .. } => Resource::None,
                 Step::Checkout { repo, git_ref } => {
                     let scratch = need_cache(options, id)?.temp_dir("git-").map_err(|e| {
                         InputError::new(Code::Cache, id, format!("checkout: input cache: {e}"))
@@ -177,10 +176,8 @@ impl Plan {
                             InputError::new(Code::GitFailed, id, format!("checkout: chown: {e}"))
                         })?;
                     }
-                    let fd = nix::fcntl::open(&dir, fsx::dir_read_flags(), nix::sys::stat::Mode::empty())
-                        .map_err(|e| InputError::new(Code::GitFailed, id, format!("checkout: open: {e}")))?;
                     temp.push(scratch);
-                    Resource::Tree(fd)
+                    Resource::Tree(dir)
                 }
                 Step::Workspace { .. } | Step::Bind { .. } | Step::WriteFile { .. } => Resource::None,
             };
