@@ -102,7 +102,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "DEST", action = clap::ArgAction::Append)]
     pub tmpfs: Vec<String>,
 
-    /// Set an environment variable inside (repeatable)
+    /// Set an environment variable inside (repeatable; part of init.env, so it
+    /// passes only keys the allowlist lets through, see --env-allow)
     #[arg(long = "env", value_name = "KEY=VALUE", action = clap::ArgAction::Append)]
     pub env: Vec<String>,
 
@@ -137,7 +138,8 @@ pub struct RunArgs {
 
     /// agentInputs manifest (JSON, a bare object or {"agentInputs": {...}}):
     /// its items are fetched before the sandbox starts and landed in order
-    /// before the command runs. See docs/manifest.md
+    /// before the command runs; its WORKSPACE "." bindMount replaces
+    /// --workspace. See docs/manifest.md
     #[arg(long, value_name = "FILE", help_heading = "Inputs")]
     pub manifest: Option<PathBuf>,
 
