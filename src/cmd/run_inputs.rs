@@ -268,8 +268,7 @@ fn fetch_options(
         }
         None => std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty()),
     };
-    let needs_cache =
-        plan.items().iter().any(|p| matches!(p.step, Step::Download { .. } | Step::Checkout { .. }));
+    let needs_cache = plan.items().iter().any(|p| matches!(p.step, Step::Download { .. }));
     let cache = if needs_cache {
         let dir = args.inputs.inputs_cache.clone().unwrap_or_else(Cache::default_dir);
         Some(Cache::open(&dir)?)

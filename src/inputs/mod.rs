@@ -72,7 +72,7 @@ use crate::env::Redactor;
 /// How the fetch phase works.
 #[derive(Clone, Debug)]
 pub struct FetchOptions {
-    /// Needed when the plan has downloads or checkouts.
+    /// Needed when the plan has downloads.
     pub cache: Option<Cache>,
     pub download: DownloadOptions,
     pub git: GitOptions,
@@ -155,9 +155,16 @@ impl Plan {
                 // Checked now (exists, allowed); opened at its turn.
                 Step::Copy { .. } => Resource::None,
                 Step::Checkout { repo, git_ref } => {
-                    let scratch = need_cache(options, id)?.temp_dir("git-").map_err(|e| {
-                        InputError::new(Code::Cache, id, format!("checkout: input cache: {e}"))
-                    })?;
+                    // A private directory (0700) in the system's temporary
+                    // directory, reachable by the ids the apply phase uses.
+                    let scratch =
+                        tempfile::Builder::new().prefix("tuixiu-checkout-").tempdir().map_err(|e| {
+                            InputError::new(
+                                Code::GitFailed,
+                                id,
+                                format!("checkout: temporary directory: {e}"),
+                            )
+                        })?;
                     let dir = scratch.path().join("repo");
                     git::checkout(
                         repo,
@@ -172,7 +179,7 @@ impl Plan {
                         InputError::new(code, id, format!("checkout: {}", f.message))
                     })?;
                     if let Some((uid, gid)) = options.owner {
-                        chown_tree(&dir, uid, gid).map_err(|e| {
+                        chown_tree(scratch.path(), uid, gid).map_err(|e| {
                             InputError::new(Code::GitFailed, id, format!("checkout: chown: {e}"))
                         })?;
                     }
