@@ -34,8 +34,10 @@ fn check(args: &ManifestCheckArgs) -> u8 {
 fn plan(args: &ManifestCheckArgs) -> Result<Vec<String>, String> {
     let manifest = run_inputs::read_manifest(&args.file)?;
     let mut allowed = args.plan.allow_host_path.clone();
-    if let Some(ws) = &args.workspace {
-        allowed.push(ws.clone());
+    match &args.workspace {
+        Some(ws) if ws.is_dir() => allowed.push(ws.clone()),
+        Some(ws) => return Err(format!("--workspace {}: not a directory", ws.display())),
+        None => {}
     }
     let config = run_inputs::plan_config(&args.file, &allowed, args.plan.inputs_base_url.as_deref())?;
     let count = manifest.items.len();

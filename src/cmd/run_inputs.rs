@@ -89,7 +89,8 @@ pub fn load_plan(args: &RunArgs) -> Result<Option<Plan>, String> {
     };
     let manifest = read_manifest(path)?;
     let mut allowed = args.plan.allow_host_path.clone();
-    if let Some(ws) = &args.workspace {
+    if let Some(ws) = args.workspace.as_ref().filter(|ws| ws.is_dir()) {
+        // A missing --workspace is reported by its own check, as `--workspace`.
         allowed.push(ws.clone());
     }
     let config = plan_config(path, &allowed, args.plan.inputs_base_url.as_deref())?;
