@@ -1,4 +1,6 @@
 //! One module per subcommand.
 
 pub mod exec;
+pub mod manifest;
 pub mod run;
+pub mod run_inputs;
