@@ -358,3 +358,17 @@ async fn invalid_names_and_images_are_refused() {
     assert!(matches!(p.ensure(&cfg).await, Err(ProviderError::InvalidName(_))));
     assert_eq!(p.kind(), ProviderKind::Docker);
 }
+
+#[tokio::test]
+async fn a_stopped_instance_starts_after_its_host_files_were_wiped() {
+    let scratch = Scratch::new("wiped");
+    let p = provider(&scratch);
+    let name = scratch.track(&unique_name("wiped"));
+    let id = p.ensure(&config(&scratch, &name)).await.unwrap().id;
+    p.stop(&name).await.unwrap();
+    std::fs::remove_dir_all(scratch.state.join("docker").join(&name)).unwrap();
+    let info = p.ensure(&config(&scratch, &name)).await.unwrap();
+    assert_eq!((info.status, info.id), (InstanceStatus::Running, id));
+    let (code, out, err) = run(&p, &name, ProcessSpec::new(["sh", "-c", "id -un; touch ~/x"])).await;
+    assert_eq!((code, out.as_str()), (0, "agent\n"), "{err}");
+}

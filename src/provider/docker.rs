@@ -341,6 +341,12 @@ impl DockerProvider {
                 self.run(&["unpause".into(), "--".into(), name.clone()], name).await?;
             }
             InstanceStatus::Stopped => {
+                // The host files behind its binds may have been cleaned
+                // away (a wiped state directory): recreate them, or the
+                // engine refuses to start it.
+                if !self.instance_dir(name).join("etc/passwd").exists() {
+                    self.prepare_host_files(config, true)?;
+                }
                 self.run(&["start".into(), "--".into(), name.clone()], name).await?;
             }
             // Created or restarting: the engine is on it; wait below.
