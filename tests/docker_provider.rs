@@ -372,3 +372,47 @@ async fn a_stopped_instance_starts_after_its_host_files_were_wiped() {
     let (code, out, err) = run(&p, &name, ProcessSpec::new(["sh", "-c", "id -un; touch ~/x"])).await;
     assert_eq!((code, out.as_str()), (0, "agent\n"), "{err}");
 }
+
+#[tokio::test]
+async fn inputs_written_into_the_volumes_before_start_are_the_users() {
+    use std::os::unix::fs::MetadataExt;
+    use tuixiu_sandbox::provider::docker::as_container_user;
+
+    let scratch = Scratch::new("volumes");
+    let p = provider(&scratch);
+
+    // A one-off container: home and scratch are host directories that go
+    // away with it.
+    let mut cfg = config(&scratch, &unique_name("vol"));
+    let volumes = p.prepare_volumes(&mut cfg, true).unwrap();
+    // The user cannot search the (root-private) state directory: the
+    // writer goes through the handles.
+    let (workspace, home, scratch_dir) = volumes.writable();
+    as_container_user(&cfg, || {
+        assert!(std::fs::metadata(volumes.home.join(".")).is_err(), "the state directory is private");
+        std::fs::create_dir_all(home.join(".codex")).unwrap();
+        std::fs::write(home.join(".codex/AGENTS.md"), "# hi\n").unwrap();
+        std::fs::write(scratch_dir.unwrap().join("x"), "scratch\n").unwrap();
+        std::fs::write(workspace.join("in.txt"), "input\n").unwrap();
+    });
+    assert_eq!(std::fs::metadata(volumes.home.join(".codex/AGENTS.md")).unwrap().uid(), 1000);
+    let script = "cat ~/.codex/AGENTS.md /scratch/x /workspace/in.txt && echo more >> ~/.codex/AGENTS.md && echo appended";
+    let (mut cmd, _env_fd, files) =
+        p.run_once_command(&cfg, &ProcessSpec::new(["sh", "-c", script])).unwrap();
+    let out = cmd.stdin(std::process::Stdio::null()).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "# hi\nscratch\ninput\nappended\n");
+    let dir = files.dir.clone();
+    files.remove();
+    assert!(!dir.exists());
+
+    // A named instance keeps them.
+    let name = scratch.track(&unique_name("volnamed"));
+    let mut cfg = config(&scratch, &name);
+    let volumes = p.prepare_volumes(&mut cfg, true).unwrap();
+    let (_, _, scratch_dir) = volumes.writable();
+    as_container_user(&cfg, || std::fs::write(scratch_dir.unwrap().join("y"), "kept\n").unwrap());
+    p.ensure(&cfg).await.unwrap();
+    let (code, out, err) = run(&p, &name, ProcessSpec::new(["cat", "/scratch/y"])).await;
+    assert_eq!((code, out.as_str()), (0, "kept\n"), "{err}");
+}

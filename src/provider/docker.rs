@@ -215,7 +215,7 @@ impl DockerProvider {
                 let home = dir.join("home");
                 make_private_dir(&home)?;
                 restrict_dir(&home)?;
-                give_to_user(&home, config)?;
+                give_to_user(&home, &config.user)?;
                 Some(home)
             }
             (None, false) => None,
@@ -449,6 +449,57 @@ impl DockerProvider {
         Err(err)
     }
 
+    /// Makes the host directories behind an instance's volumes and points
+    /// `config` at them, so inputs can be written into them before the
+    /// container starts (a manifest's copy, writeFile and downloadExtract
+    /// items; its bind items become [`Mount::Bind`]s of `config`):
+    ///
+    /// * the workspace: `config.workspace`, as given;
+    /// * the home: `config.home`, else `<state>/docker/<name>/home`, which
+    ///   becomes `config.home` (so a one-off container binds it instead of
+    ///   a tmpfs, and it is removed with the instance's other host files);
+    /// * with `scratch`, `<state>/docker/<name>/scratch`, bound read-write
+    ///   at [`SCRATCH`].
+    ///
+    /// Directories made here belong to the container's user when we are
+    /// root. Write into them through [`Volumes::writable`] under
+    /// [`as_container_user`], so what lands there belongs to that user too.
+    pub fn prepare_volumes(
+        &self,
+        config: &mut InstanceConfig,
+        scratch: bool,
+    ) -> Result<Volumes, ProviderError> {
+        self.check_name(&config.name)?;
+        let workspace = super::canonical_dir("workspace", &config.workspace)?;
+        let dir = self.instance_dir(&config.name);
+        make_private_dir(&dir)?;
+        let user = config.user.clone();
+        let own_dir = |sub: &str| -> Result<PathBuf, ProviderError> {
+            let path = dir.join(sub);
+            make_private_dir(&path)?;
+            restrict_dir(&path)?;
+            give_to_user(&path, &user)?;
+            Ok(path)
+        };
+        let home = match &config.home {
+            Some(home) => super::canonical_dir("home", home)?,
+            None => own_dir("home")?,
+        };
+        config.home = Some(home.clone());
+        let scratch = if scratch {
+            let path = own_dir("scratch")?;
+            config.mounts.push(Mount::Bind {
+                src: path.clone(),
+                dst: SCRATCH.into(),
+                access: sandbox::Access::Rw,
+            });
+            Some(path)
+        } else {
+            None
+        };
+        Volumes::open(workspace, home, scratch)
+    }
+
     /// Builds the `exec` of one process in a running instance: the command,
     /// the env memfd it reads, and the exec marker.
     pub fn exec_command(
@@ -549,6 +600,77 @@ impl DockerProvider {
     }
 }
 
+/// Guest path of the SCRATCH root of a manifest.
+pub const SCRATCH: &str = "/scratch";
+
+/// The host directories behind an instance's volumes (see
+/// [`DockerProvider::prepare_volumes`]), with handles opened as the caller.
+#[derive(Debug)]
+pub struct Volumes {
+    pub workspace: PathBuf,
+    pub home: PathBuf,
+    pub scratch: Option<PathBuf>,
+    /// `O_PATH` handles of workspace, home and scratch.
+    handles: Vec<OwnedFd>,
+}
+
+impl Volumes {
+    fn open(workspace: PathBuf, home: PathBuf, scratch: Option<PathBuf>) -> Result<Volumes, ProviderError> {
+        let mut handles = Vec::new();
+        for dir in std::iter::once(&workspace).chain([&home]).chain(scratch.as_ref()) {
+            let fd = nix::fcntl::open(
+                dir,
+                nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_CLOEXEC,
+                nix::sys::stat::Mode::empty(),
+            )
+            .map_err(|e| ProviderError::io(format!("open {}", dir.display()), &std::io::Error::from(e)))?;
+            handles.push(fd);
+        }
+        Ok(Volumes { workspace, home, scratch, handles })
+    }
+
+    /// Paths of the three directories that a writer running under
+    /// [`as_container_user`] can use: `/proc/self/fd/N` of handles opened
+    /// by the caller, so the user needs no search permission on their
+    /// parents (the state directory is private to the caller). Valid in
+    /// this process only, while `self` lives.
+    pub fn writable(&self) -> (PathBuf, PathBuf, Option<PathBuf>) {
+        let path = |i: usize| PathBuf::from(format!("/proc/self/fd/{}", self.handles[i].as_raw_fd()));
+        (path(0), path(1), self.scratch.as_ref().map(|_| path(2)))
+    }
+}
+
+/// Runs `f` with this thread's filesystem ids set to the container user's
+/// (when we are root), so files it creates in the volumes belong to the
+/// user inside the container, who can then change them. There is no user
+/// namespace between the host and the container: the container's uid is
+/// the host's.
+pub fn as_container_user<T>(config: &InstanceConfig, f: impl FnOnce() -> T) -> T {
+    // SAFETY: geteuid/getegid cannot fail.
+    let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    if euid != 0 {
+        return f();
+    }
+    // SAFETY: setfsuid/setfsgid change only this thread's filesystem ids
+    // and cannot fail for root; they are restored below, also on unwind.
+    unsafe {
+        libc::setfsgid(config.user.gid);
+        libc::setfsuid(config.user.uid);
+    }
+    struct Restore(u32, u32);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            // SAFETY: as above.
+            unsafe {
+                libc::setfsuid(self.0);
+                libc::setfsgid(self.1);
+            }
+        }
+    }
+    let _restore = Restore(euid, egid);
+    f()
+}
+
 /// The host files behind an instance container.
 pub struct HostFiles {
     /// `<state>/docker/<name>`.
@@ -589,10 +711,10 @@ fn instance_env(config: &InstanceConfig) -> Vec<(String, String)> {
 }
 
 /// Gives a home made by us to the container's user, as far as we may.
-fn give_to_user(home: &Path, config: &InstanceConfig) -> Result<(), ProviderError> {
+fn give_to_user(home: &Path, user: &sandbox::UserView) -> Result<(), ProviderError> {
     // SAFETY: geteuid cannot fail.
     if unsafe { libc::geteuid() } == 0 {
-        std::os::unix::fs::chown(home, Some(config.user.uid), Some(config.user.gid))
+        std::os::unix::fs::chown(home, Some(user.uid), Some(user.gid))
             .map_err(|e| ProviderError::io(format!("chown {}", home.display()), &e))?;
     }
     Ok(())
