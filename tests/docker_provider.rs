@@ -325,7 +325,7 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
 }
 
 #[tokio::test]
-async fn limits_and_network_off_are_applied() {
+async fn limits_network_off_and_a_read_only_workspace_are_applied() {
     let scratch = Scratch::new("limits");
     let p = provider(&scratch);
     let name = scratch.track(&unique_name("limits"));
@@ -334,6 +334,7 @@ async fn limits_and_network_off_are_applied() {
     cfg.limits.memory = Some(64 << 20);
     cfg.limits.pids = Some(64);
     cfg.limits.cpus = Some(0.5);
+    cfg.workspace_read_only = true;
     p.ensure(&cfg).await.unwrap();
     assert_eq!(inspect_format(&name, "{{.HostConfig.Memory}}"), (64u64 << 20).to_string());
     assert_eq!(inspect_format(&name, "{{.HostConfig.PidsLimit}}"), "64");
@@ -343,6 +344,9 @@ async fn limits_and_network_off_are_applied() {
         run(&p, &name, ProcessSpec::new(["sh", "-c", "ls /sys/class/net; grep CapEff /proc/self/status"]))
             .await;
     assert_eq!(out, "lo\nCapEff:\t0000000000000000\n");
+    let (code, _, err) = run(&p, &name, ProcessSpec::new(["touch", "/workspace/x"])).await;
+    assert_ne!(code, 0);
+    assert!(err.contains("Read-only file system"), "{err}");
 }
 
 #[tokio::test]

@@ -124,6 +124,9 @@ pub fn check_supported(config: &InstanceConfig) -> Result<(), ProviderError> {
     if config.network == Network::Off {
         return refuse("--network off");
     }
+    if config.workspace_read_only {
+        return refuse("a read-only workspace");
+    }
     if !config.limits.is_empty() {
         return refuse("resource limits");
     }
