@@ -213,18 +213,9 @@ pub fn fetch_and_launch(
         Ok(options) => options,
         Err(message) => return fail(message),
     };
-    let mut audit = match &args.inputs.audit_log {
-        Some(path) => match Audit::open(path) {
-            Ok(audit) => audit,
-            Err(e) => {
-                return fail(format!(
-                    "--audit-log {}: {}",
-                    path.display(),
-                    sandbox::error::io_error_text(&e)
-                ));
-            }
-        },
-        None => Audit::log_only(),
+    let mut audit = match open_audit(args) {
+        Ok(audit) => audit,
+        Err(message) => return fail(message),
     };
     let fetched = match plan.fetch(&options) {
         Ok(fetched) => fetched,
@@ -234,13 +225,7 @@ pub fn fetch_and_launch(
     if let Err(message) = inputs::wait_single_threaded() {
         return fail(message);
     }
-    let apply_options = ApplyOptions {
-        zip: ZipLimits {
-            max_entries: args.inputs.zip_max_entries,
-            max_file_bytes: args.inputs.zip_max_file_bytes,
-            max_total_bytes: args.inputs.zip_max_total_bytes,
-        },
-    };
+    let apply_options = apply_options(args);
     let Built { spec, layout, binds } = built;
     report_launch(json_status_fd, move |launch_options| {
         sandbox::launch_with(&spec, launch_options, move |ctx| {
@@ -254,7 +239,27 @@ pub fn fetch_and_launch(
     })
 }
 
-fn fetch_options(
+/// `--audit-log`, or the log only.
+pub(super) fn open_audit(args: &RunArgs) -> Result<Audit, String> {
+    match &args.inputs.audit_log {
+        Some(path) => Audit::open(path)
+            .map_err(|e| format!("--audit-log {}: {}", path.display(), sandbox::error::io_error_text(&e))),
+        None => Ok(Audit::log_only()),
+    }
+}
+
+/// The zip limits of the apply phase.
+pub(super) fn apply_options(args: &RunArgs) -> ApplyOptions {
+    ApplyOptions {
+        zip: ZipLimits {
+            max_entries: args.inputs.zip_max_entries,
+            max_file_bytes: args.inputs.zip_max_file_bytes,
+            max_total_bytes: args.inputs.zip_max_total_bytes,
+        },
+    }
+}
+
+pub(super) fn fetch_options(
     plan: &Plan,
     args: &RunArgs,
     matches: &ArgMatches,
