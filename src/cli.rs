@@ -45,6 +45,23 @@ pub enum Command {
         --inputs-base-url https://backend.example --inputs-token-file token -- codex-acp")]
     Run(Box<RunArgs>),
 
+    /// List the instances the providers keep (per-run sandboxes and containers).
+    #[command(after_help = "Examples:\n  \
+        tuixiu-sandbox instances\n  \
+        tuixiu-sandbox instances --provider docker --json")]
+    Instances(InstancesArgs),
+
+    /// Show the state of one instance: creating, running, stopped, missing or error.
+    Inspect(InstanceArgs),
+
+    /// Stop an instance: its processes end, its files stay; `run` or the
+    /// daemon starts it again.
+    Stop(InstanceArgs),
+
+    /// Remove an instance and what the provider keeps for it (never a
+    /// workspace or home directory that was given to it).
+    Rm(InstanceArgs),
+
     /// Work with agentInputs manifests (see docs/manifest.md).
     #[command(subcommand)]
     Manifest(ManifestCommand),
@@ -53,6 +70,11 @@ pub enum Command {
     /// (see docs/skills.md).
     #[command(subcommand)]
     Skills(crate::cmd::skills::SkillsCommand),
+
+    /// Internal: extract a zip with the safe extractor into an empty
+    /// directory, as downloadExtract does (used by scripts/bench-extract.sh).
+    #[command(name = "__extract", hide = true)]
+    Extract(ExtractArgs),
 
     /// Internal: run a serialized sandbox spec read from a descriptor (used
     /// by multi-threaded callers such as the daemon).
@@ -102,7 +124,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "DEST", action = clap::ArgAction::Append)]
     pub tmpfs: Vec<String>,
 
-    /// Set an environment variable inside (repeatable)
+    /// Set an environment variable inside (repeatable; part of init.env, so it
+    /// passes only keys the allowlist lets through, see --env-allow)
     #[arg(long = "env", value_name = "KEY=VALUE", action = clap::ArgAction::Append)]
     pub env: Vec<String>,
 
@@ -137,7 +160,8 @@ pub struct RunArgs {
 
     /// agentInputs manifest (JSON, a bare object or {"agentInputs": {...}}):
     /// its items are fetched before the sandbox starts and landed in order
-    /// before the command runs. See docs/manifest.md
+    /// before the command runs; its WORKSPACE "." bindMount replaces
+    /// --workspace. See docs/manifest.md
     #[arg(long, value_name = "FILE", help_heading = "Inputs")]
     pub manifest: Option<PathBuf>,
 
@@ -153,6 +177,126 @@ pub struct RunArgs {
     /// The command to run, and its arguments
     #[arg(value_name = "COMMAND", required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     pub command: Vec<String>,
+
+    #[command(flatten)]
+    pub provider: RunProviderArgs,
+}
+
+/// Where `run` runs the command (docs/providers.md).
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Providers")]
+pub struct RunProviderArgs {
+    /// native: namespaces on this host; docker: a container through the
+    /// docker CLI; host: no isolation at all (development only, needs
+    /// --i-know-there-is-no-isolation)
+    #[arg(long, value_enum, value_name = "PROVIDER", default_value_t = ProviderArg::Native)]
+    pub provider: ProviderArg,
+
+    /// Container image (docker)
+    #[arg(long, value_name = "IMAGE")]
+    pub image: Option<String>,
+
+    /// Run in this named instance, created on first use and kept (with its
+    /// home) until `tuixiu-sandbox rm`; without it, nothing is kept
+    #[arg(long, value_name = "NAME")]
+    pub instance_name: Option<String>,
+
+    /// Run id recorded on a new instance [default: the name without the
+    /// prefix, or random]
+    #[arg(long, value_name = "ID")]
+    pub run_id: Option<String>,
+
+    /// Allow --provider host, which runs the command on this machine
+    /// WITHOUT ANY ISOLATION (development only)
+    #[arg(long)]
+    pub i_know_there_is_no_isolation: bool,
+
+    #[command(flatten)]
+    pub limits: LimitArgs,
+
+    #[command(flatten)]
+    pub options: ProviderOptions,
+}
+
+/// Resource limits (enforced by the docker provider).
+#[derive(Debug, Args)]
+pub struct LimitArgs {
+    /// CPUs the command may use, fractional (e.g. 1.5)
+    #[arg(long, value_name = "N")]
+    pub cpus: Option<f64>,
+
+    /// Memory limit: bytes, or with a k, m or g suffix (e.g. 512m)
+    #[arg(long, value_name = "SIZE")]
+    pub memory: Option<String>,
+
+    /// Maximum number of processes
+    #[arg(long, value_name = "N")]
+    pub pids: Option<u64>,
+}
+
+/// Options every command that touches instances shares.
+#[derive(Debug, Args)]
+pub struct ProviderOptions {
+    /// Container CLI of the docker provider
+    #[arg(long, value_name = "CLI", default_value = "docker", env = "TUIXIU_CONTAINER_CLI",
+          value_parser = ["docker", "podman", "nerdctl"])]
+    pub container_cli: String,
+
+    /// Where instances are recorded [default: $XDG_STATE_HOME/tuixiu-sandbox,
+    /// else ~/.local/state/tuixiu-sandbox]
+    #[arg(long, value_name = "DIR", env = "TUIXIU_STATE_DIR")]
+    pub state_dir: Option<PathBuf>,
+
+    /// Prefix every instance name must carry ("" for none); other names are refused
+    #[arg(long, value_name = "PREFIX", default_value = tuixiu_sandbox::provider::DEFAULT_INSTANCE_PREFIX,
+          env = "TUIXIU_INSTANCE_PREFIX")]
+    pub instance_prefix: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ProviderArg {
+    /// Linux namespaces on this host (the backend calls it bwrap)
+    #[value(alias = "bwrap")]
+    Native,
+    /// A container through the docker (podman, nerdctl) CLI
+    #[value(alias = "container_oci")]
+    Docker,
+    /// Directly on this host, without isolation
+    #[value(alias = "host_process")]
+    Host,
+}
+
+#[derive(Debug, Args)]
+pub struct InstancesArgs {
+    /// Only this provider's instances [default: all]
+    #[arg(long, value_enum, value_name = "PROVIDER")]
+    pub provider: Option<ProviderArg>,
+
+    /// Print a JSON array instead of a table
+    #[arg(long)]
+    pub json: bool,
+
+    #[command(flatten)]
+    pub options: ProviderOptions,
+}
+
+#[derive(Debug, Args)]
+pub struct InstanceArgs {
+    /// The instance's provider [default: the one that has NAME: native,
+    /// then host, then docker]
+    #[arg(long, value_enum, value_name = "PROVIDER")]
+    pub provider: Option<ProviderArg>,
+
+    /// Print JSON instead of text
+    #[arg(long)]
+    pub json: bool,
+
+    #[command(flatten)]
+    pub options: ProviderOptions,
+
+    /// The instance name
+    #[arg(value_name = "NAME")]
+    pub name: String,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -250,6 +394,17 @@ pub struct EnvArgs {
     /// Start the allowlist empty instead of from the default list
     #[arg(long)]
     pub no_default_env_allow: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ExtractArgs {
+    /// The zip archive
+    #[arg(value_name = "ZIP")]
+    pub archive: PathBuf,
+
+    /// An existing, empty directory to extract into
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
 }
 
 #[derive(Debug, Subcommand)]

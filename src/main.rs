@@ -50,7 +50,12 @@ fn main() -> ExitCode {
             cmd::run::main(*args, sub)
         }
         Command::Exec(args) => cmd::exec::main(args),
+        Command::Instances(args) => cmd::instances::list(args),
+        Command::Inspect(args) => cmd::instances::inspect(args),
+        Command::Stop(args) => cmd::instances::stop(args),
+        Command::Rm(args) => cmd::instances::remove(args),
         Command::Manifest(command) => cmd::manifest::main(command),
+        Command::Extract(args) => cmd::manifest::extract(args),
         Command::Skills(command) => cmd::skills::main(command),
     };
     ExitCode::from(code)

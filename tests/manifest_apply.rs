@@ -675,3 +675,30 @@ for_each_caller!(seed000_agent_can_write_state_under_user_home, |caller: Caller|
     t.ok(&["--home", home], "echo persisted > ~/state.log");
     assert_eq!(std::fs::read_to_string(t.f.home.join("state.log")).unwrap(), "persisted\n");
 });
+
+#[test]
+fn root_caller_mapping_the_user_onto_other_ids() {
+    // The apply phase writes with the mapped ids (4321): everything it reads
+    // then (checkouts, copy sources) must be reachable for them.
+    let t = Inputs::new(Caller::Root);
+    let (bare, _) = bare_repo(&t);
+    let server = HttpServer::start();
+    server.route("/z.zip", Reply::Body(skill_zip("mapped")));
+    std::os::unix::fs::chown(&t.f.workspace, Some(4321), Some(4321)).unwrap();
+    std::fs::create_dir(t.host.join("pkg")).unwrap();
+    std::fs::write(t.host.join("pkg/a"), "a\n").unwrap();
+    t.write(json!([
+        t.workspace_item(),
+        {"id": "repo", "apply": "checkout", "source": {"type": "git", "repo": bare}, "target": {"root": "WORKSPACE", "path": "src"}},
+        {"id": "pkg", "apply": "copy", "source": {"type": "hostPath", "path": t.host.join("pkg")}, "target": {"root": "USER_HOME", "path": "pkg"}},
+        {"id": "skill:z", "apply": "downloadExtract", "source": {"type": "httpZip", "uri": server.url("/z.zip")},
+         "target": {"root": "USER_HOME", "path": ".codex/skills/z"}},
+        {"id": "note", "apply": "writeFile", "source": {"type": "inlineText", "text": "n\n"}, "target": {"root": "WORKSPACE", "path": "note"}}
+    ]));
+    let out = t.ok(&["--map-uid", "4321", "--map-gid", "4321"], "cat src/README.md ~/pkg/a note; head -2 ~/.codex/skills/z/SKILL.md | tail -1; stat -c %U src/README.md ~/pkg/a");
+    assert_eq!(out, "v2\na\nn\nmapped\nagent\nagent\n");
+    use std::os::unix::fs::MetadataExt;
+    for p in ["note", "src", "src/README.md", "src/.git"] {
+        assert_eq!(std::fs::metadata(t.f.workspace.join(p)).unwrap().uid(), 4321, "{p}");
+    }
+}

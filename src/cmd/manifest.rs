@@ -3,9 +3,9 @@
 use sandbox::UserView;
 
 use super::run_inputs;
-use crate::cli::{ManifestCheckArgs, ManifestCommand};
-use crate::inputs::{Layout, Plan};
-use crate::report_error;
+use crate::cli::{ExtractArgs, ManifestCheckArgs, ManifestCommand};
+use crate::inputs::{Layout, Plan, ZipLimits, fsx, zip};
+use crate::{EXIT_TOOL_ERROR, report_error};
 
 /// Exit status of `manifest check` for an invalid manifest.
 const EXIT_INVALID: u8 = 1;
@@ -34,8 +34,10 @@ fn check(args: &ManifestCheckArgs) -> u8 {
 fn plan(args: &ManifestCheckArgs) -> Result<Vec<String>, String> {
     let manifest = run_inputs::read_manifest(&args.file)?;
     let mut allowed = args.plan.allow_host_path.clone();
-    if let Some(ws) = &args.workspace {
-        allowed.push(ws.clone());
+    match &args.workspace {
+        Some(ws) if ws.is_dir() => allowed.push(ws.clone()),
+        Some(ws) => return Err(format!("--workspace {}: not a directory", ws.display())),
+        None => {}
     }
     let config = run_inputs::plan_config(&args.file, &allowed, args.plan.inputs_base_url.as_deref())?;
     let count = manifest.items.len();
@@ -66,4 +68,30 @@ fn plan(args: &ManifestCheckArgs) -> Result<Vec<String>, String> {
     }
     lines.extend(plan.describe(&layout));
     Ok(lines)
+}
+
+/// `__extract ZIP DIR`: the downloadExtract extractor on its own, with the
+/// default limits, for benchmarks and debugging.
+pub fn extract(args: ExtractArgs) -> u8 {
+    let run = || -> Result<zip::Extracted, String> {
+        let archive = std::fs::File::open(&args.archive)
+            .map_err(|e| format!("{}: {}", args.archive.display(), sandbox::error::io_error_text(&e)))?;
+        let dir = nix::fcntl::open(&args.dir, fsx::dir_read_flags(), nix::sys::stat::Mode::empty())
+            .map_err(|e| format!("{}: {e}", args.dir.display()))?;
+        use std::os::fd::AsFd;
+        if !fsx::is_empty_dir(dir.as_fd()).map_err(|e| e.to_string())? {
+            return Err(format!("{}: not empty", args.dir.display()));
+        }
+        zip::extract(&archive, dir.as_fd(), &ZipLimits::default()).map_err(|e| e.to_string())
+    };
+    match run() {
+        Ok(done) => {
+            tracing::info!(files = done.files, dirs = done.dirs, bytes = done.bytes, "extracted");
+            0
+        }
+        Err(message) => {
+            report_error(message);
+            EXIT_TOOL_ERROR
+        }
+    }
 }

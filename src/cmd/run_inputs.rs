@@ -89,7 +89,8 @@ pub fn load_plan(args: &RunArgs) -> Result<Option<Plan>, String> {
     };
     let manifest = read_manifest(path)?;
     let mut allowed = args.plan.allow_host_path.clone();
-    if let Some(ws) = &args.workspace {
+    if let Some(ws) = args.workspace.as_ref().filter(|ws| ws.is_dir()) {
+        // A missing --workspace is reported by its own check, as `--workspace`.
         allowed.push(ws.clone());
     }
     let config = plan_config(path, &allowed, args.plan.inputs_base_url.as_deref())?;
@@ -212,18 +213,9 @@ pub fn fetch_and_launch(
         Ok(options) => options,
         Err(message) => return fail(message),
     };
-    let mut audit = match &args.inputs.audit_log {
-        Some(path) => match Audit::open(path) {
-            Ok(audit) => audit,
-            Err(e) => {
-                return fail(format!(
-                    "--audit-log {}: {}",
-                    path.display(),
-                    sandbox::error::io_error_text(&e)
-                ));
-            }
-        },
-        None => Audit::log_only(),
+    let mut audit = match open_audit(args) {
+        Ok(audit) => audit,
+        Err(message) => return fail(message),
     };
     let fetched = match plan.fetch(&options) {
         Ok(fetched) => fetched,
@@ -233,23 +225,41 @@ pub fn fetch_and_launch(
     if let Err(message) = inputs::wait_single_threaded() {
         return fail(message);
     }
-    let apply_options = ApplyOptions {
+    let apply_options = apply_options(args);
+    let Built { spec, layout, binds } = built;
+    report_launch(json_status_fd, move |launch_options| {
+        sandbox::launch_with(&spec, launch_options, move |ctx| {
+            let mut dest = SandboxDest::new(ctx, layout, binds);
+            let result = inputs::apply(&fetched, &mut dest, &apply_options, &mut audit);
+            // Archives closed and checkouts removed before the command runs.
+            drop(fetched);
+            drop(audit);
+            result.map_err(Into::into)
+        })
+    })
+}
+
+/// `--audit-log`, or the log only.
+pub(super) fn open_audit(args: &RunArgs) -> Result<Audit, String> {
+    match &args.inputs.audit_log {
+        Some(path) => Audit::open(path)
+            .map_err(|e| format!("--audit-log {}: {}", path.display(), sandbox::error::io_error_text(&e))),
+        None => Ok(Audit::log_only()),
+    }
+}
+
+/// The zip limits of the apply phase.
+pub(super) fn apply_options(args: &RunArgs) -> ApplyOptions {
+    ApplyOptions {
         zip: ZipLimits {
             max_entries: args.inputs.zip_max_entries,
             max_file_bytes: args.inputs.zip_max_file_bytes,
             max_total_bytes: args.inputs.zip_max_total_bytes,
         },
-    };
-    let Built { spec, layout, binds } = built;
-    report_launch(json_status_fd, |launch_options| {
-        sandbox::launch_with(&spec, launch_options, |ctx| {
-            let mut dest = SandboxDest::new(ctx, layout, binds);
-            inputs::apply(&fetched, &mut dest, &apply_options, &mut audit).map_err(Into::into)
-        })
-    })
+    }
 }
 
-fn fetch_options(
+pub(super) fn fetch_options(
     plan: &Plan,
     args: &RunArgs,
     matches: &ArgMatches,
@@ -264,8 +274,7 @@ fn fetch_options(
         }
         None => std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty()),
     };
-    let needs_cache =
-        plan.items().iter().any(|p| matches!(p.step, Step::Download { .. } | Step::Checkout { .. }));
+    let needs_cache = plan.items().iter().any(|p| matches!(p.step, Step::Download { .. }));
     let cache = if needs_cache {
         let dir = args.inputs.inputs_cache.clone().unwrap_or_else(Cache::default_dir);
         Some(Cache::open(&dir)?)

@@ -154,7 +154,10 @@ fn land(
             .map_err(|e| target_error(dest, item.target.root, rel, e))?;
             Ok(Landed { bytes, files: Some(1), note: None })
         }
-        (Step::Copy { host }, Resource::Source(src)) => {
+        (Step::Copy { host }, _) => {
+            let src = host.open().map_err(|e| {
+                Fail::Coded(Code::HostPath, format!("cannot open {}: {e}", host.canonical.display()))
+            })?;
             if host.is_dir {
                 let copied = fsx::replace_tree(
                     root.as_fd(),
@@ -185,8 +188,10 @@ fn land(
             )?;
             Ok(Landed { bytes: extracted.bytes, files: Some(extracted.files), note: None })
         }
-        (Step::Checkout { .. }, Resource::Tree(tree)) => {
+        (Step::Checkout { .. }, Resource::Tree(dir)) => {
             require_empty_target(root.as_fd(), rel)?;
+            let tree = nix::fcntl::open(dir, fsx::dir_read_flags(), nix::sys::stat::Mode::empty())
+                .map_err(|e| Fail::Coded(Code::GitFailed, format!("cannot open the checkout: {e}")))?;
             let copied = fsx::replace_tree(
                 root.as_fd(),
                 rel,

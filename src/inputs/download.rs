@@ -93,7 +93,7 @@ pub struct Zip {
 }
 
 /// The private cache directory: `zips/` holds verified archives by hash,
-/// `tmp/` downloads in progress and git checkouts.
+/// `tmp/` downloads in progress.
 #[derive(Clone, Debug)]
 pub struct Cache {
     root: PathBuf,
@@ -132,11 +132,6 @@ impl Cache {
     fn zip_path(&self, sha256: &str) -> PathBuf {
         // `sha256` was validated as 64 hex digits by the manifest parser.
         self.root.join("zips").join(format!("{sha256}.zip"))
-    }
-
-    /// A private temporary directory inside the cache (same filesystem).
-    pub fn temp_dir(&self, prefix: &str) -> std::io::Result<tempfile::TempDir> {
-        tempfile::Builder::new().prefix(prefix).tempdir_in(self.root.join("tmp"))
     }
 
     /// The cached archive with this hash, re-verified, if present.

@@ -225,21 +225,15 @@ fn swap_into_place(parent: BorrowedFd<'_>, staging: &CStr, name: &CStr, rel: &st
 }
 
 fn merge_into_root(root: BorrowedFd<'_>, staging: &CStr, stage: BorrowedFd<'_>) -> FsResult<()> {
-    let names = list_dir(stage)?;
-    let stage_path = |n: &CStr| {
-        let mut p = staging.to_bytes().to_vec();
-        p.push(b'/');
-        p.extend_from_slice(n.to_bytes());
-        CString::new(p).expect("no NUL")
-    };
-    for name in &names {
-        let from = stage_path(name);
-        match renameat2(root, from.as_c_str(), root, name.as_c_str(), RenameFlags::RENAME_NOREPLACE) {
+    // Names relative to the two directory descriptors only: no path is
+    // walked again, so nothing swapped in meanwhile can redirect a rename.
+    for name in &list_dir(stage)? {
+        match renameat2(stage, name.as_c_str(), root, name.as_c_str(), RenameFlags::RENAME_NOREPLACE) {
             Ok(()) => continue,
             Err(Errno::EEXIST) => {}
             Err(e) => return Err(fs_err("renameat2", name.to_bytes(), e)),
         }
-        renameat2(root, from.as_c_str(), root, name.as_c_str(), RenameFlags::RENAME_EXCHANGE)
+        renameat2(stage, name.as_c_str(), root, name.as_c_str(), RenameFlags::RENAME_EXCHANGE)
             .map_err(|e| fs_err("renameat2(RENAME_EXCHANGE)", name.to_bytes(), e))?;
         if let Err(e) = remove_tree(stage, name) {
             tracing::warn!("{}: the replaced content could not be removed: {e}", name.to_string_lossy());

@@ -10,8 +10,9 @@
 //!     // plan.uses(Root::Scratch) tell a provider what to mount.
 //! let fetched = plan.fetch(&inputs::FetchOptions {..})?;
 //!     // the slow part, before any sandbox exists: downloads into the
-//!     // cache (verified by sha256), git clones into private temp dirs,
-//!     // copy sources opened. Leaves the process single-threaded.
+//!     // cache (verified by sha256), git clones into private temp dirs.
+//!     // Leaves the process single-threaded. No directory stays open (the
+//!     // sandbox's PID 1 would inherit it); drop `fetched` after `apply`.
 //! inputs::apply(&fetched, &mut dest, &inputs::ApplyOptions {..}, &mut audit)?;
 //!     // strictly in manifest order; the first failure stops.
 //! ```
@@ -46,7 +47,7 @@ mod hostpath;
 mod plan;
 pub mod zip;
 
-use std::os::fd::OwnedFd;
+use std::path::PathBuf;
 
 // The whole interface is exported for the providers (docker, host) and the
 // daemon; `run` uses only part of it.
@@ -71,7 +72,7 @@ use crate::env::Redactor;
 /// How the fetch phase works.
 #[derive(Clone, Debug)]
 pub struct FetchOptions {
-    /// Needed when the plan has downloads or checkouts.
+    /// Needed when the plan has downloads.
     pub cache: Option<Cache>,
     pub download: DownloadOptions,
     pub git: GitOptions,
@@ -111,14 +112,17 @@ pub(crate) enum Resource {
     None,
     /// A downloaded (or cached) archive.
     Zip(Zip),
-    /// An opened copy source.
-    Source(OwnedFd),
-    /// A checkout: an open descriptor of its directory.
-    Tree(OwnedFd),
+    /// A checkout in a private temporary directory (its `repo`).
+    ///
+    /// Directories, copy sources included, are opened only during the
+    /// apply phase: a descriptor open when the sandbox is cloned would be
+    /// inherited by its PID 1, a handle on a host tree reachable through
+    /// `/proc/1/fd` from inside.
+    Tree(PathBuf),
 }
 
 impl Plan {
-    /// Downloads, clones and opens what the items need, in order; the first
+    /// Downloads and clones what the items need, in order; the first
     /// failure stops. Call it before the sandbox is launched: it may take a
     /// while and uses the network.
     pub fn fetch(self, options: &FetchOptions) -> Result<Fetched, InputError> {
@@ -148,17 +152,19 @@ impl Plan {
             let id = planned.item.id.as_str();
             let resource = match &planned.step {
                 Step::Download { .. } => Resource::Zip(zips.next().expect("one archive per download item")),
-                Step::Copy { host } => Resource::Source(host.open().map_err(|e| {
-                    InputError::new(
-                        Code::HostPath,
-                        id,
-                        format!("copy: cannot open {}: {e}", host.canonical.display()),
-                    )
-                })?),
+                // Checked now (exists, allowed); opened at its turn.
+                Step::Copy { .. } => Resource::None,
                 Step::Checkout { repo, git_ref } => {
-                    let scratch = need_cache(options, id)?.temp_dir("git-").map_err(|e| {
-                        InputError::new(Code::Cache, id, format!("checkout: input cache: {e}"))
-                    })?;
+                    // A private directory (0700) in the system's temporary
+                    // directory, reachable by the ids the apply phase uses.
+                    let scratch =
+                        tempfile::Builder::new().prefix("tuixiu-checkout-").tempdir().map_err(|e| {
+                            InputError::new(
+                                Code::GitFailed,
+                                id,
+                                format!("checkout: temporary directory: {e}"),
+                            )
+                        })?;
                     let dir = scratch.path().join("repo");
                     git::checkout(
                         repo,
@@ -173,14 +179,12 @@ impl Plan {
                         InputError::new(code, id, format!("checkout: {}", f.message))
                     })?;
                     if let Some((uid, gid)) = options.owner {
-                        chown_tree(&dir, uid, gid).map_err(|e| {
+                        chown_tree(scratch.path(), uid, gid).map_err(|e| {
                             InputError::new(Code::GitFailed, id, format!("checkout: chown: {e}"))
                         })?;
                     }
-                    let fd = nix::fcntl::open(&dir, fsx::dir_read_flags(), nix::sys::stat::Mode::empty())
-                        .map_err(|e| InputError::new(Code::GitFailed, id, format!("checkout: open: {e}")))?;
                     temp.push(scratch);
-                    Resource::Tree(fd)
+                    Resource::Tree(dir)
                 }
                 Step::Workspace { .. } | Step::Bind { .. } | Step::WriteFile { .. } => Resource::None,
             };
@@ -225,5 +229,125 @@ pub fn wait_single_threaded() -> Result<(), String> {
             ));
         }
         std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::parse_value;
+    use serde_json::json;
+
+    /// The providers' way: roots are plain host directories, binds are
+    /// their volumes.
+    #[test]
+    fn lands_into_host_directories() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (ws, home, src) = (tmp.path().join("ws"), tmp.path().join("home"), tmp.path().join("src"));
+        for d in [&ws, &home, &src] {
+            std::fs::create_dir(d).unwrap();
+        }
+        std::fs::write(src.join("f.txt"), "f\n").unwrap();
+        std::os::unix::fs::symlink("f.txt", src.join("link")).unwrap();
+        let manifest = parse_value(&json!({"version": 1, "items": [
+            {"id": "w", "apply": "writeFile", "source": {"type": "inlineText", "text": "hello"},
+             "target": {"root": "WORKSPACE", "path": "a/b.txt"}},
+            {"id": "c", "apply": "copy", "source": {"type": "hostPath", "path": src}, "target": {"root": "USER_HOME", "path": "pkg"}},
+            {"id": "v", "apply": "bindMount", "access": "ro", "source": {"type": "hostPath", "path": src},
+             "target": {"root": "WORKSPACE", "path": "vendor"}},
+            {"id": "x", "apply": "writeFile", "source": {"type": "inlineText", "text": "extra"},
+             "target": {"root": "USER_HOME", "path": "pkg/extra"}}
+        ]}))
+        .unwrap();
+        let config = Config {
+            host_paths: HostAllowlist::new(std::slice::from_ref(&src)).unwrap(),
+            base_dir: tmp.path().to_path_buf(),
+            base_url: None,
+        };
+        let plan = Plan::new(manifest, &config).unwrap();
+        let options = FetchOptions {
+            cache: None,
+            download: DownloadOptions::default(),
+            git: GitOptions::default(),
+            redactor: Redactor::default(),
+            owner: None,
+        };
+        let fetched = plan.fetch(&options).unwrap();
+        let mut dest = HostDirs {
+            layout: Layout::new("/home/agent"),
+            workspace: Some(ws.clone()),
+            home: Some(home.clone()),
+            scratch: None,
+            binds_are_volumes: true,
+        };
+        let log = tmp.path().join("audit.jsonl");
+        let mut audit = Audit::open(&log).unwrap();
+        apply(&fetched, &mut dest, &ApplyOptions::default(), &mut audit).unwrap();
+
+        assert_eq!(std::fs::read_to_string(ws.join("a/b.txt")).unwrap(), "hello");
+        assert_eq!(std::fs::read_to_string(home.join("pkg/f.txt")).unwrap(), "f\n");
+        assert_eq!(std::fs::read_link(home.join("pkg/link")).unwrap(), std::path::Path::new("f.txt"));
+        assert_eq!(std::fs::read_to_string(home.join("pkg/extra")).unwrap(), "extra");
+        // The bind's mount point exists; mounting it is the provider's job.
+        assert!(ws.join("vendor").is_dir());
+        let records: Vec<serde_json::Value> = std::fs::read_to_string(&log)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(records.len(), 4);
+        assert_eq!(records[2]["note"], "mounted by the provider as a volume");
+        assert_eq!(records[0]["target"], "/workspace/a/b.txt");
+
+        // Without volumes, a bind item is an error naming the item.
+        dest.binds_are_volumes = false;
+        let err = apply(&fetched, &mut dest, &ApplyOptions::default(), &mut Audit::log_only()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "AGENT_INPUTS_BIND_FAILED:v: bindMount: this provider cannot mount binds"
+        );
+        // A missing root is an error too, not a write elsewhere.
+        dest.workspace = None;
+        let err = apply(&fetched, &mut dest, &ApplyOptions::default(), &mut Audit::log_only()).unwrap_err();
+        assert!(err.to_string().starts_with("AGENT_INPUTS_TARGET_FAILED:w: writeFile: "), "{err}");
+    }
+
+    #[test]
+    fn replacing_a_tree_keeps_the_old_one_on_failure() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(tmp.path().join("t")).unwrap();
+        std::fs::write(tmp.path().join("t/old"), "old").unwrap();
+        let root = nix::fcntl::open(
+            tmp.path(),
+            nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY,
+            nix::sys::stat::Mode::empty(),
+        )
+        .unwrap();
+        use std::os::fd::AsFd;
+        let failed: Result<(), fsx::FsError> = fsx::replace_tree(
+            root.as_fd(),
+            "t",
+            |stage| {
+                fsx::create_file(stage, c"half", 0o644)?;
+                Err(fsx::fs_err("fill", "t", nix::errno::Errno::EIO))
+            },
+            |_| Ok(()),
+        );
+        assert!(failed.is_err());
+        let names: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("t")]);
+        assert_eq!(std::fs::read_to_string(tmp.path().join("t/old")).unwrap(), "old");
+
+        fsx::replace_tree(
+            root.as_fd(),
+            "t",
+            |stage| fsx::create_file(stage, c"new", 0o644).map(drop),
+            |_| Ok::<(), fsx::FsError>(()),
+        )
+        .unwrap();
+        let names: Vec<_> =
+            std::fs::read_dir(tmp.path().join("t")).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("new")]);
+        assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 1, "a staging directory was left");
     }
 }

@@ -121,18 +121,24 @@ pub fn extract(archive: &File, into: BorrowedFd<'_>, limits: &ZipLimits) -> Resu
             .map_err(|e| ZipError::Invalid(format!("zip entry unreadable: {}: {e}", entry.shown)))?;
         let mut produced: u64 = 0;
         loop {
-            let n = match data.read(&mut buf) {
+            // Never ask for more than was declared; once it is all there,
+            // a 1-byte read must find the end of the entry.
+            let remaining = entry.size - produced;
+            let want = if remaining == 0 { 1 } else { remaining.min(buf.len() as u64) as usize };
+            let n = match data.read(&mut buf[..want]) {
                 Ok(0) => break,
                 Ok(n) => n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                // The reader counts too and refuses data past the declared
+                // size; a checksum failure at the end is corruption.
+                Err(e) if remaining == 0 && !e.to_string().contains("checksum") => {
+                    return Err(size_lie(entry));
+                }
                 Err(e) => return Err(ZipError::Invalid(format!("zip entry corrupt: {}: {e}", entry.shown))),
             };
             produced += n as u64;
             if produced > entry.size {
-                return Err(ZipError::Unsafe(format!(
-                    "zip entry size mismatch: {} declared={} actual>{}",
-                    entry.shown, entry.size, entry.size
-                )));
+                return Err(size_lie(entry));
             }
             file.write_all(&buf[..n]).map_err(|e| {
                 ZipError::Fs(fsx::fs_err(
@@ -152,6 +158,13 @@ pub fn extract(archive: &File, into: BorrowedFd<'_>, limits: &ZipLimits) -> Resu
         out.bytes += produced;
     }
     Ok(out)
+}
+
+fn size_lie(entry: &Entry) -> ZipError {
+    ZipError::Unsafe(format!(
+        "zip entry size mismatch: {} declared={} actual>{}",
+        entry.shown, entry.size, entry.size
+    ))
 }
 
 /// Validates the whole central directory; nothing is written.
