@@ -86,6 +86,9 @@ pub struct Job {
     persist: tokio::sync::Mutex<()>,
     /// Set while an upload is being taken or once the run started.
     started: AtomicBool,
+    /// The package as checked at create (absent after a restart, then
+    /// loaded again when the run starts).
+    skill: Mutex<Option<Arc<Skill>>>,
 }
 
 impl Job {
@@ -96,6 +99,7 @@ impl Job {
             cancel: watch::Sender::new(false),
             persist: tokio::sync::Mutex::new(()),
             started: AtomicBool::new(started),
+            skill: Mutex::new(None),
         })
     }
 
@@ -342,6 +346,7 @@ impl Service {
             self.admit()?;
         }
         let job = Job::new(record.clone());
+        *job.skill.lock().unwrap() = Some(Arc::new(skill));
         {
             let (store, copy) = (self.store.clone(), record);
             tokio::task::spawn_blocking(move || store.save(&copy))
@@ -500,7 +505,8 @@ impl Service {
                     }
                 })
                 .await;
-                self.execute(&record, &paths, cancel).await
+                let skill = job.skill.lock().unwrap().clone();
+                self.execute(&record, skill, &paths, cancel).await
             }
         };
         self.active.fetch_sub(1, Ordering::SeqCst);
@@ -531,14 +537,24 @@ impl Service {
         .await;
     }
 
-    async fn execute(&self, record: &JobRecord, paths: &RunPaths, cancel: watch::Receiver<bool>) -> Outcome {
+    async fn execute(
+        &self,
+        record: &JobRecord,
+        skill: Option<Arc<Skill>>,
+        paths: &RunPaths,
+        cancel: watch::Receiver<bool>,
+    ) -> Outcome {
         let failed = |m: String| Outcome::Failed { error: json!({"message": m}), warnings: vec![] };
-        let skill = match self
-            .load_skill(&record.skill_id, &format!("Skill '{}' not found", record.skill_id))
-            .await
-        {
-            Ok(s) => s,
-            Err(e) => return failed(e.to_string()),
+        let t0 = std::time::Instant::now();
+        let skill = match skill {
+            Some(s) => s,
+            None => match self
+                .load_skill(&record.skill_id, &format!("Skill '{}' not found", record.skill_id))
+                .await
+            {
+                Ok(s) => Arc::new(s),
+                Err(e) => return failed(e.to_string()),
+            },
         };
         let Some(engine) = self.cfg.engines.get(&record.engine).cloned() else {
             return failed(format!("engine '{}' is not configured on this server", record.engine));
@@ -565,8 +581,10 @@ impl Service {
             }
             Err(e) => return failed(e.to_string()),
         };
+        let t_prepared = t0.elapsed();
         let stop =
             run::execute(&self.cfg.launcher, paths, &prepared, self.cfg.limits.kill_grace, cancel).await;
+        let t_ran = t0.elapsed();
         let (cfg, record2, paths2) = (self.cfg.clone(), record.clone(), paths.clone());
         let outcome = match stop {
             Err(e) => failed(e),
@@ -585,6 +603,13 @@ impl Service {
             .unwrap_or_else(|e| failed(e.to_string())),
         };
         run::cleanup(paths);
+        tracing::debug!(
+            "job {}: prepared in {:?}, engine and sandbox {:?}, finished in {:?}",
+            record.request_id,
+            t_prepared,
+            t_ran - t_prepared,
+            t0.elapsed() - t_ran
+        );
         outcome
     }
 
