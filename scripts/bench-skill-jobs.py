@@ -134,7 +134,8 @@ def main():
         server = subprocess.Popen(
             [opts.bin, "skills", "serve", "--skills-dir", skills, "--data-dir", os.path.join(tmp, "data"),
              "--listen", "127.0.0.1:0", "--engines", engines, "--max-concurrent", "8", "--max-queue", "128"],
-            stdout=subprocess.PIPE, stderr=open(os.path.join(tmp, "server.log"), "w"), env={"PATH": os.environ["PATH"]})
+            stdout=subprocess.PIPE, stderr=open(os.path.join(tmp, "server.log"), "w"),
+            env={k: v for k, v in os.environ.items() if k in ("PATH", "TUIXIU_LOG")})
         line = server.stdout.readline().decode()
         assert line.startswith("listening on "), line
         addr = line.split()[-1]
@@ -185,6 +186,8 @@ def main():
               f"none lost: {'PASS' if succeeded == opts.concurrent else 'FAIL'}; wall {wall:.2f} s")
         return 0 if o["median"] < 0.050 and succeeded == opts.concurrent else 1
     finally:
+        if os.environ.get("KEEP_SERVER_LOG"):
+            shutil.copy(os.path.join(tmp, "server.log"), os.environ["KEEP_SERVER_LOG"])
         shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -841,3 +841,37 @@ fn skills_run_cli_twin() {
         result["error"]["message"].as_str().unwrap().contains("Missing required input files: input_file")
     );
 }
+
+#[test]
+fn queue_limits_and_cancel_while_queued() {
+    let env = Env::new(Caller::Root);
+    let server = env.serve(&["--max-concurrent", "1", "--max-queue", "1", "--kill-grace", "1s"]);
+    let marker = format!("queue-marker-{}", std::process::id());
+    let running = server.create_demo("sleep", &marker);
+    assert_eq!(server.upload(&running, &input_zip()).status, 200);
+    server.wait_artifact(&running, "artifacts/started");
+
+    // One slot busy, one place in the queue.
+    let queued = server.create_demo("ok", "queued");
+    let r = server.upload(&queued, &input_zip());
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(server.get(&format!("/v1/jobs/{queued}")).json()["status"], "queued");
+
+    let refused = server.create_demo("ok", "refused");
+    let r = server.upload(&refused, &input_zip());
+    assert_eq!((r.status, r.detail()), (429, json!("Job queue is full")));
+
+    // A queued job is canceled without its engine ever starting.
+    let c = server.post(&format!("/v1/jobs/{queued}/cancel")).json();
+    assert_eq!(c["accepted"], true);
+    assert_eq!(server.wait(&queued)["status"], "canceled");
+    let logs = server.get(&format!("/v1/jobs/{queued}/logs")).json();
+    assert_eq!(logs["stdout"], Value::Null, "the engine ran");
+
+    // Once the slot is free, the refused request can still upload.
+    server.post(&format!("/v1/jobs/{running}/cancel"));
+    assert_eq!(server.wait(&running)["status"], "canceled");
+    assert_eq!(server.upload(&refused, &input_zip()).status, 200);
+    assert_eq!(server.wait(&refused)["status"], "succeeded");
+    assert!(processes_with(&marker).is_empty());
+}
