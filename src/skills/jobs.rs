@@ -131,10 +131,16 @@ impl Service {
     /// Opens the data directory and loads the jobs of an earlier server;
     /// see [`store`] for what happens to those that were running.
     pub async fn open(cfg: Config) -> Result<Arc<Service>, String> {
-        for d in ["requests", "runs", "tmp"] {
-            std::fs::create_dir_all(cfg.data_dir.join(d)).map_err(|e| {
-                format!("data dir {}: {}", cfg.data_dir.display(), sandbox::error::io_error_text(&e))
-            })?;
+        // Uploads, artifacts and logs are private to the server's user
+        // (and the sandbox user, which maps onto it).
+        for d in ["jobs", "requests", "runs", "tmp"] {
+            let dir = cfg.data_dir.join(d);
+            std::fs::create_dir_all(&dir)
+                .and_then(|()| {
+                    use std::os::unix::fs::PermissionsExt;
+                    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+                })
+                .map_err(|e| format!("data dir {}: {}", dir.display(), sandbox::error::io_error_text(&e)))?;
         }
         // Leftovers of interrupted uploads.
         clear_dir(&cfg.data_dir.join("tmp"));
