@@ -786,57 +786,24 @@ fn skills_run_cli_twin() {
     let input = env.fx.dir.join("in.txt");
     std::fs::write(&input, INPUT_TEXT).unwrap();
     let skill = env.skills.join("tuixiu-demo");
-    let file_arg = format!("input_file={}", input.display());
     let data = env.fx.dir.join("cli-data");
-    let out = env
-        .fx
-        .command(&[
-            "skills",
-            "run",
-            "--skill",
-            skill.to_str().unwrap(),
-            "--file",
-            &file_arg,
-            "--input",
-            "query=from the cli",
-            "--parameter",
-            "mode=ok",
-            "--engine",
-            "command",
-            "--engines",
-            env.engines.to_str().unwrap(),
-            "--data-dir",
-            data.to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
+    let skills_run = |extra: &[&str]| {
+        let mut args = vec!["skills", "run", "--skill", skill.to_str().unwrap(), "--parameter", "mode=ok"];
+        args.extend_from_slice(&["--engine", "command", "--engines", env.engines.to_str().unwrap()]);
+        args.extend_from_slice(&["--data-dir", data.to_str().unwrap()]);
+        args.extend_from_slice(extra);
+        let out = env.fx.command(&args).output().unwrap();
+        let result: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        (out, result)
+    };
+    let file_arg = format!("input_file={}", input.display());
+    let (out, result) = skills_run(&["--file", &file_arg, "--input", "query=from the cli"]);
     assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
-    let result: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(result["status"], "success");
     assert_eq!(result["artifacts"], json!(["artifacts/report.json", "artifacts/summary.md"]));
 
-    let out = env
-        .fx
-        .command(&[
-            "skills",
-            "run",
-            "--skill",
-            skill.to_str().unwrap(),
-            "--input",
-            "query=no file",
-            "--parameter",
-            "mode=ok",
-            "--engine",
-            "command",
-            "--engines",
-            env.engines.to_str().unwrap(),
-            "--data-dir",
-            data.to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
+    let (out, result) = skills_run(&["--input", "query=no file"]);
     assert_eq!(out.status.code(), Some(1));
-    let result: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(
         result["error"]["message"].as_str().unwrap().contains("Missing required input files: input_file")
     );
