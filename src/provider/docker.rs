@@ -85,6 +85,11 @@ impl DockerProvider {
         &self.cli
     }
 
+    /// A fresh name for a one-off container: the prefix and 12 random hex digits.
+    pub fn one_off_name(&self) -> String {
+        format!("{}{}", self.prefix, &random_hex()[..12])
+    }
+
     pub fn check_name(&self, name: &str) -> Result<(), ProviderError> {
         Ok(names::validate_instance_name(name, &self.prefix)?)
     }
@@ -260,6 +265,7 @@ impl DockerProvider {
             paused: state == "paused",
             info: InstanceInfo {
                 name,
+                kind: ProviderKind::Docker,
                 provider: ProviderKind::Docker.wire_name(),
                 runtime: Some(self.cli.clone()),
                 status,
@@ -620,7 +626,7 @@ fn clip(text: &str) -> String {
 }
 
 /// The command that signals the processes of one exec inside a container.
-pub(crate) fn kill_command(
+pub fn kill_command(
     cli: &str,
     container: &str,
     user: Option<&str>,

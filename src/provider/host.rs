@@ -25,26 +25,43 @@ pub const WARNING: &str =
 pub struct HostProvider {
     local: LocalInstances,
     state_dir: PathBuf,
+    acknowledged: bool,
 }
 
 impl HostProvider {
-    /// Fails with [`ProviderError::HostNotAcknowledged`] unless the caller
-    /// acknowledged that there is no isolation.
+    /// Without `no_isolation_acknowledged`, the provider can inspect, list,
+    /// stop and remove instances, but refuses to create one or to start
+    /// any process ([`ProviderError::HostNotAcknowledged`]).
     pub fn new(
         state_dir: &Path,
         prefix: &str,
         no_isolation_acknowledged: bool,
     ) -> Result<Self, ProviderError> {
-        if !no_isolation_acknowledged {
-            return Err(ProviderError::HostNotAcknowledged);
-        }
         Ok(HostProvider {
             local: LocalInstances::new(ProviderKind::Host, state_dir, prefix)?,
             state_dir: state_dir.to_path_buf(),
+            acknowledged: no_isolation_acknowledged,
         })
     }
 
+    /// Refuses to run anything unless the lack of isolation was acknowledged.
+    pub fn check_acknowledged(&self) -> Result<(), ProviderError> {
+        if self.acknowledged { Ok(()) } else { Err(ProviderError::HostNotAcknowledged) }
+    }
+
+    /// Checks an instance name (characters, length, prefix).
+    pub fn check_name(&self, name: &str) -> Result<(), ProviderError> {
+        self.local.check_name(name)
+    }
+
+    /// Records this process (which is about to `exec` the command, keeping
+    /// its pid) so `stop` and `rm` reach it.
+    pub fn track_self(&self, name: &str) -> Result<(), ProviderError> {
+        self.local.track(name, std::process::id(), ProcKind::Exec).map(drop)
+    }
+
     fn check_config(&self, config: &InstanceConfig) -> Result<(), ProviderError> {
+        self.check_acknowledged()?;
         self.local.check_config(config)?;
         check_supported(config)
     }
@@ -69,6 +86,7 @@ impl HostProvider {
         name: &str,
         process: &ProcessSpec,
     ) -> Result<std::process::Command, ProviderError> {
+        self.check_acknowledged()?;
         let record = self.local.running(name)?;
         command(&record.workspace, &record.home, &record.config.user, &record.config.env, process)
     }
@@ -212,9 +230,15 @@ mod tests {
 
     #[test]
     fn refuses_without_acknowledgement() {
-        let err = HostProvider::new(Path::new("/nonexistent"), "", false).err().unwrap();
+        let state = std::env::temp_dir().join(format!("tuixiu-host-ack-{}", std::process::id()));
+        let provider = HostProvider::new(&state, "", false).unwrap();
+        let config = InstanceConfig::new("tuixiu-run-x", "x", "/");
+        let err = provider.ensure_blocking(&config).unwrap_err();
         assert!(matches!(err, ProviderError::HostNotAcknowledged));
         assert!(err.to_string().contains("--i-know-there-is-no-isolation"), "{err}");
+        let err = provider.command_for("tuixiu-run-x", &ProcessSpec::new(["true"])).unwrap_err();
+        assert!(matches!(err, ProviderError::HostNotAcknowledged));
+        assert!(!state.exists(), "nothing may be written before the acknowledgement");
     }
 
     #[test]

@@ -94,6 +94,9 @@ impl InstanceStatus {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct InstanceInfo {
     pub name: String,
+    /// Which provider manages it.
+    #[serde(skip)]
+    pub kind: ProviderKind,
     /// The provider's wire name (`bwrap`, `container_oci`, `host_process`).
     pub provider: &'static str,
     /// The container CLI for `container_oci` (`docker`, `podman`, `nerdctl`).
@@ -116,6 +119,7 @@ impl InstanceInfo {
     pub fn missing(kind: ProviderKind, name: &str) -> InstanceInfo {
         InstanceInfo {
             name: name.to_string(),
+            kind,
             provider: kind.wire_name(),
             runtime: None,
             status: InstanceStatus::Missing,

@@ -109,6 +109,9 @@ pub fn validate_image(image: &str) -> Result<(), NameError> {
     if image.is_empty() {
         return fail("must not be empty");
     }
+    if image.starts_with('-') {
+        return fail("must not start with '-'");
+    }
     if image.len() > 512 {
         return fail("longer than 512 characters");
     }

@@ -49,6 +49,11 @@ impl NativeProvider {
         Self::new(state_dir, exe, prefix)
     }
 
+    /// Checks an instance name (characters, length, prefix).
+    pub fn check_name(&self, name: &str) -> Result<(), ProviderError> {
+        self.local.check_name(name)
+    }
+
     fn check_config(&self, config: &InstanceConfig) -> Result<(), ProviderError> {
         self.local.check_config(config)?;
         if config.image.is_some() {
