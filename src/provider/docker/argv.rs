@@ -32,9 +32,13 @@ pub const KEEPER_SCRIPT: &str = "trap 'exit 0' TERM INT HUP; while :; do sleep 8
 pub const EXEC_WRAPPER: &str = "exec \"$@\"";
 /// Signals every process whose initial environment has the exec marker.
 /// `$1` = marker value, `$2` = signal number. Fails when none was found.
-pub const KILL_SCRIPT: &str = "rc=1; for d in /proc/[0-9]*; do p=${d#/proc/}; [ \"$p\" = \"$$\" ] && continue; \
-     if grep -qF \"TUIXIU_EXEC_ID=$1\" \"$d/environ\" 2>/dev/null; then kill -\"$2\" \"$p\" 2>/dev/null && rc=0; fi; \
-     done; exit $rc";
+/// The pids are collected first and signalled by one `kill`, so a child
+/// that dies first cannot let its parent run on before the parent is hit.
+/// (`environ` is NUL-separated; busybox grep would stop at the first NUL.)
+pub const KILL_SCRIPT: &str = "pids=; for d in /proc/[0-9]*; do p=${d#/proc/}; \
+     [ \"$p\" = \"$$\" ] && continue; \
+     if tr '\\0' '\\n' < \"$d/environ\" 2>/dev/null | grep -qxF \"TUIXIU_EXEC_ID=$1\"; then pids=\"$pids $p\"; fi; \
+     done; [ -n \"$pids\" ] || exit 1; kill -\"$2\" $pids 2>/dev/null; exit 0";
 
 /// Host paths an instance container is built from.
 pub struct InstancePaths<'a> {
