@@ -157,6 +157,7 @@ impl DockerProvider {
         names::validate_instance_name(&config.hostname, "")
             .map_err(|e| ProviderError::Invalid(format!("hostname {:?}: {}", config.hostname, e.reason)))?;
         check_env(&config.env)?;
+        super::check_mounts(&config.mounts)?;
         check_mount_path("workspace", &config.workspace.to_string_lossy())?;
         if let Some(home) = &config.home {
             check_mount_path("home", &home.to_string_lossy())?;

@@ -37,6 +37,7 @@ impl LocalInstances {
         names::validate_run_id(&config.run_id)?;
         config.user.validate().map_err(|e| ProviderError::Invalid(format!("user view: {e}")))?;
         super::check_env(&config.env)?;
+        super::check_mounts(&config.mounts)?;
         Ok(())
     }
 

@@ -433,6 +433,24 @@ pub(crate) fn canonical_dir(what: &str, dir: &Path) -> Result<PathBuf, ProviderE
     Ok(canon)
 }
 
+/// Checks extra mounts: bind sources exist, destinations are clean
+/// absolute guest paths.
+pub(crate) fn check_mounts(mounts: &[Mount]) -> Result<(), ProviderError> {
+    for mount in mounts {
+        let dst = match mount {
+            Mount::Bind { src, dst, .. } => {
+                std::fs::metadata(src)
+                    .map_err(|e| ProviderError::io(format!("bind source {}", src.display()), &e))?;
+                dst
+            }
+            Mount::Tmpfs { dst } => dst,
+        };
+        sandbox::guest_path::normalize(dst)
+            .map_err(|why| ProviderError::Invalid(format!("mount destination {dst:?} {why}")))?;
+    }
+    Ok(())
+}
+
 /// Checks the environment of an instance or a process.
 pub(crate) fn check_env(env: &[(String, String)]) -> Result<(), ProviderError> {
     for (k, v) in env {
