@@ -38,6 +38,23 @@ pub enum Command {
         tuixiu-sandbox run --home ~/.agent-home --env OPENAI_API_KEY=... -- codex-acp")]
     Run(Box<RunArgs>),
 
+    /// List the instances the providers keep (per-run sandboxes and containers).
+    #[command(after_help = "Examples:\n  \
+        tuixiu-sandbox instances\n  \
+        tuixiu-sandbox instances --provider docker --json")]
+    Instances(InstancesArgs),
+
+    /// Show the state of one instance: creating, running, stopped, missing or error.
+    Inspect(InstanceArgs),
+
+    /// Stop an instance: its processes end, its files stay; `run` or the
+    /// daemon starts it again.
+    Stop(InstanceArgs),
+
+    /// Remove an instance and what the provider keeps for it (never a
+    /// workspace or home directory that was given to it).
+    Rm(InstanceArgs),
+
     /// Internal: run a serialized sandbox spec read from a descriptor (used
     /// by multi-threaded callers such as the daemon).
     #[command(name = "__exec", hide = true)]
@@ -122,6 +139,126 @@ pub struct RunArgs {
     /// The command to run, and its arguments
     #[arg(value_name = "COMMAND", required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     pub command: Vec<String>,
+
+    #[command(flatten)]
+    pub provider: RunProviderArgs,
+}
+
+/// Where `run` runs the command (docs/providers.md).
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Providers")]
+pub struct RunProviderArgs {
+    /// native: namespaces on this host; docker: a container through the
+    /// docker CLI; host: no isolation at all (development only, needs
+    /// --i-know-there-is-no-isolation)
+    #[arg(long, value_enum, value_name = "PROVIDER", default_value_t = ProviderArg::Native)]
+    pub provider: ProviderArg,
+
+    /// Container image (docker)
+    #[arg(long, value_name = "IMAGE")]
+    pub image: Option<String>,
+
+    /// Run in this named instance, created on first use and kept (with its
+    /// home) until `tuixiu-sandbox rm`; without it, nothing is kept
+    #[arg(long, value_name = "NAME")]
+    pub instance_name: Option<String>,
+
+    /// Run id recorded on a new instance [default: the name without the
+    /// prefix, or random]
+    #[arg(long, value_name = "ID")]
+    pub run_id: Option<String>,
+
+    /// Allow --provider host, which runs the command on this machine
+    /// WITHOUT ANY ISOLATION (development only)
+    #[arg(long)]
+    pub i_know_there_is_no_isolation: bool,
+
+    #[command(flatten)]
+    pub limits: LimitArgs,
+
+    #[command(flatten)]
+    pub options: ProviderOptions,
+}
+
+/// Resource limits (enforced by the docker provider).
+#[derive(Debug, Args)]
+pub struct LimitArgs {
+    /// CPUs the command may use, fractional (e.g. 1.5)
+    #[arg(long, value_name = "N")]
+    pub cpus: Option<f64>,
+
+    /// Memory limit: bytes, or with a k, m or g suffix (e.g. 512m)
+    #[arg(long, value_name = "SIZE")]
+    pub memory: Option<String>,
+
+    /// Maximum number of processes
+    #[arg(long, value_name = "N")]
+    pub pids: Option<u64>,
+}
+
+/// Options every command that touches instances shares.
+#[derive(Debug, Args)]
+pub struct ProviderOptions {
+    /// Container CLI of the docker provider
+    #[arg(long, value_name = "CLI", default_value = "docker", env = "TUIXIU_CONTAINER_CLI",
+          value_parser = ["docker", "podman", "nerdctl"])]
+    pub container_cli: String,
+
+    /// Where instances are recorded [default: $XDG_STATE_HOME/tuixiu-sandbox,
+    /// else ~/.local/state/tuixiu-sandbox]
+    #[arg(long, value_name = "DIR", env = "TUIXIU_STATE_DIR")]
+    pub state_dir: Option<PathBuf>,
+
+    /// Prefix every instance name must carry ("" for none); other names are refused
+    #[arg(long, value_name = "PREFIX", default_value = tuixiu_sandbox::provider::DEFAULT_INSTANCE_PREFIX,
+          env = "TUIXIU_INSTANCE_PREFIX")]
+    pub instance_prefix: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ProviderArg {
+    /// Linux namespaces on this host (the backend calls it bwrap)
+    #[value(alias = "bwrap")]
+    Native,
+    /// A container through the docker (podman, nerdctl) CLI
+    #[value(alias = "container_oci")]
+    Docker,
+    /// Directly on this host, without isolation
+    #[value(alias = "host_process")]
+    Host,
+}
+
+#[derive(Debug, Args)]
+pub struct InstancesArgs {
+    /// Only this provider's instances [default: all]
+    #[arg(long, value_enum, value_name = "PROVIDER")]
+    pub provider: Option<ProviderArg>,
+
+    /// Print a JSON array instead of a table
+    #[arg(long)]
+    pub json: bool,
+
+    #[command(flatten)]
+    pub options: ProviderOptions,
+}
+
+#[derive(Debug, Args)]
+pub struct InstanceArgs {
+    /// The instance's provider [default: the one that has NAME: native,
+    /// then host, then docker]
+    #[arg(long, value_enum, value_name = "PROVIDER")]
+    pub provider: Option<ProviderArg>,
+
+    /// Print JSON instead of text
+    #[arg(long)]
+    pub json: bool,
+
+    #[command(flatten)]
+    pub options: ProviderOptions,
+
+    /// The instance name
+    #[arg(value_name = "NAME")]
+    pub name: String,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

@@ -42,6 +42,10 @@ fn main() -> ExitCode {
             cmd::run::main(*args, sub)
         }
         Command::Exec(args) => cmd::exec::main(args),
+        Command::Instances(args) => cmd::instances::list(args),
+        Command::Inspect(args) => cmd::instances::inspect(args),
+        Command::Stop(args) => cmd::instances::stop(args),
+        Command::Rm(args) => cmd::instances::remove(args),
     };
     ExitCode::from(code)
 }

@@ -15,6 +15,9 @@ use crate::{EXIT_TOOL_ERROR, report_error};
 const PASSED_BY_DEFAULT: &[&str] = &["TERM"];
 
 pub fn main(args: RunArgs, matches: &ArgMatches) -> u8 {
+    if super::run_provider::handles(&args) {
+        return super::run_provider::main(args, matches);
+    }
     let spec = match build_spec(args, matches) {
         Ok(spec) => spec,
         Err(message) => {
@@ -52,14 +55,7 @@ pub fn check_fd(fd: i32) -> Result<(), std::io::Error> {
 }
 
 fn build_spec(args: RunArgs, matches: &ArgMatches) -> Result<SandboxSpec, String> {
-    let mut user = UserView::new(args.user.clone(), args.uid, args.gid.unwrap_or(args.uid));
-    if let Some(home_path) = &args.home_path {
-        if !home_path.starts_with('/') {
-            return Err(format!("--home-path {home_path:?}: must be an absolute path"));
-        }
-        user.home = home_path.clone();
-    }
-    user.validate().map_err(|e| format!("{}: {e}", user_flag(&args)))?;
+    let user = user_view(&args)?;
 
     let workspace = match &args.workspace {
         Some(dir) => dir.clone(),
@@ -109,11 +105,24 @@ fn build_spec(args: RunArgs, matches: &ArgMatches) -> Result<SandboxSpec, String
     builder.build().map_err(|e| e.to_string())
 }
 
+/// The user view from `--user`, `--uid`, `--gid` and `--home-path`.
+pub(super) fn user_view(args: &RunArgs) -> Result<UserView, String> {
+    let mut user = UserView::new(args.user.clone(), args.uid, args.gid.unwrap_or(args.uid));
+    if let Some(home_path) = &args.home_path {
+        if !home_path.starts_with('/') {
+            return Err(format!("--home-path {home_path:?}: must be an absolute path"));
+        }
+        user.home = home_path.clone();
+    }
+    user.validate().map_err(|e| format!("{}: {e}", user_flag(args)))?;
+    Ok(user)
+}
+
 fn user_flag(args: &RunArgs) -> &'static str {
     if args.home_path.is_some() { "--home-path" } else { "--user" }
 }
 
-fn check_dir(flag: &str, dir: &PathBuf) -> Result<(), String> {
+pub(super) fn check_dir(flag: &str, dir: &PathBuf) -> Result<(), String> {
     match std::fs::metadata(dir) {
         Ok(m) if m.is_dir() => Ok(()),
         Ok(_) => Err(format!("{flag} {}: not a directory", dir.display())),
@@ -123,7 +132,7 @@ fn check_dir(flag: &str, dir: &PathBuf) -> Result<(), String> {
 
 /// `--ro-bind`, `--bind` and `--tmpfs` in command-line order, as bubblewrap
 /// applies them: a later mount may cover an earlier one.
-fn extra_mounts(args: &RunArgs, matches: &ArgMatches) -> Vec<MountOp> {
+pub(super) fn extra_mounts(args: &RunArgs, matches: &ArgMatches) -> Vec<MountOp> {
     let mut ops: Vec<(usize, MountOp)> = Vec::new();
     let pairs = |id: &str, values: &[String]| -> Vec<(usize, String, String)> {
         let indices: Vec<usize> = matches.indices_of(id).map(|i| i.collect()).unwrap_or_default();
@@ -144,7 +153,7 @@ fn extra_mounts(args: &RunArgs, matches: &ArgMatches) -> Vec<MountOp> {
 }
 
 /// The variables the CLI adds to the builder's base (user view and PATH).
-fn environment(args: &RunArgs) -> Result<Vec<(String, String)>, String> {
+pub(super) fn environment(args: &RunArgs) -> Result<Vec<(String, String)>, String> {
     let mut env = Vec::new();
     for key in PASSED_BY_DEFAULT.iter().copied().chain(args.pass_env.iter().map(String::as_str)) {
         if key.is_empty() || key.contains('=') {
