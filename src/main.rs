@@ -42,6 +42,11 @@ fn main() -> ExitCode {
             cmd::run::main(*args, sub)
         }
         Command::Exec(args) => cmd::exec::main(args),
+        Command::Proxy(args) => tuixiu_sandbox::proxy::main(tuixiu_sandbox::proxy::Options {
+            config: args.config,
+            state_dir: args.state_dir,
+            allow_insecure_ws: args.allow_insecure_ws,
+        }),
         Command::Instances(args) => cmd::instances::list(args),
         Command::Inspect(args) => cmd::instances::inspect(args),
         Command::Stop(args) => cmd::instances::stop(args),
