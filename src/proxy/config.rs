@@ -734,7 +734,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.heartbeat_seconds, 7);
-        assert_eq!(c.agent_env_allowlist.unwrap(), vec!["A", "B", "C"]);
+        assert_eq!(c.agent_env_allowlist.clone().unwrap(), vec!["A", "B", "C"]);
         assert_eq!(c.auth_token.as_ref().unwrap().expose(), "tok-123456");
         assert!(!format!("{c:?}").contains("tok-123456"));
         assert_eq!(warnings.len(), 1);
