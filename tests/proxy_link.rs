@@ -74,7 +74,8 @@ async fn register_auth_hmac_when_configured() {
     assert_eq!(auth["type"], "hmac-sha256");
     assert_eq!(auth["proxy_id"], "proxy-test");
     let ts = auth["timestamp"].as_str().unwrap();
-    let expect = tuixiu_sandbox::proxy::control::hmac_hex("reg-secret-xyz", format!("proxy-test.{ts}").as_bytes());
+    let expect =
+        tuixiu_sandbox::proxy::control::hmac_hex("reg-secret-xyz", format!("proxy-test.{ts}").as_bytes());
     assert_eq!(auth["signature"], expect);
 }
 
@@ -115,10 +116,11 @@ async fn reconnect_delivers_queued_replies_in_order() {
     tokio::time::sleep(Duration::from_secs(7)).await;
     assert_eq!(backend.connections(), 1, "connected while refusing");
     backend.refuse(false);
-    backend.wait_for("the 21 queued replies", 20 * SECS, |_| {
-        backend.received().iter().filter(|r| r.msg["type"] == "sandbox_control_result").count() == n + 1
-    })
-    .await;
+    backend
+        .wait_for("the 21 queued replies", 20 * SECS, |_| {
+            backend.received().iter().filter(|r| r.msg["type"] == "sandbox_control_result").count() == n + 1
+        })
+        .await;
     let conn = backend.connections() - 1;
     let msgs = backend.of_conn(conn);
     let t = types(&msgs);
@@ -134,7 +136,12 @@ async fn reconnect_delivers_queued_replies_in_order() {
         assert_eq!(r["status"], "missing");
     }
     // Exactly one reply each, across both connections.
-    let all: Vec<Value> = backend.received().into_iter().map(|r| r.msg).filter(|m| m["type"] == "sandbox_control_result").collect();
+    let all: Vec<Value> = backend
+        .received()
+        .into_iter()
+        .map(|r| r.msg)
+        .filter(|m| m["type"] == "sandbox_control_result")
+        .collect();
     assert_eq!(all.len(), n + 1);
     drop(hang);
     assert!(daemon.stop().success());
@@ -155,9 +162,7 @@ async fn bootstrap_registration_and_refresh_after_1008() {
         "",
     );
     let mut daemon = Daemon::start(&s, "proxy", &cfg);
-    backend
-        .wait_for("a register_agent", 30 * SECS, |r| r.msg["type"] == "register_agent")
-        .await;
+    backend.wait_for("a register_agent", 30 * SECS, |r| r.msg["type"] == "register_agent").await;
     assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 2, "registered twice");
     assert_eq!(backend.auth(0).as_deref(), Some(format!("Bearer {t1}").as_str()));
     let last = backend.connections() - 1;
@@ -299,7 +304,10 @@ async fn malformed_messages_are_dropped_or_answered() {
     let r = backend.result("noaction").await;
     assert_eq!(r["error"], "unsupported_action");
     let r = backend.result("x1").await;
-    assert_eq!((r["ok"].clone(), r["error"].clone(), r["action"].clone()), (json!(false), json!("unsupported_action"), json!("explode")));
+    assert_eq!(
+        (r["ok"].clone(), r["error"].clone(), r["action"].clone()),
+        (json!(false), json!("unsupported_action"), json!("explode"))
+    );
     assert_eq!(r["run_id"], "r1");
     let closed = backend.wait_type("acp_closed", "run_id", &json!("never-opened"), 10 * SECS).await;
     assert_eq!(closed["ok"], false);

@@ -92,7 +92,9 @@ impl TokenSource {
             if self.configured.as_ref().is_some_and(|c| c.value == cur.value) {
                 self.configured_rejected = true;
                 if self.bootstrap.is_some() {
-                    tracing::warn!("the backend rejected auth_token: falling back to the bootstrap registration");
+                    tracing::warn!(
+                        "the backend rejected auth_token: falling back to the bootstrap registration"
+                    );
                 } else {
                     tracing::error!(
                         "the backend rejected auth_token (close 1008 Unauthorized): fix auth_token; retrying"
@@ -105,7 +107,10 @@ impl TokenSource {
     }
 
     /// The token for the next connect; `None` connects without one.
-    pub async fn token(&mut self, tls: impl Fn() -> Option<rustls::ClientConfig>) -> Result<Option<Secret>, AuthError> {
+    pub async fn token(
+        &mut self,
+        tls: impl Fn() -> Option<rustls::ClientConfig>,
+    ) -> Result<Option<Secret>, AuthError> {
         let now = now_secs();
         if let Some(cur) = &self.current
             && !(cur.near_expiry(now) && self.bootstrap.is_some())

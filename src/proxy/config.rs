@@ -247,7 +247,9 @@ impl<'a> Reader<'a> {
                 let s = s.trim().to_string();
                 Ok(if s.is_empty() { None } else { Some(s) })
             }
-            Some(other) => Err(self.err(&Self::dotted(table, key), format!("expected a string, got {other}"))),
+            Some(other) => {
+                Err(self.err(&Self::dotted(table, key), format!("expected a string, got {other}")))
+            }
         }
     }
 
@@ -279,7 +281,9 @@ impl<'a> Reader<'a> {
                 "0" | "false" | "no" | "off" | "" => Ok(false),
                 _ => Err(self.err(&Self::dotted(table, key), format!("expected true or false, got {s:?}"))),
             },
-            Some(other) => Err(self.err(&Self::dotted(table, key), format!("expected true or false, got {other}"))),
+            Some(other) => {
+                Err(self.err(&Self::dotted(table, key), format!("expected true or false, got {other}")))
+            }
         }
     }
 
@@ -350,8 +354,10 @@ impl Config {
                     path: path.display().to_string(),
                     reason: sandbox::error::io_error_text(&e),
                 })?;
-                let doc: toml::Table = toml::from_str(&text)
-                    .map_err(|e| ConfigError::File { path: path.display().to_string(), reason: one_line(&e) })?;
+                let doc: toml::Table = toml::from_str(&text).map_err(|e| ConfigError::File {
+                    path: path.display().to_string(),
+                    reason: one_line(&e),
+                })?;
                 (path.display().to_string(), doc)
             }
             None => ("environment".to_string(), toml::Table::new()),
@@ -392,11 +398,16 @@ impl Config {
         let mut r = Reader { origin, table: flat };
 
         let orchestrator_url = r.string("", "orchestrator_url")?.ok_or_else(|| {
-            r.err("orchestrator_url", "required (e.g. wss://backend.example/ws/agent); or set ACP_PROXY_ORCHESTRATOR_URL")
+            r.err(
+                "orchestrator_url",
+                "required (e.g. wss://backend.example/ws/agent); or set ACP_PROXY_ORCHESTRATOR_URL",
+            )
         })?;
         let url = url_parts(&orchestrator_url).map_err(|why| r.err("orchestrator_url", why))?;
         if !matches!(url.scheme.as_str(), "ws" | "wss") {
-            return Err(r.err("orchestrator_url", format!("{orchestrator_url:?}: the scheme must be ws or wss")));
+            return Err(
+                r.err("orchestrator_url", format!("{orchestrator_url:?}: the scheme must be ws or wss"))
+            );
         }
         let register_url = r.string("", "register_url")?;
         if let Some(u) = &register_url {
@@ -422,7 +433,8 @@ impl Config {
         {
             return Err(r.err("agent_env_allowlist", format!("{bad:?} is not a variable name")));
         }
-        let skills_download_max_bytes = r.int("", "skills_download_max_bytes", 200 * 1024 * 1024, 0, u64::MAX)?;
+        let skills_download_max_bytes =
+            r.int("", "skills_download_max_bytes", 200 * 1024 * 1024, 0, u64::MAX)?;
         let state_dir = match r.string("", "state_dir")? {
             Some(dir) => absolute(&r, "state_dir", &dir)?,
             None => crate::provider::default_state_dir(),
@@ -483,10 +495,16 @@ impl Config {
         })?;
         let root = absolute(&r, "sandbox.workspaceHostRoot", &root)?;
         std::fs::create_dir_all(&root).map_err(|e| {
-            r.err("sandbox.workspaceHostRoot", format!("create {}: {}", root.display(), sandbox::error::io_error_text(&e)))
+            r.err(
+                "sandbox.workspaceHostRoot",
+                format!("create {}: {}", root.display(), sandbox::error::io_error_text(&e)),
+            )
         })?;
         let workspace_host_root = std::fs::canonicalize(&root).map_err(|e| {
-            r.err("sandbox.workspaceHostRoot", format!("{}: {}", root.display(), sandbox::error::io_error_text(&e)))
+            r.err(
+                "sandbox.workspaceHostRoot",
+                format!("{}: {}", root.display(), sandbox::error::io_error_text(&e)),
+            )
         })?;
         match r.string("sandbox", "workspaceProvider")?.as_deref() {
             None | Some("host") => {}
@@ -508,7 +526,11 @@ impl Config {
                         Value::String(s) => s,
                         Value::Number(n) => n.to_string(),
                         Value::Bool(b) => b.to_string(),
-                        other => return Err(r.err(&format!("sandbox.env.{k}"), format!("expected a string, got {other}"))),
+                        other => {
+                            return Err(
+                                r.err(&format!("sandbox.env.{k}"), format!("expected a string, got {other}"))
+                            );
+                        }
                     };
                     names::validate_env(&k, &v).map_err(|e| r.err(&format!("sandbox.env.{k}"), e.reason))?;
                     out.push((k, v));
@@ -536,11 +558,14 @@ impl Config {
                 }
                 out
             }
-            Some(other) => return Err(r.err("sandbox.volumes", format!("expected an array of tables, got {other}"))),
+            Some(other) => {
+                return Err(r.err("sandbox.volumes", format!("expected an array of tables, got {other}")));
+            }
         };
         let instance_prefix =
             r.string("sandbox", "instancePrefix")?.unwrap_or_else(|| names::DEFAULT_INSTANCE_PREFIX.into());
-        names::validate_prefix(&instance_prefix).map_err(|e| r.err("sandbox.instancePrefix", e.to_string()))?;
+        names::validate_prefix(&instance_prefix)
+            .map_err(|e| r.err("sandbox.instancePrefix", e.to_string()))?;
         let network = match r.string("sandbox", "network")?.as_deref() {
             None | Some("on") | Some("host") => sandbox::Network::On,
             Some("off") | Some("none") => sandbox::Network::Off,
@@ -556,18 +581,21 @@ impl Config {
 
         let tls = TlsConfig {
             ca_file: r.string("tls", "ca_file")?.map(|p| absolute(&r, "tls.ca_file", &p)).transpose()?,
-            client_cert: r.string("tls", "client_cert")?.map(|p| absolute(&r, "tls.client_cert", &p)).transpose()?,
-            client_key: r.string("tls", "client_key")?.map(|p| absolute(&r, "tls.client_key", &p)).transpose()?,
+            client_cert: r
+                .string("tls", "client_cert")?
+                .map(|p| absolute(&r, "tls.client_cert", &p))
+                .transpose()?,
+            client_key: r
+                .string("tls", "client_key")?
+                .map(|p| absolute(&r, "tls.client_key", &p))
+                .transpose()?,
         };
         if tls.client_cert.is_some() != tls.client_key.is_some() {
             return Err(r.err("tls.client_cert", "client_cert and client_key go together"));
         }
 
-        let warnings = r
-            .unused()
-            .into_iter()
-            .map(|k| format!("{origin}: unknown key {k:?} ignored"))
-            .collect();
+        let warnings =
+            r.unused().into_iter().map(|k| format!("{origin}: unknown key {k:?} ignored")).collect();
         let config = Config {
             orchestrator_url,
             auth_token,
@@ -655,7 +683,8 @@ pub fn url_parts(url: &str) -> Result<UrlParts, String> {
     let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
     let authority = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
     let (host, port) = if let Some(inner) = authority.strip_prefix('[') {
-        let (host, after) = inner.split_once(']').ok_or_else(|| format!("{url:?}: unclosed '[' in the host"))?;
+        let (host, after) =
+            inner.split_once(']').ok_or_else(|| format!("{url:?}: unclosed '[' in the host"))?;
         (host.to_string(), after.strip_prefix(':'))
     } else {
         match authority.rsplit_once(':') {
@@ -699,7 +728,8 @@ mod tests {
         Config::from_table("proxy.toml", doc, &env)
     }
 
-    const MIN: &str = "orchestrator_url = \"ws://127.0.0.1:1/ws/agent\"\n[sandbox]\nworkspaceHostRoot = \"ROOT\"\n";
+    const MIN: &str =
+        "orchestrator_url = \"ws://127.0.0.1:1/ws/agent\"\n[sandbox]\nworkspaceHostRoot = \"ROOT\"\n";
 
     #[test]
     fn defaults() {

@@ -206,7 +206,11 @@ async fn run_action(
             let mut errors = Vec::new();
             for (name, run_id) in orphans {
                 match remove_via_lane(&d, &name, run_id.as_deref()).await {
-                    Ok(()) => deleted.push(InventoryRef { instance_name: name, run_id, reason: Some("prune_orphans") }),
+                    Ok(()) => deleted.push(InventoryRef {
+                        instance_name: name,
+                        run_id,
+                        reason: Some("prune_orphans"),
+                    }),
                     Err(e) => errors.push(format!("{name}: {e}")),
                 }
             }
@@ -221,7 +225,9 @@ async fn run_action(
         "gc" => return gc(&d, c, out).await,
         "remove_workspace" => {
             let run_id = if lane.run_id.is_empty() {
-                return Err("remove_workspace needs a run_id (or an instance name tuixiu-run-<id>)".to_string().into());
+                return Err("remove_workspace needs a run_id (or an instance name tuixiu-run-<id>)"
+                    .to_string()
+                    .into());
             } else {
                 lane.run_id.clone()
             };
@@ -239,7 +245,8 @@ async fn run_action(
             ));
         }
         "remove_image" => {
-            let image = str_field(c.extra.get("image").unwrap_or(&Value::Null)).ok_or("image 为空".to_string())?;
+            let image =
+                str_field(c.extra.get("image").unwrap_or(&Value::Null)).ok_or("image 为空".to_string())?;
             names::validate_image(image).map_err(|e| e.to_string())?;
             remove_image(&d, image).await?;
         }
@@ -262,9 +269,8 @@ fn instance_name(lane: &Lane, c: &SandboxControl) -> Result<String, String> {
         },
         other => return Err(format!("instance_name must be a string, got {other}")),
     };
-    names::validate_instance_name(&name, prefix).map_err(|e| {
-        format!("{e}: only instances managed by this proxy can be controlled")
-    })?;
+    names::validate_instance_name(&name, prefix)
+        .map_err(|e| format!("{e}: only instances managed by this proxy can be controlled"))?;
     Ok(name)
 }
 
@@ -300,7 +306,8 @@ async fn orphans(d: &Daemon, c: &SandboxControl) -> Result<Vec<(String, Option<S
 /// messages and the run forgets it), or directly when it has no run.
 async fn remove_via_lane(d: &Arc<Daemon>, name: &str, run_id: Option<&str>) -> Result<(), String> {
     let prefix = &d.cfg.sandbox.instance_prefix;
-    let lane_run = name.strip_prefix(prefix.as_str()).filter(|id| names::validate_run_id(id).is_ok()).or(run_id);
+    let lane_run =
+        name.strip_prefix(prefix.as_str()).filter(|id| names::validate_run_id(id).is_ok()).or(run_id);
     match lane_run {
         Some(run) => {
             let (tx, rx) = oneshot::channel();
@@ -327,7 +334,9 @@ async fn gc(d: &Arc<Daemon>, c: &SandboxControl, out: &mut Map<String, Value>) -
             plan.push(json!({"kind":"instance","instance_name":name,"run_id":run_id}));
         }
         if remove_workspaces && let Some(run_id) = &run_id {
-            plan.push(json!({"kind":"workspace","workspace_provider":"host","instance_name":name,"run_id":run_id}));
+            plan.push(
+                json!({"kind":"workspace","workspace_provider":"host","instance_name":name,"run_id":run_id}),
+            );
         }
     }
     plan.truncate(max);
@@ -343,8 +352,12 @@ async fn gc(d: &Arc<Daemon>, c: &SandboxControl, out: &mut Map<String, Value>) -
         let run_id = item["run_id"].as_str().map(str::to_string);
         match item["kind"].as_str() {
             Some("instance") => match remove_via_lane(d, &name, run_id.as_deref()).await {
-                Ok(()) => deleted_instances.push(InventoryRef { instance_name: name, run_id, reason: Some("gc") }),
-                Err(e) => errors.push(json!({"kind":"instance","instance_name":name,"run_id":run_id,"message":d.redact(&e)})),
+                Ok(()) => {
+                    deleted_instances.push(InventoryRef { instance_name: name, run_id, reason: Some("gc") })
+                }
+                Err(e) => errors.push(
+                    json!({"kind":"instance","instance_name":name,"run_id":run_id,"message":d.redact(&e)}),
+                ),
             },
             _ => {
                 let run = run_id.clone().unwrap_or_default();
@@ -398,10 +411,12 @@ fn remove_workspace(d: &Daemon, run_id: &str, recorded: Option<&Path>) -> Result
         // A symlink is judged by where it leads; it is never followed for deletion.
         let resolved = resolve_under_root(root, &target, false)?;
         match std::fs::symlink_metadata(&resolved) {
-            Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(&resolved)
-                .map_err(|e| format!("remove {}: {}", resolved.display(), sandbox::error::io_error_text(&e)))?,
-            Ok(_) => std::fs::remove_file(&resolved)
-                .map_err(|e| format!("remove {}: {}", resolved.display(), sandbox::error::io_error_text(&e)))?,
+            Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(&resolved).map_err(|e| {
+                format!("remove {}: {}", resolved.display(), sandbox::error::io_error_text(&e))
+            })?,
+            Ok(_) => std::fs::remove_file(&resolved).map_err(|e| {
+                format!("remove {}: {}", resolved.display(), sandbox::error::io_error_text(&e))
+            })?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(format!("{}: {}", resolved.display(), sandbox::error::io_error_text(&e))),
         }
@@ -449,7 +464,8 @@ pub fn canonical_json(v: &Value) -> String {
     fn write(v: &Value, out: &mut String) {
         match v {
             Value::Object(map) => {
-                let mut keys: Vec<&String> = map.iter().filter(|(_, v)| !v.is_null()).map(|(k, _)| k).collect();
+                let mut keys: Vec<&String> =
+                    map.iter().filter(|(_, v)| !v.is_null()).map(|(k, _)| k).collect();
                 keys.sort();
                 out.push('{');
                 for (i, k) in keys.iter().enumerate() {
@@ -505,10 +521,15 @@ pub fn verify_signature(d: &Daemon, c: &SandboxControl) -> Result<(), String> {
             .map(|d| d.as_secs() as i64),
         _ => None,
     };
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+    let now =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
     match signed_at {
         Some(t) if (now - t).abs() <= SIGNATURE_WINDOW_SECS => {}
-        Some(_) => return Err(format!("signature_expired: signed_at is more than {SIGNATURE_WINDOW_SECS} s from now")),
+        Some(_) => {
+            return Err(format!(
+                "signature_expired: signed_at is more than {SIGNATURE_WINDOW_SECS} s from now"
+            ));
+        }
         None => return Err("signature_invalid: signed_at (unix seconds or ISO-8601) is required".into()),
     }
     let hex = sig.trim().strip_prefix("sha256=").unwrap_or(sig.trim());
@@ -517,7 +538,8 @@ pub fn verify_signature(d: &Daemon, c: &SandboxControl) -> Result<(), String> {
     };
     let mut mac = HmacSha256::new_from_slice(secret.expose().as_bytes()).expect("any key length");
     mac.update(canonical_json(&Value::Object(msg)).as_bytes());
-    mac.verify_slice(&bytes).map_err(|_| format!("signature_invalid: the signature of {action} does not match"))
+    mac.verify_slice(&bytes)
+        .map_err(|_| format!("signature_invalid: the signature of {action} does not match"))
 }
 
 fn decode_hex(s: &str) -> Option<Vec<u8>> {
@@ -546,7 +568,11 @@ fn check_branch(b: &str) -> Result<(), String> {
 fn check_remote(r: &str) -> Result<(), String> {
     let ok = r.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
         && r.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
-    if ok { Ok(()) } else { Err(format!("remote {r:?} must be a remote name (letters, digits, '.', '_', '-')")) }
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("remote {r:?} must be a remote name (letters, digits, '.', '_', '-')"))
+    }
 }
 
 fn tail(bytes: &[u8], d: &Daemon) -> String {
@@ -596,22 +622,31 @@ async fn git_push(lane: &mut Lane, c: &SandboxControl, out: &mut Map<String, Val
     let remote = str_field(field("remote")).unwrap_or("origin").to_string();
     check_remote(&remote)?;
     let max = d.cfg.git_push_timeout_max_seconds;
-    let timeout = field("timeout_seconds").as_f64().filter(|n| n.is_finite()).map_or(300, |n| (n as u64).clamp(5, max));
+    let timeout =
+        field("timeout_seconds").as_f64().filter(|n| n.is_finite()).map_or(300, |n| (n as u64).clamp(5, max));
     let mut env: Vec<(String, String)> = Vec::new();
     if let Some(map) = field("env").as_object() {
         for (k, v) in map {
-            let v = v.as_str().map(str::to_string).unwrap_or_else(|| if v.is_null() { String::new() } else { v.to_string() });
+            let v = v
+                .as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| if v.is_null() { String::new() } else { v.to_string() });
             names::validate_env(k, &v).map_err(|e| format!("env: {e}"))?;
             env.push((k.clone(), v));
         }
     }
     d.add_secrets(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-    let get = |k: &str| env.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone()).filter(|v| !v.is_empty());
+    let get =
+        |k: &str| env.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone()).filter(|v| !v.is_empty());
     if lane.run_id.is_empty() {
         return Err("git_push needs a run_id".to_string().into());
     }
     let root = &d.cfg.sandbox.workspace_host_root;
-    let ws = lane.state.as_ref().map(|s| s.workspace.clone()).unwrap_or_else(|| root.join(format!("run-{}", lane.run_id)));
+    let ws = lane
+        .state
+        .as_ref()
+        .map(|s| s.workspace.clone())
+        .unwrap_or_else(|| root.join(format!("run-{}", lane.run_id)));
     let ws = resolve_under_root(root, &ws, false)?;
     if !ws.is_dir() || std::fs::symlink_metadata(ws.join(".git")).is_err() {
         return Err(format!("workspace {} is not a git checkout", ws.display()).into());
@@ -630,26 +665,35 @@ async fn git_push(lane: &mut Lane, c: &SandboxControl, out: &mut Map<String, Val
     ];
     let ssh = get("TUIXIU_GIT_AUTH_MODE").is_some_and(|m| m.eq_ignore_ascii_case("ssh"));
     if ssh {
-        let command = match (get("TUIXIU_GIT_SSH_COMMAND"), get("TUIXIU_GIT_SSH_KEY_B64"), get("TUIXIU_GIT_SSH_KEY")) {
-            (Some(cmd), _, _) => cmd,
-            (None, b64, key) => {
-                let key = match (b64, key) {
-                    (Some(b64), _) => {
-                        use base64::Engine;
-                        let bytes = base64::engine::general_purpose::STANDARD
-                            .decode(b64.trim())
-                            .map_err(|_| "TUIXIU_GIT_SSH_KEY_B64 is not base64".to_string())?;
-                        String::from_utf8(bytes).map_err(|_| "TUIXIU_GIT_SSH_KEY_B64 is not a text key".to_string())?
-                    }
-                    (None, Some(key)) => key,
-                    (None, None) => return Err("ssh auth needs TUIXIU_GIT_SSH_KEY(_B64) or TUIXIU_GIT_SSH_COMMAND".to_string().into()),
-                };
-                let path = tmp.0.join("id");
-                let key = if key.ends_with('\n') { key } else { format!("{key}\n") };
-                write_file(&path, &key, 0o600)?;
-                format!("ssh -i {} -o IdentitiesOnly=yes -o StrictHostKeyChecking=accept-new", path.display())
-            }
-        };
+        let command =
+            match (get("TUIXIU_GIT_SSH_COMMAND"), get("TUIXIU_GIT_SSH_KEY_B64"), get("TUIXIU_GIT_SSH_KEY")) {
+                (Some(cmd), _, _) => cmd,
+                (None, b64, key) => {
+                    let key = match (b64, key) {
+                        (Some(b64), _) => {
+                            use base64::Engine;
+                            let bytes = base64::engine::general_purpose::STANDARD
+                                .decode(b64.trim())
+                                .map_err(|_| "TUIXIU_GIT_SSH_KEY_B64 is not base64".to_string())?;
+                            String::from_utf8(bytes)
+                                .map_err(|_| "TUIXIU_GIT_SSH_KEY_B64 is not a text key".to_string())?
+                        }
+                        (None, Some(key)) => key,
+                        (None, None) => {
+                            return Err("ssh auth needs TUIXIU_GIT_SSH_KEY(_B64) or TUIXIU_GIT_SSH_COMMAND"
+                                .to_string()
+                                .into());
+                        }
+                    };
+                    let path = tmp.0.join("id");
+                    let key = if key.ends_with('\n') { key } else { format!("{key}\n") };
+                    write_file(&path, &key, 0o600)?;
+                    format!(
+                        "ssh -i {} -o IdentitiesOnly=yes -o StrictHostKeyChecking=accept-new",
+                        path.display()
+                    )
+                }
+            };
         cmd_env.push(("GIT_SSH_COMMAND".into(), command));
     } else {
         // Even without credentials, a repository's core.sshCommand must not
@@ -692,7 +736,8 @@ async fn git_push(lane: &mut Lane, c: &SandboxControl, out: &mut Map<String, Val
         cmd
     };
     if let Some(repo_url) = get("TUIXIU_REPO_URL") {
-        let got = git(&["remote", "get-url", "--push", &remote]).output().await.map_err(|e| format!("git: {e}"))?;
+        let got =
+            git(&["remote", "get-url", "--push", &remote]).output().await.map_err(|e| format!("git: {e}"))?;
         let url = String::from_utf8_lossy(&got.stdout).trim().to_string();
         if !got.status.success() || url != repo_url.trim() {
             return Err(format!(
@@ -718,7 +763,8 @@ async fn git_push(lane: &mut Lane, c: &SandboxControl, out: &mut Map<String, Val
             if output.status.success() {
                 Ok(())
             } else {
-                let mut e = format!("exitCode={}", output.status.code().map_or("null".into(), |c| c.to_string()));
+                let mut e =
+                    format!("exitCode={}", output.status.code().map_or("null".into(), |c| c.to_string()));
                 if let Some(s) = output.status.signal() {
                     e.push_str(&format!(" signal={}", signal_name(s)));
                 }
@@ -737,7 +783,9 @@ async fn git_push(lane: &mut Lane, c: &SandboxControl, out: &mut Map<String, Val
 }
 
 fn signal_name(sig: i32) -> String {
-    nix::sys::signal::Signal::try_from(sig).map(|s| s.as_str().to_string()).unwrap_or_else(|_| sig.to_string())
+    nix::sys::signal::Signal::try_from(sig)
+        .map(|s| s.as_str().to_string())
+        .unwrap_or_else(|_| sig.to_string())
 }
 
 #[cfg(test)]
@@ -757,6 +805,28 @@ mod tests {
             hmac_hex("Jefe", b"what do ya want for nothing?"),
             "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
         );
+    }
+
+    #[test]
+    fn askpass_answers_from_the_environment() {
+        let dir = std::env::temp_dir().join(format!("tuixiu-askpass-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let script = dir.join("askpass");
+        let _ = std::fs::remove_file(&script);
+        write_file(&script, ASKPASS, 0o700).unwrap();
+        let ask = |prompt: &str| {
+            let out = std::process::Command::new(&script)
+                .arg(prompt)
+                .env_clear()
+                .env("TUIXIU_ASKPASS_USERNAME", "x-access-token")
+                .env("TUIXIU_ASKPASS_PASSWORD", "pa ss'word")
+                .output()
+                .unwrap();
+            String::from_utf8(out.stdout).unwrap()
+        };
+        assert_eq!(ask("Username for 'https://github.com': "), "x-access-token\n");
+        assert_eq!(ask("Password for 'https://x-access-token@github.com': "), "pa ss'word\n");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -116,10 +116,15 @@ fn persisted_id(state_dir: &Path) -> Result<String, IdentityError> {
     let path = identity_path(state_dir);
     match std::fs::read(&path) {
         Ok(bytes) => {
-            let file: IdentityFile = serde_json::from_slice(&bytes)
-                .map_err(|e| IdentityError::Corrupt { path: path.display().to_string(), reason: e.to_string() })?;
+            let file: IdentityFile = serde_json::from_slice(&bytes).map_err(|e| IdentityError::Corrupt {
+                path: path.display().to_string(),
+                reason: e.to_string(),
+            })?;
             crate::provider::names::validate_instance_name(&file.agent_id, "").map_err(|e| {
-                IdentityError::Corrupt { path: path.display().to_string(), reason: format!("agentId: {}", e.reason) }
+                IdentityError::Corrupt {
+                    path: path.display().to_string(),
+                    reason: format!("agentId: {}", e.reason),
+                }
             })?;
             Ok(file.agent_id)
         }
@@ -150,11 +155,8 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> Result<(), IdentityError> {
 /// The host name reduced to `[a-z0-9-]` (as the Node proxy sanitizes it).
 fn hostname() -> String {
     let raw = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    let mut out: String = raw
-        .to_ascii_lowercase()
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-        .collect();
+    let mut out: String =
+        raw.to_ascii_lowercase().chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
     out = out.trim_matches('-').chars().take(40).collect();
     if out.is_empty() { "proxy".into() } else { out }
 }

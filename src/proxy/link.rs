@@ -107,7 +107,11 @@ fn jitter(d: Duration) -> Duration {
 
 /// One connection: connect (abandoned at shutdown), then the session
 /// (which closes properly at shutdown).
-async fn attempt(d: &Arc<Daemon>, tokens: &mut TokenSource, shutdown: &mut tokio::sync::watch::Receiver<bool>) -> End {
+async fn attempt(
+    d: &Arc<Daemon>,
+    tokens: &mut TokenSource,
+    shutdown: &mut tokio::sync::watch::Receiver<bool>,
+) -> End {
     let ws = tokio::select! {
         r = open(d, tokens) => match r {
             Ok(ws) => ws,
@@ -122,7 +126,10 @@ async fn open(d: &Arc<Daemon>, tokens: &mut TokenSource) -> Result<Ws, End> {
     let url = d.cfg.orchestrator_url.clone();
     let parts = url_parts(&url).map_err(|e| End::Retry { reason: e, healthy: false })?;
     let tls = if parts.scheme == "wss" {
-        Some(super::tls::client_config(&d.cfg.tls).map_err(|e| End::Retry { reason: e.to_string(), healthy: false })?)
+        Some(
+            super::tls::client_config(&d.cfg.tls)
+                .map_err(|e| End::Retry { reason: e.to_string(), healthy: false })?,
+        )
     } else {
         None
     };
@@ -137,7 +144,9 @@ async fn open(d: &Arc<Daemon>, tokens: &mut TokenSource) -> Result<Ws, End> {
         Err(ConnectError::Unauthorized(status)) => {
             Err(End::Unauthorized(format!("{url}: the backend refused the token (HTTP {status})")))
         }
-        Err(ConnectError::Other(reason)) => Err(End::Retry { reason: format!("{url}: {reason}"), healthy: false }),
+        Err(ConnectError::Other(reason)) => {
+            Err(End::Retry { reason: format!("{url}: {reason}"), healthy: false })
+        }
     }
 }
 
@@ -156,7 +165,9 @@ async fn connect(
     let tcp = timeout(CONNECT_TIMEOUT, TcpStream::connect((parts.host.as_str(), parts.port)))
         .await
         .map_err(|_| ConnectError::Other(format!("connect timed out after {CONNECT_TIMEOUT:?}")))?
-        .map_err(|e| other(&format!("connect {}:{}: {}", parts.host, parts.port, sandbox::error::io_error_text(&e))))?;
+        .map_err(|e| {
+            other(&format!("connect {}:{}: {}", parts.host, parts.port, sandbox::error::io_error_text(&e)))
+        })?;
     let _ = tcp.set_nodelay(true);
     let stream: Box<dyn Io> = match tls {
         Some(config) => {
@@ -173,19 +184,23 @@ async fn connect(
     };
     let mut request = url.into_client_request().map_err(|e| other(&e))?;
     if let Some(token) = token {
-        let value = format!("Bearer {token}")
-            .parse()
-            .map_err(|_| ConnectError::Other("the token has characters an HTTP header cannot carry".into()))?;
+        let value = format!("Bearer {token}").parse().map_err(|_| {
+            ConnectError::Other("the token has characters an HTTP header cannot carry".into())
+        })?;
         request.headers_mut().insert("authorization", value);
     }
     let config = WebSocketConfig::default().max_message_size(Some(64 << 20)).max_frame_size(Some(16 << 20));
-    match timeout(CONNECT_TIMEOUT, tokio_tungstenite::client_async_with_config(request, stream, Some(config))).await {
+    match timeout(CONNECT_TIMEOUT, tokio_tungstenite::client_async_with_config(request, stream, Some(config)))
+        .await
+    {
         Err(_) => Err(ConnectError::Other("WebSocket handshake timed out".into())),
         Ok(Ok((ws, _))) => Ok(ws),
         Ok(Err(WsError::Http(resp))) if matches!(resp.status().as_u16(), 401 | 403) => {
             Err(ConnectError::Unauthorized(resp.status().as_u16()))
         }
-        Ok(Err(WsError::Http(resp))) => Err(ConnectError::Other(format!("upgrade refused: HTTP {}", resp.status()))),
+        Ok(Err(WsError::Http(resp))) => {
+            Err(ConnectError::Other(format!("upgrade refused: HTTP {}", resp.status())))
+        }
         Ok(Err(e)) => Err(other(&e)),
     }
 }
@@ -365,7 +380,9 @@ async fn finish(mut ws: Ws, end: End) -> End {
     let frame = match &end {
         End::Shutdown => Some(CloseFrame { code: CloseCode::Normal, reason: "proxy shutting down".into() }),
         End::Conflict(_) => Some(CloseFrame { code: CloseCode::Normal, reason: "proxy_id_conflict".into() }),
-        End::Retry { .. } | End::Unauthorized(_) => Some(CloseFrame { code: CloseCode::Away, reason: "reconnecting".into() }),
+        End::Retry { .. } | End::Unauthorized(_) => {
+            Some(CloseFrame { code: CloseCode::Away, reason: "reconnecting".into() })
+        }
     };
     // `close` sends our Close (or completes the reply to the peer's) and
     // flushes; then wait for the peer's Close so the backend has removed
@@ -390,8 +407,14 @@ fn register_message(d: &Daemon) -> String {
         },
         auth: d.cfg.register_hmac_secret.as_ref().map(|secret| {
             let timestamp = super::now_iso();
-            let signature = super::control::hmac_hex(secret.expose(), format!("{}.{timestamp}", d.proxy_id).as_bytes());
-            super::protocol::RegisterAuth { kind: "hmac-sha256", proxy_id: d.proxy_id.clone(), timestamp, signature }
+            let signature =
+                super::control::hmac_hex(secret.expose(), format!("{}.{timestamp}", d.proxy_id).as_bytes());
+            super::protocol::RegisterAuth {
+                kind: "hmac-sha256",
+                proxy_id: d.proxy_id.clone(),
+                timestamp,
+                signature,
+            }
         }),
     };
     serde_json::to_string(&msg).expect("plain data")

@@ -65,12 +65,15 @@ impl Daemon {
         let state = &cfg.state_dir;
         let prefix = cfg.sandbox.instance_prefix.as_str();
         let provider = match cfg.sandbox.provider {
-            ProviderChoice::Native => AnyProvider::Native(NativeProvider::with_current_exe(state, prefix).map_err(|e| e.to_string())?),
-            ProviderChoice::Docker => {
-                AnyProvider::Docker(DockerProvider::new(&cfg.sandbox.runtime, state, prefix).map_err(|e| e.to_string())?)
-            }
+            ProviderChoice::Native => AnyProvider::Native(
+                NativeProvider::with_current_exe(state, prefix).map_err(|e| e.to_string())?,
+            ),
+            ProviderChoice::Docker => AnyProvider::Docker(
+                DockerProvider::new(&cfg.sandbox.runtime, state, prefix).map_err(|e| e.to_string())?,
+            ),
             ProviderChoice::Host => AnyProvider::Host(
-                HostProvider::new(state, prefix, cfg.sandbox.no_isolation_acknowledged).map_err(|e| e.to_string())?,
+                HostProvider::new(state, prefix, cfg.sandbox.no_isolation_acknowledged)
+                    .map_err(|e| e.to_string())?,
             ),
         };
         let mut redactor = Redactor::default();
@@ -305,7 +308,8 @@ pub fn main(opts: Options) -> u8 {
 
 async fn wait_for_signal() {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
+    else {
         tracing::error!("cannot install signal handlers; stop the daemon with SIGKILL");
         return std::future::pending().await;
     };

@@ -22,13 +22,18 @@ pub enum Incoming {
     AcpClose(RunMessage),
     /// `session_cancel`, `session_set_mode`, `session_set_model`,
     /// `session_set_config_option` (the type is kept in `kind`).
-    SessionControl { kind: String, msg: RunMessage },
+    SessionControl {
+        kind: String,
+        msg: RunMessage,
+    },
     SessionPermission(RunMessage),
     SandboxControl(SandboxControl),
     RegisterAck(RegisterAck),
     /// The backend refuses this proxy id (seed 002 §8.2): `proxy_id_conflict`
     /// or `proxy_id_taken_over`, as a message type or an `error` field.
-    IdConflict { reason: String },
+    IdConflict {
+        reason: String,
+    },
 }
 
 /// Why a frame was dropped (logged, never answered: there is no request to
@@ -356,7 +361,9 @@ mod tests {
             Incoming::decode(r#"{"type":"nope"}"#).unwrap_err(),
             DecodeError::UnknownType("nope".into())
         );
-        match Incoming::decode(r#"{"type":"acp_open","run_id":"r1","context":"x","init":{"env":{}}}"#).unwrap() {
+        match Incoming::decode(r#"{"type":"acp_open","run_id":"r1","context":"x","init":{"env":{}}}"#)
+            .unwrap()
+        {
             Incoming::AcpOpen(m) => {
                 assert_eq!(m.run_id, "r1");
                 assert_eq!(m.extra["context"], "x");
@@ -375,7 +382,8 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(matches!(
-            Incoming::decode(r#"{"type":"register_ack","success":false,"error":"proxy_id_conflict"}"#).unwrap(),
+            Incoming::decode(r#"{"type":"register_ack","success":false,"error":"proxy_id_conflict"}"#)
+                .unwrap(),
             Incoming::IdConflict { .. }
         ));
         assert!(matches!(

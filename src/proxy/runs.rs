@@ -42,8 +42,7 @@ use super::protocol::{Incoming, RunMessage, SandboxControl, proxy_error_text, st
 use crate::provider::{InstanceConfig, InstanceInfo, InstanceStatus, Mount, Provider, names};
 
 /// The answer of `acp_open`/`prompt_send` until the agent host (part 2) lands.
-pub const AGENT_UNAVAILABLE: &str =
-    "agent_unavailable: this tuixiu-sandbox build has the execution plane only (instances, keepalive, \
+pub const AGENT_UNAVAILABLE: &str = "agent_unavailable: this tuixiu-sandbox build has the execution plane only (instances, keepalive, \
      sandbox_control); starting ACP agents is not implemented yet";
 
 pub const DEFAULT_TTL: u64 = 1800;
@@ -76,11 +75,17 @@ pub enum Job {
     Open(RunMessage),
     Prompt(RunMessage),
     Close(RunMessage),
-    Session { kind: String, msg: RunMessage },
+    Session {
+        kind: String,
+        msg: RunMessage,
+    },
     Permission(RunMessage),
     Control(SandboxControl),
     /// Remove instance `name` for `gc`/`prune_orphans`, in this run's order.
-    Remove { name: String, done: oneshot::Sender<Result<(), String>> },
+    Remove {
+        name: String,
+        done: oneshot::Sender<Result<(), String>>,
+    },
     Adopt(Box<RunState>),
 }
 
@@ -117,12 +122,7 @@ pub fn send(d: &Arc<Daemon>, key: &str, job: Job) {
     start_lane(d, &mut lanes, key, job);
 }
 
-fn start_lane(
-    d: &Arc<Daemon>,
-    lanes: &mut HashMap<String, mpsc::UnboundedSender<Job>>,
-    key: &str,
-    job: Job,
-) {
+fn start_lane(d: &Arc<Daemon>, lanes: &mut HashMap<String, mpsc::UnboundedSender<Job>>, key: &str, job: Job) {
     let (tx, rx) = mpsc::unbounded_channel();
     tx.send(job).ok();
     lanes.insert(key.to_string(), tx);
@@ -166,7 +166,11 @@ pub fn dispatch(d: &Arc<Daemon>, msg: Incoming) {
 /// 200 characters without `/`, `\`, `:`, whitespace or control characters.
 pub fn valid_run_id(v: &Value) -> Result<String, String> {
     let Some(s) = v.as_str() else {
-        return Err(if v.is_null() { "run_id is missing".into() } else { format!("run_id must be a string, got {v}") });
+        return Err(if v.is_null() {
+            "run_id is missing".into()
+        } else {
+            format!("run_id must be a string, got {v}")
+        });
     };
     let s = s.trim();
     names::validate_run_id(s).map_err(|e| e.to_string())?;
@@ -192,7 +196,9 @@ fn reply_prompt(d: &Daemon, m: &RunMessage, result: Result<(), String>) {
         if let Some(id) = m.run_id.as_str() {
             d.outbox.push(&proxy_error_text(id, &e));
         }
-        d.outbox.push(&json!({"type":"prompt_result","run_id":m.run_id,"prompt_id":m.prompt_id,"ok":false,"error":e}));
+        d.outbox.push(
+            &json!({"type":"prompt_result","run_id":m.run_id,"prompt_id":m.prompt_id,"ok":false,"error":e}),
+        );
     }
 }
 
@@ -220,9 +226,10 @@ pub struct Lane {
 impl Lane {
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Job>) {
         loop {
-            let deadline = self.state.as_ref().and_then(|s| s.expires_at_ms).map(|at| {
-                tokio::time::Instant::now() + Duration::from_millis(at.saturating_sub(now_ms()))
-            });
+            let deadline =
+                self.state.as_ref().and_then(|s| s.expires_at_ms).map(|at| {
+                    tokio::time::Instant::now() + Duration::from_millis(at.saturating_sub(now_ms()))
+                });
             tokio::select! {
                 job = rx.recv() => match job {
                     Some(job) => self.handle(job).await,
@@ -454,7 +461,8 @@ impl Lane {
             (None, Some(state)) => state.instance_name.clone(),
             (None, None) => format!("{}{}", self.d.cfg.sandbox.instance_prefix, self.run_id),
         };
-        names::validate_instance_name(&name, &self.d.cfg.sandbox.instance_prefix).map_err(|e| e.to_string())?;
+        names::validate_instance_name(&name, &self.d.cfg.sandbox.instance_prefix)
+            .map_err(|e| e.to_string())?;
         if let Some(state) = &self.state
             && state.instance_name != name
         {
@@ -558,7 +566,8 @@ pub async fn adopt_persisted(d: &Arc<Daemon>) {
     };
     for entry in entries.flatten() {
         let path = entry.path();
-        let Some(stem) = path.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix(".json")) else {
+        let Some(stem) = path.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix(".json"))
+        else {
             continue;
         };
         let loaded = std::fs::read(&path)
@@ -644,7 +653,10 @@ fn workspace_from_init(init: Option<&Value>, env: &HashMap<String, String>) -> O
     for item in items.into_iter().flatten() {
         let is_ws = item.get("apply").and_then(Value::as_str) == Some("bindMount")
             && item.pointer("/target/root").and_then(Value::as_str) == Some("WORKSPACE")
-            && matches!(item.pointer("/target/path").and_then(Value::as_str).map(str::trim), None | Some("" | "."));
+            && matches!(
+                item.pointer("/target/path").and_then(Value::as_str).map(str::trim),
+                None | Some("" | ".")
+            );
         if is_ws && let Some(p) = item.pointer("/source/path").and_then(Value::as_str).map(str::trim) {
             return Some(PathBuf::from(p));
         }
@@ -655,7 +667,8 @@ fn workspace_from_init(init: Option<&Value>, env: &HashMap<String, String>) -> O
 /// The sandbox user from `init.env` (the bwrap provider's rules).
 fn user_view(env: &HashMap<String, String>, home: &str) -> Result<sandbox::UserView, String> {
     let get = |k: &str| env.get(k).map(|s| s.trim()).filter(|s| !s.is_empty());
-    let name = get("TUIXIU_BWRAP_USERNAME").or_else(|| get("USER")).or_else(|| get("LOGNAME")).unwrap_or("agent");
+    let name =
+        get("TUIXIU_BWRAP_USERNAME").or_else(|| get("USER")).or_else(|| get("LOGNAME")).unwrap_or("agent");
     let uid = match get("TUIXIU_BWRAP_UID") {
         Some(s) => s.parse::<u32>().map_err(|_| format!("TUIXIU_BWRAP_UID {s:?} is not a uid"))?,
         None => 1000,
@@ -689,7 +702,8 @@ fn chown_new(dir: &Path, user: &sandbox::UserView) {
 /// `create` makes the missing directories. Refuses anything that is or
 /// leads outside the root, and the root itself.
 pub fn resolve_under_root(root: &Path, path: &Path, create: bool) -> Result<PathBuf, String> {
-    let outside = || format!("{} must be under sandbox.workspaceHostRoot ({})", path.display(), root.display());
+    let outside =
+        || format!("{} must be under sandbox.workspaceHostRoot ({})", path.display(), root.display());
     if !path.is_absolute() {
         return Err(format!("{} is not an absolute path", path.display()));
     }
@@ -700,7 +714,9 @@ pub fn resolve_under_root(root: &Path, path: &Path, create: bool) -> Result<Path
             Component::RootDir => lexical.push("/"),
             Component::Normal(n) => lexical.push(n),
             Component::CurDir => {}
-            Component::ParentDir | Component::Prefix(_) => return Err(format!("{} contains '..'", path.display())),
+            Component::ParentDir | Component::Prefix(_) => {
+                return Err(format!("{} contains '..'", path.display()));
+            }
         }
     }
     let rel = lexical.strip_prefix(root).map_err(|_| outside())?.to_path_buf();
@@ -717,7 +733,11 @@ pub fn resolve_under_root(root: &Path, path: &Path, create: bool) -> Result<Path
                 let real = std::fs::canonicalize(&next)
                     .map_err(|e| format!("{}: {}", next.display(), sandbox::error::io_error_text(&e)))?;
                 if !real.starts_with(root) || real == root {
-                    return Err(format!("{} resolves to {}, outside the workspace root", next.display(), real.display()));
+                    return Err(format!(
+                        "{} resolves to {}, outside the workspace root",
+                        next.display(),
+                        real.display()
+                    ));
                 }
                 cur = real;
             }
@@ -725,7 +745,13 @@ pub fn resolve_under_root(root: &Path, path: &Path, create: bool) -> Result<Path
                 match std::fs::DirBuilder::new().mode(0o755).create(&next) {
                     Ok(()) => {}
                     Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                    Err(e) => return Err(format!("create {}: {}", next.display(), sandbox::error::io_error_text(&e))),
+                    Err(e) => {
+                        return Err(format!(
+                            "create {}: {}",
+                            next.display(),
+                            sandbox::error::io_error_text(&e)
+                        ));
+                    }
                 }
                 cur = std::fs::canonicalize(&next)
                     .map_err(|e| format!("{}: {}", next.display(), sandbox::error::io_error_text(&e)))?;
@@ -756,7 +782,13 @@ mod tests {
         std::os::unix::fs::symlink(base.join("outside"), root.join("link")).unwrap();
         let ok = resolve_under_root(&root, &root.join("run-a/sub"), true).unwrap();
         assert!(ok.is_dir() && ok.starts_with(&root));
-        for bad in [root.join("link"), root.join("link/x"), root.join("../outside"), PathBuf::from("/etc"), root.clone()] {
+        for bad in [
+            root.join("link"),
+            root.join("link/x"),
+            root.join("../outside"),
+            PathBuf::from("/etc"),
+            root.clone(),
+        ] {
             assert!(resolve_under_root(&root, &bad, true).is_err(), "{} accepted", bad.display());
         }
         assert!(!base.join("outside/x").exists(), "created through the symlink");

@@ -70,10 +70,11 @@ pub fn client_config(tls: &TlsConfig) -> Result<rustls::ClientConfig, TlsError> 
     let config = match (&tls.client_cert, &tls.client_key) {
         (Some(cert), Some(key)) => {
             let chain = read_certs("tls.client_cert", cert)?;
-            let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| file_err("tls.client_key", key, e))?;
-            builder
-                .with_client_auth_cert(chain, key_der)
-                .map_err(|e| file_err("tls.client_cert", cert, format!("does not match tls.client_key: {e}")))?
+            let key_der =
+                PrivateKeyDer::from_pem_file(key).map_err(|e| file_err("tls.client_key", key, e))?;
+            builder.with_client_auth_cert(chain, key_der).map_err(|e| {
+                file_err("tls.client_cert", cert, format!("does not match tls.client_key: {e}"))
+            })?
         }
         _ => builder.with_no_client_auth(),
     };

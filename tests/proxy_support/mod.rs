@@ -245,7 +245,12 @@ impl Backend {
     }
 
     /// Waits until a received message satisfies `pred`; returns it.
-    pub async fn wait_for(&self, what: &str, timeout: Duration, pred: impl Fn(&Received) -> bool) -> Received {
+    pub async fn wait_for(
+        &self,
+        what: &str,
+        timeout: Duration,
+        pred: impl Fn(&Received) -> bool,
+    ) -> Received {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(r) = self.received().into_iter().find(|r| pred(r)) {
@@ -271,7 +276,8 @@ impl Backend {
 
     /// Waits for the `sandbox_control_result` of `request_id`.
     pub async fn result(&self, request_id: &str) -> Value {
-        self.wait_type("sandbox_control_result", "request_id", &json!(request_id), Duration::from_secs(20)).await
+        self.wait_type("sandbox_control_result", "request_id", &json!(request_id), Duration::from_secs(20))
+            .await
     }
 
     /// Waits for the first `register_agent` of connection `conn`.
@@ -299,6 +305,8 @@ where
 {
     let auth = Arc::new(Mutex::new(None));
     let auth2 = auth.clone();
+    // The callback's error type is tungstenite's (large) HTTP response.
+    #[allow(clippy::result_large_err)]
     let callback = move |req: &Request, resp: Response| {
         *auth2.lock().unwrap() =
             req.headers().get("authorization").and_then(|v| v.to_str().ok()).map(str::to_string);
@@ -315,9 +323,13 @@ where
     };
     let valid = s.valid_tokens.lock().unwrap().clone();
     if let Some(valid) = valid {
-        let ok = auth.as_deref().and_then(|a| a.strip_prefix("Bearer ")).is_some_and(|t| valid.iter().any(|v| v == t));
+        let ok = auth
+            .as_deref()
+            .and_then(|a| a.strip_prefix("Bearer "))
+            .is_some_and(|t| valid.iter().any(|v| v == t));
         if !ok {
-            let _ = ws.close(Some(CloseFrame { code: CloseCode::Policy, reason: "Unauthorized".into() })).await;
+            let _ =
+                ws.close(Some(CloseFrame { code: CloseCode::Policy, reason: "Unauthorized".into() })).await;
             open.store(false, Ordering::SeqCst);
             return;
         }
@@ -362,7 +374,8 @@ where
 /// next token of `tokens`. Returns its URL and the number of calls so far.
 pub async fn register_endpoint(secret: &'static str, tokens: Vec<String>) -> (String, Arc<AtomicUsize>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://127.0.0.1:{}/api/admin/acp-proxy/register", listener.local_addr().unwrap().port());
+    let url =
+        format!("http://127.0.0.1:{}/api/admin/acp-proxy/register", listener.local_addr().unwrap().port());
     let calls = Arc::new(AtomicUsize::new(0));
     let c = calls.clone();
     tokio::spawn(async move {
@@ -381,7 +394,11 @@ pub async fn register_endpoint(secret: &'static str, tokens: Vec<String>) -> (St
                     let head = String::from_utf8_lossy(&buf[..pos]).to_string();
                     let len = head
                         .lines()
-                        .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse::<usize>().unwrap_or(0)))
+                        .find_map(|l| {
+                            l.to_ascii_lowercase()
+                                .strip_prefix("content-length:")
+                                .map(|v| v.trim().parse::<usize>().unwrap_or(0))
+                        })
                         .unwrap_or(0);
                     let mut body = buf[pos + 4..].to_vec();
                     while body.len() < len {
@@ -400,7 +417,10 @@ pub async fn register_endpoint(secret: &'static str, tokens: Vec<String>) -> (St
             let (status, reply) = if !head.starts_with("POST /api/admin/acp-proxy/register ") {
                 ("404 Not Found", json!({"success":false}))
             } else if !authorized {
-                ("401 Unauthorized", json!({"success":false,"error":{"code":"UNAUTHORIZED","message":"bootstrap token 无效"}}))
+                (
+                    "401 Unauthorized",
+                    json!({"success":false,"error":{"code":"UNAUTHORIZED","message":"bootstrap token 无效"}}),
+                )
             } else if body["proxyId"].as_str().is_none_or(str::is_empty) {
                 ("400 Bad Request", json!({"success":false}))
             } else {
