@@ -527,9 +527,10 @@ impl Config {
                         Value::Number(n) => n.to_string(),
                         Value::Bool(b) => b.to_string(),
                         other => {
-                            return Err(
-                                r.err(&format!("sandbox.env.{k}"), format!("expected a string, got {other}"))
-                            );
+                            return Err(r.err(
+                                &format!("sandbox.env.{k}"),
+                                format!("expected a string, got {other}"),
+                            ));
                         }
                     };
                     names::validate_env(&k, &v).map_err(|e| r.err(&format!("sandbox.env.{k}"), e.reason))?;
@@ -773,7 +774,7 @@ mod tests {
 
     #[test]
     fn errors_name_the_key() {
-        let e = load(&format!("{MIN}heartbeat_seconds = \"x\"\n"), &[]).unwrap_err().to_string();
+        let e = load(&format!("heartbeat_seconds = \"x\"\n{MIN}"), &[]).unwrap_err().to_string();
         assert!(e.contains("heartbeat_seconds") && e.contains("between 1 and 3600"), "{e}");
         let e = load(&MIN.replace("ws://", "http://"), &[]).unwrap_err().to_string();
         assert!(e.contains("orchestrator_url") && e.contains("ws or wss"), "{e}");
@@ -785,6 +786,22 @@ mod tests {
         assert!(e.contains("noIsolationAcknowledged"), "{e}");
         let e = load("[sandbox]\nworkspaceHostRoot = \"ROOT\"\n", &[]).unwrap_err().to_string();
         assert!(e.contains("orchestrator_url") && e.contains("required"), "{e}");
+    }
+
+    #[test]
+    fn documented_example_loads_cleanly() {
+        let root = std::env::temp_dir().join(format!("tuixiu-proxy-example-{}", std::process::id()));
+        let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/proxy.toml.example");
+        let env = [
+            ("ACP_PROXY_SANDBOX_WORKSPACE_HOST_ROOT".to_string(), root.display().to_string()),
+            ("ACP_PROXY_BOOTSTRAP_TOKEN".to_string(), "boot-123456".to_string()),
+        ];
+        let (c, warnings) = Config::load(Some(&example), env).unwrap();
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(c.agent.id.as_deref(), Some("proxy-prod-01"));
+        assert_eq!(c.agent.capabilities["languages"][0], "rust");
+        assert_eq!(c.agent_command, vec!["codex-acp"]);
+        let _ = std::fs::remove_dir_all(&root);
     }
 
     #[test]

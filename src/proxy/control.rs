@@ -158,7 +158,9 @@ async fn run_action(
         "inspect" => {
             let name = instance_name(lane, c)?;
             let info = d.provider.inspect(&name).await.map_err(|e| e.to_string())?;
-            if !lane.run_id.is_empty() {
+            // As the Node proxy: a status update only when the backend
+            // named the run.
+            if str_field(&c.run_id).is_some() {
                 d.report_status(&lane.run_id, &info);
             }
             out.insert("status".into(), json!(info.status.as_str()));

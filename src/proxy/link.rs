@@ -61,6 +61,8 @@ pub enum Exit {
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(3);
 const BACKOFF_START: Duration = Duration::from_millis(500);
+/// Messages written per flush when the outbox has a backlog.
+const OUTBOX_BATCH: usize = 64;
 
 /// Runs the link until shutdown or an id conflict.
 pub async fn run(d: Arc<Daemon>, mut shutdown: tokio::sync::watch::Receiver<bool>) -> Exit {
@@ -122,8 +124,14 @@ async fn attempt(
     session(d, ws, shutdown).await
 }
 
+/// The URL without its query (a `?token=` must not reach a log line).
+fn shown(url: &str) -> &str {
+    url.split(['?', '#']).next().unwrap_or(url)
+}
+
 async fn open(d: &Arc<Daemon>, tokens: &mut TokenSource) -> Result<Ws, End> {
     let url = d.cfg.orchestrator_url.clone();
+    let shown = shown(&url);
     let parts = url_parts(&url).map_err(|e| End::Retry { reason: e, healthy: false })?;
     let tls = if parts.scheme == "wss" {
         Some(
@@ -138,11 +146,11 @@ async fn open(d: &Arc<Daemon>, tokens: &mut TokenSource) -> Result<Ws, End> {
         tokens.token(tls_for_http).await.map_err(|e| End::Retry { reason: e.to_string(), healthy: false })?;
     match connect(&url, &parts, tls, token.as_ref().map(|t| t.expose())).await {
         Ok(ws) => {
-            tracing::info!("link: connected to {url}");
+            tracing::info!("link: connected to {shown}");
             Ok(ws)
         }
         Err(ConnectError::Unauthorized(status)) => {
-            Err(End::Unauthorized(format!("{url}: the backend refused the token (HTTP {status})")))
+            Err(End::Unauthorized(format!("{shown}: the backend refused the token (HTTP {status})")))
         }
         Err(ConnectError::Other(reason)) => {
             Err(End::Retry { reason: format!("{url}: {reason}"), healthy: false })
@@ -338,11 +346,20 @@ async fn registered(d: &Arc<Daemon>, ws: &mut Ws, shutdown: &mut tokio::sync::wa
                     },
                 }
             }
-            item = d.outbox.peek() => {
-                if let Err(e) = send_text(ws, &item.text).await {
-                    return End::Retry { reason: format!("send {}: {e}", item.kind), healthy: true };
+            batch = d.outbox.peek_batch(OUTBOX_BATCH) => {
+                // Write the batch, flush once, and only then drop it from
+                // the outbox: a failure keeps it for the next connection.
+                for item in &batch {
+                    if let Err(e) = ws.feed(Message::text(&*item.text)).await {
+                        return End::Retry { reason: format!("send {}: {e}", item.kind), healthy: true };
+                    }
                 }
-                d.outbox.pop(item.seq);
+                if let Err(e) = ws.flush().await {
+                    return End::Retry { reason: format!("send: {e}"), healthy: true };
+                }
+                if let Some(last) = batch.last() {
+                    d.outbox.pop_through(last.seq);
+                }
             }
             _ = heartbeat.tick() => {
                 if last_rx.elapsed() > dead_after {

@@ -223,15 +223,16 @@ pub fn main(opts: Options) -> u8 {
         Ok(p) if p.scheme == "ws" && !config::is_loopback_host(&p.host) => {
             if cfg.allow_insecure_ws {
                 tracing::warn!(
-                    "orchestrator_url {} is plain ws:// to a non-loopback host: tokens and control \
+                    "orchestrator_url ws://{}:{} is plain ws:// to a non-loopback host: tokens and control \
                      messages travel unencrypted (allowed by allow_insecure_ws; use wss:// in production)",
-                    cfg.orchestrator_url
+                    p.host,
+                    p.port
                 );
             } else {
                 report(&format!(
-                    "proxy: orchestrator_url {:?}: plain ws:// is only allowed to loopback addresses; \
+                    "proxy: orchestrator_url ws://{}:{}: plain ws:// is only allowed to loopback addresses; \
                      use wss:// (or --allow-insecure-ws, for testing only)",
-                    cfg.orchestrator_url
+                    p.host, p.port
                 ));
                 return sandbox::EXIT_SETUP_FAILED;
             }

@@ -12,9 +12,9 @@
 //! registration is, per affected run, a `proxy_update` text
 //! `[proxy:error] outbox overflow: …` saying how many were lost.
 //!
-//! A message leaves the queue only after the WebSocket accepted it
-//! ([`Outbox::peek`] then [`Outbox::pop`]), so a send that fails keeps it
-//! for the next connection.
+//! A message leaves the queue only after the WebSocket flushed it
+//! ([`Outbox::peek_batch`], then [`Outbox::pop_through`] once the batch
+//! was written), so a send that fails keeps it for the next connection.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -99,6 +99,29 @@ impl Outbox {
                 return item;
             }
             notified.await;
+        }
+    }
+
+    /// Up to `max` of the oldest messages, waiting until there is one.
+    pub async fn peek_batch(&self, max: usize) -> Vec<Item> {
+        loop {
+            let notified = self.notify.notified();
+            {
+                let st = self.lock();
+                if !st.queue.is_empty() {
+                    return st.queue.iter().take(max).cloned().collect();
+                }
+            }
+            notified.await;
+        }
+    }
+
+    /// Removes every message up to and including `seq` once they were sent.
+    pub fn pop_through(&self, seq: u64) {
+        let mut st = self.lock();
+        while st.queue.front().is_some_and(|i| i.seq <= seq) {
+            let item = st.queue.pop_front().expect("front exists");
+            st.bytes -= item.text.len();
         }
     }
 
