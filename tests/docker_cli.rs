@@ -151,12 +151,11 @@ fn secrets_are_not_on_any_command_line() {
     let cmdline = text(&std::fs::read(format!("/proc/{docker_pid}/cmdline")).unwrap());
     assert!(cmdline.contains("--env-file=/dev/fd/"), "{cmdline}");
     assert!(!cmdline.contains(secret), "{cmdline}");
-    let name = text(
-        &docker(&["ps", "--filter", &format!("label=acp-proxy.run_id={run_id}"), "--format", "{{.Names}}"])
-            .stdout,
-    )
-    .trim()
-    .to_string();
+    let filter = format!("label=acp-proxy.run_id={run_id}");
+    let name = wait_for(|| {
+        let out = docker(&["ps", "--filter", &filter, "--format", "{{.Names}}"]);
+        Some(text(&out.stdout).trim().to_string()).filter(|n| !n.is_empty())
+    });
     for format in ["{{json .Config.Cmd}}", "{{json .Args}}", "{{json .Path}}", "{{json .Config.Entrypoint}}"]
     {
         assert!(!inspect_format(&name, format).contains(secret), "{format}");

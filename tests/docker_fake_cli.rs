@@ -120,7 +120,19 @@ fn invalid_names_and_images_never_reach_the_cli() {
         vec!["run", "--provider", "docker", "--image", "Not/Valid", "--", "true"],
         vec!["run", "--provider", "docker", "--image", "img;rm", "--", "true"],
         vec!["run", "--provider", "docker", "--", "true"],
-        vec!["run", "--provider", "docker", "--image", "img", "--env", "A=line\nbreak", "--", "true"],
+        vec![
+            "run",
+            "--provider",
+            "docker",
+            "--image",
+            "img",
+            "--env",
+            "A=line\nbreak",
+            "--env-allow",
+            "A",
+            "--",
+            "true",
+        ],
         vec!["run", "--provider", "docker", "--image", "img", "--run-id", "../etc", "--", "true"],
     ]
     .into_iter()
@@ -177,6 +189,8 @@ fn variables_travel_only_in_the_env_file() {
             "OPENAI_API_KEY",
             "--env",
             "PLAIN=v",
+            "--env-allow",
+            "PLAIN",
         ])
         .args(["--", "sh", "-c", "echo hi"])
         .env_clear()

@@ -325,7 +325,7 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
 }
 
 #[tokio::test]
-async fn limits_and_network_off_are_applied() {
+async fn limits_network_off_and_a_read_only_workspace_are_applied() {
     let scratch = Scratch::new("limits");
     let p = provider(&scratch);
     let name = scratch.track(&unique_name("limits"));
@@ -334,6 +334,7 @@ async fn limits_and_network_off_are_applied() {
     cfg.limits.memory = Some(64 << 20);
     cfg.limits.pids = Some(64);
     cfg.limits.cpus = Some(0.5);
+    cfg.workspace_read_only = true;
     p.ensure(&cfg).await.unwrap();
     assert_eq!(inspect_format(&name, "{{.HostConfig.Memory}}"), (64u64 << 20).to_string());
     assert_eq!(inspect_format(&name, "{{.HostConfig.PidsLimit}}"), "64");
@@ -343,6 +344,9 @@ async fn limits_and_network_off_are_applied() {
         run(&p, &name, ProcessSpec::new(["sh", "-c", "ls /sys/class/net; grep CapEff /proc/self/status"]))
             .await;
     assert_eq!(out, "lo\nCapEff:\t0000000000000000\n");
+    let (code, _, err) = run(&p, &name, ProcessSpec::new(["touch", "/workspace/x"])).await;
+    assert_ne!(code, 0);
+    assert!(err.contains("Read-only file system"), "{err}");
 }
 
 #[tokio::test]
@@ -357,4 +361,62 @@ async fn invalid_names_and_images_are_refused() {
     cfg.image = Some("--privileged".into());
     assert!(matches!(p.ensure(&cfg).await, Err(ProviderError::InvalidName(_))));
     assert_eq!(p.kind(), ProviderKind::Docker);
+}
+
+#[tokio::test]
+async fn a_stopped_instance_starts_after_its_host_files_were_wiped() {
+    let scratch = Scratch::new("wiped");
+    let p = provider(&scratch);
+    let name = scratch.track(&unique_name("wiped"));
+    let id = p.ensure(&config(&scratch, &name)).await.unwrap().id;
+    p.stop(&name).await.unwrap();
+    std::fs::remove_dir_all(scratch.state.join("docker").join(&name)).unwrap();
+    let info = p.ensure(&config(&scratch, &name)).await.unwrap();
+    assert_eq!((info.status, info.id), (InstanceStatus::Running, id));
+    let (code, out, err) = run(&p, &name, ProcessSpec::new(["sh", "-c", "id -un; touch ~/x"])).await;
+    assert_eq!((code, out.as_str()), (0, "agent\n"), "{err}");
+}
+
+#[tokio::test]
+async fn inputs_written_into_the_volumes_before_start_are_the_users() {
+    use std::os::unix::fs::MetadataExt;
+    use tuixiu_sandbox::provider::docker::as_container_user;
+
+    let scratch = Scratch::new("volumes");
+    let p = provider(&scratch);
+
+    // A one-off container: home and scratch are host directories that go
+    // away with it.
+    let mut cfg = config(&scratch, &unique_name("vol"));
+    let volumes = p.prepare_volumes(&mut cfg, true).unwrap();
+    // The user cannot search the (root-private) state directory: the
+    // writer goes through the handles.
+    let (workspace, home, scratch_dir) = volumes.writable();
+    as_container_user(&cfg, || {
+        assert!(std::fs::metadata(volumes.home.join(".")).is_err(), "the state directory is private");
+        std::fs::create_dir_all(home.join(".codex")).unwrap();
+        std::fs::write(home.join(".codex/AGENTS.md"), "# hi\n").unwrap();
+        std::fs::write(scratch_dir.unwrap().join("x"), "scratch\n").unwrap();
+        std::fs::write(workspace.join("in.txt"), "input\n").unwrap();
+    });
+    assert_eq!(std::fs::metadata(volumes.home.join(".codex/AGENTS.md")).unwrap().uid(), 1000);
+    let script = "cat ~/.codex/AGENTS.md /scratch/x /workspace/in.txt && echo more >> ~/.codex/AGENTS.md && echo appended";
+    let (mut cmd, _env_fd, files) =
+        p.run_once_command(&cfg, &ProcessSpec::new(["sh", "-c", script])).unwrap();
+    let out = cmd.stdin(std::process::Stdio::null()).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "# hi\nscratch\ninput\nappended\n");
+    let dir = files.dir.clone();
+    files.remove();
+    assert!(!dir.exists());
+
+    // A named instance keeps them.
+    let name = scratch.track(&unique_name("volnamed"));
+    let mut cfg = config(&scratch, &name);
+    let volumes = p.prepare_volumes(&mut cfg, true).unwrap();
+    let (_, _, scratch_dir) = volumes.writable();
+    as_container_user(&cfg, || std::fs::write(scratch_dir.unwrap().join("y"), "kept\n").unwrap());
+    p.ensure(&cfg).await.unwrap();
+    let (code, out, err) = run(&p, &name, ProcessSpec::new(["cat", "/scratch/y"])).await;
+    assert_eq!((code, out.as_str()), (0, "kept\n"), "{err}");
 }

@@ -128,6 +128,19 @@ async fn one_agent_and_stop_ends_every_process() {
 }
 
 #[tokio::test]
+async fn a_read_only_workspace() {
+    let fixture = Fixture::new(Caller::Root);
+    let p = provider(&fixture);
+    let mut cfg = config(&fixture, "tuixiu-run-ro");
+    cfg.workspace_read_only = true;
+    p.ensure(&cfg).await.unwrap();
+    let (code, out, err) = output(&p, "tuixiu-run-ro", ProcessSpec::new(["sh", "-c", "pwd; touch x"])).await;
+    assert_ne!(code, 0);
+    assert_eq!(out, "/workspace\n");
+    assert!(err.contains("Read-only file system"), "{err}");
+}
+
+#[tokio::test]
 async fn invalid_configs_leave_nothing_behind() {
     let fixture = Fixture::new(Caller::Root);
     let p = provider(&fixture);

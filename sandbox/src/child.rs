@@ -70,6 +70,12 @@ pub(crate) fn main(plan: &Plan, fds: &ChildFds) -> ! {
 
 /// The in-child checklist. Returns only on failure.
 fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible, StepFail<'a>> {
+    // 0. Nothing the launcher had open stays with us but our pipes: a
+    //    descriptor held here (a directory, a file) would be reachable from
+    //    the sandbox through /proc/1/fd once PID 1 has dropped privileges.
+    sys::close_all_except(&[fds.report, fds.sync, fds.ack])
+        .map_err(|e| fail("close inherited descriptors", "close_range", c"3..", e))?;
+
     // 1. Wait until the launcher has written our uid/gid maps. End-of-file
     //    means the launcher died before that: leave quietly.
     let mut byte = [0u8; 1];

@@ -315,7 +315,7 @@ mod tests {
 
         // The host path behind "out" does not exist inside the root, so the
         // walk fails instead of creating anything in the real `outside`.
-        let err = resolve(root.as_fd(), c"out/a", Some(Kind::Dir)).err().expect("dangling in-root link");
+        let err = resolve(root.as_fd(), c"out/a", Some(Kind::Dir)).expect_err("dangling in-root link");
         assert_eq!(err.errno, Errno::ENOENT);
         assert!(!dir.join("outside/a").exists());
 

@@ -1,13 +1,17 @@
 //! `run`: one command in a fresh sandbox, stdio passed straight through.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 
 use clap::ArgMatches;
 use sandbox::{
-    Access, Home, HostIds, LaunchOptions, MountOp, Network, SandboxBuilder, SandboxSpec, UserView,
+    Access, ExitStatus, Home, HostIds, LaunchError, LaunchOptions, MountOp, Network, SandboxBuilder,
+    SandboxSpec, UserView,
 };
 
+use super::run_inputs;
 use crate::cli::{NetworkArg, RunArgs};
+use crate::inputs::{Layout, Plan};
 use crate::{EXIT_TOOL_ERROR, report_error};
 
 /// Variables copied from the caller when set: harmless and needed by
@@ -18,20 +22,47 @@ pub fn main(args: RunArgs, matches: &ArgMatches) -> u8 {
     if super::run_provider::handles(&args) {
         return super::run_provider::main(args, matches);
     }
-    let spec = match build_spec(args, matches) {
-        Ok(spec) => spec,
+    // The manifest is read, checked and planned first: a bad one stops the
+    // run before anything is mounted or downloaded.
+    let prepared = run_inputs::init_env(&args)
+        .and_then(|init_env| Ok((run_inputs::load_plan(&args)?, init_env)))
+        .and_then(|(plan, init_env)| {
+            Ok((build_spec(&args, matches, plan.as_ref(), &init_env)?, plan, init_env))
+        });
+    let (built, plan, init_env) = match prepared {
+        Ok(prepared) => prepared,
         Err(message) => {
             report_error(message);
             return EXIT_TOOL_ERROR;
         }
     };
     let json_status_fd = matches.get_one::<i32>("json_status_fd").copied();
-    launch_and_report(&spec, json_status_fd)
+    match plan {
+        None => launch_and_report(&built.spec, json_status_fd),
+        Some(plan) => run_inputs::fetch_and_launch(plan, &args, matches, built, &init_env, json_status_fd),
+    }
+}
+
+/// A spec, and where the manifest's roots and binds ended up in it.
+pub struct Built {
+    pub spec: SandboxSpec,
+    pub layout: Layout,
+    /// Plan position of a bind item → index of its deferred bind.
+    pub binds: HashMap<usize, usize>,
 }
 
 /// Launches `spec` in this (single-threaded) process and maps the outcome to
 /// an exit status, printing one line on stderr for failures.
 pub fn launch_and_report(spec: &SandboxSpec, json_status_fd: Option<i32>) -> u8 {
+    report_launch(json_status_fd, |options| sandbox::launch(spec, options))
+}
+
+/// Checks `--json-status-fd`, runs `launch` with the CLI's launch options,
+/// and maps the outcome to an exit status (one line on stderr on failure).
+pub fn report_launch(
+    json_status_fd: Option<i32>,
+    launch: impl FnOnce(&LaunchOptions) -> Result<ExitStatus, LaunchError>,
+) -> u8 {
     if let Some(fd) = json_status_fd
         && let Err(e) = check_fd(fd)
     {
@@ -39,7 +70,7 @@ pub fn launch_and_report(spec: &SandboxSpec, json_status_fd: Option<i32>) -> u8 
         return EXIT_TOOL_ERROR;
     }
     let options = LaunchOptions { json_status_fd, release_stdio: true };
-    match sandbox::launch(spec, &options) {
+    match launch(&options) {
         Ok(status) => status.code().clamp(0, 255) as u8,
         Err(e) => {
             report_error(&e);
@@ -54,13 +85,36 @@ pub fn check_fd(fd: i32) -> Result<(), std::io::Error> {
     if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 { Err(std::io::Error::last_os_error()) } else { Ok(()) }
 }
 
-fn build_spec(args: RunArgs, matches: &ArgMatches) -> Result<SandboxSpec, String> {
-    let user = user_view(&args)?;
+fn build_spec(
+    args: &RunArgs,
+    matches: &ArgMatches,
+    plan: Option<&Plan>,
+    init_env: &[(String, String)],
+) -> Result<Built, String> {
+    let mut user = UserView::new(args.user.clone(), args.uid, args.gid.unwrap_or(args.uid));
+    if let Some(home_path) = &args.home_path {
+        if !home_path.starts_with('/') {
+            return Err(format!("--home-path {home_path:?}: must be an absolute path"));
+        }
+        user.home = home_path.clone();
+    }
+    if let Some(plan) = plan {
+        run_inputs::patch_user_view(&mut user, plan.env_patch(), args, matches)?;
+    }
+    user.validate().map_err(|e| format!("{}: {e}", user_flag(args)))?;
+    let layout = Layout::new(user.home.clone());
 
-    let workspace = match &args.workspace {
-        Some(dir) => dir.clone(),
-        None => std::env::current_dir()
-            .map_err(|e| format!("--workspace: cannot use the current directory: {e}"))?,
+    // The manifest's WORKSPACE "." bind, when there is one, decides the workspace.
+    let (workspace, workspace_access) = match plan.and_then(Plan::workspace) {
+        Some((dir, access)) => (dir.to_path_buf(), run_inputs::access(access)),
+        None => (
+            match &args.workspace {
+                Some(dir) => dir.clone(),
+                None => std::env::current_dir()
+                    .map_err(|e| format!("--workspace: cannot use the current directory: {e}"))?,
+            },
+            Access::Rw,
+        ),
     };
     check_dir("--workspace", &workspace)?;
     let home = match &args.home {
@@ -73,8 +127,7 @@ fn build_spec(args: RunArgs, matches: &ArgMatches) -> Result<SandboxSpec, String
 
     let mut builder = SandboxBuilder::new(args.command[0].clone())
         .args(args.command[1..].iter().cloned())
-        .user(user)
-        .workspace(workspace)
+        .user(user.clone())
         .home(home)
         .network(match args.network {
             NetworkArg::On => Network::On,
@@ -82,6 +135,13 @@ fn build_spec(args: RunArgs, matches: &ArgMatches) -> Result<SandboxSpec, String
         })
         .hostname(args.hostname.clone())
         .new_session(!args.keep_session);
+    builder = match workspace_access {
+        Access::Rw => builder.workspace(workspace),
+        // A read-only workspace is a plain bind; the command still starts there.
+        Access::Ro => builder
+            .mount(MountOp::Bind { src: workspace, dst: sandbox::WORKSPACE.into(), access: Access::Ro })
+            .cwd(sandbox::WORKSPACE),
+    };
     if let Some(dir) = &args.chdir {
         builder = builder.cwd(dir.clone());
     }
@@ -96,13 +156,21 @@ fn build_spec(args: RunArgs, matches: &ArgMatches) -> Result<SandboxSpec, String
         builder = builder
             .map_to_host(HostIds { uid: args.map_uid.unwrap_or(euid), gid: args.map_gid.unwrap_or(egid) });
     }
-    for op in extra_mounts(&args, matches) {
+    for op in extra_mounts(args, matches) {
         builder = builder.mount(op);
     }
-    for (key, value) in environment(&args)? {
+    let mut binds = HashMap::new();
+    if let Some(plan) = plan {
+        builder = run_inputs::add_mounts(builder, plan, &layout, &mut binds);
+    }
+    for (key, value) in environment(args)? {
         builder = builder.env(key, value);
     }
-    builder.build().map_err(|e| e.to_string())
+    for (key, value) in run_inputs::environment(args, &user, plan.map(Plan::env_patch), init_env)? {
+        builder = builder.env(key, value);
+    }
+    let spec = builder.build().map_err(|e| e.to_string())?;
+    Ok(Built { spec, layout, binds })
 }
 
 /// The user view from `--user`, `--uid`, `--gid` and `--home-path`.
@@ -152,7 +220,9 @@ pub(super) fn extra_mounts(args: &RunArgs, matches: &ArgMatches) -> Vec<MountOp>
     ops.into_iter().map(|(_, op)| op).collect()
 }
 
-/// The variables the CLI adds to the builder's base (user view and PATH).
+/// The variables the CLI adds to the builder's base (user view and PATH)
+/// outside the allowlist: TERM and `--pass-env` (naming a key there is
+/// allowing it). `--env` and `--env-file` go through `run_inputs::environment`.
 pub(super) fn environment(args: &RunArgs) -> Result<Vec<(String, String)>, String> {
     let mut env = Vec::new();
     for key in PASSED_BY_DEFAULT.iter().copied().chain(args.pass_env.iter().map(String::as_str)) {
@@ -163,21 +233,5 @@ pub(super) fn environment(args: &RunArgs) -> Result<Vec<(String, String)>, Strin
             env.push((key.to_string(), value));
         }
     }
-    for pair in &args.env {
-        match pair.split_once('=') {
-            Some((key, value)) if !key.is_empty() => env.push((key.to_string(), value.to_string())),
-            // Never echo the value: it may be a secret.
-            _ => {
-                return Err(format!(
-                    "--env: expected KEY=VALUE, got a value without '=' or with an empty key (argument {})",
-                    env_position(args, pair)
-                ));
-            }
-        }
-    }
     Ok(env)
-}
-
-fn env_position(args: &RunArgs, pair: &str) -> usize {
-    args.env.iter().position(|p| p == pair).map_or(0, |i| i + 1)
 }

@@ -16,17 +16,19 @@ use std::process::Command;
 
 use clap::ArgMatches;
 use clap::parser::ValueSource;
-use sandbox::{HostIds, MountOp, Network};
-use tuixiu_sandbox::provider::docker::{self, DockerProvider};
+use sandbox::{Access, HostIds, MountOp, Network, UserView};
+use tuixiu_sandbox::provider::docker::{self, DockerProvider, Volumes, as_container_user};
 use tuixiu_sandbox::provider::host::{self, HostProvider};
 use tuixiu_sandbox::provider::native::NativeProvider;
 use tuixiu_sandbox::provider::{
     InstanceConfig, Limits, Mount, ProcessSpec, Provider, ProviderError, Stdio, default_state_dir, names,
 };
 
-use super::relay;
 use super::run::{check_dir, environment, extra_mounts, launch_and_report, user_view};
+use super::{relay, run_inputs};
 use crate::cli::{NetworkArg, ProviderArg, RunArgs};
+use crate::inputs::{self, HostDirs, Layout, Plan};
+use crate::manifest::Root;
 use crate::{EXIT_TOOL_ERROR, report_error};
 
 /// Whether `run` must go through a provider rather than the plain native path.
@@ -55,20 +57,39 @@ fn run(args: &RunArgs, matches: &ArgMatches) -> Result<u8, String> {
     let p = &args.provider;
     let state_dir = p.options.state_dir.clone().unwrap_or_else(default_state_dir);
     let prefix = p.options.instance_prefix.as_str();
-    let process = ProcessSpec {
-        argv: args.command.clone(),
-        env: environment(args)?,
-        cwd: args.chdir.clone(),
-        stdio: Stdio::Inherit,
-    };
+    // The same order as the native `run`: the manifest is read and planned
+    // first, then the user view (moved by envPatch), then the env pipeline.
+    let init_env = run_inputs::init_env(args)?;
+    let plan = run_inputs::load_plan(args)?;
+    let mut user = user_view(args)?;
+    if let Some(plan) = &plan {
+        run_inputs::patch_user_view(&mut user, plan.env_patch(), args, matches)?;
+        user.validate().map_err(|e| format!("envPatch: {e}"))?;
+    }
+    let mut env = environment(args)?;
+    env.extend(run_inputs::environment(args, &user, plan.as_ref().map(Plan::env_patch), &init_env)?);
+    let process =
+        ProcessSpec { argv: args.command.clone(), env, cwd: args.chdir.clone(), stdio: Stdio::Inherit };
+    let cmdline = CommandLine { args, matches, user, plan, init_env };
+    if cmdline.plan.is_some() && p.provider != ProviderArg::Docker {
+        return Err(format!(
+            "--manifest: not supported by the {} provider with these options in this build \
+             (native: use it without --instance-name; docker lands manifests in its volumes)",
+            match p.provider {
+                ProviderArg::Native => "native",
+                ProviderArg::Docker => "docker",
+                ProviderArg::Host => "host",
+            }
+        ));
+    }
     if p.run_id.is_some() && p.instance_name.is_none() && p.provider != ProviderArg::Docker {
         return Err("--run-id: only meaningful with --instance-name (or --provider docker)".into());
     }
     match p.provider {
-        ProviderArg::Native => run_native(args, matches, &state_dir, prefix, &process),
+        ProviderArg::Native => run_native(&cmdline, &state_dir, prefix, &process),
         ProviderArg::Docker => {
             refuse_flags(matches, "docker", &["json_status_fd", "keep_session", "map_uid", "map_gid"])?;
-            run_docker(args, matches, &state_dir, prefix, &process)
+            run_docker(cmdline, &state_dir, prefix, &process)
         }
         ProviderArg::Host => {
             refuse_flags(
@@ -76,7 +97,7 @@ fn run(args: &RunArgs, matches: &ArgMatches) -> Result<u8, String> {
                 "host",
                 &["json_status_fd", "keep_session", "map_uid", "map_gid", "uid", "gid", "hostname"],
             )?;
-            run_host(args, matches, &state_dir, prefix, &process)
+            run_host(&cmdline, &state_dir, prefix, &process)
         }
     }
 }
@@ -96,26 +117,40 @@ fn err(e: ProviderError) -> String {
     e.to_string()
 }
 
+/// The parsed command line, with the manifest's plan and the user view.
+struct CommandLine<'a> {
+    args: &'a RunArgs,
+    matches: &'a ArgMatches,
+    /// The user view, moved by the manifest's envPatch.
+    user: UserView,
+    plan: Option<Plan>,
+    init_env: Vec<(String, String)>,
+}
+
 /// The instance config from the command line: the same options as the
-/// plain native `run`, plus the provider's.
-fn instance_config(
-    args: &RunArgs,
-    matches: &ArgMatches,
-    name: &str,
-    run_id: &str,
-) -> Result<InstanceConfig, String> {
-    let workspace = match &args.workspace {
-        Some(dir) => dir.clone(),
-        None => std::env::current_dir()
-            .map_err(|e| format!("--workspace: cannot use the current directory: {e}"))?,
+/// plain native `run`, plus the provider's. A manifest's WORKSPACE "."
+/// bind decides the workspace.
+fn instance_config(cl: &CommandLine<'_>, name: &str, run_id: &str) -> Result<InstanceConfig, String> {
+    let args = cl.args;
+    let (workspace, read_only) = match cl.plan.as_ref().and_then(Plan::workspace) {
+        Some((dir, access)) => (dir.to_path_buf(), run_inputs::access(access) == Access::Ro),
+        None => match &args.workspace {
+            Some(dir) => (dir.clone(), false),
+            None => (
+                std::env::current_dir()
+                    .map_err(|e| format!("--workspace: cannot use the current directory: {e}"))?,
+                false,
+            ),
+        },
     };
     check_dir("--workspace", &workspace)?;
     if let Some(home) = &args.home {
         check_dir("--home", home)?;
     }
     let mut config = InstanceConfig::new(name, run_id, workspace);
+    config.workspace_read_only = read_only;
     config.home = args.home.clone();
-    config.user = user_view(args)?;
+    config.user = cl.user.clone();
     config.image = args.provider.image.clone();
     config.network = match args.network {
         NetworkArg::On => Network::On,
@@ -123,7 +158,7 @@ fn instance_config(
     };
     config.hostname = args.hostname.clone();
     config.limits = limits(args)?;
-    for op in extra_mounts(args, matches) {
+    for op in extra_mounts(args, cl.matches) {
         config.mounts.push(match op {
             MountOp::Bind { src, dst, access } => Mount::Bind { src, dst, access },
             MountOp::Tmpfs { dst, .. } => Mount::Tmpfs { dst },
@@ -131,6 +166,51 @@ fn instance_config(
         });
     }
     Ok(config)
+}
+
+/// Lands a manifest in the host directories behind a docker instance's
+/// volumes, before its container starts (or before the process runs in a
+/// reused one):
+///
+/// * bindMount items become binds of the container (`config.mounts`), at
+///   the item's guest path; the WORKSPACE "." bind already chose the
+///   workspace (`instance_config`);
+/// * the home and, when an item targets SCRATCH, a scratch directory at
+///   `/scratch` are made by the provider and bound (`prepare_volumes`);
+/// * copy, writeFile, downloadExtract and checkout items are written by the
+///   applier straight into those host directories, in manifest order, as
+///   the container's user (`as_container_user`), so the agent owns them.
+///
+/// Unlike the native sandbox, where binds are attached at their turn, the
+/// container's binds exist from its start: an item written into a path
+/// that a later bind covers is hidden, as it would be natively, but an item
+/// written *into* a bound directory lands in the volume below the bind.
+/// For a reused instance, binds are those of its creation.
+fn land_manifest_in_volumes(
+    cl: &CommandLine<'_>,
+    provider: &DockerProvider,
+    plan: Plan,
+    config: &mut InstanceConfig,
+) -> Result<Volumes, String> {
+    let layout = Layout::new(config.user.home.clone());
+    for (_, planned, host, access) in plan.binds() {
+        config.mounts.push(Mount::Bind {
+            src: host.canonical.clone(),
+            dst: layout.guest(planned.item.target.root, &planned.item.target.path),
+            access: run_inputs::access(access),
+        });
+    }
+    let volumes = provider.prepare_volumes(config, plan.uses(Root::Scratch)).map_err(err)?;
+    let options = run_inputs::fetch_options(&plan, cl.args, cl.matches, &cl.init_env)?;
+    let mut audit = run_inputs::open_audit(cl.args)?;
+    let fetched = plan.fetch(&options).map_err(|e| e.to_string())?;
+    let (workspace, home, scratch) = volumes.writable();
+    let mut dest =
+        HostDirs { layout, workspace: Some(workspace), home: Some(home), scratch, binds_are_volumes: true };
+    let apply_options = run_inputs::apply_options(cl.args);
+    as_container_user(config, || inputs::apply(&fetched, &mut dest, &apply_options, &mut audit))
+        .map_err(|e| e.to_string())?;
+    Ok(volumes)
 }
 
 fn limits(args: &RunArgs) -> Result<Limits, String> {
@@ -189,12 +269,12 @@ fn exit_code(status: std::process::ExitStatus) -> u8 {
 }
 
 fn run_native(
-    args: &RunArgs,
-    matches: &ArgMatches,
+    cl: &CommandLine<'_>,
     state_dir: &std::path::Path,
     prefix: &str,
     process: &ProcessSpec,
 ) -> Result<u8, String> {
+    let (args, matches) = (cl.args, cl.matches);
     let Some(name) = &args.provider.instance_name else {
         if args.provider.image.is_some() {
             return Err(
@@ -209,7 +289,7 @@ fn run_native(
     };
     let provider = NativeProvider::with_current_exe(state_dir, prefix).map_err(err)?;
     provider.check_name(name).map_err(err)?;
-    let mut config = instance_config(args, matches, name, &run_id_for(args, name, prefix)?)?;
+    let mut config = instance_config(cl, name, &run_id_for(args, name, prefix)?)?;
     if args.map_uid.is_some() || args.map_gid.is_some() {
         // SAFETY: geteuid/getegid cannot fail.
         let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
@@ -231,20 +311,25 @@ fn run_native(
 }
 
 fn run_docker(
-    args: &RunArgs,
-    matches: &ArgMatches,
+    cl: CommandLine<'_>,
     state_dir: &std::path::Path,
     prefix: &str,
     process: &ProcessSpec,
 ) -> Result<u8, String> {
+    let args = cl.args;
     let provider =
         DockerProvider::new(&args.provider.options.container_cli, state_dir, prefix).map_err(err)?;
     let cli = provider.cli().to_string();
     match &args.provider.instance_name {
         Some(name) => {
             provider.check_name(name).map_err(err)?;
-            let config = instance_config(args, matches, name, &run_id_for(args, name, prefix)?)?;
+            let mut config = instance_config(&cl, name, &run_id_for(args, name, prefix)?)?;
+            let volumes = match cl.plan.clone() {
+                Some(plan) => Some(land_manifest_in_volumes(&cl, &provider, plan, &mut config)?),
+                None => None,
+            };
             current_thread_runtime()?.block_on(provider.ensure(&config)).map_err(err)?;
+            drop(volumes);
             let (cmd, env_fd, exec_id) =
                 provider.exec_command(name, process, &config.user.home).map_err(err)?;
             // `docker exec` does not forward signals: deliver them inside
@@ -269,8 +354,20 @@ fn run_docker(
                 Some(id) => id.clone(),
                 None => name.strip_prefix(prefix).unwrap_or(&name).to_string(),
             };
-            let config = instance_config(args, matches, &name, &run_id)?;
+            let mut config = instance_config(&cl, &name, &run_id)?;
+            let volumes = match cl.plan.clone() {
+                Some(plan) => match land_manifest_in_volumes(&cl, &provider, plan, &mut config) {
+                    Ok(volumes) => Some(volumes),
+                    Err(message) => {
+                        // Nothing started: take back the host files made so far.
+                        let _ = std::fs::remove_dir_all(state_dir.join("docker").join(&name));
+                        return Err(message);
+                    }
+                },
+                None => None,
+            };
             let (cmd, env_fd, files) = provider.run_once_command(&config, process).map_err(err)?;
+            drop(volumes);
             // `docker run` forwards the signals it receives to the
             // container (sig-proxy); a terminal's ^C reached it already.
             let status = relay::run(cmd, |child, received| {
@@ -294,25 +391,25 @@ fn provider_spawn_error(provider: &DockerProvider, e: &std::io::Error) -> String
 }
 
 fn run_host(
-    args: &RunArgs,
-    matches: &ArgMatches,
+    cl: &CommandLine<'_>,
     state_dir: &std::path::Path,
     prefix: &str,
     process: &ProcessSpec,
 ) -> Result<u8, String> {
+    let args = cl.args;
     let provider =
         HostProvider::new(state_dir, prefix, args.provider.i_know_there_is_no_isolation).map_err(err)?;
     provider.check_acknowledged().map_err(err)?;
     let mut cmd: Command = match &args.provider.instance_name {
         Some(name) => {
             provider.check_name(name).map_err(err)?;
-            let config = instance_config(args, matches, name, &run_id_for(args, name, prefix)?)?;
+            let config = instance_config(cl, name, &run_id_for(args, name, prefix)?)?;
             provider.ensure_blocking(&config).map_err(err)?;
             provider.track_self(name).map_err(err)?;
             provider.command_for(name, process).map_err(err)?
         }
         None => {
-            let config = instance_config(args, matches, "", "-")?;
+            let config = instance_config(cl, "", "-")?;
             host::check_supported(&config).map_err(err)?;
             let home: PathBuf = match &config.home {
                 Some(home) => home.clone(),

@@ -22,6 +22,13 @@
 //! removed or reused.
 
 pub mod argv;
+mod inspect;
+mod volumes;
+
+pub use volumes::{SCRATCH, Volumes, as_container_user};
+
+use self::inspect::Inspected;
+use self::volumes::give_to_user;
 
 use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -29,11 +36,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::Value;
-
-use self::argv::{
-    AGENT_MODE_EXEC, EXEC_MARKER, InstancePaths, LABEL_AGENT_MODE, LABEL_MANAGED, LABEL_RUN_ID,
-};
+use self::argv::{AGENT_MODE_EXEC, EXEC_MARKER, InstancePaths, LABEL_AGENT_MODE, LABEL_MANAGED};
 use super::native::set_stdio;
 use super::process::{Killer, Process, memfd_with, pass_fd, random_hex};
 use super::records::{make_private_dir, restrict_dir};
@@ -215,7 +218,7 @@ impl DockerProvider {
                 let home = dir.join("home");
                 make_private_dir(&home)?;
                 restrict_dir(&home)?;
-                give_to_user(&home, config)?;
+                give_to_user(&home, &config.user)?;
                 Some(home)
             }
             (None, false) => None,
@@ -223,72 +226,15 @@ impl DockerProvider {
         Ok(HostFiles { dir, passwd, group, home })
     }
 
-    /// Parses `inspect` output (a JSON array) into instance infos.
-    fn parse_inspect(&self, stdout: &[u8]) -> Result<Vec<Inspected>, ProviderError> {
-        let value: Value = serde_json::from_slice(stdout).map_err(|e| ProviderError::Cli {
-            command: format!("{} inspect", self.cli),
-            status: "exit 0".into(),
-            stderr: format!("unexpected output (not JSON: {e})"),
-        })?;
-        let items = value.as_array().cloned().unwrap_or_default();
-        Ok(items.iter().map(|item| self.inspected(item)).collect())
-    }
-
-    fn inspected(&self, item: &Value) -> Inspected {
-        let s = |v: &Value| v.as_str().map(str::to_string);
-        let name = item["Name"].as_str().unwrap_or("").trim_start_matches('/').to_string();
-        let labels = &item["Config"]["Labels"];
-        let label = |k: &str| labels.get(k).and_then(Value::as_str).map(str::to_string);
-        let state = item["State"]["Status"].as_str().unwrap_or("").to_ascii_lowercase();
-        let (status, mut last_error) = match state.as_str() {
-            "running" => (InstanceStatus::Running, None),
-            "created" | "configured" | "initialized" | "restarting" => (InstanceStatus::Creating, None),
-            "exited" | "stopped" | "paused" | "removing" => (InstanceStatus::Stopped, None),
-            "dead" => (InstanceStatus::Error, Some("the container is dead (its removal failed)".to_string())),
-            other => (InstanceStatus::Error, Some(format!("unknown container state {other:?}"))),
-        };
-        if let Some(err) = item["State"]["Error"].as_str().filter(|e| !e.is_empty()) {
-            last_error = Some(err.to_string());
-        }
-        let workspace = item["Mounts"].as_array().and_then(|mounts| {
-            mounts
-                .iter()
-                .find(|m| m["Destination"].as_str() == Some(sandbox::WORKSPACE))
-                .and_then(|m| m["Source"].as_str().map(PathBuf::from))
-        });
-        let home = item["Config"]["Env"].as_array().and_then(|env| {
-            env.iter().filter_map(Value::as_str).find_map(|kv| kv.strip_prefix("HOME=").map(str::to_string))
-        });
-        Inspected {
-            managed: label(LABEL_MANAGED).as_deref() == Some("1"),
-            home,
-            agent_mode: label(LABEL_AGENT_MODE),
-            paused: state == "paused",
-            info: InstanceInfo {
-                name,
-                kind: ProviderKind::Docker,
-                provider: ProviderKind::Docker.wire_name(),
-                runtime: Some(self.cli.clone()),
-                status,
-                created_at: s(&item["Created"]),
-                run_id: label(LABEL_RUN_ID),
-                id: s(&item["Id"]),
-                image: s(&item["Config"]["Image"]).or_else(|| s(&item["ImageName"])),
-                workspace,
-                last_error,
-            },
-        }
-    }
-
     /// `inspect` of one container; a missing one is `None`.
     async fn inspect_one(&self, name: &str) -> Result<Option<Inspected>, ProviderError> {
         let args = vec!["inspect".to_string(), "--type=container".into(), "--".into(), name.to_string()];
         let out = match self.run(&args, name).await {
             Ok(out) => out,
-            Err(ProviderError::Cli { stderr, .. }) if is_no_such(&stderr) => return Ok(None),
+            Err(ProviderError::Cli { stderr, .. }) if inspect::is_no_such(&stderr) => return Ok(None),
             Err(e) => return Err(e),
         };
-        Ok(self.parse_inspect(&out.stdout)?.into_iter().find(|i| i.info.name == name))
+        Ok(inspect::parse(&self.cli, &out.stdout)?.into_iter().find(|i| i.info.name == name))
     }
 
     /// The container of a managed instance, or why it cannot be used.
@@ -341,6 +287,12 @@ impl DockerProvider {
                 self.run(&["unpause".into(), "--".into(), name.clone()], name).await?;
             }
             InstanceStatus::Stopped => {
+                // The host files behind its binds may have been cleaned
+                // away (a wiped state directory): recreate them, or the
+                // engine refuses to start it.
+                if !self.instance_dir(name).join("etc/passwd").exists() {
+                    self.prepare_host_files(config, true)?;
+                }
                 self.run(&["start".into(), "--".into(), name.clone()], name).await?;
             }
             // Created or restarting: the engine is on it; wait below.
@@ -441,6 +393,57 @@ impl DockerProvider {
         let _ = self.run(&["rm".into(), "-f".into(), "--".into(), name.clone()], name).await;
         let _ = std::fs::remove_dir_all(&files.dir);
         Err(err)
+    }
+
+    /// Makes the host directories behind an instance's volumes and points
+    /// `config` at them, so inputs can be written into them before the
+    /// container starts (a manifest's copy, writeFile and downloadExtract
+    /// items; its bind items become [`Mount::Bind`]s of `config`):
+    ///
+    /// * the workspace: `config.workspace`, as given;
+    /// * the home: `config.home`, else `<state>/docker/<name>/home`, which
+    ///   becomes `config.home` (so a one-off container binds it instead of
+    ///   a tmpfs, and it is removed with the instance's other host files);
+    /// * with `scratch`, `<state>/docker/<name>/scratch`, bound read-write
+    ///   at [`SCRATCH`].
+    ///
+    /// Directories made here belong to the container's user when we are
+    /// root. Write into them through [`Volumes::writable`] under
+    /// [`as_container_user`], so what lands there belongs to that user too.
+    pub fn prepare_volumes(
+        &self,
+        config: &mut InstanceConfig,
+        scratch: bool,
+    ) -> Result<Volumes, ProviderError> {
+        self.check_name(&config.name)?;
+        let workspace = super::canonical_dir("workspace", &config.workspace)?;
+        let dir = self.instance_dir(&config.name);
+        make_private_dir(&dir)?;
+        let user = config.user.clone();
+        let own_dir = |sub: &str| -> Result<PathBuf, ProviderError> {
+            let path = dir.join(sub);
+            make_private_dir(&path)?;
+            restrict_dir(&path)?;
+            give_to_user(&path, &user)?;
+            Ok(path)
+        };
+        let home = match &config.home {
+            Some(home) => super::canonical_dir("home", home)?,
+            None => own_dir("home")?,
+        };
+        config.home = Some(home.clone());
+        let scratch = if scratch {
+            let path = own_dir("scratch")?;
+            config.mounts.push(Mount::Bind {
+                src: path.clone(),
+                dst: SCRATCH.into(),
+                access: sandbox::Access::Rw,
+            });
+            Some(path)
+        } else {
+            None
+        };
+        Volumes::open(workspace, home, scratch)
     }
 
     /// Builds the `exec` of one process in a running instance: the command,
@@ -559,15 +562,6 @@ impl HostFiles {
     }
 }
 
-struct Inspected {
-    info: InstanceInfo,
-    managed: bool,
-    /// `HOME` of the container's environment: the user view's home.
-    home: Option<String>,
-    agent_mode: Option<String>,
-    paused: bool,
-}
-
 /// The container-level environment: the user view, then the instance's own.
 /// `PATH` stays the image's.
 fn instance_env(config: &InstanceConfig) -> Vec<(String, String)> {
@@ -582,16 +576,6 @@ fn instance_env(config: &InstanceConfig) -> Vec<(String, String)> {
     env
 }
 
-/// Gives a home made by us to the container's user, as far as we may.
-fn give_to_user(home: &Path, config: &InstanceConfig) -> Result<(), ProviderError> {
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } == 0 {
-        std::os::unix::fs::chown(home, Some(config.user.uid), Some(config.user.gid))
-            .map_err(|e| ProviderError::io(format!("chown {}", home.display()), &e))?;
-    }
-    Ok(())
-}
-
 fn fd_path(fd: &OwnedFd) -> String {
     format!("/dev/fd/{}", fd.as_raw_fd())
 }
@@ -604,12 +588,6 @@ fn check_mount_path(what: &str, path: &str) -> Result<(), ProviderError> {
         )));
     }
     Ok(())
-}
-
-/// The CLIs' ways of saying that a container does not exist.
-fn is_no_such(stderr: &str) -> bool {
-    let s = stderr.to_ascii_lowercase();
-    ["no such container", "no such object", "does not exist", "not found"].iter().any(|p| s.contains(p))
 }
 
 fn clip(text: &str) -> String {
@@ -684,7 +662,7 @@ impl Provider for DockerProvider {
         if found.info.status != InstanceStatus::Stopped || found.paused {
             match self.run(&["stop".into(), "--".into(), name.to_string()], name).await {
                 Ok(_) => {}
-                Err(ProviderError::Cli { stderr, .. }) if is_no_such(&stderr) => {}
+                Err(ProviderError::Cli { stderr, .. }) if inspect::is_no_such(&stderr) => {}
                 Err(e) => return Err(e),
             }
         }
@@ -698,7 +676,7 @@ impl Provider for DockerProvider {
         if self.managed(name).await?.is_some() {
             match self.run(&["rm".into(), "-f".into(), "--".into(), name.to_string()], name).await {
                 Ok(_) => {}
-                Err(ProviderError::Cli { stderr, .. }) if is_no_such(&stderr) => {}
+                Err(ProviderError::Cli { stderr, .. }) if inspect::is_no_such(&stderr) => {}
                 Err(e) => return Err(e),
             }
         }
@@ -739,7 +717,7 @@ impl Provider for DockerProvider {
         let out = cmd.output().await.map_err(|e| self.spawn_error(&e))?;
         // A container removed between `ps` and `inspect` makes the CLI fail
         // for that one name but still print the others.
-        let inspected = match self.parse_inspect(&out.stdout) {
+        let inspected = match inspect::parse(&self.cli, &out.stdout) {
             Ok(found) => found,
             Err(_) if !out.status.success() => return Err(self.cli_error(&args, "", &out)),
             Err(e) => return Err(e),
@@ -757,44 +735,6 @@ impl Provider for DockerProvider {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn no_such_messages() {
-        assert!(is_no_such("Error: No such container: tuixiu-run-x"));
-        assert!(is_no_such("Error: no such object: \"tuixiu-run-x\""));
-        assert!(is_no_such("Error: no container with name or ID \"x\" found: no such container"));
-        assert!(!is_no_such("Cannot connect to the Docker daemon at unix:///var/run/docker.sock."));
-    }
-
-    #[test]
-    fn inspect_states() {
-        let p = DockerProvider::new("docker", Path::new("/nonexistent"), "tuixiu-run-").unwrap();
-        let json = br#"[{"Id":"abc","Name":"/tuixiu-run-r1","Created":"2026-01-28T10:00:00.123Z",
-            "State":{"Status":"exited","Error":""},
-            "Config":{"Image":"img","Labels":{"acp-proxy.managed":"1","acp-proxy.run_id":"r1","acp-proxy.agent_mode":"exec"}},
-            "Mounts":[{"Source":"/srv/ws","Destination":"/workspace"}]}]"#;
-        let found = p.parse_inspect(json).unwrap().remove(0);
-        assert!(found.managed);
-        assert_eq!(found.info.status, InstanceStatus::Stopped);
-        assert_eq!(found.info.name, "tuixiu-run-r1");
-        assert_eq!(found.info.run_id.as_deref(), Some("r1"));
-        assert_eq!(found.info.created_at.as_deref(), Some("2026-01-28T10:00:00.123Z"));
-        assert_eq!(found.info.workspace.as_deref(), Some(Path::new("/srv/ws")));
-        for (state, status) in [
-            ("running", InstanceStatus::Running),
-            ("created", InstanceStatus::Creating),
-            ("restarting", InstanceStatus::Creating),
-            ("paused", InstanceStatus::Stopped),
-            ("dead", InstanceStatus::Error),
-            ("weird", InstanceStatus::Error),
-        ] {
-            let json =
-                format!(r#"[{{"Name":"/n","State":{{"Status":"{state}"}},"Config":{{"Labels":null}}}}]"#);
-            let found = p.parse_inspect(json.as_bytes()).unwrap().remove(0);
-            assert_eq!(found.info.status, status, "{state}");
-            assert!(!found.managed);
-        }
-    }
 
     #[test]
     fn unsupported_cli_is_refused() {

@@ -124,6 +124,9 @@ pub fn check_supported(config: &InstanceConfig) -> Result<(), ProviderError> {
     if config.network == Network::Off {
         return refuse("--network off");
     }
+    if config.workspace_read_only {
+        return refuse("a read-only workspace");
+    }
     if !config.limits.is_empty() {
         return refuse("resource limits");
     }
@@ -163,7 +166,9 @@ pub fn command(
         ("SHELL".to_string(), user.shell.clone()),
     ];
     for (k, v) in base_env.iter().chain(&process.env) {
-        set_var(&mut env, k.clone(), v.clone());
+        // The env pipeline speaks of the guest home; here it is the host's.
+        let v = if k == "HOME" && *v == user.home { home.display().to_string() } else { v.clone() };
+        set_var(&mut env, k.clone(), v);
     }
     let mut cmd = std::process::Command::new(program);
     cmd.args(args).env_clear().envs(env).current_dir(cwd);

@@ -171,6 +171,9 @@ pub struct InstanceConfig {
     pub image: Option<String>,
     /// Host directory shown at `/workspace`.
     pub workspace: PathBuf,
+    /// Show the workspace read-only (a manifest's `ro` WORKSPACE bind).
+    #[serde(default)]
+    pub workspace_read_only: bool,
     /// Host directory shown at the user's home. `None`: a directory the
     /// provider keeps in its state directory, removed with the instance.
     pub home: Option<PathBuf>,
@@ -201,6 +204,7 @@ impl InstanceConfig {
             run_id: run_id.into(),
             image: None,
             workspace: workspace.into(),
+            workspace_read_only: false,
             home: None,
             user: UserView::new("agent", 1000, 1000),
             network: Network::On,

@@ -149,11 +149,23 @@ fn build_spec(record: &Record, process: &ProcessSpec) -> Result<SandboxSpec, Pro
     let mut builder = SandboxBuilder::new(program.clone())
         .args(args.iter().cloned())
         .user(config.user.clone())
-        .workspace(record.workspace.clone())
         .home(Home::Bind(record.home.clone()))
         .network(config.network)
         .hostname(config.hostname.clone())
         .new_session(true);
+    builder = if config.workspace_read_only {
+        // The builder's workspace is read-write; a read-only one is a bind
+        // of its own, still the default working directory.
+        builder
+            .mount(MountOp::Bind {
+                src: record.workspace.clone(),
+                dst: sandbox::WORKSPACE.into(),
+                access: sandbox::Access::Ro,
+            })
+            .cwd(sandbox::WORKSPACE)
+    } else {
+        builder.workspace(record.workspace.clone())
+    };
     if let Some(ids) = config.host_ids {
         builder = builder.map_to_host(ids);
     }

@@ -102,6 +102,6 @@ impl Drop for Scratch {
 /// `docker inspect --format FORMAT NAME` as text.
 pub fn inspect_format(name: &str, format: &str) -> String {
     let out = docker(&["inspect", "--format", format, name]);
-    assert!(out.status.success(), "docker inspect {name}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "docker inspect {name:?}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout).unwrap().trim().to_string()
 }

@@ -61,7 +61,11 @@ fn run_options(config: &InstanceConfig, paths: &InstancePaths<'_>, env_file: &st
         format!("--hostname={}", config.hostname),
         format!("--user={}:{}", user.uid, user.gid),
         format!("--workdir={cwd}"),
-        bind(paths.workspace, sandbox::WORKSPACE, Access::Rw),
+        bind(
+            paths.workspace,
+            sandbox::WORKSPACE,
+            if config.workspace_read_only { Access::Ro } else { Access::Rw },
+        ),
     ];
     match paths.home {
         Some(home) => args.push(bind(home, &user.home, Access::Rw)),
