@@ -213,6 +213,34 @@ async fn native_run_lifecycle_and_controls() {
     assert!(daemon.stop().success());
 }
 
+/// The daemon as an unprivileged user and nested in a user namespace: the
+/// state directory, lock, run state and native instances work the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unprivileged_and_nested_daemons_run_native_instances() {
+    for nested in [false, true] {
+        let backend = Backend::start().await;
+        let s = Scratch::new(if nested { "nested" } else { "nobody" });
+        let cfg = s.config(&backend.url, "", "");
+        let mut daemon = Daemon::start_unprivileged(&s, "proxy", &cfg, nested);
+        backend.registered(0, 20 * SECS).await;
+        let opened = open(&backend, "u1", 600).await;
+        assert!(
+            opened["error"].as_str().unwrap().starts_with("agent_unavailable"),
+            "{opened}\n{}",
+            daemon.stderr()
+        );
+        assert_eq!(statuses(&backend, "tuixiu-run-u1"), ["running"]);
+        let state_file = s.state.join("runs/u1.json");
+        let meta = std::fs::metadata(&state_file).unwrap();
+        assert_eq!(std::os::unix::fs::MetadataExt::uid(&meta), 65534);
+        assert_eq!(mode(&state_file), 0o600);
+        assert_eq!(mode(&s.state), 0o700);
+        let r = backend.control(json!({"action":"remove","run_id":"u1"})).await;
+        assert_eq!(r["status"], "missing", "{r}");
+        assert!(daemon.stop().success(), "{}", daemon.stderr());
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keepalive_expiry_removes_the_native_instance() {
     let backend = Backend::start().await;

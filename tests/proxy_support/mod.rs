@@ -517,10 +517,34 @@ impl Daemon {
     }
 
     pub fn start_env(scratch: &Scratch, name: &str, config: &str, env: &[(&str, &str)]) -> Daemon {
+        Self::spawn(scratch, name, config, env, &[])
+    }
+
+    /// Starts the daemon as uid/gid 65534 (`nested`: inside `unshare -U -r`
+    /// as well), with the scratch directory handed to that user.
+    pub fn start_unprivileged(scratch: &Scratch, name: &str, config: &str, nested: bool) -> Daemon {
+        let chown = |p: &Path| std::os::unix::fs::chown(p, Some(65534), Some(65534)).unwrap();
+        chown(&scratch.dir);
+        chown(&scratch.root);
+        let mut wrapper = vec!["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"];
+        if nested {
+            wrapper.extend(["unshare", "-U", "-r"]);
+        }
+        Self::spawn(scratch, name, config, &[], &wrapper)
+    }
+
+    fn spawn(scratch: &Scratch, name: &str, config: &str, env: &[(&str, &str)], wrapper: &[&str]) -> Daemon {
         let path = scratch.dir.join(format!("{name}.toml"));
         std::fs::write(&path, config).unwrap();
         let log = scratch.dir.join(format!("{name}.log"));
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tuixiu-sandbox"));
+        let mut cmd = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(binary());
+                c
+            }
+            None => Command::new(binary()),
+        };
         cmd.args(["proxy", "--config"]).arg(&path);
         cmd.env_clear();
         cmd.env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
@@ -591,6 +615,21 @@ impl Drop for Daemon {
 }
 
 pub const SECS: Duration = Duration::from_secs(1);
+
+/// The binary, copied once where every user can execute it (the checkout
+/// may not be reachable for uid 65534).
+pub fn binary() -> &'static Path {
+    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("tuixiu-proxy-test-bin-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let dst = dir.join("tuixiu-sandbox");
+        std::fs::copy(env!("CARGO_BIN_EXE_tuixiu-sandbox"), &dst).unwrap();
+        std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(0o755)).unwrap();
+        dst
+    })
+}
 
 /// The positions of messages in `msgs` by type, for order checks.
 pub fn position(msgs: &[Value], pred: impl Fn(&Value) -> bool) -> Option<usize> {
