@@ -205,6 +205,19 @@ async fn native_run_lifecycle_and_controls() {
     assert!(!state_file.exists());
     assert!(s.root.join("run-r1").is_dir(), "remove keeps the workspace");
 
+    // keepalive_ttl_seconds: clamped to [keepalive_min_seconds, 86400], default 1800.
+    for (run, ttl, want) in
+        [("t1", json!(999_999), 86_400), ("t2", Value::Null, 1800), ("t3", json!("120"), 120)]
+    {
+        backend.send(&json!({"type":"acp_open","run_id":run,"keepalive_ttl_seconds":ttl}));
+        backend.wait_type("acp_opened", "run_id", &json!(run), 30 * SECS).await;
+        let st: Value =
+            serde_json::from_slice(&std::fs::read(s.state.join(format!("runs/{run}.json"))).unwrap())
+                .unwrap();
+        assert_eq!(st["keepalive_ttl_seconds"], want, "{run}");
+        assert_eq!(st["instance_name"], format!("tuixiu-run-{run}"), "default instance name");
+    }
+
     // No secret reached the backend's events or the log.
     for r in backend.received() {
         assert!(!r.msg.to_string().contains(SECRET), "secret in {}", r.msg);

@@ -495,7 +495,9 @@ impl Lane {
                 if self.state.as_ref().is_some_and(|s| s.instance_name == name) {
                     self.forget();
                 }
-                self.d.report_status(&self.run_id, &info);
+                if !self.run_id.is_empty() {
+                    self.d.report_status(&self.run_id, &info);
+                }
                 Ok(info)
             }
             Err(e) => {
