@@ -79,17 +79,13 @@ async fn register_auth_hmac_when_configured() {
     assert_eq!(auth["signature"], expect);
 }
 
-/// Replies produced while the link is down wait in the outbox and arrive,
-/// in order and complete, after the next register_agent.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reconnect_delivers_queued_replies_in_order() {
-    let backend = Backend::start().await;
-    let s = Scratch::new("outbox");
-    // A git remote that accepts connections and never answers: git_push
-    // keeps the run's lane busy until its 5 s timeout.
+/// A run workspace whose `origin` accepts TCP connections and never
+/// answers: a `git_push` there keeps the run's lane busy until its timeout,
+/// so replies queued behind it are produced while the test wants them.
+fn hanging_remote(s: &Scratch, run: &str) -> std::net::TcpListener {
     let hang = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let hang_port = hang.local_addr().unwrap().port();
-    let ws = s.root.join("run-slow");
+    let port = hang.local_addr().unwrap().port();
+    let ws = s.root.join(format!("run-{run}"));
     std::fs::create_dir_all(&ws).unwrap();
     let git = |args: &[&str]| {
         let out = Command::new("git").arg("-C").arg(&ws).args(args).output().unwrap();
@@ -97,25 +93,39 @@ async fn reconnect_delivers_queued_replies_in_order() {
     };
     git(&["init", "-q", "-b", "main"]);
     git(&["-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "--allow-empty", "-m", "x"]);
-    git(&["remote", "add", "origin", &format!("http://127.0.0.1:{hang_port}/repo.git")]);
+    git(&["remote", "add", "origin", &format!("http://127.0.0.1:{port}/repo.git")]);
+    hang
+}
 
-    let cfg = s.config(&backend.url, "", "");
-    let mut daemon = Daemon::start(&s, "proxy", &cfg);
-    backend.registered(0, 20 * SECS).await;
+/// Sends a 5 s git_push to the hanging remote and `n` inspects queued
+/// behind it, then takes the backend down until they have all been produced.
+async fn replies_while_down(backend: &Backend, n: usize) {
     backend.send(&json!({"type":"sandbox_control","action":"git_push","request_id":"push",
         "run_id":"slow","branch":"main","timeout_seconds":5}));
-    let n = 20;
     for i in 0..n {
         backend.send(&json!({"type":"sandbox_control","action":"inspect","request_id":format!("q{i}"),"run_id":"slow"}));
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(backend.of_conn(0).iter().all(|m| m["type"] != "sandbox_control_result"), "lane was not busy");
-    // The backend goes away; every reply is produced while disconnected.
     backend.refuse(true);
     backend.drop_conn();
     tokio::time::sleep(Duration::from_secs(7)).await;
     assert_eq!(backend.connections(), 1, "connected while refusing");
     backend.refuse(false);
+}
+
+/// Replies produced while the link is down wait in the outbox and arrive,
+/// in order and complete, after the next register_agent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconnect_delivers_queued_replies_in_order() {
+    let backend = Backend::start().await;
+    let s = Scratch::new("outbox");
+    let hang = hanging_remote(&s, "slow");
+    let cfg = s.config(&backend.url, "", "");
+    let mut daemon = Daemon::start(&s, "proxy", &cfg);
+    backend.registered(0, 20 * SECS).await;
+    let n = 20;
+    replies_while_down(&backend, n).await;
     backend
         .wait_for("the 21 queued replies", 20 * SECS, |_| {
             backend.received().iter().filter(|r| r.msg["type"] == "sandbox_control_result").count() == n + 1
@@ -145,6 +155,68 @@ async fn reconnect_delivers_queued_replies_in_order() {
     assert_eq!(all.len(), n + 1);
     drop(hang);
     assert!(daemon.stop().success());
+}
+
+/// Past its bound the outbox drops the oldest messages, and says so: in
+/// the log and, after re-registering, to the backend.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outbox_overflow_is_reported_not_silent() {
+    let backend = Backend::start().await;
+    let s = Scratch::new("overflow");
+    let hang = hanging_remote(&s, "slow");
+    let cfg = s.config(&backend.url, "outbox_max_messages = 5", "");
+    let mut daemon = Daemon::start(&s, "proxy", &cfg);
+    backend.registered(0, 20 * SECS).await;
+    replies_while_down(&backend, 9).await;
+    let notice = backend
+        .wait_for("the overflow notice", 20 * SECS, |r| {
+            r.msg["type"] == "proxy_update"
+                && r.msg["content"]["text"].as_str().is_some_and(|t| t.contains("outbox overflow"))
+        })
+        .await;
+    // 10 results and 9 status updates (inspect with a run_id reports the
+    // status too) for a bound of 5: the 14 oldest are dropped.
+    assert_eq!(notice.msg["run_id"], "slow");
+    assert!(notice.msg["content"]["text"].as_str().unwrap().contains("14 message(s)"), "{}", notice.msg);
+    backend
+        .wait_for("the newest replies", 10 * SECS, |_| {
+            backend.received().iter().filter(|r| r.msg["type"] == "sandbox_control_result").count() == 3
+        })
+        .await;
+    let ids: Vec<String> = backend
+        .received()
+        .iter()
+        .filter(|r| r.msg["type"] == "sandbox_control_result")
+        .map(|r| r.msg["request_id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ids, ["q6", "q7", "q8"], "the newest survive, in order");
+    let log = daemon.stderr();
+    assert!(log.contains("outbox full") && log.contains("sandbox_control_result for run slow"), "{log}");
+    drop(hang);
+    assert!(daemon.stop().success());
+}
+
+/// A registered token close to its `exp` is replaced at the next connect,
+/// without waiting for the backend to refuse it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_near_expiry_is_renewed_at_reconnect() {
+    let backend = Backend::start().await;
+    let short = jwt("short", 30);
+    let long = jwt("long", 30 * 24 * 3600);
+    let (url, calls) = register_endpoint("boot-secret-123456", vec![short.clone(), long.clone()]).await;
+    let s = Scratch::new("renew");
+    let cfg = s.config(
+        &backend.url,
+        &format!("register_url = \"{url}\"\nbootstrap_token = \"boot-secret-123456\""),
+        "",
+    );
+    let _daemon = Daemon::start(&s, "proxy", &cfg);
+    backend.registered(0, 20 * SECS).await;
+    assert_eq!(backend.auth(0).as_deref(), Some(format!("Bearer {short}").as_str()));
+    backend.close(1012, "service restart");
+    backend.registered(1, 20 * SECS).await;
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 2);
+    assert_eq!(backend.auth(1).as_deref(), Some(format!("Bearer {long}").as_str()));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

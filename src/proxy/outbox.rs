@@ -10,7 +10,8 @@
 //! worth more than the oldest — and never silently: each drop is logged as
 //! an error with its type and run, and the first thing sent after the next
 //! registration is, per affected run, a `proxy_update` text
-//! `[proxy:error] outbox overflow: …` saying how many were lost.
+//! `[proxy:error] outbox overflow: …` saying how many were lost (messages
+//! that belong to no run are reported in the log only).
 //!
 //! A message leaves the queue only after the WebSocket flushed it
 //! ([`Outbox::peek_batch`], then [`Outbox::pop_through`] once the batch
@@ -147,6 +148,9 @@ impl Outbox {
         let dropped = std::mem::take(&mut self.lock().dropped);
         dropped
             .into_iter()
+            // A proxy_update needs a run; drops of run-less messages
+            // (inventories, results of run-less controls) were logged.
+            .filter(|(run_id, _)| !run_id.is_empty())
             .map(|(run_id, n)| {
                 let text = format!(
                     "outbox overflow: {n} message(s) produced while disconnected were dropped \
