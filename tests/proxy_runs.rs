@@ -391,6 +391,17 @@ async fn git_push_pushes_without_hooks_and_never_leaks_the_password() {
         .await;
     assert_eq!(r["ok"], false);
     assert!(r["error"].as_str().unwrap().contains("refusing to send credentials"), "{r}");
+    // A credential helper planted for the remote's URL would run on the
+    // host with the password: refused before git pushes.
+    git(
+        &ws,
+        &["config", "--local", "credential.https://example.com.helper", "!touch /tmp/tuixiu-helper-ran"],
+    );
+    let r = backend
+        .control(json!({"action":"git_push","run_id":"g1","branch":"run/x","env":{"TUIXIU_GIT_HTTP_PASSWORD":password}}))
+        .await;
+    assert_eq!(r["ok"], false);
+    assert!(r["error"].as_str().unwrap().contains("credential.https://example.com.helper"), "{r}");
     // Bad branch names never reach git.
     let r = backend.control(json!({"action":"git_push","run_id":"g1","branch":"--force"})).await;
     assert!(r["error"].as_str().unwrap().contains("not a valid branch"), "{r}");

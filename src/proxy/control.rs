@@ -15,8 +15,8 @@
 //!   [`verify_signature`]);
 //! * `git_push` gets credentials through an askpass helper or an SSH key
 //!   file in a private temporary directory, never in argv or logs, runs
-//!   with the repository's hooks and command-running config disabled, and
-//!   has a timeout.
+//!   with the repository's hooks disabled, refuses a repository whose
+//!   config could run programs or redirect credentials, and has a timeout.
 
 use std::collections::BTreeSet;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -737,6 +737,20 @@ async fn git_push(lane: &mut Lane, c: &SandboxControl, out: &mut Map<String, Val
         cmd.kill_on_drop(true);
         cmd
     };
+    // Repository config that could run a command on the host or send the
+    // credentials elsewhere (per-URL credential helpers survive the
+    // `credential.helper=` override above) is refused outright.
+    let listed = git(&["config", "--local", "--includes", "--name-only", "--list"])
+        .output()
+        .await
+        .map_err(|e| format!("git: {}", sandbox::error::io_error_text(&e)))?;
+    if let Some(key) = String::from_utf8_lossy(&listed.stdout).lines().find(|k| dangerous_git_key(k)) {
+        return Err(format!(
+            "the workspace's git config sets {key:?}, which could run commands or redirect credentials \
+             on this host: refusing git_push"
+        )
+        .into());
+    }
     if let Some(repo_url) = get("TUIXIU_REPO_URL") {
         let got =
             git(&["remote", "get-url", "--push", &remote]).output().await.map_err(|e| format!("git: {e}"))?;
@@ -781,6 +795,26 @@ async fn git_push(lane: &mut Lane, c: &SandboxControl, out: &mut Map<String, Val
             }
             Err(Failure::Partial(format!("timeout after {timeout}s")))
         }
+    }
+}
+
+/// Config keys (lower-cased by git) that make `git push` run a program or
+/// talk to another endpoint: credential helpers, ssh/proxy commands, remote
+/// helpers and pack programs, includes (which could bring any of these),
+/// HTTP proxies.
+fn dangerous_git_key(key: &str) -> bool {
+    let k = key.trim().to_ascii_lowercase();
+    let parts: Vec<&str> = k.split('.').collect();
+    let (first, last) = (parts[0], parts[parts.len() - 1]);
+    match first {
+        "credential" => last == "helper" || last == "usehttppath",
+        "core" => matches!(last, "sshcommand" | "gitproxy" | "askpass" | "hookspath" | "fsmonitor"),
+        "remote" => matches!(last, "receivepack" | "uploadpack" | "vcs" | "proxy" | "pushurl"),
+        "include" | "includeif" => true,
+        "http" => last == "proxy" || last == "proxyauthmethod",
+        "url" => last == "pushinsteadof" || last == "insteadof",
+        "protocol" => true,
+        _ => false,
     }
 }
 
@@ -829,6 +863,29 @@ mod tests {
         assert_eq!(ask("Username for 'https://github.com': "), "x-access-token\n");
         assert_eq!(ask("Password for 'https://x-access-token@github.com': "), "pa ss'word\n");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn dangerous_git_keys() {
+        for bad in [
+            "credential.helper",
+            "credential.https://github.com.helper",
+            "core.sshcommand",
+            "remote.origin.receivepack",
+            "remote.origin.vcs",
+            "include.path",
+            "includeif.gitdir:/x.path",
+            "http.proxy",
+            "http.https://h.proxy",
+            "url.https://evil/.insteadof",
+            "protocol.ext.allow",
+        ] {
+            assert!(dangerous_git_key(bad), "{bad}");
+        }
+        for ok in ["remote.origin.url", "remote.origin.fetch", "branch.main.remote", "user.name", "core.bare"]
+        {
+            assert!(!dangerous_git_key(ok), "{ok}");
+        }
     }
 
     #[test]
