@@ -2,10 +2,9 @@
 
 mod cli;
 mod cmd;
-mod env;
-mod inputs;
-mod manifest;
-mod skills;
+
+// The library half of the crate, under the names the command modules use.
+use tuixiu_sandbox::{env, inputs, manifest, skills};
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -50,6 +49,11 @@ fn main() -> ExitCode {
             cmd::run::main(*args, sub)
         }
         Command::Exec(args) => cmd::exec::main(args),
+        Command::Proxy(args) => tuixiu_sandbox::proxy::main(tuixiu_sandbox::proxy::Options {
+            config: args.config,
+            state_dir: args.state_dir,
+            allow_insecure_ws: args.allow_insecure_ws,
+        }),
         Command::Instances(args) => cmd::instances::list(args),
         Command::Inspect(args) => cmd::instances::inspect(args),
         Command::Stop(args) => cmd::instances::stop(args),
