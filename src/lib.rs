@@ -1,6 +1,7 @@
 //! The `tuixiu-sandbox` library: what the CLI (`src/main.rs`) and the
 //! daemon share, usable from integration tests with the real binary.
 
+pub mod acp;
 pub mod env;
 pub mod inputs;
 pub mod manifest;

@@ -55,10 +55,16 @@ const SCHEMA: &[(&str, &str, Kind)] = &[
     ("", "keepalive_min_seconds", Kind::Int),
     ("", "expire_idle_runs", Kind::Bool),
     ("", "git_push_timeout_max_seconds", Kind::Int),
+    ("", "permission_policy", Kind::Str),
+    ("", "permission_timeout_seconds", Kind::Int),
+    ("", "fs_read_max_bytes", Kind::Int),
+    ("", "agent_shutdown_grace_seconds", Kind::Int),
+    ("", "acp_request_timeout_seconds", Kind::Int),
     ("agent", "id", Kind::Str),
     ("agent", "name", Kind::Str),
     ("agent", "max_concurrent", Kind::Int),
     ("agent", "capabilities", Kind::Any),
+    ("agent", "statePath", Kind::Str),
     ("sandbox", "provider", Kind::Str),
     ("sandbox", "image", Kind::Str),
     ("sandbox", "runtime", Kind::Str),
@@ -71,6 +77,8 @@ const SCHEMA: &[(&str, &str, Kind)] = &[
     ("sandbox", "instancePrefix", Kind::Str),
     ("sandbox", "network", Kind::Str),
     ("sandbox", "noIsolationAcknowledged", Kind::Bool),
+    ("sandbox", "bootstrap", Kind::Any),
+    ("sandbox", "secretFiles", Kind::Any),
     ("tls", "ca_file", Kind::Str),
     ("tls", "client_cert", Kind::Str),
     ("tls", "client_key", Kind::Str),
@@ -87,7 +95,6 @@ const IGNORED: &[(&str, &str)] = &[
     ("sandbox", "boxName"),
     ("sandbox", "boxReuse"),
     ("sandbox", "autoRemove"),
-    ("sandbox", "bootstrap"),
     ("sandbox", "extraRunArgs"),
     ("sandbox", "cpus"),
     ("sandbox", "memoryMib"),
@@ -154,6 +161,40 @@ pub struct AgentConfig {
     pub max_concurrent: u64,
     /// Merged into `register_agent.agent.capabilities`.
     pub capabilities: Map<String, Value>,
+    /// Guest path where `<state_dir>/agents/<agent id>/state` is mounted
+    /// (read-write) in every instance: the agent's own session files
+    /// outlive the run's sandbox, so `session/load` finds them later.
+    pub state_path: Option<String>,
+}
+
+/// `permission_policy`: how `session/request_permission` is answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PermissionPolicy {
+    /// The `allow_once` option, else the first allow option.
+    AllowOnce,
+    /// Forward to the backend (`permission_request`) and wait.
+    Ask,
+    /// The first reject option, else cancelled.
+    Deny,
+}
+
+impl PermissionPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PermissionPolicy::AllowOnce => "allow_once",
+            PermissionPolicy::Ask => "ask",
+            PermissionPolicy::Deny => "deny",
+        }
+    }
+}
+
+/// `[sandbox.bootstrap]`: run in the instance before the agent starts.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Bootstrap {
+    /// Exit 0: already bootstrapped, skip the install.
+    pub check_command: Option<String>,
+    pub install_command: Option<String>,
+    pub timeout_seconds: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -171,6 +212,10 @@ pub struct SandboxConfig {
     pub instance_prefix: String,
     pub network: sandbox::Network,
     pub no_isolation_acknowledged: bool,
+    pub bootstrap: Option<Bootstrap>,
+    /// `[sandbox.secretFiles] name = "/host/file"`: mounted read-only at
+    /// `/run/secrets/<name>` in every instance.
+    pub secret_files: Vec<(String, PathBuf)>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -204,6 +249,16 @@ pub struct Config {
     pub keepalive_min_seconds: u64,
     pub expire_idle_runs: bool,
     pub git_push_timeout_max_seconds: u64,
+    /// How the agent's `session/request_permission` is answered.
+    pub permission_policy: PermissionPolicy,
+    /// How long `ask` waits for `session_permission` (then: cancelled).
+    pub permission_timeout_seconds: u64,
+    /// Largest file `fs/read_text_file` returns whole.
+    pub fs_read_max_bytes: u64,
+    /// Between closing the agent's stdin and SIGTERM, and SIGTERM and SIGKILL.
+    pub agent_shutdown_grace_seconds: u64,
+    /// Timeout of the daemon's own requests to the agent (not prompts).
+    pub acp_request_timeout_seconds: u64,
     pub agent: AgentConfig,
     pub sandbox: SandboxConfig,
     pub tls: TlsConfig,
@@ -464,6 +519,17 @@ impl Config {
                     return Err(r.err("agent.capabilities", format!("expected a table, got {other}")));
                 }
             },
+            state_path: match r.string("agent", "statePath")? {
+                None => None,
+                Some(p) => {
+                    let norm = sandbox::guest_path::normalize(&p)
+                        .map_err(|why| r.err("agent.statePath", format!("{p:?} {why}")))?;
+                    if sandbox::guest_path::is_within(&norm, sandbox::WORKSPACE) || norm == "/" {
+                        return Err(r.err("agent.statePath", "must not be / or inside /workspace"));
+                    }
+                    Some(norm)
+                }
+            },
         };
 
         let provider = match r.string("sandbox", "provider")?.as_deref() {
@@ -580,6 +646,86 @@ impl Config {
             ));
         }
 
+        let bootstrap = match r.take("sandbox", "bootstrap") {
+            None => None,
+            Some(Value::Object(map)) => {
+                let text = |k: &str| -> Result<Option<String>, ConfigError> {
+                    match map.get(k) {
+                        None | Some(Value::Null) => Ok(None),
+                        Some(Value::String(s)) if s.trim().is_empty() => Ok(None),
+                        Some(Value::String(s)) => Ok(Some(s.clone())),
+                        Some(other) => {
+                            Err(r.err(&format!("sandbox.bootstrap.{k}"), format!("expected a string, got {other}")))
+                        }
+                    }
+                };
+                let timeout_seconds = match map.get("timeoutSeconds") {
+                    None => 600,
+                    Some(v) => match v.as_u64().or_else(|| v.as_str().and_then(|s| s.trim().parse().ok())) {
+                        Some(n) if (1..=86_400).contains(&n) => n,
+                        _ => {
+                            return Err(r.err(
+                                "sandbox.bootstrap.timeoutSeconds",
+                                format!("expected an integer between 1 and 86400, got {v}"),
+                            ));
+                        }
+                    },
+                };
+                let b = Bootstrap {
+                    check_command: text("checkCommand")?,
+                    install_command: text("installCommand")?,
+                    timeout_seconds,
+                };
+                (b.check_command.is_some() || b.install_command.is_some()).then_some(b)
+            }
+            Some(other) => return Err(r.err("sandbox.bootstrap", format!("expected a table, got {other}"))),
+        };
+        let secret_files = match r.take("sandbox", "secretFiles") {
+            None => Vec::new(),
+            Some(Value::Object(map)) => {
+                let mut out = Vec::new();
+                for (name, v) in map {
+                    let key = format!("sandbox.secretFiles.{name}");
+                    let ok_name = !name.is_empty()
+                        && name.len() <= 128
+                        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+                        && !name.starts_with('.');
+                    if !ok_name {
+                        return Err(r.err(&key, "a secret name is letters, digits, '_', '.', '-' (not starting with '.')"));
+                    }
+                    let Some(path) = v.as_str() else {
+                        return Err(r.err(&key, format!("expected a file path, got {v}")));
+                    };
+                    let path = absolute(&r, &key, path)?;
+                    if !path.is_file() {
+                        return Err(r.err(&key, format!("{} is not a readable file", path.display())));
+                    }
+                    out.push((name, path));
+                }
+                out
+            }
+            Some(other) => return Err(r.err("sandbox.secretFiles", format!("expected a table, got {other}"))),
+        };
+        let permission_policy = match r.string("", "permission_policy")?.as_deref() {
+            None => {
+                if provider == ProviderChoice::Host {
+                    PermissionPolicy::Ask
+                } else {
+                    PermissionPolicy::AllowOnce
+                }
+            }
+            Some("allow_once" | "allow" | "auto") => PermissionPolicy::AllowOnce,
+            Some("ask") => PermissionPolicy::Ask,
+            Some("deny") => PermissionPolicy::Deny,
+            Some(other) => {
+                return Err(r.err("permission_policy", format!("{other:?}: use allow_once, ask or deny")));
+            }
+        };
+        let permission_timeout_seconds = r.int("", "permission_timeout_seconds", 600, 1, 86_400)?;
+        let fs_read_max_bytes = r.int("", "fs_read_max_bytes", 16 * 1024 * 1024, 1, 1 << 30)?;
+        let agent_shutdown_grace_seconds = r.int("", "agent_shutdown_grace_seconds", 2, 0, 600)?;
+        let acp_request_timeout_seconds = r.int("", "acp_request_timeout_seconds", 300, 1, 86_400)?;
+
         let tls = TlsConfig {
             ca_file: r.string("tls", "ca_file")?.map(|p| absolute(&r, "tls.ca_file", &p)).transpose()?,
             client_cert: r
@@ -618,6 +764,11 @@ impl Config {
             keepalive_min_seconds,
             expire_idle_runs,
             git_push_timeout_max_seconds,
+            permission_policy,
+            permission_timeout_seconds,
+            fs_read_max_bytes,
+            agent_shutdown_grace_seconds,
+            acp_request_timeout_seconds,
             agent,
             sandbox: SandboxConfig {
                 provider,
@@ -631,6 +782,8 @@ impl Config {
                 instance_prefix,
                 network,
                 no_isolation_acknowledged,
+                bootstrap,
+                secret_files,
             },
             tls,
         };

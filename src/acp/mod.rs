@@ -1,0 +1,15 @@
+//! The ACP client side of the daemon: what it does for the agent of a run.
+//!
+//! | module | job |
+//! |---|---|
+//! | [`transport`] | NDJSON JSON-RPC over the agent's stdio: raw `Value`s, id mapping, concurrent agent requests, `$/cancel_request` |
+//! | [`host`] | one agent process: start, `initialize`, sessions, prompts, controls, cancel, shutdown |
+//! | [`client`] | the methods the agent calls: `fs/*`, `terminal/*`, `session/request_permission`; anything else `-32601` |
+//! | [`fs`] | paths resolved inside the sandbox's own tree, confined to the workspace and home |
+//! | [`terminal`] | terminal processes, their bounded output, exit status |
+//!
+//! See docs/acp.md.
+
+pub mod fs;
+pub mod terminal;
+pub mod transport;

@@ -1,0 +1,463 @@
+//! NDJSON JSON-RPC 2.0 over an agent's stdio (ACP transports.mdx).
+//!
+//! Messages stay [`serde_json::Value`]s end to end: the daemon relays what
+//! the agent says without a typed round trip, so fields and update kinds
+//! newer than this code survive (reference acp-client.md §1.4).
+//!
+//! * Our requests get integer ids from 1; responses are matched by id.
+//!   The agent's own ids (integers or strings) live in a separate space
+//!   and are echoed back untouched.
+//! * Agent→client requests are each served by their own task, so a slow
+//!   `terminal/wait_for_exit` or a pending permission never holds up the
+//!   requests behind it (the Node proxy served them one at a time).
+//!   `$/cancel_request` aborts the task and answers `-32800`; every
+//!   request gets exactly one response.
+//! * Notifications are handed over in order, on the reader task.
+//! * Writes go through one writer task: lines never interleave.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::{mpsc, oneshot};
+
+/// JSON-RPC error codes used here (schema `ErrorCode`).
+pub mod code {
+    pub const PARSE_ERROR: i64 = -32700;
+    pub const INVALID_REQUEST: i64 = -32600;
+    pub const METHOD_NOT_FOUND: i64 = -32601;
+    pub const INVALID_PARAMS: i64 = -32602;
+    pub const INTERNAL_ERROR: i64 = -32603;
+    pub const REQUEST_CANCELLED: i64 = -32800;
+    pub const AUTH_REQUIRED: i64 = -32000;
+    pub const RESOURCE_NOT_FOUND: i64 = -32002;
+}
+
+/// Longest line accepted from an agent; a longer one ends the connection
+/// (it cannot be a well-formed ACP message the daemon could relay anyway).
+pub const MAX_LINE: usize = 256 * 1024 * 1024;
+
+/// A JSON-RPC error, ours or the agent's.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RpcError {
+    pub code: i64,
+    pub message: String,
+    pub data: Option<Value>,
+}
+
+impl RpcError {
+    pub fn new(code: i64, message: impl Into<String>) -> RpcError {
+        RpcError { code, message: message.into(), data: None }
+    }
+
+    pub fn invalid_params(message: impl Into<String>) -> RpcError {
+        RpcError::new(code::INVALID_PARAMS, message)
+    }
+
+    pub fn internal(message: impl Into<String>) -> RpcError {
+        RpcError::new(code::INTERNAL_ERROR, message)
+    }
+
+    pub fn not_found(message: impl Into<String>) -> RpcError {
+        RpcError::new(code::RESOURCE_NOT_FOUND, message)
+    }
+
+    fn to_json(&self) -> Value {
+        let mut v = json!({"code": self.code, "message": self.message});
+        if let Some(d) = &self.data {
+            v["data"] = d.clone();
+        }
+        v
+    }
+
+    fn from_json(v: &Value) -> RpcError {
+        RpcError {
+            code: v.get("code").and_then(Value::as_i64).unwrap_or(code::INTERNAL_ERROR),
+            message: v.get("message").and_then(Value::as_str).unwrap_or("").to_string(),
+            data: v.get("data").cloned(),
+        }
+    }
+}
+
+impl std::fmt::Display for RpcError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} (code {})", self.message, self.code)
+    }
+}
+
+/// Why a request of ours got no result.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum CallError {
+    #[error("the agent answered {0}")]
+    Rpc(RpcError),
+    #[error("no answer from the agent within {0:?} ({1})")]
+    Timeout(Duration, String),
+    #[error("the agent's connection is closed")]
+    Closed,
+}
+
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+/// What the transport hands to its owner.
+pub trait Handler: Send + Sync + 'static {
+    /// A notification, in arrival order (on the reader task: keep it quick).
+    fn notification(&self, method: &str, params: Value);
+    /// A request; the future runs on its own task and its output is the
+    /// response.
+    fn request(self: Arc<Self>, method: String, params: Value) -> BoxFuture<Result<Value, RpcError>>;
+    /// The agent's stdout ended (it exited or closed it).
+    fn closed(&self);
+}
+
+type Pending = Mutex<HashMap<u64, oneshot::Sender<Result<Value, RpcError>>>>;
+
+/// One connection to one agent process.
+pub struct Transport {
+    out: mpsc::UnboundedSender<String>,
+    pending: Arc<Pending>,
+    /// Agent requests being served: their id (as JSON text) → task.
+    serving: Arc<Mutex<HashMap<String, tokio::task::AbortHandle>>>,
+    next_id: AtomicU64,
+    closed: Arc<AtomicBool>,
+}
+
+impl Transport {
+    /// Starts the reader and writer tasks over the agent's pipes.
+    pub fn start<R, W>(stdout: R, stdin: W, handler: Arc<dyn Handler>) -> Arc<Transport>
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        let (tx, rx) = mpsc::unbounded_channel::<String>();
+        let t = Arc::new(Transport {
+            out: tx,
+            pending: Arc::new(Mutex::new(HashMap::new())),
+            serving: Arc::new(Mutex::new(HashMap::new())),
+            next_id: AtomicU64::new(1),
+            closed: Arc::new(AtomicBool::new(false)),
+        });
+        tokio::spawn(write_loop(stdin, rx));
+        tokio::spawn(read_loop(stdout, Arc::downgrade(&t), t.pending.clone(), t.closed.clone(), handler));
+        t
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
+    }
+
+    /// Queues one message (already a complete JSON object) for the agent.
+    pub fn send_raw(&self, msg: &Value) {
+        let _ = self.out.send(msg.to_string());
+    }
+
+    pub fn notify(&self, method: &str, params: Value) {
+        self.send_raw(&json!({"jsonrpc": "2.0", "method": method, "params": params}));
+    }
+
+    /// Allocates an id for a request the caller sends itself (the raw
+    /// tunnel); its response arrives on the returned receiver.
+    pub fn reserve(&self) -> (u64, oneshot::Receiver<Result<Value, RpcError>>) {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        lock(&self.pending).insert(id, tx);
+        if self.is_closed() {
+            lock(&self.pending).remove(&id);
+        }
+        (id, rx)
+    }
+
+    /// Sends a request and waits for its result (`None`: no timeout).
+    pub async fn call(&self, method: &str, params: Value, timeout: Option<Duration>) -> Result<Value, CallError> {
+        if self.is_closed() {
+            return Err(CallError::Closed);
+        }
+        let (id, rx) = self.reserve();
+        self.send_raw(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        let outcome = match timeout {
+            Some(t) => match tokio::time::timeout(t, rx).await {
+                Ok(r) => r,
+                Err(_) => {
+                    lock(&self.pending).remove(&id);
+                    return Err(CallError::Timeout(t, method.to_string()));
+                }
+            },
+            None => rx.await,
+        };
+        match outcome {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(CallError::Rpc(e)),
+            Err(_) => Err(CallError::Closed),
+        }
+    }
+
+    fn respond(&self, id: &Value, result: Result<Value, RpcError>) {
+        let msg = match result {
+            Ok(v) => json!({"jsonrpc": "2.0", "id": id, "result": v}),
+            Err(e) => json!({"jsonrpc": "2.0", "id": id, "error": e.to_json()}),
+        };
+        self.send_raw(&msg);
+    }
+
+    fn serve(self: &Arc<Self>, id: Value, method: String, params: Value, handler: Arc<dyn Handler>) {
+        let key = id.to_string();
+        let me = Arc::downgrade(self);
+        let serving = self.serving.clone();
+        let k = key.clone();
+        // Registered before the task can finish: the task removes its own
+        // entry, under the same lock, to decide who responds.
+        let mut map = lock(&self.serving);
+        let task = tokio::spawn(async move {
+            let result = handler.request(method, params).await;
+            let still_ours = lock(&serving).remove(&k).is_some();
+            if still_ours && let Some(t) = me.upgrade() {
+                t.respond(&id, result);
+            }
+        });
+        map.insert(key, task.abort_handle());
+    }
+
+    /// `$/cancel_request {requestId}` from the agent.
+    fn cancel_incoming(&self, request_id: &Value) {
+        let task = lock(&self.serving).remove(&request_id.to_string());
+        if let Some(task) = task {
+            task.abort();
+            self.respond(request_id, Err(RpcError::new(code::REQUEST_CANCELLED, "request cancelled")));
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+async fn write_loop<W: AsyncWrite + Unpin>(mut stdin: W, mut rx: mpsc::UnboundedReceiver<String>) {
+    let mut buf = Vec::with_capacity(64 * 1024);
+    while let Some(first) = rx.recv().await {
+        buf.clear();
+        buf.extend_from_slice(first.as_bytes());
+        buf.push(b'\n');
+        // Batch what is already queued into one write.
+        while buf.len() < 256 * 1024 {
+            match rx.try_recv() {
+                Ok(line) => {
+                    buf.extend_from_slice(line.as_bytes());
+                    buf.push(b'\n');
+                }
+                Err(_) => break,
+            }
+        }
+        if stdin.write_all(&buf).await.is_err() || stdin.flush().await.is_err() {
+            // The agent closed its stdin (or died): nothing more can be said.
+            break;
+        }
+    }
+    // Dropping `stdin` closes the pipe: end-of-file for the agent.
+}
+
+async fn read_loop<R: AsyncRead + Unpin>(
+    stdout: R,
+    transport: std::sync::Weak<Transport>,
+    pending: Arc<Pending>,
+    closed: Arc<AtomicBool>,
+    handler: Arc<dyn Handler>,
+) {
+    let mut reader = BufReader::with_capacity(256 * 1024, stdout);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match read_line(&mut reader, &mut line).await {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(e) => {
+                tracing::warn!("agent stdout: {e}; closing the connection");
+                break;
+            }
+        }
+        let text = trim_line(&line);
+        if text.is_empty() {
+            continue;
+        }
+        let msg: Value = match serde_json::from_slice(text) {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!("agent stdout: not JSON ({e}): {}", String::from_utf8_lossy(&text[..text.len().min(200)]));
+                continue;
+            }
+        };
+        let Value::Object(mut obj) = msg else {
+            // Batches are not part of ACP (the v5 SDK answers -32600 too).
+            if let Some(t) = transport.upgrade() {
+                t.respond(&Value::Null, Err(RpcError::new(code::INVALID_REQUEST, "batches are not supported")));
+            }
+            continue;
+        };
+        match (obj.remove("method"), obj.remove("id")) {
+            (Some(Value::String(method)), Some(id)) if !id.is_null() => {
+                let params = obj.remove("params").unwrap_or(Value::Null);
+                if let Some(t) = transport.upgrade() {
+                    t.serve(id, method, params, handler.clone());
+                }
+            }
+            (Some(Value::String(method)), _) => {
+                let params = obj.remove("params").unwrap_or(Value::Null);
+                if method == "$/cancel_request" {
+                    if let (Some(t), Some(id)) = (transport.upgrade(), params.get("requestId")) {
+                        t.cancel_incoming(id);
+                    }
+                } else {
+                    handler.notification(&method, params);
+                }
+            }
+            (None, Some(id)) => {
+                let Some(id) = id.as_u64() else {
+                    tracing::warn!("agent answered an id we never used: {id}");
+                    continue;
+                };
+                let Some(tx) = lock(&pending).remove(&id) else {
+                    tracing::debug!("agent answered request {id}, which nobody waits for any more");
+                    continue;
+                };
+                let result = match (obj.remove("error"), obj.remove("result")) {
+                    (Some(e), _) if !e.is_null() => Err(RpcError::from_json(&e)),
+                    (_, Some(r)) => Ok(r),
+                    (_, None) => Ok(Value::Null),
+                };
+                let _ = tx.send(result);
+            }
+            _ => tracing::warn!("agent stdout: a JSON object that is neither request, notification nor response"),
+        }
+    }
+    closed.store(true, Ordering::SeqCst);
+    // Every request still waiting fails now (dropping the senders).
+    lock(&pending).clear();
+    if let Some(t) = transport.upgrade() {
+        for (_, task) in lock(&t.serving).drain() {
+            task.abort();
+        }
+    }
+    handler.closed();
+}
+
+/// Reads one line (without its limit being exceeded); `false` at end-of-file.
+async fn read_line<R: AsyncRead + Unpin>(reader: &mut BufReader<R>, line: &mut Vec<u8>) -> std::io::Result<bool> {
+    loop {
+        let buf = reader.fill_buf().await?;
+        if buf.is_empty() {
+            return Ok(!line.is_empty());
+        }
+        match buf.iter().position(|&b| b == b'\n') {
+            Some(i) => {
+                line.extend_from_slice(&buf[..i]);
+                reader.consume(i + 1);
+                return Ok(true);
+            }
+            None => {
+                let n = buf.len();
+                line.extend_from_slice(buf);
+                reader.consume(n);
+                if line.len() > MAX_LINE {
+                    return Err(std::io::Error::other(format!("a line longer than {MAX_LINE} bytes")));
+                }
+            }
+        }
+    }
+}
+
+fn trim_line(line: &[u8]) -> &[u8] {
+    let mut s = line;
+    while let [rest @ .., last] = s
+        && (*last == b'\r' || *last == b' ' || *last == b'\t')
+    {
+        s = rest;
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Echo {
+        notes: Mutex<Vec<String>>,
+    }
+
+    impl Handler for Echo {
+        fn notification(&self, method: &str, _params: Value) {
+            lock(&self.notes).push(method.to_string());
+        }
+        fn request(self: Arc<Self>, method: String, params: Value) -> BoxFuture<Result<Value, RpcError>> {
+            Box::pin(async move {
+                match method.as_str() {
+                    "slow" => {
+                        tokio::time::sleep(Duration::from_secs(3600)).await;
+                        Ok(Value::Null)
+                    }
+                    "fast" => Ok(params),
+                    _ => Err(RpcError::new(code::METHOD_NOT_FOUND, format!("method not found: {method}"))),
+                }
+            })
+        }
+        fn closed(&self) {}
+    }
+
+    async fn lines(r: &mut BufReader<tokio::io::DuplexStream>, n: usize) -> Vec<Value> {
+        let mut out = Vec::new();
+        for _ in 0..n {
+            let mut l = Vec::new();
+            assert!(read_line(r, &mut l).await.unwrap());
+            out.push(serde_json::from_slice(&l).unwrap());
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn requests_are_served_concurrently_and_cancelled_once() {
+        let (agent_out, ours_in) = tokio::io::duplex(1 << 16);
+        let (ours_out, agent_in) = tokio::io::duplex(1 << 16);
+        let h = Arc::new(Echo { notes: Mutex::new(Vec::new()) });
+        let t = Transport::start(ours_in, ours_out, h.clone());
+        let mut agent_in = BufReader::new(agent_in);
+        let mut agent_out = agent_out;
+        agent_out
+            .write_all(
+                b"{\"jsonrpc\":\"2.0\",\"id\":\"a\",\"method\":\"slow\"}\n\
+                  {\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"fast\",\"params\":{\"x\":1}}\n\
+                  {\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"_vendor/thing\"}\n\
+                  {\"jsonrpc\":\"2.0\",\"method\":\"session/update\",\"params\":{}}\n\
+                  {\"jsonrpc\":\"2.0\",\"method\":\"$/cancel_request\",\"params\":{\"requestId\":\"a\"}}\n",
+            )
+            .await
+            .unwrap();
+        let got = lines(&mut agent_in, 3).await;
+        let by_id = |id: Value| got.iter().find(|m| m["id"] == id).cloned().unwrap();
+        // The fast request is not stuck behind the slow one.
+        assert_eq!(by_id(json!(7)), json!({"jsonrpc":"2.0","id":7,"result":{"x":1}}));
+        assert_eq!(by_id(json!(8))["error"]["code"], -32601);
+        assert_eq!(by_id(json!("a")), json!({"jsonrpc":"2.0","id":"a","error":{"code":-32800,"message":"request cancelled"}}));
+        assert_eq!(*lock(&h.notes), vec!["session/update".to_string()]);
+        // Our own call, answered by the agent.
+        let call = {
+            let t = t.clone();
+            tokio::spawn(async move { t.call("initialize", json!({"protocolVersion":1}), None).await })
+        };
+        let req = lines(&mut agent_in, 1).await.remove(0);
+        assert_eq!(req["method"], "initialize");
+        assert_eq!(req["id"], 1);
+        agent_out.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"protocolVersion\":1}}\n").await.unwrap();
+        assert_eq!(call.await.unwrap().unwrap(), json!({"protocolVersion":1}));
+        // End-of-file fails what is still pending.
+        let call = {
+            let t = t.clone();
+            tokio::spawn(async move { t.call("session/prompt", json!({}), None).await })
+        };
+        lines(&mut agent_in, 1).await;
+        drop(agent_out);
+        assert_eq!(call.await.unwrap(), Err(CallError::Closed));
+        assert!(t.is_closed());
+    }
+}
