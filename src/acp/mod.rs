@@ -10,6 +10,8 @@
 //!
 //! See docs/acp.md.
 
+pub mod client;
 pub mod fs;
+pub mod host;
 pub mod terminal;
 pub mod transport;

@@ -109,7 +109,7 @@ pub trait Handler: Send + Sync + 'static {
     fn notification(&self, method: &str, params: Value);
     /// A request; the future runs on its own task and its output is the
     /// response.
-    fn request(self: Arc<Self>, method: String, params: Value) -> BoxFuture<Result<Value, RpcError>>;
+    fn request(self: Arc<Self>, id: Value, method: String, params: Value) -> BoxFuture<Result<Value, RpcError>>;
     /// The agent's stdout ended (it exited or closed it).
     fn closed(&self);
 }
@@ -118,7 +118,8 @@ type Pending = Mutex<HashMap<u64, oneshot::Sender<Result<Value, RpcError>>>>;
 
 /// One connection to one agent process.
 pub struct Transport {
-    out: mpsc::UnboundedSender<String>,
+    /// `None` once stdin was closed.
+    out: Mutex<Option<mpsc::UnboundedSender<String>>>,
     pending: Arc<Pending>,
     /// Agent requests being served: their id (as JSON text) → task.
     serving: Arc<Mutex<HashMap<String, tokio::task::AbortHandle>>>,
@@ -135,7 +136,7 @@ impl Transport {
     {
         let (tx, rx) = mpsc::unbounded_channel::<String>();
         let t = Arc::new(Transport {
-            out: tx,
+            out: Mutex::new(Some(tx)),
             pending: Arc::new(Mutex::new(HashMap::new())),
             serving: Arc::new(Mutex::new(HashMap::new())),
             next_id: AtomicU64::new(1),
@@ -152,7 +153,14 @@ impl Transport {
 
     /// Queues one message (already a complete JSON object) for the agent.
     pub fn send_raw(&self, msg: &Value) {
-        let _ = self.out.send(msg.to_string());
+        if let Some(out) = lock(&self.out).as_ref() {
+            let _ = out.send(msg.to_string());
+        }
+    }
+
+    /// Closes the agent's stdin once what is queued has been written.
+    pub fn close_stdin(&self) {
+        lock(&self.out).take();
     }
 
     pub fn notify(&self, method: &str, params: Value) {
@@ -212,7 +220,7 @@ impl Transport {
         // entry, under the same lock, to decide who responds.
         let mut map = lock(&self.serving);
         let task = tokio::spawn(async move {
-            let result = handler.request(method, params).await;
+            let result = handler.request(id.clone(), method, params).await;
             let still_ours = lock(&serving).remove(&k).is_some();
             if still_ours && let Some(t) = me.upgrade() {
                 t.respond(&id, result);
@@ -390,7 +398,7 @@ mod tests {
         fn notification(&self, method: &str, _params: Value) {
             lock(&self.notes).push(method.to_string());
         }
-        fn request(self: Arc<Self>, method: String, params: Value) -> BoxFuture<Result<Value, RpcError>> {
+        fn request(self: Arc<Self>, _id: Value, method: String, params: Value) -> BoxFuture<Result<Value, RpcError>> {
             Box::pin(async move {
                 match method.as_str() {
                     "slow" => {

@@ -25,7 +25,7 @@ pub mod argv;
 mod inspect;
 mod volumes;
 
-pub use volumes::{SCRATCH, Volumes, as_container_user};
+pub use volumes::{SCRATCH, Volumes, as_container_user, as_user};
 
 use self::inspect::Inspected;
 use self::volumes::give_to_user;

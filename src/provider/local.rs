@@ -147,6 +147,18 @@ impl LocalInstances {
         Ok(())
     }
 
+    /// Ends an agent left running by a previous daemon (its stdio is gone
+    /// with that daemon, so nobody can talk to it); true if there was one.
+    pub async fn end_stale_agent(&self, name: &str) -> bool {
+        let agents: Vec<_> = self.records.live_procs(name).into_iter().filter(|p| p.kind == ProcKind::Agent).collect();
+        if agents.is_empty() {
+            return false;
+        }
+        tracing::warn!("{name}: ending an agent a previous daemon left running (pid {})", agents[0].pid);
+        end_processes(agents).await;
+        true
+    }
+
     /// Marks the instance stopped (no new process can start) and ends its
     /// processes: SIGTERM, then SIGKILL after [`STOP_GRACE`].
     pub async fn stop(&self, name: &str) -> Result<InstanceInfo, ProviderError> {

@@ -412,6 +412,10 @@ pub fn default_state_dir() -> PathBuf {
 }
 
 /// Checks a guest working directory: under `/workspace` or the home.
+pub fn check_guest_cwd_pub(cwd: &str, home: &str) -> Result<String, ProviderError> {
+    check_guest_cwd(cwd, home)
+}
+
 pub(crate) fn check_guest_cwd(cwd: &str, home: &str) -> Result<String, ProviderError> {
     let norm = sandbox::guest_path::normalize(cwd)
         .map_err(|why| ProviderError::Invalid(format!("working directory {cwd:?} {why}")))?;

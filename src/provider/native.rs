@@ -97,7 +97,67 @@ impl NativeProvider {
         self.local.track(name, std::process::id(), ProcKind::Exec)
     }
 
+    /// Starts the agent and waits until it runs; returns it with the host
+    /// pid of its sandbox's PID 1 (from the launcher's `--json-status-fd`),
+    /// whose `/proc/<pid>/root` is the agent's filesystem and whose
+    /// namespaces terminals join.
+    pub async fn spawn_agent_reporting(&self, name: &str, process: &ProcessSpec) -> Result<(Process, u32), ProviderError> {
+        let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+            .map_err(|e| ProviderError::io("pipe2", &std::io::Error::from(e)))?;
+        let mut proc = self.spawn_with(name, process, ProcKind::Agent, Some(w))?;
+        let reader = tokio::net::unix::pipe::Receiver::from_owned_fd(r)
+            .map_err(|e| ProviderError::io("watch the launcher's status", &e))?;
+        let mut lines = tokio::io::BufReader::new(reader);
+        let mut line = String::new();
+        loop {
+            line.clear();
+            let n = tokio::io::AsyncBufReadExt::read_line(&mut lines, &mut line)
+                .await
+                .map_err(|e| ProviderError::io("read the launcher's status", &e))?;
+            if n == 0 {
+                // The launcher ended before the command ran: its exit
+                // status and stderr tell why.
+                let status = proc.wait().await?;
+                let mut why = String::new();
+                if let Some(mut err) = proc.stderr.take() {
+                    let _ = tokio::io::AsyncReadExt::read_to_string(&mut err, &mut why).await;
+                }
+                let why = why.lines().last().unwrap_or("").trim().to_string();
+                return Err(ProviderError::Invalid(format!(
+                    "the agent's sandbox did not start (exit {}): {why}",
+                    status.code_or_signal()
+                )));
+            }
+            let v: serde_json::Value = serde_json::from_str(line.trim()).unwrap_or_default();
+            if let Some(pid) = v.get("child-pid").and_then(serde_json::Value::as_u64) {
+                return Ok((proc, pid as u32));
+            }
+        }
+    }
+
+    /// See `LocalInstances::end_stale_agent`.
+    pub async fn end_stale_agent(&self, name: &str) -> bool {
+        self.local.end_stale_agent(name).await
+    }
+
+    /// A process in the running sandbox of PID `pid1` (the agent's): the
+    /// same mount tree, `/tmp`, processes and user view.
+    pub async fn exec_joined(&self, name: &str, pid1: u32, process: &ProcessSpec) -> Result<Process, ProviderError> {
+        let _ = pid1;
+        self.spawn(name, process, ProcKind::Exec)
+    }
+
     fn spawn(&self, name: &str, process: &ProcessSpec, kind: ProcKind) -> Result<Process, ProviderError> {
+        self.spawn_with(name, process, kind, None)
+    }
+
+    fn spawn_with(
+        &self,
+        name: &str,
+        process: &ProcessSpec,
+        kind: ProcKind,
+        status_fd: Option<std::os::fd::OwnedFd>,
+    ) -> Result<Process, ProviderError> {
         let _lock = self.local.records.lock()?;
         let record = self.local.running(name)?;
         if kind == ProcKind::Agent {
@@ -115,11 +175,16 @@ impl NativeProvider {
         }
         set_stdio(&mut cmd, process.stdio);
         pass_fd(&mut cmd, spec_fd.as_raw_fd());
+        if let Some(fd) = &status_fd {
+            cmd.arg(format!("--json-status-fd={}", fd.as_raw_fd()));
+            pass_fd(&mut cmd, fd.as_raw_fd());
+        }
         let child = tokio::process::Command::from(cmd).spawn().map_err(|e| ProviderError::CliSpawn {
             program: self.launcher.display().to_string(),
             reason: sandbox::error::io_error_text(&e),
         })?;
         drop(spec_fd);
+        drop(status_fd);
         let pid = child.id().ok_or_else(|| ProviderError::Invalid("the launcher exited at once".into()))?;
         let forget = self.local.track(name, pid, kind)?;
         Ok(Process::new(child, Killer::for_pid(pid, false), Some(forget)))

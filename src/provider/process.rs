@@ -55,6 +55,8 @@ pub struct Process {
     pub stdout: Option<ChildStdout>,
     pub stderr: Option<ChildStderr>,
     killer: Killer,
+    /// For a process that leads its own group in a sandbox it joined.
+    pub(crate) group_killer: Option<Killer>,
     /// Runs once the process has been reaped (e.g. forgets a process record).
     on_exit: Option<Box<dyn FnOnce() + Send + Sync>>,
 }
@@ -71,6 +73,7 @@ impl Process {
             stderr: child.stderr.take(),
             child,
             killer,
+            group_killer: None,
             on_exit,
         }
     }
@@ -84,6 +87,12 @@ impl Process {
     /// other tasks while one task waits.
     pub fn killer(&self) -> Killer {
         self.killer.clone()
+    }
+
+    /// A handle that signals the process's whole group when it leads one
+    /// (a joined terminal), else the process.
+    pub fn group_killer(&self) -> Killer {
+        self.group_killer.clone().unwrap_or_else(|| self.killer.clone())
     }
 
     /// Waits for the process to end. Closes its stdin first, as

@@ -177,7 +177,9 @@ async fn run_action(
         }
         "stop" => {
             let name = instance_name(lane, c)?;
-            // Part 2: close the run's agent first.
+            if lane.state.as_ref().is_some_and(|s| s.instance_name == name) {
+                lane.close_agent("stopped").await;
+            }
             let info = d.provider.stop(&name).await.map_err(|e| e.to_string())?;
             if !lane.run_id.is_empty() {
                 d.report_status(&lane.run_id, &info);
@@ -186,6 +188,9 @@ async fn run_action(
         }
         "remove" => {
             let name = instance_name(lane, c)?;
+            if lane.state.as_ref().is_some_and(|s| s.instance_name == name) {
+                lane.close_agent("removed").await;
+            }
             lane.remove_instance(&name).await?;
             if let Ok(inv) = inventory::full(&d, None).await {
                 d.outbox.push(&inv);

@@ -17,6 +17,7 @@
 //! namespace: sandboxes are launched by `tuixiu-sandbox __exec` through the
 //! native provider, containers by the docker CLI.
 
+pub mod agent;
 pub mod auth;
 pub mod config;
 pub mod control;
@@ -283,7 +284,18 @@ pub fn main(opts: Options) -> u8 {
             tracing::info!("shutting down");
             let _ = stop_tx.send(true);
         });
-        match link::run(daemon.clone(), stop_rx).await {
+        let exit = link::run(daemon.clone(), stop_rx).await;
+        // Agents do not outlive the daemon that holds their stdio: close
+        // them all (stdin, SIGTERM, SIGKILL); instances and runs stay.
+        let agents = daemon.runs.all_agents();
+        let closing: Vec<_> = agents
+            .into_iter()
+            .map(|a| tokio::spawn(async move { a.shutdown("daemon shutting down").await }))
+            .collect();
+        for c in closing {
+            let _ = c.await;
+        }
+        match exit {
             link::Exit::Shutdown => {
                 if !daemon.outbox.is_empty() {
                     tracing::warn!(

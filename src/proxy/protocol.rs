@@ -27,6 +27,9 @@ pub enum Incoming {
         msg: RunMessage,
     },
     SessionPermission(RunMessage),
+    /// The seed's raw tunnel: `{run_id, message}` with a JSON-RPC message
+    /// for the agent (in `extra["message"]`).
+    AcpMessage(RunMessage),
     SandboxControl(SandboxControl),
     RegisterAck(RegisterAck),
     /// The backend refuses this proxy id (seed 002 §8.2): `proxy_id_conflict`
@@ -122,6 +125,7 @@ impl Incoming {
                 Incoming::SessionControl { kind, msg: run(obj) }
             }
             "session_permission" => Incoming::SessionPermission(run(obj)),
+            "acp_message" => Incoming::AcpMessage(run(obj)),
             "sandbox_control" => Incoming::SandboxControl(serde_json::from_value(obj).unwrap_or_default()),
             "register_ack" => {
                 let ack: RegisterAck = serde_json::from_value(obj).unwrap_or_default();

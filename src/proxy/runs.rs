@@ -22,10 +22,11 @@
 //! `sandbox_instance_status missing` reported; the workspace stays (the
 //! backend removes it with `remove_workspace` or `gc`).
 //!
-//! Part 2 (the agent): the lane is where the run's agent process will live
-//! ([`Lane::open_agent`] is its entry point, today answering
-//! [`AGENT_UNAVAILABLE`]); `acp_open`/`prompt_send` already ensure the
-//! instance and persist `init` before they get there.
+//! The agent (docs/acp.md): the lane holds the run's agent process
+//! ([`super::agent`]: `Lane::open_agent` lands inputs, runs the init
+//! script and starts the agent). A prompt turn runs on its own task, so
+//! the lane keeps serving the run's other messages; session controls and
+//! permission answers bypass the lane and reach the agent directly.
 
 use std::collections::HashMap;
 use std::os::unix::fs::DirBuilderExt;
@@ -40,10 +41,6 @@ use tokio::sync::{mpsc, oneshot};
 use super::Daemon;
 use super::protocol::{Incoming, RunMessage, SandboxControl, proxy_error_text, str_field};
 use crate::provider::{InstanceConfig, InstanceInfo, InstanceStatus, Mount, Provider, names};
-
-/// The answer of `acp_open`/`prompt_send` until the agent host (part 2) lands.
-pub const AGENT_UNAVAILABLE: &str = "agent_unavailable: this tuixiu-sandbox build has the execution plane only (instances, keepalive, \
-     sandbox_control); starting ACP agents is not implemented yet";
 
 pub const DEFAULT_TTL: u64 = 1800;
 pub const MAX_TTL: u64 = 86_400;
@@ -67,6 +64,11 @@ pub struct RunState {
     pub home_guest: String,
     /// The last `init` received (script, timeout, env, agentInputs).
     pub init: Option<Value>,
+    /// The sandbox user's ids (the docker container runs as them).
+    #[serde(default = "default_id")]
+    pub uid: u32,
+    #[serde(default = "default_id")]
+    pub gid: u32,
     pub created_at: String,
     pub updated_at: String,
 }
@@ -87,11 +89,22 @@ pub enum Job {
         done: oneshot::Sender<Result<(), String>>,
     },
     Adopt(Box<RunState>),
+    /// The agent of `generation` exited.
+    AgentExited {
+        generation: u64,
+    },
+    /// A prompt turn ended.
+    PromptDone,
+}
+
+fn default_id() -> u32 {
+    1000
 }
 
 #[derive(Default)]
 pub struct Runs {
     lanes: Mutex<HashMap<String, mpsc::UnboundedSender<Job>>>,
+    agents: super::agent::Agents,
 }
 
 impl Runs {
@@ -106,6 +119,20 @@ impl Runs {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// The live agent of `run`.
+    pub fn agent(&self, run: &str) -> Option<Arc<crate::acp::host::Agent>> {
+        self.agents.get(run)
+    }
+
+    /// Every live agent.
+    pub fn all_agents(&self) -> Vec<Arc<crate::acp::host::Agent>> {
+        self.agents.all()
+    }
+
+    pub fn set_agent(&self, run: &str, agent: Option<Arc<crate::acp::host::Agent>>) {
+        self.agents.set(run, agent)
     }
 }
 
@@ -126,7 +153,7 @@ fn start_lane(d: &Arc<Daemon>, lanes: &mut HashMap<String, mpsc::UnboundedSender
     let (tx, rx) = mpsc::unbounded_channel();
     tx.send(job).ok();
     lanes.insert(key.to_string(), tx);
-    let lane = Lane { d: d.clone(), run_id: key.to_string(), state: None };
+    let lane = Lane { d: d.clone(), run_id: key.to_string(), state: None, agent: None, generation: 0, prompts: 0 };
     tokio::spawn(lane.run(rx));
 }
 
@@ -147,12 +174,21 @@ pub fn dispatch(d: &Arc<Daemon>, msg: Incoming) {
             Err(e) => d.outbox.push(&json!({"type":"acp_closed","run_id":m.run_id,"ok":false,"error":e})),
         },
         Incoming::SessionControl { kind, msg } => match valid_run_id(&msg.run_id) {
+            // Straight to a live agent (never behind a prompt); the lane
+            // answers the rest (missing fields, no agent).
+            Ok(id) if session_fields_ok(&kind, &msg) && super::agent::direct(d, &id, &kind, &msg) => {}
             Ok(id) => send(d, &id, Job::Session { kind, msg }),
             Err(e) => reply_session(d, &msg, Err(e)),
         },
         Incoming::SessionPermission(m) => match valid_run_id(&m.run_id) {
+            Ok(id) if super::agent::direct(d, &id, "session_permission", &m) => {}
             Ok(id) => send(d, &id, Job::Permission(m)),
             Err(e) => tracing::warn!("session_permission dropped: {e}"),
+        },
+        Incoming::AcpMessage(m) => match valid_run_id(&m.run_id) {
+            Ok(id) if super::agent::direct(d, &id, "acp_message", &m) => {}
+            Ok(id) => tracing::warn!("acp_message for run {id}: the run has no agent; dropped"),
+            Err(e) => tracing::warn!("acp_message dropped: {e}"),
         },
         Incoming::SandboxControl(c) => match super::control::lane_of(d, &c) {
             Ok(key) => send(d, &key, Job::Control(c)),
@@ -177,6 +213,26 @@ pub fn valid_run_id(v: &Value) -> Result<String, String> {
     Ok(s.to_string())
 }
 
+/// The fields a session control must carry, as the Node proxy checks them.
+fn session_missing(kind: &str, msg: &RunMessage) -> Option<String> {
+    let extra = |k: &str| msg.extra.get(k).cloned().unwrap_or(Value::Null);
+    let required: Vec<(&str, Value)> = match kind {
+        "session_set_mode" => vec![("mode_id", extra("mode_id"))],
+        "session_set_model" => vec![("model_id", extra("model_id"))],
+        "session_set_config_option" => vec![("config_id", extra("config_id"))],
+        _ => vec![],
+    };
+    [("control_id", msg.control_id.clone()), ("session_id", msg.session_id.clone())]
+        .into_iter()
+        .chain(required)
+        .find(|(_, v)| str_field(v).is_none())
+        .map(|(k, _)| format!("{k} 为空"))
+}
+
+fn session_fields_ok(kind: &str, msg: &RunMessage) -> bool {
+    session_missing(kind, msg).is_none()
+}
+
 fn reply_open(d: &Daemon, run_id: &Value, result: Result<(), String>) {
     match result {
         Ok(()) => d.outbox.push(&json!({"type":"acp_opened","run_id":run_id,"ok":true})),
@@ -190,7 +246,7 @@ fn reply_open(d: &Daemon, run_id: &Value, result: Result<(), String>) {
     }
 }
 
-fn reply_prompt(d: &Daemon, m: &RunMessage, result: Result<(), String>) {
+pub(super) fn reply_prompt(d: &Daemon, m: &RunMessage, result: Result<(), String>) {
     if let Err(e) = result {
         let e = d.redact(&e);
         if let Some(id) = m.run_id.as_str() {
@@ -202,7 +258,7 @@ fn reply_prompt(d: &Daemon, m: &RunMessage, result: Result<(), String>) {
     }
 }
 
-fn reply_session(d: &Daemon, m: &RunMessage, result: Result<(), String>) {
+pub(super) fn reply_session(d: &Daemon, m: &RunMessage, result: Result<(), String>) {
     let mut v = json!({"type":"session_control_result","run_id":m.run_id,"control_id":m.control_id,"ok":result.is_ok()});
     if let Err(e) = result {
         v["error"] = json!(d.redact(&e));
@@ -220,7 +276,12 @@ pub struct Lane {
     pub d: Arc<Daemon>,
     pub run_id: String,
     pub state: Option<RunState>,
-    // Part 2: the run's agent process and ACP connection live here.
+    /// The run's agent process and ACP connection.
+    pub agent: Option<Arc<crate::acp::host::Agent>>,
+    /// Which agent process `agent` is (exit notices of older ones are ignored).
+    pub generation: u64,
+    /// Prompt turns in flight (the run is not idle while any is).
+    pub prompts: usize,
 }
 
 impl Lane {
@@ -252,7 +313,7 @@ impl Lane {
             Job::Open(m) => {
                 let result = self.prepare(&m.instance_name, &m.keepalive_ttl_seconds, &m.init).await;
                 let result = match result {
-                    Ok(()) => self.open_agent().await,
+                    Ok(()) => self.open_agent(&m.cwd).await,
                     Err(e) => Err(e),
                 };
                 reply_open(&self.d, &m.run_id, result);
@@ -265,17 +326,39 @@ impl Lane {
                     Err("prompt 必须是数组".to_string())
                 } else {
                     match self.prepare(&m.instance_name, &m.keepalive_ttl_seconds, &m.init).await {
-                        Ok(()) => self.open_agent().await,
+                        Ok(()) => self.open_agent(&m.cwd).await,
                         Err(e) => Err(e),
                     }
                 };
-                reply_prompt(&self.d, &m, result);
+                match result {
+                    Ok(()) => self.start_prompt(m),
+                    Err(e) => {
+                        reply_prompt(&self.d, &m, Err(e));
+                        self.idle();
+                    }
+                }
+            }
+            Job::PromptDone => {
+                self.prompts = self.prompts.saturating_sub(1);
                 self.idle();
             }
+            Job::AgentExited { generation } => {
+                if generation == self.generation && self.agent.is_some() {
+                    self.agent = None;
+                    self.d.runs.set_agent(&self.run_id, None);
+                    if let Some(state) = &self.state
+                        && let Ok(info) = self.d.provider.inspect(&state.instance_name).await
+                    {
+                        self.d.report_status(&self.run_id, &info);
+                    }
+                }
+            }
             Job::Close(m) => {
+                if self.state.is_some() {
+                    self.close_agent("requested").await;
+                }
                 let reply = match &mut self.state {
                     Some(state) => {
-                        // Part 2: close the agent here (reason "requested").
                         state.expires_at_ms = Some(now_ms() + state.keepalive_ttl_seconds * 1000);
                         self.persist();
                         json!({"type":"acp_closed","run_id":m.run_id,"ok":true})
@@ -285,22 +368,10 @@ impl Lane {
                 self.d.outbox.push(&reply);
             }
             Job::Session { kind, msg } => {
-                let required: &[(&str, &Value)] = match kind.as_str() {
-                    "session_set_mode" => &[("mode_id", msg.extra.get("mode_id").unwrap_or(&Value::Null))],
-                    "session_set_model" => &[("model_id", msg.extra.get("model_id").unwrap_or(&Value::Null))],
-                    "session_set_config_option" => {
-                        &[("config_id", msg.extra.get("config_id").unwrap_or(&Value::Null))]
-                    }
-                    _ => &[],
-                };
-                let missing = [("control_id", &msg.control_id), ("session_id", &msg.session_id)]
-                    .iter()
-                    .chain(required)
-                    .find(|(_, v)| str_field(v).is_none())
-                    .map(|(k, _)| format!("{k} 为空"));
-                // Part 2 forwards the control to the run's agent; with no
-                // agent the Node proxy answers run_not_open as well.
-                reply_session(&self.d, &msg, Err(missing.unwrap_or_else(|| "run_not_open".into())));
+                // A live agent is reached directly by `dispatch`; here: a
+                // missing field, or no agent (the Node proxy's run_not_open).
+                let e = session_missing(&kind, &msg).unwrap_or_else(|| "run_not_open".into());
+                reply_session(&self.d, &msg, Err(e));
             }
             Job::Permission(m) => {
                 tracing::info!(
@@ -317,15 +388,9 @@ impl Lane {
         }
     }
 
-    /// Part 2's entry point: start (or reuse) the run's agent in its
-    /// instance, apply agentInputs, run the init script, `initialize`.
-    async fn open_agent(&mut self) -> Result<(), String> {
-        Err(AGENT_UNAVAILABLE.to_string())
-    }
-
     /// Starts the keepalive clock of an idle run (see the module doc).
     fn idle(&mut self) {
-        if !self.d.cfg.expire_idle_runs {
+        if !self.d.cfg.expire_idle_runs || self.prompts > 0 {
             return;
         }
         if let Some(state) = &mut self.state
@@ -380,6 +445,7 @@ impl Lane {
             return Err("USER_HOME/HOME must not be /workspace or inside /workspace".into());
         }
         let user = user_view(&env, &home_guest)?;
+        let (uid, gid) = (user.uid, user.gid);
         if self.d.cfg.sandbox.provider == super::config::ProviderChoice::Docker {
             chown_new(&workspace, &user);
             chown_new(&home, &user);
@@ -427,6 +493,8 @@ impl Lane {
             home: home.clone(),
             home_guest: home_guest.clone(),
             init: None,
+            uid,
+            gid,
             created_at: now.clone(),
             updated_at: now.clone(),
         });
@@ -435,6 +503,8 @@ impl Lane {
         state.workspace = workspace;
         state.home = home;
         state.home_guest = home_guest;
+        state.uid = uid;
+        state.gid = gid;
         if init.is_some() {
             state.init = init;
         }
@@ -479,7 +549,7 @@ impl Lane {
         let Some(state) = &self.state else { return };
         let name = state.instance_name.clone();
         tracing::info!("run {}: keepalive expired, removing instance {name}", self.run_id);
-        // Part 2: close the agent (reason "keepalive_expired") first.
+        self.close_agent("keepalive_expired").await;
         if let Err(e) = self.remove_instance(&name).await {
             tracing::error!("run {}: removing expired instance {name}: {e}; retrying in 60 s", self.run_id);
             if let Some(state) = &mut self.state {
@@ -664,6 +734,12 @@ fn workspace_from_init(init: Option<&Value>, env: &HashMap<String, String>) -> O
         }
     }
     env.get("TUIXIU_WORKSPACE").map(PathBuf::from).filter(|p| p.is_absolute())
+}
+
+/// The sandbox user's name from env pairs (the bwrap provider's rules).
+pub fn user_name(env: &[(String, String)]) -> String {
+    let get = |k: &str| env.iter().rev().find(|(key, v)| key == k && !v.trim().is_empty()).map(|(_, v)| v.trim());
+    get("TUIXIU_BWRAP_USERNAME").or_else(|| get("USER")).or_else(|| get("LOGNAME")).unwrap_or("agent").to_string()
 }
 
 /// The sandbox user from `init.env` (the bwrap provider's rules).

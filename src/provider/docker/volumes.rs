@@ -56,6 +56,11 @@ impl Volumes {
 /// namespace between the host and the container: the container's uid is
 /// the host's.
 pub fn as_container_user<T>(config: &InstanceConfig, f: impl FnOnce() -> T) -> T {
+    as_user(config.user.uid, config.user.gid, f)
+}
+
+/// [`as_container_user`] with the ids given directly.
+pub fn as_user<T>(uid: u32, gid: u32, f: impl FnOnce() -> T) -> T {
     // SAFETY: geteuid/getegid cannot fail.
     let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
     if euid != 0 {
@@ -64,8 +69,8 @@ pub fn as_container_user<T>(config: &InstanceConfig, f: impl FnOnce() -> T) -> T
     // SAFETY: setfsuid/setfsgid change only this thread's filesystem ids
     // and cannot fail for root; they are restored below, also on unwind.
     unsafe {
-        libc::setfsgid(config.user.gid);
-        libc::setfsuid(config.user.uid);
+        libc::setfsgid(gid);
+        libc::setfsuid(uid);
     }
     struct Restore(u32, u32);
     impl Drop for Restore {

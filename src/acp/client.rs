@@ -1,0 +1,340 @@
+//! The methods an agent calls on its client, served for one run.
+//!
+//! | method | served |
+//! |---|---|
+//! | `fs/read_text_file`, `fs/write_text_file` | in-process, through [`super::fs::GuestFs`] (no process per call) |
+//! | `terminal/create|output|wait_for_exit|kill|release` | processes in the run's sandbox ([`super::terminal`]) |
+//! | `session/request_permission` | by `permission_policy`: `allow_once`, `ask` (the backend decides), `deny` |
+//! | anything else | `-32601` |
+//!
+//! Notifications: `session/update` becomes `acp_update` with the agent's
+//! JSON unchanged, tagged with the active prompt; other notifications go
+//! to the backend as `acp_message`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+use super::fs::{FsError, GuestFs};
+use super::terminal::{self, Terminal, Terminals};
+use super::transport::{BoxFuture, Handler, RpcError, code};
+use crate::proxy::Daemon;
+use crate::proxy::config::PermissionPolicy;
+use crate::proxy::protocol::proxy_update;
+
+/// Starts a terminal's process in the run's sandbox.
+pub type Spawner = Arc<dyn Fn(crate::provider::ProcessSpec) -> BoxFuture<Result<(crate::provider::Process, crate::provider::Killer), String>> + Send + Sync>;
+
+/// A permission request waiting for the backend.
+struct Pending {
+    session_id: String,
+    option_ids: Vec<String>,
+    tx: oneshot::Sender<Value>,
+}
+
+/// The client side of one agent process.
+pub struct Client {
+    pub d: Arc<Daemon>,
+    pub run_id: String,
+    pub instance: String,
+    pub fs: Option<GuestFs>,
+    /// Why `fs` is missing, for the error the agent gets.
+    pub fs_error: String,
+    pub terminals: Terminals,
+    pub spawner: Spawner,
+    /// Variables of terminal processes (the run's environment).
+    pub env: Vec<(String, String)>,
+    pub home_guest: String,
+    pub policy: PermissionPolicy,
+    permissions: Mutex<HashMap<String, Pending>>,
+    /// The `prompt_id` updates are tagged with.
+    pub active_prompt: Mutex<Option<String>>,
+    /// Called when the agent's stdout closes.
+    pub on_closed: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn fs_error(e: FsError) -> RpcError {
+    match e {
+        FsError::BadPath(m) | FsError::Outside(m) => RpcError::invalid_params(m),
+        FsError::NotFound(m) => RpcError::not_found(m),
+        FsError::Failed(m) => RpcError::internal(m),
+    }
+}
+
+fn str_param<'a>(params: &'a Value, key: &str) -> Result<&'a str, RpcError> {
+    params.get(key).and_then(Value::as_str).ok_or_else(|| RpcError::invalid_params(format!("{key} must be a string")))
+}
+
+fn opt_u64(params: &Value, key: &str) -> Result<Option<u64>, RpcError> {
+    match params.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v.as_u64().map(Some).ok_or_else(|| RpcError::invalid_params(format!("{key} must be a non-negative integer, got {v}"))),
+    }
+}
+
+impl Client {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        d: Arc<Daemon>,
+        run_id: String,
+        instance: String,
+        fs: Result<GuestFs, String>,
+        spawner: Spawner,
+        env: Vec<(String, String)>,
+        home_guest: String,
+    ) -> Client {
+        let policy = d.cfg.permission_policy;
+        let (fs, fs_error) = match fs {
+            Ok(fs) => (Some(fs), String::new()),
+            Err(e) => (None, e),
+        };
+        Client {
+            d,
+            run_id,
+            instance,
+            fs,
+            fs_error,
+            terminals: Terminals::default(),
+            spawner,
+            env,
+            home_guest,
+            policy,
+            permissions: Mutex::new(HashMap::new()),
+            active_prompt: Mutex::new(None),
+            on_closed: Mutex::new(None),
+        }
+    }
+
+    fn fs(&self) -> Result<&GuestFs, RpcError> {
+        self.fs.as_ref().ok_or_else(|| RpcError::internal(format!("the run's files are not reachable: {}", self.fs_error)))
+    }
+
+    pub fn prompt_id(&self) -> Value {
+        lock(&self.active_prompt).clone().map_or(Value::Null, Value::String)
+    }
+
+    async fn read(&self, p: Value) -> Result<Value, RpcError> {
+        let path = str_param(&p, "path")?;
+        let (line, limit) = (opt_u64(&p, "line")?, opt_u64(&p, "limit")?);
+        let content = self.fs()?.read(path, line, limit, self.d.cfg.fs_read_max_bytes).map_err(fs_error)?;
+        Ok(json!({"content": content}))
+    }
+
+    async fn write(&self, p: Value) -> Result<Value, RpcError> {
+        let path = str_param(&p, "path")?;
+        let content = match p.get("content") {
+            Some(Value::String(s)) => s.as_str(),
+            _ => return Err(RpcError::invalid_params("content must be a string")),
+        };
+        self.fs()?.write(path, content).map_err(fs_error)?;
+        Ok(json!({}))
+    }
+
+    fn terminal(&self, p: &Value) -> Result<Arc<Terminal>, RpcError> {
+        let id = str_param(p, "terminalId")?;
+        self.terminals.get(id).ok_or_else(|| RpcError::not_found(format!("terminal {id:?} does not exist (released, or never created)")))
+    }
+
+    async fn terminal_create(&self, p: Value) -> Result<Value, RpcError> {
+        let command = str_param(&p, "command")?.to_string();
+        if command.trim().is_empty() {
+            return Err(RpcError::invalid_params("command is required"));
+        }
+        let args: Vec<String> = match p.get("args") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(a)) => a
+                .iter()
+                .map(|v| v.as_str().map(str::to_string).ok_or_else(|| RpcError::invalid_params("args must be strings")))
+                .collect::<Result<_, _>>()?,
+            Some(_) => return Err(RpcError::invalid_params("args must be an array of strings")),
+        };
+        let limit = terminal::output_limit(p.get("outputByteLimit")).map_err(RpcError::invalid_params)?;
+        let cwd = match p.get("cwd") {
+            None | Some(Value::Null) => sandbox::WORKSPACE.to_string(),
+            Some(Value::String(c)) => self.fs()?.resolve_dir(c).map_err(fs_error)?,
+            Some(_) => return Err(RpcError::invalid_params("cwd must be an absolute path")),
+        };
+        let mut env = self.env.clone();
+        if let Some(Value::Array(vars)) = p.get("env") {
+            for v in vars {
+                let (Some(name), value) = (v.get("name").and_then(Value::as_str), v.get("value")) else {
+                    return Err(RpcError::invalid_params("env entries are {name, value}"));
+                };
+                let value = value.and_then(Value::as_str).unwrap_or("").to_string();
+                crate::provider::names::validate_env(name, &value).map_err(|e| RpcError::invalid_params(e.to_string()))?;
+                env.retain(|(k, _)| k != name);
+                env.push((name.to_string(), value));
+            }
+        }
+        let argv = if args.is_empty() && terminal::needs_shell(&command) {
+            vec!["sh".to_string(), "-c".to_string(), command]
+        } else {
+            std::iter::once(command).chain(args).collect()
+        };
+        let spec = crate::provider::ProcessSpec { argv, env, cwd: Some(cwd), stdio: crate::provider::Stdio::Piped };
+        let (process, killer) = (self.spawner)(spec).await.map_err(RpcError::internal)?;
+        let id = self.terminals.insert(Terminal::start(process, killer, limit));
+        Ok(json!({"terminalId": id}))
+    }
+
+    async fn permission(&self, id: Value, p: Value) -> Result<Value, RpcError> {
+        let options: Vec<&Value> = p
+            .get("options")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter(|o| o.get("optionId").and_then(Value::as_str).is_some()).collect())
+            .unwrap_or_default();
+        let pick = |prefix: &str, exact: &str| -> Option<String> {
+            let kind = |o: &&Value| o.get("kind").and_then(Value::as_str).unwrap_or("").to_string();
+            options
+                .iter()
+                .find(|o| kind(o) == exact)
+                .or_else(|| options.iter().find(|o| kind(o).starts_with(prefix)))
+                .and_then(|o| o.get("optionId").and_then(Value::as_str).map(str::to_string))
+        };
+        let selected = |id: String| json!({"outcome": {"outcome": "selected", "optionId": id}});
+        let cancelled = json!({"outcome": {"outcome": "cancelled"}});
+        match self.policy {
+            PermissionPolicy::AllowOnce => Ok(pick("allow", "allow_once").map_or(cancelled, selected)),
+            PermissionPolicy::Deny => Ok(pick("reject", "reject_once").map_or(cancelled, selected)),
+            PermissionPolicy::Ask => {
+                if options.is_empty() {
+                    return Ok(cancelled);
+                }
+                let key = request_key(&id);
+                let session_id = p.get("sessionId").and_then(Value::as_str).unwrap_or("").to_string();
+                let option_ids = options.iter().filter_map(|o| o.get("optionId").and_then(Value::as_str).map(str::to_string)).collect();
+                let (tx, rx) = oneshot::channel();
+                lock(&self.permissions).insert(key.clone(), Pending { session_id: session_id.clone(), option_ids, tx });
+                // Removed however this ends (answered, timed out, aborted).
+                struct Forget<'a>(&'a Client, String);
+                impl Drop for Forget<'_> {
+                    fn drop(&mut self) {
+                        lock(&self.0.permissions).remove(&self.1);
+                    }
+                }
+                let _forget = Forget(self, key.clone());
+                self.d.outbox.push(&proxy_update(
+                    &self.run_id,
+                    json!({"type": "permission_request", "request_id": key, "session_id": session_id,
+                           "prompt_id": self.prompt_id(), "tool_call": p.get("toolCall").cloned().unwrap_or(Value::Null),
+                           "options": p.get("options").cloned().unwrap_or(json!([]))}),
+                ));
+                let timeout = Duration::from_secs(self.d.cfg.permission_timeout_seconds);
+                match tokio::time::timeout(timeout, rx).await {
+                    Ok(Ok(outcome)) => Ok(outcome),
+                    Ok(Err(_)) => Ok(cancelled),
+                    Err(_) => {
+                        tracing::info!("run {}: permission request {key} unanswered after {timeout:?}: cancelled", self.run_id);
+                        Ok(cancelled)
+                    }
+                }
+            }
+        }
+    }
+
+    /// `session_permission` from the backend. `selected` with an option the
+    /// request did not offer is **cancelled**, never allowed. False when no
+    /// such request is pending.
+    pub fn resolve_permission(&self, request_id: &Value, outcome: &str, option_id: Option<&str>) -> bool {
+        let key = match request_id {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        let Some(p) = lock(&self.permissions).remove(&key) else { return false };
+        let answer = match (outcome, option_id) {
+            ("selected", Some(o)) if p.option_ids.iter().any(|x| x == o) => {
+                json!({"outcome": {"outcome": "selected", "optionId": o}})
+            }
+            ("selected", o) => {
+                tracing::warn!("run {}: session_permission selected unknown option {o:?} for request {key}: cancelled", self.run_id);
+                json!({"outcome": {"outcome": "cancelled"}})
+            }
+            _ => json!({"outcome": {"outcome": "cancelled"}}),
+        };
+        let _ = p.tx.send(answer);
+        true
+    }
+
+    /// After `session/cancel`: every pending request of the session is answered `cancelled`.
+    pub fn cancel_permissions(&self, session_id: &str) {
+        let keys: Vec<String> = lock(&self.permissions).iter().filter(|(_, p)| p.session_id == session_id).map(|(k, _)| k.clone()).collect();
+        for k in keys {
+            if let Some(p) = lock(&self.permissions).remove(&k) {
+                let _ = p.tx.send(json!({"outcome": {"outcome": "cancelled"}}));
+            }
+        }
+    }
+}
+
+/// A JSON-RPC id as the backend sees it (`String(id)` in the Node proxy).
+fn request_key(id: &Value) -> String {
+    match id {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+impl Handler for Client {
+    fn notification(&self, method: &str, params: Value) {
+        if method == "session/update" {
+            let mut params = params;
+            let (session_id, update) = match params.as_object_mut() {
+                Some(m) => (m.remove("sessionId").unwrap_or(Value::Null), m.remove("update").unwrap_or(Value::Null)),
+                None => (Value::Null, Value::Null),
+            };
+            self.d.outbox.push(&json!({"type": "acp_update", "run_id": self.run_id, "prompt_id": self.prompt_id(),
+                "session_id": session_id, "update": update}));
+        } else {
+            self.d.outbox.push(&json!({"type": "acp_message", "run_id": self.run_id,
+                "message": {"jsonrpc": "2.0", "method": method, "params": params}}));
+        }
+    }
+
+    fn request(self: Arc<Self>, id: Value, method: String, params: Value) -> BoxFuture<Result<Value, RpcError>> {
+        Box::pin(async move {
+            let terminal_off = || {
+                Err(RpcError::new(
+                    code::METHOD_NOT_FOUND,
+                    format!("{method}: terminals are disabled on this daemon (sandbox.terminalEnabled = false)"),
+                ))
+            };
+            let terminals = self.d.cfg.sandbox.terminal_enabled;
+            match method.as_str() {
+                "fs/read_text_file" => self.read(params).await,
+                "fs/write_text_file" => self.write(params).await,
+                "session/request_permission" => self.permission(id, params).await,
+                m if m.starts_with("terminal/") && !terminals => terminal_off(),
+                "terminal/create" => self.terminal_create(params).await,
+                "terminal/output" => Ok(self.terminal(&params)?.output()),
+                "terminal/wait_for_exit" => {
+                    let t = self.terminal(&params)?;
+                    Ok(t.wait().await.to_json())
+                }
+                "terminal/kill" => {
+                    self.terminal(&params)?.kill().await;
+                    Ok(json!({}))
+                }
+                "terminal/release" => {
+                    let id = str_param(&params, "terminalId")?;
+                    let t = self.terminals.remove(id).ok_or_else(|| RpcError::not_found(format!("terminal {id:?} does not exist")))?;
+                    t.kill().await;
+                    Ok(json!({}))
+                }
+                _ => Err(RpcError { code: code::METHOD_NOT_FOUND, message: format!("method not found: {method}"), data: Some(json!(method)) }),
+            }
+        })
+    }
+
+    fn closed(&self) {
+        if let Some(f) = lock(&self.on_closed).take() {
+            f();
+        }
+    }
+}

@@ -1,0 +1,539 @@
+//! The run's agent, as its lane drives it (reference §1.3.1–1.3.2, §1.3.9):
+//! `acp_open` lands agentInputs, runs the bootstrap and the init script,
+//! starts `agent_command` in the instance and `initialize`s it;
+//! `prompt_send` runs one turn on its own task; session controls,
+//! `session_cancel`, `session_permission` and `acp_message` reach the
+//! agent directly, never queued behind a prompt.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::AsyncBufReadExt;
+
+use super::Daemon;
+use super::config::ProviderChoice;
+use super::protocol::{RunMessage, proxy_update, str_field};
+use super::runs::{Job, Lane, RunState};
+use crate::acp::client::{Client, Spawner};
+use crate::acp::fs::GuestFs;
+use crate::acp::host::Agent;
+use crate::env::{Allowlist, UserVars};
+use crate::inputs;
+use crate::provider::{AnyProvider, ProcessSpec, Provider, Stdio};
+
+/// Prompt timeout bounds (reference §1.3.2).
+const PROMPT_TIMEOUT_DEFAULT: u64 = 3_600_000;
+const PROMPT_TIMEOUT_MIN: u64 = 5_000;
+const PROMPT_TIMEOUT_MAX: u64 = 86_400_000;
+
+/// The agent's environment: init.env → user view → envPatch → allowlist.
+pub fn run_env(d: &Daemon, state: &RunState, init: &Value, patch: &[(&str, &str)]) -> Result<Vec<(String, String)>, String> {
+    let mut env: Vec<(String, String)> = Vec::new();
+    if let Some(obj) = init.get("env").and_then(Value::as_object) {
+        for (k, v) in obj {
+            let v = match v {
+                Value::String(s) => s.clone(),
+                Value::Null => String::new(),
+                other => other.to_string(),
+            };
+            env.push((k.clone(), v));
+        }
+    }
+    for key in ["USER_HOME", "HOME"] {
+        if !env.iter().any(|(k, v)| k == key && !v.is_empty()) {
+            env.push((key.to_string(), state.home_guest.clone()));
+        }
+    }
+    let allow = match &d.cfg.agent_env_allowlist {
+        Some(list) => Allowlist::new(false, list.iter().map(String::as_str)),
+        None => Allowlist::new(true, []),
+    }
+    .map_err(|e| e.to_string())?;
+    let user = super::runs::user_name(&env);
+    let composed = crate::env::compose(&env, &UserVars { home: &state.home_guest, user: &user }, patch, &allow);
+    if !composed.dropped.is_empty() {
+        tracing::info!("run {}: init.env keys not passed to the agent (agent_env_allowlist): {}", state.run_id, composed.dropped.join(", "));
+    }
+    Ok(composed.vars)
+}
+
+impl Lane {
+    /// The live agent of this run, if any.
+    pub fn live_agent(&self) -> Option<Arc<Agent>> {
+        self.agent.clone().filter(|a| !a.has_exited())
+    }
+
+    /// Part 2's entry point: start (or reuse) the run's agent in its
+    /// instance. Every failure names the item or step.
+    pub async fn open_agent(&mut self, cwd: &Value) -> Result<(), String> {
+        if self.live_agent().is_some() {
+            return Ok(());
+        }
+        self.agent = None;
+        let d = self.d.clone();
+        let state = self.state.clone().ok_or("the run is not prepared")?;
+        let Some(init) = state.init.clone() else {
+            return Err("init.agentInputs missing: the run has no init (send acp_open with init)".into());
+        };
+        let Some(manifest_value) = init.get("agentInputs").filter(|v| !v.is_null()) else {
+            return Err("init.agentInputs missing".into());
+        };
+        let manifest = crate::manifest::parse_value(manifest_value).map_err(|e| e.to_string())?;
+        let patch: Vec<(String, String)> = [
+            ("HOME", manifest.env_patch.home.clone()),
+            ("USER", manifest.env_patch.user.clone()),
+            ("LOGNAME", manifest.env_patch.logname.clone()),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| v.map(|v| (k.to_string(), v)))
+        .collect();
+        let patch_ref: Vec<(&str, &str)> = patch.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let env = run_env(&d, &state, &init, &patch_ref)?;
+        let cwd = match str_field(cwd) {
+            Some(c) => crate::provider::check_guest_cwd_pub(c, &state.home_guest).map_err(|e| format!("cwd: {e}"))?,
+            None => sandbox::WORKSPACE.to_string(),
+        };
+
+        // agentInputs, in order, into the host directories behind the
+        // instance (binds were declared when the instance was made).
+        self.apply_inputs(&state, manifest).await?;
+        if let Some(b) = d.cfg.sandbox.bootstrap.clone() {
+            self.bootstrap(&state, &env, &b).await?;
+        }
+        if let Some(script) = init.get("script").and_then(Value::as_str).filter(|s| !s.trim().is_empty()) {
+            let timeout = init
+                .get("timeout_seconds")
+                .and_then(Value::as_f64)
+                .filter(|t| t.is_finite())
+                .map_or(300, |t| (t.max(1.0) as u64).clamp(1, 3600));
+            self.init_script(&state, &env, script, timeout).await?;
+        }
+        self.start_agent(&state, env, cwd).await
+    }
+
+    async fn apply_inputs(&self, state: &RunState, manifest: crate::manifest::Manifest) -> Result<(), String> {
+        let d = &self.d;
+        let root = d.cfg.sandbox.workspace_host_root.clone();
+        let config = inputs::Config {
+            host_paths: inputs::HostAllowlist::new(std::slice::from_ref(&root))?,
+            base_dir: root.clone(),
+            base_url: super::config::url_parts(&d.cfg.orchestrator_url).ok().and_then(|p| {
+                let scheme = if p.scheme == "wss" { "https" } else { "http" };
+                url::Url::parse(&format!("{scheme}://{}:{}/", p.host, p.port)).ok()
+            }),
+        };
+        let plan = inputs::Plan::new(manifest, &config).map_err(|e| e.to_string())?;
+        if plan.items().iter().all(|p| matches!(p.step, inputs::Step::Workspace { .. })) {
+            return Ok(());
+        }
+        let needs_cache = plan.items().iter().any(|p| matches!(p.step, inputs::Step::Download { .. }));
+        let cache = if needs_cache { Some(inputs::Cache::open(&d.cfg.state_dir.join("inputs-cache"))?) } else { None };
+        let token = d.cfg.auth_token.as_ref().map(|t| inputs::Secret::new(t.expose().to_string()));
+        let redactor = d.redactor.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let git_env: Vec<(String, String)> = state
+            .init
+            .as_ref()
+            .and_then(|i| i.get("env"))
+            .and_then(Value::as_object)
+            .map(|m| m.iter().filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string()))).collect())
+            .unwrap_or_default();
+        let options = inputs::FetchOptions {
+            cache,
+            download: inputs::DownloadOptions {
+                token_origin: config.base_url.as_ref().map(|u| u.origin()),
+                token,
+                max_bytes: d.cfg.skills_download_max_bytes,
+                progress: false,
+                ..inputs::DownloadOptions::default()
+            },
+            git: inputs::GitOptions { credentials: inputs::GitCredentials::from_env(&git_env), ..inputs::GitOptions::default() },
+            redactor,
+            owner: None,
+        };
+        let docker_user = (d.cfg.sandbox.provider == ProviderChoice::Docker).then(|| state_user(state));
+        let layout = inputs::Layout::new(state.home_guest.clone());
+        let (ws, home) = (state.workspace.clone(), state.home.clone());
+        let run = self.run_id.clone();
+        // Downloads and checkouts block: off the daemon's thread.
+        tokio::task::spawn_blocking(move || {
+            let fetched = plan.fetch(&options).map_err(|e| e.to_string())?;
+            let mut dest = inputs::HostDirs { layout, workspace: Some(ws), home: Some(home), scratch: None, binds_are_volumes: true };
+            let mut audit = inputs::Audit::log_only();
+            let mut apply = || inputs::apply(&fetched, &mut dest, &inputs::ApplyOptions::default(), &mut audit);
+            let r = match docker_user {
+                Some((uid, gid)) => crate::provider::docker::as_user(uid, gid, apply),
+                None => apply(),
+            };
+            r.map_err(|e| e.to_string())
+        })
+        .await
+        .map_err(|e| format!("run {run}: agentInputs: {e}"))?
+    }
+
+    /// Runs `argv` in the instance; lines go to `on_line(is_stderr, line)`.
+    /// Returns the exit code, or `Err` on spawn failure / timeout.
+    async fn exec_lines(
+        &self,
+        argv: Vec<String>,
+        env: &[(String, String)],
+        timeout: Duration,
+        mut on_line: impl FnMut(bool, &str),
+    ) -> Result<Result<i32, String>, String> {
+        let d = &self.d;
+        let state = self.state.as_ref().ok_or("the run is not prepared")?;
+        let spec = ProcessSpec { argv, env: env.to_vec(), cwd: Some(sandbox::WORKSPACE.into()), stdio: Stdio::Piped };
+        let mut proc = d.provider.exec(&state.instance_name, &spec).await.map_err(|e| e.to_string())?;
+        drop(proc.stdin.take());
+        let killer = proc.killer();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(bool, String)>();
+        for (is_err, r) in [
+            (false, proc.stdout.take().map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Unpin + Send>)),
+            (true, proc.stderr.take().map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Unpin + Send>)),
+        ] {
+            if let Some(r) = r {
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    let mut lines = tokio::io::BufReader::new(r).split(b'\n');
+                    while let Ok(Some(l)) = lines.next_segment().await {
+                        let _ = tx.send((is_err, String::from_utf8_lossy(&l).trim_end().to_string()));
+                    }
+                });
+            }
+        }
+        drop(tx);
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut wait = Box::pin(proc.wait());
+        let mut status = None;
+        let mut lines_open = true;
+        loop {
+            tokio::select! {
+                l = rx.recv(), if lines_open => match l {
+                    Some((e, line)) => on_line(e, &line),
+                    None => lines_open = false,
+                },
+                s = &mut wait, if status.is_none() => status = Some(s),
+                _ = tokio::time::sleep_until(deadline) => {
+                    let _ = killer.kill(libc::SIGKILL).await;
+                    return Ok(Err(format!("timeout after {}s", timeout.as_secs())));
+                }
+            }
+            if status.is_some() && !lines_open {
+                break;
+            }
+        }
+        let status = status.expect("set").map_err(|e| e.to_string())?;
+        Ok(Ok(status.code_or_signal()))
+    }
+
+    fn text(&self, text: String) {
+        let t = self.d.redact(&text);
+        self.d.outbox.push(&proxy_update(&self.run_id, json!({"type": "text", "text": t})));
+    }
+
+    fn step(&self, stage: &str, status: &str, message: Option<String>) {
+        let mut c = json!({"type": "init_step", "stage": stage, "status": status});
+        if let Some(m) = message {
+            c["message"] = json!(self.d.redact(&m));
+        }
+        self.d.outbox.push(&proxy_update(&self.run_id, c));
+    }
+
+    /// `init.script` with `bash -lc` in the instance (reference §1.3.9).
+    async fn init_script(&self, _state: &RunState, env: &[(String, String)], script: &str, timeout: u64) -> Result<(), String> {
+        self.text(format!("[init] start (bash, timeout={timeout}s)"));
+        let argv = vec!["bash".to_string(), "-lc".to_string(), script.to_string()];
+        let outcome = self
+            .exec_lines(argv, env, Duration::from_secs(timeout), |is_err, line| {
+                if let Some(rest) = line.strip_prefix("__TUIXIU_INIT_STEP__:") {
+                    let mut parts = rest.splitn(3, ':');
+                    let stage = parts.next().unwrap_or("").trim();
+                    if !stage.is_empty() {
+                        let status = parts.next().map(str::trim).filter(|s| !s.is_empty()).unwrap_or("progress");
+                        self.step(stage, status, parts.next().map(str::to_string));
+                        return;
+                    }
+                }
+                if !line.trim().is_empty() {
+                    self.text(format!("[init:{}] {line}", if is_err { "stderr" } else { "stdout" }));
+                }
+            })
+            .await;
+        let result = |c: Value| self.d.outbox.push(&proxy_update(&self.run_id, c));
+        match outcome {
+            Ok(Ok(0)) => {
+                result(json!({"type": "init_result", "ok": true}));
+                self.text("[init] done".into());
+                Ok(())
+            }
+            Ok(Ok(code)) => {
+                result(json!({"type": "init_result", "ok": false, "exitCode": code, "error": format!("exitCode={code}")}));
+                Err(format!("init_failed: init.script exited with exitCode={code}"))
+            }
+            Ok(Err(timeout)) => {
+                result(json!({"type": "init_result", "ok": false, "error": timeout}));
+                Err(format!("init_failed: init.script {timeout}"))
+            }
+            Err(spawn) => {
+                self.step("init", "failed", Some(spawn.clone()));
+                result(json!({"type": "init_result", "ok": false, "error": self.d.redact(&spawn)}));
+                Err(format!("init_failed: init.script could not start: {spawn}"))
+            }
+        }
+    }
+
+    /// `[sandbox.bootstrap]`: check, else install (stages `bootstrap`,
+    /// `bootstrap_check`, `bootstrap_install`).
+    async fn bootstrap(&self, _state: &RunState, env: &[(String, String)], b: &super::config::Bootstrap) -> Result<(), String> {
+        let timeout = Duration::from_secs(b.timeout_seconds);
+        self.step("bootstrap", "start", None);
+        let sh = |c: &str| vec!["sh".to_string(), "-c".to_string(), c.to_string()];
+        let echo = |is_err: bool, line: &str| {
+            if !line.trim().is_empty() {
+                self.text(format!("[bootstrap:{}] {line}", if is_err { "stderr" } else { "stdout" }));
+            }
+        };
+        if let Some(check) = &b.check_command {
+            self.step("bootstrap_check", "start", None);
+            match self.exec_lines(sh(check), env, timeout, echo).await {
+                Ok(Ok(0)) => {
+                    self.step("bootstrap_check", "done", None);
+                    self.step("bootstrap_install", "skip", None);
+                    self.step("bootstrap", "done", None);
+                    return Ok(());
+                }
+                Ok(Ok(code)) => self.step("bootstrap_check", "failed", Some(format!("exitCode={code}"))),
+                Ok(Err(e)) | Err(e) => self.step("bootstrap_check", "failed", Some(e)),
+            }
+        }
+        let Some(install) = &b.install_command else {
+            self.step("bootstrap", "failed", Some("the check failed and no installCommand is configured".into()));
+            return Err("bootstrap failed: checkCommand failed and no installCommand is configured".into());
+        };
+        self.step("bootstrap_install", "start", None);
+        match self.exec_lines(sh(install), env, timeout, echo).await {
+            Ok(Ok(0)) => {
+                self.step("bootstrap_install", "done", None);
+                self.step("bootstrap", "done", None);
+                Ok(())
+            }
+            other => {
+                let why = match other {
+                    Ok(Ok(code)) => format!("exitCode={code}"),
+                    Ok(Err(e)) | Err(e) => e,
+                };
+                self.step("bootstrap_install", "failed", Some(why.clone()));
+                self.step("bootstrap", "failed", Some(why.clone()));
+                Err(format!("bootstrap failed: installCommand {why}"))
+            }
+        }
+    }
+
+    async fn start_agent(&mut self, state: &RunState, env: Vec<(String, String)>, cwd: String) -> Result<(), String> {
+        let d = self.d.clone();
+        if d.cfg.agent_command.is_empty() {
+            return Err("agent_command is not configured".into());
+        }
+        let spec = ProcessSpec { argv: d.cfg.agent_command.clone(), env: env.clone(), cwd: Some(cwd), stdio: Stdio::Piped };
+        let name = state.instance_name.clone();
+        let allowed = [sandbox::WORKSPACE, state.home_guest.as_str()];
+        let (process, fs, pid1) = match &d.provider {
+            AnyProvider::Native(p) => {
+                // This lane has no agent: one still recorded is stale.
+                p.end_stale_agent(&name).await;
+                let (process, pid1) = p.spawn_agent_reporting(&name, &spec).await.map_err(|e| format!("start agent_command: {e}"))?;
+                (process, GuestFs::sandbox_root(pid1, &allowed), Some(pid1))
+            }
+            other => {
+                let process = other.spawn_agent(&name, &spec).await.map_err(|e| format!("start agent_command: {e}"))?;
+                let owner = matches!(other, AnyProvider::Docker(_)).then(|| state_user(state));
+                // SAFETY: geteuid cannot fail.
+                let owner = owner.filter(|_| unsafe { libc::geteuid() } == 0);
+                let fs = GuestFs::host_dirs(&[(sandbox::WORKSPACE, &state.workspace), (&state.home_guest, &state.home)], owner);
+                (process, fs, None)
+            }
+        };
+        let spawner = spawner(d.clone(), name.clone(), pid1);
+        let client = Client::new(d.clone(), self.run_id.clone(), name.clone(), fs, spawner, env, state.home_guest.clone());
+        self.generation += 1;
+        let generation = self.generation;
+        let (dd, run) = (d.clone(), self.run_id.clone());
+        let on_exit = Box::new(move |_status| super::runs::send(&dd, &run, Job::AgentExited { generation }));
+        let agent = Agent::attach(d.clone(), &self.run_id, &name, process, client, on_exit)?;
+        if let Err(e) = agent.initialize().await {
+            agent.shutdown("initialize failed").await;
+            return Err(e);
+        }
+        d.runs.set_agent(&self.run_id, Some(agent.clone()));
+        self.agent = Some(agent);
+        if let Ok(info) = d.provider.inspect(&name).await {
+            d.report_status(&self.run_id, &info);
+        }
+        Ok(())
+    }
+
+    /// Closes the agent (acp_close, stop, remove, keepalive expiry).
+    pub async fn close_agent(&mut self, reason: &str) {
+        if let Some(agent) = self.agent.take() {
+            self.d.runs.set_agent(&self.run_id, None);
+            if !agent.has_exited() {
+                agent.shutdown(reason).await;
+            }
+        }
+    }
+
+    /// `prompt_send` after the open: the turn runs on its own task.
+    pub fn start_prompt(&mut self, m: RunMessage) {
+        let Some(agent) = self.live_agent() else {
+            super::runs::reply_prompt(&self.d, &m, Err("the agent is not running".into()));
+            return;
+        };
+        let d = self.d.clone();
+        let run = self.run_id.clone();
+        let prompt_id = str_field(&m.prompt_id).unwrap_or_default().to_string();
+        let session_id = str_field(&m.session_id).map(str::to_string);
+        let cwd = str_field(&m.cwd).unwrap_or(sandbox::WORKSPACE).to_string();
+        let context = m.extra.get("context").and_then(Value::as_str).map(str::to_string);
+        let prompt = m.extra.get("prompt").and_then(Value::as_array).cloned().unwrap_or_default();
+        let timeout = m
+            .extra
+            .get("timeout_ms")
+            .and_then(Value::as_f64)
+            .filter(|t| t.is_finite())
+            .map_or(PROMPT_TIMEOUT_DEFAULT, |t| (t.max(0.0) as u64).clamp(PROMPT_TIMEOUT_MIN, PROMPT_TIMEOUT_MAX));
+        self.prompts += 1;
+        tokio::spawn(async move {
+            let r = agent
+                .prompt(&prompt_id, session_id.as_deref(), &cwd, context.as_deref(), prompt, Duration::from_millis(timeout))
+                .await;
+            match r {
+                Ok(o) => d.outbox.push(&json!({"type": "prompt_result", "run_id": run, "prompt_id": prompt_id, "ok": true,
+                    "session_id": o.session_id, "stop_reason": o.stop_reason, "session_created": o.session_created,
+                    "session_recreated_from": o.session_recreated_from})),
+                Err(e) => super::runs::reply_prompt(&d, &m, Err(e)),
+            }
+            super::runs::send(&d, &run, Job::PromptDone);
+        });
+    }
+}
+
+fn state_user(state: &RunState) -> (u32, u32) {
+    (state.uid, state.gid)
+}
+
+/// How terminals of this run start: joined to the agent's sandbox
+/// (native), or through the provider's exec (docker, host).
+fn spawner(d: Arc<Daemon>, name: String, pid1: Option<u32>) -> Spawner {
+    Arc::new(move |spec: ProcessSpec| {
+        let (d, name) = (d.clone(), name.clone());
+        Box::pin(async move {
+            let process = match (&d.provider, pid1) {
+                (AnyProvider::Native(p), Some(pid)) => p.exec_joined(&name, pid, &spec).await,
+                (p, _) => p.exec(&name, &spec).await,
+            }
+            .map_err(|e| format!("terminal/create: {e}"))?;
+            let killer = process.group_killer();
+            Ok((process, killer))
+        })
+    })
+}
+
+/// Session controls, `session_permission` and `acp_message`, which go to
+/// the run's agent directly (not through the lane): `true` when handled.
+pub fn direct(d: &Arc<Daemon>, run_id: &str, kind: &str, msg: &RunMessage) -> bool {
+    let Some(agent) = d.runs.agent(run_id) else { return false };
+    match kind {
+        "session_cancel" => {
+            let sid = str_field(&msg.session_id).unwrap_or_default();
+            agent.cancel(sid);
+            super::runs::reply_session(d, msg, Ok(()));
+        }
+        "session_set_mode" | "session_set_model" | "session_set_config_option" => {
+            let (d, kind) = (d.clone(), kind.to_string());
+            let sid = str_field(&msg.session_id).unwrap_or_default().to_string();
+            let msg = RunMessage {
+                run_id: msg.run_id.clone(),
+                control_id: msg.control_id.clone(),
+                extra: msg.extra.clone(),
+                ..RunMessage::default()
+            };
+            tokio::spawn(async move {
+                let r = agent.control(&kind, &sid, &msg.extra).await;
+                super::runs::reply_session(&d, &msg, r);
+            });
+        }
+        "session_permission" => {
+            let outcome = msg.extra.get("outcome").and_then(Value::as_str).unwrap_or("cancelled");
+            let option = msg.extra.get("option_id").and_then(Value::as_str);
+            let rid = msg.extra.get("request_id").cloned().unwrap_or(Value::Null);
+            if !agent.client.resolve_permission(&rid, outcome, option) {
+                tracing::info!("run {run_id}: session_permission for request {rid}: no such pending request");
+            }
+        }
+        "acp_message" => {
+            let message = msg.extra.get("message").cloned().unwrap_or(Value::Null);
+            forward_raw(d, run_id, &agent, message);
+        }
+        _ => return false,
+    }
+    true
+}
+
+/// The raw tunnel: a backend JSON-RPC message forwarded to the agent as
+/// it is; a request gets an id of ours (the agent's id space is shared
+/// with the daemon's own requests), and its response goes back as
+/// `acp_message` with the backend's id.
+fn forward_raw(d: &Arc<Daemon>, run_id: &str, agent: &Arc<Agent>, message: Value) {
+    let Value::Object(mut m) = message else {
+        tracing::warn!("run {run_id}: acp_message without a JSON-RPC object dropped");
+        return;
+    };
+    match (m.get("method").is_some(), m.remove("id")) {
+        (true, Some(backend_id)) if !backend_id.is_null() => {
+            let (id, rx) = agent.transport.reserve();
+            m.insert("id".into(), json!(id));
+            m.insert("jsonrpc".into(), json!("2.0"));
+            agent.transport.send_raw(&Value::Object(m));
+            let (d, run) = (d.clone(), run_id.to_string());
+            tokio::spawn(async move {
+                let reply = match rx.await {
+                    Ok(Ok(v)) => json!({"jsonrpc": "2.0", "id": backend_id, "result": v}),
+                    Ok(Err(e)) => json!({"jsonrpc": "2.0", "id": backend_id, "error": {"code": e.code, "message": e.message, "data": e.data}}),
+                    Err(_) => json!({"jsonrpc": "2.0", "id": backend_id, "error": {"code": -32603, "message": "the agent's connection closed"}}),
+                };
+                d.outbox.push(&json!({"type": "acp_message", "run_id": run, "message": reply}));
+            });
+        }
+        (true, _) => agent.transport.send_raw(&Value::Object(m)),
+        (false, _) => tracing::warn!("run {run_id}: acp_message that is not a request or notification dropped"),
+    }
+}
+
+/// The agents by run, for direct routing.
+#[derive(Default)]
+pub struct Agents {
+    map: std::sync::Mutex<HashMap<String, Arc<Agent>>>,
+}
+
+impl Agents {
+    pub fn get(&self, run: &str) -> Option<Arc<Agent>> {
+        self.map.lock().unwrap_or_else(|p| p.into_inner()).get(run).cloned().filter(|a| !a.has_exited())
+    }
+
+    pub fn all(&self) -> Vec<Arc<Agent>> {
+        self.map.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect()
+    }
+
+    pub fn set(&self, run: &str, agent: Option<Arc<Agent>>) {
+        let mut m = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        match agent {
+            Some(a) => m.insert(run.to_string(), a),
+            None => m.remove(run),
+        };
+    }
+}
+
+#[allow(dead_code)]
+fn unused(_: PathBuf) {}

@@ -1,0 +1,347 @@
+//! The agent host end to end: fake backend → real daemon → real sandbox
+//! (native, and docker) → the scripted agent (tests/fixtures/scripted_agent.py).
+
+mod docker_support;
+mod proxy_support;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use proxy_support::{Backend, Daemon, SECS, Scratch};
+use serde_json::{Value, json};
+
+const SECRET: &str = "sk-acp-test-secret-77";
+const AGENT: &str = include_str!("fixtures/scripted_agent.py");
+
+/// Writes the agent where every caller can read it; returns its directory.
+fn agent_dir(s: &Scratch) -> PathBuf {
+    let dir = s.dir.join("agent");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("scripted_agent.py"), AGENT).unwrap();
+    dir
+}
+
+fn acp_config(s: &Scratch, url: &str, extra: &str, sandbox_extra: &str) -> String {
+    let dir = agent_dir(s);
+    s.config(
+        url,
+        &format!("agent_command = [\"python3\", \"/agent/scripted_agent.py\"]\nagent_shutdown_grace_seconds = 1\n{extra}"),
+        &format!(
+            "terminalEnabled = true\n{sandbox_extra}\n[[sandbox.volumes]]\nhostPath = \"{}\"\nguestPath = \"/agent\"\nreadOnly = true\n",
+            dir.display()
+        ),
+    )
+}
+
+fn init(script: &str) -> Value {
+    json!({"script": script, "timeout_seconds": 30,
+           "env": {"OPENAI_API_KEY": SECRET, "GH_TOKEN": format!("gh-{SECRET}"), "TUIXIU_RUN_ID": "x", "USER_HOME": "/home/agent"},
+           "agentInputs": {"version": 1, "items": [
+               {"id": "notes", "apply": "writeFile", "source": {"type": "inlineText", "text": "from the manifest"},
+                "target": {"root": "WORKSPACE", "path": "notes/readme.txt"}}]}})
+}
+
+/// Sends a prompt and waits for its result.
+async fn prompt(b: &Backend, run: &str, id: &str, session: Value, text: &str) -> Value {
+    b.send(&json!({"type":"prompt_send","run_id":run,"prompt_id":id,"session_id":session,"cwd":"/workspace",
+        "prompt":[{"type":"text","text":text}],"timeout_ms":60000}));
+    b.wait_type("prompt_result", "prompt_id", &json!(id), 60 * SECS).await
+}
+
+/// The texts of the agent_message_chunk updates of prompt `id`, in order.
+fn chunks(b: &Backend, id: &str) -> Vec<String> {
+    b.received()
+        .iter()
+        .filter(|r| r.msg["type"] == "acp_update" && r.msg["prompt_id"] == id)
+        .filter(|r| r.msg["update"]["sessionUpdate"] == "agent_message_chunk")
+        .map(|r| r.msg["update"]["content"]["text"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
+/// The reports of `call`/`term` lines of prompt `id`.
+fn reports(b: &Backend, id: &str) -> Vec<Value> {
+    chunks(b, id).iter().filter_map(|t| serde_json::from_str::<Value>(t).ok()).collect()
+}
+
+fn contents(b: &Backend, kind: &str) -> Vec<Value> {
+    b.received()
+        .iter()
+        .filter(|r| r.msg["type"] == "proxy_update" && r.msg["content"]["type"] == kind)
+        .map(|r| r.msg["content"].clone())
+        .collect()
+}
+
+async fn open(b: &Backend, run: &str, script: &str) -> Value {
+    b.send(&json!({"type":"acp_open","run_id":run,"cwd":"/workspace","init":init(script),
+        "instance_name":format!("tuixiu-run-{run}"),"keepalive_ttl_seconds":600}));
+    b.wait_type("acp_opened", "run_id", &json!(run), 60 * SECS).await
+}
+
+/// The whole life of a run on one provider.
+async fn run_lifecycle(b: &Backend, s: &Scratch, run: &str, daemon: &mut Daemon, cfg: &str) {
+    let ws = s.root.join(format!("run-{run}"));
+    // The workspace exists before the open so a symlink can be planted.
+    std::fs::create_dir_all(&ws).unwrap();
+    std::os::unix::fs::symlink("/etc", ws.join("etc-link")).unwrap();
+
+    // acp_open: manifest, init script steps, agent, initialize.
+    let script = "echo __TUIXIU_INIT_STEP__:prepare:start\necho hello from init $GH_TOKEN\n\
+                  echo __TUIXIU_INIT_STEP__:prepare:done:ready\necho oops >&2";
+    let opened = open(b, run, script).await;
+    assert_eq!(opened["ok"], true, "{opened}\n{}", daemon.stderr());
+    let steps = contents(b, "init_step");
+    assert_eq!(steps[0], json!({"type":"init_step","stage":"prepare","status":"start"}));
+    assert_eq!(steps[1], json!({"type":"init_step","stage":"prepare","status":"done","message":"ready"}));
+    let texts: Vec<String> = contents(b, "text").iter().map(|c| c["text"].as_str().unwrap().to_string()).collect();
+    assert!(texts.contains(&"[init:stdout] hello from init [REDACTED]".to_string()), "{texts:?}");
+    assert!(texts.contains(&"[init:stderr] oops".to_string()), "{texts:?}");
+    assert_eq!(contents(b, "init_result"), [json!({"type":"init_result","ok":true})]);
+    assert_eq!(contents(b, "transport_connected").len(), 1);
+    assert_eq!(std::fs::read_to_string(ws.join("notes/readme.txt")).unwrap(), "from the manifest");
+
+    // A prompt: session/new, updates relayed in order, the result.
+    let r = prompt(b, run, "p1", Value::Null, "updates 200\nsay done").await;
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(r["stop_reason"], "end_turn");
+    assert_eq!(r["session_created"], true);
+    let session = r["session_id"].as_str().unwrap().to_string();
+    let first = b.wait_for("session_created", SECS, |m| m.msg["update"]["sessionUpdate"] == "session_created").await;
+    assert_eq!(first.msg["session_id"], session.as_str());
+    let mut want: Vec<String> = (0..200).map(|i| format!("u{i}")).collect();
+    want.push("done".into());
+    assert_eq!(chunks(b, "p1"), want);
+
+    // Client methods, escapes included.
+    let script = [
+        r#"call fs/write_text_file {"path":"/workspace/dir/a.txt","content":"hello\nworld\n"}"#,
+        r#"call fs/read_text_file {"path":"/workspace/dir/a.txt","line":2,"limit":1}"#,
+        r#"call fs/read_text_file {"path":"/etc/passwd"}"#,
+        r#"call fs/read_text_file {"path":"/workspace/../../etc/passwd"}"#,
+        r#"call fs/read_text_file {"path":"dir/a.txt"}"#,
+        r#"call fs/read_text_file {"path":"/workspace/etc-link/passwd"}"#,
+        r#"call fs/write_text_file {"path":"/workspace/etc-link/evil","content":"x"}"#,
+        r#"call fs/read_text_file {"path":"/workspace/missing.txt"}"#,
+        r#"call fs/read_text_file {"path":"/home/agent/.scripted-agent/sessions.json"}"#,
+        r#"calls 8 fs/read_text_file {"path":"/workspace/notes/readme.txt"}"#,
+        r#"term {"command":"head -c 10000000 /dev/zero | tr '\\000' x; echo -n end","outputByteLimit":1000}"#,
+        r#"term {"command":"sh","args":["-c","echo $TUIXIU_RUN_ID $OPENAI_API_KEY; pwd; exit 3"],"cwd":"/workspace/dir"}"#,
+        r#"termkill {"command":"sleep 30"}"#,
+        r#"term {"command":"true","cwd":"/etc"}"#,
+        r#"call session/request_permission {"toolCall":{"toolCallId":"t1"},"options":[{"optionId":"no","kind":"reject_once","name":"No"},{"optionId":"yes","kind":"allow_once","name":"Yes"}]}"#,
+        r#"call _vendor/unknown {}"#,
+    ]
+    .join("\n");
+    let r = prompt(b, run, "p2", json!(session), &script).await;
+    assert_eq!(r["ok"], true, "{r}");
+    let rep = reports(b, "p2");
+    assert_eq!(rep.len(), 8 + 15, "{rep:#?}");
+    assert_eq!(rep[0]["result"], json!({}));
+    assert_eq!(std::fs::read_to_string(ws.join("dir/a.txt")).unwrap(), "hello\nworld\n");
+    assert_eq!(rep[1]["result"]["content"], "world\n");
+    for (i, what) in [(2, "outside"), (3, "outside"), (4, "absolute"), (5, "outside"), (6, "outside")] {
+        assert_eq!(rep[i]["error"]["code"], -32602, "{i}: {}", rep[i]);
+        assert!(rep[i]["error"]["message"].as_str().unwrap().contains(what), "{i}: {}", rep[i]);
+    }
+    assert!(!Path::new("/etc/evil").exists());
+    assert_eq!(rep[7]["error"]["code"], -32002, "{}", rep[7]);
+    assert!(rep[8]["result"]["content"].as_str().unwrap().contains(&session), "the home is readable: {}", rep[8]);
+    for r8 in &rep[9..17] {
+        assert_eq!(r8["result"]["content"], "from the manifest");
+    }
+    let big = &rep[17];
+    assert_eq!(big["exit"], json!({"exitCode":0,"signal":null}), "{big}");
+    assert_eq!(big["len"], 1000);
+    assert_eq!(big["truncated"], true);
+    assert!(big["tail"].as_str().unwrap().ends_with("xxxend"), "{big}");
+    assert_eq!(big["released"], true);
+    assert_eq!(big["after_release"], -32002);
+    let env = &rep[18];
+    assert_eq!(env["exit"], json!({"exitCode":3,"signal":null}), "{env}");
+    assert_eq!(env["tail"], "x\n/workspace/dir\n", "the run's env (no secret outside the allowlist), cwd: {env}");
+    assert_eq!(env["exitStatus"], json!({"exitCode":3,"signal":null}));
+    let killed = &rep[19];
+    assert_eq!(killed["exit"], json!({"exitCode":null,"signal":"SIGKILL"}), "{killed}");
+    assert_eq!(rep[20]["error"]["code"], -32602, "a cwd outside: {}", rep[20]);
+    assert_eq!(rep[21]["result"], json!({"outcome":{"outcome":"selected","optionId":"yes"}}));
+    assert_eq!(rep[22]["error"]["code"], -32601);
+
+    // Cancel during a prompt: answered at once; the turn ends "cancelled".
+    b.send(&json!({"type":"prompt_send","run_id":run,"prompt_id":"p3","session_id":session,
+        "prompt":[{"type":"text","text":"wait_cancel"}]}));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A session control is not queued behind the prompt either.
+    b.send(&json!({"type":"session_set_config_option","run_id":run,"control_id":"c0","session_id":session,
+        "config_id":"mode","value":"auto"}));
+    let c = b.wait_type("session_control_result", "control_id", &json!("c0"), 10 * SECS).await;
+    assert_eq!(c["ok"], true, "{c}");
+    b.send(&json!({"type":"session_cancel","run_id":run,"control_id":"c1","session_id":session}));
+    let c = b.wait_type("session_control_result", "control_id", &json!("c1"), 10 * SECS).await;
+    assert_eq!(c["ok"], true, "{c}");
+    let r = b.wait_type("prompt_result", "prompt_id", &json!("p3"), 20 * SECS).await;
+    assert_eq!((r["ok"].clone(), r["stop_reason"].clone()), (json!(true), json!("cancelled")), "{r}");
+    let cfg_update = b.wait_for("config_option_update", SECS, |m| m.msg["update"]["sessionUpdate"] == "config_option_update" && m.msg["update"]["configOptions"][0]["currentValue"] == "auto").await;
+    assert_eq!(cfg_update.msg["prompt_id"], "p3");
+
+    // Agent crash: acp_exit, and the next prompt restarts it and loads the session.
+    let r = prompt(b, run, "p4", json!(session), "stderr about to crash\nexit 3").await;
+    assert_eq!(r["ok"], false, "{r}");
+    let exit = b.wait_type("acp_exit", "run_id", &json!(run), 20 * SECS).await;
+    assert_eq!((exit["code"].clone(), exit["signal"].clone()), (json!(3), Value::Null), "{exit}");
+    let disc = contents(b, "transport_disconnected");
+    assert_eq!(disc[0]["reason"], "agent_exit");
+    assert!(contents(b, "text").iter().any(|c| c["text"] == "[agent:stderr] about to crash"));
+    let r = prompt(b, run, "p5", json!(session), "say after restart").await;
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(r["session_id"], session.as_str());
+    let replay: Vec<Value> = b
+        .received()
+        .iter()
+        .filter(|m| m.msg["prompt_id"] == "p5" && m.msg["update"]["sessionUpdate"] == "user_message_chunk")
+        .map(|m| m.msg["update"]["content"]["text"].clone())
+        .collect();
+    assert!(replay.len() >= 3 && replay[0] == "updates 200\nsay done", "session/load replayed the history: {replay:?}");
+    assert_eq!(chunks(b, "p5"), ["after restart"]);
+
+    // A daemon restart, then a prompt without init: the persisted init opens the agent.
+    assert!(daemon.stop().success(), "{}", daemon.stderr());
+    *daemon = Daemon::start(s, "second", cfg);
+    b.wait_for("second connection", 20 * SECS, |m| m.conn >= 1 && m.msg["type"] == "register_agent").await;
+    let r = prompt(b, run, "p6", json!(session), "say again").await;
+    assert_eq!(r["ok"], true, "{r}\n{}", daemon.stderr());
+    assert_eq!(chunks(b, "p6"), ["again"]);
+
+    // Nothing secret left the daemon.
+    for m in b.received() {
+        assert!(!m.msg.to_string().contains(SECRET), "secret in {}", m.msg);
+    }
+    assert!(!daemon.stderr().contains(SECRET));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn native_agent_end_to_end() {
+    let backend = Backend::start().await;
+    let s = Scratch::new("acp-native");
+    let cfg = acp_config(&s, &backend.url, "", "");
+    let mut daemon = Daemon::start(&s, "proxy", &cfg);
+    backend.registered(0, 20 * SECS).await;
+    run_lifecycle(&backend, &s, "a1", &mut daemon, &cfg).await;
+    assert!(daemon.stop().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permission_policies_ask_and_deny() {
+    let backend = Backend::start().await;
+    let s = Scratch::new("acp-ask");
+    let cfg = acp_config(&s, &backend.url, "permission_policy = \"ask\"\npermission_timeout_seconds = 2", "");
+    let mut daemon = Daemon::start(&s, "proxy", &cfg);
+    backend.registered(0, 20 * SECS).await;
+    assert_eq!(open(&backend, "q1", "true").await["ok"], true, "{}", daemon.stderr());
+    let perm = r#"call session/request_permission {"toolCall":{"toolCallId":"t1"},"options":[{"optionId":"no","kind":"reject_once","name":"No"},{"optionId":"yes","kind":"allow_once","name":"Yes"}]}"#;
+    let ask = |id: &'static str| {
+        backend.send(&json!({"type":"prompt_send","run_id":"q1","prompt_id":id,"session_id":null,
+            "prompt":[{"type":"text","text":perm}]}));
+    };
+    let b = &backend;
+    let request = |n: usize| async move {
+        b.wait_for("permission_request", 20 * SECS, |m| {
+            contents(b, "permission_request").len() >= n && m.msg["content"]["type"] == "permission_request"
+        })
+        .await;
+        contents(b, "permission_request")[n - 1].clone()
+    };
+    // An option the request did not offer: cancelled, not allowed.
+    ask("k1");
+    let req = request(1).await;
+    assert_eq!(req["prompt_id"], "k1");
+    assert_eq!(req["options"][1]["optionId"], "yes");
+    backend.send(&json!({"type":"session_permission","run_id":"q1","session_id":req["session_id"],
+        "request_id":req["request_id"],"outcome":"selected","option_id":"allow-everything"}));
+    backend.wait_type("prompt_result", "prompt_id", &json!("k1"), 20 * SECS).await;
+    assert_eq!(reports(&backend, "k1")[0]["result"], json!({"outcome":{"outcome":"cancelled"}}));
+    // A valid choice.
+    ask("k2");
+    let req = request(2).await;
+    backend.send(&json!({"type":"session_permission","run_id":"q1","session_id":req["session_id"],
+        "request_id":req["request_id"],"outcome":"selected","option_id":"no"}));
+    backend.wait_type("prompt_result", "prompt_id", &json!("k2"), 20 * SECS).await;
+    assert_eq!(reports(&backend, "k2")[0]["result"], json!({"outcome":{"outcome":"selected","optionId":"no"}}));
+    // No answer within the timeout: cancelled.
+    ask("k3");
+    request(3).await;
+    backend.wait_type("prompt_result", "prompt_id", &json!("k3"), 20 * SECS).await;
+    assert_eq!(reports(&backend, "k3")[0]["result"], json!({"outcome":{"outcome":"cancelled"}}));
+    assert!(daemon.stop().success());
+
+    // deny: the reject option.
+    let backend = Backend::start().await;
+    let s = Scratch::new("acp-deny");
+    let cfg = acp_config(&s, &backend.url, "permission_policy = \"deny\"", "");
+    let mut daemon = Daemon::start(&s, "proxy", &cfg);
+    backend.registered(0, 20 * SECS).await;
+    assert_eq!(open(&backend, "q2", "").await["ok"], true);
+    let r = prompt(&backend, "q2", "d1", Value::Null, perm).await;
+    assert_eq!(r["ok"], true);
+    assert_eq!(reports(&backend, "d1")[0]["result"], json!({"outcome":{"outcome":"selected","optionId":"no"}}));
+    assert!(daemon.stop().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_failures_name_the_step() {
+    let backend = Backend::start().await;
+    let s = Scratch::new("acp-fail");
+    let cfg = acp_config(&s, &backend.url, "", "");
+    let mut daemon = Daemon::start(&s, "proxy", &cfg);
+    backend.registered(0, 20 * SECS).await;
+    // No manifest: nothing started.
+    backend.send(&json!({"type":"acp_open","run_id":"f1","init":{"script":"","env":{}}}));
+    let r = backend.wait_type("acp_opened", "run_id", &json!("f1"), 30 * SECS).await;
+    assert_eq!(r["ok"], false);
+    assert_eq!(r["error"], "init.agentInputs missing");
+    // A bad item: its id.
+    backend.send(&json!({"type":"acp_open","run_id":"f2","init":{"env":{},"agentInputs":{"version":1,"items":[
+        {"id":"bad","apply":"writeFile","source":{"type":"inlineText","text":"x"},"target":{"root":"WORKSPACE","path":"../x"}}]}}}));
+    let r = backend.wait_type("acp_opened", "run_id", &json!("f2"), 30 * SECS).await;
+    assert!(r["error"].as_str().unwrap().contains(":bad:"), "{r}");
+    // A failing init script: the exit code, and no agent.
+    backend.send(&json!({"type":"acp_open","run_id":"f3","init":init("echo x; exit 7")}));
+    let r = backend.wait_type("acp_opened", "run_id", &json!("f3"), 30 * SECS).await;
+    assert_eq!(r["ok"], false);
+    assert!(r["error"].as_str().unwrap().contains("exitCode=7"), "{r}");
+    assert!(contents(&backend, "init_result").contains(&json!({"type":"init_result","ok":false,"exitCode":7,"error":"exitCode=7"})));
+    assert!(contents(&backend, "transport_connected").is_empty());
+    // A timeout.
+    backend.send(&json!({"type":"acp_open","run_id":"f4","init":{"script":"sleep 30","timeout_seconds":1,"env":{},"agentInputs":{"version":1,"items":[]}}}));
+    let r = backend.wait_type("acp_opened", "run_id", &json!("f4"), 30 * SECS).await;
+    assert!(r["error"].as_str().unwrap().contains("timeout after 1s"), "{r}");
+    assert!(daemon.stop().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docker_agent_end_to_end() {
+    docker_support::require_engine();
+    let backend = Backend::start().await;
+    let s = Scratch::new("acp-docker");
+    let run = format!("ad{}", std::process::id());
+    let name = format!("tuixiu-run-{run}");
+    struct Rm(String);
+    impl Drop for Rm {
+        fn drop(&mut self) {
+            let _ = docker_support::docker(&["rm", "-f", &self.0]);
+        }
+    }
+    let _rm = Rm(name.clone());
+    // The busybox test image has no python3 or bash: the host's /usr and
+    // loader are bound read-only for the scripted agent.
+    let sandbox_extra = format!(
+        "provider = \"container_oci\"\nimage = \"{}\"\nenv = {{ PATH = \"/usr/bin:/bin\" }}\n\
+         [[sandbox.volumes]]\nhostPath = \"/usr\"\nguestPath = \"/usr\"\nreadOnly = true\n\
+         [[sandbox.volumes]]\nhostPath = \"/usr/lib\"\nguestPath = \"/lib\"\nreadOnly = true\n\
+         [[sandbox.volumes]]\nhostPath = \"/usr/lib64\"\nguestPath = \"/lib64\"\nreadOnly = true\n",
+        docker_support::image()
+    );
+    let cfg = acp_config(&s, &backend.url, "", &sandbox_extra);
+    let mut daemon = Daemon::start(&s, "proxy", &cfg);
+    backend.registered(0, 20 * SECS).await;
+    run_lifecycle(&backend, &s, &run, &mut daemon, &cfg).await;
+    assert!(daemon.stop().success());
+}
