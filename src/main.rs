@@ -2,6 +2,7 @@
 
 mod cli;
 mod cmd;
+mod units;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -41,6 +42,7 @@ fn main() -> ExitCode {
             let sub = matches.subcommand_matches("run").expect("clap matched `run`");
             cmd::run::main(*args, sub)
         }
+        Command::Check(args) => cmd::check::main(args),
         Command::Exec(args) => cmd::exec::main(args),
     };
     ExitCode::from(code)

@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use crate::WORKSPACE;
 use crate::error::{SpecError, io_error_text};
 use crate::guest_path;
-use crate::spec::{Access, DeferredBind, HostIds, MountOp, Network, SandboxSpec, UserView};
+use crate::spec::{Access, DeferredBind, HostIds, MountOp, Network, SandboxSpec, Security, UserView};
 
 /// Host directories shown read-only, besides every top-level `/lib*`.
 const SYSTEM_DIRS: &[&str] = &["/usr", "/bin", "/sbin", "/etc", "/opt"];
@@ -54,6 +54,7 @@ pub struct SandboxBuilder {
     new_session: bool,
     extra: Vec<MountOp>,
     deferred: Vec<DeferredBind>,
+    security: Security,
 }
 
 impl SandboxBuilder {
@@ -73,6 +74,7 @@ impl SandboxBuilder {
             new_session: true,
             extra: Vec::new(),
             deferred: Vec::new(),
+            security: Security::default(),
         }
     }
 
@@ -142,6 +144,13 @@ impl SandboxBuilder {
         self
     }
 
+    /// Seccomp, Landlock, sockets and limits (default: the `default`
+    /// seccomp profile, Landlock best effort, no limits).
+    pub fn security(mut self, security: Security) -> Self {
+        self.security = security;
+        self
+    }
+
     /// An extra mount, applied after the standard layout in call order.
     pub fn mount(mut self, op: MountOp) -> Self {
         self.extra.push(op);
@@ -160,6 +169,15 @@ impl SandboxBuilder {
         let home = self.user.home.clone();
 
         let mut mounts = system_view(self.network)?;
+        // Host secrets the sandbox user could otherwise read (see secrets.rs).
+        let bound: Vec<String> = mounts
+            .iter()
+            .filter_map(|m| match m {
+                MountOp::Bind { dst, .. } => Some(dst.clone()),
+                _ => None,
+            })
+            .collect();
+        mounts.extend(crate::secrets::masks(&bound));
         mounts.push(MountOp::Proc { dst: "/proc".into() });
         mounts.push(MountOp::Dev { dst: "/dev".into() });
         mounts.push(MountOp::Tmpfs { dst: "/tmp".into(), mode: 0o1777, owned_by_user: false, size: None });
@@ -230,6 +248,7 @@ impl SandboxBuilder {
             mounts,
             new_session: self.new_session,
             deferred_binds: self.deferred,
+            security: self.security,
         })
     }
 }

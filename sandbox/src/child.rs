@@ -174,7 +174,13 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
     // 10. The command's working directory.
     sys::chdir(&plan.cwd).map_err(|e| fail("enter the working directory", "chdir", &plan.cwd, e))?;
 
-    // 11. Fork the command; this process becomes the reaper.
+    // 11. Drop privileges for good, here in PID 1 before the fork, so the
+    //     command inherits nothing and the reaper keeps nothing while the
+    //     command runs: no_new_privs, then empty bounding, ambient,
+    //     effective, permitted and inheritable capability sets.
+    drop_privileges().map_err(|(call, e)| fail("drop privileges", call, c"", e))?;
+
+    // 12. Fork the command; this process becomes the reaper.
     //     SAFETY: this process is a fork of the single-threaded launcher and
     //     has started no threads; the child only execs or `_exit`s.
     let pid = unsafe { sys::fork() }.map_err(|e| fail("start the command", "fork", c"", e))?;
@@ -192,6 +198,23 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
         }
     }
     crate::init::reap(pid)
+}
+
+/// no_new_privs and no capabilities at all, in this process and whatever
+/// it executes.
+fn drop_privileges() -> Result<(), (&'static str, Errno)> {
+    sys::prctl5(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0).map_err(|e| ("prctl(PR_SET_NO_NEW_PRIVS)", e))?;
+    // Every capability the kernel knows, until it says EINVAL past the last.
+    for cap in 0..64 {
+        match sys::prctl5(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) {
+            Ok(_) => {}
+            Err(Errno::EINVAL) if cap > 0 => break,
+            Err(e) => return Err(("prctl(PR_CAPBSET_DROP)", e)),
+        }
+    }
+    sys::prctl5(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong, 0, 0, 0)
+        .map_err(|e| ("prctl(PR_CAP_AMBIENT_CLEAR_ALL)", e))?;
+    sys::capset_none().map_err(|e| ("capset", e))
 }
 
 /// True when the launcher's end of the sync pipe is closed.
@@ -222,11 +245,45 @@ fn exec_command(plan: &Plan, report_fd: RawFd, caller_umask: libc::mode_t) -> ! 
         report.send(report_fd, EXIT_SETUP_FAILED);
         sys::exit_now(EXIT_SETUP_FAILED as i32);
     }
+    // Resource limits that are rlimits (only lowered, which needs no privilege).
+    for (resource, value) in &plan.limits.rlimits {
+        if let Err(e) = sys::setrlimit(*resource, *value) {
+            let _ =
+                write!(report, "apply resource limits: setrlimit({resource}, {value}) => {}", ErrnoText(e));
+            report.send(report_fd, EXIT_SETUP_FAILED);
+            sys::exit_now(EXIT_SETUP_FAILED as i32);
+        }
+    }
     // Nothing the launcher had open may reach the command.
     if let Err(e) = sys::close_range_cloexec(3) {
         let _ = write!(
             report,
             "close inherited descriptors: close_range(3, ~0, CLOSE_RANGE_CLOEXEC) => {}",
+            ErrnoText(e)
+        );
+        report.send(report_fd, EXIT_SETUP_FAILED);
+        sys::exit_now(EXIT_SETUP_FAILED as i32);
+    }
+    // Landlock, on the sandbox's own paths (we are past the final pivot).
+    if let Some(ruleset) = &plan.landlock
+        && let Err((call, path, e)) = crate::landlock::apply(ruleset)
+    {
+        let _ = write!(report, "apply Landlock: {call}");
+        if let Some(path) = path {
+            let _ = write!(report, "(\"{}\")", Lossy(path.to_bytes()));
+        }
+        let _ = write!(report, " => {}", ErrnoText(e));
+        report.send(report_fd, EXIT_SETUP_FAILED);
+        sys::exit_now(EXIT_SETUP_FAILED as i32);
+    }
+    // Seccomp last: everything above ran unfiltered; from here on only
+    // `execve` (and, on failure, the report's `write`) remain.
+    if let Some(program) = &plan.seccomp
+        && let Err(e) = sys::seccomp_set_filter(&program.filter)
+    {
+        let _ = write!(
+            report,
+            "install the seccomp filter: seccomp(SECCOMP_SET_MODE_FILTER) => {}",
             ErrnoText(e)
         );
         report.send(report_fd, EXIT_SETUP_FAILED);

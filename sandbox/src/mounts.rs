@@ -117,6 +117,9 @@ pub(crate) fn run<'a>(action: &'a Action, roots: &Roots) -> Result<'a, ()> {
                 Err(e) => Err(Fail::rooted("mkdirat", dst, e)),
             }
         }
+        Action::StagingDir { name, mode } => {
+            sys::mkdirat(roots.staging.as_fd(), name, *mode).map_err(|e| Fail::rooted("mkdirat", name, e))
+        }
         Action::Remount { dst, attrs } => {
             let target = resolve(roots.new.as_fd(), dst, None)?;
             sys::mount_setattr(target.as_fd(), *attrs, false)
@@ -275,7 +278,7 @@ mod tests {
 
         // The host path behind "out" does not exist inside the root, so the
         // walk fails instead of creating anything in the real `outside`.
-        let err = resolve(root.as_fd(), c"out/a", Some(Kind::Dir)).err().expect("dangling in-root link");
+        let err = resolve(root.as_fd(), c"out/a", Some(Kind::Dir)).expect_err("dangling in-root link");
         assert_eq!(err.errno, Errno::ENOENT);
         assert!(!dir.join("outside/a").exists());
 

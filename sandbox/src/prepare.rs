@@ -14,6 +14,9 @@ use libc::{c_char, c_ulong};
 
 use crate::error::{SpecError, io_error_text};
 use crate::guest_path;
+use crate::landlock::{self, Grant};
+use crate::limits;
+use crate::seccomp::{self, Sockets};
 use crate::spec::{Access, MountOp, Network, SandboxSpec, UserView};
 
 const MOUNT_NOSUID: u64 = libc::MOUNT_ATTR_NOSUID;
@@ -87,6 +90,11 @@ pub(crate) enum Action {
         dst: CString,
         attrs: u64,
     },
+    /// Create directory `name` on the staging tmpfs.
+    StagingDir {
+        name: CString,
+        mode: u32,
+    },
 }
 
 /// A primitive with the words used when it fails.
@@ -124,6 +132,13 @@ pub(crate) struct Plan {
     pub deferred: Vec<Deferred>,
     /// Pause after setup for the launcher's apply phase.
     pub apply_phase: bool,
+    /// The compiled seccomp filter, installed last before `execve`.
+    pub seccomp: Option<seccomp::Program>,
+    /// The Landlock ruleset, applied by PID 2 after the final pivot.
+    pub landlock: Option<landlock::Plan>,
+    /// Limits: the cgroup (removed when the plan is dropped), rlimits for
+    /// PID 2, the timeout the launcher keeps.
+    pub limits: limits::Prepared,
 }
 
 fn cstring(what: &str, s: impl Into<Vec<u8>>) -> Result<CString, SpecError> {
@@ -172,6 +187,20 @@ impl Plan {
         })?;
 
         let mut steps = Vec::with_capacity(spec.mounts.len() * 2 + 16);
+        if spec.mounts.iter().any(|op| matches!(op, MountOp::Mask { .. })) {
+            steps.push(Step {
+                what: "create the empty file that masks host secrets".into(),
+                action: Action::WriteStaging {
+                    name: cstring("name", MASK_FILE)?,
+                    contents: Vec::new(),
+                    mode: 0,
+                },
+            });
+            steps.push(Step {
+                what: "create the empty directory that masks host secrets".into(),
+                action: Action::StagingDir { name: cstring("name", MASK_DIR)?, mode: 0 },
+            });
+        }
         for op in &spec.mounts {
             expand(op, &spec.user, &mut steps)?;
         }
@@ -196,7 +225,44 @@ impl Plan {
             deferred.push(Deferred { host: HostBind::prepare(&bind.src, bind.access, &dst_text)?, dst });
         }
 
+        let security = &spec.security;
+        if security.no_ip && spec.network != Network::Off {
+            return Err(SpecError::new(
+                "denying IP sockets (network none) needs a private network namespace (network off)",
+            ));
+        }
+        let sockets = match (spec.network, security.no_ip) {
+            (_, true) => Sockets::UnixOnly,
+            (Network::Off, false) => Sockets::LocalAndInet,
+            (Network::On, false) => Sockets::Profile,
+        };
+        let seccomp = seccomp::compile(&security.seccomp, security.allow_ptrace, sockets)?;
+        match &seccomp {
+            Some(p) => tracing::info!(
+                "seccomp: {} ({} BPF instructions{})",
+                security.seccomp.describe(),
+                p.filter.len(),
+                if security.allow_ptrace { ", ptrace allowed" } else { "" }
+            ),
+            None => {
+                tracing::warn!("seccomp: unconfined: the command can make every syscall the namespaces allow")
+            }
+        }
+        let (landlock, enforcement) =
+            landlock::plan(security.landlock, &landlock_paths(spec)?, security.no_ip)?;
+        match &enforcement {
+            landlock::Enforcement::Full { .. } => tracing::info!("landlock: {enforcement}"),
+            landlock::Enforcement::Not { .. } if security.landlock == crate::LandlockMode::Off => {
+                tracing::info!("landlock: {enforcement}")
+            }
+            _ => tracing::warn!("landlock: {enforcement}"),
+        }
+        let limits = limits::prepare(&security.limits, host_uid)?;
+
         Ok(Plan {
+            seccomp,
+            landlock,
+            limits,
             clone_flags: clone_flags as c_ulong,
             uid: spec.user.uid,
             gid: spec.user.gid,
@@ -317,8 +383,51 @@ fn expand(op: &MountOp, user: &UserView, steps: &mut Vec<Step>) -> Result<(), Sp
             what: format!("create directory {dst_text}"),
             action: Action::Dir { dst, mode: *mode },
         }),
+        MountOp::Mask { dir, .. } => steps.push(Step {
+            what: format!("mask {dst_text}"),
+            action: Action::Bind {
+                from: Tree::Staging,
+                src: cstring("name", if *dir { MASK_DIR } else { MASK_FILE })?,
+                dst,
+                kind: if *dir { Kind::Dir } else { Kind::File },
+                attrs: MOUNT_RDONLY | MOUNT_NOSUID | MOUNT_NODEV | MOUNT_NOEXEC,
+                optional: false,
+            },
+        }),
     }
     Ok(())
+}
+
+/// Names of the masking file and directory on the staging tmpfs.
+const MASK_FILE: &str = "mask-file";
+const MASK_DIR: &str = "mask-dir";
+
+/// The guest paths Landlock grants more than read/execute, from the mounts.
+fn landlock_paths(spec: &SandboxSpec) -> Result<Vec<(String, Grant)>, SpecError> {
+    let norm = |p: &str| {
+        guest_path::normalize(p).map_err(|why| SpecError::new(format!("mount destination {p:?} {why}")))
+    };
+    let mut paths = Vec::new();
+    for op in &spec.mounts {
+        match op {
+            MountOp::Bind { dst, access: Access::Rw, .. } | MountOp::Tmpfs { dst, .. } => {
+                paths.push((norm(dst)?, Grant::Write))
+            }
+            MountOp::Dev { dst } => {
+                let dst = norm(dst)?;
+                paths.push((format!("{}/shm", dst.trim_end_matches('/')), Grant::Write));
+                paths.push((dst, Grant::Dev));
+            }
+            MountOp::Proc { dst } => paths.push((norm(dst)?, Grant::Proc)),
+            _ => {}
+        }
+    }
+    for bind in &spec.deferred_binds {
+        if bind.access == Access::Rw {
+            paths.push((norm(&bind.dst)?, Grant::Write));
+        }
+    }
+    Ok(paths)
 }
 
 /// A host bind source, checked and canonicalized before clone.

@@ -4,11 +4,16 @@ use std::path::PathBuf;
 
 use clap::ArgMatches;
 use sandbox::{
-    Access, Home, HostIds, LaunchOptions, MountOp, Network, SandboxBuilder, SandboxSpec, UserView,
+    Access, Home, HostIds, LandlockMode, LaunchOptions, Limits, MountOp, Network, SandboxBuilder,
+    SandboxSpec, SeccompPolicy, Security, UserView,
 };
 
-use crate::cli::{NetworkArg, RunArgs};
+use crate::cli::{LandlockArg, NetworkArg, RunArgs};
+use crate::units::{parse_cpus, parse_duration, parse_size};
 use crate::{EXIT_TOOL_ERROR, report_error};
+
+/// Exit status when `--timeout` ended the command, as coreutils' `timeout`.
+pub const EXIT_TIMED_OUT: u8 = 124;
 
 /// Variables copied from the caller when set: harmless and needed by
 /// interactive programs. Everything else must be asked for.
@@ -37,6 +42,13 @@ pub fn launch_and_report(spec: &SandboxSpec, json_status_fd: Option<i32>) -> u8 
     }
     let options = LaunchOptions { json_status_fd, release_stdio: true };
     match sandbox::launch(spec, &options) {
+        Ok(status) if status.timed_out() => {
+            report_error(format!(
+                "the command was stopped by --timeout (its own status was {})",
+                status.code()
+            ));
+            EXIT_TIMED_OUT
+        }
         Ok(status) => status.code().clamp(0, 255) as u8,
         Err(e) => {
             report_error(&e);
@@ -82,8 +94,9 @@ fn build_spec(args: RunArgs, matches: &ArgMatches) -> Result<SandboxSpec, String
         .home(home)
         .network(match args.network {
             NetworkArg::On => Network::On,
-            NetworkArg::Off => Network::Off,
+            NetworkArg::Off | NetworkArg::None => Network::Off,
         })
+        .security(security(&args)?)
         .hostname(args.hostname.clone())
         .new_session(!args.keep_session);
     if let Some(dir) = &args.chdir {
@@ -107,6 +120,43 @@ fn build_spec(args: RunArgs, matches: &ArgMatches) -> Result<SandboxSpec, String
         builder = builder.env(key, value);
     }
     builder.build().map_err(|e| e.to_string())
+}
+
+/// `--seccomp`, `--landlock`, `--network none` and the limits.
+fn security(args: &RunArgs) -> Result<Security, String> {
+    let seccomp = SeccompPolicy::parse(&args.seccomp).map_err(|e| format!("--seccomp: {e}"))?;
+    let flag = |name: &str, r: Result<u64, String>| r.map_err(|e| format!("{name}: {e}"));
+    let limits = Limits {
+        memory: args.memory.as_deref().map(|m| flag("--memory", parse_size(m))).transpose()?,
+        cpu_millis: args.cpus.as_deref().map(|c| flag("--cpus", parse_cpus(c))).transpose()?,
+        pids: args.pids,
+        nofile: args.nofile,
+        timeout_ms: args
+            .timeout
+            .as_deref()
+            .map(|t| flag("--timeout", parse_duration(t).map(|d| d.as_millis().max(1) as u64)))
+            .transpose()?,
+        kill_after_ms: match &args.timeout {
+            Some(_) => {
+                Some(flag("--kill-after", parse_duration(&args.kill_after).map(|d| d.as_millis() as u64))?)
+            }
+            None => None,
+        },
+    };
+    if args.pids == Some(0) || args.nofile == Some(0) {
+        return Err("--pids/--nofile: must be more than 0".into());
+    }
+    Ok(Security {
+        seccomp,
+        allow_ptrace: args.allow_ptrace,
+        landlock: match args.landlock {
+            LandlockArg::Off => LandlockMode::Off,
+            LandlockArg::BestEffort => LandlockMode::BestEffort,
+            LandlockArg::Require => LandlockMode::Require,
+        },
+        no_ip: args.network == NetworkArg::None,
+        limits,
+    })
 }
 
 fn user_flag(args: &RunArgs) -> &'static str {

@@ -11,7 +11,7 @@
 
 #![allow(dead_code)]
 
-use std::os::unix::fs::{chown, PermissionsExt};
+use std::os::unix::fs::{PermissionsExt, chown};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
@@ -66,7 +66,10 @@ impl Caller {
 pub fn require_root() {
     // SAFETY: geteuid cannot fail.
     let euid = unsafe { libc::geteuid() };
-    assert_eq!(euid, 0, "the integration tests must run as root (they switch to uid 65534 and nest user namespaces)");
+    assert_eq!(
+        euid, 0,
+        "the integration tests must run as root (they switch to uid 65534 and nest user namespaces)"
+    );
 }
 
 /// The `tuixiu-sandbox` binary, copied where every caller can execute it.
@@ -131,7 +134,12 @@ impl Fixture {
     /// Runs `sh -c SCRIPT` in the sandbox and returns stdout, asserting success.
     pub fn sh(&self, extra: &[&str], script: &str) -> String {
         let out = self.run(extra, &["sh", "-c", script]);
-        assert!(out.status.success(), "sandbox failed ({:?}): stderr: {}", out.status, String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "sandbox failed ({:?}): stderr: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8(out.stdout).unwrap()
     }
 }
