@@ -169,15 +169,6 @@ impl SandboxBuilder {
         let home = self.user.home.clone();
 
         let mut mounts = system_view(self.network)?;
-        // Host secrets the sandbox user could otherwise read (see secrets.rs).
-        let bound: Vec<String> = mounts
-            .iter()
-            .filter_map(|m| match m {
-                MountOp::Bind { dst, .. } => Some(dst.clone()),
-                _ => None,
-            })
-            .collect();
-        mounts.extend(crate::secrets::masks(&bound));
         mounts.push(MountOp::Proc { dst: "/proc".into() });
         mounts.push(MountOp::Dev { dst: "/dev".into() });
         mounts.push(MountOp::Tmpfs { dst: "/tmp".into(), mode: 0o1777, owned_by_user: false, size: None });
@@ -296,7 +287,7 @@ fn system_view(network: Network) -> Result<Vec<MountOp>, SpecError> {
             };
             ops.push(MountOp::Symlink { target: target.to_string(), dst: dir.clone() });
         } else if meta.is_dir() {
-            ops.push(MountOp::Bind { src: dir.into(), dst: dir.clone(), access: Access::Ro });
+            ops.push(MountOp::SystemBind { src: dir.into(), dst: dir.clone() });
         }
     }
 
@@ -307,7 +298,7 @@ fn system_view(network: Network) -> Result<Vec<MountOp>, SpecError> {
         && let Some(real_str) = real.to_str()
         && !dirs.iter().any(|d| guest_path::is_within(real_str, d))
     {
-        ops.push(MountOp::Bind { src: real.clone(), dst: real_str.to_string(), access: Access::Ro });
+        ops.push(MountOp::SystemBind { src: real.clone(), dst: real_str.to_string() });
     }
     Ok(ops)
 }

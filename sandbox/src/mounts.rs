@@ -117,6 +117,10 @@ pub(crate) fn run<'a>(action: &'a Action, roots: &Roots) -> Result<'a, ()> {
                 Err(e) => Err(Fail::rooted("mkdirat", dst, e)),
             }
         }
+        Action::AttachTree { tree, dst, kind } => {
+            let target = resolve(roots.new.as_fd(), dst, Some(*kind))?;
+            sys::move_mount_fd(tree.as_fd(), target.as_fd()).map_err(|e| Fail::rooted("move_mount", dst, e))
+        }
         Action::StagingDir { name, mode } => {
             sys::mkdirat(roots.staging.as_fd(), name, *mode).map_err(|e| Fail::rooted("mkdirat", name, e))
         }

@@ -7,6 +7,7 @@
 //! missing bind source is a clear error before any namespace exists.
 
 use std::ffi::CString;
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
 
@@ -14,6 +15,7 @@ use libc::{c_char, c_ulong};
 
 use crate::error::{SpecError, io_error_text};
 use crate::guest_path;
+use crate::idmap;
 use crate::landlock::{self, Grant};
 use crate::limits;
 use crate::seccomp::{self, Sockets};
@@ -94,6 +96,13 @@ pub(crate) enum Action {
     StagingDir {
         name: CString,
         mode: u32,
+    },
+    /// Attach a detached mount tree the launcher prepared (an idmapped
+    /// system bind) at `dst`.
+    AttachTree {
+        tree: OwnedFd,
+        dst: CString,
+        kind: Kind,
     },
 }
 
@@ -187,22 +196,13 @@ impl Plan {
         })?;
 
         let mut steps = Vec::with_capacity(spec.mounts.len() * 2 + 16);
-        if spec.mounts.iter().any(|op| matches!(op, MountOp::Mask { .. })) {
-            steps.push(Step {
-                what: "create the empty file that masks host secrets".into(),
-                action: Action::WriteStaging {
-                    name: cstring("name", MASK_FILE)?,
-                    contents: Vec::new(),
-                    mode: 0,
-                },
-            });
-            steps.push(Step {
-                what: "create the empty directory that masks host secrets".into(),
-                action: Action::StagingDir { name: cstring("name", MASK_DIR)?, mode: 0 },
-            });
-        }
-        for op in &spec.mounts {
-            expand(op, &spec.user, &mut steps)?;
+        let mut hiding = SecretHiding::decide(spec, host_uid, host_gid);
+        let last_system = spec.mounts.iter().rposition(|op| matches!(op, MountOp::SystemBind { .. }));
+        for (i, op) in spec.mounts.iter().enumerate() {
+            expand(op, &spec.user, &mut hiding, &mut steps)?;
+            if Some(i) == last_system {
+                hiding.push_masks(&mut steps)?;
+            }
         }
         steps.push(Step {
             what: "make / read-only".into(),
@@ -289,9 +289,34 @@ impl Plan {
     }
 }
 
-fn expand(op: &MountOp, user: &UserView, steps: &mut Vec<Step>) -> Result<(), SpecError> {
+fn expand(
+    op: &MountOp,
+    user: &UserView,
+    hiding: &mut SecretHiding,
+    steps: &mut Vec<Step>,
+) -> Result<(), SpecError> {
     let (dst_text, dst) = guest_rel("mount destination", op.dst())?;
     match op {
+        MountOp::SystemBind { src, .. } => {
+            let host = HostBind::prepare(src, Access::Ro, &dst_text)?;
+            match hiding.take_tree() {
+                Some(tree) => steps.push(Step {
+                    what: format!("{} (idmapped)", host.what),
+                    action: Action::AttachTree { tree, dst, kind: host.kind },
+                }),
+                None => steps.push(Step {
+                    what: host.what,
+                    action: Action::Bind {
+                        from: Tree::Host,
+                        src: host.src,
+                        dst,
+                        kind: host.kind,
+                        attrs: host.attrs,
+                        optional: false,
+                    },
+                }),
+            }
+        }
         MountOp::Bind { src, access, .. } => {
             let host = HostBind::prepare(src, *access, &dst_text)?;
             steps.push(Step {
@@ -383,17 +408,6 @@ fn expand(op: &MountOp, user: &UserView, steps: &mut Vec<Step>) -> Result<(), Sp
             what: format!("create directory {dst_text}"),
             action: Action::Dir { dst, mode: *mode },
         }),
-        MountOp::Mask { dir, .. } => steps.push(Step {
-            what: format!("mask {dst_text}"),
-            action: Action::Bind {
-                from: Tree::Staging,
-                src: cstring("name", if *dir { MASK_DIR } else { MASK_FILE })?,
-                dst,
-                kind: if *dir { Kind::Dir } else { Kind::File },
-                attrs: MOUNT_RDONLY | MOUNT_NOSUID | MOUNT_NODEV | MOUNT_NOEXEC,
-                optional: false,
-            },
-        }),
     }
     Ok(())
 }
@@ -401,6 +415,99 @@ fn expand(op: &MountOp, user: &UserView, steps: &mut Vec<Step>) -> Result<(), Sp
 /// Names of the masking file and directory on the staging tmpfs.
 const MASK_FILE: &str = "mask-file";
 const MASK_DIR: &str = "mask-dir";
+
+/// How host secrets in the system view are kept from a sandbox user that
+/// maps onto host root (see idmap.rs and secrets.rs).
+enum SecretHiding {
+    /// The sandbox user is not host root: host permissions already apply.
+    NotNeeded,
+    /// Idmapped clones of the system binds, in spec order.
+    Idmapped(std::collections::VecDeque<OwnedFd>),
+    /// Empty read-only files/directories over what a scan found.
+    Masks(Vec<(String, bool)>),
+}
+
+impl SecretHiding {
+    fn decide(spec: &SandboxSpec, host_uid: u32, host_gid: u32) -> SecretHiding {
+        let system: Vec<(&std::path::PathBuf, &String)> = spec
+            .mounts
+            .iter()
+            .filter_map(|op| match op {
+                MountOp::SystemBind { src, dst } => Some((src, dst)),
+                _ => None,
+            })
+            .collect();
+        if system.is_empty() || !idmap::sandbox_is_host_root(host_uid, host_gid) {
+            return SecretHiding::NotNeeded;
+        }
+        let attempt = || -> Result<std::collections::VecDeque<OwnedFd>, String> {
+            let userns = idmap::nobody_userns().map_err(|(call, e)| format!("{call} => {e}"))?;
+            let mut trees = std::collections::VecDeque::with_capacity(system.len());
+            for (src, _) in &system {
+                let canonical = std::fs::canonicalize(src).map_err(|e| format!("{}: {e}", src.display()))?;
+                let c = CString::new(canonical.as_os_str().as_encoded_bytes())
+                    .map_err(|_| format!("{}: NUL in path", src.display()))?;
+                let tree = idmap::clone_idmapped(&c, &userns)
+                    .map_err(|(call, e)| format!("{call}(\"{}\") => {e}", canonical.display()))?;
+                trees.push_back(tree);
+            }
+            Ok(trees)
+        };
+        match attempt() {
+            Ok(trees) => {
+                tracing::debug!("system view: idmapped (host root's files shown as nobody's)");
+                SecretHiding::Idmapped(trees)
+            }
+            Err(why) => {
+                let dsts: Vec<String> = system.iter().map(|(_, d)| (*d).clone()).collect();
+                let masks = crate::secrets::masks(&dsts);
+                tracing::info!(
+                    "system view: no idmapped mount ({why}); masking {} entries of {} that are not world-readable",
+                    masks.len(),
+                    crate::secrets::SCANNED.join(", ")
+                );
+                SecretHiding::Masks(masks)
+            }
+        }
+    }
+
+    fn take_tree(&mut self) -> Option<OwnedFd> {
+        match self {
+            SecretHiding::Idmapped(trees) => trees.pop_front(),
+            _ => None,
+        }
+    }
+
+    fn push_masks(&self, steps: &mut Vec<Step>) -> Result<(), SpecError> {
+        let SecretHiding::Masks(masks) = self else { return Ok(()) };
+        if masks.is_empty() {
+            return Ok(());
+        }
+        steps.push(Step {
+            what: "create the empty file that masks host secrets".into(),
+            action: Action::WriteStaging { name: cstring("name", MASK_FILE)?, contents: Vec::new(), mode: 0 },
+        });
+        steps.push(Step {
+            what: "create the empty directory that masks host secrets".into(),
+            action: Action::StagingDir { name: cstring("name", MASK_DIR)?, mode: 0 },
+        });
+        for (path, dir) in masks {
+            let (dst_text, dst) = guest_rel("masked path", path)?;
+            steps.push(Step {
+                what: format!("mask {dst_text}"),
+                action: Action::Bind {
+                    from: Tree::Staging,
+                    src: cstring("name", if *dir { MASK_DIR } else { MASK_FILE })?,
+                    dst,
+                    kind: if *dir { Kind::Dir } else { Kind::File },
+                    attrs: MOUNT_RDONLY | MOUNT_NOSUID | MOUNT_NODEV | MOUNT_NOEXEC,
+                    optional: false,
+                },
+            });
+        }
+        Ok(())
+    }
+}
 
 /// The guest paths Landlock grants more than read/execute, from the mounts.
 fn landlock_paths(spec: &SandboxSpec) -> Result<Vec<(String, Grant)>, SpecError> {

@@ -19,8 +19,6 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use crate::spec::MountOp;
-
 /// Masked whenever they exist, whatever their mode.
 const ALWAYS: &[&str] = &[
     "/etc/shadow",
@@ -36,13 +34,13 @@ const ALWAYS: &[&str] = &[
 pub const SCANNED: &[&str] = &["/etc"];
 
 /// Masks for the host directories in `bound` (guest path = host path).
-pub(crate) fn masks(bound: &[String]) -> Vec<MountOp> {
-    let mut out: Vec<MountOp> = Vec::new();
+pub(crate) fn masks(bound: &[String]) -> Vec<(String, bool)> {
+    let mut out: Vec<(String, bool)> = Vec::new();
     let mut add = |path: &Path, dir: bool| {
         if let Some(s) = path.to_str() {
             let dst = s.to_string();
-            if !out.iter().any(|m| m.dst() == dst) {
-                out.push(MountOp::Mask { dst, dir });
+            if !out.iter().any(|(d, _)| *d == dst) {
+                out.push((dst, dir));
             }
         }
     };
@@ -116,9 +114,9 @@ mod tests {
     fn shadow_is_masked_when_present() {
         let found = masks(&["/etc".to_string()]);
         if Path::new("/etc/shadow").exists() {
-            assert!(found.iter().any(|m| m.dst() == "/etc/shadow"), "{found:?}");
+            assert!(found.iter().any(|(d, _)| d == "/etc/shadow"), "{found:?}");
         }
-        assert!(!found.iter().any(|m| m.dst() == "/etc/passwd"));
+        assert!(!found.iter().any(|(d, _)| d == "/etc/passwd"));
         assert!(masks(&[]).is_empty());
     }
 }

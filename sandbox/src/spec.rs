@@ -150,9 +150,11 @@ pub enum MountOp {
     Symlink { target: String, dst: String },
     /// An empty directory on the root tmpfs.
     Dir { dst: String, mode: u32 },
-    /// Hide what is at `dst` (a host secret in a read-only bind) under an
-    /// empty, mode-0, read-only file or directory from the private tmpfs.
-    Mask { dst: String, dir: bool },
+    /// A read-only bind of a host system directory (the system view). The
+    /// command sees it as an unprivileged host user would: what is not
+    /// world-readable stays unreadable even when the sandbox user maps onto
+    /// host root (an idmapped mount, or masks where that is impossible).
+    SystemBind { src: PathBuf, dst: String },
 }
 
 impl MountOp {
@@ -166,7 +168,7 @@ impl MountOp {
             | MountOp::File { dst, .. }
             | MountOp::Symlink { dst, .. }
             | MountOp::Dir { dst, .. }
-            | MountOp::Mask { dst, .. } => dst,
+            | MountOp::SystemBind { dst, .. } => dst,
         }
     }
 }

@@ -569,3 +569,27 @@ pub fn setrlimit(resource: c_int, value: u64) -> SysResult<()> {
     // SAFETY: `lim` is a valid rlimit.
     check(unsafe { libc::setrlimit(resource as _, &lim) }).map(drop)
 }
+
+/// Recursive `mount_setattr` that adds `attrs` and an idmap (the user
+/// namespace `userns_fd`) to every mount of the detached tree `fd`.
+pub fn mount_setattr_idmap(fd: BorrowedFd<'_>, attrs: u64, userns_fd: RawFd) -> SysResult<()> {
+    let mut attr = libc::mount_attr {
+        attr_set: attrs | libc::MOUNT_ATTR_IDMAP,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: userns_fd as u64,
+    };
+    let flags = (libc::AT_EMPTY_PATH | libc::AT_RECURSIVE) as c_uint;
+    // SAFETY: `attr` is a valid, initialized mount_attr and its size is passed.
+    check_long(unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            flags,
+            &mut attr as *mut libc::mount_attr,
+            std::mem::size_of::<libc::mount_attr>(),
+        )
+    })
+    .map(drop)
+}

@@ -9,10 +9,9 @@
 //! ```text
 //!   ld arch; jeq NATIVE ? next : KILL_PROCESS
 //!   ld nr;   [x86_64] jge 0x40000000 ? KILL_PROCESS : next      (x32 ABI)
-//!   for each syscall with rules (in profile order):
-//!     jeq NR ? body : skip
-//!     body: rule 1 (args ANDed) → ret action; rule 2 ...; ret default
-//!   ret default
+//!   binary search on nr (jge) down to leaves: jeq NR → ja body; else ret default
+//!   bodies (shared when identical): rule 1 (args ANDed) → ret action;
+//!                                   rule 2 ...; ret default
 //! ```
 //!
 //! Argument comparisons are 64-bit, done as two 32-bit halves (the BPF
@@ -102,8 +101,13 @@ fn ret(k: u32) -> sock_filter {
 }
 
 /// Compiles the filter. Rules for the same syscall keep their relative
-/// order (the first that matches wins); syscalls are tested in order of
-/// first appearance.
+/// order (the first that matches wins).
+///
+/// The syscall number is dispatched through a balanced tree of `jge`
+/// (about log2(n) steps) instead of a chain of `jeq`: the kernel emulates
+/// the filter for every syscall number when it is installed (to cache the
+/// always-allowed ones), and runs it on every syscall, so the path length
+/// matters more than the program size. Identical bodies are shared.
 pub fn compile(filter: &Filter<'_>) -> Vec<sock_filter> {
     let mut prog = vec![
         stmt(BPF_LD | BPF_W | BPF_ABS, OFF_ARCH),
@@ -116,25 +120,79 @@ pub fn compile(filter: &Filter<'_>) -> Vec<sock_filter> {
         prog.push(ret(RET_KILL_PROCESS));
     }
 
-    let mut order: Vec<u32> = Vec::new();
-    for rule in filter.rules {
-        if !order.contains(&rule.nr) {
-            order.push(rule.nr);
-        }
-    }
-    for nr in order {
+    // One body per syscall: its rules in order, then `ret default`. A rule
+    // without conditions always matches, so nothing after it is reachable.
+    let mut nrs: Vec<u32> = filter.rules.iter().map(|r| r.nr).collect();
+    nrs.sort_unstable();
+    nrs.dedup();
+    let mut bodies: Vec<Vec<sock_filter>> = Vec::new();
+    let mut leaves: Vec<(u32, usize)> = Vec::with_capacity(nrs.len());
+    for nr in nrs {
         let mut body = Vec::new();
+        let mut complete = false;
         for rule in filter.rules.iter().filter(|r| r.nr == nr) {
             body.extend(compile_rule(rule));
+            if rule.conds.is_empty() {
+                complete = true;
+                break;
+            }
         }
-        body.push(ret(filter.default));
-        // `jeq nr` skips the `ja` into the body; otherwise `ja` jumps over it.
-        prog.push(jump(BPF_JMP | BPF_JEQ | BPF_K, nr, 1, 0));
-        prog.push(stmt(BPF_JMP | BPF_JA, body.len() as u32));
+        if !complete {
+            body.push(ret(filter.default));
+        }
+        if body.len() == 1 && body[0].k == filter.default {
+            continue; // a rule that changes nothing
+        }
+        let key = |b: &[sock_filter]| b.iter().map(|i| (i.code, i.jt, i.jf, i.k)).collect::<Vec<_>>();
+        let index = match bodies.iter().position(|b| key(b) == key(&body)) {
+            Some(i) => i,
+            None => {
+                bodies.push(body);
+                bodies.len() - 1
+            }
+        };
+        leaves.push((nr, index));
+    }
+
+    let mut fixups: Vec<(usize, usize)> = Vec::new(); // (position of a `ja`, body)
+    dispatch(&leaves, filter.default, &mut prog, &mut fixups);
+    let mut starts = Vec::with_capacity(bodies.len());
+    for body in bodies {
+        starts.push(prog.len());
         prog.extend(body);
     }
-    prog.push(ret(filter.default));
+    for (at, body) in fixups {
+        prog[at].k = (starts[body] - at - 1) as u32;
+    }
     prog
+}
+
+/// Emits the dispatch on the syscall number (in the accumulator) over
+/// `leaves`, sorted by number: a `ja` to the leaf's body when it matches,
+/// `ret default` when none does.
+fn dispatch(
+    leaves: &[(u32, usize)],
+    default: u32,
+    prog: &mut Vec<sock_filter>,
+    fixups: &mut Vec<(usize, usize)>,
+) {
+    if leaves.len() <= 3 {
+        for (nr, body) in leaves {
+            prog.push(jump(BPF_JMP | BPF_JEQ | BPF_K, *nr, 0, 1));
+            fixups.push((prog.len(), *body));
+            prog.push(stmt(BPF_JMP | BPF_JA, 0));
+        }
+        prog.push(ret(default));
+        return;
+    }
+    let mid = leaves.len() / 2;
+    // nr >= pivot: take the `ja` to the right half; else skip it.
+    prog.push(jump(BPF_JMP | BPF_JGE | BPF_K, leaves[mid].0, 0, 1));
+    let ja_right = prog.len();
+    prog.push(stmt(BPF_JMP | BPF_JA, 0));
+    dispatch(&leaves[..mid], default, prog, fixups);
+    prog[ja_right].k = (prog.len() - ja_right - 1) as u32;
+    dispatch(&leaves[mid..], default, prog, fixups);
 }
 
 /// The conditions of one rule, each jumping to the rule's end on failure,
@@ -304,5 +362,32 @@ mod tests {
         assert_eq!(run(&p, ARCH, 41, [2, 3, 0, 0, 0, 0]), RET_ERRNO | 13);
         assert_eq!(run(&p, ARCH, 272, [0; 6]), RET_ERRNO | 1);
         assert_eq!(run(&p, ARCH, 0, [0; 6]), RET_ALLOW);
+    }
+
+    #[test]
+    fn dispatch_tree_finds_every_syscall() {
+        // Many syscalls, interleaved actions, some with conditions.
+        let rules: Vec<Rule> = (0..200u32)
+            .filter(|n| n % 3 != 0)
+            .map(|nr| Rule {
+                nr,
+                conds: if nr % 5 == 0 { vec![Cond { arg: 0, op: Op::Eq(7) }] } else { vec![] },
+                ret: RET_ERRNO | (nr % 4 + 1),
+            })
+            .collect();
+        let p = prog(&rules);
+        for nr in 0..260u32 {
+            let want = match rules.iter().find(|r| r.nr == nr) {
+                None => RET_ALLOW,
+                Some(r) if r.conds.is_empty() => r.ret,
+                Some(_) => RET_ALLOW,
+            };
+            assert_eq!(run(&p, ARCH, nr, [0; 6]), want, "nr {nr}");
+            if let Some(r) = rules.iter().find(|r| r.nr == nr) {
+                assert_eq!(run(&p, ARCH, nr, [7, 0, 0, 0, 0, 0]), r.ret, "nr {nr} with arg");
+            }
+        }
+        // The longest path is logarithmic, not linear.
+        assert!(p.len() < 600, "{}", p.len());
     }
 }

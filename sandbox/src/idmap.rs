@@ -1,0 +1,130 @@
+//! The system view as an unprivileged host user sees it, for sandboxes
+//! whose user maps onto host root.
+//!
+//! Host root owns nearly everything in `/usr` and `/etc`. When the sandbox
+//! user maps onto host root (the default for a root caller), every such
+//! file is *its own* file inside, so `/etc/shadow` (0640 root:shadow) is
+//! readable. An idmapped mount fixes this at the source, for every file at
+//! once and with no scan: the system binds are cloned in the launcher with
+//! `MOUNT_ATTR_IDMAP` and a user namespace that maps on-disk uid/gid 0 to
+//! host `nobody` (65534) and nothing else. Inside, root's files then belong
+//! to an id the sandbox user is not, so only their "other" permission bits
+//! apply, exactly as for an unprivileged host user; files of other host
+//! users were never readable beyond their "other" bits either.
+//!
+//! Creating an idmapped mount of a host filesystem needs `CAP_SYS_ADMIN` in
+//! the initial user namespace, which is exactly the case that needs it
+//! (a root caller). Where it is not possible (a filesystem without idmap
+//! support), the caller falls back to masking what a scan of `/etc` finds
+//! ([`crate::secrets`]).
+
+use std::ffi::CStr;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+
+use nix::errno::Errno;
+
+use crate::sys;
+
+/// The host id root's files are shown as.
+const NOBODY: u32 = 65534;
+
+/// Whether `id` (in the launcher's user namespace) is id 0 of the initial
+/// user namespace, according to `map` (the contents of `/proc/self/uid_map`).
+fn is_host_root(id: u32, map: &str) -> bool {
+    map.lines().any(|line| {
+        let f: Vec<u64> = line.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+        matches!(f.as_slice(), [inside, outside, count]
+            if u64::from(id) >= *inside && u64::from(id) < inside + count && outside + (u64::from(id) - inside) == 0)
+    })
+}
+
+/// True when the sandbox's user or group maps onto host root.
+pub(crate) fn sandbox_is_host_root(host_uid: u32, host_gid: u32) -> bool {
+    let read = |f| std::fs::read_to_string(f).unwrap_or_default();
+    is_host_root(host_uid, &read("/proc/self/uid_map")) || is_host_root(host_gid, &read("/proc/self/gid_map"))
+}
+
+/// Stack of the helper that holds the user namespace while its maps are
+/// written. It shares our memory (`CLONE_VM`: no page tables to copy) and
+/// only blocks in `read` on a pipe, then `_exit`s.
+static HELPER_STACK: std::sync::Mutex<[u8; 16 * 1024]> = std::sync::Mutex::new([0; 16 * 1024]);
+
+extern "C" fn helper(arg: *mut libc::c_void) -> libc::c_int {
+    // The two ends of the pipe, packed: read end low, write end high.
+    let fds = arg as usize as u64;
+    let (read_end, write_end) = (fds as u32 as libc::c_int, (fds >> 32) as u32 as libc::c_int);
+    let mut b = [0u8; 1];
+    // SAFETY: closing our copy of the write end (we have our own fd table),
+    // then reading one byte into a local buffer; end-of-file releases us.
+    unsafe {
+        libc::close(write_end);
+        libc::read(read_end, b.as_mut_ptr().cast(), 1);
+        libc::syscall(libc::SYS_exit, 0);
+    }
+    0
+}
+
+/// A user namespace mapping 0 → 65534 (uid and gid), held by its fd.
+pub(crate) fn nobody_userns() -> Result<OwnedFd, (&'static str, Errno)> {
+    let (r, w) = sys::pipe().map_err(|e| ("pipe2", e))?;
+    let mut stack = HELPER_STACK.lock().unwrap_or_else(|e| e.into_inner());
+    // SAFETY: the helper runs `helper` on its own stack (the top of the
+    // locked static buffer, 16-byte aligned) in our address space; it
+    // touches nothing but its stack and the pipe, and we wait for it to
+    // exit before the lock (and so the stack) is released.
+    let pid = unsafe {
+        let top = stack.as_mut_ptr().add(stack.len()) as usize & !15;
+        libc::clone(
+            helper,
+            top as *mut libc::c_void,
+            libc::CLONE_NEWUSER | libc::CLONE_VM | libc::SIGCHLD,
+            (r.as_raw_fd() as u32 as u64 | (w.as_raw_fd() as u32 as u64) << 32) as usize as *mut libc::c_void,
+        )
+    };
+    if pid < 0 {
+        return Err(("clone(CLONE_NEWUSER|CLONE_VM)", Errno::last()));
+    }
+    let result = (|| {
+        let line = format!("0 {NOBODY} 1");
+        for (file, what) in [("uid_map", "write uid_map"), ("gid_map", "write gid_map")] {
+            std::fs::write(format!("/proc/{pid}/{file}"), &line)
+                .map_err(|e| (what, Errno::from_raw(e.raw_os_error().unwrap_or(0))))?;
+        }
+        let path = std::ffi::CString::new(format!("/proc/{pid}/ns/user")).expect("no NUL");
+        sys::open(&path, libc::O_RDONLY, 0).map_err(|e| ("open(/proc/PID/ns/user)", e))
+    })();
+    drop(w);
+    let _ = sys::waitpid(pid, 0);
+    drop(stack);
+    drop(r);
+    result
+}
+
+/// A detached, read-only, nosuid, nodev, idmapped copy of the host tree at
+/// `path` (absolute), ready to be attached in the sandbox.
+pub(crate) fn clone_idmapped(path: &CStr, userns: &OwnedFd) -> Result<OwnedFd, (&'static str, Errno)> {
+    let flags = libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC | libc::AT_RECURSIVE as u32;
+    let cwd = sys::open(c"/", libc::O_PATH | libc::O_DIRECTORY, 0).map_err(|e| ("open", e))?;
+    let tree = sys::open_tree(cwd.as_fd(), path, flags).map_err(|e| ("open_tree", e))?;
+    let attrs = libc::MOUNT_ATTR_RDONLY | libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV;
+    sys::mount_setattr_idmap(tree.as_fd(), attrs, userns.as_raw_fd())
+        .map_err(|e| ("mount_setattr(MOUNT_ATTR_IDMAP)", e))?;
+    Ok(tree)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_root_detection() {
+        let init = "         0          0 4294967295\n";
+        assert!(is_host_root(0, init));
+        assert!(!is_host_root(1000, init));
+        let nested = "         0      65534          1\n";
+        assert!(!is_host_root(0, nested));
+        let shifted = "0 100000 65536\n";
+        assert!(!is_host_root(0, shifted));
+        assert!(is_host_root(5, "5 0 1\n"));
+    }
+}
