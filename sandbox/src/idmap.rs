@@ -25,6 +25,11 @@ use nix::errno::Errno;
 
 use crate::sys;
 
+/// Test-only: pretend idmapped mounts are impossible, so the tests can
+/// check the masking fallback on a host where they work. Never set it in
+/// production.
+pub const TEST_NO_IDMAP_ENV: &str = "TUIXIU_SANDBOX_TEST_ONLY_NO_IDMAP";
+
 /// The host id root's files are shown as.
 const NOBODY: u32 = 65534;
 
@@ -36,6 +41,11 @@ fn is_host_root(id: u32, map: &str) -> bool {
         matches!(f.as_slice(), [inside, outside, count]
             if u64::from(id) >= *inside && u64::from(id) < inside + count && outside + (u64::from(id) - inside) == 0)
     })
+}
+
+/// True when `uid` (in the launcher's user namespace) is host root.
+pub(crate) fn uid_is_host_root(uid: u32) -> bool {
+    is_host_root(uid, &std::fs::read_to_string("/proc/self/uid_map").unwrap_or_default())
 }
 
 /// True when the sandbox's user or group maps onto host root.

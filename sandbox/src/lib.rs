@@ -24,7 +24,7 @@ mod builder;
 mod child;
 pub mod error;
 pub mod guest_path;
-mod idmap;
+pub mod idmap;
 mod init;
 pub mod landlock;
 mod launch;

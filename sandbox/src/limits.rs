@@ -99,7 +99,7 @@ pub(crate) struct Prepared {
 /// Default grace between the timeout's SIGTERM and SIGKILL.
 pub const DEFAULT_KILL_AFTER: Duration = Duration::from_secs(5);
 
-pub(crate) fn prepare(limits: &Limits, host_uid: u32) -> Result<Prepared, SpecError> {
+pub(crate) fn prepare(limits: &Limits, user_is_host_root: bool) -> Result<Prepared, SpecError> {
     let mut out = Prepared {
         timeout: limits.timeout_ms.map(Duration::from_millis),
         kill_after: limits.kill_after_ms.map_or(DEFAULT_KILL_AFTER, Duration::from_millis),
@@ -183,7 +183,7 @@ pub(crate) fn prepare(limits: &Limits, host_uid: u32) -> Result<Prepared, SpecEr
     if let Some(n) = limits.pids
         && !in_cgroup.contains(&"pids")
     {
-        if host_uid == 0 {
+        if user_is_host_root {
             not_applied.push(format!(
                 "--pids {n}: NOT applied: no writable cgroup v2 with the pids controller, and the kernel exempts \
                  processes of host root (which the sandbox user maps onto) from RLIMIT_NPROC; use --map-uid"

@@ -257,7 +257,7 @@ impl Plan {
             }
             _ => tracing::warn!("landlock: {enforcement}"),
         }
-        let limits = limits::prepare(&security.limits, host_uid)?;
+        let limits = limits::prepare(&security.limits, idmap::uid_is_host_root(host_uid))?;
 
         Ok(Plan {
             seccomp,
@@ -452,6 +452,13 @@ impl SecretHiding {
                 trees.push_back(tree);
             }
             Ok(trees)
+        };
+        // Test-only: exercise the fallback on a host where idmapped mounts work.
+        let attempt = || {
+            if std::env::var_os(crate::idmap::TEST_NO_IDMAP_ENV).is_some() {
+                return Err(format!("{} is set (test-only)", crate::idmap::TEST_NO_IDMAP_ENV));
+            }
+            attempt()
         };
         match attempt() {
             Ok(trees) => {
