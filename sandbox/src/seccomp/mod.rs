@@ -19,11 +19,45 @@ use crate::error::{SpecError, io_error_text};
 use bpf::{Cond, Op, Rule};
 use profile::{Action, Target};
 
-/// The profiles shipped in the binary, by name.
+/// The profiles shipped in the binary, by name, with their JSON.
 pub const BUILTIN: &[(&str, &str)] = &[
     ("default", include_str!("../../../seccomp-profiles/default.json")),
     ("strict", include_str!("../../../seccomp-profiles/strict.json")),
 ];
+
+/// The same profiles compiled by build.rs for the target architecture:
+/// (name, default action, [(nr, action, [(arg, op, value, value2)])]).
+mod precompiled {
+    include!(concat!(env!("OUT_DIR"), "/builtin_profiles.rs"));
+}
+
+/// A built-in profile's rules, as build.rs resolved them.
+fn builtin_profile(name: &str) -> Option<profile::Profile> {
+    let (_, default, rules) = precompiled::BUILTIN.iter().find(|(n, ..)| *n == name)?;
+    let op = |kind: u8, a: u64, b: u64| match kind {
+        0 => Op::Eq(a),
+        1 => Op::Ne(a),
+        2 => Op::Lt(a),
+        3 => Op::Le(a),
+        4 => Op::Gt(a),
+        5 => Op::Ge(a),
+        _ => Op::MaskedEq { mask: a, value: b },
+    };
+    Some(profile::Profile {
+        default: Action::from_ret(*default),
+        rules: rules
+            .iter()
+            .map(|(nr, ret, conds)| Rule {
+                nr: *nr,
+                ret: *ret,
+                conds: conds
+                    .iter()
+                    .map(|(arg, kind, a, b)| Cond { arg: *arg, op: op(*kind, *a, *b) })
+                    .collect(),
+            })
+            .collect(),
+    })
+}
 
 /// Syscalls that `allow_ptrace` lets through.
 pub const PTRACE_SYSCALLS: &[&str] = &["ptrace", "process_vm_readv", "process_vm_writev"];
@@ -95,22 +129,23 @@ pub(crate) fn compile(
     sockets: Sockets,
 ) -> Result<Option<Program>, SpecError> {
     let target = Target::native();
-    let (source, json) = match policy {
+    let (source, mut profile) = match policy {
         SeccompPolicy::Unconfined => return Ok(None),
         SeccompPolicy::Builtin(name) => {
-            let json = BUILTIN.iter().find(|(n, _)| n == name).map(|(_, j)| *j).ok_or_else(|| {
+            let profile = builtin_profile(name).ok_or_else(|| {
                 SpecError::new(format!("seccomp profile {name:?}: no such built-in profile"))
             })?;
-            (name.clone(), json.to_string())
+            (name.clone(), profile)
         }
         SeccompPolicy::File(path) => {
             let json = std::fs::read_to_string(path).map_err(|e| {
                 SpecError::new(format!("seccomp profile {}: {}", path.display(), io_error_text(&e)))
             })?;
-            (path.display().to_string(), json)
+            let source = path.display().to_string();
+            let profile = profile::parse(&source, &json, &target).map_err(SpecError::new)?;
+            (source, profile)
         }
     };
-    let mut profile = profile::parse(&source, &json, &target).map_err(SpecError::new)?;
     if allow_ptrace {
         for name in PTRACE_SYSCALLS {
             if let Some(nr) = target.arch.syscall_nr(name) {
@@ -190,6 +225,16 @@ mod tests {
                     panic!("{e}");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn precompiled_builtins_match_the_runtime_parser() {
+        for (name, json) in BUILTIN {
+            let parsed = parse(name, json, &Target::native()).unwrap();
+            let built = builtin_profile(name).unwrap();
+            assert_eq!(parsed.default, built.default, "{name}");
+            assert_eq!(parsed.rules, built.rules, "{name}");
         }
     }
 

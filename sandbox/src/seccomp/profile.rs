@@ -33,6 +33,18 @@ pub enum Action {
 }
 
 impl Action {
+    /// The inverse of [`Action::ret`], for precompiled profiles.
+    pub(crate) fn from_ret(ret: u32) -> Action {
+        match ret & 0xffff_0000 {
+            bpf::RET_ALLOW => Action::Allow,
+            bpf::RET_ERRNO => Action::Errno(ret as u16),
+            bpf::RET_KILL_PROCESS => Action::KillProcess,
+            bpf::RET_TRAP => Action::Trap,
+            bpf::RET_LOG => Action::Log,
+            _ => Action::KillThread,
+        }
+    }
+
     pub(crate) fn ret(self) -> u32 {
         match self {
             Action::Allow => bpf::RET_ALLOW,
