@@ -54,60 +54,65 @@ pub(crate) fn sandbox_is_host_root(host_uid: u32, host_gid: u32) -> bool {
     is_host_root(host_uid, &read("/proc/self/uid_map")) || is_host_root(host_gid, &read("/proc/self/gid_map"))
 }
 
-/// Stack of the helper that holds the user namespace while its maps are
-/// written. It shares our memory (`CLONE_VM`: no page tables to copy) and
-/// only blocks in `read` on a pipe, then `_exit`s.
-static HELPER_STACK: std::sync::Mutex<[u8; 16 * 1024]> = std::sync::Mutex::new([0; 16 * 1024]);
+/// Stack of the helper whose user namespace we take. It shares our memory
+/// (`CLONE_VM`: no page tables to copy) and never needs to run: the
+/// namespace exists once `clone` returns, and we kill the helper as soon as
+/// we hold the namespace's descriptor. If it does run, it only blocks.
+static HELPER_STACK: std::sync::Mutex<[u8; 4096]> = std::sync::Mutex::new([0; 4096]);
 
-extern "C" fn helper(arg: *mut libc::c_void) -> libc::c_int {
-    // The two ends of the pipe, packed: read end low, write end high.
-    let fds = arg as usize as u64;
-    let (read_end, write_end) = (fds as u32 as libc::c_int, (fds >> 32) as u32 as libc::c_int);
-    let mut b = [0u8; 1];
-    // SAFETY: closing our copy of the write end (we have our own fd table),
-    // then reading one byte into a local buffer; end-of-file releases us.
-    unsafe {
-        libc::close(write_end);
-        libc::read(read_end, b.as_mut_ptr().cast(), 1);
-        libc::syscall(libc::SYS_exit, 0);
+extern "C" fn helper(_: *mut libc::c_void) -> libc::c_int {
+    loop {
+        // SAFETY: ppoll with no descriptors and no timeout blocks until a
+        // signal; only SIGKILL is ever sent, so it never returns and never
+        // touches the errno it shares with the launcher's thread.
+        unsafe { libc::syscall(libc::SYS_ppoll, 0usize, 0usize, 0usize, 0usize, 0usize) };
     }
-    0
+}
+
+/// The helper process behind [`nobody_userns`]: killed at once, reaped on
+/// drop (after the sandbox ended), so the launcher never waits for it to be
+/// scheduled.
+pub(crate) struct Helper {
+    pid: libc::pid_t,
+    _stack: std::sync::MutexGuard<'static, [u8; 4096]>,
+}
+
+impl Drop for Helper {
+    fn drop(&mut self) {
+        let _ = sys::kill(self.pid, libc::SIGKILL);
+        let _ = sys::waitpid(self.pid, 0);
+    }
 }
 
 /// A user namespace mapping 0 → 65534 (uid and gid), held by its fd.
-pub(crate) fn nobody_userns() -> Result<OwnedFd, (&'static str, Errno)> {
-    let (r, w) = sys::pipe().map_err(|e| ("pipe2", e))?;
+pub(crate) fn nobody_userns() -> Result<(OwnedFd, Helper), (&'static str, Errno)> {
     let mut stack = HELPER_STACK.lock().unwrap_or_else(|e| e.into_inner());
     // SAFETY: the helper runs `helper` on its own stack (the top of the
-    // locked static buffer, 16-byte aligned) in our address space; it
-    // touches nothing but its stack and the pipe, and we wait for it to
-    // exit before the lock (and so the stack) is released.
+    // static buffer, 16-byte aligned, locked until the helper is reaped) in
+    // our address space; it touches nothing else.
     let pid = unsafe {
         let top = stack.as_mut_ptr().add(stack.len()) as usize & !15;
         libc::clone(
             helper,
             top as *mut libc::c_void,
             libc::CLONE_NEWUSER | libc::CLONE_VM | libc::SIGCHLD,
-            (r.as_raw_fd() as u32 as u64 | (w.as_raw_fd() as u32 as u64) << 32) as usize as *mut libc::c_void,
+            std::ptr::null_mut(),
         )
     };
     if pid < 0 {
         return Err(("clone(CLONE_NEWUSER|CLONE_VM)", Errno::last()));
     }
-    let result = (|| {
-        let line = format!("0 {NOBODY} 1");
-        for (file, what) in [("uid_map", "write uid_map"), ("gid_map", "write gid_map")] {
-            std::fs::write(format!("/proc/{pid}/{file}"), &line)
-                .map_err(|e| (what, Errno::from_raw(e.raw_os_error().unwrap_or(0))))?;
-        }
-        let path = std::ffi::CString::new(format!("/proc/{pid}/ns/user")).expect("no NUL");
-        sys::open(&path, libc::O_RDONLY, 0).map_err(|e| ("open(/proc/PID/ns/user)", e))
-    })();
-    drop(w);
-    let _ = sys::waitpid(pid, 0);
-    drop(stack);
-    drop(r);
-    result
+    let helper = Helper { pid, _stack: stack };
+    let line = format!("0 {NOBODY} 1");
+    for (file, what) in [("uid_map", "write uid_map"), ("gid_map", "write gid_map")] {
+        std::fs::write(format!("/proc/{pid}/{file}"), &line)
+            .map_err(|e| (what, Errno::from_raw(e.raw_os_error().unwrap_or(0))))?;
+    }
+    let path = std::ffi::CString::new(format!("/proc/{pid}/ns/user")).expect("no NUL");
+    let ns = sys::open(&path, libc::O_RDONLY, 0).map_err(|e| ("open(/proc/PID/ns/user)", e))?;
+    // The namespace lives on through `ns`; the helper can go (reaped later).
+    let _ = sys::kill(pid, libc::SIGKILL);
+    Ok((ns, helper))
 }
 
 /// A detached, read-only, nosuid, nodev, idmapped copy of the host tree at

@@ -148,6 +148,8 @@ pub(crate) struct Plan {
     /// Limits: the cgroup (removed when the plan is dropped), rlimits for
     /// PID 2, the timeout the launcher keeps.
     pub limits: limits::Prepared,
+    /// The idmap helper process, reaped when the plan is dropped.
+    pub _idmap_helper: Option<idmap::Helper>,
 }
 
 fn cstring(what: &str, s: impl Into<Vec<u8>>) -> Result<CString, SpecError> {
@@ -260,6 +262,7 @@ impl Plan {
         let limits = limits::prepare(&security.limits, idmap::uid_is_host_root(host_uid))?;
 
         Ok(Plan {
+            _idmap_helper: hiding.take_helper(),
             seccomp,
             landlock,
             limits,
@@ -421,8 +424,9 @@ const MASK_DIR: &str = "mask-dir";
 enum SecretHiding {
     /// The sandbox user is not host root: host permissions already apply.
     NotNeeded,
-    /// Idmapped clones of the system binds, in spec order.
-    Idmapped(std::collections::VecDeque<OwnedFd>),
+    /// Idmapped clones of the system binds, in spec order, and the helper
+    /// process to reap once the sandbox has ended.
+    Idmapped(std::collections::VecDeque<OwnedFd>, Option<idmap::Helper>),
     /// Empty read-only files/directories over what a scan found.
     Masks(Vec<(String, bool)>),
 }
@@ -440,8 +444,8 @@ impl SecretHiding {
         if system.is_empty() || !idmap::sandbox_is_host_root(host_uid, host_gid) {
             return SecretHiding::NotNeeded;
         }
-        let attempt = || -> Result<std::collections::VecDeque<OwnedFd>, String> {
-            let userns = idmap::nobody_userns().map_err(|(call, e)| format!("{call} => {e}"))?;
+        let attempt = || -> Result<(std::collections::VecDeque<OwnedFd>, idmap::Helper), String> {
+            let (userns, helper) = idmap::nobody_userns().map_err(|(call, e)| format!("{call} => {e}"))?;
             let mut trees = std::collections::VecDeque::with_capacity(system.len());
             for (src, _) in &system {
                 let canonical = std::fs::canonicalize(src).map_err(|e| format!("{}: {e}", src.display()))?;
@@ -451,7 +455,7 @@ impl SecretHiding {
                     .map_err(|(call, e)| format!("{call}(\"{}\") => {e}", canonical.display()))?;
                 trees.push_back(tree);
             }
-            Ok(trees)
+            Ok((trees, helper))
         };
         // Test-only: exercise the fallback on a host where idmapped mounts work.
         let attempt = || {
@@ -461,9 +465,9 @@ impl SecretHiding {
             attempt()
         };
         match attempt() {
-            Ok(trees) => {
+            Ok((trees, helper)) => {
                 tracing::debug!("system view: idmapped (host root's files shown as nobody's)");
-                SecretHiding::Idmapped(trees)
+                SecretHiding::Idmapped(trees, Some(helper))
             }
             Err(why) => {
                 let dsts: Vec<String> = system.iter().map(|(_, d)| (*d).clone()).collect();
@@ -480,7 +484,14 @@ impl SecretHiding {
 
     fn take_tree(&mut self) -> Option<OwnedFd> {
         match self {
-            SecretHiding::Idmapped(trees) => trees.pop_front(),
+            SecretHiding::Idmapped(trees, _) => trees.pop_front(),
+            _ => None,
+        }
+    }
+
+    fn take_helper(&mut self) -> Option<idmap::Helper> {
+        match self {
+            SecretHiding::Idmapped(_, helper) => helper.take(),
             _ => None,
         }
     }

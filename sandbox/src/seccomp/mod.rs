@@ -174,7 +174,9 @@ pub(crate) fn compile(
 fn socket_rules(sockets: Sockets, arch: profile::Arch) -> Vec<Rule> {
     let allowed: &[u64] = match sockets {
         Sockets::Profile => return Vec::new(),
-        Sockets::LocalAndInet => &[libc::AF_UNIX as u64, libc::AF_INET as u64, libc::AF_INET6 as u64, 16],
+        Sockets::LocalAndInet => {
+            &[libc::AF_UNIX as u64, libc::AF_INET as u64, libc::AF_INET6 as u64, libc::AF_NETLINK as u64]
+        }
         Sockets::UnixOnly => &[libc::AF_UNIX as u64, libc::AF_NETLINK as u64],
     };
     let eafnosupport = Action::Errno(libc::EAFNOSUPPORT as u16).ret();
