@@ -23,8 +23,8 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
 use nix::errno::Errno;
 
 use crate::error::SyscallError;
-use crate::mounts::{self, Fail};
-use crate::prepare::{MAX_DEFERRED, Plan};
+use crate::mounts::{self, Clones};
+use crate::prepare::Plan;
 use crate::sys;
 
 pub(crate) const READY: u8 = 0xA5;
@@ -66,7 +66,7 @@ impl ApplyContext<'_> {
             )
             .hint("no deferred bind has that index"));
         };
-        let step = format!("attach {}", bind.host.what);
+        let step = format!("attach {}", self.plan.host_sources[bind.source].what);
         let dst = format!("\"/{}\"", bind.dst.to_string_lossy());
         if std::mem::replace(&mut self.attached[index], true) {
             return Err(SyscallError::new(step, format!("attach({dst})"), Errno::EBUSY)
@@ -123,24 +123,6 @@ fn read_exact(fd: RawFd, buf: &mut [u8]) -> Result<bool, Errno> {
     Ok(true)
 }
 
-/// Clones of the deferred binds' sources, made while the host's root is
-/// still reachable. A fixed array: the child does not allocate.
-pub(crate) struct Clones {
-    fds: [Option<OwnedFd>; MAX_DEFERRED],
-}
-
-impl Clones {
-    pub(crate) fn make<'a>(plan: &'a Plan, host: BorrowedFd<'_>) -> Result<Clones, (usize, Fail<'a>)> {
-        let mut fds = [const { None }; MAX_DEFERRED];
-        for (i, bind) in plan.deferred.iter().enumerate() {
-            let copy = mounts::clone_tree(host, &bind.host.src, mounts::RESOLVE_HOST, bind.host.attrs)
-                .map_err(|f| (i, f))?;
-            fds[i] = Some(copy);
-        }
-        Ok(Clones { fds })
-    }
-}
-
 /// Child side: announce readiness and serve attach requests until DONE.
 /// Returns `false` if the launcher went away (the child should exit).
 pub(crate) fn serve(plan: &Plan, mut clones: Clones, commands: RawFd, acks: RawFd) -> bool {
@@ -174,12 +156,11 @@ pub(crate) fn serve(plan: &Plan, mut clones: Clones, commands: RawFd, acks: RawF
 }
 
 fn attach(plan: &Plan, clones: &mut Clones, root: BorrowedFd<'_>, index: usize) -> Result<(), (u8, Errno)> {
-    let (Some(bind), Some(slot)) = (plan.deferred.get(index), clones.fds.get_mut(index)) else {
-        return Err((CALL_INDEX, Errno::EINVAL));
-    };
-    let copy = slot.take().ok_or((CALL_INDEX, Errno::EBUSY))?;
+    let bind = plan.deferred.get(index).ok_or((CALL_INDEX, Errno::EINVAL))?;
+    let copy = clones.take(bind.source).ok_or((CALL_INDEX, Errno::EBUSY))?;
     let dst: &CStr = &bind.dst;
-    let target = mounts::resolve(root, dst, Some(bind.host.kind)).map_err(|f| (CALL_RESOLVE, f.errno))?;
+    let kind = plan.host_sources[bind.source].kind;
+    let target = mounts::resolve(root, dst, Some(kind)).map_err(|f| (CALL_RESOLVE, f.errno))?;
     sys::move_mount_fd(copy.as_fd(), target.as_fd()).map_err(|e| (CALL_MOVE_MOUNT, e))
 }
 

@@ -7,14 +7,14 @@
 
 use std::ffi::CStr;
 use std::fmt::Write as _;
-use std::os::fd::{AsFd, RawFd};
+use std::os::fd::{AsFd, OwnedFd, RawFd};
 use std::panic::AssertUnwindSafe;
 
 use nix::errno::Errno;
 
 use crate::apply;
 use crate::error::{EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND, EXIT_SETUP_FAILED, ErrnoText};
-use crate::mounts::{self, Fail, Roots};
+use crate::mounts::{self, Clones, Fail};
 use crate::prepare::{Action, Plan};
 use crate::report::{Lossy, Report};
 use crate::sys;
@@ -97,90 +97,68 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
     //    SAFETY: umask cannot fail.
     let caller_umask = unsafe { libc::umask(0) };
 
-    // 5. Mounts: nothing propagates back to the host; stage a tmpfs, put
-    //    the new root on it, and move the host's root aside to /oldroot.
+    // 5. Nothing we mount may propagate back to the host.
     let root_what = "prepare the new root";
     sys::mount(None, c"/", None, libc::MS_SLAVE | libc::MS_REC, None)
         .map_err(|e| fail(root_what, "mount(MS_SLAVE|MS_REC)", c"/", e))?;
-    sys::mount(
-        Some(c"tmpfs"),
-        &plan.staging_dir,
-        Some(c"tmpfs"),
-        libc::MS_NOSUID | libc::MS_NODEV,
-        Some(c"mode=0700"),
-    )
-    .map_err(|e| fail(root_what, "mount(tmpfs)", &plan.staging_dir, e))?;
-    sys::chdir(&plan.staging_dir).map_err(|e| fail(root_what, "chdir", &plan.staging_dir, e))?;
-    sys::mkdir(c"newroot", 0o755).map_err(|e| fail(root_what, "mkdir", c"newroot", e))?;
-    sys::mount(
-        Some(c"tmpfs"),
-        c"newroot",
-        Some(c"tmpfs"),
-        libc::MS_NOSUID | libc::MS_NODEV,
-        Some(c"mode=0755"),
-    )
-    .map_err(|e| fail(root_what, "mount(tmpfs)", c"newroot", e))?;
-    sys::mkdir(c"oldroot", 0o755).map_err(|e| fail(root_what, "mkdir", c"oldroot", e))?;
-    sys::pivot_root(c".", c"oldroot").map_err(|e| fail(root_what, "pivot_root", c"oldroot", e))?;
-    sys::chdir(c"/").map_err(|e| fail(root_what, "chdir", c"/", e))?;
 
-    // 6. Build the root filesystem, step by step, in the planned order.
+    // 6. Clone every host source now, while the host's tree is our root:
+    //    detached copies with their read-only/nosuid/nodev flags already set.
     let dir = libc::O_PATH | libc::O_DIRECTORY;
-    let roots = Roots {
-        host: sys::open(c"/oldroot", dir, 0).map_err(|e| fail(root_what, "open", c"/oldroot", e))?,
-        new: sys::open(c"/newroot", dir, 0).map_err(|e| fail(root_what, "open", c"/newroot", e))?,
-        staging: sys::open(c"/", dir, 0).map_err(|e| fail(root_what, "open", c"/", e))?,
-    };
+    let host = sys::open(c"/", dir, 0).map_err(|e| fail(root_what, "open", c"/", e))?;
+    let mut clones = Clones::make(&plan.host_sources, host.as_fd()).map_err(|(i, f)| StepFail {
+        what: &plan.host_sources[i].what,
+        hint: Some("the bind source disappeared or was replaced by a symlink after it was checked")
+            .filter(|_| f.errno == Errno::ENOENT || f.errno == Errno::ELOOP),
+        fail: f,
+    })?;
+
+    // 7. A fresh tmpfs, stacked on top of `/` in our namespace, becomes the
+    //    new root; build it step by step, in the planned order, through its
+    //    descriptor.
+    let new = new_root().map_err(|(call, e)| fail(root_what, call, c"tmpfs", e))?;
+    sys::move_mount_fd(new.as_fd(), host.as_fd()).map_err(|e| fail(root_what, "move_mount", c"/", e))?;
+    drop(host);
     for step in &plan.steps {
-        mounts::run(&step.action, &roots).map_err(|f| StepFail {
+        mounts::run(&step.action, new.as_fd(), &mut clones).map_err(|f| StepFail {
             what: &step.what,
             hint: step_hint(&step.action, &f),
             fail: f,
         })?;
     }
-    // Deferred binds: clone their sources now, while the host's root is
-    // still reachable; they are attached during the apply phase.
-    let clones = apply::Clones::make(plan, roots.host.as_fd()).map_err(|(i, f)| StepFail {
-        what: &plan.deferred[i].host.what,
-        hint: None,
-        fail: f,
-    })?;
-    drop(roots);
 
-    // 7. Detach the host's root, then pivot into the new root and detach
-    //    the staging tmpfs (generated files stay bound where they are).
-    let detach_what = "detach the host's root";
-    sys::mount(None, c"/oldroot", None, libc::MS_PRIVATE | libc::MS_REC, None)
-        .map_err(|e| fail(detach_what, "mount(MS_PRIVATE|MS_REC)", c"/oldroot", e))?;
-    sys::umount2(c"/oldroot", libc::MNT_DETACH).map_err(|e| fail(detach_what, "umount2", c"/oldroot", e))?;
-    sys::chdir(c"/newroot").map_err(|e| fail(detach_what, "chdir", c"/newroot", e))?;
-    sys::pivot_root(c".", c".").map_err(|e| fail(detach_what, "pivot_root", c"/newroot", e))?;
-    sys::umount2(c".", libc::MNT_DETACH).map_err(|e| fail(detach_what, "umount2", c".", e))?;
-    sys::chdir(c"/").map_err(|e| fail(detach_what, "chdir", c"/", e))?;
+    // 8. Enter the new root and detach everything underneath it: the
+    //    host's whole tree goes with one lazy unmount.
+    let enter_what = "enter the new root";
+    sys::fchdir(new.as_fd()).map_err(|e| fail(enter_what, "fchdir", c"/", e))?;
+    drop(new);
+    sys::pivot_root(c".", c".").map_err(|e| fail(enter_what, "pivot_root", c".", e))?;
+    sys::umount2(c".", libc::MNT_DETACH).map_err(|e| fail(enter_what, "umount2(MNT_DETACH)", c".", e))?;
+    sys::chdir(c"/").map_err(|e| fail(enter_what, "chdir", c"/", e))?;
 
-    // 8. Hostname and, in a private network namespace, loopback.
+    // 9. Hostname and, in a private network namespace, loopback.
     sys::sethostname(&plan.hostname)
         .map_err(|e| fail("set the hostname", "sethostname", &plan.hostname, e))?;
     if plan.network_off {
         sys::loopback_up().map_err(|e| fail("bring up loopback", "ioctl(SIOCSIFFLAGS)", c"lo", e))?;
     }
 
-    // 9. The apply phase: the launcher lands its inputs in this tree and
-    //    has deferred binds attached, in its order.
+    // 10. The apply phase: the launcher lands its inputs in this tree and
+    //     has deferred binds attached, in its order.
     if plan.apply_phase && !apply::serve(plan, clones, fds.sync, fds.ack) {
         sys::exit_now(EXIT_SETUP_FAILED as i32);
     }
 
-    // 10. The command's working directory.
+    // 11. The command's working directory.
     sys::chdir(&plan.cwd).map_err(|e| fail("enter the working directory", "chdir", &plan.cwd, e))?;
 
-    // 11. Drop privileges for good, here in PID 1 before the fork, so the
+    // 12. Drop privileges for good, here in PID 1 before the fork, so the
     //     command inherits nothing and the reaper keeps nothing while the
     //     command runs: no_new_privs, then empty bounding, ambient,
     //     effective, permitted and inheritable capability sets.
     drop_privileges().map_err(|(call, e)| fail("drop privileges", call, c"", e))?;
 
-    // 12. Fork the command; this process becomes the reaper.
+    // 13. Fork the command; this process becomes the reaper.
     //     SAFETY: this process is a fork of the single-threaded launcher and
     //     has started no threads; the child only execs or `_exit`s.
     let pid = unsafe { sys::fork() }.map_err(|e| fail("start the command", "fork", c"", e))?;
@@ -215,6 +193,15 @@ fn drop_privileges() -> Result<(), (&'static str, Errno)> {
     sys::prctl5(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong, 0, 0, 0)
         .map_err(|e| ("prctl(PR_CAP_AMBIENT_CLEAR_ALL)", e))?;
     sys::capset_none().map_err(|e| ("capset", e))
+}
+
+/// A detached tmpfs for the new root: `(failing call, errno)` on failure.
+fn new_root() -> Result<OwnedFd, (&'static str, Errno)> {
+    let fs = sys::fsopen(c"tmpfs").map_err(|e| ("fsopen", e))?;
+    sys::fsconfig_set(fs.as_fd(), c"source", Some(c"tmpfs")).map_err(|e| ("fsconfig", e))?;
+    sys::fsconfig_set(fs.as_fd(), c"mode", Some(c"755")).map_err(|e| ("fsconfig", e))?;
+    sys::fsconfig_create(fs.as_fd()).map_err(|e| ("fsconfig(FSCONFIG_CMD_CREATE)", e))?;
+    sys::fsmount(fs.as_fd(), libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV).map_err(|e| ("fsmount", e))
 }
 
 /// True when the launcher's end of the sync pipe is closed.
@@ -349,10 +336,7 @@ fn step_hint(action: &Action, f: &Fail<'_>) -> Option<&'static str> {
              (typical inside docker/podman; run the container with --security-opt systempaths=unconfined \
              or use --provider docker)",
         ),
-        (Action::Bind { .. }, Errno::ENOENT) if f.call == "openat2" => {
-            Some("the bind source disappeared or was replaced by a symlink after it was checked")
-        }
-        (Action::Fs { .. } | Action::Bind { .. } | Action::WriteStaging { .. }, Errno::EROFS) => {
+        (Action::Fs { .. } | Action::Bind { .. } | Action::WriteFile { .. }, Errno::EROFS) => {
             Some("the destination lies inside a read-only mount; bind a writable directory there first")
         }
         _ => None,

@@ -18,7 +18,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use nix::errno::Errno;
 
-use crate::prepare::{Action, Kind, Tree};
+use crate::prepare::{Action, HostSource, Kind, MAX_HOST_SOURCES, Source};
 use crate::sys;
 
 const RESOLVE_IN_ROOT: u64 = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
@@ -27,11 +27,32 @@ const RESOLVE_IN_ROOT: u64 = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS
 const RESOLVE_CANONICAL: u64 = libc::RESOLVE_NO_SYMLINKS;
 const PATH_BUF: usize = 4096;
 
-/// Directory descriptors of the three trees a step can refer to.
-pub(crate) struct Roots {
-    pub host: OwnedFd,
-    pub new: OwnedFd,
-    pub staging: OwnedFd,
+/// Clones of every host source (binds and deferred binds), made at the
+/// start of setup while the host's tree is still the child's root. A fixed
+/// array: the child does not allocate.
+pub(crate) struct Clones {
+    fds: [Option<OwnedFd>; MAX_HOST_SOURCES],
+}
+
+impl Clones {
+    /// Clones each host source, with its mount attributes applied to every
+    /// mount of the copy. On failure returns the index of the source.
+    pub(crate) fn make<'a>(
+        sources: &'a [HostSource],
+        host: BorrowedFd<'_>,
+    ) -> std::result::Result<Clones, (usize, Fail<'a>)> {
+        let mut fds = [const { None }; MAX_HOST_SOURCES];
+        for (i, source) in sources.iter().enumerate() {
+            let copy = clone_tree(host, &source.src, RESOLVE_CANONICAL, source.attrs).map_err(|f| (i, f))?;
+            fds[i] = Some(copy);
+        }
+        Ok(Clones { fds })
+    }
+
+    /// Takes clone `index`; each can be attached once.
+    pub(crate) fn take(&mut self, index: usize) -> Option<OwnedFd> {
+        self.fds.get_mut(index).and_then(Option::take)
+    }
 }
 
 /// A failed syscall during setup, borrowing its argument from the plan.
@@ -56,24 +77,28 @@ impl<'a> Fail<'a> {
 
 type Result<'a, T> = std::result::Result<T, Fail<'a>>;
 
-pub(crate) fn run<'a>(action: &'a Action, roots: &Roots) -> Result<'a, ()> {
+pub(crate) fn run<'a>(action: &'a Action, new: BorrowedFd<'_>, clones: &mut Clones) -> Result<'a, ()> {
     match action {
-        Action::Bind { from, src, dst, kind, attrs, optional } => {
-            let (tree, how) = match from {
-                Tree::Host => (roots.host.as_fd(), RESOLVE_CANONICAL),
-                Tree::New => (roots.new.as_fd(), RESOLVE_IN_ROOT),
-                Tree::Staging => (roots.staging.as_fd(), RESOLVE_IN_ROOT),
+        Action::Bind { source, dst, kind } => {
+            let copy = match source {
+                Source::Host(index) => {
+                    clones.take(*index).ok_or(Fail::rooted("open_tree", dst, Errno::EBUSY))?
+                }
+                Source::New { path, attrs, optional } => match clone_tree(new, path, RESOLVE_IN_ROOT, *attrs)
+                {
+                    Ok(copy) => copy,
+                    Err(f) if *optional && f.errno == Errno::ENOENT && f.call == "openat2" => return Ok(()),
+                    Err(f) => return Err(f),
+                },
             };
-            let copy = match clone_tree(tree, src, how, *attrs) {
-                Ok(copy) => copy,
-                Err(f) if *optional && f.errno == Errno::ENOENT && f.call == "openat2" => return Ok(()),
-                Err(f) => return Err(f),
-            };
-            let target = resolve(roots.new.as_fd(), dst, Some(*kind))?;
+            let target = resolve(new, dst, Some(*kind))?;
             sys::move_mount_fd(copy.as_fd(), target.as_fd()).map_err(|e| Fail::rooted("move_mount", dst, e))
         }
         Action::Fs { fstype, options, attrs, dst } => {
             let fs = sys::fsopen(fstype).map_err(|e| Fail::new("fsopen", fstype, e))?;
+            // The "source" shows up in /proc/mounts; default would be "none".
+            sys::fsconfig_set(fs.as_fd(), c"source", Some(fstype))
+                .map_err(|e| Fail::new("fsconfig", c"source", e))?;
             for (key, value) in options {
                 sys::fsconfig_set(fs.as_fd(), key, value.as_deref())
                     .map_err(|e| Fail::new("fsconfig", key, e))?;
@@ -81,23 +106,29 @@ pub(crate) fn run<'a>(action: &'a Action, roots: &Roots) -> Result<'a, ()> {
             sys::fsconfig_create(fs.as_fd())
                 .map_err(|e| Fail::new("fsconfig(FSCONFIG_CMD_CREATE)", fstype, e))?;
             let mnt = sys::fsmount(fs.as_fd(), *attrs).map_err(|e| Fail::new("fsmount", fstype, e))?;
-            let target = resolve(roots.new.as_fd(), dst, Some(Kind::Dir))?;
+            let target = resolve(new, dst, Some(Kind::Dir))?;
             sys::move_mount_fd(mnt.as_fd(), target.as_fd()).map_err(|e| Fail::rooted("move_mount", dst, e))
         }
-        Action::WriteStaging { name, contents, mode } => {
+        Action::WriteFile { path, contents, mode } => {
             let flags = libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_NOFOLLOW;
-            let fd = sys::openat(roots.staging.as_fd(), name, flags, *mode)
-                .map_err(|e| Fail::rooted("openat", name, e))?;
+            let fd = sys::openat(new, path, flags, *mode).map_err(|e| Fail::rooted("openat", path, e))?;
             sys::write_all(std::os::fd::AsRawFd::as_raw_fd(&fd), contents)
-                .map_err(|e| Fail::rooted("write", name, e))
+                .map_err(|e| Fail::rooted("write", path, e))
+        }
+        Action::RemoveStaging { files, dir } => {
+            for file in files {
+                sys::unlinkat(new, file, 0).map_err(|e| Fail::rooted("unlinkat", file, e))?;
+            }
+            sys::unlinkat(new, dir, libc::AT_REMOVEDIR)
+                .map_err(|e| Fail::rooted("unlinkat(AT_REMOVEDIR)", dir, e))
         }
         Action::Symlink { target, dst } => {
             let mut parent_buf = [0u8; PATH_BUF];
             let mut name_buf = [0u8; 256];
             let (parent, name) =
                 split_last(dst, &mut parent_buf, &mut name_buf).map_err(|e| Fail::rooted("split", dst, e))?;
-            let dir = resolve(roots.new.as_fd(), parent, Some(Kind::Dir))
-                .map_err(|f| Fail::rooted(f.call, dst, f.errno))?;
+            let dir =
+                resolve(new, parent, Some(Kind::Dir)).map_err(|f| Fail::rooted(f.call, dst, f.errno))?;
             match sys::symlinkat(target, dir.as_fd(), name) {
                 Ok(()) => Ok(()),
                 // Idempotent, as in bubblewrap: an identical link is fine.
@@ -110,22 +141,19 @@ pub(crate) fn run<'a>(action: &'a Action, roots: &Roots) -> Result<'a, ()> {
             let mut name_buf = [0u8; 256];
             let (parent, name) =
                 split_last(dst, &mut parent_buf, &mut name_buf).map_err(|e| Fail::rooted("split", dst, e))?;
-            let dir = resolve(roots.new.as_fd(), parent, Some(Kind::Dir))
-                .map_err(|f| Fail::rooted(f.call, dst, f.errno))?;
+            let dir =
+                resolve(new, parent, Some(Kind::Dir)).map_err(|f| Fail::rooted(f.call, dst, f.errno))?;
             match sys::mkdirat(dir.as_fd(), name, *mode) {
                 Ok(()) | Err(Errno::EEXIST) => Ok(()),
                 Err(e) => Err(Fail::rooted("mkdirat", dst, e)),
             }
         }
         Action::AttachTree { tree, dst, kind } => {
-            let target = resolve(roots.new.as_fd(), dst, Some(*kind))?;
+            let target = resolve(new, dst, Some(*kind))?;
             sys::move_mount_fd(tree.as_fd(), target.as_fd()).map_err(|e| Fail::rooted("move_mount", dst, e))
         }
-        Action::StagingDir { name, mode } => {
-            sys::mkdirat(roots.staging.as_fd(), name, *mode).map_err(|e| Fail::rooted("mkdirat", name, e))
-        }
         Action::Remount { dst, attrs } => {
-            let target = resolve(roots.new.as_fd(), dst, None)?;
+            let target = resolve(new, dst, None)?;
             sys::mount_setattr(target.as_fd(), *attrs, false)
                 .map_err(|e| Fail::rooted("mount_setattr", dst, e))
         }
@@ -150,9 +178,6 @@ pub(crate) fn clone_tree<'a>(
     sys::mount_setattr(copy.as_fd(), attrs, true).map_err(|e| Fail::rooted("mount_setattr", src, e))?;
     Ok(copy)
 }
-
-/// Host sources of deferred binds are cloned with the same resolution rule.
-pub(crate) const RESOLVE_HOST: u64 = RESOLVE_CANONICAL;
 
 fn same_link(dir: BorrowedFd<'_>, name: &CStr, target: &CStr) -> bool {
     let mut buf = [0u8; PATH_BUF];
@@ -202,7 +227,12 @@ pub(crate) fn resolve<'a>(root: BorrowedFd<'_>, rel: &'a CStr, create: Option<Ki
     if bytes.len() >= prefix_buf.len() {
         return Err(Fail::rooted("openat2", rel, Errno::ENAMETOOLONG));
     }
+    // Walk forward while components exist (resolved in the root, so links
+    // stay inside). From the first missing component on, every directory is
+    // one we just created, so the rest are made and opened relative to
+    // their parent with O_NOFOLLOW, without re-resolving from the root.
     let mut parent: Option<OwnedFd> = None;
+    let mut fresh = false;
     let mut start = 0;
     loop {
         let end = bytes[start..].iter().position(|&b| b == b'/').map_or(bytes.len(), |i| start + i);
@@ -211,33 +241,40 @@ pub(crate) fn resolve<'a>(root: BorrowedFd<'_>, rel: &'a CStr, create: Option<Ki
         if component.len() >= name_buf.len() {
             return Err(Fail::rooted("openat2", rel, Errno::ENAMETOOLONG));
         }
-        prefix_buf[..end].copy_from_slice(&bytes[..end]);
-        prefix_buf[end] = 0;
         name_buf[..component.len()].copy_from_slice(component);
         name_buf[component.len()] = 0;
-        let prefix = CStr::from_bytes_until_nul(&prefix_buf)
-            .map_err(|_| Fail::rooted("openat2", rel, Errno::EINVAL))?;
         let name =
             CStr::from_bytes_until_nul(&name_buf).map_err(|_| Fail::rooted("openat2", rel, Errno::EINVAL))?;
 
-        let fd = match sys::openat2(root, prefix, libc::O_PATH, 0, RESOLVE_IN_ROOT) {
+        let existing = if fresh {
+            Err(Errno::ENOENT)
+        } else {
+            prefix_buf[..end].copy_from_slice(&bytes[..end]);
+            prefix_buf[end] = 0;
+            let prefix = CStr::from_bytes_until_nul(&prefix_buf)
+                .map_err(|_| Fail::rooted("openat2", rel, Errno::EINVAL))?;
+            sys::openat2(root, prefix, libc::O_PATH, 0, RESOLVE_IN_ROOT)
+        };
+        let fd = match existing {
             Ok(fd) => fd,
             Err(Errno::ENOENT) => {
                 let dir = parent.as_ref().map_or(root, |p| p.as_fd());
-                let created = if last && create == Some(Kind::File) {
+                let file = last && create == Some(Kind::File);
+                let created = if file {
                     let flags = libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_NOFOLLOW;
                     sys::openat(dir, name, flags, 0o644).map(drop)
                 } else {
                     sys::mkdirat(dir, name, 0o755)
                 };
                 match created {
-                    Ok(()) | Err(Errno::EEXIST) => {}
-                    Err(e) => {
-                        return Err(Fail::rooted(if last { "create" } else { "mkdirat" }, rel, e));
-                    }
+                    Ok(()) => fresh = true,
+                    // The name exists but did not resolve inside the root: a
+                    // symlink whose target is missing there. Never follow it.
+                    Err(Errno::EEXIST) if !fresh => return Err(Fail::rooted("openat2", rel, Errno::ENOENT)),
+                    Err(e) => return Err(Fail::rooted(if last { "create" } else { "mkdirat" }, rel, e)),
                 }
-                sys::openat2(root, prefix, libc::O_PATH, 0, RESOLVE_IN_ROOT)
-                    .map_err(|e| Fail::rooted("openat2", rel, e))?
+                let flags = libc::O_PATH | libc::O_NOFOLLOW | if file { 0 } else { libc::O_DIRECTORY };
+                sys::openat(dir, name, flags, 0).map_err(|e| Fail::rooted("openat", rel, e))?
             }
             Err(e) => return Err(Fail::rooted("openat2", rel, e)),
         };

@@ -30,22 +30,16 @@ const MOUNT_RDONLY: u64 = libc::MOUNT_ATTR_RDONLY;
 const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
 /// `/proc` entries covered read-only, as bubblewrap does.
 const PROC_READ_ONLY: &[&str] = &["sys", "sysrq-trigger", "irq", "bus"];
-/// Host directories the staging tmpfs may be mounted over (in the child's
-/// private mount namespace only); the first that exists is used.
-const STAGING_CANDIDATES: &[&str] = &["/tmp", "/var/tmp", "/mnt", "/run", "/media", "/srv"];
 /// `PATH` used for the command lookup when the environment has none.
 const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
-
-/// Which tree a bind's source path is relative to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Tree {
-    /// The host's root, reachable as `/oldroot` after the first pivot.
-    Host,
-    /// The sandbox root being built.
-    New,
-    /// The private staging tmpfs (`/` between the two pivots).
-    Staging,
-}
+/// Directory in the new root holding generated files until they are bound
+/// into place; removed before `/` is made read-only.
+const STAGING_DIR: &str = ".tuixiu-staging";
+/// Most host sources (binds and deferred binds) one sandbox may have; their
+/// clones are kept in a fixed array in the child.
+pub(crate) const MAX_HOST_SOURCES: usize = 128;
+/// Most deferred binds one sandbox may hold.
+pub(crate) const MAX_DEFERRED: usize = 64;
 
 /// What to create at a bind destination that does not exist yet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,17 +48,23 @@ pub(crate) enum Kind {
     File,
 }
 
-/// One primitive the child executes. Paths are relative to their tree.
+/// Where a bind's mount tree comes from.
+pub(crate) enum Source {
+    /// Host source number `n` of [`Plan::host_sources`]. Every host source is
+    /// cloned (with its mount attributes) at the start of setup, while the
+    /// host's tree is still the child's root.
+    Host(usize),
+    /// A path already inside the new root (a `/proc` entry, a generated file).
+    New { path: CString, attrs: u64, optional: bool },
+}
+
+/// One primitive the child executes. Paths are relative to the new root.
 pub(crate) enum Action {
-    /// Clone the mount tree at `src` (recursively), set `attrs` on every
-    /// mount of the clone, and attach it at `dst` in the new root.
+    /// Attach a recursive copy of `source` at `dst`.
     Bind {
-        from: Tree,
-        src: CString,
+        source: Source,
         dst: CString,
         kind: Kind,
-        attrs: u64,
-        optional: bool,
     },
     /// Mount a fresh filesystem at `dst` (created as a directory).
     Fs {
@@ -73,11 +73,24 @@ pub(crate) enum Action {
         attrs: u64,
         dst: CString,
     },
-    /// Create file `name` on the staging tmpfs with these bytes.
-    WriteStaging {
-        name: CString,
+    /// Create the generated file `path` (inside [`STAGING_DIR`]) with these bytes.
+    WriteFile {
+        path: CString,
         contents: Vec<u8>,
         mode: u32,
+    },
+    /// Remove the staging directory and the names of the generated files
+    /// (the binds keep the files themselves alive).
+    RemoveStaging {
+        files: Vec<CString>,
+        dir: CString,
+    },
+    /// Attach a detached mount tree the launcher prepared (an idmapped
+    /// system bind) at `dst`.
+    AttachTree {
+        tree: OwnedFd,
+        dst: CString,
+        kind: Kind,
     },
     Symlink {
         target: CString,
@@ -91,18 +104,6 @@ pub(crate) enum Action {
     Remount {
         dst: CString,
         attrs: u64,
-    },
-    /// Create directory `name` on the staging tmpfs.
-    StagingDir {
-        name: CString,
-        mode: u32,
-    },
-    /// Attach a detached mount tree the launcher prepared (an idmapped
-    /// system bind) at `dst`.
-    AttachTree {
-        tree: OwnedFd,
-        dst: CString,
-        kind: Kind,
     },
 }
 
@@ -125,13 +126,30 @@ pub(crate) struct ExecPlan {
     pub envp_ptrs: Vec<*const c_char>,
 }
 
+/// A host bind source, checked and canonicalized before clone.
+pub(crate) struct HostSource {
+    pub what: String,
+    /// Canonical path relative to the host root ("." for `/`).
+    pub src: CString,
+    pub kind: Kind,
+    /// `MOUNT_ATTR_*` added to every mount of the clone.
+    pub attrs: u64,
+}
+
+/// A bind attached only when the apply phase asks for it.
+pub(crate) struct Deferred {
+    /// Index into [`Plan::host_sources`].
+    pub source: usize,
+    pub dst: CString,
+}
+
 pub(crate) struct Plan {
     pub clone_flags: c_ulong,
     pub uid: u32,
     pub gid: u32,
     pub host_uid: u32,
     pub host_gid: u32,
-    pub staging_dir: CString,
+    pub host_sources: Vec<HostSource>,
     pub steps: Vec<Step>,
     pub hostname: CString,
     pub network_off: bool,
@@ -193,20 +211,42 @@ impl Plan {
             clone_flags |= libc::CLONE_NEWNET;
         }
 
-        let staging_dir = STAGING_CANDIDATES.iter().find(|p| Path::new(p).is_dir()).ok_or_else(|| {
-            SpecError::new("none of /tmp, /var/tmp, /mnt, /run exists to stage the new root on")
-        })?;
-
-        let mut steps = Vec::with_capacity(spec.mounts.len() * 2 + 16);
-        let mut hiding = SecretHiding::decide(spec, host_uid, host_gid);
+        let mut plan = Expansion {
+            user: &spec.user,
+            steps: Vec::new(),
+            host_sources: Vec::new(),
+            staged: Vec::new(),
+            hiding: SecretHiding::decide(spec, host_uid, host_gid),
+        };
         let last_system = spec.mounts.iter().rposition(|op| matches!(op, MountOp::SystemBind { .. }));
         for (i, op) in spec.mounts.iter().enumerate() {
-            expand(op, &spec.user, &mut hiding, &mut steps)?;
+            plan.expand(op)?;
             if Some(i) == last_system {
-                hiding.push_masks(&mut steps)?;
+                plan.push_masks()?;
             }
         }
-        steps.push(Step {
+        if spec.deferred_binds.len() > MAX_DEFERRED {
+            return Err(SpecError::new(format!("at most {MAX_DEFERRED} deferred binds are supported")));
+        }
+        let mut deferred = Vec::with_capacity(spec.deferred_binds.len());
+        for bind in &spec.deferred_binds {
+            let (dst_text, dst) = guest_rel("bind destination", &bind.dst)?;
+            let source = plan.host_source(&bind.src, bind.access, &dst_text)?;
+            deferred.push(Deferred { source, dst });
+        }
+        if plan.host_sources.len() > MAX_HOST_SOURCES {
+            return Err(SpecError::new(format!("at most {MAX_HOST_SOURCES} host binds are supported")));
+        }
+        if !plan.staged.is_empty() {
+            plan.steps.push(Step {
+                what: "remove the staging directory".into(),
+                action: Action::RemoveStaging {
+                    files: std::mem::take(&mut plan.staged),
+                    dir: cstring("staging dir", STAGING_DIR)?,
+                },
+            });
+        }
+        plan.steps.push(Step {
             what: "make / read-only".into(),
             action: Action::Remount { dst: CString::default(), attrs: MOUNT_RDONLY },
         });
@@ -218,14 +258,6 @@ impl Plan {
             )));
         }
         let (cwd_text, _) = guest_rel("working directory", &spec.cwd)?;
-        if spec.deferred_binds.len() > MAX_DEFERRED {
-            return Err(SpecError::new(format!("at most {MAX_DEFERRED} deferred binds are supported")));
-        }
-        let mut deferred = Vec::with_capacity(spec.deferred_binds.len());
-        for bind in &spec.deferred_binds {
-            let (dst_text, dst) = guest_rel("bind destination", &bind.dst)?;
-            deferred.push(Deferred { host: HostBind::prepare(&bind.src, bind.access, &dst_text)?, dst });
-        }
 
         let security = &spec.security;
         if security.no_ip && spec.network != Network::Off {
@@ -262,7 +294,7 @@ impl Plan {
         let limits = limits::prepare(&security.limits, idmap::uid_is_host_root(host_uid))?;
 
         Ok(Plan {
-            _idmap_helper: hiding.take_helper(),
+            _idmap_helper: plan.hiding.take_helper(),
             seccomp,
             landlock,
             limits,
@@ -271,8 +303,8 @@ impl Plan {
             gid: spec.user.gid,
             host_uid,
             host_gid,
-            staging_dir: cstring("staging dir", *staging_dir)?,
-            steps,
+            host_sources: plan.host_sources,
+            steps: plan.steps,
             hostname: cstring("hostname", spec.hostname.as_str())?,
             network_off: spec.network == Network::Off,
             cwd: cstring("working directory", cwd_text.as_str())?,
@@ -292,132 +324,273 @@ impl Plan {
     }
 }
 
-fn expand(
-    op: &MountOp,
-    user: &UserView,
-    hiding: &mut SecretHiding,
-    steps: &mut Vec<Step>,
-) -> Result<(), SpecError> {
-    let (dst_text, dst) = guest_rel("mount destination", op.dst())?;
-    match op {
-        MountOp::SystemBind { src, .. } => {
-            let host = HostBind::prepare(src, Access::Ro, &dst_text)?;
-            match hiding.take_tree() {
-                Some(tree) => steps.push(Step {
-                    what: format!("{} (idmapped)", host.what),
-                    action: Action::AttachTree { tree, dst, kind: host.kind },
-                }),
-                None => steps.push(Step {
-                    what: host.what,
-                    action: Action::Bind {
-                        from: Tree::Host,
-                        src: host.src,
-                        dst,
-                        kind: host.kind,
-                        attrs: host.attrs,
-                        optional: false,
-                    },
-                }),
-            }
-        }
-        MountOp::Bind { src, access, .. } => {
-            let host = HostBind::prepare(src, *access, &dst_text)?;
-            steps.push(Step {
-                what: host.what,
-                action: Action::Bind {
-                    from: Tree::Host,
-                    src: host.src,
-                    dst,
-                    kind: host.kind,
-                    attrs: host.attrs,
-                    optional: false,
-                },
-            });
-        }
-        MountOp::Tmpfs { mode, owned_by_user, size, .. } => {
-            let mut options =
-                vec![(cstring("tmpfs option", "mode")?, Some(cstring("mode", format!("{mode:o}"))?))];
-            if let Some(size) = size {
-                options.push((cstring("tmpfs option", "size")?, Some(cstring("size", size.to_string())?)));
-            }
-            if *owned_by_user {
-                // Interpreted in the sandbox's user namespace, where these ids are mapped.
-                options.push((cstring("tmpfs option", "uid")?, Some(cstring("uid", user.uid.to_string())?)));
-                options.push((cstring("tmpfs option", "gid")?, Some(cstring("gid", user.gid.to_string())?)));
-            }
-            steps.push(Step {
-                what: format!("mount tmpfs on {dst_text}"),
-                action: Action::Fs {
-                    fstype: cstring("fstype", "tmpfs")?,
-                    options,
-                    attrs: MOUNT_NOSUID | MOUNT_NODEV,
-                    dst,
-                },
-            });
-        }
-        MountOp::Proc { .. } => {
-            steps.push(Step {
-                what: format!("mount proc on {dst_text}"),
-                action: Action::Fs {
-                    fstype: cstring("fstype", "proc")?,
-                    options: Vec::new(),
-                    attrs: MOUNT_NOSUID | MOUNT_NODEV | MOUNT_NOEXEC,
-                    dst,
-                },
-            });
-            for entry in PROC_READ_ONLY {
-                let path = child_rel(&dst_text, entry);
-                steps.push(Step {
-                    what: format!("cover {dst_text}/{entry} read-only"),
-                    action: Action::Bind {
-                        from: Tree::New,
-                        src: cstring("proc path", path.as_str())?,
-                        dst: cstring("proc path", path.as_str())?,
-                        kind: Kind::File,
-                        attrs: MOUNT_RDONLY | MOUNT_NOSUID | MOUNT_NODEV | MOUNT_NOEXEC,
-                        optional: true,
-                    },
-                });
-            }
-        }
-        MountOp::Dev { .. } => expand_dev(&dst_text, steps)?,
-        MountOp::File { contents, mode, .. } => {
-            let name = format!("file-{}", steps.len());
-            steps.push(Step {
-                what: format!("write the contents of {dst_text}"),
-                action: Action::WriteStaging {
-                    name: cstring("file name", name.as_str())?,
-                    contents: contents.clone(),
-                    mode: *mode,
-                },
-            });
-            steps.push(Step {
-                what: format!("bind the generated {dst_text}"),
-                action: Action::Bind {
-                    from: Tree::Staging,
-                    src: cstring("file name", name)?,
-                    dst,
-                    kind: Kind::File,
-                    attrs: MOUNT_RDONLY | MOUNT_NOSUID | MOUNT_NODEV,
-                    optional: false,
-                },
-            });
-        }
-        MountOp::Symlink { target, .. } => steps.push(Step {
-            what: format!("symlink {dst_text} -> {target}"),
-            action: Action::Symlink { target: cstring("symlink target", target.as_str())?, dst },
-        }),
-        MountOp::Dir { mode, .. } => steps.push(Step {
-            what: format!("create directory {dst_text}"),
-            action: Action::Dir { dst, mode: *mode },
-        }),
-    }
-    Ok(())
+/// The spec's mount operations being turned into primitive steps.
+struct Expansion<'a> {
+    user: &'a UserView,
+    steps: Vec<Step>,
+    host_sources: Vec<HostSource>,
+    /// Generated files to unlink from the staging directory at the end.
+    staged: Vec<CString>,
+    /// How host secrets in the system view are hidden.
+    hiding: SecretHiding,
 }
 
-/// Names of the masking file and directory on the staging tmpfs.
-const MASK_FILE: &str = "mask-file";
-const MASK_DIR: &str = "mask-dir";
+impl Expansion<'_> {
+    fn push(&mut self, what: String, action: Action) {
+        self.steps.push(Step { what, action });
+    }
+
+    /// Checks and canonicalizes a host bind source; returns its index.
+    fn host_source(&mut self, src: &Path, access: Access, dst_text: &str) -> Result<usize, SpecError> {
+        let bad = |e: std::io::Error| {
+            SpecError::new(format!("bind source {}: {}", src.display(), io_error_text(&e)))
+        };
+        let canonical = std::fs::canonicalize(src).map_err(bad)?;
+        let meta = std::fs::metadata(&canonical).map_err(bad)?;
+        let ro = access == Access::Ro;
+        let mut attrs = MOUNT_NOSUID | MOUNT_NODEV;
+        if ro {
+            attrs |= MOUNT_RDONLY;
+        }
+        let rel = canonical
+            .to_str()
+            .ok_or_else(|| SpecError::new(format!("bind source {}: path is not UTF-8", src.display())))?
+            .trim_start_matches('/');
+        self.host_sources.push(HostSource {
+            what: format!("bind {} -> {dst_text} ({})", src.display(), if ro { "ro" } else { "rw" }),
+            src: cstring("bind source", if rel.is_empty() { "." } else { rel })?,
+            kind: if meta.is_dir() { Kind::Dir } else { Kind::File },
+            attrs,
+        });
+        Ok(self.host_sources.len() - 1)
+    }
+
+    fn expand(&mut self, op: &MountOp) -> Result<(), SpecError> {
+        let (dst_text, dst) = guest_rel("mount destination", op.dst())?;
+        match op {
+            MountOp::SystemBind { src, .. } => match self.hiding.take_tree() {
+                Some(tree) => {
+                    let kind =
+                        if std::fs::metadata(src).is_ok_and(|m| m.is_dir()) { Kind::Dir } else { Kind::File };
+                    self.push(
+                        format!("bind {} -> {dst_text} (ro, idmapped)", src.display()),
+                        Action::AttachTree { tree, dst, kind },
+                    );
+                }
+                None => {
+                    let index = self.host_source(src, Access::Ro, &dst_text)?;
+                    let source = &self.host_sources[index];
+                    let (what, kind) = (source.what.clone(), source.kind);
+                    self.push(what, Action::Bind { source: Source::Host(index), dst, kind });
+                }
+            },
+            MountOp::Bind { src, access, .. } => {
+                let index = self.host_source(src, *access, &dst_text)?;
+                let source = &self.host_sources[index];
+                let (what, kind) = (source.what.clone(), source.kind);
+                self.push(what, Action::Bind { source: Source::Host(index), dst, kind });
+            }
+            MountOp::Tmpfs { mode, owned_by_user, size, .. } => {
+                let mut options = vec![option("mode", &format!("{mode:o}"))?];
+                if let Some(size) = size {
+                    options.push(option("size", &size.to_string())?);
+                }
+                if *owned_by_user {
+                    // Interpreted in the sandbox's user namespace, where these ids are mapped.
+                    options.push(option("uid", &self.user.uid.to_string())?);
+                    options.push(option("gid", &self.user.gid.to_string())?);
+                }
+                self.push(
+                    format!("mount tmpfs on {dst_text}"),
+                    Action::Fs {
+                        fstype: cstring("fstype", "tmpfs")?,
+                        options,
+                        attrs: MOUNT_NOSUID | MOUNT_NODEV,
+                        dst,
+                    },
+                );
+            }
+            MountOp::Proc { .. } => {
+                self.push(
+                    format!("mount proc on {dst_text}"),
+                    Action::Fs {
+                        fstype: cstring("fstype", "proc")?,
+                        options: Vec::new(),
+                        attrs: MOUNT_NOSUID | MOUNT_NODEV | MOUNT_NOEXEC,
+                        dst,
+                    },
+                );
+                for entry in PROC_READ_ONLY {
+                    // The sandbox's procfs has an entry exactly when the host's does.
+                    if !Path::new("/proc").join(entry).exists() {
+                        continue;
+                    }
+                    let path = cstring("proc path", child_rel(&dst_text, entry))?;
+                    self.push(
+                        format!("cover {dst_text}/{entry} read-only"),
+                        Action::Bind {
+                            source: Source::New {
+                                path: path.clone(),
+                                attrs: MOUNT_RDONLY | MOUNT_NOSUID | MOUNT_NODEV | MOUNT_NOEXEC,
+                                optional: true,
+                            },
+                            dst: path,
+                            kind: Kind::File,
+                        },
+                    );
+                }
+            }
+            MountOp::Dev { .. } => self.expand_dev(&dst_text)?,
+            MountOp::File { contents, mode, .. } => {
+                let path = self.stage(&format!("the contents of {dst_text}"), contents.clone(), *mode)?;
+                self.push(
+                    format!("bind the generated {dst_text}"),
+                    Action::Bind {
+                        source: Source::New {
+                            path,
+                            attrs: MOUNT_RDONLY | MOUNT_NOSUID | MOUNT_NODEV,
+                            optional: false,
+                        },
+                        dst,
+                        kind: Kind::File,
+                    },
+                );
+            }
+            MountOp::Symlink { target, .. } => self.push(
+                format!("symlink {dst_text} -> {target}"),
+                Action::Symlink { target: cstring("symlink target", target.as_str())?, dst },
+            ),
+            MountOp::Dir { mode, .. } => {
+                self.push(format!("create directory {dst_text}"), Action::Dir { dst, mode: *mode })
+            }
+        }
+        Ok(())
+    }
+
+    /// Covers what a scan found (when no idmapped mount was possible): an
+    /// empty mode-0 staged file bound over each file, an empty mode-0 tmpfs
+    /// over each directory, all read-only.
+    fn push_masks(&mut self) -> Result<(), SpecError> {
+        let SecretHiding::Masks(masks) = &self.hiding else { return Ok(()) };
+        let masks = masks.clone();
+        let mut file: Option<CString> = None;
+        for (path, dir) in masks {
+            let (dst_text, dst) = guest_rel("masked path", &path)?;
+            let ro = MOUNT_RDONLY | MOUNT_NOSUID | MOUNT_NODEV | MOUNT_NOEXEC;
+            if dir {
+                self.push(
+                    format!("mask {dst_text}"),
+                    Action::Fs {
+                        fstype: cstring("fstype", "tmpfs")?,
+                        options: vec![option("mode", "0")?],
+                        attrs: ro,
+                        dst,
+                    },
+                );
+                continue;
+            }
+            let source = match &file {
+                Some(f) => f.clone(),
+                None => {
+                    let f = self.stage("an empty file for masking host secrets", Vec::new(), 0)?;
+                    file = Some(f.clone());
+                    f
+                }
+            };
+            self.push(
+                format!("mask {dst_text}"),
+                Action::Bind {
+                    source: Source::New { path: source, attrs: ro, optional: false },
+                    dst,
+                    kind: Kind::File,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// Writes a generated file into the staging directory; returns its path.
+    fn stage(&mut self, what: &str, contents: Vec<u8>, mode: u32) -> Result<CString, SpecError> {
+        if self.staged.is_empty() {
+            self.push(
+                "create the staging directory".into(),
+                Action::Dir { dst: cstring("staging dir", STAGING_DIR)?, mode: 0o700 },
+            );
+        }
+        let path = cstring("file name", format!("{STAGING_DIR}/file-{}", self.steps.len()))?;
+        self.staged.push(path.clone());
+        self.push(format!("write {what}"), Action::WriteFile { path: path.clone(), contents, mode });
+        Ok(path)
+    }
+
+    /// The minimal `/dev`, as bubblewrap's `--dev` builds it.
+    fn expand_dev(&mut self, dst_text: &str) -> Result<(), SpecError> {
+        let at = |entry: &str| cstring("dev path", child_rel(dst_text, entry));
+        let tmpfs = |dst: CString, mode: &str, attrs: u64| -> Result<Action, SpecError> {
+            Ok(Action::Fs {
+                fstype: cstring("fstype", "tmpfs")?,
+                options: vec![option("mode", mode)?],
+                attrs,
+                dst,
+            })
+        };
+        self.push(format!("mount tmpfs on {dst_text}"), tmpfs(at("")?, "755", MOUNT_NOSUID | MOUNT_NOEXEC)?);
+        for dev in DEVICES {
+            let host = format!("/dev/{dev}");
+            let is_char_device = std::fs::metadata(&host).is_ok_and(|m| m.file_type().is_char_device());
+            if !is_char_device {
+                continue;
+            }
+            self.host_sources.push(HostSource {
+                what: format!("bind {host} -> {dst_text}/{dev}"),
+                src: cstring("device", format!("dev/{dev}"))?,
+                kind: Kind::File,
+                // Device nodes: no nodev, of course.
+                attrs: MOUNT_NOSUID | MOUNT_NOEXEC,
+            });
+            let index = self.host_sources.len() - 1;
+            self.push(
+                format!("bind {host} -> {dst_text}/{dev}"),
+                Action::Bind { source: Source::Host(index), dst: at(dev)?, kind: Kind::File },
+            );
+        }
+        for (name, target) in [
+            ("fd", "/proc/self/fd"),
+            ("stdin", "/proc/self/fd/0"),
+            ("stdout", "/proc/self/fd/1"),
+            ("stderr", "/proc/self/fd/2"),
+            ("core", "/proc/kcore"),
+            ("ptmx", "pts/ptmx"),
+        ] {
+            self.push(
+                format!("symlink {dst_text}/{name} -> {target}"),
+                Action::Symlink { target: cstring("symlink", target)?, dst: at(name)? },
+            );
+        }
+        self.push(
+            format!("mount devpts on {dst_text}/pts"),
+            Action::Fs {
+                fstype: cstring("fstype", "devpts")?,
+                options: vec![
+                    (cstring("option", "newinstance")?, None),
+                    option("ptmxmode", "0666")?,
+                    option("mode", "620")?,
+                ],
+                attrs: MOUNT_NOSUID | MOUNT_NOEXEC,
+                dst: at("pts")?,
+            },
+        );
+        self.push(
+            format!("mount tmpfs on {dst_text}/shm"),
+            tmpfs(at("shm")?, "1777", MOUNT_NOSUID | MOUNT_NODEV)?,
+        );
+        self.push(
+            format!("make {dst_text} read-only"),
+            Action::Remount { dst: at("")?, attrs: MOUNT_RDONLY },
+        );
+        Ok(())
+    }
+}
 
 /// How host secrets in the system view are kept from a sandbox user that
 /// maps onto host root (see idmap.rs and secrets.rs).
@@ -495,36 +668,6 @@ impl SecretHiding {
             _ => None,
         }
     }
-
-    fn push_masks(&self, steps: &mut Vec<Step>) -> Result<(), SpecError> {
-        let SecretHiding::Masks(masks) = self else { return Ok(()) };
-        if masks.is_empty() {
-            return Ok(());
-        }
-        steps.push(Step {
-            what: "create the empty file that masks host secrets".into(),
-            action: Action::WriteStaging { name: cstring("name", MASK_FILE)?, contents: Vec::new(), mode: 0 },
-        });
-        steps.push(Step {
-            what: "create the empty directory that masks host secrets".into(),
-            action: Action::StagingDir { name: cstring("name", MASK_DIR)?, mode: 0 },
-        });
-        for (path, dir) in masks {
-            let (dst_text, dst) = guest_rel("masked path", path)?;
-            steps.push(Step {
-                what: format!("mask {dst_text}"),
-                action: Action::Bind {
-                    from: Tree::Staging,
-                    src: cstring("name", if *dir { MASK_DIR } else { MASK_FILE })?,
-                    dst,
-                    kind: if *dir { Kind::Dir } else { Kind::File },
-                    attrs: MOUNT_RDONLY | MOUNT_NOSUID | MOUNT_NODEV | MOUNT_NOEXEC,
-                    optional: false,
-                },
-            });
-        }
-        Ok(())
-    }
 }
 
 /// The guest paths Landlock grants more than read/execute, from the mounts.
@@ -555,123 +698,19 @@ fn landlock_paths(spec: &SandboxSpec) -> Result<Vec<(String, Grant)>, SpecError>
     Ok(paths)
 }
 
-/// A host bind source, checked and canonicalized before clone.
-pub(crate) struct HostBind {
-    pub what: String,
-    /// Canonical path relative to the host root ("." for `/`).
-    pub src: CString,
-    pub kind: Kind,
-    pub attrs: u64,
+/// A `key=value` filesystem option.
+fn option(key: &str, value: &str) -> Result<(CString, Option<CString>), SpecError> {
+    Ok((cstring("option", key)?, Some(cstring("option value", value)?)))
 }
-
-impl HostBind {
-    fn prepare(src: &Path, access: Access, dst_text: &str) -> Result<HostBind, SpecError> {
-        let bad = |e: std::io::Error| {
-            SpecError::new(format!("bind source {}: {}", src.display(), io_error_text(&e)))
-        };
-        let canonical = std::fs::canonicalize(src).map_err(bad)?;
-        let meta = std::fs::metadata(&canonical).map_err(bad)?;
-        let ro = access == Access::Ro;
-        let mut attrs = MOUNT_NOSUID | MOUNT_NODEV;
-        if ro {
-            attrs |= MOUNT_RDONLY;
-        }
-        let rel = canonical
-            .to_str()
-            .ok_or_else(|| SpecError::new(format!("bind source {}: path is not UTF-8", src.display())))?
-            .trim_start_matches('/');
-        Ok(HostBind {
-            what: format!("bind {} -> {dst_text} ({})", src.display(), if ro { "ro" } else { "rw" }),
-            src: cstring("bind source", if rel.is_empty() { "." } else { rel })?,
-            kind: if meta.is_dir() { Kind::Dir } else { Kind::File },
-            attrs,
-        })
-    }
-}
-
-/// A bind cloned during setup and attached when the apply phase asks.
-pub(crate) struct Deferred {
-    pub host: HostBind,
-    pub dst: CString,
-}
-
-/// Most deferred binds one sandbox may hold (their clones are kept in a
-/// fixed array in the child).
-pub(crate) const MAX_DEFERRED: usize = 64;
 
 /// `dst/entry` relative to the new root.
 fn child_rel(dst_text: &str, entry: &str) -> String {
-    format!("{}/{entry}", dst_text.trim_start_matches('/')).trim_start_matches('/').to_string()
-}
-
-/// The minimal `/dev`, as bubblewrap's `--dev` builds it.
-fn expand_dev(dst_text: &str, steps: &mut Vec<Step>) -> Result<(), SpecError> {
-    let at = |entry: &str| cstring("dev path", child_rel(dst_text, entry));
-    let tmpfs = |dst: CString, mode: &str, attrs: u64| -> Result<Action, SpecError> {
-        Ok(Action::Fs {
-            fstype: cstring("fstype", "tmpfs")?,
-            options: vec![(cstring("option", "mode")?, Some(cstring("mode", mode)?))],
-            attrs,
-            dst,
-        })
-    };
-    steps.push(Step {
-        what: format!("mount tmpfs on {dst_text}"),
-        action: tmpfs(at("")?, "755", MOUNT_NOSUID | MOUNT_NOEXEC)?,
-    });
-    for dev in DEVICES {
-        let host = format!("/dev/{dev}");
-        let is_char_device = std::fs::metadata(&host).is_ok_and(|m| m.file_type().is_char_device());
-        if !is_char_device {
-            continue;
-        }
-        steps.push(Step {
-            what: format!("bind {host} -> {dst_text}/{dev}"),
-            action: Action::Bind {
-                from: Tree::Host,
-                src: cstring("device", format!("dev/{dev}"))?,
-                dst: at(dev)?,
-                kind: Kind::File,
-                attrs: MOUNT_NOSUID | MOUNT_NOEXEC,
-                optional: false,
-            },
-        });
+    let dst = dst_text.trim_start_matches('/');
+    match (dst.is_empty(), entry.is_empty()) {
+        (_, true) => dst.to_string(),
+        (true, false) => entry.to_string(),
+        (false, false) => format!("{dst}/{entry}"),
     }
-    for (name, target) in [
-        ("fd", "/proc/self/fd"),
-        ("stdin", "/proc/self/fd/0"),
-        ("stdout", "/proc/self/fd/1"),
-        ("stderr", "/proc/self/fd/2"),
-        ("core", "/proc/kcore"),
-        ("ptmx", "pts/ptmx"),
-    ] {
-        steps.push(Step {
-            what: format!("symlink {dst_text}/{name} -> {target}"),
-            action: Action::Symlink { target: cstring("symlink", target)?, dst: at(name)? },
-        });
-    }
-    steps.push(Step {
-        what: format!("mount devpts on {dst_text}/pts"),
-        action: Action::Fs {
-            fstype: cstring("fstype", "devpts")?,
-            options: vec![
-                (cstring("option", "newinstance")?, None),
-                (cstring("option", "ptmxmode")?, Some(cstring("mode", "0666")?)),
-                (cstring("option", "mode")?, Some(cstring("mode", "620")?)),
-            ],
-            attrs: MOUNT_NOSUID | MOUNT_NOEXEC,
-            dst: at("pts")?,
-        },
-    });
-    steps.push(Step {
-        what: format!("mount tmpfs on {dst_text}/shm"),
-        action: tmpfs(at("shm")?, "1777", MOUNT_NOSUID | MOUNT_NODEV)?,
-    });
-    steps.push(Step {
-        what: format!("make {dst_text} read-only"),
-        action: Action::Remount { dst: at("")?, attrs: MOUNT_RDONLY },
-    });
-    Ok(())
 }
 
 impl ExecPlan {
@@ -710,5 +749,17 @@ impl ExecPlan {
         let mut envp_ptrs: Vec<*const c_char> = envp.iter().map(|e| e.as_ptr()).collect();
         envp_ptrs.push(std::ptr::null());
         Ok(ExecPlan { program, candidates, search_path, _argv: argv, _envp: envp, argv_ptrs, envp_ptrs })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::child_rel;
+
+    #[test]
+    fn child_rel_joins_without_stray_slashes() {
+        assert_eq!(child_rel("/dev", ""), "dev");
+        assert_eq!(child_rel("/dev", "pts"), "dev/pts");
+        assert_eq!(child_rel("/", "pts"), "pts");
     }
 }

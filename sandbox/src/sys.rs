@@ -215,14 +215,14 @@ pub fn openat(dirfd: BorrowedFd<'_>, path: &CStr, flags: c_int, mode: u32) -> Sy
         as c_long)
 }
 
-pub fn mkdir(path: &CStr, mode: u32) -> SysResult<()> {
-    // SAFETY: valid C string.
-    check(unsafe { libc::mkdir(path.as_ptr(), mode as libc::mode_t) }).map(drop)
-}
-
 pub fn mkdirat(dirfd: BorrowedFd<'_>, name: &CStr, mode: u32) -> SysResult<()> {
     // SAFETY: valid descriptor and C string.
     check(unsafe { libc::mkdirat(dirfd.as_raw_fd(), name.as_ptr(), mode as libc::mode_t) }).map(drop)
+}
+
+pub fn unlinkat(dirfd: BorrowedFd<'_>, name: &CStr, flags: c_int) -> SysResult<()> {
+    // SAFETY: valid descriptor and C string.
+    check(unsafe { libc::unlinkat(dirfd.as_raw_fd(), name.as_ptr(), flags) }).map(drop)
 }
 
 pub fn symlinkat(target: &CStr, dirfd: BorrowedFd<'_>, name: &CStr) -> SysResult<()> {
@@ -272,6 +272,11 @@ pub fn read(fd: RawFd, buf: &mut [u8]) -> SysResult<usize> {
             return Err(e);
         }
     }
+}
+
+pub fn fchdir(fd: BorrowedFd<'_>) -> SysResult<()> {
+    // SAFETY: valid descriptor.
+    check(unsafe { libc::fchdir(fd.as_raw_fd()) }).map(drop)
 }
 
 pub fn sethostname(name: &CStr) -> SysResult<()> {

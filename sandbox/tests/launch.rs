@@ -132,6 +132,17 @@ fn launch_attaches_deferred_binds_in_order() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+fn threaded_callers_are_refused() {
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let worker = std::thread::spawn(move || rx.recv().ok());
+    let spec = SandboxBuilder::new("true").build().unwrap();
+    let err = sandbox::launch(&spec, &LaunchOptions::default()).unwrap_err();
+    assert!(err.to_string().contains("must run in a single-threaded process"), "{err}");
+    assert_eq!(err.exit_code(), 125);
+    tx.send(()).unwrap();
+    worker.join().unwrap();
+}
+
 fn main() {
     let tests: &[(&str, fn())] = &[
         (
@@ -141,6 +152,8 @@ fn main() {
         ("failing_apply_starts_nothing", failing_apply_starts_nothing),
         ("attach_twice_is_refused", attach_twice_is_refused),
         ("launch_attaches_deferred_binds_in_order", launch_attaches_deferred_binds_in_order),
+        // Last: it starts (and joins) a thread.
+        ("threaded_callers_are_refused", threaded_callers_are_refused),
     ];
     for (name, test) in tests {
         test();

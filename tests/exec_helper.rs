@@ -1,0 +1,70 @@
+//! `tuixiu-sandbox __exec --spec-fd N`: the single-threaded launcher that
+//! threaded callers (the daemon) spawn with a serialized spec.
+
+mod common;
+
+use std::io::Write;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::process::Stdio;
+
+use common::{Caller, Fixture};
+use sandbox::SandboxBuilder;
+
+/// Runs `__exec` with `spec` written to a pipe passed as fd 3.
+fn exec_spec(fx: &Fixture, spec_json: &[u8]) -> std::process::Output {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two descriptors that we then own.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let mut cmd = fx.command(&["__exec", "--spec-fd", "3"]);
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let read_raw = read.as_raw_fd();
+    // SAFETY: only dup2/fcntl (async-signal-safe) run between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            // dup2 onto itself would keep close-on-exec; clear it instead.
+            let ok = if read_raw == 3 { libc::fcntl(3, libc::F_SETFD, 0) } else { libc::dup2(read_raw, 3) };
+            if ok < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().unwrap();
+    drop(read);
+    let mut writer = std::fs::File::from(write);
+    writer.write_all(spec_json).unwrap();
+    drop(writer);
+    child.wait_with_output().unwrap()
+}
+
+for_each_caller!(runs_a_serialized_spec, |caller: Caller| {
+    let fx = Fixture::new(caller);
+    let spec = SandboxBuilder::new("sh")
+        .args(["-c", "id -un; pwd; echo $HOME; exit 9"])
+        .workspace(&fx.workspace)
+        .build()
+        .unwrap();
+    let out = exec_spec(&fx, &spec.to_json());
+    assert_eq!(out.status.code(), Some(9), "{}", common::stderr(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "agent\n/workspace\n/home/agent\n");
+});
+
+#[test]
+fn invalid_spec_is_one_line_and_exit_125() {
+    let fx = Fixture::new(Caller::Root);
+    let out = exec_spec(&fx, b"{\"argv\": 3}");
+    assert_eq!(out.status.code(), Some(125));
+    let err = common::stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("tuixiu-sandbox: invalid sandbox spec on fd 3:"), "{err}");
+}
+
+#[test]
+fn spec_fd_must_be_open() {
+    let fx = Fixture::new(Caller::Root);
+    let out = fx.command(&["__exec", "--spec-fd", "7"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    assert!(common::stderr(&out).contains("--spec-fd 7: EBADF"), "{}", common::stderr(&out));
+}
