@@ -130,7 +130,7 @@ fn apparmor() -> Row {
             Status::Warn,
             "kernel.apparmor_restrict_unprivileged_userns=1: unconfined programs get no capabilities in new user namespaces",
             Some(
-                "install an AppArmor profile that allows `userns,` for this binary (see docs/security.md), \
+                "install an AppArmor profile that allows `userns,` for this binary (see docs/troubleshooting.md), \
                  or sysctl -w kernel.apparmor_restrict_unprivileged_userns=0",
             ),
         ),
