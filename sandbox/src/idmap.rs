@@ -118,7 +118,10 @@ pub(crate) fn nobody_userns() -> Result<(OwnedFd, Helper), (&'static str, Errno)
 /// A detached, read-only, nosuid, nodev, idmapped copy of the host tree at
 /// `path` (absolute), ready to be attached in the sandbox.
 pub(crate) fn clone_idmapped(path: &CStr, userns: &OwnedFd) -> Result<OwnedFd, (&'static str, Errno)> {
-    let flags = libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC | libc::AT_RECURSIVE as u32;
+    // The path is canonical: a symlink in its place now means a swap.
+    let flags = libc::OPEN_TREE_CLONE
+        | libc::OPEN_TREE_CLOEXEC
+        | (libc::AT_RECURSIVE | libc::AT_SYMLINK_NOFOLLOW) as u32;
     let cwd = sys::open(c"/", libc::O_PATH | libc::O_DIRECTORY, 0).map_err(|e| ("open", e))?;
     let tree = sys::open_tree(cwd.as_fd(), path, flags).map_err(|e| ("open_tree", e))?;
     let attrs = libc::MOUNT_ATTR_RDONLY | libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV;
