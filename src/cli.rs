@@ -30,13 +30,46 @@ pub enum Command {
     /// The workspace is bound read-write at /workspace and the command starts
     /// there. stdin, stdout and stderr are passed straight through; nothing
     /// but the command writes to stdout. The environment is built explicitly
-    /// (PATH, HOME, USER, LOGNAME, SHELL, TERM, then --pass-env and --env):
-    /// the caller's environment is never inherited.
+    /// (PATH, HOME, USER, LOGNAME, SHELL, TERM, --pass-env, then --env-file
+    /// and --env filtered by the allowlist, see --env-allow): the caller's
+    /// environment is never inherited.
+    ///
+    /// With --manifest, the agentInputs items (workspace, skills, files, git
+    /// checkouts) are fetched first and landed in order before the command
+    /// starts; a failing item stops the run with exit status 125.
     #[command(after_help = "Examples:\n  \
         tuixiu-sandbox run -- sh -c 'id; pwd'\n  \
         tuixiu-sandbox run --workspace ./repo --network off -- cargo test\n  \
-        tuixiu-sandbox run --home ~/.agent-home --env OPENAI_API_KEY=... -- codex-acp")]
+        tuixiu-sandbox run --home ~/.agent-home --env-file agent.env --env-allow OPENAI_API_KEY -- codex-acp\n  \
+        tuixiu-sandbox run --manifest m.json --allow-host-path /srv/runs \\\n      \
+        --inputs-base-url https://backend.example --inputs-token-file token -- codex-acp")]
     Run(Box<RunArgs>),
+
+    /// List the instances the providers keep (per-run sandboxes and containers).
+    #[command(after_help = "Examples:\n  \
+        tuixiu-sandbox instances\n  \
+        tuixiu-sandbox instances --provider docker --json")]
+    Instances(InstancesArgs),
+
+    /// Show the state of one instance: creating, running, stopped, missing or error.
+    Inspect(InstanceArgs),
+
+    /// Stop an instance: its processes end, its files stay; `run` or the
+    /// daemon starts it again.
+    Stop(InstanceArgs),
+
+    /// Remove an instance and what the provider keeps for it (never a
+    /// workspace or home directory that was given to it).
+    Rm(InstanceArgs),
+
+    /// Work with agentInputs manifests (see docs/manifest.md).
+    #[command(subcommand)]
+    Manifest(ManifestCommand),
+
+    /// Internal: extract a zip with the safe extractor into an empty
+    /// directory, as downloadExtract does (used by scripts/bench-extract.sh).
+    #[command(name = "__extract", hide = true)]
+    Extract(ExtractArgs),
 
     /// Check whether this host can run sandboxes, and what is missing.
     ///
@@ -95,7 +128,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "DEST", action = clap::ArgAction::Append)]
     pub tmpfs: Vec<String>,
 
-    /// Set an environment variable inside (repeatable)
+    /// Set an environment variable inside (repeatable; part of init.env, so it
+    /// passes only keys the allowlist lets through, see --env-allow)
     #[arg(long = "env", value_name = "KEY=VALUE", action = clap::ArgAction::Append)]
     pub env: Vec<String>,
 
@@ -125,19 +159,6 @@ pub struct RunArgs {
     /// enforced; `off` does not use it
     #[arg(long, value_enum, value_name = "MODE", default_value_t = LandlockArg::BestEffort)]
     pub landlock: LandlockArg,
-
-    /// Memory limit of the whole sandbox, e.g. 512M, 2G (cgroup v2 memory.max;
-    /// without a writable cgroup, RLIMIT_AS per process, with a warning)
-    #[arg(long, value_name = "SIZE")]
-    pub memory: Option<String>,
-
-    /// CPU limit in CPUs, e.g. 1.5 (cgroup v2 cpu.max; not applied without one, with a warning)
-    #[arg(long, value_name = "N")]
-    pub cpus: Option<String>,
-
-    /// Most processes and threads (cgroup v2 pids.max; else RLIMIT_NPROC, with a warning)
-    #[arg(long, value_name = "N")]
-    pub pids: Option<u64>,
 
     /// Most open files per process (RLIMIT_NOFILE)
     #[arg(long, value_name = "N")]
@@ -173,9 +194,148 @@ pub struct RunArgs {
     #[arg(long)]
     pub keep_session: bool,
 
+    /// agentInputs manifest (JSON, a bare object or {"agentInputs": {...}}):
+    /// its items are fetched before the sandbox starts and landed in order
+    /// before the command runs; its WORKSPACE "." bindMount replaces
+    /// --workspace. See docs/manifest.md
+    #[arg(long, value_name = "FILE", help_heading = "Inputs")]
+    pub manifest: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub plan: PlanArgs,
+
+    #[command(flatten)]
+    pub inputs: InputArgs,
+
+    #[command(flatten)]
+    pub env_pipeline: EnvArgs,
+
     /// The command to run, and its arguments
     #[arg(value_name = "COMMAND", required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     pub command: Vec<String>,
+
+    #[command(flatten)]
+    pub provider: RunProviderArgs,
+}
+
+/// Where `run` runs the command (docs/providers.md).
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Providers")]
+pub struct RunProviderArgs {
+    /// native: namespaces on this host; docker: a container through the
+    /// docker CLI; host: no isolation at all (development only, needs
+    /// --i-know-there-is-no-isolation)
+    #[arg(long, value_enum, value_name = "PROVIDER", default_value_t = ProviderArg::Native)]
+    pub provider: ProviderArg,
+
+    /// Container image (docker)
+    #[arg(long, value_name = "IMAGE")]
+    pub image: Option<String>,
+
+    /// Run in this named instance, created on first use and kept (with its
+    /// home) until `tuixiu-sandbox rm`; without it, nothing is kept
+    #[arg(long, value_name = "NAME")]
+    pub instance_name: Option<String>,
+
+    /// Run id recorded on a new instance [default: the name without the
+    /// prefix, or random]
+    #[arg(long, value_name = "ID")]
+    pub run_id: Option<String>,
+
+    /// Allow --provider host, which runs the command on this machine
+    /// WITHOUT ANY ISOLATION (development only)
+    #[arg(long)]
+    pub i_know_there_is_no_isolation: bool,
+
+    #[command(flatten)]
+    pub limits: LimitArgs,
+
+    #[command(flatten)]
+    pub options: ProviderOptions,
+}
+
+/// Resource limits: the container's with --provider docker; for the native
+/// sandbox a delegated cgroup v2 when one is writable, else rlimits, and a
+/// warning for what cannot be applied (docs/security.md).
+#[derive(Debug, Args)]
+pub struct LimitArgs {
+    /// CPUs the command may use, fractional (e.g. 1.5); native: cgroup v2 cpu.max only
+    #[arg(long, value_name = "N")]
+    pub cpus: Option<f64>,
+
+    /// Memory limit: bytes, or with a k, m or g suffix (e.g. 512m); native:
+    /// cgroup v2 memory.max, else RLIMIT_AS per process
+    #[arg(long, value_name = "SIZE")]
+    pub memory: Option<String>,
+
+    /// Maximum number of processes; native: cgroup v2 pids.max, else RLIMIT_NPROC
+    #[arg(long, value_name = "N")]
+    pub pids: Option<u64>,
+}
+
+/// Options every command that touches instances shares.
+#[derive(Debug, Args)]
+pub struct ProviderOptions {
+    /// Container CLI of the docker provider
+    #[arg(long, value_name = "CLI", default_value = "docker", env = "TUIXIU_CONTAINER_CLI",
+          value_parser = ["docker", "podman", "nerdctl"])]
+    pub container_cli: String,
+
+    /// Where instances are recorded [default: $XDG_STATE_HOME/tuixiu-sandbox,
+    /// else ~/.local/state/tuixiu-sandbox]
+    #[arg(long, value_name = "DIR", env = "TUIXIU_STATE_DIR")]
+    pub state_dir: Option<PathBuf>,
+
+    /// Prefix every instance name must carry ("" for none); other names are refused
+    #[arg(long, value_name = "PREFIX", default_value = tuixiu_sandbox::provider::DEFAULT_INSTANCE_PREFIX,
+          env = "TUIXIU_INSTANCE_PREFIX")]
+    pub instance_prefix: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ProviderArg {
+    /// Linux namespaces on this host (the backend calls it bwrap)
+    #[value(alias = "bwrap")]
+    Native,
+    /// A container through the docker (podman, nerdctl) CLI
+    #[value(alias = "container_oci")]
+    Docker,
+    /// Directly on this host, without isolation
+    #[value(alias = "host_process")]
+    Host,
+}
+
+#[derive(Debug, Args)]
+pub struct InstancesArgs {
+    /// Only this provider's instances [default: all]
+    #[arg(long, value_enum, value_name = "PROVIDER")]
+    pub provider: Option<ProviderArg>,
+
+    /// Print a JSON array instead of a table
+    #[arg(long)]
+    pub json: bool,
+
+    #[command(flatten)]
+    pub options: ProviderOptions,
+}
+
+#[derive(Debug, Args)]
+pub struct InstanceArgs {
+    /// The instance's provider [default: the one that has NAME: native,
+    /// then host, then docker]
+    #[arg(long, value_enum, value_name = "PROVIDER")]
+    pub provider: Option<ProviderArg>,
+
+    /// Print JSON instead of text
+    #[arg(long)]
+    pub json: bool,
+
+    #[command(flatten)]
+    pub options: ProviderOptions,
+
+    /// The instance name
+    #[arg(value_name = "NAME")]
+    pub name: String,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -208,4 +368,170 @@ pub struct ExecArgs {
     /// As for `run`
     #[arg(long, value_name = "FD")]
     pub json_status_fd: Option<i32>,
+}
+
+/// What planning a manifest needs (shared by `run` and `manifest check`).
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Inputs")]
+pub struct PlanArgs {
+    /// Host directory that hostPath sources (copy, bindMount, local git
+    /// repositories) may lie under (repeatable). None by default, except
+    /// the --workspace given on the command line
+    #[arg(long, value_name = "DIR", action = clap::ArgAction::Append)]
+    pub allow_host_path: Vec<PathBuf>,
+
+    /// Base URL that relative httpZip URIs resolve against; the inputs token
+    /// is only ever sent to this URL's origin
+    #[arg(long, value_name = "URL")]
+    pub inputs_base_url: Option<String>,
+}
+
+/// How `run` fetches and lands manifest items.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Inputs")]
+pub struct InputArgs {
+    /// File holding the bearer token for the inputs endpoint (also read from
+    /// the TUIXIU_INPUTS_TOKEN environment variable; never given on the
+    /// command line, where `ps` would show it)
+    #[arg(long, value_name = "FILE")]
+    pub inputs_token_file: Option<PathBuf>,
+
+    /// Cache of downloaded archives, by verified sha256
+    /// [default: $XDG_CACHE_HOME or ~/.cache/tuixiu-sandbox/inputs]
+    #[arg(long, value_name = "DIR")]
+    pub inputs_cache: Option<PathBuf>,
+
+    /// Deadline of each download, in seconds
+    #[arg(long, value_name = "SECS", default_value_t = 60.0, value_parser = parse_seconds)]
+    pub download_timeout: f64,
+
+    /// Size cap of each download (bytes; K, M, G suffixes; 0 = no cap)
+    #[arg(long, value_name = "SIZE", default_value = "200M", value_parser = parse_size)]
+    pub download_max_bytes: u64,
+
+    /// Most entries one zip may have
+    #[arg(long, value_name = "N", default_value_t = 5000)]
+    pub zip_max_entries: u64,
+
+    /// Largest file one zip may extract (bytes actually written; K, M, G suffixes)
+    #[arg(long, value_name = "SIZE", default_value = "20M", value_parser = parse_size)]
+    pub zip_max_file_bytes: u64,
+
+    /// Most bytes one zip may extract in total (K, M, G suffixes)
+    #[arg(long, value_name = "SIZE", default_value = "100M", value_parser = parse_size)]
+    pub zip_max_total_bytes: u64,
+
+    /// Deadline of each git checkout, in seconds
+    #[arg(long, value_name = "SECS", default_value_t = 300.0, value_parser = parse_seconds)]
+    pub checkout_timeout: f64,
+
+    /// Append one JSON line per applied item (id, apply, source, target,
+    /// bytes, sha256, duration) to FILE
+    #[arg(long, value_name = "FILE")]
+    pub audit_log: Option<PathBuf>,
+}
+
+/// The environment pipeline: init.env, user view, envPatch, allowlist.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Environment")]
+pub struct EnvArgs {
+    /// Read KEY=VALUE lines (init.env) from FILE; --env flags are applied after it
+    #[arg(long, value_name = "FILE", action = clap::ArgAction::Append)]
+    pub env_file: Vec<PathBuf>,
+
+    /// Let KEY from --env/--env-file through the allowlist (repeatable; adds
+    /// to the default list of the acp-proxy: HOME, USER, LOGNAME, USER_HOME,
+    /// TUIXIU_*, GH_TOKEN...; see docs/manifest.md)
+    #[arg(long, value_name = "KEY", action = clap::ArgAction::Append)]
+    pub env_allow: Vec<String>,
+
+    /// Start the allowlist empty instead of from the default list
+    #[arg(long)]
+    pub no_default_env_allow: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ExtractArgs {
+    /// The zip archive
+    #[arg(value_name = "ZIP")]
+    pub archive: PathBuf,
+
+    /// An existing, empty directory to extract into
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ManifestCommand {
+    /// Validate a manifest without running anything; print the plan (item,
+    /// action, resolved target) or the first error. Exit 0 when valid, 1 when not.
+    Check(ManifestCheckArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ManifestCheckArgs {
+    /// The manifest (JSON)
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+
+    /// As for `run`: also allowed as a hostPath root
+    #[arg(long, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+
+    /// As for `run`: the user whose home USER_HOME is
+    #[arg(long, value_name = "NAME", default_value = "agent")]
+    pub user: String,
+
+    /// As for `run`: guest path of the home [default: /home/NAME]
+    #[arg(long, value_name = "PATH")]
+    pub home_path: Option<String>,
+
+    #[command(flatten)]
+    pub plan: PlanArgs,
+}
+
+/// `60`, `1.5`, `30s`.
+fn parse_seconds(s: &str) -> Result<f64, String> {
+    let n: f64 = s.trim_end_matches('s').parse().map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if n.is_finite() && n > 0.0 { Ok(n) } else { Err(format!("{s:?} must be a positive number of seconds")) }
+}
+
+/// `1048576`, `512K`, `20M`, `1G` (powers of 1024; `KiB`, `MB`... accepted).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(digits);
+    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a size (e.g. 1048576, 512K, 20M, 1G)"))?;
+    let shift = match unit.trim().to_ascii_uppercase().as_str() {
+        "" | "B" => 0,
+        "K" | "KB" | "KIB" => 10,
+        "M" | "MB" | "MIB" => 20,
+        "G" | "GB" | "GIB" => 30,
+        _ => return Err(format!("{s:?} is not a size (e.g. 1048576, 512K, 20M, 1G)")),
+    };
+    n.checked_mul(1 << shift).ok_or_else(|| format!("{s:?} is too large"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_seconds() {
+        assert_eq!(parse_size("200M"), Ok(200 << 20));
+        assert_eq!(parse_size("1048576"), Ok(1 << 20));
+        assert_eq!(parse_size("512KiB"), Ok(512 << 10));
+        assert_eq!(parse_size("0"), Ok(0));
+        assert!(parse_size("1T").is_err());
+        assert!(parse_size("-1").is_err());
+        assert_eq!(parse_seconds("1.5"), Ok(1.5));
+        assert_eq!(parse_seconds("30s"), Ok(30.0));
+        assert!(parse_seconds("0").is_err());
+    }
+
+    #[test]
+    fn cli_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
 }

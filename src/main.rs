@@ -2,6 +2,9 @@
 
 mod cli;
 mod cmd;
+mod env;
+mod inputs;
+mod manifest;
 mod units;
 
 use std::io::IsTerminal;
@@ -16,6 +19,10 @@ use crate::cli::{Cli, Command};
 pub const EXIT_TOOL_ERROR: u8 = sandbox::EXIT_SETUP_FAILED;
 
 fn main() -> ExitCode {
+    // git runs this binary as its askpass helper during a checkout.
+    if std::env::var_os(inputs::ASKPASS_ENV).is_some() {
+        return ExitCode::from(inputs::askpass_main());
+    }
     let matches = match Cli::command().try_get_matches() {
         Ok(m) => m,
         Err(e) => {
@@ -44,6 +51,12 @@ fn main() -> ExitCode {
         }
         Command::Check(args) => cmd::check::main(args),
         Command::Exec(args) => cmd::exec::main(args),
+        Command::Instances(args) => cmd::instances::list(args),
+        Command::Inspect(args) => cmd::instances::inspect(args),
+        Command::Stop(args) => cmd::instances::stop(args),
+        Command::Rm(args) => cmd::instances::remove(args),
+        Command::Manifest(command) => cmd::manifest::main(command),
+        Command::Extract(args) => cmd::manifest::extract(args),
     };
     ExitCode::from(code)
 }

@@ -367,6 +367,12 @@ fn cargo_new_and_build_under_the_default_profile() {
             "CARGO_HOME=/home/agent/.cargo",
             "--env",
             "PATH=/rust/cargo-bin:/usr/local/bin:/usr/bin:/bin",
+            "--env-allow",
+            "RUSTUP_HOME",
+            "--env-allow",
+            "CARGO_HOME",
+            "--env-allow",
+            "PATH",
         ],
         "cargo new -q hello && cd hello && cargo build -q --offline && ./target/debug/hello",
     );

@@ -83,13 +83,21 @@ for_each_caller!(only_sandbox_processes_are_visible, |caller: Caller| {
 
 for_each_caller!(environment_is_built_not_inherited, |caller: Caller| {
     let fx = Fixture::new(caller);
-    let out = fx.sh(&["--env", "FOO=bar", "--pass-env", "PATH"], "env | sort");
+    let out = fx.sh(&["--env", "FOO=bar", "--env-allow", "FOO", "--pass-env", "PATH"], "env | sort");
     assert!(!out.contains(LEAK_MARKER.0), "caller environment leaked: {out}");
     for expected in ["FOO=bar", "HOME=/home/agent", "USER=agent", "LOGNAME=agent"] {
         assert!(out.lines().any(|l| l == expected), "{expected} missing from {out}");
     }
     // --pass-env PATH copies the caller's PATH verbatim.
     assert!(out.lines().any(|l| l == "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"));
+
+    // --env is init.env: a key the allowlist does not name is dropped, and
+    // named (never its value) on stderr.
+    let dropped =
+        fx.run(&["--env", "SECRET_TOKEN=s3cr3t-value"], &["sh", "-c", "echo ${SECRET_TOKEN:-unset}"]);
+    assert_eq!(String::from_utf8_lossy(&dropped.stdout), "unset\n");
+    let err = stderr(&dropped);
+    assert!(err.contains("SECRET_TOKEN") && !err.contains("s3cr3t-value"), "{err}");
 });
 
 for_each_caller!(exit_codes_follow_docker_conventions, |caller: Caller| {
@@ -392,4 +400,39 @@ fn unprivileged_callers_cannot_map_onto_other_ids() {
     let out = fx.run(&["--map-uid", "0"], &["true"]);
     assert_eq!(out.status.code(), Some(125));
     assert!(stderr(&out).contains("only a root caller"), "{}", stderr(&out));
+}
+
+/// PID 1 of the sandbox keeps none of the launcher's descriptors (only its
+/// own pipes): anything it held would be one /proc/1/fd away from the
+/// command once PID 1 has no privileges left.
+#[test]
+fn sandbox_init_holds_no_inherited_descriptors() {
+    let fx = Fixture::new(Caller::Root);
+    let status = fx.dir.join("status.json");
+    let script = format!(
+        "exec 5</etc/hostname 3>{} && exec {} run --workspace {} --json-status-fd 3 -- sleep 5",
+        status.display(),
+        common::binary().display(),
+        fx.workspace.display()
+    );
+    let mut child =
+        KillOnDrop(Caller::Root.command(std::path::Path::new("/bin/sh"), &["-c", &script]).spawn().unwrap());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let pid = loop {
+        let text = std::fs::read_to_string(&status).unwrap_or_default();
+        if let Some(line) = text.lines().next() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            break v["child-pid"].as_u64().unwrap();
+        }
+        assert!(Instant::now() < deadline, "the sandbox never started");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let targets: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().unwrap() > 2)
+        .map(|e| std::fs::read_link(e.path()).unwrap().display().to_string())
+        .collect();
+    assert!(targets.iter().all(|t| t.starts_with("pipe:")), "PID 1 holds {targets:?}");
+    child.0.kill().unwrap();
 }

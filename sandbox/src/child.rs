@@ -70,6 +70,17 @@ pub(crate) fn main(plan: &Plan, fds: &ChildFds) -> ! {
 
 /// The in-child checklist. Returns only on failure.
 fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible, StepFail<'a>> {
+    // 0. Nothing the launcher had open stays with us but our pipes: a
+    //    descriptor held here (a directory, a file) would be reachable from
+    //    the sandbox through /proc/1/fd once PID 1 has dropped privileges.
+    //    The idmapped system trees the launcher prepared are ours too.
+    let mut keep = [-1 as RawFd; sys::MAX_KEPT_FDS];
+    keep[..3].copy_from_slice(&[fds.report, fds.sync, fds.ack]);
+    let n = 3 + plan.kept_fds.len().min(sys::MAX_KEPT_FDS - 3);
+    keep[3..n].copy_from_slice(&plan.kept_fds[..n - 3]);
+    sys::close_all_except(&keep[..n])
+        .map_err(|e| fail("close inherited descriptors", "close_range", c"3..", e))?;
+
     // 1. Wait until the launcher has written our uid/gid maps. End-of-file
     //    means the launcher died before that: leave quietly.
     let mut byte = [0u8; 1];
@@ -125,6 +136,13 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
             hint: step_hint(&step.action, &f),
             fail: f,
         })?;
+    }
+    // The idmapped trees are attached; PID 1 keeps no descriptor of them.
+    for &fd in &plan.kept_fds {
+        // SAFETY: the plan's descriptors are the launcher's; this copy of
+        // the plan is never dropped in the child (it leaves with `_exit`),
+        // so nothing closes these numbers a second time.
+        unsafe { libc::close(fd) };
     }
 
     // 8. Enter the new root and detach everything underneath it: the

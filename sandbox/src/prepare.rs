@@ -168,6 +168,8 @@ pub(crate) struct Plan {
     pub limits: limits::Prepared,
     /// The idmap helper process, reaped when the plan is dropped.
     pub _idmap_helper: Option<idmap::Helper>,
+    /// Descriptors the child must keep open (the idmapped trees).
+    pub kept_fds: Vec<std::os::fd::RawFd>,
 }
 
 fn cstring(what: &str, s: impl Into<Vec<u8>>) -> Result<CString, SpecError> {
@@ -293,7 +295,16 @@ impl Plan {
         }
         let limits = limits::prepare(&security.limits, idmap::uid_is_host_root(host_uid))?;
 
+        let kept_fds: Vec<std::os::fd::RawFd> = plan
+            .steps
+            .iter()
+            .filter_map(|step| match &step.action {
+                Action::AttachTree { tree, .. } => Some(std::os::fd::AsRawFd::as_raw_fd(tree)),
+                _ => None,
+            })
+            .collect();
         Ok(Plan {
+            kept_fds,
             _idmap_helper: plan.hiding.take_helper(),
             seccomp,
             landlock,
@@ -617,6 +628,8 @@ impl SecretHiding {
         if system.is_empty() || !idmap::sandbox_is_host_root(host_uid, host_gid) {
             return SecretHiding::NotNeeded;
         }
+        // The child keeps their descriptors through its descriptor sweep.
+        let too_many = system.len() > crate::sys::MAX_KEPT_FDS - 3;
         let attempt = || -> Result<(std::collections::VecDeque<OwnedFd>, idmap::Helper), String> {
             let (userns, helper) = idmap::nobody_userns().map_err(|(call, e)| format!("{call} => {e}"))?;
             let mut trees = std::collections::VecDeque::with_capacity(system.len());
@@ -632,6 +645,9 @@ impl SecretHiding {
         };
         // Test-only: exercise the fallback on a host where idmapped mounts work.
         let attempt = || {
+            if too_many {
+                return Err(format!("{} system binds are more than can be idmapped", system.len()));
+            }
             if std::env::var_os(crate::idmap::TEST_NO_IDMAP_ENV).is_some() {
                 return Err(format!("{} is set (test-only)", crate::idmap::TEST_NO_IDMAP_ENV));
             }

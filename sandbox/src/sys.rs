@@ -310,6 +310,35 @@ pub fn close_range_cloexec(first: c_uint) -> SysResult<()> {
         .map(drop)
 }
 
+/// Closes every descriptor from 3 up except those in `keep`.
+/// Most descriptors [`close_all_except`] can keep.
+pub const MAX_KEPT_FDS: usize = 32;
+
+pub fn close_all_except(keep: &[RawFd]) -> SysResult<()> {
+    let mut sorted = [0 as RawFd; MAX_KEPT_FDS];
+    if keep.len() > sorted.len() {
+        // Never close what the caller needs; refuse instead.
+        return Err(Errno::E2BIG);
+    }
+    let n = keep.len();
+    sorted[..n].copy_from_slice(&keep[..n]);
+    let sorted = &mut sorted[..n];
+    sorted.sort_unstable();
+    let mut first: c_uint = 3;
+    for &fd in sorted.iter() {
+        if fd < 0 || (fd as c_uint) < first {
+            continue;
+        }
+        if fd as c_uint > first {
+            // SAFETY: integer arguments only; closes descriptors we own.
+            check_long(unsafe { libc::syscall(libc::SYS_close_range, first, fd as c_uint - 1, 0) })?;
+        }
+        first = fd as c_uint + 1;
+    }
+    // SAFETY: as above.
+    check_long(unsafe { libc::syscall(libc::SYS_close_range, first, c_uint::MAX, 0) }).map(drop)
+}
+
 pub fn dup2(old: RawFd, new: RawFd) -> SysResult<()> {
     // SAFETY: integer arguments only; closing `new` is what we want.
     check(unsafe { libc::dup2(old, new) }).map(drop)

@@ -1,14 +1,17 @@
 //! `run`: one command in a fresh sandbox, stdio passed straight through.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 
 use clap::ArgMatches;
 use sandbox::{
-    Access, Home, HostIds, LandlockMode, LaunchOptions, Limits, MountOp, Network, SandboxBuilder,
-    SandboxSpec, SeccompPolicy, Security, UserView,
+    Access, ExitStatus, Home, HostIds, LandlockMode, LaunchError, LaunchOptions, Limits, MountOp, Network,
+    SandboxBuilder, SandboxSpec, SeccompPolicy, Security, UserView,
 };
 
+use super::run_inputs;
 use crate::cli::{LandlockArg, NetworkArg, RunArgs};
+use crate::inputs::{Layout, Plan};
 use crate::units::{parse_cpus, parse_duration, parse_size};
 use crate::{EXIT_TOOL_ERROR, report_error};
 
@@ -20,20 +23,50 @@ pub const EXIT_TIMED_OUT: u8 = 124;
 const PASSED_BY_DEFAULT: &[&str] = &["TERM"];
 
 pub fn main(args: RunArgs, matches: &ArgMatches) -> u8 {
-    let spec = match build_spec(args, matches) {
-        Ok(spec) => spec,
+    if super::run_provider::handles(&args) {
+        return super::run_provider::main(args, matches);
+    }
+    // The manifest is read, checked and planned first: a bad one stops the
+    // run before anything is mounted or downloaded.
+    let prepared = run_inputs::init_env(&args)
+        .and_then(|init_env| Ok((run_inputs::load_plan(&args)?, init_env)))
+        .and_then(|(plan, init_env)| {
+            Ok((build_spec(&args, matches, plan.as_ref(), &init_env)?, plan, init_env))
+        });
+    let (built, plan, init_env) = match prepared {
+        Ok(prepared) => prepared,
         Err(message) => {
             report_error(message);
             return EXIT_TOOL_ERROR;
         }
     };
     let json_status_fd = matches.get_one::<i32>("json_status_fd").copied();
-    launch_and_report(&spec, json_status_fd)
+    match plan {
+        None => launch_and_report(&built.spec, json_status_fd),
+        Some(plan) => run_inputs::fetch_and_launch(plan, &args, matches, built, &init_env, json_status_fd),
+    }
+}
+
+/// A spec, and where the manifest's roots and binds ended up in it.
+pub struct Built {
+    pub spec: SandboxSpec,
+    pub layout: Layout,
+    /// Plan position of a bind item → index of its deferred bind.
+    pub binds: HashMap<usize, usize>,
 }
 
 /// Launches `spec` in this (single-threaded) process and maps the outcome to
 /// an exit status, printing one line on stderr for failures.
 pub fn launch_and_report(spec: &SandboxSpec, json_status_fd: Option<i32>) -> u8 {
+    report_launch(json_status_fd, |options| sandbox::launch(spec, options))
+}
+
+/// Checks `--json-status-fd`, runs `launch` with the CLI's launch options,
+/// and maps the outcome to an exit status (one line on stderr on failure).
+pub fn report_launch(
+    json_status_fd: Option<i32>,
+    launch: impl FnOnce(&LaunchOptions) -> Result<ExitStatus, LaunchError>,
+) -> u8 {
     if let Some(fd) = json_status_fd
         && let Err(e) = check_fd(fd)
     {
@@ -41,7 +74,7 @@ pub fn launch_and_report(spec: &SandboxSpec, json_status_fd: Option<i32>) -> u8 
         return EXIT_TOOL_ERROR;
     }
     let options = LaunchOptions { json_status_fd, release_stdio: true };
-    match sandbox::launch(spec, &options) {
+    match launch(&options) {
         Ok(status) if status.timed_out() => {
             report_error(format!(
                 "the command was stopped by --timeout (its own status was {})",
@@ -63,7 +96,12 @@ pub fn check_fd(fd: i32) -> Result<(), std::io::Error> {
     if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 { Err(std::io::Error::last_os_error()) } else { Ok(()) }
 }
 
-fn build_spec(args: RunArgs, matches: &ArgMatches) -> Result<SandboxSpec, String> {
+fn build_spec(
+    args: &RunArgs,
+    matches: &ArgMatches,
+    plan: Option<&Plan>,
+    init_env: &[(String, String)],
+) -> Result<Built, String> {
     let mut user = UserView::new(args.user.clone(), args.uid, args.gid.unwrap_or(args.uid));
     if let Some(home_path) = &args.home_path {
         if !home_path.starts_with('/') {
@@ -71,12 +109,23 @@ fn build_spec(args: RunArgs, matches: &ArgMatches) -> Result<SandboxSpec, String
         }
         user.home = home_path.clone();
     }
-    user.validate().map_err(|e| format!("{}: {e}", user_flag(&args)))?;
+    if let Some(plan) = plan {
+        run_inputs::patch_user_view(&mut user, plan.env_patch(), args, matches)?;
+    }
+    user.validate().map_err(|e| format!("{}: {e}", user_flag(args)))?;
+    let layout = Layout::new(user.home.clone());
 
-    let workspace = match &args.workspace {
-        Some(dir) => dir.clone(),
-        None => std::env::current_dir()
-            .map_err(|e| format!("--workspace: cannot use the current directory: {e}"))?,
+    // The manifest's WORKSPACE "." bind, when there is one, decides the workspace.
+    let (workspace, workspace_access) = match plan.and_then(Plan::workspace) {
+        Some((dir, access)) => (dir.to_path_buf(), run_inputs::access(access)),
+        None => (
+            match &args.workspace {
+                Some(dir) => dir.clone(),
+                None => std::env::current_dir()
+                    .map_err(|e| format!("--workspace: cannot use the current directory: {e}"))?,
+            },
+            Access::Rw,
+        ),
     };
     check_dir("--workspace", &workspace)?;
     let home = match &args.home {
@@ -89,16 +138,22 @@ fn build_spec(args: RunArgs, matches: &ArgMatches) -> Result<SandboxSpec, String
 
     let mut builder = SandboxBuilder::new(args.command[0].clone())
         .args(args.command[1..].iter().cloned())
-        .user(user)
-        .workspace(workspace)
+        .user(user.clone())
         .home(home)
         .network(match args.network {
             NetworkArg::On => Network::On,
             NetworkArg::Off | NetworkArg::None => Network::Off,
         })
-        .security(security(&args)?)
+        .security(security(args)?)
         .hostname(args.hostname.clone())
         .new_session(!args.keep_session);
+    builder = match workspace_access {
+        Access::Rw => builder.workspace(workspace),
+        // A read-only workspace is a plain bind; the command still starts there.
+        Access::Ro => builder
+            .mount(MountOp::Bind { src: workspace, dst: sandbox::WORKSPACE.into(), access: Access::Ro })
+            .cwd(sandbox::WORKSPACE),
+    };
     if let Some(dir) = &args.chdir {
         builder = builder.cwd(dir.clone());
     }
@@ -113,23 +168,45 @@ fn build_spec(args: RunArgs, matches: &ArgMatches) -> Result<SandboxSpec, String
         builder = builder
             .map_to_host(HostIds { uid: args.map_uid.unwrap_or(euid), gid: args.map_gid.unwrap_or(egid) });
     }
-    for op in extra_mounts(&args, matches) {
+    for op in extra_mounts(args, matches) {
         builder = builder.mount(op);
     }
-    for (key, value) in environment(&args)? {
+    let mut binds = HashMap::new();
+    if let Some(plan) = plan {
+        builder = run_inputs::add_mounts(builder, plan, &layout, &mut binds);
+    }
+    for (key, value) in environment(args)? {
         builder = builder.env(key, value);
     }
-    builder.build().map_err(|e| e.to_string())
+    for (key, value) in run_inputs::environment(args, &user, plan.map(Plan::env_patch), init_env)? {
+        builder = builder.env(key, value);
+    }
+    let spec = builder.build().map_err(|e| e.to_string())?;
+    Ok(Built { spec, layout, binds })
+}
+
+/// The user view from `--user`, `--uid`, `--gid` and `--home-path`.
+pub(super) fn user_view(args: &RunArgs) -> Result<UserView, String> {
+    let mut user = UserView::new(args.user.clone(), args.uid, args.gid.unwrap_or(args.uid));
+    if let Some(home_path) = &args.home_path {
+        if !home_path.starts_with('/') {
+            return Err(format!("--home-path {home_path:?}: must be an absolute path"));
+        }
+        user.home = home_path.clone();
+    }
+    user.validate().map_err(|e| format!("{}: {e}", user_flag(args)))?;
+    Ok(user)
 }
 
 /// `--seccomp`, `--landlock`, `--network none` and the limits.
 fn security(args: &RunArgs) -> Result<Security, String> {
     let seccomp = SeccompPolicy::parse(&args.seccomp).map_err(|e| format!("--seccomp: {e}"))?;
     let flag = |name: &str, r: Result<u64, String>| r.map_err(|e| format!("{name}: {e}"));
+    let l = &args.provider.limits;
     let limits = Limits {
-        memory: args.memory.as_deref().map(|m| flag("--memory", parse_size(m))).transpose()?,
-        cpu_millis: args.cpus.as_deref().map(|c| flag("--cpus", parse_cpus(c))).transpose()?,
-        pids: args.pids,
+        memory: l.memory.as_deref().map(|m| flag("--memory", parse_size(m))).transpose()?,
+        cpu_millis: l.cpus.map(|c| flag("--cpus", parse_cpus(&c.to_string()))).transpose()?,
+        pids: l.pids,
         nofile: args.nofile,
         timeout_ms: args
             .timeout
@@ -143,7 +220,7 @@ fn security(args: &RunArgs) -> Result<Security, String> {
             None => None,
         },
     };
-    if args.pids == Some(0) || args.nofile == Some(0) {
+    if l.pids == Some(0) || args.nofile == Some(0) {
         return Err("--pids/--nofile: must be more than 0".into());
     }
     Ok(Security {
@@ -163,7 +240,7 @@ fn user_flag(args: &RunArgs) -> &'static str {
     if args.home_path.is_some() { "--home-path" } else { "--user" }
 }
 
-fn check_dir(flag: &str, dir: &PathBuf) -> Result<(), String> {
+pub(super) fn check_dir(flag: &str, dir: &PathBuf) -> Result<(), String> {
     match std::fs::metadata(dir) {
         Ok(m) if m.is_dir() => Ok(()),
         Ok(_) => Err(format!("{flag} {}: not a directory", dir.display())),
@@ -173,7 +250,7 @@ fn check_dir(flag: &str, dir: &PathBuf) -> Result<(), String> {
 
 /// `--ro-bind`, `--bind` and `--tmpfs` in command-line order, as bubblewrap
 /// applies them: a later mount may cover an earlier one.
-fn extra_mounts(args: &RunArgs, matches: &ArgMatches) -> Vec<MountOp> {
+pub(super) fn extra_mounts(args: &RunArgs, matches: &ArgMatches) -> Vec<MountOp> {
     let mut ops: Vec<(usize, MountOp)> = Vec::new();
     let pairs = |id: &str, values: &[String]| -> Vec<(usize, String, String)> {
         let indices: Vec<usize> = matches.indices_of(id).map(|i| i.collect()).unwrap_or_default();
@@ -193,8 +270,10 @@ fn extra_mounts(args: &RunArgs, matches: &ArgMatches) -> Vec<MountOp> {
     ops.into_iter().map(|(_, op)| op).collect()
 }
 
-/// The variables the CLI adds to the builder's base (user view and PATH).
-fn environment(args: &RunArgs) -> Result<Vec<(String, String)>, String> {
+/// The variables the CLI adds to the builder's base (user view and PATH)
+/// outside the allowlist: TERM and `--pass-env` (naming a key there is
+/// allowing it). `--env` and `--env-file` go through `run_inputs::environment`.
+pub(super) fn environment(args: &RunArgs) -> Result<Vec<(String, String)>, String> {
     let mut env = Vec::new();
     for key in PASSED_BY_DEFAULT.iter().copied().chain(args.pass_env.iter().map(String::as_str)) {
         if key.is_empty() || key.contains('=') {
@@ -204,21 +283,5 @@ fn environment(args: &RunArgs) -> Result<Vec<(String, String)>, String> {
             env.push((key.to_string(), value));
         }
     }
-    for pair in &args.env {
-        match pair.split_once('=') {
-            Some((key, value)) if !key.is_empty() => env.push((key.to_string(), value.to_string())),
-            // Never echo the value: it may be a secret.
-            _ => {
-                return Err(format!(
-                    "--env: expected KEY=VALUE, got a value without '=' or with an empty key (argument {})",
-                    env_position(args, pair)
-                ));
-            }
-        }
-    }
     Ok(env)
-}
-
-fn env_position(args: &RunArgs, pair: &str) -> usize {
-    args.env.iter().position(|p| p == pair).map_or(0, |i| i + 1)
 }

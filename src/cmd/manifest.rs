@@ -1,0 +1,97 @@
+//! `manifest check`: validate a manifest and print its plan, running nothing.
+
+use sandbox::UserView;
+
+use super::run_inputs;
+use crate::cli::{ExtractArgs, ManifestCheckArgs, ManifestCommand};
+use crate::inputs::{Layout, Plan, ZipLimits, fsx, zip};
+use crate::{EXIT_TOOL_ERROR, report_error};
+
+/// Exit status of `manifest check` for an invalid manifest.
+const EXIT_INVALID: u8 = 1;
+
+pub fn main(command: ManifestCommand) -> u8 {
+    match command {
+        ManifestCommand::Check(args) => check(&args),
+    }
+}
+
+fn check(args: &ManifestCheckArgs) -> u8 {
+    match plan(args) {
+        Ok(lines) => {
+            for line in lines {
+                println!("{line}");
+            }
+            0
+        }
+        Err(message) => {
+            report_error(message);
+            EXIT_INVALID
+        }
+    }
+}
+
+fn plan(args: &ManifestCheckArgs) -> Result<Vec<String>, String> {
+    let manifest = run_inputs::read_manifest(&args.file)?;
+    let mut allowed = args.plan.allow_host_path.clone();
+    match &args.workspace {
+        Some(ws) if ws.is_dir() => allowed.push(ws.clone()),
+        Some(ws) => return Err(format!("--workspace {}: not a directory", ws.display())),
+        None => {}
+    }
+    let config = run_inputs::plan_config(&args.file, &allowed, args.plan.inputs_base_url.as_deref())?;
+    let count = manifest.items.len();
+    let plan = Plan::new(manifest, &config).map_err(|e| e.to_string())?;
+
+    let mut user = UserView::new(args.user.clone(), 1000, 1000);
+    if let Some(home) = &args.home_path {
+        user.home = home.clone();
+    }
+    if let Some(name) = &plan.env_patch().user
+        && args.home_path.is_none()
+    {
+        user.home = format!("/home/{name}");
+    }
+    if let Some(home) = &plan.env_patch().home {
+        user.home = home.clone();
+    }
+    let layout = Layout::new(user.home);
+
+    let mut lines = vec![format!("{}: valid agentInputs v1 manifest, {count} item(s)", args.file.display())];
+    let patch = plan.env_patch().pairs();
+    if !patch.is_empty() {
+        let shown: Vec<String> = patch.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        lines.push(format!("envPatch: {}", shown.join(" ")));
+    }
+    if let Some((dir, access)) = plan.workspace() {
+        lines.push(format!("workspace: {} ({})", dir.display(), access.as_str()));
+    }
+    lines.extend(plan.describe(&layout));
+    Ok(lines)
+}
+
+/// `__extract ZIP DIR`: the downloadExtract extractor on its own, with the
+/// default limits, for benchmarks and debugging.
+pub fn extract(args: ExtractArgs) -> u8 {
+    let run = || -> Result<zip::Extracted, String> {
+        let archive = std::fs::File::open(&args.archive)
+            .map_err(|e| format!("{}: {}", args.archive.display(), sandbox::error::io_error_text(&e)))?;
+        let dir = nix::fcntl::open(&args.dir, fsx::dir_read_flags(), nix::sys::stat::Mode::empty())
+            .map_err(|e| format!("{}: {e}", args.dir.display()))?;
+        use std::os::fd::AsFd;
+        if !fsx::is_empty_dir(dir.as_fd()).map_err(|e| e.to_string())? {
+            return Err(format!("{}: not empty", args.dir.display()));
+        }
+        zip::extract(&archive, dir.as_fd(), &ZipLimits::default()).map_err(|e| e.to_string())
+    };
+    match run() {
+        Ok(done) => {
+            tracing::info!(files = done.files, dirs = done.dirs, bytes = done.bytes, "extracted");
+            0
+        }
+        Err(message) => {
+            report_error(message);
+            EXIT_TOOL_ERROR
+        }
+    }
+}

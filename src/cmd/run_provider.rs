@@ -1,0 +1,445 @@
+//! `run` through a provider: `--provider docker|host`, or a named instance
+//! (`--instance-name`) of any provider.
+//!
+//! The plain native `run` never comes here: it launches in-process
+//! (`cmd/run.rs`). A named native instance still launches in-process; only
+//! the instance's directories and template come from the provider.
+//!
+//! Stdio passes straight through and the exit status follows the native
+//! conventions: the command's code, 128+N for a signal, 125 for our own
+//! errors (and docker's), 126 when the command cannot run, 127 when it is
+//! not found.
+
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::Command;
+
+use clap::ArgMatches;
+use clap::parser::ValueSource;
+use sandbox::{Access, HostIds, MountOp, Network, UserView};
+use tuixiu_sandbox::provider::docker::{self, DockerProvider, Volumes, as_container_user};
+use tuixiu_sandbox::provider::host::{self, HostProvider};
+use tuixiu_sandbox::provider::native::NativeProvider;
+use tuixiu_sandbox::provider::{
+    InstanceConfig, Limits, Mount, ProcessSpec, Provider, ProviderError, Stdio, default_state_dir, names,
+};
+
+use super::run::{check_dir, environment, extra_mounts, launch_and_report, user_view};
+use super::{relay, run_inputs};
+use crate::cli::{NetworkArg, ProviderArg, RunArgs};
+use crate::inputs::{self, HostDirs, Layout, Plan};
+use crate::manifest::Root;
+use crate::{EXIT_TOOL_ERROR, report_error};
+
+/// Whether `run` must go through a provider rather than the plain native path.
+pub fn handles(args: &RunArgs) -> bool {
+    let p = &args.provider;
+    p.provider != ProviderArg::Native || p.instance_name.is_some() || p.image.is_some() || p.run_id.is_some()
+}
+
+pub fn main(args: RunArgs, matches: &ArgMatches) -> u8 {
+    match run(&args, matches) {
+        Ok(code) => code,
+        Err(message) => {
+            report_error(message);
+            EXIT_TOOL_ERROR
+        }
+    }
+}
+
+fn run(args: &RunArgs, matches: &ArgMatches) -> Result<u8, String> {
+    let p = &args.provider;
+    let state_dir = p.options.state_dir.clone().unwrap_or_else(default_state_dir);
+    let prefix = p.options.instance_prefix.as_str();
+    // The same order as the native `run`: the manifest is read and planned
+    // first, then the user view (moved by envPatch), then the env pipeline.
+    let init_env = run_inputs::init_env(args)?;
+    let plan = run_inputs::load_plan(args)?;
+    let mut user = user_view(args)?;
+    if let Some(plan) = &plan {
+        run_inputs::patch_user_view(&mut user, plan.env_patch(), args, matches)?;
+        user.validate().map_err(|e| format!("envPatch: {e}"))?;
+    }
+    let mut env = environment(args)?;
+    env.extend(run_inputs::environment(args, &user, plan.as_ref().map(Plan::env_patch), &init_env)?);
+    let process =
+        ProcessSpec { argv: args.command.clone(), env, cwd: args.chdir.clone(), stdio: Stdio::Inherit };
+    let cmdline = CommandLine { args, matches, user, plan, init_env };
+    if cmdline.plan.is_some() && p.provider != ProviderArg::Docker {
+        return Err(format!(
+            "--manifest: not supported by the {} provider with these options in this build \
+             (native: use it without --instance-name; docker lands manifests in its volumes)",
+            match p.provider {
+                ProviderArg::Native => "native",
+                ProviderArg::Docker => "docker",
+                ProviderArg::Host => "host",
+            }
+        ));
+    }
+    if p.run_id.is_some() && p.instance_name.is_none() && p.provider != ProviderArg::Docker {
+        return Err("--run-id: only meaningful with --instance-name (or --provider docker)".into());
+    }
+    match p.provider {
+        ProviderArg::Native => run_native(&cmdline, &state_dir, prefix, &process),
+        ProviderArg::Docker => {
+            refuse_flags(matches, "docker", &["json_status_fd", "keep_session", "map_uid", "map_gid"])?;
+            run_docker(cmdline, &state_dir, prefix, &process)
+        }
+        ProviderArg::Host => {
+            refuse_flags(
+                matches,
+                "host",
+                &["json_status_fd", "keep_session", "map_uid", "map_gid", "uid", "gid", "hostname"],
+            )?;
+            run_host(&cmdline, &state_dir, prefix, &process)
+        }
+    }
+}
+
+/// Refuses native-only flags given explicitly to another provider: an
+/// option that would be silently ignored is a weaker sandbox than asked for.
+fn refuse_flags(matches: &ArgMatches, provider: &str, ids: &[&str]) -> Result<(), String> {
+    for id in ids {
+        if matches.value_source(id) == Some(ValueSource::CommandLine) {
+            return Err(format!("--{}: not supported by the {provider} provider", id.replace('_', "-")));
+        }
+    }
+    Ok(())
+}
+
+fn err(e: ProviderError) -> String {
+    e.to_string()
+}
+
+/// The parsed command line, with the manifest's plan and the user view.
+struct CommandLine<'a> {
+    args: &'a RunArgs,
+    matches: &'a ArgMatches,
+    /// The user view, moved by the manifest's envPatch.
+    user: UserView,
+    plan: Option<Plan>,
+    init_env: Vec<(String, String)>,
+}
+
+/// The instance config from the command line: the same options as the
+/// plain native `run`, plus the provider's. A manifest's WORKSPACE "."
+/// bind decides the workspace.
+fn instance_config(cl: &CommandLine<'_>, name: &str, run_id: &str) -> Result<InstanceConfig, String> {
+    let args = cl.args;
+    let (workspace, read_only) = match cl.plan.as_ref().and_then(Plan::workspace) {
+        Some((dir, access)) => (dir.to_path_buf(), run_inputs::access(access) == Access::Ro),
+        None => match &args.workspace {
+            Some(dir) => (dir.clone(), false),
+            None => (
+                std::env::current_dir()
+                    .map_err(|e| format!("--workspace: cannot use the current directory: {e}"))?,
+                false,
+            ),
+        },
+    };
+    check_dir("--workspace", &workspace)?;
+    if let Some(home) = &args.home {
+        check_dir("--home", home)?;
+    }
+    let mut config = InstanceConfig::new(name, run_id, workspace);
+    config.workspace_read_only = read_only;
+    config.home = args.home.clone();
+    config.user = cl.user.clone();
+    config.image = args.provider.image.clone();
+    config.network = match args.network {
+        NetworkArg::On => Network::On,
+        NetworkArg::Off => Network::Off,
+        NetworkArg::None => {
+            return Err(
+                "--network none: only the plain native sandbox can deny IP sockets; use --network off".into(),
+            );
+        }
+    };
+    config.hostname = args.hostname.clone();
+    config.limits = limits(args)?;
+    for op in extra_mounts(args, cl.matches) {
+        config.mounts.push(match op {
+            MountOp::Bind { src, dst, access } => Mount::Bind { src, dst, access },
+            MountOp::Tmpfs { dst, .. } => Mount::Tmpfs { dst },
+            other => return Err(format!("mount {}: not supported by providers", other.dst())),
+        });
+    }
+    Ok(config)
+}
+
+/// Lands a manifest in the host directories behind a docker instance's
+/// volumes, before its container starts (or before the process runs in a
+/// reused one):
+///
+/// * bindMount items become binds of the container (`config.mounts`), at
+///   the item's guest path; the WORKSPACE "." bind already chose the
+///   workspace (`instance_config`);
+/// * the home and, when an item targets SCRATCH, a scratch directory at
+///   `/scratch` are made by the provider and bound (`prepare_volumes`);
+/// * copy, writeFile, downloadExtract and checkout items are written by the
+///   applier straight into those host directories, in manifest order, as
+///   the container's user (`as_container_user`), so the agent owns them.
+///
+/// Unlike the native sandbox, where binds are attached at their turn, the
+/// container's binds exist from its start: an item written into a path
+/// that a later bind covers is hidden, as it would be natively, but an item
+/// written *into* a bound directory lands in the volume below the bind.
+/// For a reused instance, binds are those of its creation.
+fn land_manifest_in_volumes(
+    cl: &CommandLine<'_>,
+    provider: &DockerProvider,
+    plan: Plan,
+    config: &mut InstanceConfig,
+) -> Result<Volumes, String> {
+    let layout = Layout::new(config.user.home.clone());
+    for (_, planned, host, access) in plan.binds() {
+        config.mounts.push(Mount::Bind {
+            src: host.canonical.clone(),
+            dst: layout.guest(planned.item.target.root, &planned.item.target.path),
+            access: run_inputs::access(access),
+        });
+    }
+    let volumes = provider.prepare_volumes(config, plan.uses(Root::Scratch)).map_err(err)?;
+    let options = run_inputs::fetch_options(&plan, cl.args, cl.matches, &cl.init_env)?;
+    let mut audit = run_inputs::open_audit(cl.args)?;
+    let fetched = plan.fetch(&options).map_err(|e| e.to_string())?;
+    let (workspace, home, scratch) = volumes.writable();
+    let mut dest =
+        HostDirs { layout, workspace: Some(workspace), home: Some(home), scratch, binds_are_volumes: true };
+    let apply_options = run_inputs::apply_options(cl.args);
+    as_container_user(config, || inputs::apply(&fetched, &mut dest, &apply_options, &mut audit))
+        .map_err(|e| e.to_string())?;
+    Ok(volumes)
+}
+
+fn limits(args: &RunArgs) -> Result<Limits, String> {
+    let l = &args.provider.limits;
+    let memory = match &l.memory {
+        Some(text) => Some(parse_size(text).ok_or_else(|| {
+            format!("--memory {text:?}: expected a size in bytes, or with a k, m or g suffix (e.g. 512m)")
+        })?),
+        None => None,
+    };
+    Ok(Limits { cpus: l.cpus, memory, pids: l.pids })
+}
+
+/// `1024`, `512k`, `64m`, `2g` (binary units) → bytes.
+fn parse_size(text: &str) -> Option<u64> {
+    let lower = text.trim().to_ascii_lowercase();
+    let lower = lower.strip_suffix('b').unwrap_or(&lower);
+    let (digits, shift) = match lower.char_indices().last()? {
+        (i, 'k') => (&lower[..i], 10),
+        (i, 'm') => (&lower[..i], 20),
+        (i, 'g') => (&lower[..i], 30),
+        _ => (lower, 0),
+    };
+    let n: u64 = digits.parse().ok()?;
+    n.checked_mul(1u64 << shift).filter(|&b| b > 0)
+}
+
+/// The run id of a new instance: `--run-id`, else the name without the
+/// prefix when that is a valid id, else the whole name.
+fn run_id_for(args: &RunArgs, name: &str, prefix: &str) -> Result<String, String> {
+    let id = match &args.provider.run_id {
+        Some(id) => id.clone(),
+        None => match name.strip_prefix(prefix) {
+            Some(rest) if names::validate_run_id(rest).is_ok() => rest.to_string(),
+            _ => name.to_string(),
+        },
+    };
+    names::validate_run_id(&id).map_err(|e| e.to_string())?;
+    Ok(id)
+}
+
+fn current_thread_runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("start the async runtime: {e}"))
+}
+
+fn exit_code(status: std::process::ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => code.clamp(0, 255) as u8,
+        (None, Some(sig)) => (128 + sig).clamp(0, 255) as u8,
+        (None, None) => EXIT_TOOL_ERROR,
+    }
+}
+
+fn run_native(
+    cl: &CommandLine<'_>,
+    state_dir: &std::path::Path,
+    prefix: &str,
+    process: &ProcessSpec,
+) -> Result<u8, String> {
+    let (args, matches) = (cl.args, cl.matches);
+    let Some(name) = &args.provider.instance_name else {
+        if args.provider.image.is_some() {
+            return Err(
+                "--image: the native provider has no images (it shows the host's system directories \
+                        read-only); use --provider docker"
+                    .into(),
+            );
+        }
+        return Err("--run-id: the native provider keeps an instance only with --instance-name".into());
+    };
+    let provider = NativeProvider::with_current_exe(state_dir, prefix).map_err(err)?;
+    provider.check_name(name).map_err(err)?;
+    let mut config = instance_config(cl, name, &run_id_for(args, name, prefix)?)?;
+    if args.map_uid.is_some() || args.map_gid.is_some() {
+        // SAFETY: geteuid/getegid cannot fail.
+        let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        if euid != 0 {
+            return Err(
+                "--map-uid/--map-gid: only a root caller can map the sandbox user onto other host ids".into(),
+            );
+        }
+        config.host_ids =
+            Some(HostIds { uid: args.map_uid.unwrap_or(euid), gid: args.map_gid.unwrap_or(egid) });
+    }
+    provider.ensure_blocking(&config).map_err(err)?;
+    let mut spec = provider.spec_for(name, process).map_err(err)?;
+    spec.new_session = !args.keep_session;
+    let forget = provider.track_self(name).map_err(err)?;
+    let code = launch_and_report(&spec, matches.get_one::<i32>("json_status_fd").copied());
+    forget();
+    Ok(code)
+}
+
+fn run_docker(
+    cl: CommandLine<'_>,
+    state_dir: &std::path::Path,
+    prefix: &str,
+    process: &ProcessSpec,
+) -> Result<u8, String> {
+    let args = cl.args;
+    let provider =
+        DockerProvider::new(&args.provider.options.container_cli, state_dir, prefix).map_err(err)?;
+    let cli = provider.cli().to_string();
+    match &args.provider.instance_name {
+        Some(name) => {
+            provider.check_name(name).map_err(err)?;
+            let mut config = instance_config(&cl, name, &run_id_for(args, name, prefix)?)?;
+            let volumes = match cl.plan.clone() {
+                Some(plan) => Some(land_manifest_in_volumes(&cl, &provider, plan, &mut config)?),
+                None => None,
+            };
+            current_thread_runtime()?.block_on(provider.ensure(&config)).map_err(err)?;
+            drop(volumes);
+            let (cmd, env_fd, exec_id) =
+                provider.exec_command(name, process, &config.user.home).map_err(err)?;
+            // `docker exec` does not forward signals: deliver them inside
+            // the container, to every process of this exec.
+            let status = relay::run(cmd, |child, received| {
+                let killed = docker::kill_command(&cli, name, None, &exec_id, received.signal)
+                    .stderr(std::process::Stdio::null())
+                    .stdout(std::process::Stdio::null())
+                    .status()
+                    .is_ok_and(|s| s.success());
+                if !killed {
+                    relay::signal_child(child, received.signal);
+                }
+            })
+            .map_err(|e| provider_spawn_error(&provider, &e))?;
+            drop(env_fd);
+            Ok(exit_code(status))
+        }
+        None => {
+            let name = provider.one_off_name();
+            let run_id = match &args.provider.run_id {
+                Some(id) => id.clone(),
+                None => name.strip_prefix(prefix).unwrap_or(&name).to_string(),
+            };
+            let mut config = instance_config(&cl, &name, &run_id)?;
+            let volumes = match cl.plan.clone() {
+                Some(plan) => match land_manifest_in_volumes(&cl, &provider, plan, &mut config) {
+                    Ok(volumes) => Some(volumes),
+                    Err(message) => {
+                        // Nothing started: take back the host files made so far.
+                        let _ = std::fs::remove_dir_all(state_dir.join("docker").join(&name));
+                        return Err(message);
+                    }
+                },
+                None => None,
+            };
+            let (cmd, env_fd, files) = provider.run_once_command(&config, process).map_err(err)?;
+            drop(volumes);
+            // `docker run` forwards the signals it receives to the
+            // container (sig-proxy); a terminal's ^C reached it already.
+            let status = relay::run(cmd, |child, received| {
+                if !received.from_terminal {
+                    relay::signal_child(child, received.signal);
+                }
+            });
+            drop(env_fd);
+            files.remove();
+            Ok(exit_code(status.map_err(|e| provider_spawn_error(&provider, &e))?))
+        }
+    }
+}
+
+fn provider_spawn_error(provider: &DockerProvider, e: &std::io::Error) -> String {
+    let mut reason = sandbox::error::io_error_text(e);
+    if e.kind() == std::io::ErrorKind::NotFound {
+        reason.push_str(" (is it installed and in PATH? choose another with --container-cli)");
+    }
+    format!("{}: cannot run it: {reason}", provider.cli())
+}
+
+fn run_host(
+    cl: &CommandLine<'_>,
+    state_dir: &std::path::Path,
+    prefix: &str,
+    process: &ProcessSpec,
+) -> Result<u8, String> {
+    let args = cl.args;
+    let provider =
+        HostProvider::new(state_dir, prefix, args.provider.i_know_there_is_no_isolation).map_err(err)?;
+    provider.check_acknowledged().map_err(err)?;
+    let mut cmd: Command = match &args.provider.instance_name {
+        Some(name) => {
+            provider.check_name(name).map_err(err)?;
+            let config = instance_config(cl, name, &run_id_for(args, name, prefix)?)?;
+            provider.ensure_blocking(&config).map_err(err)?;
+            provider.track_self(name).map_err(err)?;
+            provider.command_for(name, process).map_err(err)?
+        }
+        None => {
+            let config = instance_config(cl, "", "-")?;
+            host::check_supported(&config).map_err(err)?;
+            let home: PathBuf = match &config.home {
+                Some(home) => home.clone(),
+                None => provider.default_home().map_err(err)?,
+            };
+            host::command(&config.workspace, &home, &config.user, &[], process).map_err(err)?
+        }
+    };
+    tracing::warn!("{}", host::WARNING);
+    // The command replaces this process: its exit status is ours, and
+    // signals reach it directly.
+    let e = cmd.exec();
+    report_error(format!("{}: {}", process.argv[0], sandbox::error::io_error_text(&e)));
+    Ok(if e.kind() == std::io::ErrorKind::NotFound {
+        sandbox::EXIT_NOT_FOUND
+    } else {
+        sandbox::EXIT_CANNOT_EXECUTE
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("1024"), Some(1024));
+        assert_eq!(parse_size("512k"), Some(512 << 10));
+        assert_eq!(parse_size("64m"), Some(64 << 20));
+        assert_eq!(parse_size("2G"), Some(2 << 30));
+        assert_eq!(parse_size("2gb"), Some(2 << 30));
+        for bad in ["", "m", "-1m", "1.5g", "0", "99999999999g"] {
+            assert_eq!(parse_size(bad), None, "{bad}");
+        }
+    }
+}

@@ -1,0 +1,467 @@
+//! Downloading `httpZip` sources into the input cache.
+//!
+//! * A URI with a `contentHash` is looked up in the cache first
+//!   (`<cache>/zips/<sha256>.zip`); a cached file is re-hashed before use,
+//!   and a download is stored there only after its hash matched.
+//! * The bearer token is sent only to the origin (scheme, host, port) of
+//!   the configured inputs base URL, on every hop of a redirect chain; a
+//!   redirect to another origin goes on without it, and `https` → `http`
+//!   is refused.
+//! * Each download has a deadline for the whole transfer and a size cap,
+//!   checked against `Content-Length` before the body and against the bytes
+//!   received while streaming.
+//! * A progress bar is drawn on stderr only when it is a terminal.
+//!
+//! `sandbox::launch` clones the process and refuses to run with more than
+//! one thread, so the HTTP client runs on a current-thread tokio runtime
+//! that spawns no threads: name resolution happens inline (no
+//! `spawn_blocking` pool), no steady-tick progress thread is used, and the
+//! runtime is dropped before this module returns.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+use url::Url;
+
+use super::error::{Code, InputError};
+use super::plan::display_url;
+use crate::env::Redactor;
+
+/// A value that must never be printed (`Debug` shows `[REDACTED]`).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Secret {
+        Secret(value.into())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("[REDACTED]")
+    }
+}
+
+/// Defaults: 60 s per download, 200 MiB.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+pub const DEFAULT_MAX_BYTES: u64 = 200 << 20;
+const MAX_REDIRECTS: usize = 10;
+
+/// How downloads are made.
+#[derive(Clone, Debug)]
+pub struct DownloadOptions {
+    /// Origin of `--inputs-base-url`; the token goes nowhere else.
+    pub token_origin: Option<url::Origin>,
+    pub token: Option<Secret>,
+    pub timeout: Duration,
+    /// 0 means no cap.
+    pub max_bytes: u64,
+    /// Draw a progress bar (only when stderr is a terminal).
+    pub progress: bool,
+}
+
+impl Default for DownloadOptions {
+    fn default() -> Self {
+        DownloadOptions {
+            token_origin: None,
+            token: None,
+            timeout: DEFAULT_TIMEOUT,
+            max_bytes: DEFAULT_MAX_BYTES,
+            progress: false,
+        }
+    }
+}
+
+/// A zip ready to extract.
+#[derive(Debug)]
+pub struct Zip {
+    pub file: File,
+    pub sha256: String,
+    pub bytes: u64,
+    /// Served from the cache (no network).
+    pub cached: bool,
+}
+
+/// The private cache directory: `zips/` holds verified archives by hash,
+/// `tmp/` downloads in progress.
+#[derive(Clone, Debug)]
+pub struct Cache {
+    root: PathBuf,
+}
+
+impl Cache {
+    /// `$XDG_CACHE_HOME/tuixiu-sandbox/inputs`, else `$HOME/.cache/...`,
+    /// else `$TMPDIR/tuixiu-sandbox-<uid>/inputs`.
+    pub fn default_dir() -> PathBuf {
+        let nonempty = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+        if let Some(xdg) = nonempty("XDG_CACHE_HOME") {
+            return xdg.join("tuixiu-sandbox/inputs");
+        }
+        if let Some(home) = nonempty("HOME") {
+            return home.join(".cache/tuixiu-sandbox/inputs");
+        }
+        // SAFETY: geteuid cannot fail.
+        let uid = unsafe { libc::geteuid() };
+        std::env::temp_dir().join(format!("tuixiu-sandbox-{uid}/inputs"))
+    }
+
+    /// Opens (creating it, mode 0700) a cache directory that must belong to
+    /// this user and not be writable by others.
+    pub fn open(root: &Path) -> Result<Cache, String> {
+        for dir in [root.to_path_buf(), root.join("zips"), root.join("tmp")] {
+            private_dir(&dir)?;
+        }
+        Ok(Cache { root: root.to_path_buf() })
+    }
+
+    #[allow(dead_code)] // for providers
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn zip_path(&self, sha256: &str) -> PathBuf {
+        // `sha256` was validated as 64 hex digits by the manifest parser.
+        self.root.join("zips").join(format!("{sha256}.zip"))
+    }
+
+    /// The cached archive with this hash, re-verified, if present.
+    pub fn lookup(&self, sha256: &str) -> Option<Zip> {
+        let path = self.zip_path(sha256);
+        let mut file =
+            std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(&path).ok()?;
+        match hash_file(&mut file) {
+            Ok((got, bytes)) if got == sha256 => Some(Zip { file, sha256: got, bytes, cached: true }),
+            Ok((got, _)) => {
+                tracing::warn!("cached {} has sha256 {got}; discarding it", path.display());
+                let _ = std::fs::remove_file(&path);
+                None
+            }
+            Err(e) => {
+                tracing::warn!("cached {}: {e}; downloading again", path.display());
+                None
+            }
+        }
+    }
+}
+
+fn private_dir(dir: &Path) -> Result<(), String> {
+    match std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) => {
+            return Err(format!("input cache {}: {}", dir.display(), sandbox::error::io_error_text(&e)));
+        }
+    }
+    let meta = std::fs::symlink_metadata(dir)
+        .map_err(|e| format!("input cache {}: {}", dir.display(), sandbox::error::io_error_text(&e)))?;
+    // SAFETY: geteuid cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o022 != 0 {
+        return Err(format!(
+            "input cache {} must be a directory owned by uid {uid} and writable only by it (choose another with --inputs-cache)",
+            dir.display()
+        ));
+    }
+    Ok(())
+}
+
+/// sha256 (hex) and length of a file, read from its start.
+pub fn hash_file(file: &mut File) -> std::io::Result<(String, u64)> {
+    file.seek(SeekFrom::Start(0))?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut total = 0u64;
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        total += n as u64;
+    }
+    Ok((hex::encode(hasher.finalize()), total))
+}
+
+/// One archive to fetch.
+pub struct Job<'a> {
+    pub item: &'a str,
+    pub url: &'a Url,
+    pub content_hash: Option<&'a str>,
+}
+
+/// Fetches every job, cache first, in order; the first failure stops.
+pub fn fetch_all(
+    jobs: &[Job<'_>],
+    cache: &Cache,
+    options: &DownloadOptions,
+    redactor: &Redactor,
+) -> Result<Vec<Zip>, InputError> {
+    let mut results: Vec<Option<Zip>> =
+        jobs.iter().map(|j| j.content_hash.and_then(|h| cache.lookup(h))).collect();
+    if results.iter().all(Option::is_some) {
+        return Ok(results.into_iter().flatten().collect());
+    }
+    let first_missing = jobs[results.iter().position(Option::is_none).unwrap_or(0)].item;
+    let runtime =
+        tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build().map_err(|e| {
+            InputError::new(Code::DownloadFailed, first_missing, format!("cannot start the HTTP client: {e}"))
+        })?;
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
+        .connect_timeout(options.timeout)
+        .user_agent(concat!("tuixiu-sandbox/", env!("CARGO_PKG_VERSION")))
+        .dns_resolver(InlineResolver)
+        .build()
+        .map_err(|e| {
+            InputError::new(Code::DownloadFailed, first_missing, format!("cannot start the HTTP client: {e}"))
+        })?;
+    let mut outcome = Ok(());
+    for (job, slot) in jobs.iter().zip(results.iter_mut()) {
+        if slot.is_some() {
+            continue;
+        }
+        let fetched = runtime.block_on(async {
+            match tokio::time::timeout(options.timeout, download(&client, job, cache, options, redactor))
+                .await
+            {
+                Ok(result) => result,
+                Err(_) => Err(InputError::new(
+                    Code::DownloadTimeout,
+                    job.item,
+                    format!(
+                        "download timed out after {}s: {}",
+                        options.timeout.as_secs_f64(),
+                        display_url(job.url)
+                    ),
+                )),
+            }
+        });
+        match fetched {
+            Ok(zip) => *slot = Some(zip),
+            Err(e) => {
+                outcome = Err(e);
+                break;
+            }
+        }
+    }
+    // Connections, then the runtime: nothing of the client outlives this call.
+    drop(client);
+    drop(runtime);
+    outcome.map(|()| results.into_iter().flatten().collect())
+}
+
+async fn download(
+    client: &reqwest::Client,
+    job: &Job<'_>,
+    cache: &Cache,
+    options: &DownloadOptions,
+    redactor: &Redactor,
+) -> Result<Zip, InputError> {
+    let fail =
+        |code: Code, message: String| InputError::new(code, job.item, redactor.redact(&message).into_owned());
+    let mut url = job.url.clone();
+    let mut hops = 0;
+    let mut response = loop {
+        let mut request = client.get(url.clone()).header(reqwest::header::ACCEPT, "application/zip, */*");
+        if let (Some(token), Some(origin)) = (&options.token, &options.token_origin)
+            && url.origin() == *origin
+        {
+            let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {}", token.expose()))
+                .map_err(|_| {
+                    fail(Code::DownloadFailed, "the inputs token is not a valid header value".into())
+                })?;
+            value.set_sensitive(true);
+            request = request.header(reqwest::header::AUTHORIZATION, value);
+        }
+        let response = request.send().await.map_err(|e| {
+            fail(Code::DownloadFailed, format!("download failed: {}: {}", display_url(&url), error_text(e)))
+        })?;
+        if !response.status().is_redirection() {
+            break response;
+        }
+        hops += 1;
+        if hops > MAX_REDIRECTS {
+            return Err(fail(
+                Code::DownloadFailed,
+                format!("download failed: more than {MAX_REDIRECTS} redirects"),
+            ));
+        }
+        let location =
+            response.headers().get(reqwest::header::LOCATION).and_then(|v| v.to_str().ok()).ok_or_else(
+                || {
+                    fail(
+                        Code::DownloadFailed,
+                        format!("download failed: {} without a Location", response.status()),
+                    )
+                },
+            )?;
+        let next = url.join(location).map_err(|e| {
+            fail(Code::DownloadFailed, format!("download failed: bad redirect Location: {e}"))
+        })?;
+        if next.scheme() != "http" && next.scheme() != "https" {
+            return Err(fail(
+                Code::DownloadFailed,
+                format!("download failed: redirect to a {}: URL", next.scheme()),
+            ));
+        }
+        if url.scheme() == "https" && next.scheme() == "http" {
+            return Err(fail(
+                Code::DownloadFailed,
+                "download failed: redirect from https to http refused".into(),
+            ));
+        }
+        url = next;
+    };
+
+    let status = response.status();
+    if !status.is_success() {
+        let mut body = String::new();
+        // A short excerpt helps; the error page itself is not worth a wait.
+        if let Ok(Ok(Some(chunk))) = tokio::time::timeout(Duration::from_secs(2), response.chunk()).await {
+            body = String::from_utf8_lossy(&chunk[..chunk.len().min(200)])
+                .chars()
+                .map(|c| if c.is_control() { ' ' } else { c })
+                .collect::<String>()
+                .trim()
+                .to_string();
+        }
+        let reason = status.canonical_reason().unwrap_or("");
+        let mut message = format!("download failed: {} {reason} from {}", status.as_u16(), display_url(&url));
+        if !body.is_empty() {
+            message.push_str(&format!(": {body}"));
+        }
+        return Err(fail(Code::DownloadFailed, message));
+    }
+    let max = options.max_bytes;
+    let declared = response.content_length();
+    if let Some(length) = declared
+        && max > 0
+        && length > max
+    {
+        return Err(fail(
+            Code::DownloadTooLarge,
+            format!("download too large: contentLength={length} maxBytes={max}"),
+        ));
+    }
+
+    let tmp = tempfile::Builder::new()
+        .prefix("download-")
+        .tempfile_in(cache.root.join("tmp"))
+        .map_err(|e| fail(Code::Cache, format!("input cache: {e}")))?;
+    let (mut file, tmp_path) = tmp.into_parts();
+    let progress = progress_bar(options.progress, declared, job.item);
+    let mut hasher = Sha256::new();
+    let mut received: u64 = 0;
+    loop {
+        let chunk = match response.chunk().await {
+            Ok(Some(chunk)) => chunk,
+            Ok(None) => break,
+            Err(e) => {
+                return Err(fail(
+                    Code::DownloadFailed,
+                    format!("download failed: {}: {}", display_url(&url), error_text(e)),
+                ));
+            }
+        };
+        received += chunk.len() as u64;
+        if max > 0 && received > max {
+            return Err(fail(Code::DownloadTooLarge, format!("download too large: maxBytes={max}")));
+        }
+        hasher.update(&chunk);
+        file.write_all(&chunk).map_err(|e| fail(Code::Cache, format!("input cache: write: {e}")))?;
+        progress.inc(chunk.len() as u64);
+    }
+    progress.finish_and_clear();
+    if received == 0 {
+        return Err(fail(Code::DownloadFailed, "download failed: empty body".into()));
+    }
+    let sha256 = hex::encode(hasher.finalize());
+    match job.content_hash {
+        Some(expected) if expected != sha256 => Err(fail(
+            Code::ContentHashMismatch,
+            format!(
+                "contentHash mismatch: expected sha256 {expected}, got {sha256} from {}",
+                display_url(&url)
+            ),
+        )),
+        Some(_) => {
+            let dest = cache.zip_path(&sha256);
+            tmp_path
+                .persist(&dest)
+                .map_err(|e| fail(Code::Cache, format!("input cache: {}: {}", dest.display(), e.error)))?;
+            file.seek(SeekFrom::Start(0)).map_err(|e| fail(Code::Cache, format!("input cache: {e}")))?;
+            Ok(Zip { file, sha256, bytes: received, cached: false })
+        }
+        None => {
+            // Nothing to key a cache entry by: the archive lives as an open,
+            // already unlinked file until it is extracted.
+            drop(tmp_path);
+            Ok(Zip { file, sha256, bytes: received, cached: false })
+        }
+    }
+}
+
+fn progress_bar(enabled: bool, length: Option<u64>, item: &str) -> indicatif::ProgressBar {
+    use std::io::IsTerminal;
+    if !enabled || !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    // No steady tick: it would start a thread.
+    let bar = indicatif::ProgressBar::with_draw_target(length, indicatif::ProgressDrawTarget::stderr());
+    let template = if length.is_some() {
+        "{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec}"
+    } else {
+        "{msg} {bytes} {bytes_per_sec}"
+    };
+    if let Ok(style) = indicatif::ProgressStyle::with_template(template) {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.set_message(format!("downloading {item}"));
+    bar
+}
+
+/// The error and its causes on one line, without the URL (shown apart).
+fn error_text(e: reqwest::Error) -> String {
+    let timeout = e.is_timeout();
+    let e = e.without_url();
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(&e);
+    while let Some(s) = source {
+        let part = s.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        source = s.source();
+    }
+    if timeout {
+        text.push_str(" (timed out)");
+    }
+    text
+}
+
+/// Resolves names on the calling thread, so the runtime never starts its
+/// blocking pool (whose threads would make the process unfit for
+/// `sandbox::launch`).
+struct InlineResolver;
+
+impl reqwest::dns::Resolve for InlineResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let host = name.as_str().to_string();
+        let result = (host.as_str(), 0)
+            .to_socket_addrs()
+            .map(|addrs| Box::new(addrs.collect::<Vec<SocketAddr>>().into_iter()) as reqwest::dns::Addrs)
+            .map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>);
+        Box::pin(std::future::ready(result))
+    }
+}

@@ -1,0 +1,303 @@
+//! Writing under a logical root through descriptors only.
+//!
+//! Every path an item names is resolved with `openat2(RESOLVE_IN_ROOT)`
+//! relative to the descriptor of its logical root (`/workspace`, the home,
+//! `/scratch`, or a host directory backing one), so `..` and symlinks,
+//! absolute ones included, stay inside that root. New content is built in
+//! a staging entry next to the target and renamed into place only when it
+//! is complete (`renameat2` within one filesystem), so a failure leaves the
+//! previous target as it was.
+
+use std::ffi::{CStr, CString};
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use nix::errno::Errno;
+use nix::fcntl::{AtFlags, OFlag, OpenHow, RenameFlags, ResolveFlag, openat, openat2, renameat2};
+use nix::sys::stat::{Mode, SFlag, fstatat, mkdirat};
+use nix::unistd::{UnlinkatFlags, unlinkat};
+
+/// An OS failure with the call and path it concerns, rendered like
+/// `openat2("a/b") => ENOENT (No such file or directory)`.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{call}(\"{path}\") => {errno:?} ({})", errno.desc())]
+pub struct FsError {
+    pub call: &'static str,
+    pub path: String,
+    pub errno: Errno,
+}
+
+pub type FsResult<T> = Result<T, FsError>;
+
+pub(crate) fn fs_err(call: &'static str, path: impl AsRef<[u8]>, errno: Errno) -> FsError {
+    FsError { call, path: String::from_utf8_lossy(path.as_ref()).into_owned(), errno }
+}
+
+fn cstr(path: &str) -> FsResult<CString> {
+    CString::new(path).map_err(|_| fs_err("path", path, Errno::EINVAL))
+}
+
+const IN_ROOT: ResolveFlag = ResolveFlag::RESOLVE_IN_ROOT.union(ResolveFlag::RESOLVE_NO_MAGICLINKS);
+
+/// Opens `rel` under `root` as if `root` were `/`. `""` is the root itself.
+pub fn open_in_root(root: BorrowedFd<'_>, rel: &str, flags: OFlag) -> FsResult<OwnedFd> {
+    let path = cstr(if rel.is_empty() { "." } else { rel })?;
+    let how = OpenHow::new().flags(flags | OFlag::O_CLOEXEC).resolve(IN_ROOT);
+    openat2(root, path.as_c_str(), how).map_err(|e| fs_err("openat2", rel, e))
+}
+
+/// An `O_PATH` descriptor for directory `rel` under `root`, creating missing
+/// directories (mode 0755) one component at a time, each resolved in-root.
+pub fn mkdir_p(root: BorrowedFd<'_>, rel: &str) -> FsResult<OwnedFd> {
+    let dir_flags = OFlag::O_PATH | OFlag::O_DIRECTORY;
+    match open_in_root(root, rel, dir_flags) {
+        Ok(fd) => return Ok(fd),
+        Err(e) if e.errno == Errno::ENOENT => {}
+        Err(e) => return Err(e),
+    }
+    let mut current = open_in_root(root, "", dir_flags)?;
+    let mut end = 0;
+    for component in rel.split('/') {
+        end += component.len();
+        let prefix = &rel[..end];
+        end += 1;
+        current = match open_in_root(root, prefix, dir_flags) {
+            Ok(fd) => fd,
+            Err(e) if e.errno == Errno::ENOENT => {
+                match mkdirat(&current, component, Mode::from_bits_truncate(0o755)) {
+                    Ok(()) | Err(Errno::EEXIST) => {}
+                    Err(e) => return Err(fs_err("mkdirat", prefix, e)),
+                }
+                open_in_root(root, prefix, dir_flags)?
+            }
+            Err(e) => return Err(e),
+        };
+    }
+    Ok(current)
+}
+
+/// The directory holding `rel` (created if missing) and the last component.
+/// `rel` must not be empty.
+pub fn parent_of(root: BorrowedFd<'_>, rel: &str) -> FsResult<(OwnedFd, CString)> {
+    let (parent, name) = match rel.rsplit_once('/') {
+        Some((parent, name)) => (parent, name),
+        None => ("", rel),
+    };
+    if name.is_empty() {
+        return Err(fs_err("path", rel, Errno::EINVAL));
+    }
+    Ok((mkdir_p(root, parent)?, cstr(name)?))
+}
+
+/// A fresh name for a staging entry; never a name a manifest could mean.
+pub fn staging_name(what: &str) -> CString {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    CString::new(format!(".tuixiu-{what}-{}-{nanos:x}-{n}", std::process::id())).expect("no NUL")
+}
+
+/// What is at `name` in `dir`, without following a symlink.
+pub fn kind_at(dir: BorrowedFd<'_>, name: &CStr) -> FsResult<Option<SFlag>> {
+    match fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+        Ok(st) => Ok(Some(SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()))),
+        Err(Errno::ENOENT) => Ok(None),
+        Err(e) => Err(fs_err("fstatat", name.to_bytes(), e)),
+    }
+}
+
+/// Creates a staging directory in `parent`; returns its name and a
+/// readable descriptor.
+pub fn make_staging_dir(parent: BorrowedFd<'_>) -> FsResult<(CString, OwnedFd)> {
+    loop {
+        let name = staging_name("stage");
+        match mkdirat(parent, name.as_c_str(), Mode::from_bits_truncate(0o755)) {
+            Ok(()) => {}
+            Err(Errno::EEXIST) => continue,
+            Err(e) => return Err(fs_err("mkdirat", name.to_bytes(), e)),
+        }
+        let fd = openat(parent, name.as_c_str(), dir_read_flags(), Mode::empty())
+            .map_err(|e| fs_err("openat", name.to_bytes(), e))?;
+        return Ok((name, fd));
+    }
+}
+
+pub fn dir_read_flags() -> OFlag {
+    OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC
+}
+
+/// Writes `bytes` to a new file `name` in `dir` (which must not exist).
+pub fn create_file(dir: BorrowedFd<'_>, name: &CStr, mode: u32) -> FsResult<File> {
+    let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let fd = openat(dir, name, flags, Mode::from_bits_truncate(mode))
+        .map_err(|e| fs_err("openat", name.to_bytes(), e))?;
+    Ok(File::from(fd))
+}
+
+/// Atomically replaces (or creates) file `rel` under `root` with what
+/// `fill` writes: a staging file is filled, then renamed over the target.
+pub fn replace_file(
+    root: BorrowedFd<'_>,
+    rel: &str,
+    mode: u32,
+    fill: impl FnOnce(&mut File) -> std::io::Result<u64>,
+) -> FsResult<u64> {
+    let (parent, name) = parent_of(root, rel)?;
+    let staging = staging_name("write");
+    let mut file = create_file(parent.as_fd(), &staging, mode)?;
+    let written = fill(&mut file).and_then(|n| file.flush().map(|()| n));
+    drop(file);
+    let outcome = written
+        .map_err(|e| fs_err("write", rel, Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO))))
+        .and_then(|n| {
+            renameat2(&parent, staging.as_c_str(), &parent, name.as_c_str(), RenameFlags::empty())
+                .map(|()| n)
+                .map_err(|e| fs_err("renameat2", rel, e))
+        });
+    if outcome.is_err() {
+        let _ = unlinkat(&parent, staging.as_c_str(), UnlinkatFlags::NoRemoveDir);
+    }
+    outcome
+}
+
+/// Lands a directory tree at `rel` under `root`, replacing what was there.
+///
+/// `fill` populates a staging directory created next to the target; then
+/// `check` may veto the result. Only then is the tree renamed into place
+/// (exchanged with an existing target, whose old content is removed after).
+/// For the root itself (`rel == ""`) the staging directory is made inside
+/// the root and its top-level entries are moved in one by one, each
+/// replacing an entry of the same name.
+pub fn replace_tree<T, E: From<FsError>>(
+    root: BorrowedFd<'_>,
+    rel: &str,
+    fill: impl FnOnce(BorrowedFd<'_>) -> Result<T, E>,
+    check: impl FnOnce(BorrowedFd<'_>) -> Result<(), E>,
+) -> Result<T, E> {
+    let (parent, name) = if rel.is_empty() {
+        (mkdir_p(root, "")?, None)
+    } else {
+        let (parent, name) = parent_of(root, rel)?;
+        (parent, Some(name))
+    };
+    let (staging, stage_fd) = make_staging_dir(parent.as_fd())?;
+    let built = fill(stage_fd.as_fd()).and_then(|t| check(stage_fd.as_fd()).map(|()| t));
+    let result = match built {
+        Ok(t) => match &name {
+            Some(name) => {
+                swap_into_place(parent.as_fd(), &staging, name, rel).map(|()| t).map_err(Into::into)
+            }
+            None => {
+                merge_into_root(parent.as_fd(), &staging, stage_fd.as_fd()).map(|()| t).map_err(Into::into)
+            }
+        },
+        Err(e) => Err(e),
+    };
+    drop(stage_fd);
+    if result.is_err() {
+        if let Err(e) = remove_tree(parent.as_fd(), &staging) {
+            tracing::warn!("could not remove the staging directory {}: {e}", staging.to_string_lossy());
+        }
+    }
+    result
+}
+
+fn swap_into_place(parent: BorrowedFd<'_>, staging: &CStr, name: &CStr, rel: &str) -> FsResult<()> {
+    match renameat2(parent, staging, parent, name, RenameFlags::RENAME_NOREPLACE) {
+        Ok(()) => return Ok(()),
+        Err(Errno::EEXIST) => {}
+        Err(e) => return Err(fs_err("renameat2", rel, e)),
+    }
+    renameat2(parent, staging, parent, name, RenameFlags::RENAME_EXCHANGE)
+        .map_err(|e| fs_err("renameat2(RENAME_EXCHANGE)", rel, e))?;
+    // `staging` now names the previous target. The new tree is in place,
+    // so a leftover is worth a warning, not a failed item.
+    if let Err(e) = remove_tree(parent, staging) {
+        tracing::warn!(
+            "{rel}: the replaced content could not be removed ({e}); it is left at {}",
+            staging.to_string_lossy()
+        );
+    }
+    Ok(())
+}
+
+fn merge_into_root(root: BorrowedFd<'_>, staging: &CStr, stage: BorrowedFd<'_>) -> FsResult<()> {
+    // Names relative to the two directory descriptors only: no path is
+    // walked again, so nothing swapped in meanwhile can redirect a rename.
+    for name in &list_dir(stage)? {
+        match renameat2(stage, name.as_c_str(), root, name.as_c_str(), RenameFlags::RENAME_NOREPLACE) {
+            Ok(()) => continue,
+            Err(Errno::EEXIST) => {}
+            Err(e) => return Err(fs_err("renameat2", name.to_bytes(), e)),
+        }
+        renameat2(stage, name.as_c_str(), root, name.as_c_str(), RenameFlags::RENAME_EXCHANGE)
+            .map_err(|e| fs_err("renameat2(RENAME_EXCHANGE)", name.to_bytes(), e))?;
+        if let Err(e) = remove_tree(stage, name) {
+            tracing::warn!("{}: the replaced content could not be removed: {e}", name.to_string_lossy());
+        }
+    }
+    unlinkat(root, staging, UnlinkatFlags::RemoveDir).map_err(|e| fs_err("unlinkat", staging.to_bytes(), e))
+}
+
+/// The names in a directory (without `.` and `..`).
+pub fn list_dir(dir: BorrowedFd<'_>) -> FsResult<Vec<CString>> {
+    let fd = openat(dir, c".", dir_read_flags(), Mode::empty()).map_err(|e| fs_err("openat", ".", e))?;
+    let mut d = nix::dir::Dir::from_fd(fd).map_err(|e| fs_err("fdopendir", ".", e))?;
+    let mut names = Vec::new();
+    for entry in d.iter() {
+        let entry = entry.map_err(|e| fs_err("getdents", ".", e))?;
+        let name = entry.file_name();
+        if name != c"." && name != c".." {
+            names.push(name.to_owned());
+        }
+    }
+    Ok(names)
+}
+
+/// Removes `name` in `parent` and everything below it, never following a
+/// symlink and never leaving the filesystem (a mount point inside fails
+/// with EBUSY and stays).
+pub fn remove_tree(parent: BorrowedFd<'_>, name: &CStr) -> FsResult<()> {
+    match unlinkat(parent, name, UnlinkatFlags::NoRemoveDir) {
+        Ok(()) | Err(Errno::ENOENT) => return Ok(()),
+        Err(Errno::EISDIR) => {}
+        Err(e) => return Err(fs_err("unlinkat", name.to_bytes(), e)),
+    }
+    // An explicit stack: archive trees can be deeper than the thread stack likes.
+    let top = openat(parent, name, dir_read_flags(), Mode::empty())
+        .map_err(|e| fs_err("openat", name.to_bytes(), e))?;
+    let names = list_dir(top.as_fd())?;
+    let mut stack: Vec<(OwnedFd, Vec<CString>)> = vec![(top, names)];
+    while let Some(frame) = stack.last_mut() {
+        let Some(child) = frame.1.pop() else {
+            // Empty now; the parent frame removes it when it comes back to it.
+            stack.pop();
+            continue;
+        };
+        let dir = frame.0.as_fd();
+        match unlinkat(dir, child.as_c_str(), UnlinkatFlags::NoRemoveDir) {
+            Ok(()) | Err(Errno::ENOENT) => {}
+            Err(Errno::EISDIR) => match unlinkat(dir, child.as_c_str(), UnlinkatFlags::RemoveDir) {
+                Ok(()) | Err(Errno::ENOENT) => {}
+                Err(Errno::ENOTEMPTY | Errno::EEXIST) => {
+                    let sub = openat(dir, child.as_c_str(), dir_read_flags(), Mode::empty())
+                        .map_err(|e| fs_err("openat", child.to_bytes(), e))?;
+                    let sub_names = list_dir(sub.as_fd())?;
+                    frame.1.push(child);
+                    stack.push((sub, sub_names));
+                }
+                Err(e) => return Err(fs_err("unlinkat", child.to_bytes(), e)),
+            },
+            Err(e) => return Err(fs_err("unlinkat", child.to_bytes(), e)),
+        }
+    }
+    unlinkat(parent, name, UnlinkatFlags::RemoveDir).map_err(|e| fs_err("unlinkat", name.to_bytes(), e))
+}
+
+/// `true` when the directory holds no entries.
+pub fn is_empty_dir(dir: BorrowedFd<'_>) -> FsResult<bool> {
+    Ok(list_dir(dir)?.is_empty())
+}

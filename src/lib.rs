@@ -1,0 +1,4 @@
+//! The `tuixiu-sandbox` library: what the CLI (`src/main.rs`) and the
+//! daemon share, usable from integration tests with the real binary.
+
+pub mod provider;

@@ -1,0 +1,92 @@
+//! The host directories behind an instance container's volumes, and
+//! writing into them as the container's user.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use crate::provider::{InstanceConfig, ProviderError};
+
+/// Guest path of the SCRATCH root of a manifest.
+pub const SCRATCH: &str = "/scratch";
+
+/// The host directories behind an instance's volumes (see
+/// [`super::DockerProvider::prepare_volumes`]), with handles opened as the caller.
+#[derive(Debug)]
+pub struct Volumes {
+    pub workspace: PathBuf,
+    pub home: PathBuf,
+    pub scratch: Option<PathBuf>,
+    /// `O_PATH` handles of workspace, home and scratch.
+    handles: Vec<OwnedFd>,
+}
+
+impl Volumes {
+    pub(super) fn open(
+        workspace: PathBuf,
+        home: PathBuf,
+        scratch: Option<PathBuf>,
+    ) -> Result<Volumes, ProviderError> {
+        let mut handles = Vec::new();
+        for dir in std::iter::once(&workspace).chain([&home]).chain(scratch.as_ref()) {
+            let fd = nix::fcntl::open(
+                dir,
+                nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_CLOEXEC,
+                nix::sys::stat::Mode::empty(),
+            )
+            .map_err(|e| ProviderError::io(format!("open {}", dir.display()), &std::io::Error::from(e)))?;
+            handles.push(fd);
+        }
+        Ok(Volumes { workspace, home, scratch, handles })
+    }
+
+    /// Paths of the three directories that a writer running under
+    /// [`as_container_user`] can use: `/proc/self/fd/N` of handles opened
+    /// by the caller, so the user needs no search permission on their
+    /// parents (the state directory is private to the caller). Valid in
+    /// this process only, while `self` lives.
+    pub fn writable(&self) -> (PathBuf, PathBuf, Option<PathBuf>) {
+        let path = |i: usize| PathBuf::from(format!("/proc/self/fd/{}", self.handles[i].as_raw_fd()));
+        (path(0), path(1), self.scratch.as_ref().map(|_| path(2)))
+    }
+}
+
+/// Runs `f` with this thread's filesystem ids set to the container user's
+/// (when we are root), so files it creates in the volumes belong to the
+/// user inside the container, who can then change them. There is no user
+/// namespace between the host and the container: the container's uid is
+/// the host's.
+pub fn as_container_user<T>(config: &InstanceConfig, f: impl FnOnce() -> T) -> T {
+    // SAFETY: geteuid/getegid cannot fail.
+    let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    if euid != 0 {
+        return f();
+    }
+    // SAFETY: setfsuid/setfsgid change only this thread's filesystem ids
+    // and cannot fail for root; they are restored below, also on unwind.
+    unsafe {
+        libc::setfsgid(config.user.gid);
+        libc::setfsuid(config.user.uid);
+    }
+    struct Restore(u32, u32);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            // SAFETY: as above.
+            unsafe {
+                libc::setfsuid(self.0);
+                libc::setfsgid(self.1);
+            }
+        }
+    }
+    let _restore = Restore(euid, egid);
+    f()
+}
+
+/// Gives a home made by us to the container's user, as far as we may.
+pub(super) fn give_to_user(home: &Path, user: &sandbox::UserView) -> Result<(), ProviderError> {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        std::os::unix::fs::chown(home, Some(user.uid), Some(user.gid))
+            .map_err(|e| ProviderError::io(format!("chown {}", home.display()), &e))?;
+    }
+    Ok(())
+}

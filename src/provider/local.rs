@@ -1,0 +1,227 @@
+//! The instance life cycle shared by the providers whose instances are
+//! records in the state directory (native and host): create or reuse by
+//! name, inspect, stop (end every recorded process), remove, list.
+//!
+//! These are short file operations; they run directly on the caller's
+//! task. Only waiting for processes to end after a signal sleeps (async).
+
+use std::path::Path;
+use std::time::Duration;
+
+use super::records::{LiveProc, ProcKind, Record, Records, make_private_dir};
+use super::{InstanceConfig, InstanceInfo, InstanceStatus, ProviderError, ProviderKind, names};
+
+/// How long processes get between SIGTERM and SIGKILL on `stop`.
+pub const STOP_GRACE: Duration = Duration::from_secs(3);
+
+#[derive(Clone, Debug)]
+pub(crate) struct LocalInstances {
+    pub kind: ProviderKind,
+    pub records: Records,
+    pub prefix: String,
+}
+
+impl LocalInstances {
+    pub fn new(kind: ProviderKind, state_dir: &Path, prefix: &str) -> Result<Self, ProviderError> {
+        names::validate_prefix(prefix)?;
+        Ok(LocalInstances { kind, records: Records::new(state_dir, kind), prefix: prefix.to_string() })
+    }
+
+    pub fn check_name(&self, name: &str) -> Result<(), ProviderError> {
+        Ok(names::validate_instance_name(name, &self.prefix)?)
+    }
+
+    /// Checks what every provider requires of a config.
+    pub fn check_config(&self, config: &InstanceConfig) -> Result<(), ProviderError> {
+        self.check_name(&config.name)?;
+        names::validate_run_id(&config.run_id)?;
+        config.user.validate().map_err(|e| ProviderError::Invalid(format!("user view: {e}")))?;
+        super::check_env(&config.env)?;
+        super::check_mounts(&config.mounts)?;
+        Ok(())
+    }
+
+    /// Creates the record, or reuses it: a stopped instance becomes running.
+    /// `check` vets a new record (its home already created) before it is
+    /// saved; if it fails, nothing is left behind.
+    pub fn ensure(
+        &self,
+        config: &InstanceConfig,
+        check: impl Fn(&Record) -> Result<(), ProviderError>,
+    ) -> Result<(InstanceInfo, Record), ProviderError> {
+        let workspace = super::canonical_dir("workspace", &config.workspace)?;
+        let home = match &config.home {
+            Some(dir) => Some(super::canonical_dir("home", dir)?),
+            None => None,
+        };
+        let _lock = self.records.lock()?;
+        if let Some(mut record) = self.records.load(&config.name)? {
+            self.check_reuse(&record, config, &workspace)?;
+            if record.stopped {
+                record.stopped = false;
+                self.records.save(&record)?;
+            }
+            return Ok((record.info(self.kind), record));
+        }
+        let record = self.records.new_record(config, workspace, home);
+        let created = (|| {
+            if record.owns_home {
+                make_private_dir(&record.home)?;
+                super::records::restrict_dir(&record.home)?;
+                if let Some(ids) = config.host_ids {
+                    std::os::unix::fs::chown(&record.home, Some(ids.uid), Some(ids.gid))
+                        .map_err(|e| ProviderError::io(format!("chown {}", record.home.display()), &e))?;
+                }
+            }
+            check(&record)?;
+            self.records.save(&record)
+        })();
+        if let Err(e) = created {
+            let _ = self.records.delete(&config.name);
+            return Err(e);
+        }
+        tracing::info!(
+            "{}: created instance {} (workspace {})",
+            self.kind.cli_name(),
+            config.name,
+            record.workspace.display()
+        );
+        Ok((record.info(self.kind), record))
+    }
+
+    fn check_reuse(
+        &self,
+        record: &Record,
+        config: &InstanceConfig,
+        workspace: &Path,
+    ) -> Result<(), ProviderError> {
+        if record.config.run_id != config.run_id {
+            return Err(ProviderError::Conflict(format!(
+                "instance {} belongs to run {:?}, not {:?}",
+                config.name, record.config.run_id, config.run_id
+            )));
+        }
+        if record.workspace != workspace {
+            return Err(ProviderError::Conflict(format!(
+                "instance {} exists with workspace {}, not {}: remove it first (tuixiu-sandbox rm {})",
+                config.name,
+                record.workspace.display(),
+                workspace.display(),
+                config.name
+            )));
+        }
+        Ok(())
+    }
+
+    pub fn inspect(&self, name: &str) -> Result<InstanceInfo, ProviderError> {
+        self.check_name(name)?;
+        Ok(match self.records.load(name)? {
+            Some(record) => record.info(self.kind),
+            None => InstanceInfo::missing(self.kind, name),
+        })
+    }
+
+    /// The record of a running instance, for starting a process in it.
+    pub fn running(&self, name: &str) -> Result<Record, ProviderError> {
+        self.check_name(name)?;
+        let record = self.records.load(name)?.ok_or_else(|| ProviderError::Missing(name.to_string()))?;
+        let info = record.info(self.kind);
+        match info.status {
+            InstanceStatus::Running => Ok(record),
+            InstanceStatus::Error => Err(ProviderError::Invalid(format!(
+                "instance {name}: {}",
+                info.last_error.unwrap_or_default()
+            ))),
+            status => Err(ProviderError::NotRunning { name: name.to_string(), status: status.as_str() }),
+        }
+    }
+
+    /// Refuses a second live agent in one instance.
+    pub fn check_no_agent(&self, name: &str) -> Result<(), ProviderError> {
+        if let Some(agent) = self.records.live_procs(name).iter().find(|p| p.kind == ProcKind::Agent) {
+            return Err(ProviderError::Conflict(format!(
+                "instance {name} already has a running agent (pid {})",
+                agent.pid
+            )));
+        }
+        Ok(())
+    }
+
+    /// Marks the instance stopped (no new process can start) and ends its
+    /// processes: SIGTERM, then SIGKILL after [`STOP_GRACE`].
+    pub async fn stop(&self, name: &str) -> Result<InstanceInfo, ProviderError> {
+        self.check_name(name)?;
+        {
+            let _lock = self.records.lock()?;
+            let Some(mut record) = self.records.load(name)? else {
+                return Ok(InstanceInfo::missing(self.kind, name));
+            };
+            if !record.stopped {
+                record.stopped = true;
+                self.records.save(&record)?;
+            }
+        }
+        end_processes(self.records.live_procs(name)).await;
+        self.inspect(name)
+    }
+
+    /// Stops the instance and deletes its record and default home.
+    pub async fn remove(&self, name: &str) -> Result<InstanceInfo, ProviderError> {
+        self.stop(name).await?;
+        let _lock = self.records.lock()?;
+        self.records.delete(name)?;
+        Ok(InstanceInfo::missing(self.kind, name))
+    }
+
+    pub fn list(&self) -> Result<Vec<InstanceInfo>, ProviderError> {
+        let mut out = Vec::new();
+        for name in self.records.names()? {
+            if self.check_name(&name).is_err() {
+                continue;
+            }
+            out.push(match self.records.load(&name) {
+                Ok(Some(record)) => record.info(self.kind),
+                Ok(None) => continue,
+                Err(e) => {
+                    let mut info = InstanceInfo::missing(self.kind, &name);
+                    info.status = InstanceStatus::Error;
+                    info.last_error = Some(e.to_string());
+                    info
+                }
+            });
+        }
+        Ok(out)
+    }
+
+    /// Records a process so `stop` can find it; returns the hook that
+    /// forgets it once reaped.
+    pub fn track(
+        &self,
+        name: &str,
+        pid: u32,
+        kind: ProcKind,
+    ) -> Result<Box<dyn FnOnce() + Send + Sync>, ProviderError> {
+        self.records.add_proc(name, pid, kind)?;
+        let records = self.records.clone();
+        let name = name.to_string();
+        Ok(Box::new(move || records.remove_proc(&name, pid)))
+    }
+}
+
+/// SIGTERM to every process, SIGKILL to those still alive after the grace.
+async fn end_processes(procs: Vec<LiveProc>) {
+    if procs.is_empty() {
+        return;
+    }
+    for p in &procs {
+        p.signal(libc::SIGTERM);
+    }
+    let deadline = tokio::time::Instant::now() + STOP_GRACE;
+    while procs.iter().any(LiveProc::alive) && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for p in procs.iter().filter(|p| p.alive()) {
+        tracing::warn!("process {} did not end within {:?} of SIGTERM: sending SIGKILL", p.pid, STOP_GRACE);
+        p.signal(libc::SIGKILL);
+    }
+}

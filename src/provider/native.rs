@@ -1,0 +1,223 @@
+//! The native provider: the namespace sandbox of the `sandbox` crate.
+//!
+//! An instance is the run's host directories (workspace and home) plus the
+//! sandbox template (user view, network, hostname, extra mounts, base
+//! environment), recorded in `<state>/native/<name>/`. Nothing runs while
+//! no process does: every process is a fresh sandbox built from the
+//! template, so files in the workspace and the home persist between
+//! processes, and a process started later sees what an earlier one wrote.
+//!
+//! Processes are launched by `tuixiu-sandbox __exec --spec-fd N` (the
+//! single-threaded launcher; a threaded caller must never clone into
+//! namespaces itself) with the spec on an in-memory file.
+//!
+//! Joining the namespaces of a sandbox that is already running (a terminal
+//! next to the agent, sharing its `/tmp` and processes) is not done here:
+//! [`NativeProvider::exec`] starts a sibling sandbox over the same
+//! directories. The seam for it is [`NativeProvider::spec_for`], which
+//! yields the exact spec a joining launcher would need.
+
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+use sandbox::{Home, MountOp, SandboxBuilder, SandboxSpec};
+
+use super::local::LocalInstances;
+use super::process::{Killer, Process, memfd_with, pass_fd};
+use super::records::{ProcKind, Record};
+use super::{InstanceConfig, InstanceInfo, Mount, ProcessSpec, Provider, ProviderError, ProviderKind, Stdio};
+
+pub struct NativeProvider {
+    local: LocalInstances,
+    launcher: PathBuf,
+}
+
+impl NativeProvider {
+    /// A provider keeping its records under `state_dir/native`, launching
+    /// sandboxes with `launcher` (the `tuixiu-sandbox` binary), accepting
+    /// instance names with `prefix`.
+    pub fn new(state_dir: &Path, launcher: impl Into<PathBuf>, prefix: &str) -> Result<Self, ProviderError> {
+        Ok(NativeProvider {
+            local: LocalInstances::new(ProviderKind::Native, state_dir, prefix)?,
+            launcher: launcher.into(),
+        })
+    }
+
+    /// As [`NativeProvider::new`], launching with this very executable.
+    pub fn with_current_exe(state_dir: &Path, prefix: &str) -> Result<Self, ProviderError> {
+        let exe = std::env::current_exe().map_err(|e| ProviderError::io("find this executable", &e))?;
+        Self::new(state_dir, exe, prefix)
+    }
+
+    /// Checks an instance name (characters, length, prefix).
+    pub fn check_name(&self, name: &str) -> Result<(), ProviderError> {
+        self.local.check_name(name)
+    }
+
+    fn check_config(&self, config: &InstanceConfig) -> Result<(), ProviderError> {
+        self.local.check_config(config)?;
+        if config.image.is_some() {
+            return Err(ProviderError::Invalid(
+                "the native provider shows the host's system directories read-only and has no images; \
+                 --image is for --provider docker"
+                    .into(),
+            ));
+        }
+        if !config.limits.is_empty() {
+            return Err(ProviderError::Invalid(
+                "the native provider does not apply --cpus, --memory or --pids to named instances yet; \
+                 run without --instance-name, or use --provider docker"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// [`Provider::ensure`] without a runtime (for the synchronous CLI).
+    pub fn ensure_blocking(&self, config: &InstanceConfig) -> Result<InstanceInfo, ProviderError> {
+        self.check_config(config)?;
+        // Building a throw-away spec checks the template now (mount
+        // sources and destinations, user view) rather than at the first process.
+        let (info, _) =
+            self.local.ensure(config, |record| build_spec(record, &ProcessSpec::new(["true"])).map(drop))?;
+        Ok(info)
+    }
+
+    /// The sandbox spec of a process in the (running) instance `name`.
+    /// `tuixiu-sandbox run --provider native --instance-name N` launches it
+    /// in-process; the daemon hands it to `__exec`.
+    pub fn spec_for(&self, name: &str, process: &ProcessSpec) -> Result<SandboxSpec, ProviderError> {
+        let record = self.local.running(name)?;
+        build_spec(&record, process)
+    }
+
+    /// Records an in-process launch (the CLI's own pid) so `stop` and `rm`
+    /// reach it; the returned hook forgets it.
+    pub fn track_self(&self, name: &str) -> Result<Box<dyn FnOnce() + Send + Sync>, ProviderError> {
+        self.local.track(name, std::process::id(), ProcKind::Exec)
+    }
+
+    fn spawn(&self, name: &str, process: &ProcessSpec, kind: ProcKind) -> Result<Process, ProviderError> {
+        let _lock = self.local.records.lock()?;
+        let record = self.local.running(name)?;
+        if kind == ProcKind::Agent {
+            self.local.check_no_agent(name)?;
+        }
+        let spec = build_spec(&record, process)?;
+        let spec_fd = memfd_with("tuixiu-sandbox-spec", &spec.to_json())?;
+        let mut cmd = std::process::Command::new(&self.launcher);
+        cmd.arg("__exec").arg(format!("--spec-fd={}", spec_fd.as_raw_fd()));
+        // The launcher needs nothing from our environment: the command's
+        // environment is in the spec.
+        cmd.env_clear();
+        if let Some(filter) = std::env::var_os("TUIXIU_LOG") {
+            cmd.env("TUIXIU_LOG", filter);
+        }
+        set_stdio(&mut cmd, process.stdio);
+        pass_fd(&mut cmd, spec_fd.as_raw_fd());
+        let child = tokio::process::Command::from(cmd).spawn().map_err(|e| ProviderError::CliSpawn {
+            program: self.launcher.display().to_string(),
+            reason: sandbox::error::io_error_text(&e),
+        })?;
+        drop(spec_fd);
+        let pid = child.id().ok_or_else(|| ProviderError::Invalid("the launcher exited at once".into()))?;
+        let forget = self.local.track(name, pid, kind)?;
+        Ok(Process::new(child, Killer::for_pid(pid, false), Some(forget)))
+    }
+}
+
+pub(crate) fn set_stdio(cmd: &mut std::process::Command, stdio: Stdio) {
+    use std::process::Stdio as S;
+    match stdio {
+        Stdio::Piped => {
+            cmd.stdin(S::piped()).stdout(S::piped()).stderr(S::piped());
+        }
+        Stdio::Inherit => {
+            cmd.stdin(S::inherit()).stdout(S::inherit()).stderr(S::inherit());
+        }
+    }
+}
+
+/// The sandbox of one process: the instance's template, then the process's
+/// command, environment and working directory.
+fn build_spec(record: &Record, process: &ProcessSpec) -> Result<SandboxSpec, ProviderError> {
+    let config = &record.config;
+    let Some((program, args)) = process.argv.split_first() else {
+        return Err(ProviderError::Invalid("the command is empty".into()));
+    };
+    super::check_env(&process.env)?;
+    let mut builder = SandboxBuilder::new(program.clone())
+        .args(args.iter().cloned())
+        .user(config.user.clone())
+        .home(Home::Bind(record.home.clone()))
+        .network(config.network)
+        .hostname(config.hostname.clone())
+        .new_session(true);
+    builder = if config.workspace_read_only {
+        // The builder's workspace is read-write; a read-only one is a bind
+        // of its own, still the default working directory.
+        builder
+            .mount(MountOp::Bind {
+                src: record.workspace.clone(),
+                dst: sandbox::WORKSPACE.into(),
+                access: sandbox::Access::Ro,
+            })
+            .cwd(sandbox::WORKSPACE)
+    } else {
+        builder.workspace(record.workspace.clone())
+    };
+    if let Some(ids) = config.host_ids {
+        builder = builder.map_to_host(ids);
+    }
+    for mount in &config.mounts {
+        builder = builder.mount(match mount {
+            Mount::Bind { src, dst, access } => {
+                MountOp::Bind { src: src.clone(), dst: dst.clone(), access: *access }
+            }
+            Mount::Tmpfs { dst } => {
+                MountOp::Tmpfs { dst: dst.clone(), mode: 0o755, owned_by_user: true, size: None }
+            }
+        });
+    }
+    for (key, value) in config.env.iter().chain(&process.env) {
+        builder = builder.env(key.clone(), value.clone());
+    }
+    if let Some(cwd) = &process.cwd {
+        builder = builder.cwd(cwd.clone());
+    }
+    builder.build().map_err(|e| ProviderError::Invalid(e.to_string()))
+}
+
+impl Provider for NativeProvider {
+    fn kind(&self) -> ProviderKind {
+        ProviderKind::Native
+    }
+
+    async fn ensure(&self, config: &InstanceConfig) -> Result<InstanceInfo, ProviderError> {
+        self.ensure_blocking(config)
+    }
+
+    async fn inspect(&self, name: &str) -> Result<InstanceInfo, ProviderError> {
+        self.local.inspect(name)
+    }
+
+    async fn spawn_agent(&self, name: &str, spec: &ProcessSpec) -> Result<Process, ProviderError> {
+        self.spawn(name, spec, ProcKind::Agent)
+    }
+
+    async fn exec(&self, name: &str, spec: &ProcessSpec) -> Result<Process, ProviderError> {
+        self.spawn(name, spec, ProcKind::Exec)
+    }
+
+    async fn stop(&self, name: &str) -> Result<InstanceInfo, ProviderError> {
+        self.local.stop(name).await
+    }
+
+    async fn remove(&self, name: &str) -> Result<InstanceInfo, ProviderError> {
+        self.local.remove(name).await
+    }
+
+    async fn list(&self) -> Result<Vec<InstanceInfo>, ProviderError> {
+        self.local.list()
+    }
+}
