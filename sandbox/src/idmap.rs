@@ -43,15 +43,12 @@ fn is_host_root(id: u32, map: &str) -> bool {
     })
 }
 
-/// True when `uid` (in the launcher's user namespace) is host root.
-pub(crate) fn uid_is_host_root(uid: u32) -> bool {
-    is_host_root(uid, &std::fs::read_to_string("/proc/self/uid_map").unwrap_or_default())
-}
-
-/// True when the sandbox's user or group maps onto host root.
-pub(crate) fn sandbox_is_host_root(host_uid: u32, host_gid: u32) -> bool {
+/// Whether `uid` and `gid` (in the launcher's user namespace) are host
+/// root's, from `/proc/self/{uid,gid}_map` (which also answers for nested
+/// user namespaces).
+pub(crate) fn host_root(uid: u32, gid: u32) -> (bool, bool) {
     let read = |f| std::fs::read_to_string(f).unwrap_or_default();
-    is_host_root(host_uid, &read("/proc/self/uid_map")) || is_host_root(host_gid, &read("/proc/self/gid_map"))
+    (is_host_root(uid, &read("/proc/self/uid_map")), is_host_root(gid, &read("/proc/self/gid_map")))
 }
 
 /// Stack of the helper whose user namespace we take. It shares our memory

@@ -213,12 +213,16 @@ impl Plan {
             clone_flags |= libc::CLONE_NEWNET;
         }
 
+        // Whether the sandbox's user and group are host root (uid/gid 0 of
+        // the initial user namespace): secrets and RLIMIT_NPROC depend on it.
+        let (root_uid, root_gid) = idmap::host_root(host_uid, host_gid);
         let mut plan = Expansion {
             user: &spec.user,
             steps: Vec::new(),
             host_sources: Vec::new(),
             staged: Vec::new(),
-            hiding: SecretHiding::decide(spec, host_uid, host_gid),
+            hiding: SecretHiding::decide(spec, root_uid, root_gid),
+            user_is_host_root: root_uid,
         };
         let last_system = spec.mounts.iter().rposition(|op| matches!(op, MountOp::SystemBind { .. }));
         for (i, op) in spec.mounts.iter().enumerate() {
@@ -293,7 +297,7 @@ impl Plan {
             }
             _ => tracing::warn!("landlock: {enforcement}"),
         }
-        let limits = limits::prepare(&security.limits, idmap::uid_is_host_root(host_uid))?;
+        let limits = limits::prepare(&security.limits, plan.user_is_host_root)?;
 
         let kept_fds: Vec<std::os::fd::RawFd> = plan
             .steps
@@ -344,6 +348,8 @@ struct Expansion<'a> {
     staged: Vec<CString>,
     /// How host secrets in the system view are hidden.
     hiding: SecretHiding,
+    /// The sandbox user maps onto host root.
+    user_is_host_root: bool,
 }
 
 impl Expansion<'_> {
@@ -616,7 +622,7 @@ enum SecretHiding {
 }
 
 impl SecretHiding {
-    fn decide(spec: &SandboxSpec, host_uid: u32, host_gid: u32) -> SecretHiding {
+    fn decide(spec: &SandboxSpec, root_uid: bool, root_gid: bool) -> SecretHiding {
         let system: Vec<(&std::path::PathBuf, &String)> = spec
             .mounts
             .iter()
@@ -625,7 +631,7 @@ impl SecretHiding {
                 _ => None,
             })
             .collect();
-        if system.is_empty() || !idmap::sandbox_is_host_root(host_uid, host_gid) {
+        if system.is_empty() || !(root_uid || root_gid) {
             return SecretHiding::NotNeeded;
         }
         // The child keeps their descriptors through its descriptor sweep.

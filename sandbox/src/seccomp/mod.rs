@@ -128,7 +128,7 @@ pub(crate) fn compile(
     allow_ptrace: bool,
     sockets: Sockets,
 ) -> Result<Option<Program>, SpecError> {
-    let target = Target::native();
+    let arch = profile::Arch::NATIVE;
     let (source, mut profile) = match policy {
         SeccompPolicy::Unconfined => return Ok(None),
         SeccompPolicy::Builtin(name) => {
@@ -142,22 +142,23 @@ pub(crate) fn compile(
                 SpecError::new(format!("seccomp profile {}: {}", path.display(), io_error_text(&e)))
             })?;
             let source = path.display().to_string();
-            let profile = profile::parse(&source, &json, &target).map_err(SpecError::new)?;
+            // Only a file's `minKernel` needs the kernel version.
+            let profile = profile::parse(&source, &json, &Target::native()).map_err(SpecError::new)?;
             (source, profile)
         }
     };
     if allow_ptrace {
         for name in PTRACE_SYSCALLS {
-            if let Some(nr) = target.arch.syscall_nr(name) {
+            if let Some(nr) = arch.syscall_nr(name) {
                 profile::allow(&mut profile, nr);
             }
         }
     }
-    let mut rules = socket_rules(sockets, target.arch);
+    let mut rules = socket_rules(sockets, arch);
     rules.extend(profile.rules);
     let filter = bpf::compile(&bpf::Filter {
-        audit_arch: target.arch.audit(),
-        reject_x32: target.arch == profile::Arch::X86_64,
+        audit_arch: arch.audit(),
+        reject_x32: arch == profile::Arch::X86_64,
         rules: &rules,
         default: profile.default.ret(),
     });
