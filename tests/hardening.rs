@@ -496,3 +496,19 @@ fn stdout_carries_only_the_command_output() {
     // Whatever was not applied is said in one line, never claimed.
     assert!(err.contains("--cpus 1: NOT applied") || err.contains("cpu.max="), "{err}");
 }
+
+/// Hardening options that only the plain native sandbox honours are refused
+/// elsewhere rather than silently ignored.
+#[test]
+fn hardening_flags_are_refused_where_they_would_be_ignored() {
+    let f = Fixture::new(Caller::Root);
+    for extra in [
+        &["--provider", "docker", "--seccomp", "strict"][..],
+        &["--provider", "docker", "--landlock", "require"],
+        &["--instance-name", "tuixiu-hardening-test", "--timeout", "5s"],
+    ] {
+        let out = f.run(extra, &["true"]);
+        assert_eq!(out.status.code(), Some(125), "{extra:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains("applies to the plain native sandbox only"), "{}", stderr(&out));
+    }
+}
