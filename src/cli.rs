@@ -66,6 +66,24 @@ pub enum Command {
     #[command(subcommand)]
     Manifest(ManifestCommand),
 
+    /// Skill jobs: the Skill Runner HTTP API, one-off runs, package checks
+    /// (see docs/skills.md).
+    #[command(subcommand)]
+    Skills(crate::cmd::skills::SkillsCommand),
+
+    /// Run the execution-plane daemon: connect to the tuixiu backend and
+    /// keep one sandbox instance per run (a drop-in for the Node acp-proxy).
+    ///
+    /// Runs until SIGTERM or SIGINT (exit 0). Exits 3 when the backend
+    /// refuses the proxy id (another proxy uses it) and 125 on a startup
+    /// error (bad config, state directory locked by another daemon). Every
+    /// config key can be set by an environment variable ACP_PROXY_<KEY>
+    /// (tables: ACP_PROXY_<TABLE>_<KEY>); see docs/proxy.md.
+    #[command(after_help = "Examples:\n  \
+        tuixiu-sandbox proxy --config /etc/tuixiu/proxy.toml\n  \
+        ACP_PROXY_AUTH_TOKEN=... tuixiu-sandbox proxy --config proxy.toml -v")]
+    Proxy(ProxyArgs),
+
     /// Internal: extract a zip with the safe extractor into an empty
     /// directory, as downloadExtract does (used by scripts/bench-extract.sh).
     #[command(name = "__extract", hide = true)]
@@ -84,6 +102,21 @@ pub enum Command {
     /// by multi-threaded callers such as the daemon).
     #[command(name = "__exec", hide = true)]
     Exec(ExecArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ProxyArgs {
+    /// The TOML config file (the Node acp-proxy's keys are accepted; see docs/proxy.toml.example)
+    #[arg(long, short = 'c', value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// State directory (identity, lock, run state) [default: state_dir, else $XDG_STATE_HOME/tuixiu-sandbox]
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+
+    /// Allow plain ws:// to a non-loopback backend (tokens travel unencrypted; testing only)
+    #[arg(long)]
+    pub allow_insecure_ws: bool,
 }
 
 #[derive(Debug, Args)]

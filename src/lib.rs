@@ -1,4 +1,9 @@
 //! The `tuixiu-sandbox` library: what the CLI (`src/main.rs`) and the
 //! daemon share, usable from integration tests with the real binary.
 
+pub mod env;
+pub mod inputs;
+pub mod manifest;
 pub mod provider;
+pub mod proxy;
+pub mod skills;

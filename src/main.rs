@@ -2,10 +2,10 @@
 
 mod cli;
 mod cmd;
-mod env;
-mod inputs;
-mod manifest;
 mod units;
+
+// The library half of the crate, under the names the command modules use.
+use tuixiu_sandbox::{env, inputs, manifest, skills};
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -51,12 +51,18 @@ fn main() -> ExitCode {
         }
         Command::Check(args) => cmd::check::main(args),
         Command::Exec(args) => cmd::exec::main(args),
+        Command::Proxy(args) => tuixiu_sandbox::proxy::main(tuixiu_sandbox::proxy::Options {
+            config: args.config,
+            state_dir: args.state_dir,
+            allow_insecure_ws: args.allow_insecure_ws,
+        }),
         Command::Instances(args) => cmd::instances::list(args),
         Command::Inspect(args) => cmd::instances::inspect(args),
         Command::Stop(args) => cmd::instances::stop(args),
         Command::Rm(args) => cmd::instances::remove(args),
         Command::Manifest(command) => cmd::manifest::main(command),
         Command::Extract(args) => cmd::manifest::extract(args),
+        Command::Skills(command) => cmd::skills::main(command),
     };
     ExitCode::from(code)
 }

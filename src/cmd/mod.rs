@@ -8,3 +8,4 @@ pub mod relay;
 pub mod run;
 pub mod run_inputs;
 pub mod run_provider;
+pub mod skills;

@@ -1,0 +1,218 @@
+//! Benchmark of `tuixiu-sandbox proxy` (run by scripts/bench-proxy.sh).
+//!
+//! This program is the backend: a WebSocket server on loopback that the
+//! real daemon (release build, native provider) connects to. It measures
+//! 1. the daemon's idle RSS once registered;
+//! 2. the RSS added by 100 idle runs (each opened with `acp_open`: run
+//!    state, lane task, keepalive timer, instance record; no agents);
+//! 3. a burst of 1 000 `sandbox_control inspect` sent back to back: all
+//!    answered, in order, with per-message latency (send → result);
+//! 4. 1 000 sequential `inspect` round trips.
+//!
+//! Usage: proxy_bench <tuixiu-sandbox binary> <scratch dir>
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio_tungstenite::tungstenite::Message;
+
+fn rss_kib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(field).map(|v| v.trim().trim_end_matches(" kB").trim().parse().unwrap_or(0))
+        })
+        .unwrap_or(0)
+}
+
+/// utime + stime of `pid`, in milliseconds.
+fn cpu_ms(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = &stat[stat.rfind(')').map_or(0, |i| i + 2)..];
+    let f: Vec<&str> = after.split_whitespace().collect();
+    // Fields 14 and 15 (utime, stime) are at 11 and 12 after the name.
+    let ticks: f64 = f.get(11).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0)
+        + f.get(12).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    ticks * 1000.0 / hz
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+type Ws = tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>;
+
+async fn recv_json(ws: &mut Ws) -> Value {
+    loop {
+        match ws.next().await.expect("daemon closed the link").expect("read") {
+            Message::Text(t) => return serde_json::from_str(&t).unwrap(),
+            _ => continue,
+        }
+    }
+}
+
+/// Reads until a message satisfies `pred` (acking register_agent on the way).
+async fn until(ws: &mut Ws, pred: impl Fn(&Value) -> bool) -> Value {
+    loop {
+        let m = recv_json(ws).await;
+        if m["type"] == "register_agent" {
+            ws.send(Message::text(json!({"type":"register_ack","success":true}).to_string())).await.unwrap();
+        }
+        if pred(&m) {
+            return m;
+        }
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let bin = PathBuf::from(args.get(1).expect("usage: proxy_bench BINARY SCRATCH"));
+    let scratch = PathBuf::from(args.get(2).expect("usage: proxy_bench BINARY SCRATCH"));
+    let _ = std::fs::remove_dir_all(&scratch);
+    std::fs::create_dir_all(scratch.join("ws")).unwrap();
+
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let config = scratch.join("proxy.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "orchestrator_url = \"ws://127.0.0.1:{port}/ws/agent\"\nstate_dir = \"{}\"\n\
+             [agent]\nid = \"bench\"\n[sandbox]\nworkspaceHostRoot = \"{}\"\n",
+            scratch.join("state").display(),
+            scratch.join("ws").display()
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(&bin)
+        .args(["proxy", "--config"])
+        .arg(&config)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn the daemon");
+    let pid = child.id();
+    let (tcp, _) = listener.accept().await.unwrap();
+    tcp.set_nodelay(true).unwrap();
+    let mut ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
+    until(&mut ws, |m| m["type"] == "workspace_inventory").await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let idle = rss_kib(pid, "VmRSS:");
+    let threads = std::fs::read_dir(format!("/proc/{pid}/task")).map(|d| d.count()).unwrap_or(0);
+
+    // 100 idle runs.
+    let runs = 100;
+    for i in 0..runs {
+        let msg = json!({"type":"acp_open","run_id":format!("r{i}"),"cwd":"/workspace",
+            "instance_name":format!("tuixiu-run-r{i}"),"keepalive_ttl_seconds":1800,
+            "init":{"script":"true","timeout_seconds":30,"env":{"TUIXIU_RUN_ID":format!("r{i}"),"OPENAI_API_KEY":"sk-bench-123456"},
+                    "agentInputs":{"version":1,"items":[]}}});
+        ws.send(Message::text(msg.to_string())).await.unwrap();
+    }
+    let mut opened = 0;
+    while opened < runs {
+        let m = recv_json(&mut ws).await;
+        if m["type"] == "acp_opened" {
+            opened += 1;
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let with_runs = rss_kib(pid, "VmRSS:");
+    let per_run = (with_runs.saturating_sub(idle)) as f64 / runs as f64;
+
+    // Burst of 1 000 inspects.
+    let n = 1000;
+    let cpu_before = cpu_ms(pid);
+    let (mut tx, mut rx) = ws.split();
+    let start = Instant::now();
+    let writer = tokio::spawn(async move {
+        let mut sent = Vec::with_capacity(n);
+        for i in 0..n {
+            let msg = json!({"type":"sandbox_control","action":"inspect","instance_name":"tuixiu-run-r0","request_id":format!("b{i}")});
+            sent.push(start.elapsed());
+            tx.send(Message::text(msg.to_string())).await.unwrap();
+        }
+        (tx, sent)
+    });
+    let mut got: Vec<(usize, Duration)> = Vec::with_capacity(n);
+    while got.len() < n {
+        let Some(Ok(Message::Text(t))) = rx.next().await else { continue };
+        let m: Value = serde_json::from_str(&t).unwrap();
+        if m["type"] == "sandbox_control_result" {
+            assert_eq!(m["ok"], true, "{m}");
+            let id: usize = m["request_id"].as_str().unwrap()[1..].parse().unwrap();
+            got.push((id, start.elapsed()));
+        }
+    }
+    let burst_total = start.elapsed();
+    let cpu_burst = cpu_ms(pid) - cpu_before;
+    let (mut tx, sent) = writer.await.unwrap();
+    let in_order = got.iter().enumerate().all(|(i, (id, _))| *id == i);
+    let mut burst: Vec<f64> = got.iter().map(|(id, at)| (*at - sent[*id]).as_secs_f64() * 1000.0).collect();
+    burst.sort_by(|a, b| a.partial_cmp(b).unwrap());
+
+    // Extra bursts for profiling (PROXY_BENCH_EXTRA_BURSTS=N), not measured.
+    let extra: usize =
+        std::env::var("PROXY_BENCH_EXTRA_BURSTS").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+    for b in 0..extra {
+        for i in 0..n {
+            let msg = json!({"type":"sandbox_control","action":"inspect","instance_name":"tuixiu-run-r0","request_id":format!("x{b}-{i}")});
+            tx.send(Message::text(msg.to_string())).await.unwrap();
+        }
+        let mut seen = 0;
+        while seen < n {
+            let Some(Ok(Message::Text(t))) = rx.next().await else { continue };
+            if t.contains("sandbox_control_result") {
+                seen += 1;
+            }
+        }
+    }
+
+    // Sequential round trips.
+    let mut seq = Vec::with_capacity(n);
+    for i in 0..n {
+        let msg = json!({"type":"sandbox_control","action":"inspect","instance_name":"tuixiu-run-r0","request_id":format!("s{i}")});
+        let t0 = Instant::now();
+        tx.send(Message::text(msg.to_string())).await.unwrap();
+        loop {
+            let Some(Ok(Message::Text(t))) = rx.next().await else { continue };
+            let m: Value = serde_json::from_str(&t).unwrap();
+            if m["type"] == "sandbox_control_result" && m["request_id"] == format!("s{i}") {
+                break;
+            }
+        }
+        seq.push(t0.elapsed().as_secs_f64() * 1000.0);
+    }
+    seq.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let peak = rss_kib(pid, "VmHWM:");
+
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(Path::new(&scratch));
+
+    println!("idle_rss_kib {idle}");
+    println!("threads {threads}");
+    println!("rss_with_{runs}_runs_kib {with_runs}");
+    println!("per_run_kib {per_run:.1}");
+    println!("burst_{n}_in_order {in_order}");
+    println!("burst_total_ms {:.1}", burst_total.as_secs_f64() * 1000.0);
+    println!("daemon_cpu_us_per_inspect {:.1}", cpu_burst * 1000.0 / n as f64);
+    println!("burst_latency_ms_median {:.2}", percentile(&burst, 0.5));
+    println!("burst_latency_ms_p99 {:.2}", percentile(&burst, 0.99));
+    println!("sequential_rtt_ms_median {:.3}", percentile(&seq, 0.5));
+    println!("sequential_rtt_ms_p99 {:.3}", percentile(&seq, 0.99));
+    println!("peak_rss_kib {peak}");
+}

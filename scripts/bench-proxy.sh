@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Footprint and control latency of the execution-plane daemon
+# (`tuixiu-sandbox proxy`, native provider, release build), driven by a
+# Rust fake backend on loopback (examples/proxy_bench.rs):
+#   * idle RSS once registered (target <= 8 MB; the Node acp-proxy idles at
+#     about 63 MB, issue 6);
+#   * RSS added by 100 idle runs (target <= 2 MB each, no agents);
+#   * a burst of 1 000 `sandbox_control inspect` sent back to back: all
+#     answered, in order; per-message latency and the daemon's CPU per
+#     message; then 1 000 sequential round trips (target: median < 5 ms).
+# As an anchor run in the same session, the idle RSS of a bare Node.js
+# process (`node -e 'setInterval(...)'`): a floor under any Node proxy.
+#
+#   scripts/bench-proxy.sh           # 3 rounds
+#   ROUNDS=5 scripts/bench-proxy.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROUNDS=${ROUNDS:-3}
+
+cargo build --release --quiet --bin tuixiu-sandbox --example proxy_bench
+echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "tuixiu-sandbox $(target/release/tuixiu-sandbox --version | cut -d' ' -f2)"
+for i in $(seq 1 "$ROUNDS"); do
+    echo "--- round $i"
+    target/release/examples/proxy_bench target/release/tuixiu-sandbox "$(mktemp -d /tmp/tuixiu-proxy-bench-XXXXXX)"
+done
+
+if command -v node >/dev/null; then
+    echo "--- anchor: bare node $(node --version), idle"
+    node -e 'setInterval(() => {}, 1e6)' &
+    pid=$!
+    sleep 2
+    grep VmRSS "/proc/$pid/status"
+    kill "$pid"
+fi

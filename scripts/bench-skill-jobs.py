@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""Benchmark of skill jobs: per-job overhead and 50 concurrent jobs.
+
+Starts `tuixiu-sandbox skills serve` on a free port with the test skill
+(tests/fixtures/skills/tuixiu-demo) and the stub engine
+(tests/fixtures/stub-engine.sh) in a temporary directory, then:
+
+1. Overhead: N jobs one after another, each timed from `POST /v1/jobs`
+   through the upload to the first `GET /v1/jobs/{id}` that says
+   `succeeded` (polled every millisecond). The stub records its own start
+   and end (report.json); overhead = job time - the stub's own time.
+   Anchor, in the same run, alternating with the jobs: the same stub run
+   as a plain host subprocess (no sandbox, no HTTP), which is what an
+   unsandboxed runner costs at least.
+2. Concurrency: 50 jobs created and uploaded at once from 50 threads;
+   every one must end `succeeded` (none lost).
+
+    bench-skill-jobs.py [--bin target/release/tuixiu-sandbox] [-n 40]
+
+Prints a Markdown table for docs/benchmarks.md. Run as root (the server
+maps the sandbox user onto the caller, any caller works).
+"""
+import argparse
+import io
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+import zipfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIXTURES = os.path.join(ROOT, "tests", "fixtures")
+
+
+def http(addr, method, path, body=None, content_type=None):
+    req = urllib.request.Request(f"http://{addr}{path}", data=body, method=method)
+    if content_type:
+        req.add_header("Content-Type", content_type)
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def input_zip():
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("input_file", "numbers: 2 3 5 7\n")
+    return buf.getvalue()
+
+
+def multipart(data):
+    boundary = "----bench-boundary-42"
+    head = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"in.zip\"\r\n"
+            "Content-Type: application/zip\r\n\r\n").encode()
+    return head + data + f"\r\n--{boundary}--\r\n".encode(), f"multipart/form-data; boundary={boundary}"
+
+
+def one_job(addr, zbody, ctype, poll=0.001):
+    t0 = time.perf_counter()
+    st, body = http(addr, "POST", "/v1/jobs", json.dumps({
+        "skill_id": "tuixiu-demo", "engine": "command",
+        "input": {"query": "bench"}, "parameter": {"mode": "ok"}}).encode(), "application/json")
+    assert st == 200, body
+    rid = json.loads(body)["request_id"]
+    st, body = http(addr, "POST", f"/v1/jobs/{rid}/upload", zbody, ctype)
+    assert st == 200, body
+    while True:
+        st, body = http(addr, "GET", f"/v1/jobs/{rid}")
+        status = json.loads(body).get("status") if st == 200 else None
+        if status in ("succeeded", "failed", "canceled"):
+            break
+        time.sleep(poll)
+    t1 = time.perf_counter()
+    return rid, status, t1 - t0
+
+
+def engine_seconds(addr, rid):
+    st, body = http(addr, "GET", f"/v1/jobs/{rid}/artifacts/artifacts/report.json")
+    assert st == 200, body
+    r = json.loads(body)
+    return (r["engine_end_ns"] - r["engine_start_ns"]) / 1e9
+
+
+def plain_stub(workdir, stub):
+    """The stub as a plain host subprocess: no sandbox, no HTTP."""
+    shutil.rmtree(os.path.join(workdir, "artifacts"), ignore_errors=True)
+    prompt = f"mode=ok\ninput_file={workdir}/input_file\nquery=bench\n"
+    t0 = time.perf_counter()
+    subprocess.run(["sh", stub, prompt], cwd=workdir, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - t0
+
+
+def stats(xs):
+    xs = sorted(xs)
+    return {"median": statistics.median(xs), "p10": xs[len(xs) // 10], "p90": xs[(len(xs) * 9) // 10],
+            "mean": statistics.fmean(xs)}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bin", default=os.path.join(ROOT, "target", "release", "tuixiu-sandbox"))
+    ap.add_argument("-n", "--runs", type=int, default=40)
+    ap.add_argument("--concurrent", type=int, default=50)
+    opts = ap.parse_args()
+
+    tmp = tempfile.mkdtemp(prefix="bench-skill-jobs-")
+    os.chmod(tmp, 0o755)
+    try:
+        skills = os.path.join(tmp, "skills")
+        shutil.copytree(os.path.join(FIXTURES, "skills"), skills)
+        engine_dir = os.path.join(tmp, "engine")
+        os.makedirs(engine_dir)
+        stub = os.path.join(engine_dir, "stub-engine.sh")
+        shutil.copy(os.path.join(FIXTURES, "stub-engine.sh"), stub)
+        engines = os.path.join(tmp, "engines.json")
+        with open(engines, "w") as f:
+            json.dump({"engines": {"command": {
+                "argv": ["sh", "/engine/stub-engine.sh", "{prompt}"],
+                "ro_binds": [{"src": engine_dir, "dst": "/engine"}], "network": "off"}}}, f)
+        plain = os.path.join(tmp, "plain")
+        os.makedirs(plain)
+        with open(os.path.join(plain, "input_file"), "w") as f:
+            f.write("numbers: 2 3 5 7\n")
+        server = subprocess.Popen(
+            [opts.bin, "skills", "serve", "--skills-dir", skills, "--data-dir", os.path.join(tmp, "data"),
+             "--listen", "127.0.0.1:0", "--engines", engines, "--max-concurrent", "8", "--max-queue", "128"],
+            stdout=subprocess.PIPE, stderr=open(os.path.join(tmp, "server.log"), "w"),
+            env={k: v for k, v in os.environ.items() if k in ("PATH", "TUIXIU_LOG")})
+        line = server.stdout.readline().decode()
+        assert line.startswith("listening on "), line
+        addr = line.split()[-1]
+        zbody, ctype = multipart(input_zip())
+
+        for _ in range(5):  # warm-up
+            one_job(addr, zbody, ctype)
+            plain_stub(plain, stub)
+        overhead, total, engine, anchor = [], [], [], []
+        for _ in range(opts.runs):
+            rid, status, secs = one_job(addr, zbody, ctype)
+            assert status == "succeeded", status
+            e = engine_seconds(addr, rid)
+            total.append(secs)
+            engine.append(e)
+            overhead.append(secs - e)
+            anchor.append(plain_stub(plain, stub))
+
+        results = {}
+        threads = []
+        t0 = time.perf_counter()
+        for i in range(opts.concurrent):
+            def run(i=i):
+                results[i] = one_job(addr, zbody, ctype, poll=0.02)
+            th = threading.Thread(target=run)
+            th.start()
+            threads.append(th)
+        for th in threads:
+            th.join()
+        wall = time.perf_counter() - t0
+        succeeded = sum(1 for r in results.values() if r[1] == "succeeded")
+        server.terminate()
+        server.wait()
+
+        ms = lambda s: f"{s * 1000:.1f}"
+        o, t, e, a = stats(overhead), stats(total), stats(engine), stats(anchor)
+        print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} CPUs, "
+              f"kernel {platform.release()}; {opts.runs} sequential jobs after 5 warm-up\n")
+        print("| measure | median ms | p10 | p90 | mean |")
+        print("|---|---|---|---|---|")
+        for name, s in [("job total (create → upload → succeeded)", t), ("stub's own time (inside the sandbox)", e),
+                        ("**job overhead** (total − stub)", o),
+                        ("anchor: the stub as a plain host subprocess", a)]:
+            print(f"| {name} | {ms(s['median'])} | {ms(s['p10'])} | {ms(s['p90'])} | {ms(s['mean'])} |")
+        print(f"\nratio job total / anchor (medians): {t['median'] / a['median']:.2f}")
+        print(f"overhead median {ms(o['median'])} ms: {'PASS' if o['median'] < 0.050 else 'FAIL'} (target < 50 ms)")
+        print(f"\n{opts.concurrent} concurrent jobs (8 engines at a time): {succeeded}/{opts.concurrent} succeeded, "
+              f"none lost: {'PASS' if succeeded == opts.concurrent else 'FAIL'}; wall {wall:.2f} s")
+        return 0 if o["median"] < 0.050 and succeeded == opts.concurrent else 1
+    finally:
+        if os.environ.get("KEEP_SERVER_LOG"):
+            shutil.copy(os.path.join(tmp, "server.log"), os.environ["KEEP_SERVER_LOG"])
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

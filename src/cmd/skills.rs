@@ -1,0 +1,378 @@
+//! `skills serve`, `skills run`, `skills check`: the Skill Runner protocol
+//! (docs/skills.md).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use serde_json::{Map, Value, json};
+
+use crate::inputs::ZipLimits;
+use crate::skills::engines::Engines;
+use crate::skills::http;
+use crate::skills::jobs::{Config, Service};
+use crate::skills::package;
+use crate::skills::run::JobLimits;
+use crate::{EXIT_TOOL_ERROR, report_error};
+
+#[derive(Debug, Subcommand)]
+pub enum SkillsCommand {
+    /// Serve the Skill Runner HTTP API (/v1/skills, /v1/jobs...).
+    ///
+    /// Each job's engine runs in a fresh sandbox: the run directory is
+    /// /workspace, the skill package is read-only at /skill, the engine's
+    /// home is private to the run, and nothing from this process's
+    /// environment reaches it unless the engines config passes it. Job state
+    /// is kept under --data-dir and survives a restart (a job that was
+    /// running is then marked failed). Prints `listening on ADDR` on stdout
+    /// once the socket is bound.
+    #[command(after_help = "Example:\n  \
+        tuixiu-sandbox skills serve --skills-dir ./skills --data-dir ./data --listen 127.0.0.1:8000")]
+    Serve(ServeArgs),
+
+    /// Run one job locally, through the same code path as the server, and
+    /// print its result JSON on stdout. Exit status 0 when it succeeded,
+    /// 1 when it failed or was canceled, 125 when it could not be created.
+    #[command(after_help = "Example:\n  \
+        tuixiu-sandbox skills run --skill ./skills/demo --file input_file=numbers.md \\\n      \
+        --input query=primes --parameter divisor=3 --engine codex")]
+    Run(RunArgs),
+
+    /// Check every skill package under a directory; print `ok ID` or
+    /// `invalid DIR: MESSAGE` per package. Exit 0 when all are valid, 1 when not.
+    Check(CheckArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct EngineArgs {
+    /// JSON file that changes the built-in engines (codex, gemini, iflow) or
+    /// adds engines: {"engines": {"NAME": {"argv": [...], ...}}} (see docs/skills.md)
+    #[arg(long, value_name = "FILE")]
+    pub engines: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct LimitArgs {
+    /// Wall-clock limit of each engine run (e.g. 90s, 20m, 1h); a request may
+    /// ask for less with runtime_options.hard_timeout_seconds
+    #[arg(long, value_name = "DURATION", default_value = "20m", value_parser = parse_duration)]
+    pub job_timeout: Duration,
+
+    /// Grace period between SIGTERM and SIGKILL on timeout or cancel
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    pub kill_grace: Duration,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Directory holding one skill package per subdirectory (SKILL.md, assets/runner.json)
+    #[arg(long, value_name = "DIR")]
+    pub skills_dir: PathBuf,
+
+    /// Where jobs, uploads and runs are kept (created if missing)
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: PathBuf,
+
+    /// Address to listen on; port 0 picks a free one
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8000")]
+    pub listen: std::net::SocketAddr,
+
+    #[command(flatten)]
+    pub engines: EngineArgs,
+
+    #[command(flatten)]
+    pub limits: LimitArgs,
+
+    /// Engines running at the same time
+    #[arg(long, value_name = "N", default_value_t = 8)]
+    pub max_concurrent: usize,
+
+    /// Jobs waiting for a slot before creates and uploads get 429
+    #[arg(long, value_name = "N", default_value_t = 128)]
+    pub max_queue: usize,
+
+    /// Largest upload (the zip as sent), e.g. 100M
+    #[arg(long, value_name = "SIZE", default_value = "100M", value_parser = crate::cli::parse_size)]
+    pub max_upload: u64,
+
+    /// Most entries in an upload zip
+    #[arg(long, value_name = "N", default_value_t = 5000)]
+    pub zip_max_entries: u64,
+
+    /// Most bytes one file of an upload zip may extract to
+    #[arg(long, value_name = "SIZE", default_value = "20M", value_parser = crate::cli::parse_size)]
+    pub zip_max_file: u64,
+
+    /// Most bytes an upload zip may extract to in total
+    #[arg(long, value_name = "SIZE", default_value = "100M", value_parser = crate::cli::parse_size)]
+    pub zip_max_total: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The skill package directory
+    #[arg(long, value_name = "DIR")]
+    pub skill: PathBuf,
+
+    /// Inline input KEY=VALUE (VALUE is read as JSON when it parses, else as a string; repeatable)
+    #[arg(long = "input", value_name = "KEY=VALUE", action = clap::ArgAction::Append)]
+    pub input: Vec<String>,
+
+    /// File input KEY=PATH, given to the engine as uploads/KEY (repeatable)
+    #[arg(long = "file", value_name = "KEY=PATH", action = clap::ArgAction::Append)]
+    pub file: Vec<String>,
+
+    /// Parameter KEY=VALUE (VALUE as for --input; repeatable)
+    #[arg(long = "parameter", value_name = "KEY=VALUE", action = clap::ArgAction::Append)]
+    pub parameter: Vec<String>,
+
+    /// Engine to run
+    #[arg(long, value_name = "NAME", default_value = "codex")]
+    pub engine: String,
+
+    /// Model to ask the engine for
+    #[arg(long, value_name = "NAME")]
+    pub model: Option<String>,
+
+    /// Where the run is kept [default: a new directory under the temp dir, printed on stderr]
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub engines: EngineArgs,
+
+    #[command(flatten)]
+    pub limits: LimitArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// Directory holding one skill package per subdirectory
+    #[arg(long, value_name = "DIR")]
+    pub skills_dir: PathBuf,
+
+    #[command(flatten)]
+    pub engines: EngineArgs,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a duration (e.g. 90s, 20m, 1h)"))?;
+    let secs = match unit {
+        "ms" => return Ok(Duration::from_millis(n)).and_then(nonzero),
+        "" | "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        _ => return Err(format!("{s:?} is not a duration (e.g. 90s, 20m, 1h)")),
+    };
+    nonzero(Duration::from_secs(secs))
+}
+
+fn nonzero(d: Duration) -> Result<Duration, String> {
+    if d.is_zero() { Err("the duration must be more than 0".into()) } else { Ok(d) }
+}
+
+pub fn main(command: SkillsCommand) -> u8 {
+    match command {
+        SkillsCommand::Serve(args) => serve(args),
+        SkillsCommand::Run(args) => run(args),
+        SkillsCommand::Check(args) => check(args),
+    }
+}
+
+fn engines(args: &EngineArgs) -> Result<Engines, String> {
+    match &args.engines {
+        Some(path) => Engines::load(path),
+        None => Ok(Engines::builtin()),
+    }
+}
+
+fn launcher() -> Result<PathBuf, String> {
+    std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))
+}
+
+fn limits(args: &LimitArgs) -> JobLimits {
+    JobLimits { timeout: args.job_timeout, kill_grace: args.kill_grace }
+}
+
+fn runtime(multi: bool) -> Result<tokio::runtime::Runtime, String> {
+    let mut b = if multi {
+        tokio::runtime::Builder::new_multi_thread()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    };
+    b.enable_all().build().map_err(|e| format!("cannot start the async runtime: {e}"))
+}
+
+fn serve(args: ServeArgs) -> u8 {
+    let setup = || -> Result<(tokio::runtime::Runtime, Config), String> {
+        if !args.skills_dir.is_dir() {
+            return Err(format!("--skills-dir {}: not a directory", args.skills_dir.display()));
+        }
+        let cfg = Config {
+            skills_dir: args.skills_dir.clone(),
+            data_dir: args.data_dir.clone(),
+            engines: engines(&args.engines)?,
+            launcher: launcher()?,
+            limits: limits(&args.limits),
+            max_concurrent: args.max_concurrent.max(1),
+            max_queue: args.max_queue,
+            max_upload_bytes: args.max_upload,
+            zip: ZipLimits {
+                max_entries: args.zip_max_entries,
+                max_file_bytes: args.zip_max_file,
+                max_total_bytes: args.zip_max_total,
+            },
+            host_ids: None,
+        };
+        Ok((runtime(true)?, cfg))
+    };
+    let (rt, cfg) = match setup() {
+        Ok(x) => x,
+        Err(e) => {
+            report_error(e);
+            return EXIT_TOOL_ERROR;
+        }
+    };
+    let result = rt.block_on(async move {
+        let svc = Service::open(cfg).await?;
+        if let Ok((_, invalid)) = package::scan(&args.skills_dir, &svc.config().engines.names()) {
+            for bad in invalid {
+                report_error(format!("skill package {}: {}", bad.dir, bad.message));
+            }
+        }
+        let listener = tokio::net::TcpListener::bind(args.listen)
+            .await
+            .map_err(|e| format!("--listen {}: {}", args.listen, sandbox::error::io_error_text(&e)))?;
+        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        println!("listening on {addr}");
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        http::serve(svc, listener, shutdown_signal()).await.map_err(|e| format!("serving: {e}"))
+    });
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            report_error(e);
+            EXIT_TOOL_ERROR
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
+    else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
+
+/// `KEY=VALUE` with VALUE as JSON when it parses, else a string.
+fn key_values(flag: &str, items: &[String]) -> Result<Map<String, Value>, String> {
+    let mut out = Map::new();
+    for item in items {
+        let (k, v) = item.split_once('=').ok_or_else(|| format!("{flag} {item:?}: expected KEY=VALUE"))?;
+        let value = serde_json::from_str(v).unwrap_or_else(|_| Value::String(v.to_string()));
+        out.insert(k.to_string(), value);
+    }
+    Ok(out)
+}
+
+fn run(args: RunArgs) -> u8 {
+    match run_inner(args) {
+        Ok(code) => code,
+        Err(e) => {
+            report_error(e);
+            EXIT_TOOL_ERROR
+        }
+    }
+}
+
+fn run_inner(args: RunArgs) -> Result<u8, String> {
+    let skill_dir =
+        args.skill.canonicalize().map_err(|e| format!("--skill {}: {e}", args.skill.display()))?;
+    let (Some(skills_dir), Some(id)) = (skill_dir.parent(), skill_dir.file_name().and_then(|n| n.to_str()))
+    else {
+        return Err(format!("--skill {}: not a skill package directory", args.skill.display()));
+    };
+    let mut files = Vec::new();
+    for item in &args.file {
+        let (k, p) = item.split_once('=').ok_or_else(|| format!("--file {item:?}: expected KEY=PATH"))?;
+        files.push((k.to_string(), PathBuf::from(p)));
+    }
+    let data_dir = match &args.data_dir {
+        Some(d) => d.clone(),
+        None => {
+            let d = tempfile::Builder::new()
+                .prefix("tuixiu-skills-run-")
+                .tempdir()
+                .map_err(|e| format!("cannot create a data directory: {e}"))?
+                .keep();
+            eprintln!("tuixiu-sandbox: run data in {}", d.display());
+            d
+        }
+    };
+    let cfg = Config {
+        skills_dir: skills_dir.to_path_buf(),
+        data_dir,
+        engines: engines(&args.engines)?,
+        launcher: launcher()?,
+        limits: limits(&args.limits),
+        max_concurrent: 1,
+        max_queue: 1,
+        max_upload_bytes: u64::MAX,
+        zip: ZipLimits::default(),
+        host_ids: None,
+    };
+    let body = json!({
+        "skill_id": id,
+        "engine": args.engine,
+        "input": key_values("--input", &args.input)?,
+        "parameter": key_values("--parameter", &args.parameter)?,
+        "model": args.model,
+    });
+    runtime(false)?.block_on(async move {
+        let svc = Service::open(cfg).await?;
+        let created = svc.create_with(&body, !files.is_empty()).await.map_err(|e| e.to_string())?;
+        let request_id = created["request_id"].as_str().unwrap_or_default().to_string();
+        if created["status"].is_null() {
+            svc.upload_files(&request_id, &files).await.map_err(|e| e.to_string())?;
+        }
+        let job = svc.handle(&request_id).ok_or("the job vanished")?;
+        let record = job.finished().await;
+        let result = svc.result(&request_id).await.ok().map(|r| r["result"].clone());
+        let printed =
+            result.unwrap_or_else(|| json!({"status": "failed", "data": null, "error": record.error}));
+        println!("{}", serde_json::to_string_pretty(&printed).expect("plain data"));
+        Ok(if record.status == Some(crate::skills::store::Status::Succeeded) { 0 } else { 1 })
+    })
+}
+
+fn check(args: CheckArgs) -> u8 {
+    let names = match engines(&args.engines) {
+        Ok(e) => e.names(),
+        Err(e) => {
+            report_error(e);
+            return EXIT_TOOL_ERROR;
+        }
+    };
+    match package::scan(&args.skills_dir, &names) {
+        Ok((valid, invalid)) => {
+            for s in &valid {
+                println!("ok {}", s.id);
+            }
+            for bad in &invalid {
+                println!("invalid {}: {}", bad.dir, bad.message);
+            }
+            u8::from(!invalid.is_empty())
+        }
+        Err(e) => {
+            report_error(format!("--skills-dir {}: {e}", args.skills_dir.display()));
+            EXIT_TOOL_ERROR
+        }
+    }
+}

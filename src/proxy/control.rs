@@ -1,0 +1,903 @@
+//! `sandbox_control`: every action of reference §1.3.6, each answered by
+//! exactly one `sandbox_control_result` echoing `action`, `request_id`,
+//! `run_id` and `instance_name`.
+//!
+//! Protections (seed 002 §8.3):
+//! * instance names must carry the configured prefix, and docker refuses
+//!   containers without the `acp-proxy.managed=1` label: a foreign
+//!   container is never stopped or removed;
+//! * run ids are validated before they become paths (`../x` is refused);
+//!   workspace paths are resolved inside `workspaceHostRoot`, symlinks
+//!   included, before anything is deleted;
+//! * with `control_signing_secret`, the destructive actions (`stop`,
+//!   `remove`, `prune_orphans`, `gc` without dry run, `remove_workspace`,
+//!   `remove_image`, `git_push`) need a valid `signature` (see
+//!   [`verify_signature`]);
+//! * `git_push` gets credentials through an askpass helper or an SSH key
+//!   file in a private temporary directory, never in argv or logs, runs
+//!   with the repository's hooks disabled, refuses a repository whose
+//!   config could run programs or redirect credentials, and has a timeout.
+
+use std::collections::BTreeSet;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hmac::{KeyInit, Mac};
+use serde_json::{Map, Value, json};
+use tokio::sync::oneshot;
+
+use super::Daemon;
+use super::inventory;
+use super::protocol::{ControlResult, DeletedWorkspace, InventoryRef, SandboxControl, str_field};
+use super::runs::{self, Job, Lane, resolve_under_root, valid_run_id};
+use crate::provider::{Provider, names};
+
+type HmacSha256 = hmac::Hmac<sha2::Sha256>;
+
+/// How far `signed_at` may be from now.
+const SIGNATURE_WINDOW_SECS: i64 = 300;
+/// Tail of git's output kept in the result.
+const OUTPUT_TAIL: usize = 8000;
+
+/// Actions answered in the global lane (they concern many runs, or none).
+const GLOBAL_ACTIONS: &[&str] = &["report_inventory", "remove_image", "gc", "prune_orphans"];
+
+/// The lane for a control: its run (from `run_id`, else a managed instance
+/// name), or the global lane. An invalid `run_id` is refused here.
+pub fn lane_of(d: &Arc<Daemon>, c: &SandboxControl) -> Result<String, String> {
+    let action = c.action.as_str().unwrap_or("");
+    if GLOBAL_ACTIONS.contains(&action) {
+        return Ok(runs::GLOBAL.to_string());
+    }
+    if !c.run_id.is_null() && c.run_id != Value::String(String::new()) {
+        return valid_run_id(&c.run_id);
+    }
+    let prefix = &d.cfg.sandbox.instance_prefix;
+    Ok(str_field(&c.instance_name)
+        .and_then(|n| n.strip_prefix(prefix.as_str()))
+        .filter(|id| names::validate_run_id(id).is_ok())
+        .unwrap_or("")
+        .to_string())
+}
+
+/// Answers a control that could not be routed.
+pub fn reply_error(d: &Daemon, c: &SandboxControl, error: &str) {
+    let mut res = ControlResult::for_msg(c);
+    res.ok = false;
+    res.error = Some(d.redact(error));
+    d.outbox.push(&res);
+}
+
+fn is_destructive(action: &str, c: &SandboxControl) -> bool {
+    match action {
+        "stop" | "remove" | "prune_orphans" | "remove_workspace" | "remove_image" | "git_push" => true,
+        "gc" => dry_run(c) == Some(false),
+        _ => false,
+    }
+}
+
+/// `dry_run`: true unless explicitly false (top level or in `gc`).
+fn dry_run(c: &SandboxControl) -> Option<bool> {
+    c.extra
+        .get("dry_run")
+        .or_else(|| c.extra.get("gc").and_then(|g| g.get("dry_run")))
+        .and_then(Value::as_bool)
+        .or(Some(true))
+}
+
+pub async fn handle(lane: &mut Lane, c: SandboxControl) {
+    let d = lane.d.clone();
+    let mut res = ControlResult::for_msg(&c);
+    let action = c.action.as_str().unwrap_or("").to_string();
+    let outcome = run_action(lane, &action, &c, &mut res.fields).await;
+    match outcome {
+        Ok(()) => {}
+        Err(Failure::Unsupported) => {
+            res.ok = false;
+            res.error = Some("unsupported_action".into());
+        }
+        Err(Failure::Error(e)) => {
+            let e = d.redact(&e);
+            if let (Some(run_id), Some(name)) = (str_field(&c.run_id), str_field(&c.instance_name))
+                && names::validate_run_id(run_id).is_ok()
+            {
+                d.report_error_status(run_id, name, &e);
+            }
+            res.ok = false;
+            res.error = Some(e);
+        }
+        Err(Failure::Partial(e)) => {
+            res.ok = false;
+            res.error = Some(d.redact(&e));
+        }
+    }
+    d.outbox.push(&res);
+}
+
+enum Failure {
+    Unsupported,
+    Error(String),
+    /// The action ran but reported errors in its own fields.
+    Partial(String),
+}
+
+impl From<String> for Failure {
+    fn from(e: String) -> Failure {
+        Failure::Error(e)
+    }
+}
+
+async fn run_action(
+    lane: &mut Lane,
+    action: &str,
+    c: &SandboxControl,
+    out: &mut Map<String, Value>,
+) -> Result<(), Failure> {
+    let d = lane.d.clone();
+    const KNOWN: &[&str] = &[
+        "inspect",
+        "ensure_running",
+        "stop",
+        "remove",
+        "report_inventory",
+        "prune_orphans",
+        "gc",
+        "remove_workspace",
+        "remove_image",
+        "git_push",
+    ];
+    if !KNOWN.contains(&action) {
+        return Err(Failure::Unsupported);
+    }
+    if is_destructive(action, c) {
+        verify_signature(&d, c)?;
+    }
+    match action {
+        "inspect" => {
+            let name = instance_name(lane, c)?;
+            let info = d.provider.inspect(&name).await.map_err(|e| e.to_string())?;
+            // As the Node proxy: a status update only when the backend
+            // named the run.
+            if str_field(&c.run_id).is_some() {
+                d.report_status(&lane.run_id, &info);
+            }
+            out.insert("status".into(), json!(info.status.as_str()));
+            out.insert("details".into(), json!({"created_at": info.created_at}));
+        }
+        "ensure_running" => {
+            valid_run_id(&c.run_id)?;
+            lane.prepare(&c.instance_name, &Value::Null, &Value::Null).await?;
+            let name = instance_name(lane, c)?;
+            let info = d.provider.inspect(&name).await.map_err(|e| e.to_string())?;
+            out.insert("status".into(), json!(info.status.as_str()));
+            out.insert("details".into(), json!({"created_at": info.created_at}));
+            lane.persist();
+        }
+        "stop" => {
+            let name = instance_name(lane, c)?;
+            // Part 2: close the run's agent first.
+            let info = d.provider.stop(&name).await.map_err(|e| e.to_string())?;
+            if !lane.run_id.is_empty() {
+                d.report_status(&lane.run_id, &info);
+            }
+            out.insert("status".into(), json!(info.status.as_str()));
+        }
+        "remove" => {
+            let name = instance_name(lane, c)?;
+            lane.remove_instance(&name).await?;
+            if let Ok(inv) = inventory::full(&d, None).await {
+                d.outbox.push(&inv);
+            }
+            let run_id = if lane.run_id.is_empty() { None } else { Some(lane.run_id.clone()) };
+            d.outbox.push(&inventory::deleted_instances(
+                &d,
+                vec![InventoryRef { instance_name: name, run_id, reason: Some("sandbox_control_remove") }],
+            ));
+            out.insert("status".into(), json!("missing"));
+        }
+        "report_inventory" => {
+            let expected = expected_instances(c);
+            let inv = inventory::full(&d, expected.as_deref()).await?;
+            d.outbox.push(&inv);
+        }
+        "prune_orphans" => {
+            let orphans = orphans(&d, c).await?;
+            let mut deleted = Vec::new();
+            let mut errors = Vec::new();
+            for (name, run_id) in orphans {
+                match remove_via_lane(&d, &name, run_id.as_deref()).await {
+                    Ok(()) => deleted.push(InventoryRef {
+                        instance_name: name,
+                        run_id,
+                        reason: Some("prune_orphans"),
+                    }),
+                    Err(e) => errors.push(format!("{name}: {e}")),
+                }
+            }
+            out.insert("deleted_count".into(), json!(deleted.len()));
+            if !deleted.is_empty() {
+                d.outbox.push(&inventory::deleted_instances(&d, deleted));
+            }
+            if !errors.is_empty() {
+                return Err(Failure::Partial(errors.join("; ")));
+            }
+        }
+        "gc" => return gc(&d, c, out).await,
+        "remove_workspace" => {
+            let run_id = if lane.run_id.is_empty() {
+                return Err("remove_workspace needs a run_id (or an instance name tuixiu-run-<id>)"
+                    .to_string()
+                    .into());
+            } else {
+                lane.run_id.clone()
+            };
+            let extra = lane.state.as_ref().map(|s| s.workspace.clone());
+            remove_workspace(&d, &run_id, extra.as_deref())?;
+            d.outbox.push(&inventory::deleted_workspaces(
+                &d,
+                vec![DeletedWorkspace {
+                    instance_name: None,
+                    run_id,
+                    workspace_provider: "host",
+                    deleted_at: super::now_iso(),
+                    reason: "remove_workspace",
+                }],
+            ));
+        }
+        "remove_image" => {
+            let image =
+                str_field(c.extra.get("image").unwrap_or(&Value::Null)).ok_or("image 为空".to_string())?;
+            names::validate_image(image).map_err(|e| e.to_string())?;
+            remove_image(&d, image).await?;
+        }
+        "git_push" => return git_push(lane, c, out).await,
+        _ => return Err(Failure::Unsupported),
+    }
+    Ok(())
+}
+
+/// The instance a control names: `instance_name` (validated), else the
+/// run's, else `<prefix><run_id>`.
+fn instance_name(lane: &Lane, c: &SandboxControl) -> Result<String, String> {
+    let prefix = &lane.d.cfg.sandbox.instance_prefix;
+    let name = match &c.instance_name {
+        Value::String(s) if !s.trim().is_empty() => s.trim().to_string(),
+        Value::Null | Value::String(_) => match &lane.state {
+            Some(state) => state.instance_name.clone(),
+            None if !lane.run_id.is_empty() => format!("{prefix}{}", lane.run_id),
+            None => return Err("instance_name 为空".into()),
+        },
+        other => return Err(format!("instance_name must be a string, got {other}")),
+    };
+    names::validate_instance_name(&name, prefix)
+        .map_err(|e| format!("{e}: only instances managed by this proxy can be controlled"))?;
+    Ok(name)
+}
+
+fn expected_instances(c: &SandboxControl) -> Option<Vec<InventoryRef>> {
+    let list = c.extra.get("expected_instances")?.as_array()?;
+    Some(
+        list.iter()
+            .filter_map(|e| {
+                let name = e.get("instance_name").and_then(Value::as_str)?.trim().to_string();
+                let run_id = e.get("run_id").and_then(Value::as_str).map(str::to_string);
+                (!name.is_empty()).then_some(InventoryRef { instance_name: name, run_id, reason: None })
+            })
+            .collect(),
+    )
+}
+
+/// Managed instances the backend does not expect, with their run ids.
+async fn orphans(d: &Daemon, c: &SandboxControl) -> Result<Vec<(String, Option<String>)>, String> {
+    let expected: BTreeSet<String> =
+        expected_instances(c).unwrap_or_default().into_iter().map(|e| e.instance_name).collect();
+    let list = d.provider.list().await.map_err(|e| e.to_string())?;
+    Ok(list
+        .into_iter()
+        .filter(|i| !expected.contains(&i.name))
+        .map(|i| {
+            let run_id = inventory::run_id_of(&i.name);
+            (i.name, run_id)
+        })
+        .collect())
+}
+
+/// Removes an instance in its run's lane (so it is ordered with that run's
+/// messages and the run forgets it), or directly when it has no run.
+async fn remove_via_lane(d: &Arc<Daemon>, name: &str, run_id: Option<&str>) -> Result<(), String> {
+    let prefix = &d.cfg.sandbox.instance_prefix;
+    let lane_run =
+        name.strip_prefix(prefix.as_str()).filter(|id| names::validate_run_id(id).is_ok()).or(run_id);
+    match lane_run {
+        Some(run) => {
+            let (tx, rx) = oneshot::channel();
+            runs::send(d, run, Job::Remove { name: name.to_string(), done: tx });
+            rx.await.unwrap_or_else(|_| Err("the run's lane ended".into()))
+        }
+        None => d.provider.remove(name).await.map(drop).map_err(|e| e.to_string()),
+    }
+}
+
+async fn gc(d: &Arc<Daemon>, c: &SandboxControl, out: &mut Map<String, Value>) -> Result<(), Failure> {
+    let opts = c.extra.get("gc").cloned().unwrap_or(Value::Null);
+    let remove_orphans = opts.get("remove_orphans").and_then(Value::as_bool) != Some(false);
+    let remove_workspaces = opts.get("remove_workspaces").and_then(Value::as_bool) != Some(false);
+    let max = opts
+        .get("max_delete_count")
+        .or_else(|| c.extra.get("max_delete_count"))
+        .and_then(Value::as_f64)
+        .map_or(500, |n| n.clamp(0.0, 10_000.0) as usize);
+    let dry = dry_run(c) != Some(false);
+    let mut plan: Vec<Value> = Vec::new();
+    for (name, run_id) in orphans(d, c).await? {
+        if remove_orphans {
+            plan.push(json!({"kind":"instance","instance_name":name,"run_id":run_id}));
+        }
+        if remove_workspaces && let Some(run_id) = &run_id {
+            plan.push(
+                json!({"kind":"workspace","workspace_provider":"host","instance_name":name,"run_id":run_id}),
+            );
+        }
+    }
+    plan.truncate(max);
+    out.insert("planned".into(), json!({"deletes": plan}));
+    if dry {
+        return Ok(());
+    }
+    let mut deleted_instances = Vec::new();
+    let mut deleted_workspaces = Vec::new();
+    let mut errors = Vec::new();
+    for item in &plan {
+        let name = item["instance_name"].as_str().unwrap_or_default().to_string();
+        let run_id = item["run_id"].as_str().map(str::to_string);
+        match item["kind"].as_str() {
+            Some("instance") => match remove_via_lane(d, &name, run_id.as_deref()).await {
+                Ok(()) => {
+                    deleted_instances.push(InventoryRef { instance_name: name, run_id, reason: Some("gc") })
+                }
+                Err(e) => errors.push(
+                    json!({"kind":"instance","instance_name":name,"run_id":run_id,"message":d.redact(&e)}),
+                ),
+            },
+            _ => {
+                let run = run_id.clone().unwrap_or_default();
+                match remove_workspace(d, &run, None) {
+                    Ok(()) => deleted_workspaces.push(DeletedWorkspace {
+                        instance_name: Some(name),
+                        run_id: run,
+                        workspace_provider: "host",
+                        deleted_at: super::now_iso(),
+                        reason: "gc",
+                    }),
+                    Err(e) => errors.push(json!({"kind":"workspace","run_id":run_id,"message":d.redact(&e)})),
+                }
+            }
+        }
+    }
+    out.insert(
+        "deleted".into(),
+        json!({"instances": deleted_instances.len(), "workspaces": deleted_workspaces.len()}),
+    );
+    if !deleted_instances.is_empty() {
+        d.outbox.push(&inventory::deleted_instances(d, deleted_instances));
+    }
+    if !deleted_workspaces.is_empty() {
+        d.outbox.push(&inventory::deleted_workspaces(d, deleted_workspaces));
+    }
+    if let Ok(inv) = inventory::full(d, None).await {
+        d.outbox.push(&inv);
+    }
+    let failed = !errors.is_empty();
+    out.insert("errors".into(), Value::Array(errors));
+    if failed {
+        return Err(Failure::Partial("gc finished with errors (see errors)".into()));
+    }
+    Ok(())
+}
+
+/// Deletes `<root>/run-<id>`, `<root>/home-<id>` and the run's recorded
+/// workspace (if another directory under the root), each resolved inside
+/// the root first. Missing directories are fine.
+fn remove_workspace(d: &Daemon, run_id: &str, recorded: Option<&Path>) -> Result<(), String> {
+    names::validate_run_id(run_id).map_err(|e| e.to_string())?;
+    let root = &d.cfg.sandbox.workspace_host_root;
+    let mut targets = vec![root.join(format!("run-{run_id}")), root.join(format!("home-{run_id}"))];
+    if let Some(p) = recorded
+        && !targets.iter().any(|t| t == p)
+    {
+        targets.push(p.to_path_buf());
+    }
+    for target in targets {
+        // A symlink is judged by where it leads; it is never followed for deletion.
+        let resolved = resolve_under_root(root, &target, false)?;
+        match std::fs::symlink_metadata(&resolved) {
+            Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(&resolved).map_err(|e| {
+                format!("remove {}: {}", resolved.display(), sandbox::error::io_error_text(&e))
+            })?,
+            Ok(_) => std::fs::remove_file(&resolved).map_err(|e| {
+                format!("remove {}: {}", resolved.display(), sandbox::error::io_error_text(&e))
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(format!("{}: {}", resolved.display(), sandbox::error::io_error_text(&e))),
+        }
+    }
+    Ok(())
+}
+
+async fn remove_image(d: &Daemon, image: &str) -> Result<(), String> {
+    let crate::provider::AnyProvider::Docker(docker) = &d.provider else {
+        return Err(format!(
+            "the {} provider has no images: remove_image ({image}) needs provider container_oci",
+            d.wire_provider()
+        ));
+    };
+    let out = tokio::process::Command::new(docker.cli())
+        .args(["image", "rm", "-f", "--", image])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .map_err(|e| format!("{}: {}", docker.cli(), sandbox::error::io_error_text(&e)))?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lower = stderr.to_ascii_lowercase();
+    if out.status.success() || lower.contains("no such image") || lower.contains("image not known") {
+        return Ok(());
+    }
+    Err(format!("{} image rm {image}: {}", docker.cli(), stderr.trim()))
+}
+
+// ------------------------------------------------------------- signatures
+
+/// Hex HMAC-SHA256 of `data` with `secret`.
+pub fn hmac_hex(secret: &str, data: &[u8]) -> String {
+    let mut mac = HmacSha256::new_from_slice(secret.as_bytes()).expect("HMAC takes keys of any length");
+    mac.update(data);
+    hex_lower(&mac.finalize().into_bytes())
+}
+
+fn hex_lower(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The canonical form a signature covers: the message without `signature`,
+/// members with `null` values omitted, object keys sorted, no whitespace.
+pub fn canonical_json(v: &Value) -> String {
+    fn write(v: &Value, out: &mut String) {
+        match v {
+            Value::Object(map) => {
+                let mut keys: Vec<&String> =
+                    map.iter().filter(|(_, v)| !v.is_null()).map(|(k, _)| k).collect();
+                keys.sort();
+                out.push('{');
+                for (i, k) in keys.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(&Value::String((*k).clone()).to_string());
+                    out.push(':');
+                    write(&map[*k], out);
+                }
+                out.push('}');
+            }
+            Value::Array(items) => {
+                out.push('[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    write(item, out);
+                }
+                out.push(']');
+            }
+            other => out.push_str(&other.to_string()),
+        }
+    }
+    let mut out = String::new();
+    write(v, &mut out);
+    out
+}
+
+/// Checks `signature` (hex HMAC-SHA256, optionally `sha256=`-prefixed, of
+/// [`canonical_json`] of the message) and `signed_at` (unix seconds or
+/// ISO-8601, within 300 s of now, so a captured command cannot be replayed
+/// later). A no-op without `control_signing_secret`.
+pub fn verify_signature(d: &Daemon, c: &SandboxControl) -> Result<(), String> {
+    let Some(secret) = &d.cfg.control_signing_secret else { return Ok(()) };
+    let action = c.action.as_str().unwrap_or("?");
+    let Ok(Value::Object(mut msg)) = serde_json::to_value(c) else {
+        return Err("the message cannot be re-encoded".into());
+    };
+    let Some(Value::String(sig)) = msg.remove("signature") else {
+        return Err(format!(
+            "signature_required: {action} is destructive and this proxy requires signed controls \
+             (control_signing_secret is set)"
+        ));
+    };
+    let signed_at = match msg.get("signed_at") {
+        Some(Value::Number(n)) => n.as_f64().map(|f| f as i64),
+        Some(Value::String(s)) => humantime::parse_rfc3339_weak(s.trim_end_matches('Z'))
+            .or_else(|_| humantime::parse_rfc3339(s))
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|d| d.as_secs() as i64),
+        _ => None,
+    };
+    let now =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+    match signed_at {
+        Some(t) if (now - t).abs() <= SIGNATURE_WINDOW_SECS => {}
+        Some(_) => {
+            return Err(format!(
+                "signature_expired: signed_at is more than {SIGNATURE_WINDOW_SECS} s from now"
+            ));
+        }
+        None => return Err("signature_invalid: signed_at (unix seconds or ISO-8601) is required".into()),
+    }
+    let hex = sig.trim().strip_prefix("sha256=").unwrap_or(sig.trim());
+    let Some(bytes) = decode_hex(hex) else {
+        return Err("signature_invalid: not a hex HMAC-SHA256".into());
+    };
+    let mut mac = HmacSha256::new_from_slice(secret.expose().as_bytes()).expect("any key length");
+    mac.update(canonical_json(&Value::Object(msg)).as_bytes());
+    mac.verify_slice(&bytes)
+        .map_err(|_| format!("signature_invalid: the signature of {action} does not match"))
+}
+
+fn decode_hex(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
+}
+
+// ---------------------------------------------------------------- git_push
+
+/// A branch name git would accept and that cannot become an option.
+fn check_branch(b: &str) -> Result<(), String> {
+    let bad = b.is_empty()
+        || b.starts_with(['-', '/', '.'])
+        || b.ends_with(['/', '.'])
+        || b.ends_with(".lock")
+        || b.contains("..")
+        || b.contains("//")
+        || b.contains("@{")
+        || b == "@"
+        || b.chars().any(|c| c.is_control() || c.is_whitespace() || "~^:?*[\\".contains(c));
+    if bad { Err(format!("branch {b:?} is not a valid branch name")) } else { Ok(()) }
+}
+
+fn check_remote(r: &str) -> Result<(), String> {
+    let ok = r.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && r.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("remote {r:?} must be a remote name (letters, digits, '.', '_', '-')"))
+    }
+}
+
+fn tail(bytes: &[u8], d: &Daemon) -> String {
+    let text = d.redact(&String::from_utf8_lossy(bytes));
+    if text.len() <= OUTPUT_TAIL {
+        return text;
+    }
+    let mut start = text.len() - OUTPUT_TAIL;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("...{}", &text[start..])
+}
+
+/// A private temporary directory, removed on drop.
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn write_file(path: &Path, text: &str, mode: u32) -> Result<(), String> {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .create_new(true)
+        .write(true)
+        .mode(mode)
+        .open(path)
+        .map_err(|e| format!("create {}: {}", path.display(), sandbox::error::io_error_text(&e)))?;
+    f.write_all(text.as_bytes()).map_err(|e| format!("write {}: {e}", path.display()))
+}
+
+/// The askpass helper: answers git's prompts from variables, so the
+/// password is in no file and no argv.
+const ASKPASS: &str = "#!/bin/sh\ncase \"$1\" in\n  Username*|username*) printf '%s\\n' \"$TUIXIU_ASKPASS_USERNAME\" ;;\n  *) printf '%s\\n' \"$TUIXIU_ASKPASS_PASSWORD\" ;;\nesac\n";
+
+async fn git_push(lane: &mut Lane, c: &SandboxControl, out: &mut Map<String, Value>) -> Result<(), Failure> {
+    let d = lane.d.clone();
+    if !d.cfg.sandbox.git_push {
+        return Err("git_push disabled".to_string().into());
+    }
+    let field = |k: &str| c.extra.get(k).unwrap_or(&Value::Null);
+    let branch = str_field(field("branch")).ok_or("branch 为空".to_string())?.to_string();
+    check_branch(&branch)?;
+    let remote = str_field(field("remote")).unwrap_or("origin").to_string();
+    check_remote(&remote)?;
+    let max = d.cfg.git_push_timeout_max_seconds;
+    let timeout =
+        field("timeout_seconds").as_f64().filter(|n| n.is_finite()).map_or(300, |n| (n as u64).clamp(5, max));
+    let mut env: Vec<(String, String)> = Vec::new();
+    if let Some(map) = field("env").as_object() {
+        for (k, v) in map {
+            let v = v
+                .as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| if v.is_null() { String::new() } else { v.to_string() });
+            names::validate_env(k, &v).map_err(|e| format!("env: {e}"))?;
+            env.push((k.clone(), v));
+        }
+    }
+    d.add_secrets(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    let get =
+        |k: &str| env.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone()).filter(|v| !v.is_empty());
+    if lane.run_id.is_empty() {
+        return Err("git_push needs a run_id".to_string().into());
+    }
+    let root = &d.cfg.sandbox.workspace_host_root;
+    let ws = lane
+        .state
+        .as_ref()
+        .map(|s| s.workspace.clone())
+        .unwrap_or_else(|| root.join(format!("run-{}", lane.run_id)));
+    let ws = resolve_under_root(root, &ws, false)?;
+    if !ws.is_dir() || std::fs::symlink_metadata(ws.join(".git")).is_err() {
+        return Err(format!("workspace {} is not a git checkout", ws.display()).into());
+    }
+
+    let tmp = d.cfg.state_dir.join("tmp").join(format!("git-{}", uuid::Uuid::new_v4()));
+    super::identity::private_dir(&tmp).map_err(|e| e.to_string())?;
+    let tmp = TempDir(tmp);
+    let mut cmd_env: Vec<(String, String)> = vec![
+        ("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()),
+        ("HOME".into(), tmp.0.display().to_string()),
+        ("LANG".into(), "C".into()),
+        ("GIT_TERMINAL_PROMPT".into(), "0".into()),
+        ("GCM_INTERACTIVE".into(), "Never".into()),
+        ("GIT_CONFIG_NOSYSTEM".into(), "1".into()),
+    ];
+    let ssh = get("TUIXIU_GIT_AUTH_MODE").is_some_and(|m| m.eq_ignore_ascii_case("ssh"));
+    if ssh {
+        let command =
+            match (get("TUIXIU_GIT_SSH_COMMAND"), get("TUIXIU_GIT_SSH_KEY_B64"), get("TUIXIU_GIT_SSH_KEY")) {
+                (Some(cmd), _, _) => cmd,
+                (None, b64, key) => {
+                    let key = match (b64, key) {
+                        (Some(b64), _) => {
+                            use base64::Engine;
+                            let bytes = base64::engine::general_purpose::STANDARD
+                                .decode(b64.trim())
+                                .map_err(|_| "TUIXIU_GIT_SSH_KEY_B64 is not base64".to_string())?;
+                            String::from_utf8(bytes)
+                                .map_err(|_| "TUIXIU_GIT_SSH_KEY_B64 is not a text key".to_string())?
+                        }
+                        (None, Some(key)) => key,
+                        (None, None) => {
+                            return Err("ssh auth needs TUIXIU_GIT_SSH_KEY(_B64) or TUIXIU_GIT_SSH_COMMAND"
+                                .to_string()
+                                .into());
+                        }
+                    };
+                    let path = tmp.0.join("id");
+                    let key = if key.ends_with('\n') { key } else { format!("{key}\n") };
+                    write_file(&path, &key, 0o600)?;
+                    format!(
+                        "ssh -i {} -o IdentitiesOnly=yes -o StrictHostKeyChecking=accept-new",
+                        path.display()
+                    )
+                }
+            };
+        cmd_env.push(("GIT_SSH_COMMAND".into(), command));
+    } else {
+        // Even without credentials, a repository's core.sshCommand must not
+        // run: the variable takes precedence over the config.
+        cmd_env.push(("GIT_SSH_COMMAND".into(), "ssh".into()));
+        if let Some(password) = get("TUIXIU_GIT_HTTP_PASSWORD") {
+            let askpass = tmp.0.join("askpass");
+            write_file(&askpass, ASKPASS, 0o700)?;
+            let _ = std::fs::set_permissions(&askpass, std::fs::Permissions::from_mode(0o700));
+            cmd_env.push(("GIT_ASKPASS".into(), askpass.display().to_string()));
+            cmd_env.push((
+                "TUIXIU_ASKPASS_USERNAME".into(),
+                get("TUIXIU_GIT_HTTP_USERNAME").unwrap_or_else(|| "x-access-token".into()),
+            ));
+            cmd_env.push(("TUIXIU_ASKPASS_PASSWORD".into(), password));
+        }
+    }
+    // The workspace is agent-writable: its config must not get to run
+    // commands on the host or redirect the credentials.
+    let ws_text = ws.display().to_string();
+    let hardening = [
+        "core.hooksPath=/dev/null".to_string(),
+        "core.fsmonitor=false".into(),
+        "core.askPass=".into(),
+        "credential.helper=".into(),
+        "protocol.ext.allow=never".into(),
+        format!("safe.directory={ws_text}"),
+    ];
+    let git = |args: &[&str]| {
+        let mut cmd = tokio::process::Command::new("git");
+        cmd.env_clear();
+        cmd.envs(cmd_env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        for h in &hardening {
+            cmd.arg("-c").arg(h);
+        }
+        cmd.arg("-C").arg(&ws).args(args);
+        cmd.stdin(std::process::Stdio::null());
+        cmd.process_group(0);
+        cmd.kill_on_drop(true);
+        cmd
+    };
+    // Repository config that could run a command on the host or send the
+    // credentials elsewhere (per-URL credential helpers survive the
+    // `credential.helper=` override above) is refused outright.
+    let listed = git(&["config", "--local", "--includes", "--name-only", "--list"])
+        .output()
+        .await
+        .map_err(|e| format!("git: {}", sandbox::error::io_error_text(&e)))?;
+    if let Some(key) = String::from_utf8_lossy(&listed.stdout).lines().find(|k| dangerous_git_key(k)) {
+        return Err(format!(
+            "the workspace's git config sets {key:?}, which could run commands or redirect credentials \
+             on this host: refusing git_push"
+        )
+        .into());
+    }
+    if let Some(repo_url) = get("TUIXIU_REPO_URL") {
+        let got =
+            git(&["remote", "get-url", "--push", &remote]).output().await.map_err(|e| format!("git: {e}"))?;
+        let url = String::from_utf8_lossy(&got.stdout).trim().to_string();
+        if !got.status.success() || url != repo_url.trim() {
+            return Err(format!(
+                "remote {remote} of the workspace pushes to {:?}, not to TUIXIU_REPO_URL: refusing to send credentials there",
+                d.redact(&url)
+            )
+            .into());
+        }
+    }
+    let child = git(&["push", "-u", "--", &remote, &branch])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("git: {}", sandbox::error::io_error_text(&e)))?;
+    let pid = child.id();
+    match tokio::time::timeout(Duration::from_secs(timeout), child.wait_with_output()).await {
+        Ok(Ok(output)) => {
+            use std::os::unix::process::ExitStatusExt;
+            out.insert("stdout".into(), json!(tail(&output.stdout, &d)));
+            out.insert("stderr".into(), json!(tail(&output.stderr, &d)));
+            out.insert("code".into(), json!(output.status.code()));
+            out.insert("signal".into(), json!(output.status.signal().map(signal_name)));
+            if output.status.success() {
+                Ok(())
+            } else {
+                let mut e =
+                    format!("exitCode={}", output.status.code().map_or("null".into(), |c| c.to_string()));
+                if let Some(s) = output.status.signal() {
+                    e.push_str(&format!(" signal={}", signal_name(s)));
+                }
+                Err(Failure::Partial(e))
+            }
+        }
+        Ok(Err(e)) => Err(format!("git: {e}").into()),
+        Err(_) => {
+            if let Some(pid) = pid {
+                // SAFETY: kill(2) on the process group we created for git.
+                unsafe { libc::kill(-(pid as i32), libc::SIGKILL) };
+            }
+            Err(Failure::Partial(format!("timeout after {timeout}s")))
+        }
+    }
+}
+
+/// Config keys (lower-cased by git) that make `git push` run a program or
+/// talk to another endpoint: credential helpers, ssh/proxy commands, remote
+/// helpers and pack programs, includes (which could bring any of these),
+/// HTTP proxies.
+fn dangerous_git_key(key: &str) -> bool {
+    let k = key.trim().to_ascii_lowercase();
+    let parts: Vec<&str> = k.split('.').collect();
+    let (first, last) = (parts[0], parts[parts.len() - 1]);
+    match first {
+        "credential" => last == "helper" || last == "usehttppath",
+        "core" => matches!(last, "sshcommand" | "gitproxy" | "askpass" | "hookspath" | "fsmonitor"),
+        "remote" => matches!(last, "receivepack" | "uploadpack" | "vcs" | "proxy" | "pushurl"),
+        "include" | "includeif" => true,
+        "http" => last == "proxy" || last == "proxyauthmethod",
+        "url" => last == "pushinsteadof" || last == "insteadof",
+        "protocol" => true,
+        _ => false,
+    }
+}
+
+fn signal_name(sig: i32) -> String {
+    nix::sys::signal::Signal::try_from(sig)
+        .map(|s| s.as_str().to_string())
+        .unwrap_or_else(|_| sig.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn canonical_form() {
+        let v = json!({"b":1,"a":{"y":null,"x":[1,"é"]},"n":null});
+        assert_eq!(canonical_json(&v), r#"{"a":{"x":[1,"é"]},"b":1}"#);
+    }
+
+    #[test]
+    fn hmac_known_answer() {
+        // RFC 4231 test case 2.
+        assert_eq!(
+            hmac_hex("Jefe", b"what do ya want for nothing?"),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+    }
+
+    #[test]
+    fn askpass_answers_from_the_environment() {
+        let dir = std::env::temp_dir().join(format!("tuixiu-askpass-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let script = dir.join("askpass");
+        let _ = std::fs::remove_file(&script);
+        write_file(&script, ASKPASS, 0o700).unwrap();
+        let ask = |prompt: &str| {
+            let out = std::process::Command::new(&script)
+                .arg(prompt)
+                .env_clear()
+                .env("TUIXIU_ASKPASS_USERNAME", "x-access-token")
+                .env("TUIXIU_ASKPASS_PASSWORD", "pa ss'word")
+                .output()
+                .unwrap();
+            String::from_utf8(out.stdout).unwrap()
+        };
+        assert_eq!(ask("Username for 'https://github.com': "), "x-access-token\n");
+        assert_eq!(ask("Password for 'https://x-access-token@github.com': "), "pa ss'word\n");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn dangerous_git_keys() {
+        for bad in [
+            "credential.helper",
+            "credential.https://github.com.helper",
+            "core.sshcommand",
+            "remote.origin.receivepack",
+            "remote.origin.vcs",
+            "include.path",
+            "includeif.gitdir:/x.path",
+            "http.proxy",
+            "http.https://h.proxy",
+            "url.https://evil/.insteadof",
+            "protocol.ext.allow",
+        ] {
+            assert!(dangerous_git_key(bad), "{bad}");
+        }
+        for ok in ["remote.origin.url", "remote.origin.fetch", "branch.main.remote", "user.name", "core.bare"]
+        {
+            assert!(!dangerous_git_key(ok), "{ok}");
+        }
+    }
+
+    #[test]
+    fn branches_and_remotes() {
+        for ok in ["run/x", "feature/a-b_c.1"] {
+            check_branch(ok).unwrap();
+        }
+        for bad in ["", "-f", "--force", "a..b", "a b", "a:b", "x.lock", "/a", "a/", "a@{1}"] {
+            assert!(check_branch(bad).is_err(), "{bad:?}");
+        }
+        check_remote("origin").unwrap();
+        assert!(check_remote("-x").is_err());
+        assert!(check_remote("a/b").is_err());
+    }
+}

@@ -1,0 +1,326 @@
+//! `tuixiu-sandbox proxy`: the execution-plane daemon (seed 002), a
+//! drop-in replacement for the Node acp-proxy against the tuixiu backend.
+//!
+//! | module | job |
+//! |---|---|
+//! | [`config`] | the TOML config (Node keys + ours), env overrides, validation |
+//! | [`identity`] | the stable proxy id and the state-directory lock |
+//! | [`tls`], [`auth`] | rustls client config (system roots + CA file, mTLS); the Bearer token (static or bootstrap-registered, refreshed) |
+//! | [`link`] | the WebSocket: connect, register, heartbeats, inventories, reconnect |
+//! | [`outbox`] | the bounded FIFO of everything the daemon sends, kept across disconnects |
+//! | [`protocol`] | serde types of every message both ways |
+//! | [`runs`] | one lane per run: ordered processing, run state, keepalive, persistence |
+//! | [`control`] | every `sandbox_control` action and its protections |
+//! | [`inventory`] | `sandbox_inventory` and `workspace_inventory` |
+//!
+//! Threading: one tokio current-thread runtime. Nothing here enters a
+//! namespace: sandboxes are launched by `tuixiu-sandbox __exec` through the
+//! native provider, containers by the docker CLI.
+
+pub mod auth;
+pub mod config;
+pub mod control;
+pub mod identity;
+pub mod inventory;
+pub mod link;
+pub mod outbox;
+pub mod protocol;
+pub mod runs;
+pub mod tls;
+
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Map, Value, json};
+
+use crate::env::Redactor;
+use crate::provider::docker::DockerProvider;
+use crate::provider::host::HostProvider;
+use crate::provider::native::NativeProvider;
+use crate::provider::{AnyProvider, InstanceInfo, Provider};
+use config::{Config, ProviderChoice};
+
+/// Exit status when the backend refuses the proxy id.
+pub const EXIT_ID_CONFLICT: u8 = 3;
+
+/// What the daemon's tasks share.
+pub struct Daemon {
+    pub cfg: Config,
+    pub proxy_id: String,
+    pub provider: AnyProvider,
+    pub outbox: outbox::Outbox,
+    pub runs: runs::Runs,
+    /// Every secret seen (config tokens, secret init.env values), for
+    /// scrubbing text that leaves the daemon.
+    pub redactor: Mutex<Redactor>,
+    /// Registered with the backend right now.
+    pub connected: AtomicBool,
+    /// `<state>/runs`.
+    pub runs_dir: PathBuf,
+}
+
+impl Daemon {
+    pub fn new(cfg: Config, proxy_id: String) -> Result<Daemon, String> {
+        let state = &cfg.state_dir;
+        let prefix = cfg.sandbox.instance_prefix.as_str();
+        let provider = match cfg.sandbox.provider {
+            ProviderChoice::Native => AnyProvider::Native(
+                NativeProvider::with_current_exe(state, prefix).map_err(|e| e.to_string())?,
+            ),
+            ProviderChoice::Docker => AnyProvider::Docker(
+                DockerProvider::new(&cfg.sandbox.runtime, state, prefix).map_err(|e| e.to_string())?,
+            ),
+            ProviderChoice::Host => AnyProvider::Host(
+                HostProvider::new(state, prefix, cfg.sandbox.no_isolation_acknowledged)
+                    .map_err(|e| e.to_string())?,
+            ),
+        };
+        let mut redactor = Redactor::default();
+        for s in cfg.secrets() {
+            redactor.add(s);
+        }
+        for (k, v) in &cfg.sandbox.env {
+            if crate::env::SECRET_KEYS.contains(&k.as_str()) {
+                redactor.add(v);
+            }
+        }
+        let runs_dir = state.join("runs");
+        Ok(Daemon {
+            outbox: outbox::Outbox::new(cfg.outbox_max_messages, cfg.outbox_max_bytes),
+            cfg,
+            proxy_id,
+            provider,
+            runs: runs::Runs::default(),
+            redactor: Mutex::new(redactor),
+            connected: AtomicBool::new(false),
+            runs_dir,
+        })
+    }
+
+    /// Routes a decoded message to its lane (never blocks).
+    pub fn dispatch(self: &Arc<Self>, msg: protocol::Incoming) {
+        runs::dispatch(self, msg);
+    }
+
+    /// `text` with every known secret replaced by `[REDACTED]`.
+    pub fn redact(&self, text: &str) -> String {
+        self.redactor.lock().unwrap_or_else(|p| p.into_inner()).redact(text).into_owned()
+    }
+
+    pub fn add_secrets<'a>(&self, env: impl IntoIterator<Item = (&'a str, &'a str)>) {
+        let mut r = self.redactor.lock().unwrap_or_else(|p| p.into_inner());
+        for (k, v) in env {
+            if crate::env::SECRET_KEYS.contains(&k) {
+                r.add(v);
+            }
+        }
+    }
+
+    pub fn wire_provider(&self) -> &'static str {
+        self.provider.kind().wire_name()
+    }
+
+    pub fn runtime(&self) -> Option<String> {
+        self.provider.runtime().map(str::to_string)
+    }
+
+    /// `register_agent.agent.capabilities` (reference §1.4.1).
+    pub fn capabilities(&self) -> Map<String, Value> {
+        let mut caps = self.cfg.agent.capabilities.clone();
+        let arch = match std::env::consts::ARCH {
+            "x86_64" => "x64",
+            "aarch64" => "arm64",
+            other => other,
+        };
+        caps.insert(
+            "runtime".into(),
+            json!({"platform": "linux", "arch": arch, "isWsl": false, "wslDistro": null}),
+        );
+        let docker = self.cfg.sandbox.provider == ProviderChoice::Docker;
+        let mut sandbox = json!({
+            "provider": self.wire_provider(),
+            "terminalEnabled": self.cfg.sandbox.terminal_enabled,
+            "agentMode": "exec",
+            "image": if docker { json!(self.cfg.sandbox.image) } else { Value::Null },
+            "workingDir": sandbox::WORKSPACE,
+            "workspaceProvider": "host",
+            "gitPush": self.cfg.sandbox.git_push,
+        });
+        if let Some(rt) = self.runtime() {
+            sandbox["runtime"] = json!(rt);
+        }
+        caps.insert("sandbox".into(), sandbox);
+        caps.insert("acpTunnel".into(), json!(true));
+        caps
+    }
+
+    /// Queues `proxy_update sandbox_instance_status` for `run_id`.
+    pub fn report_status(&self, run_id: &str, info: &InstanceInfo) {
+        let content = protocol::InstanceStatusContent {
+            kind: "sandbox_instance_status",
+            instance_name: info.name.clone(),
+            provider: self.wire_provider(),
+            runtime: self.runtime(),
+            status: info.status.as_str(),
+            last_seen_at: now_iso(),
+            last_error: info.last_error.as_deref().map(|e| self.redact(e)),
+        };
+        self.outbox.push(&protocol::proxy_update(run_id, serde_json::to_value(content).expect("plain data")));
+    }
+
+    /// Queues `sandbox_instance_status {status:"error", last_error}`.
+    pub fn report_error_status(&self, run_id: &str, instance_name: &str, error: &str) {
+        let mut info = InstanceInfo::missing(self.provider.kind(), instance_name);
+        info.status = crate::provider::InstanceStatus::Error;
+        info.last_error = Some(error.to_string());
+        self.report_status(run_id, &info);
+    }
+}
+
+/// Now as ISO-8601 UTC with milliseconds (`2026-01-28T12:00:00.000Z`).
+pub fn now_iso() -> String {
+    humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
+}
+
+pub fn iso_from_secs(secs: u64) -> String {
+    humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs)).to_string()
+}
+
+pub fn iso_from_system(t: std::time::SystemTime) -> String {
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+/// Options of `tuixiu-sandbox proxy` beyond the config file.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    pub config: Option<PathBuf>,
+    pub state_dir: Option<PathBuf>,
+    pub allow_insecure_ws: bool,
+}
+
+/// Loads the config, takes the identity lock and runs the daemon until
+/// SIGTERM/SIGINT (0), an id conflict ([`EXIT_ID_CONFLICT`]) or a startup
+/// error (125).
+pub fn main(opts: Options) -> u8 {
+    let (mut cfg, warnings) = match Config::load(opts.config.as_deref(), std::env::vars()) {
+        Ok(c) => c,
+        Err(e) => {
+            report(&format!("proxy: {e}"));
+            return sandbox::EXIT_SETUP_FAILED;
+        }
+    };
+    for w in warnings {
+        tracing::warn!("{w}");
+    }
+    if let Some(dir) = opts.state_dir {
+        cfg.state_dir = dir;
+    }
+    if opts.allow_insecure_ws {
+        cfg.allow_insecure_ws = true;
+    }
+    match config::url_parts(&cfg.orchestrator_url) {
+        Ok(p) if p.scheme == "ws" && !config::is_loopback_host(&p.host) => {
+            if cfg.allow_insecure_ws {
+                tracing::warn!(
+                    "orchestrator_url ws://{}:{} is plain ws:// to a non-loopback host: tokens and control \
+                     messages travel unencrypted (allowed by allow_insecure_ws; use wss:// in production)",
+                    p.host,
+                    p.port
+                );
+            } else {
+                report(&format!(
+                    "proxy: orchestrator_url ws://{}:{}: plain ws:// is only allowed to loopback addresses; \
+                     use wss:// (or --allow-insecure-ws, for testing only)",
+                    p.host, p.port
+                ));
+                return sandbox::EXIT_SETUP_FAILED;
+            }
+        }
+        _ => {}
+    }
+    let identity = match identity::acquire(&cfg.state_dir, cfg.agent.id.as_deref()) {
+        Ok(i) => i,
+        Err(e) => {
+            report(&format!("proxy: {e}"));
+            return sandbox::EXIT_SETUP_FAILED;
+        }
+    };
+    // One thread: the daemon's work is I/O (the socket, CLI children, small
+    // files) and a single thread keeps the idle footprint small (see
+    // docs/benchmarks.md). Sandboxes are launched by `__exec`, never here.
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            report(&format!("proxy: start the async runtime: {e}"));
+            return sandbox::EXIT_SETUP_FAILED;
+        }
+    };
+    let proxy_id = identity.proxy_id.clone();
+    let code = rt.block_on(async move {
+        let daemon = match Daemon::new(cfg, proxy_id) {
+            Ok(d) => Arc::new(d),
+            Err(e) => {
+                report(&format!("proxy: {e}"));
+                return sandbox::EXIT_SETUP_FAILED;
+            }
+        };
+        if let Err(e) = identity::private_dir(&daemon.runs_dir) {
+            report(&format!("proxy: {e}"));
+            return sandbox::EXIT_SETUP_FAILED;
+        }
+        tracing::info!(
+            "proxy {} starting: provider {}, state {}, workspaces {}",
+            daemon.proxy_id,
+            daemon.wire_provider(),
+            daemon.cfg.state_dir.display(),
+            daemon.cfg.sandbox.workspace_host_root.display()
+        );
+        runs::adopt_persisted(&daemon).await;
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            wait_for_signal().await;
+            tracing::info!("shutting down");
+            let _ = stop_tx.send(true);
+        });
+        match link::run(daemon.clone(), stop_rx).await {
+            link::Exit::Shutdown => {
+                if !daemon.outbox.is_empty() {
+                    tracing::warn!(
+                        "{} message(s) not yet delivered to the backend are lost with this shutdown",
+                        daemon.outbox.len()
+                    );
+                }
+                0
+            }
+            link::Exit::Conflict(reason) => {
+                report(&format!(
+                    "proxy: the backend refused proxy id {:?} ({reason}): another proxy is connected with \
+                     the same id; give each proxy its own [agent] id",
+                    daemon.proxy_id
+                ));
+                EXIT_ID_CONFLICT
+            }
+        }
+    });
+    drop(identity);
+    code
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
+    else {
+        tracing::error!("cannot install signal handlers; stop the daemon with SIGKILL");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
+
+/// One error line on stderr, as the CLI prints them.
+fn report(message: &str) {
+    eprintln!("tuixiu-sandbox: {message}");
+}

@@ -1,0 +1,440 @@
+//! Engines: how an agent CLI is started for a job, and how its answer is
+//! read back.
+//!
+//! An engine is a command template (the prompt is always the last
+//! argument, as upstream passes it) plus what the sandbox needs for it:
+//! variables, read-only host binds (an install prefix), files copied into
+//! the per-run home (credentials), a settings file written into the run
+//! directory, the network policy, and where the skill package is shown
+//! (besides `/skill`). `codex`, `gemini` and `iflow` are built in with the
+//! command lines of the reference (§5.1); a configuration file can change
+//! them or add engines, such as a plain `command` engine for tests and
+//! custom CLIs. Nothing from the server's environment reaches an engine
+//! unless `pass_env` names it.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::package::BUILTIN_ENGINES;
+
+/// One item of an argv template.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum ArgItem {
+    /// A word; `{prompt}`, `{model}`, `{skill_id}` are replaced.
+    Word(String),
+    /// Words used only when the request has that value (`"if": "model"`).
+    Optional {
+        #[serde(rename = "if")]
+        when: String,
+        args: Vec<String>,
+    },
+}
+
+/// How the engine prints its final answer.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum OutputFormat {
+    /// The answer is somewhere in stdout.
+    #[default]
+    Text,
+    /// codex `--json`: NDJSON events; the last `agent_message` is the answer.
+    CodexJson,
+    /// gemini `output.format=json`: one envelope whose `response` is the answer.
+    GeminiJson,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct HostBind {
+    pub src: PathBuf,
+    pub dst: String,
+}
+
+/// A host file copied into the per-run home before the engine starts.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct HomeFile {
+    pub src: PathBuf,
+    /// Path relative to the home.
+    pub dst: String,
+}
+
+/// A JSON settings file written into the run directory: the skill's
+/// asset (if the package has it) merged with the enforced keys.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    /// Path relative to the run directory, e.g. `.gemini/settings.json`.
+    pub file: String,
+    /// Path of the skill's defaults in its package, e.g. `assets/gemini_settings.json`.
+    #[serde(default)]
+    pub from_skill: Option<String>,
+    /// Keys that always win.
+    #[serde(default)]
+    pub enforced: Value,
+}
+
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum NetworkChoice {
+    /// The host's network (engines call model APIs).
+    #[default]
+    On,
+    /// Loopback only.
+    Off,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Engine {
+    pub argv: Vec<ArgItem>,
+    #[serde(default)]
+    pub output: OutputFormat,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    #[serde(default)]
+    pub pass_env: Vec<String>,
+    #[serde(default)]
+    pub ro_binds: Vec<HostBind>,
+    #[serde(default)]
+    pub home_files: Vec<HomeFile>,
+    #[serde(default)]
+    pub settings: Option<Settings>,
+    #[serde(default)]
+    pub network: NetworkChoice,
+    /// Another guest path where the skill package is bound read-only
+    /// (`{skill_id}` and `{home}` replaced), where the CLI discovers skills.
+    #[serde(default)]
+    pub skill_path: Option<String>,
+    /// Models a request may ask for; any when absent.
+    #[serde(default)]
+    pub models: Option<Vec<String>>,
+}
+
+/// The engine configuration file: `{"engines": {"name": {...}}}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigFile {
+    engines: BTreeMap<String, Engine>,
+}
+
+/// Every engine this server knows, built-ins first.
+#[derive(Clone, Debug)]
+pub struct Engines {
+    list: Vec<(String, Engine)>,
+}
+
+impl Engines {
+    /// The built-in engines only.
+    pub fn builtin() -> Engines {
+        Engines { list: BUILTIN_ENGINES.iter().map(|n| (n.to_string(), builtin(n))).collect() }
+    }
+
+    /// Built-ins changed or extended by the configuration file at `path`.
+    pub fn load(path: &Path) -> Result<Engines, String> {
+        let text = std::fs::read(path).map_err(|e| {
+            format!("engines config {}: {}", path.display(), sandbox::error::io_error_text(&e))
+        })?;
+        let config: ConfigFile =
+            serde_json::from_slice(&text).map_err(|e| format!("engines config {}: {e}", path.display()))?;
+        let mut engines = Engines::builtin();
+        for (name, engine) in config.engines {
+            if !super::fsio::is_plain_name(&name) || name.contains(char::is_whitespace) {
+                return Err(format!("engines config {}: invalid engine name {name:?}", path.display()));
+            }
+            engine.check().map_err(|e| format!("engines config {}: engine {name:?}: {e}", path.display()))?;
+            match engines.list.iter_mut().find(|(n, _)| *n == name) {
+                Some(slot) => slot.1 = engine,
+                None => engines.list.push((name, engine)),
+            }
+        }
+        Ok(engines)
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        self.list.iter().map(|(n, _)| n.clone()).collect()
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Engine> {
+        self.list.iter().find(|(n, _)| n == name).map(|(_, e)| e)
+    }
+}
+
+impl Engine {
+    fn check(&self) -> Result<(), String> {
+        if !matches!(self.argv.first(), Some(ArgItem::Word(w)) if !w.is_empty()) {
+            return Err("argv must start with the program".into());
+        }
+        for b in &self.ro_binds {
+            if !b.dst.starts_with('/') {
+                return Err(format!("ro_binds destination {:?} must be absolute", b.dst));
+            }
+        }
+        for f in &self.home_files {
+            if !super::fsio::is_plain_relative(&f.dst) {
+                return Err(format!(
+                    "home_files destination {:?} must be a relative path in the home",
+                    f.dst
+                ));
+            }
+        }
+        if let Some(s) = &self.settings
+            && !super::fsio::is_plain_relative(&s.file)
+        {
+            return Err(format!("settings file {:?} must be a relative path in the run directory", s.file));
+        }
+        Ok(())
+    }
+
+    /// The command line for one job.
+    pub fn argv(&self, prompt: &str, model: Option<&str>, skill_id: &str) -> Vec<String> {
+        let subst = |w: &str| {
+            w.replace("{model}", model.unwrap_or_default())
+                .replace("{skill_id}", skill_id)
+                .replace("{prompt}", prompt)
+        };
+        let mut out = Vec::new();
+        for item in &self.argv {
+            match item {
+                ArgItem::Word(w) => out.push(subst(w)),
+                ArgItem::Optional { when, args } => {
+                    if when == "model" && model.is_some() {
+                        out.extend(args.iter().map(|a| subst(a)));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// The answer text in the engine's stdout, and whether taking it out
+    /// of an envelope counts as a repair.
+    pub fn answer(&self, stdout: &str) -> Result<(String, bool), String> {
+        match self.output {
+            OutputFormat::Text => Ok((stdout.to_string(), false)),
+            OutputFormat::CodexJson => {
+                let mut last = stdout
+                    .lines()
+                    .filter_map(|l| serde_json::from_str::<Value>(l.trim()).ok())
+                    .filter_map(|ev| {
+                        let item = ev.get("item")?;
+                        (ev.get("type")? == "item.completed" && item.get("type")? == "agent_message")
+                            .then(|| item.get("text")?.as_str().map(str::to_string))?
+                    });
+                Ok(last.next_back().map_or_else(|| (stdout.to_string(), false), |t| (t, false)))
+            }
+            OutputFormat::GeminiJson => {
+                let Ok(envelope) = serde_json::from_str::<Value>(stdout.trim()) else {
+                    return Ok((stdout.to_string(), false));
+                };
+                match envelope.get("response") {
+                    Some(Value::String(s)) => Ok((s.clone(), true)),
+                    Some(v @ Value::Object(_)) => Ok((v.to_string(), true)),
+                    _ => match envelope.get("error") {
+                        Some(e) => Err(format!("engine turn error: {e}")),
+                        None => Ok((stdout.to_string(), false)),
+                    },
+                }
+            }
+        }
+    }
+}
+
+fn word(w: &str) -> ArgItem {
+    ArgItem::Word(w.into())
+}
+
+fn model_flag(flag: &str) -> ArgItem {
+    ArgItem::Optional { when: "model".into(), args: vec![flag.into(), "{model}".into()] }
+}
+
+fn builtin(name: &str) -> Engine {
+    let base = Engine {
+        argv: Vec::new(),
+        output: OutputFormat::Text,
+        env: BTreeMap::new(),
+        pass_env: Vec::new(),
+        ro_binds: Vec::new(),
+        home_files: Vec::new(),
+        settings: None,
+        network: NetworkChoice::On,
+        skill_path: None,
+        models: None,
+    };
+    match name {
+        // The tuixiu sandbox is the boundary, so codex's own sandbox is
+        // off (upstream's `--yolo` fallback).
+        "codex" => Engine {
+            argv: vec![
+                word("codex"),
+                word("exec"),
+                word("--dangerously-bypass-approvals-and-sandbox"),
+                word("--skip-git-repo-check"),
+                word("--json"),
+                model_flag("-m"),
+                word("{prompt}"),
+            ],
+            output: OutputFormat::CodexJson,
+            skill_path: Some("{home}/.codex/skills/{skill_id}".into()),
+            ..base
+        },
+        "gemini" => Engine {
+            argv: vec![word("gemini"), word("--yolo"), model_flag("-m"), word("{prompt}")],
+            output: OutputFormat::GeminiJson,
+            settings: Some(Settings {
+                file: ".gemini/settings.json".into(),
+                from_skill: Some("assets/gemini_settings.json".into()),
+                enforced: json!({
+                    "output": {"format": "json"},
+                    "tools": {"autoAccept": true},
+                    "experimental": {"skills": true},
+                    "privacy": {"usageStatisticsEnabled": false}
+                }),
+            }),
+            skill_path: Some("/workspace/.gemini/skills/{skill_id}".into()),
+            ..base
+        },
+        "iflow" => Engine {
+            argv: vec![word("iflow"), word("--yolo"), model_flag("-m"), word("-p"), word("{prompt}")],
+            settings: Some(Settings {
+                file: ".iflow/settings.json".into(),
+                from_skill: Some("assets/iflow_settings.json".into()),
+                enforced: json!({"sandbox": "false", "approvalMode": "yolo", "telemetry": {"enabled": false}}),
+            }),
+            skill_path: Some("/workspace/.iflow/skills/{skill_id}".into()),
+            ..base
+        },
+        _ => unreachable!("not a built-in engine: {name}"),
+    }
+}
+
+/// `base` with `over` merged in, objects key by key, `over` winning.
+pub fn merge(base: &mut Value, over: &Value) {
+    match (base, over) {
+        (Value::Object(b), Value::Object(o)) => {
+            for (k, v) in o {
+                merge(b.entry(k.clone()).or_insert(Value::Null), v);
+            }
+        }
+        (b, o) => *b = o.clone(),
+    }
+}
+
+/// The output JSON object in `text`, with upstream's deterministic repair:
+/// the text itself, trimmed, a ```json fence, then the first balanced
+/// `{...}`. Returns the object and whether it had to be repaired.
+pub fn extract_json(text: &str) -> Option<(Value, bool)> {
+    let object = |s: &str| serde_json::from_str::<Value>(s).ok().filter(Value::is_object);
+    if let Some(v) = object(text) {
+        return Some((v, false));
+    }
+    let trimmed = text.trim();
+    if let Some(v) = object(trimmed) {
+        return Some((v, true));
+    }
+    for fence in ["```json", "```"] {
+        let mut rest = trimmed;
+        while let Some(start) = rest.find(fence) {
+            let body = &rest[start + fence.len()..];
+            let Some(end) = body.find("```") else { break };
+            if let Some(v) = object(body[..end].trim()) {
+                return Some((v, true));
+            }
+            rest = &body[end + 3..];
+        }
+    }
+    first_balanced_object(text).and_then(object).map(|v| (v, true))
+}
+
+/// The first `{...}` whose braces balance, strings and escapes respected.
+fn first_balanced_object(text: &str) -> Option<&str> {
+    let bytes = text.as_bytes();
+    let mut from = 0;
+    while let Some(pos) = text[from..].find('{') {
+        let start = from + pos;
+        let (mut depth, mut in_str, mut escaped) = (0usize, false, false);
+        for (i, &b) in bytes.iter().enumerate().skip(start) {
+            if in_str {
+                match (escaped, b) {
+                    (true, _) => escaped = false,
+                    (false, b'\\') => escaped = true,
+                    (false, b'"') => in_str = false,
+                    _ => {}
+                }
+                continue;
+            }
+            match b {
+                b'"' => in_str = true,
+                b'{' => depth += 1,
+                b'}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        let candidate = &text[start..=i];
+                        if serde_json::from_str::<Value>(candidate).is_ok() {
+                            return Some(candidate);
+                        }
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        from = start + 1;
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repair_levels() {
+        assert_eq!(extract_json(r#"{"a":1}"#), Some((json!({"a": 1}), false)));
+        assert_eq!(extract_json(" {\"a\":1}\n"), Some((json!({"a": 1}), false)));
+        assert_eq!(extract_json("done:\n```json\n{\"a\": \"}\"}\n```\n"), Some((json!({"a": "}"}), true)));
+        assert_eq!(extract_json("x {\"a\": {\"b\": \"{\"}} y"), Some((json!({"a": {"b": "{"}}), true)));
+        assert_eq!(extract_json("[1]"), None);
+        assert_eq!(extract_json("nothing"), None);
+    }
+
+    #[test]
+    fn argv_templates() {
+        let e = builtin("codex");
+        assert_eq!(
+            e.argv("do it", Some("gpt-5"), "s"),
+            [
+                "codex",
+                "exec",
+                "--dangerously-bypass-approvals-and-sandbox",
+                "--skip-git-repo-check",
+                "--json",
+                "-m",
+                "gpt-5",
+                "do it"
+            ]
+        );
+        assert_eq!(builtin("gemini").argv("p", None, "s"), ["gemini", "--yolo", "p"]);
+    }
+
+    #[test]
+    fn answers() {
+        let codex = builtin("codex");
+        let ndjson = "{\"type\":\"thread.started\"}\n{\"type\":\"item.completed\",\"item\":{\"type\":\"agent_message\",\"text\":\"{\\\"a\\\":1}\"}}\n";
+        assert_eq!(codex.answer(ndjson).unwrap().0, "{\"a\":1}");
+        let gemini = builtin("gemini");
+        assert_eq!(gemini.answer("{\"response\":\"{\\\"a\\\":1}\"}").unwrap(), ("{\"a\":1}".into(), true));
+        assert!(gemini.answer("{\"error\":{\"message\":\"quota\"}}").is_err());
+    }
+
+    #[test]
+    fn merging() {
+        let mut a = json!({"a": {"b": 1, "c": 2}, "d": 1});
+        merge(&mut a, &json!({"a": {"b": 3}, "e": 4}));
+        assert_eq!(a, json!({"a": {"b": 3, "c": 2}, "d": 1, "e": 4}));
+    }
+}

@@ -1,0 +1,131 @@
+//! File access confined to a directory, and atomic writes.
+//!
+//! Everything a skill package, a client or an engine names (schema paths,
+//! artifact paths) is opened relative to a directory descriptor with
+//! `openat2(RESOLVE_BENEATH)`: `..` past the directory, absolute paths and
+//! symlinks that lead out fail in the kernel (`EXDEV`), whatever the path
+//! string looks like. Paths a sandboxed engine controls (its artifacts) are
+//! opened with `RESOLVE_NO_SYMLINKS` as well, so a link is never followed,
+//! not even one that stays inside.
+
+use std::ffi::CString;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::Path;
+
+use nix::errno::Errno;
+use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat2};
+use nix::sys::stat::{FileStat, SFlag, fstat};
+
+/// How strictly a path is resolved under its directory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Links {
+    /// Symlinks are followed while they stay beneath the directory.
+    Beneath,
+    /// No symlink is followed at all (`ELOOP`).
+    Never,
+}
+
+/// Opens `rel` beneath `dir`. `rel` must be relative.
+pub fn open_beneath(dir: BorrowedFd<'_>, rel: &str, flags: OFlag, links: Links) -> Result<OwnedFd, Errno> {
+    let path = CString::new(if rel.is_empty() { "." } else { rel }).map_err(|_| Errno::EINVAL)?;
+    let mut resolve = ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_MAGICLINKS;
+    if links == Links::Never {
+        resolve |= ResolveFlag::RESOLVE_NO_SYMLINKS;
+    }
+    let how = OpenHow::new().flags(flags | OFlag::O_CLOEXEC).resolve(resolve);
+    openat2(dir, path.as_c_str(), how)
+}
+
+/// A descriptor for a host directory the server owns.
+pub fn open_dir(path: &Path) -> std::io::Result<OwnedFd> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+        .open(path)?;
+    Ok(OwnedFd::from(file))
+}
+
+/// What kind of file a descriptor refers to.
+pub fn file_type(st: &FileStat) -> SFlag {
+    SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits())
+}
+
+/// Reads the regular file `rel` beneath `dir`, at most `max` bytes.
+pub fn read_beneath(dir: BorrowedFd<'_>, rel: &str, links: Links, max: u64) -> Result<Vec<u8>, ReadError> {
+    let fd = open_beneath(dir, rel, OFlag::O_RDONLY | OFlag::O_NOFOLLOW, links).map_err(ReadError::Open)?;
+    let st = fstat(fd.as_fd()).map_err(ReadError::Open)?;
+    if file_type(&st) != SFlag::S_IFREG {
+        return Err(ReadError::NotRegular);
+    }
+    if st.st_size as u64 > max {
+        return Err(ReadError::TooLarge(max));
+    }
+    let mut bytes = Vec::with_capacity(st.st_size as usize);
+    File::from(fd).take(max + 1).read_to_end(&mut bytes).map_err(|e| ReadError::Io(e.to_string()))?;
+    if bytes.len() as u64 > max {
+        return Err(ReadError::TooLarge(max));
+    }
+    Ok(bytes)
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("{0}")]
+    Open(Errno),
+    #[error("not a regular file")]
+    NotRegular,
+    #[error("larger than {0} bytes")]
+    TooLarge(u64),
+    #[error("{0}")]
+    Io(String),
+}
+
+/// Replaces `path` with `bytes` atomically: a temporary file in the same
+/// directory, written and synced, then renamed over it. A crash leaves the
+/// old content or the new, never a torn file.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut tmp = tempfile::Builder::new().prefix(".tmp-").tempfile_in(dir)?;
+    tmp.write_all(bytes)?;
+    tmp.as_file().sync_data()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+/// Whether `name` is one plain path component a client may use as a key
+/// or an id: not empty, not `.`/`..`, no `/`, no NUL or control characters.
+pub fn is_plain_name(name: &str) -> bool {
+    !name.is_empty()
+        && name != "."
+        && name != ".."
+        && name.len() <= 255
+        && !name.contains('/')
+        && !name.chars().any(char::is_control)
+}
+
+/// Whether `rel` is a relative path of plain components (`a/b.txt`), the
+/// shape an artifact pattern must have.
+pub fn is_plain_relative(rel: &str) -> bool {
+    !rel.is_empty() && rel.split('/').all(is_plain_name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        for bad in ["", ".", "..", "a/b", "a\0b", "a\nb"] {
+            assert!(!is_plain_name(bad), "{bad:?}");
+        }
+        assert!(is_plain_name("input.txt"));
+        assert!(is_plain_name("..a"));
+        assert!(is_plain_relative("a/b.md"));
+        for bad in ["/a", "a//b", "a/../b", "a/", "../a", ""] {
+            assert!(!is_plain_relative(bad), "{bad:?}");
+        }
+    }
+}
