@@ -89,6 +89,15 @@ pub enum Command {
     #[command(name = "__extract", hide = true)]
     Extract(ExtractArgs),
 
+    /// Check whether this host can run sandboxes, and what is missing.
+    ///
+    /// Probes user namespaces (and the sysctls and AppArmor policy that
+    /// block them), Landlock, seccomp, cgroup v2 delegation, whether a fresh
+    /// /proc can be mounted (in a throwaway sandbox), and the docker CLI
+    /// and daemon. Prints a table with a hint for each missing piece. Exit
+    /// status 0 when `run` can work here, 1 when it cannot.
+    Check(CheckArgs),
+
     /// Internal: run a serialized sandbox spec read from a descriptor (used
     /// by multi-threaded callers such as the daemon).
     #[command(name = "__exec", hide = true)]
@@ -161,9 +170,41 @@ pub struct RunArgs {
     #[arg(long, value_name = "KEY", action = clap::ArgAction::Append)]
     pub pass_env: Vec<String>,
 
-    /// Network: `on` shares the host's; `off` gives a private namespace with only loopback
+    /// Network: `on` shares the host's; `off` gives a private namespace with
+    /// only loopback (local TCP between the command's own processes works);
+    /// `none` is `off` without IP at all: AF_INET/AF_INET6 sockets are denied
+    /// by seccomp and, with Landlock ABI 4 or newer, TCP bind/connect too
     #[arg(long, value_enum, value_name = "MODE", default_value_t = NetworkArg::On)]
     pub network: NetworkArg,
+
+    /// Seccomp profile: a built-in name (`default`, `strict`), a path to an
+    /// OCI/Docker-style JSON profile, or `unconfined`
+    #[arg(long, value_name = "NAME|FILE", default_value = "default")]
+    pub seccomp: String,
+
+    /// Let ptrace and process_vm_readv/writev through the seccomp profile
+    /// (debuggers, strace, sanitizers); they only reach the sandbox's own processes
+    #[arg(long)]
+    pub allow_ptrace: bool,
+
+    /// Landlock: `best-effort` uses what the kernel supports and says when
+    /// that is not everything; `require` fails (exit 125) unless it is fully
+    /// enforced; `off` does not use it
+    #[arg(long, value_enum, value_name = "MODE", default_value_t = LandlockArg::BestEffort)]
+    pub landlock: LandlockArg,
+
+    /// Most open files per process (RLIMIT_NOFILE)
+    #[arg(long, value_name = "N")]
+    pub nofile: Option<u64>,
+
+    /// Wall-clock limit, e.g. 30s, 10m, 1h: then SIGTERM, and SIGKILL after
+    /// --kill-after; the exit status is then 124
+    #[arg(long, value_name = "DURATION")]
+    pub timeout: Option<String>,
+
+    /// Grace period between the timeout's SIGTERM and SIGKILL
+    #[arg(long, value_name = "DURATION", default_value = "5s", requires = "timeout")]
+    pub kill_after: String,
 
     /// Hostname inside the sandbox
     #[arg(long, value_name = "NAME", default_value = "sandbox")]
@@ -246,18 +287,21 @@ pub struct RunProviderArgs {
     pub options: ProviderOptions,
 }
 
-/// Resource limits (enforced by the docker provider).
+/// Resource limits: the container's with --provider docker; for the native
+/// sandbox a delegated cgroup v2 when one is writable, else rlimits, and a
+/// warning for what cannot be applied (docs/security.md).
 #[derive(Debug, Args)]
 pub struct LimitArgs {
-    /// CPUs the command may use, fractional (e.g. 1.5)
+    /// CPUs the command may use, fractional (e.g. 1.5); native: cgroup v2 cpu.max only
     #[arg(long, value_name = "N")]
     pub cpus: Option<f64>,
 
-    /// Memory limit: bytes, or with a k, m or g suffix (e.g. 512m)
+    /// Memory limit: bytes, or with a k, m or g suffix (e.g. 512m); native:
+    /// cgroup v2 memory.max, else RLIMIT_AS per process
     #[arg(long, value_name = "SIZE")]
     pub memory: Option<String>,
 
-    /// Maximum number of processes
+    /// Maximum number of processes; native: cgroup v2 pids.max, else RLIMIT_NPROC
     #[arg(long, value_name = "N")]
     pub pids: Option<u64>,
 }
@@ -331,6 +375,21 @@ pub struct InstanceArgs {
 pub enum NetworkArg {
     On,
     Off,
+    None,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LandlockArg {
+    Off,
+    BestEffort,
+    Require,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// Print one JSON object instead of the table
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

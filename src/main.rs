@@ -2,6 +2,7 @@
 
 mod cli;
 mod cmd;
+mod units;
 
 // The library half of the crate, under the names the command modules use.
 use tuixiu_sandbox::{env, inputs, manifest, skills};
@@ -48,6 +49,7 @@ fn main() -> ExitCode {
             let sub = matches.subcommand_matches("run").expect("clap matched `run`");
             cmd::run::main(*args, sub)
         }
+        Command::Check(args) => cmd::check::main(args),
         Command::Exec(args) => cmd::exec::main(args),
         Command::Proxy(args) => tuixiu_sandbox::proxy::main(tuixiu_sandbox::proxy::Options {
             config: args.config,

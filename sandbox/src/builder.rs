@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use crate::WORKSPACE;
 use crate::error::{SpecError, io_error_text};
 use crate::guest_path;
-use crate::spec::{Access, DeferredBind, HostIds, MountOp, Network, SandboxSpec, UserView};
+use crate::spec::{Access, DeferredBind, HostIds, MountOp, Network, SandboxSpec, Security, UserView};
 
 /// Host directories shown read-only, besides every top-level `/lib*`.
 const SYSTEM_DIRS: &[&str] = &["/usr", "/bin", "/sbin", "/etc", "/opt"];
@@ -54,6 +54,7 @@ pub struct SandboxBuilder {
     new_session: bool,
     extra: Vec<MountOp>,
     deferred: Vec<DeferredBind>,
+    security: Security,
 }
 
 impl SandboxBuilder {
@@ -73,6 +74,7 @@ impl SandboxBuilder {
             new_session: true,
             extra: Vec::new(),
             deferred: Vec::new(),
+            security: Security::default(),
         }
     }
 
@@ -139,6 +141,13 @@ impl SandboxBuilder {
     /// default detaches the command from the terminal.
     pub fn new_session(mut self, yes: bool) -> Self {
         self.new_session = yes;
+        self
+    }
+
+    /// Seccomp, Landlock, sockets and limits (default: the `default`
+    /// seccomp profile, Landlock best effort, no limits).
+    pub fn security(mut self, security: Security) -> Self {
+        self.security = security;
         self
     }
 
@@ -230,6 +239,7 @@ impl SandboxBuilder {
             mounts,
             new_session: self.new_session,
             deferred_binds: self.deferred,
+            security: self.security,
         })
     }
 }
@@ -277,7 +287,7 @@ fn system_view(network: Network) -> Result<Vec<MountOp>, SpecError> {
             };
             ops.push(MountOp::Symlink { target: target.to_string(), dst: dir.clone() });
         } else if meta.is_dir() {
-            ops.push(MountOp::Bind { src: dir.into(), dst: dir.clone(), access: Access::Ro });
+            ops.push(MountOp::SystemBind { src: dir.into(), dst: dir.clone() });
         }
     }
 
@@ -288,7 +298,7 @@ fn system_view(network: Network) -> Result<Vec<MountOp>, SpecError> {
         && let Some(real_str) = real.to_str()
         && !dirs.iter().any(|d| guest_path::is_within(real_str, d))
     {
-        ops.push(MountOp::Bind { src: real.clone(), dst: real_str.to_string(), access: Access::Ro });
+        ops.push(MountOp::SystemBind { src: real.clone(), dst: real_str.to_string() });
     }
     Ok(ops)
 }

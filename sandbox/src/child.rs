@@ -73,7 +73,12 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
     // 0. Nothing the launcher had open stays with us but our pipes: a
     //    descriptor held here (a directory, a file) would be reachable from
     //    the sandbox through /proc/1/fd once PID 1 has dropped privileges.
-    sys::close_all_except(&[fds.report, fds.sync, fds.ack])
+    //    The idmapped system trees the launcher prepared are ours too.
+    let mut keep = [-1 as RawFd; sys::MAX_KEPT_FDS];
+    keep[..3].copy_from_slice(&[fds.report, fds.sync, fds.ack]);
+    let n = 3 + plan.kept_fds.len().min(sys::MAX_KEPT_FDS - 3);
+    keep[3..n].copy_from_slice(&plan.kept_fds[..n - 3]);
+    sys::close_all_except(&keep[..n])
         .map_err(|e| fail("close inherited descriptors", "close_range", c"3..", e))?;
 
     // 1. Wait until the launcher has written our uid/gid maps. End-of-file
@@ -132,6 +137,13 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
             fail: f,
         })?;
     }
+    // The idmapped trees are attached; PID 1 keeps no descriptor of them.
+    for &fd in &plan.kept_fds {
+        // SAFETY: the plan's descriptors are the launcher's; this copy of
+        // the plan is never dropped in the child (it leaves with `_exit`),
+        // so nothing closes these numbers a second time.
+        unsafe { libc::close(fd) };
+    }
 
     // 8. Enter the new root and detach everything underneath it: the
     //    host's whole tree goes with one lazy unmount.
@@ -158,7 +170,13 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
     // 11. The command's working directory.
     sys::chdir(&plan.cwd).map_err(|e| fail("enter the working directory", "chdir", &plan.cwd, e))?;
 
-    // 12. Fork the command; this process becomes the reaper.
+    // 12. Drop privileges for good, here in PID 1 before the fork, so the
+    //     command inherits nothing and the reaper keeps nothing while the
+    //     command runs: no_new_privs, then empty bounding, ambient,
+    //     effective, permitted and inheritable capability sets.
+    drop_privileges().map_err(|(call, e)| fail("drop privileges", call, c"", e))?;
+
+    // 13. Fork the command; this process becomes the reaper.
     //     SAFETY: this process is a fork of the single-threaded launcher and
     //     has started no threads; the child only execs or `_exit`s.
     let pid = unsafe { sys::fork() }.map_err(|e| fail("start the command", "fork", c"", e))?;
@@ -176,6 +194,23 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
         }
     }
     crate::init::reap(pid)
+}
+
+/// no_new_privs and no capabilities at all, in this process and whatever
+/// it executes.
+fn drop_privileges() -> Result<(), (&'static str, Errno)> {
+    sys::prctl5(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0).map_err(|e| ("prctl(PR_SET_NO_NEW_PRIVS)", e))?;
+    // Every capability the kernel knows, until it says EINVAL past the last.
+    for cap in 0..64 {
+        match sys::prctl5(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) {
+            Ok(_) => {}
+            Err(Errno::EINVAL) if cap > 0 => break,
+            Err(e) => return Err(("prctl(PR_CAPBSET_DROP)", e)),
+        }
+    }
+    sys::prctl5(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong, 0, 0, 0)
+        .map_err(|e| ("prctl(PR_CAP_AMBIENT_CLEAR_ALL)", e))?;
+    sys::capset_none().map_err(|e| ("capset", e))
 }
 
 /// A detached tmpfs for the new root: `(failing call, errno)` on failure.
@@ -215,11 +250,45 @@ fn exec_command(plan: &Plan, report_fd: RawFd, caller_umask: libc::mode_t) -> ! 
         report.send(report_fd, EXIT_SETUP_FAILED);
         sys::exit_now(EXIT_SETUP_FAILED as i32);
     }
+    // Resource limits that are rlimits (only lowered, which needs no privilege).
+    for (resource, value) in &plan.limits.rlimits {
+        if let Err(e) = sys::setrlimit(*resource, *value) {
+            let _ =
+                write!(report, "apply resource limits: setrlimit({resource}, {value}) => {}", ErrnoText(e));
+            report.send(report_fd, EXIT_SETUP_FAILED);
+            sys::exit_now(EXIT_SETUP_FAILED as i32);
+        }
+    }
     // Nothing the launcher had open may reach the command.
     if let Err(e) = sys::close_range_cloexec(3) {
         let _ = write!(
             report,
             "close inherited descriptors: close_range(3, ~0, CLOSE_RANGE_CLOEXEC) => {}",
+            ErrnoText(e)
+        );
+        report.send(report_fd, EXIT_SETUP_FAILED);
+        sys::exit_now(EXIT_SETUP_FAILED as i32);
+    }
+    // Landlock, on the sandbox's own paths (we are past the final pivot).
+    if let Some(ruleset) = &plan.landlock
+        && let Err((call, path, e)) = crate::landlock::apply(ruleset)
+    {
+        let _ = write!(report, "apply Landlock: {call}");
+        if let Some(path) = path {
+            let _ = write!(report, "(\"{}\")", Lossy(path.to_bytes()));
+        }
+        let _ = write!(report, " => {}", ErrnoText(e));
+        report.send(report_fd, EXIT_SETUP_FAILED);
+        sys::exit_now(EXIT_SETUP_FAILED as i32);
+    }
+    // Seccomp last: everything above ran unfiltered; from here on only
+    // `execve` (and, on failure, the report's `write`) remain.
+    if let Some(program) = &plan.seccomp
+        && let Err(e) = sys::seccomp_set_filter(&program.filter)
+    {
+        let _ = write!(
+            report,
+            "install the seccomp filter: seccomp(SECCOMP_SET_MODE_FILTER) => {}",
             ErrnoText(e)
         );
         report.send(report_fd, EXIT_SETUP_FAILED);

@@ -24,6 +24,7 @@
 use std::fs;
 use std::io::Write as _;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 
@@ -53,11 +54,18 @@ pub struct LaunchOptions {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ExitStatus {
     code: i32,
+    timed_out: bool,
 }
 
 impl ExitStatus {
     pub fn code(self) -> i32 {
         self.code
+    }
+
+    /// The wall-clock limit ended the command (it was sent SIGTERM, and
+    /// SIGKILL if it outlived the grace period).
+    pub fn timed_out(self) -> bool {
+        self.timed_out
     }
 
     pub fn success(self) -> bool {
@@ -141,6 +149,11 @@ fn run(
         Err(e) => return Err(clone_error(e).into()),
     };
     let mut child = ChildGuard { pid, reaped: false };
+    // Into the sandbox's cgroup before it runs anything (it waits for the
+    // sync byte), so every process it will ever have is counted.
+    if let Some(cgroup) = &plan.limits.cgroup {
+        cgroup.add(pid)?;
+    }
     drop(report_w);
     drop(sync_r);
     let ack_r = acks.map(|(r, w)| {
@@ -173,7 +186,8 @@ fn run(
         }
     }
 
-    monitor(&mut child, report_r, spec.new_session, options, &watched)
+    let timeout = plan.limits.timeout.map(|t| (t, plan.limits.kill_after));
+    monitor(&mut child, report_r, spec.new_session, options, &watched, timeout)
     // `sync_w` (the lifeline) closes here, after the sandbox has ended.
 }
 
@@ -240,7 +254,14 @@ fn monitor(
     new_session: bool,
     options: &LaunchOptions,
     watched: &libc::sigset_t,
+    timeout: Option<(Duration, Duration)>,
 ) -> Result<ExitStatus, LaunchError> {
+    // The wall clock: SIGTERM at the deadline (PID 1 relays it to the
+    // command), SIGKILL to PID 1 after the grace period, which ends the
+    // whole pid namespace.
+    let start = Instant::now();
+    let mut deadline = timeout.map(|(t, _)| start + t);
+    let mut timed_out = false;
     // SAFETY: `watched` is a valid sigset; the returned fd is ours.
     let sfd = unsafe { libc::signalfd(-1, watched, libc::SFD_CLOEXEC) };
     if sfd < 0 {
@@ -262,8 +283,30 @@ fn monitor(
             },
             libc::pollfd { fd: sfd.as_raw_fd(), events: libc::POLLIN, revents: 0 },
         ];
+        let wait_ms = match deadline {
+            None => -1,
+            Some(at) => {
+                let now = Instant::now();
+                if now >= at {
+                    if !timed_out {
+                        timed_out = true;
+                        let (limit, grace) = timeout.expect("a deadline comes from a timeout");
+                        tracing::warn!(
+                            "the command exceeded its time limit of {limit:?}: sending SIGTERM, SIGKILL in {grace:?}"
+                        );
+                        let _ = sys::kill(child.pid, if started { libc::SIGTERM } else { libc::SIGKILL });
+                        deadline = Some(now + grace);
+                    } else {
+                        let _ = sys::kill(child.pid, libc::SIGKILL);
+                        deadline = None;
+                    }
+                    continue;
+                }
+                (at - now).as_millis().min(i32::MAX as u128) as i32 + 1
+            }
+        };
         // SAFETY: two valid pollfd entries.
-        if unsafe { libc::poll(pfds.as_mut_ptr(), 2, -1) } < 0 {
+        if unsafe { libc::poll(pfds.as_mut_ptr(), 2, wait_ms) } < 0 {
             let e = Errno::last();
             if e == Errno::EINTR {
                 continue;
@@ -327,7 +370,7 @@ fn monitor(
         (None, None) => sys::exit_code_of(status),
     };
     write_status(options.json_status_fd, &format!("{{\"exit-code\": {code}}}"));
-    Ok(ExitStatus { code })
+    Ok(ExitStatus { code, timed_out })
 }
 
 /// Reads what is available on the report pipe; returns the byte count (0 at EOF).

@@ -24,11 +24,16 @@ mod builder;
 mod child;
 pub mod error;
 pub mod guest_path;
+pub mod idmap;
 mod init;
+pub mod landlock;
 mod launch;
+pub mod limits;
 mod mounts;
 mod prepare;
 mod report;
+pub mod seccomp;
+mod secrets;
 pub mod spec;
 mod sys;
 pub mod user;
@@ -40,7 +45,10 @@ pub use error::{
 };
 pub use init::FORWARDED_SIGNALS;
 pub use launch::{ApplyError, ExitStatus, LaunchOptions, launch, launch_with};
-pub use spec::{Access, DeferredBind, HostIds, MountOp, Network, SandboxSpec, UserView};
+pub use spec::{
+    Access, DeferredBind, HostIds, LandlockMode, Limits, MountOp, Network, SandboxSpec, SeccompPolicy,
+    Security, UserView,
+};
 
 /// Guest path of the workspace.
 pub const WORKSPACE: &str = "/workspace";

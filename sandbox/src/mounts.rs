@@ -148,6 +148,10 @@ pub(crate) fn run<'a>(action: &'a Action, new: BorrowedFd<'_>, clones: &mut Clon
                 Err(e) => Err(Fail::rooted("mkdirat", dst, e)),
             }
         }
+        Action::AttachTree { tree, dst, kind } => {
+            let target = resolve(new, dst, Some(*kind))?;
+            sys::move_mount_fd(tree.as_fd(), target.as_fd()).map_err(|e| Fail::rooted("move_mount", dst, e))
+        }
         Action::Remount { dst, attrs } => {
             let target = resolve(new, dst, None)?;
             sys::mount_setattr(target.as_fd(), *attrs, false)

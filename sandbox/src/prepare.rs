@@ -7,6 +7,7 @@
 //! missing bind source is a clear error before any namespace exists.
 
 use std::ffi::CString;
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
 
@@ -14,6 +15,10 @@ use libc::{c_char, c_ulong};
 
 use crate::error::{SpecError, io_error_text};
 use crate::guest_path;
+use crate::idmap;
+use crate::landlock::{self, Grant};
+use crate::limits;
+use crate::seccomp::{self, Sockets};
 use crate::spec::{Access, MountOp, Network, SandboxSpec, UserView};
 
 const MOUNT_NOSUID: u64 = libc::MOUNT_ATTR_NOSUID;
@@ -79,6 +84,13 @@ pub(crate) enum Action {
     RemoveStaging {
         files: Vec<CString>,
         dir: CString,
+    },
+    /// Attach a detached mount tree the launcher prepared (an idmapped
+    /// system bind) at `dst`.
+    AttachTree {
+        tree: OwnedFd,
+        dst: CString,
+        kind: Kind,
     },
     Symlink {
         target: CString,
@@ -147,6 +159,17 @@ pub(crate) struct Plan {
     pub deferred: Vec<Deferred>,
     /// Pause after setup for the launcher's apply phase.
     pub apply_phase: bool,
+    /// The compiled seccomp filter, installed last before `execve`.
+    pub seccomp: Option<seccomp::Program>,
+    /// The Landlock ruleset, applied by PID 2 after the final pivot.
+    pub landlock: Option<landlock::Plan>,
+    /// Limits: the cgroup (removed when the plan is dropped), rlimits for
+    /// PID 2, the timeout the launcher keeps.
+    pub limits: limits::Prepared,
+    /// The idmap helper process, reaped when the plan is dropped.
+    pub _idmap_helper: Option<idmap::Helper>,
+    /// Descriptors the child must keep open (the idmapped trees).
+    pub kept_fds: Vec<std::os::fd::RawFd>,
 }
 
 fn cstring(what: &str, s: impl Into<Vec<u8>>) -> Result<CString, SpecError> {
@@ -190,10 +213,23 @@ impl Plan {
             clone_flags |= libc::CLONE_NEWNET;
         }
 
-        let mut plan =
-            Expansion { user: &spec.user, steps: Vec::new(), host_sources: Vec::new(), staged: Vec::new() };
-        for op in &spec.mounts {
+        // Whether the sandbox's user and group are host root (uid/gid 0 of
+        // the initial user namespace): secrets and RLIMIT_NPROC depend on it.
+        let (root_uid, root_gid) = idmap::host_root(host_uid, host_gid);
+        let mut plan = Expansion {
+            user: &spec.user,
+            steps: Vec::new(),
+            host_sources: Vec::new(),
+            staged: Vec::new(),
+            hiding: SecretHiding::decide(spec, root_uid, root_gid),
+            user_is_host_root: root_uid,
+        };
+        let last_system = spec.mounts.iter().rposition(|op| matches!(op, MountOp::SystemBind { .. }));
+        for (i, op) in spec.mounts.iter().enumerate() {
             plan.expand(op)?;
+            if Some(i) == last_system {
+                plan.push_masks()?;
+            }
         }
         if spec.deferred_binds.len() > MAX_DEFERRED {
             return Err(SpecError::new(format!("at most {MAX_DEFERRED} deferred binds are supported")));
@@ -229,7 +265,54 @@ impl Plan {
         }
         let (cwd_text, _) = guest_rel("working directory", &spec.cwd)?;
 
+        let security = &spec.security;
+        if security.no_ip && spec.network != Network::Off {
+            return Err(SpecError::new(
+                "denying IP sockets (network none) needs a private network namespace (network off)",
+            ));
+        }
+        let sockets = match (spec.network, security.no_ip) {
+            (_, true) => Sockets::UnixOnly,
+            (Network::Off, false) => Sockets::LocalAndInet,
+            (Network::On, false) => Sockets::Profile,
+        };
+        let seccomp = seccomp::compile(&security.seccomp, security.allow_ptrace, sockets)?;
+        match &seccomp {
+            Some(p) => tracing::info!(
+                "seccomp: {} ({} BPF instructions{})",
+                security.seccomp.describe(),
+                p.filter.len(),
+                if security.allow_ptrace { ", ptrace allowed" } else { "" }
+            ),
+            None => {
+                tracing::warn!("seccomp: unconfined: the command can make every syscall the namespaces allow")
+            }
+        }
+        let (landlock, enforcement) =
+            landlock::plan(security.landlock, &landlock_paths(spec)?, security.no_ip)?;
+        match &enforcement {
+            landlock::Enforcement::Full { .. } => tracing::info!("landlock: {enforcement}"),
+            landlock::Enforcement::Not { .. } if security.landlock == crate::LandlockMode::Off => {
+                tracing::info!("landlock: {enforcement}")
+            }
+            _ => tracing::warn!("landlock: {enforcement}"),
+        }
+        let limits = limits::prepare(&security.limits, plan.user_is_host_root)?;
+
+        let kept_fds: Vec<std::os::fd::RawFd> = plan
+            .steps
+            .iter()
+            .filter_map(|step| match &step.action {
+                Action::AttachTree { tree, .. } => Some(std::os::fd::AsRawFd::as_raw_fd(tree)),
+                _ => None,
+            })
+            .collect();
         Ok(Plan {
+            kept_fds,
+            _idmap_helper: plan.hiding.take_helper(),
+            seccomp,
+            landlock,
+            limits,
             clone_flags: clone_flags as c_ulong,
             uid: spec.user.uid,
             gid: spec.user.gid,
@@ -263,6 +346,10 @@ struct Expansion<'a> {
     host_sources: Vec<HostSource>,
     /// Generated files to unlink from the staging directory at the end.
     staged: Vec<CString>,
+    /// How host secrets in the system view are hidden.
+    hiding: SecretHiding,
+    /// The sandbox user maps onto host root.
+    user_is_host_root: bool,
 }
 
 impl Expansion<'_> {
@@ -298,6 +385,22 @@ impl Expansion<'_> {
     fn expand(&mut self, op: &MountOp) -> Result<(), SpecError> {
         let (dst_text, dst) = guest_rel("mount destination", op.dst())?;
         match op {
+            MountOp::SystemBind { src, .. } => match self.hiding.take_tree() {
+                Some(tree) => {
+                    let kind =
+                        if std::fs::metadata(src).is_ok_and(|m| m.is_dir()) { Kind::Dir } else { Kind::File };
+                    self.push(
+                        format!("bind {} -> {dst_text} (ro, idmapped)", src.display()),
+                        Action::AttachTree { tree, dst, kind },
+                    );
+                }
+                None => {
+                    let index = self.host_source(src, Access::Ro, &dst_text)?;
+                    let source = &self.host_sources[index];
+                    let (what, kind) = (source.what.clone(), source.kind);
+                    self.push(what, Action::Bind { source: Source::Host(index), dst, kind });
+                }
+            },
             MountOp::Bind { src, access, .. } => {
                 let index = self.host_source(src, *access, &dst_text)?;
                 let source = &self.host_sources[index];
@@ -356,18 +459,7 @@ impl Expansion<'_> {
             }
             MountOp::Dev { .. } => self.expand_dev(&dst_text)?,
             MountOp::File { contents, mode, .. } => {
-                if self.staged.is_empty() {
-                    self.push(
-                        "create the staging directory".into(),
-                        Action::Dir { dst: cstring("staging dir", STAGING_DIR)?, mode: 0o700 },
-                    );
-                }
-                let path = cstring("file name", format!("{STAGING_DIR}/file-{}", self.steps.len()))?;
-                self.staged.push(path.clone());
-                self.push(
-                    format!("write the contents of {dst_text}"),
-                    Action::WriteFile { path: path.clone(), contents: contents.clone(), mode: *mode },
-                );
+                let path = self.stage(&format!("the contents of {dst_text}"), contents.clone(), *mode)?;
                 self.push(
                     format!("bind the generated {dst_text}"),
                     Action::Bind {
@@ -390,6 +482,62 @@ impl Expansion<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Covers what a scan found (when no idmapped mount was possible): an
+    /// empty mode-0 staged file bound over each file, an empty mode-0 tmpfs
+    /// over each directory, all read-only.
+    fn push_masks(&mut self) -> Result<(), SpecError> {
+        let SecretHiding::Masks(masks) = &self.hiding else { return Ok(()) };
+        let masks = masks.clone();
+        let mut file: Option<CString> = None;
+        for (path, dir) in masks {
+            let (dst_text, dst) = guest_rel("masked path", &path)?;
+            let ro = MOUNT_RDONLY | MOUNT_NOSUID | MOUNT_NODEV | MOUNT_NOEXEC;
+            if dir {
+                self.push(
+                    format!("mask {dst_text}"),
+                    Action::Fs {
+                        fstype: cstring("fstype", "tmpfs")?,
+                        options: vec![option("mode", "0")?],
+                        attrs: ro,
+                        dst,
+                    },
+                );
+                continue;
+            }
+            let source = match &file {
+                Some(f) => f.clone(),
+                None => {
+                    let f = self.stage("an empty file for masking host secrets", Vec::new(), 0)?;
+                    file = Some(f.clone());
+                    f
+                }
+            };
+            self.push(
+                format!("mask {dst_text}"),
+                Action::Bind {
+                    source: Source::New { path: source, attrs: ro, optional: false },
+                    dst,
+                    kind: Kind::File,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// Writes a generated file into the staging directory; returns its path.
+    fn stage(&mut self, what: &str, contents: Vec<u8>, mode: u32) -> Result<CString, SpecError> {
+        if self.staged.is_empty() {
+            self.push(
+                "create the staging directory".into(),
+                Action::Dir { dst: cstring("staging dir", STAGING_DIR)?, mode: 0o700 },
+            );
+        }
+        let path = cstring("file name", format!("{STAGING_DIR}/file-{}", self.steps.len()))?;
+        self.staged.push(path.clone());
+        self.push(format!("write {what}"), Action::WriteFile { path: path.clone(), contents, mode });
+        Ok(path)
     }
 
     /// The minimal `/dev`, as bubblewrap's `--dev` builds it.
@@ -459,6 +607,117 @@ impl Expansion<'_> {
         );
         Ok(())
     }
+}
+
+/// How host secrets in the system view are kept from a sandbox user that
+/// maps onto host root (see idmap.rs and secrets.rs).
+enum SecretHiding {
+    /// The sandbox user is not host root: host permissions already apply.
+    NotNeeded,
+    /// Idmapped clones of the system binds, in spec order, and the helper
+    /// process to reap once the sandbox has ended.
+    Idmapped(std::collections::VecDeque<OwnedFd>, Option<idmap::Helper>),
+    /// Empty read-only files/directories over what a scan found.
+    Masks(Vec<(String, bool)>),
+}
+
+impl SecretHiding {
+    fn decide(spec: &SandboxSpec, root_uid: bool, root_gid: bool) -> SecretHiding {
+        let system: Vec<(&std::path::PathBuf, &String)> = spec
+            .mounts
+            .iter()
+            .filter_map(|op| match op {
+                MountOp::SystemBind { src, dst } => Some((src, dst)),
+                _ => None,
+            })
+            .collect();
+        if system.is_empty() || !(root_uid || root_gid) {
+            return SecretHiding::NotNeeded;
+        }
+        // The child keeps their descriptors through its descriptor sweep.
+        let too_many = system.len() > crate::sys::MAX_KEPT_FDS - 3;
+        let attempt = || -> Result<(std::collections::VecDeque<OwnedFd>, idmap::Helper), String> {
+            let (userns, helper) = idmap::nobody_userns().map_err(|(call, e)| format!("{call} => {e}"))?;
+            let mut trees = std::collections::VecDeque::with_capacity(system.len());
+            for (src, _) in &system {
+                let canonical = std::fs::canonicalize(src).map_err(|e| format!("{}: {e}", src.display()))?;
+                let c = CString::new(canonical.as_os_str().as_encoded_bytes())
+                    .map_err(|_| format!("{}: NUL in path", src.display()))?;
+                let tree = idmap::clone_idmapped(&c, &userns)
+                    .map_err(|(call, e)| format!("{call}(\"{}\") => {e}", canonical.display()))?;
+                trees.push_back(tree);
+            }
+            Ok((trees, helper))
+        };
+        // Test-only: exercise the fallback on a host where idmapped mounts work.
+        let attempt = || {
+            if too_many {
+                return Err(format!("{} system binds are more than can be idmapped", system.len()));
+            }
+            if std::env::var_os(crate::idmap::TEST_NO_IDMAP_ENV).is_some() {
+                return Err(format!("{} is set (test-only)", crate::idmap::TEST_NO_IDMAP_ENV));
+            }
+            attempt()
+        };
+        match attempt() {
+            Ok((trees, helper)) => {
+                tracing::debug!("system view: idmapped (host root's files shown as nobody's)");
+                SecretHiding::Idmapped(trees, Some(helper))
+            }
+            Err(why) => {
+                let dsts: Vec<String> = system.iter().map(|(_, d)| (*d).clone()).collect();
+                let masks = crate::secrets::masks(&dsts);
+                tracing::info!(
+                    "system view: no idmapped mount ({why}); masking {} entries of {} that are not world-readable",
+                    masks.len(),
+                    crate::secrets::SCANNED.join(", ")
+                );
+                SecretHiding::Masks(masks)
+            }
+        }
+    }
+
+    fn take_tree(&mut self) -> Option<OwnedFd> {
+        match self {
+            SecretHiding::Idmapped(trees, _) => trees.pop_front(),
+            _ => None,
+        }
+    }
+
+    fn take_helper(&mut self) -> Option<idmap::Helper> {
+        match self {
+            SecretHiding::Idmapped(_, helper) => helper.take(),
+            _ => None,
+        }
+    }
+}
+
+/// The guest paths Landlock grants more than read/execute, from the mounts.
+fn landlock_paths(spec: &SandboxSpec) -> Result<Vec<(String, Grant)>, SpecError> {
+    let norm = |p: &str| {
+        guest_path::normalize(p).map_err(|why| SpecError::new(format!("mount destination {p:?} {why}")))
+    };
+    let mut paths = Vec::new();
+    for op in &spec.mounts {
+        match op {
+            MountOp::Bind { dst, access: Access::Rw, .. } | MountOp::Tmpfs { dst, .. } => {
+                paths.push((norm(dst)?, Grant::Write))
+            }
+            MountOp::Dev { dst } => {
+                let dst = norm(dst)?;
+                paths.push((format!("{}/shm", dst.trim_end_matches('/')), Grant::Write));
+                paths.push((dst, Grant::Dev));
+            }
+            MountOp::Proc { dst } => paths.push((norm(dst)?, Grant::Proc)),
+            _ => {}
+        }
+    }
+    for bind in &spec.deferred_binds {
+        if bind.access == Access::Rw {
+            paths.push((norm(&bind.dst)?, Grant::Write));
+        }
+    }
+    Ok(paths)
 }
 
 /// A `key=value` filesystem option.

@@ -10,6 +10,10 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::landlock::LandlockMode;
+pub use crate::limits::Limits;
+pub use crate::seccomp::SeccompPolicy;
+
 /// Everything the launcher needs to start one command in a sandbox.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SandboxSpec {
@@ -40,6 +44,30 @@ pub struct SandboxSpec {
     /// they can be interleaved with writes in a caller-defined order.
     #[serde(default)]
     pub deferred_binds: Vec<DeferredBind>,
+    /// Seccomp, Landlock, network sockets and resource limits. Missing in
+    /// a serialized spec means the secure defaults.
+    #[serde(default)]
+    pub security: Security,
+}
+
+/// How the command is confined beyond namespaces. Capabilities are always
+/// dropped and `no_new_privs` always set; these are the choices.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Security {
+    /// The seccomp filter (default: the built-in `default` profile).
+    pub seccomp: SeccompPolicy,
+    /// Let `ptrace` and `process_vm_*` through the profile (debuggers,
+    /// strace, sanitizers). Within the sandbox's pid namespace only.
+    pub allow_ptrace: bool,
+    /// Landlock (default: best effort).
+    pub landlock: LandlockMode,
+    /// No IP at all (`--network none`): AF_INET/AF_INET6 sockets are
+    /// denied by seccomp and, with Landlock ABI 4 or newer, TCP bind and
+    /// connect too. Requires [`Network::Off`].
+    pub no_ip: bool,
+    /// Resource limits.
+    pub limits: Limits,
 }
 
 /// A bind whose source is cloned during setup and attached on request.
@@ -122,6 +150,11 @@ pub enum MountOp {
     Symlink { target: String, dst: String },
     /// An empty directory on the root tmpfs.
     Dir { dst: String, mode: u32 },
+    /// A read-only bind of a host system directory (the system view). The
+    /// command sees it as an unprivileged host user would: what is not
+    /// world-readable stays unreadable even when the sandbox user maps onto
+    /// host root (an idmapped mount, or masks where that is impossible).
+    SystemBind { src: PathBuf, dst: String },
 }
 
 impl MountOp {
@@ -134,7 +167,8 @@ impl MountOp {
             | MountOp::Dev { dst }
             | MountOp::File { dst, .. }
             | MountOp::Symlink { dst, .. }
-            | MountOp::Dir { dst, .. } => dst,
+            | MountOp::Dir { dst, .. }
+            | MountOp::SystemBind { dst, .. } => dst,
         }
     }
 }

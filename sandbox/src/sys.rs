@@ -311,9 +311,16 @@ pub fn close_range_cloexec(first: c_uint) -> SysResult<()> {
 }
 
 /// Closes every descriptor from 3 up except those in `keep`.
+/// Most descriptors [`close_all_except`] can keep.
+pub const MAX_KEPT_FDS: usize = 32;
+
 pub fn close_all_except(keep: &[RawFd]) -> SysResult<()> {
-    let mut sorted = [0 as RawFd; 8];
-    let n = keep.len().min(sorted.len());
+    let mut sorted = [0 as RawFd; MAX_KEPT_FDS];
+    if keep.len() > sorted.len() {
+        // Never close what the caller needs; refuse instead.
+        return Err(Errno::E2BIG);
+    }
+    let n = keep.len();
     sorted[..n].copy_from_slice(&keep[..n]);
     let sorted = &mut sorted[..n];
     sorted.sort_unstable();
@@ -467,4 +474,156 @@ pub fn loopback_up() -> SysResult<()> {
 pub fn exit_now(code: i32) -> ! {
     // SAFETY: _exit is always safe to call.
     unsafe { libc::_exit(code) }
+}
+
+// ---- Hardening: Landlock, capabilities, seccomp, rlimits ----
+
+/// `struct landlock_ruleset_attr` (ABI 6 layout; shorter sizes are passed
+/// for older ABIs).
+#[repr(C)]
+pub struct LandlockRulesetAttr {
+    pub handled_access_fs: u64,
+    pub handled_access_net: u64,
+    pub scoped: u64,
+}
+
+/// `struct landlock_path_beneath_attr`, which the kernel declares packed.
+#[repr(C, packed)]
+struct LandlockPathBeneathAttr {
+    allowed_access: u64,
+    parent_fd: i32,
+}
+
+const LANDLOCK_CREATE_RULESET_VERSION: c_uint = 1;
+const LANDLOCK_RULE_PATH_BENEATH: c_int = 1;
+
+/// The kernel's Landlock ABI version.
+pub fn landlock_abi_version() -> SysResult<i32> {
+    // SAFETY: a null attr with size 0 and the VERSION flag only queries.
+    check_long(unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            ptr::null::<c_void>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    })
+    .map(|v| v as i32)
+}
+
+pub fn landlock_create_ruleset(attr: &LandlockRulesetAttr, size: usize) -> SysResult<OwnedFd> {
+    debug_assert!(size <= std::mem::size_of::<LandlockRulesetAttr>());
+    // SAFETY: `attr` is valid for at least `size` bytes.
+    owned(unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            attr as *const LandlockRulesetAttr,
+            size,
+            0 as c_uint,
+        )
+    })
+}
+
+pub fn landlock_add_path_rule(ruleset: &OwnedFd, parent: &OwnedFd, access: u64) -> SysResult<()> {
+    let attr = LandlockPathBeneathAttr { allowed_access: access, parent_fd: parent.as_raw_fd() };
+    // SAFETY: valid descriptors and a valid, packed attr struct.
+    check_long(unsafe {
+        libc::syscall(
+            libc::SYS_landlock_add_rule,
+            ruleset.as_raw_fd(),
+            LANDLOCK_RULE_PATH_BENEATH,
+            &attr as *const LandlockPathBeneathAttr,
+            0 as c_uint,
+        )
+    })
+    .map(drop)
+}
+
+pub fn landlock_restrict_self(ruleset: &OwnedFd) -> SysResult<()> {
+    // SAFETY: valid descriptor, no flags.
+    check_long(unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0 as c_uint) })
+        .map(drop)
+}
+
+pub fn is_dir(fd: &OwnedFd) -> bool {
+    // SAFETY: `st` is a valid out-pointer for fstat.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        libc::fstat(fd.as_raw_fd(), &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFDIR
+    }
+}
+
+/// `prctl` with all five arguments.
+pub fn prctl5(option: c_int, a2: c_ulong, a3: c_ulong, a4: c_ulong, a5: c_ulong) -> SysResult<c_int> {
+    // SAFETY: the options used here take integer arguments only.
+    check(unsafe { libc::prctl(option, a2, a3, a4, a5) })
+}
+
+/// Empties the effective, permitted and inheritable capability sets.
+pub fn capset_none() -> SysResult<()> {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: c_int,
+    }
+    #[repr(C)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+    let header = Header { version: LINUX_CAPABILITY_VERSION_3, pid: 0 };
+    let data = [
+        Data { effective: 0, permitted: 0, inheritable: 0 },
+        Data { effective: 0, permitted: 0, inheritable: 0 },
+    ];
+    // SAFETY: a v3 header and two data structs, as capset(2) requires.
+    check_long(unsafe { libc::syscall(libc::SYS_capset, &header as *const Header, data.as_ptr()) }).map(drop)
+}
+
+/// Installs a seccomp filter (no_new_privs must be set).
+pub fn seccomp_set_filter(filter: &[libc::sock_filter]) -> SysResult<()> {
+    let prog =
+        libc::sock_fprog { len: filter.len() as u16, filter: filter.as_ptr() as *mut libc::sock_filter };
+    // SAFETY: `prog` points at `filter`, which outlives the call; the kernel copies it.
+    check_long(unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            0 as c_uint,
+            &prog as *const libc::sock_fprog,
+        )
+    })
+    .map(drop)
+}
+
+pub fn setrlimit(resource: c_int, value: u64) -> SysResult<()> {
+    let lim = libc::rlimit { rlim_cur: value, rlim_max: value };
+    // SAFETY: `lim` is a valid rlimit.
+    check(unsafe { libc::setrlimit(resource as _, &lim) }).map(drop)
+}
+
+/// Recursive `mount_setattr` that adds `attrs` and an idmap (the user
+/// namespace `userns_fd`) to every mount of the detached tree `fd`.
+pub fn mount_setattr_idmap(fd: BorrowedFd<'_>, attrs: u64, userns_fd: RawFd) -> SysResult<()> {
+    let mut attr = libc::mount_attr {
+        attr_set: attrs | libc::MOUNT_ATTR_IDMAP,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: userns_fd as u64,
+    };
+    let flags = (libc::AT_EMPTY_PATH | libc::AT_RECURSIVE) as c_uint;
+    // SAFETY: `attr` is a valid, initialized mount_attr and its size is passed.
+    check_long(unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            flags,
+            &mut attr as *mut libc::mount_attr,
+            std::mem::size_of::<libc::mount_attr>(),
+        )
+    })
+    .map(drop)
 }

@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod check;
 pub mod exec;
 pub mod instances;
 pub mod manifest;

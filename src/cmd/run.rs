@@ -5,14 +5,18 @@ use std::path::PathBuf;
 
 use clap::ArgMatches;
 use sandbox::{
-    Access, ExitStatus, Home, HostIds, LaunchError, LaunchOptions, MountOp, Network, SandboxBuilder,
-    SandboxSpec, UserView,
+    Access, ExitStatus, Home, HostIds, LandlockMode, LaunchError, LaunchOptions, Limits, MountOp, Network,
+    SandboxBuilder, SandboxSpec, SeccompPolicy, Security, UserView,
 };
 
 use super::run_inputs;
-use crate::cli::{NetworkArg, RunArgs};
+use crate::cli::{LandlockArg, NetworkArg, RunArgs};
 use crate::inputs::{Layout, Plan};
+use crate::units::{parse_cpus, parse_duration, parse_size};
 use crate::{EXIT_TOOL_ERROR, report_error};
+
+/// Exit status when `--timeout` ended the command, as coreutils' `timeout`.
+pub const EXIT_TIMED_OUT: u8 = 124;
 
 /// Variables copied from the caller when set: harmless and needed by
 /// interactive programs. Everything else must be asked for.
@@ -71,6 +75,13 @@ pub fn report_launch(
     }
     let options = LaunchOptions { json_status_fd, release_stdio: true };
     match launch(&options) {
+        Ok(status) if status.timed_out() => {
+            report_error(format!(
+                "the command was stopped by --timeout (its own status was {})",
+                status.code()
+            ));
+            EXIT_TIMED_OUT
+        }
         Ok(status) => status.code().clamp(0, 255) as u8,
         Err(e) => {
             report_error(&e);
@@ -131,8 +142,9 @@ fn build_spec(
         .home(home)
         .network(match args.network {
             NetworkArg::On => Network::On,
-            NetworkArg::Off => Network::Off,
+            NetworkArg::Off | NetworkArg::None => Network::Off,
         })
+        .security(security(args)?)
         .hostname(args.hostname.clone())
         .new_session(!args.keep_session);
     builder = match workspace_access {
@@ -184,6 +196,44 @@ pub(super) fn user_view(args: &RunArgs) -> Result<UserView, String> {
     }
     user.validate().map_err(|e| format!("{}: {e}", user_flag(args)))?;
     Ok(user)
+}
+
+/// `--seccomp`, `--landlock`, `--network none` and the limits.
+fn security(args: &RunArgs) -> Result<Security, String> {
+    let seccomp = SeccompPolicy::parse(&args.seccomp).map_err(|e| format!("--seccomp: {e}"))?;
+    let flag = |name: &str, r: Result<u64, String>| r.map_err(|e| format!("{name}: {e}"));
+    let l = &args.provider.limits;
+    let limits = Limits {
+        memory: l.memory.as_deref().map(|m| flag("--memory", parse_size(m))).transpose()?,
+        cpu_millis: l.cpus.map(|c| flag("--cpus", parse_cpus(&c.to_string()))).transpose()?,
+        pids: l.pids,
+        nofile: args.nofile,
+        timeout_ms: args
+            .timeout
+            .as_deref()
+            .map(|t| flag("--timeout", parse_duration(t).map(|d| d.as_millis().max(1) as u64)))
+            .transpose()?,
+        kill_after_ms: match &args.timeout {
+            Some(_) => {
+                Some(flag("--kill-after", parse_duration(&args.kill_after).map(|d| d.as_millis() as u64))?)
+            }
+            None => None,
+        },
+    };
+    if l.pids == Some(0) || args.nofile == Some(0) {
+        return Err("--pids/--nofile: must be more than 0".into());
+    }
+    Ok(Security {
+        seccomp,
+        allow_ptrace: args.allow_ptrace,
+        landlock: match args.landlock {
+            LandlockArg::Off => LandlockMode::Off,
+            LandlockArg::BestEffort => LandlockMode::BestEffort,
+            LandlockArg::Require => LandlockMode::Require,
+        },
+        no_ip: args.network == NetworkArg::None,
+        limits,
+    })
 }
 
 fn user_flag(args: &RunArgs) -> &'static str {

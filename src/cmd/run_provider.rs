@@ -34,13 +34,7 @@ use crate::{EXIT_TOOL_ERROR, report_error};
 /// Whether `run` must go through a provider rather than the plain native path.
 pub fn handles(args: &RunArgs) -> bool {
     let p = &args.provider;
-    p.provider != ProviderArg::Native
-        || p.instance_name.is_some()
-        || p.image.is_some()
-        || p.run_id.is_some()
-        || p.limits.cpus.is_some()
-        || p.limits.memory.is_some()
-        || p.limits.pids.is_some()
+    p.provider != ProviderArg::Native || p.instance_name.is_some() || p.image.is_some() || p.run_id.is_some()
 }
 
 pub fn main(args: RunArgs, matches: &ArgMatches) -> u8 {
@@ -84,6 +78,17 @@ fn run(args: &RunArgs, matches: &ArgMatches) -> Result<u8, String> {
     }
     if p.run_id.is_some() && p.instance_name.is_none() && p.provider != ProviderArg::Docker {
         return Err("--run-id: only meaningful with --instance-name (or --provider docker)".into());
+    }
+    // Seccomp, Landlock, --nofile and --timeout are the plain native
+    // sandbox's; ignoring them here would be a weaker sandbox than asked for.
+    for id in ["seccomp", "allow_ptrace", "landlock", "nofile", "timeout", "kill_after"] {
+        if matches.value_source(id) == Some(ValueSource::CommandLine) {
+            return Err(format!(
+                "--{}: applies to the plain native sandbox only (without --provider docker/host \
+                 and --instance-name) in this build",
+                id.replace('_', "-")
+            ));
+        }
     }
     match p.provider {
         ProviderArg::Native => run_native(&cmdline, &state_dir, prefix, &process),
@@ -155,6 +160,11 @@ fn instance_config(cl: &CommandLine<'_>, name: &str, run_id: &str) -> Result<Ins
     config.network = match args.network {
         NetworkArg::On => Network::On,
         NetworkArg::Off => Network::Off,
+        NetworkArg::None => {
+            return Err(
+                "--network none: only the plain native sandbox can deny IP sockets; use --network off".into(),
+            );
+        }
     };
     config.hostname = args.hostname.clone();
     config.limits = limits(args)?;
@@ -283,9 +293,7 @@ fn run_native(
                     .into(),
             );
         }
-        return Err("the native provider does not enforce --cpus, --memory or --pids in this build; \
-                    use --provider docker for resource limits"
-            .into());
+        return Err("--run-id: the native provider keeps an instance only with --instance-name".into());
     };
     let provider = NativeProvider::with_current_exe(state_dir, prefix).map_err(err)?;
     provider.check_name(name).map_err(err)?;

@@ -65,8 +65,8 @@ impl NativeProvider {
         }
         if !config.limits.is_empty() {
             return Err(ProviderError::Invalid(
-                "the native provider does not enforce --cpus, --memory or --pids in this build; \
-                 use --provider docker for resource limits"
+                "the native provider does not apply --cpus, --memory or --pids to named instances yet; \
+                 run without --instance-name, or use --provider docker"
                     .into(),
             ));
         }

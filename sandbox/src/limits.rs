@@ -1,0 +1,298 @@
+//! Resource limits: a delegated cgroup v2 subtree when one is writable,
+//! rlimits otherwise, and a wall-clock timeout kept by the launcher.
+//!
+//! The launcher decides before `clone` and says on stderr what is in
+//! force (info level), and in one warning line what was asked for but
+//! could not be applied. Nothing is claimed that is not enforced:
+//!
+//! | asked       | cgroup v2 (preferred)      | fallback                                  |
+//! |-------------|----------------------------|-------------------------------------------|
+//! | `memory`    | `memory.max`, `memory.swap.max = 0` | `RLIMIT_AS` per process (address space, not RSS: said in the warning) |
+//! | `cpus`      | `cpu.max`                  | none (reported as not applied)             |
+//! | `pids`      | `pids.max`                 | `RLIMIT_NPROC` in the sandbox's user namespace; not for a sandbox user that maps onto host root, whom the kernel exempts |
+//! | `nofile`    | —                          | `RLIMIT_NOFILE` (always)                   |
+//! | `timeout`   | the launcher: SIGTERM, a grace period, then SIGKILL to the whole sandbox |
+//!
+//! Cgroup: the launcher's own cgroup (from `/proc/self/cgroup`) when its
+//! `cgroup.subtree_control` has, or can be given, the controllers; for a
+//! root caller also the hierarchy's root. A child group
+//! `tuixiu-sandbox-<pid>` is created there, the sandbox's PID 1 is moved
+//! into it right after `clone` (before it runs anything), and it is killed
+//! and removed when the sandbox ends.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{SpecError, SyscallError};
+
+/// Limits asked for; `None` means unlimited.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Limits {
+    /// Bytes of memory for the whole sandbox.
+    pub memory: Option<u64>,
+    /// CPU bandwidth in thousandths of a CPU (1500 = 1.5 CPUs).
+    pub cpu_millis: Option<u64>,
+    /// Processes and threads in the sandbox.
+    pub pids: Option<u64>,
+    /// Open file descriptors per process.
+    pub nofile: Option<u64>,
+    /// Wall-clock limit of the command, in milliseconds.
+    pub timeout_ms: Option<u64>,
+    /// After the timeout's SIGTERM, how long before SIGKILL (default 5 s).
+    pub kill_after_ms: Option<u64>,
+}
+
+impl Limits {
+    pub fn is_empty(&self) -> bool {
+        *self == Limits::default()
+    }
+}
+
+/// A cgroup created for one sandbox; removed on drop.
+pub(crate) struct Cgroup {
+    pub dir: PathBuf,
+}
+
+impl Cgroup {
+    /// Moves `pid` (the sandbox's PID 1, not yet running anything) in.
+    pub(crate) fn add(&self, pid: libc::pid_t) -> Result<(), SyscallError> {
+        let procs = self.dir.join("cgroup.procs");
+        std::fs::write(&procs, pid.to_string()).map_err(|e| {
+            SyscallError::new(
+                "move the sandbox into its cgroup",
+                format!("write(\"{}\", \"{pid}\")", procs.display()),
+                nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(0)),
+            )
+        })
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        // Anything left (the sandbox's PID 1 is gone, so only stragglers
+        // that are exiting) is killed, then the group removed.
+        let _ = std::fs::write(self.dir.join("cgroup.kill"), "1");
+        for _ in 0..50 {
+            match std::fs::remove_dir(&self.dir) {
+                Ok(()) => return,
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                Err(_) => return,
+            }
+        }
+    }
+}
+
+/// What was decided before clone.
+#[derive(Default)]
+pub(crate) struct Prepared {
+    pub cgroup: Option<Cgroup>,
+    pub rlimits: Vec<(libc::c_int, u64)>,
+    pub timeout: Option<Duration>,
+    pub kill_after: Duration,
+}
+
+/// Default grace between the timeout's SIGTERM and SIGKILL.
+pub const DEFAULT_KILL_AFTER: Duration = Duration::from_secs(5);
+
+pub(crate) fn prepare(limits: &Limits, user_is_host_root: bool) -> Result<Prepared, SpecError> {
+    let mut out = Prepared {
+        timeout: limits.timeout_ms.map(Duration::from_millis),
+        kill_after: limits.kill_after_ms.map_or(DEFAULT_KILL_AFTER, Duration::from_millis),
+        ..Prepared::default()
+    };
+    if limits.timeout_ms == Some(0) {
+        return Err(SpecError::new("--timeout must be more than 0"));
+    }
+    let mut applied: Vec<String> = Vec::new();
+    let mut not_applied: Vec<String> = Vec::new();
+
+    let mut wanted: Vec<&str> = Vec::new();
+    if limits.memory.is_some() {
+        wanted.push("memory");
+    }
+    if limits.cpu_millis.is_some() {
+        wanted.push("cpu");
+    }
+    if limits.pids.is_some() {
+        wanted.push("pids");
+    }
+    let mut in_cgroup: Vec<&str> = Vec::new();
+    if !wanted.is_empty() {
+        match create_cgroup(&wanted) {
+            Ok((cg, usable)) => {
+                let mut wrote = Vec::new();
+                let mut write = |file: &str, value: String| -> bool {
+                    let ok = std::fs::write(cg.dir.join(file), &value).is_ok();
+                    if ok {
+                        wrote.push(format!("{file}={value}"));
+                    }
+                    ok
+                };
+                if let (Some(bytes), true) = (limits.memory, usable.contains(&"memory"))
+                    && write("memory.max", bytes.to_string())
+                {
+                    // Without this the limit only moves the excess to swap.
+                    let _ = write("memory.swap.max", "0".into());
+                    in_cgroup.push("memory");
+                }
+                if let (Some(millis), true) = (limits.cpu_millis, usable.contains(&"cpu"))
+                    && write("cpu.max", format!("{} 100000", millis * 100))
+                {
+                    in_cgroup.push("cpu");
+                }
+                if let (Some(n), true) = (limits.pids, usable.contains(&"pids"))
+                    && write("pids.max", n.to_string())
+                {
+                    in_cgroup.push("pids");
+                }
+                if in_cgroup.is_empty() {
+                    drop(cg);
+                } else {
+                    applied.push(format!("cgroup v2 {} ({})", cg.dir.display(), wrote.join(", ")));
+                    out.cgroup = Some(cg);
+                }
+            }
+            Err(why) => tracing::info!("cgroup v2: {why}"),
+        }
+    }
+
+    if let Some(bytes) = limits.memory
+        && !in_cgroup.contains(&"memory")
+    {
+        out.rlimits.push((libc::RLIMIT_AS as libc::c_int, bytes));
+        not_applied.push(format!(
+            "--memory: no writable cgroup v2 with the memory controller; applied RLIMIT_AS={bytes} instead, \
+             which limits each process's address space, not the sandbox's total memory \
+             (runtimes that reserve large virtual ranges, such as the JVM or Go, may fail to start)"
+        ));
+        applied.push(format!("RLIMIT_AS={bytes}"));
+    }
+    if let Some(millis) = limits.cpu_millis
+        && !in_cgroup.contains(&"cpu")
+    {
+        not_applied.push(format!(
+            "--cpus {}: NOT applied: no writable cgroup v2 with the cpu controller (there is no rlimit equivalent)",
+            millis as f64 / 1000.0
+        ));
+    }
+    if let Some(n) = limits.pids
+        && !in_cgroup.contains(&"pids")
+    {
+        if user_is_host_root {
+            not_applied.push(format!(
+                "--pids {n}: NOT applied: no writable cgroup v2 with the pids controller, and the kernel exempts \
+                 processes of host root (which the sandbox user maps onto) from RLIMIT_NPROC; use --map-uid"
+            ));
+        } else {
+            out.rlimits.push((libc::RLIMIT_NPROC as libc::c_int, n));
+            applied.push(format!("RLIMIT_NPROC={n} (per user, in the sandbox's user namespace)"));
+            not_applied.push(format!(
+                "--pids {n}: no writable cgroup v2 with the pids controller; applied RLIMIT_NPROC={n} instead"
+            ));
+        }
+    }
+    if let Some(n) = limits.nofile {
+        out.rlimits.push((libc::RLIMIT_NOFILE as libc::c_int, n));
+        applied.push(format!("RLIMIT_NOFILE={n}"));
+    }
+    if let Some(t) = out.timeout {
+        applied.push(format!("timeout {:?} (then SIGTERM, SIGKILL after {:?})", t, out.kill_after));
+    }
+    if !applied.is_empty() {
+        tracing::info!("limits in force: {}", applied.join("; "));
+    }
+    for line in not_applied {
+        tracing::warn!("{line}");
+    }
+    Ok(out)
+}
+
+/// The cgroup2 mount point and its root (for cgroup namespaces).
+fn cgroup2_mount() -> Option<(PathBuf, String)> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    info.lines().find_map(|line| {
+        let (left, right) = line.split_once(" - ")?;
+        if right.split(' ').next()? != "cgroup2" {
+            return None;
+        }
+        let fields: Vec<&str> = left.split(' ').collect();
+        Some((PathBuf::from(fields.get(4)?), fields.get(3)?.to_string()))
+    })
+}
+
+/// This process's cgroup v2 directory.
+pub fn own_cgroup_dir() -> Option<PathBuf> {
+    let (mount, root) = cgroup2_mount()?;
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let path = own.lines().find_map(|l| l.strip_prefix("0::"))?;
+    let rel = path.strip_prefix(root.trim_end_matches('/')).unwrap_or(path);
+    Some(mount.join(rel.trim_start_matches('/')))
+}
+
+fn controllers(file: &Path) -> Vec<String> {
+    std::fs::read_to_string(file)
+        .map(|s| s.split_whitespace().map(String::from).collect())
+        .unwrap_or_default()
+}
+
+/// Where a sandbox cgroup with `wanted` controllers could go, and which of
+/// them it would get; `Err` says why none.
+pub fn delegation(wanted: &[&str]) -> Result<(PathBuf, Vec<String>), String> {
+    let Some((mount, _)) = cgroup2_mount() else {
+        return Err("no cgroup2 filesystem is mounted".into());
+    };
+    let mut candidates = Vec::new();
+    if let Some(own) = own_cgroup_dir() {
+        candidates.push(own);
+    }
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } == 0 && !candidates.contains(&mount) {
+        candidates.push(mount.clone());
+    }
+    let mut reasons = Vec::new();
+    for dir in candidates {
+        let available = controllers(&dir.join("cgroup.controllers"));
+        for c in wanted {
+            let enabled = controllers(&dir.join("cgroup.subtree_control"));
+            if !enabled.iter().any(|e| e == c) && available.iter().any(|a| a == c) {
+                let _ = std::fs::write(dir.join("cgroup.subtree_control"), format!("+{c}"));
+            }
+        }
+        let enabled = controllers(&dir.join("cgroup.subtree_control"));
+        let usable: Vec<String> =
+            wanted.iter().filter(|c| enabled.iter().any(|e| e == *c)).map(|c| c.to_string()).collect();
+        if usable.is_empty() {
+            reasons.push(format!(
+                "{}: controllers {:?} not enabled for children (available: {:?})",
+                dir.display(),
+                wanted,
+                available
+            ));
+            continue;
+        }
+        if access_w(&dir) {
+            return Ok((dir, usable));
+        }
+        reasons.push(format!("{}: not writable", dir.display()));
+    }
+    Err(reasons.join("; "))
+}
+
+fn access_w(dir: &Path) -> bool {
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else { return false };
+    // SAFETY: valid C string.
+    unsafe { libc::access(c.as_ptr(), libc::W_OK) == 0 }
+}
+
+fn create_cgroup(wanted: &[&str]) -> Result<(Cgroup, Vec<&'static str>), String> {
+    let (parent, usable) = delegation(wanted)?;
+    let dir = parent.join(format!("tuixiu-sandbox-{}", std::process::id()));
+    std::fs::create_dir(&dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
+    let usable = ["memory", "cpu", "pids"].into_iter().filter(|c| usable.iter().any(|u| u == c)).collect();
+    Ok((Cgroup { dir }, usable))
+}

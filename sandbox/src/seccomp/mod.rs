@@ -1,0 +1,362 @@
+//! Seccomp: which profile the command runs under, compiled to BPF in the
+//! launcher (before clone) and installed by PID 2 as the very last step
+//! before `execve`, after `no_new_privs`.
+//!
+//! Profiles are JSON files (see [`profile`]); `default` and `strict` are
+//! compiled into the binary from `seccomp-profiles/`. The compiled program
+//! always starts with the architecture check and rejects x32 syscall
+//! numbers. The network policy adds socket-family rules in front of the
+//! profile's own, so a profile cannot accidentally re-allow them.
+
+pub mod bpf;
+pub mod profile;
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{SpecError, io_error_text};
+use bpf::{Cond, Op, Rule};
+use profile::{Action, Target};
+
+/// The profiles shipped in the binary, by name, with their JSON.
+pub const BUILTIN: &[(&str, &str)] = &[
+    ("default", include_str!("../../../seccomp-profiles/default.json")),
+    ("strict", include_str!("../../../seccomp-profiles/strict.json")),
+];
+
+/// The same profiles compiled by build.rs for the target architecture:
+/// (name, default action, [(nr, action, [(arg, op, value, value2)])]).
+mod precompiled {
+    include!(concat!(env!("OUT_DIR"), "/builtin_profiles.rs"));
+}
+
+/// A built-in profile's rules, as build.rs resolved them.
+fn builtin_profile(name: &str) -> Option<profile::Profile> {
+    let (_, default, rules) = precompiled::BUILTIN.iter().find(|(n, ..)| *n == name)?;
+    let op = |kind: u8, a: u64, b: u64| match kind {
+        0 => Op::Eq(a),
+        1 => Op::Ne(a),
+        2 => Op::Lt(a),
+        3 => Op::Le(a),
+        4 => Op::Gt(a),
+        5 => Op::Ge(a),
+        _ => Op::MaskedEq { mask: a, value: b },
+    };
+    Some(profile::Profile {
+        default: Action::from_ret(*default),
+        rules: rules
+            .iter()
+            .map(|(nr, ret, conds)| Rule {
+                nr: *nr,
+                ret: *ret,
+                conds: conds
+                    .iter()
+                    .map(|(arg, kind, a, b)| Cond { arg: *arg, op: op(*kind, *a, *b) })
+                    .collect(),
+            })
+            .collect(),
+    })
+}
+
+/// Syscalls that `allow_ptrace` lets through.
+pub const PTRACE_SYSCALLS: &[&str] = &["ptrace", "process_vm_readv", "process_vm_writev"];
+
+/// The seccomp filter a sandbox's command runs under.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum SeccompPolicy {
+    /// A profile compiled into the binary (`default`, `strict`).
+    Builtin(String),
+    /// A profile read from a JSON file when the sandbox is prepared.
+    File(PathBuf),
+    /// No filter at all.
+    Unconfined,
+}
+
+impl Default for SeccompPolicy {
+    fn default() -> Self {
+        SeccompPolicy::Builtin("default".into())
+    }
+}
+
+impl SeccompPolicy {
+    /// `NAME`, a path (anything with a `/` or ending in `.json`), or `unconfined`.
+    pub fn parse(value: &str) -> Result<SeccompPolicy, SpecError> {
+        if value == "unconfined" {
+            Ok(SeccompPolicy::Unconfined)
+        } else if value.contains('/') || value.ends_with(".json") {
+            Ok(SeccompPolicy::File(PathBuf::from(value)))
+        } else if BUILTIN.iter().any(|(n, _)| *n == value) {
+            Ok(SeccompPolicy::Builtin(value.to_string()))
+        } else {
+            Err(SpecError::new(format!(
+                "seccomp profile {value:?}: no such built-in profile (built in: {}; give a path to a JSON file, or `unconfined`)",
+                BUILTIN.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+            )))
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        match self {
+            SeccompPolicy::Builtin(name) => format!("built-in profile {name:?}"),
+            SeccompPolicy::File(path) => format!("profile {}", path.display()),
+            SeccompPolicy::Unconfined => "unconfined".into(),
+        }
+    }
+}
+
+/// Which socket families the command may create, beyond what the profile says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Sockets {
+    /// Whatever the profile allows.
+    Profile,
+    /// Only AF_UNIX, AF_INET, AF_INET6, AF_NETLINK.
+    LocalAndInet,
+    /// Only AF_UNIX and AF_NETLINK (no IP at all), and no io_uring.
+    UnixOnly,
+}
+
+/// A compiled filter, ready for `seccomp(SECCOMP_SET_MODE_FILTER)`.
+pub(crate) struct Program {
+    pub filter: Vec<libc::sock_filter>,
+}
+
+/// Loads, checks and compiles the policy for the native architecture.
+pub(crate) fn compile(
+    policy: &SeccompPolicy,
+    allow_ptrace: bool,
+    sockets: Sockets,
+) -> Result<Option<Program>, SpecError> {
+    let arch = profile::Arch::NATIVE;
+    let (source, mut profile) = match policy {
+        SeccompPolicy::Unconfined => return Ok(None),
+        SeccompPolicy::Builtin(name) => {
+            let profile = builtin_profile(name).ok_or_else(|| {
+                SpecError::new(format!("seccomp profile {name:?}: no such built-in profile"))
+            })?;
+            (name.clone(), profile)
+        }
+        SeccompPolicy::File(path) => {
+            let json = std::fs::read_to_string(path).map_err(|e| {
+                SpecError::new(format!("seccomp profile {}: {}", path.display(), io_error_text(&e)))
+            })?;
+            let source = path.display().to_string();
+            // Only a file's `minKernel` needs the kernel version.
+            let profile = profile::parse(&source, &json, &Target::native()).map_err(SpecError::new)?;
+            (source, profile)
+        }
+    };
+    if allow_ptrace {
+        for name in PTRACE_SYSCALLS {
+            if let Some(nr) = arch.syscall_nr(name) {
+                profile::allow(&mut profile, nr);
+            }
+        }
+    }
+    let mut rules = socket_rules(sockets, arch);
+    rules.extend(profile.rules);
+    let filter = bpf::compile(&bpf::Filter {
+        audit_arch: arch.audit(),
+        reject_x32: arch == profile::Arch::X86_64,
+        rules: &rules,
+        default: profile.default.ret(),
+    });
+    // The kernel's limit (BPF_MAXINSNS).
+    if filter.len() > 4096 {
+        return Err(SpecError::new(format!(
+            "seccomp profile {source}: compiles to {} BPF instructions, more than the kernel's 4096",
+            filter.len()
+        )));
+    }
+    Ok(Some(Program { filter }))
+}
+
+fn socket_rules(sockets: Sockets, arch: profile::Arch) -> Vec<Rule> {
+    let allowed: &[u64] = match sockets {
+        Sockets::Profile => return Vec::new(),
+        Sockets::LocalAndInet => {
+            &[libc::AF_UNIX as u64, libc::AF_INET as u64, libc::AF_INET6 as u64, libc::AF_NETLINK as u64]
+        }
+        Sockets::UnixOnly => &[libc::AF_UNIX as u64, libc::AF_NETLINK as u64],
+    };
+    let eafnosupport = Action::Errno(libc::EAFNOSUPPORT as u16).ret();
+    let conds: Vec<Cond> = allowed.iter().map(|af| Cond { arg: 0, op: Op::Ne(*af) }).collect();
+    let mut rules = Vec::new();
+    for name in ["socket", "socketpair"] {
+        if let Some(nr) = arch.syscall_nr(name) {
+            rules.push(Rule { nr, conds: conds.clone(), ret: eafnosupport });
+        }
+    }
+    if sockets == Sockets::UnixOnly {
+        // io_uring can create sockets without socket(2).
+        for name in ["io_uring_setup", "io_uring_enter", "io_uring_register"] {
+            if let Some(nr) = arch.syscall_nr(name) {
+                rules.push(Rule { nr, conds: Vec::new(), ret: Action::Errno(libc::ENOSYS as u16).ret() });
+            }
+        }
+    }
+    rules
+}
+
+#[cfg(test)]
+mod tests {
+    use super::profile::{Arch, parse};
+    use super::*;
+
+    fn nr(name: &str) -> u32 {
+        Arch::NATIVE.syscall_nr(name).unwrap()
+    }
+
+    fn program(policy: &SeccompPolicy, ptrace: bool, sockets: Sockets) -> Vec<libc::sock_filter> {
+        compile(policy, ptrace, sockets).unwrap().unwrap().filter
+    }
+
+    fn run(p: &[libc::sock_filter], name: &str, args: [u64; 6]) -> u32 {
+        bpf::run(p, Arch::NATIVE.audit(), nr(name), args)
+    }
+
+    const EPERM: u32 = bpf::RET_ERRNO | libc::EPERM as u32;
+    const ENOSYS: u32 = bpf::RET_ERRNO | libc::ENOSYS as u32;
+
+    #[test]
+    fn builtin_profiles_parse_for_every_supported_arch() {
+        for (name, json) in BUILTIN {
+            for arch in [Arch::X86_64, Arch::Aarch64] {
+                let target = Target { arch, kernel: (6, 1) };
+                if let Err(e) = parse(name, json, &target) {
+                    panic!("{e}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn precompiled_builtins_match_the_runtime_parser() {
+        for (name, json) in BUILTIN {
+            let parsed = parse(name, json, &Target::native()).unwrap();
+            let built = builtin_profile(name).unwrap();
+            assert_eq!(parsed.default, built.default, "{name}");
+            assert_eq!(parsed.rules, built.rules, "{name}");
+        }
+    }
+
+    #[test]
+    fn default_profile_blocks_what_it_promises() {
+        let p = program(&SeccompPolicy::default(), false, Sockets::LocalAndInet);
+        let clone_newuser = libc::CLONE_NEWUSER as u64;
+        assert_eq!(run(&p, "clone", [clone_newuser | libc::SIGCHLD as u64, 0, 0, 0, 0, 0]), EPERM);
+        assert_eq!(run(&p, "clone", [libc::CLONE_NEWNET as u64, 0, 0, 0, 0, 0]), EPERM);
+        assert_eq!(run(&p, "clone", [0x3d0f00, 0, 0, 0, 0, 0]), bpf::RET_ALLOW, "pthread_create's clone");
+        assert_eq!(run(&p, "clone3", [0; 6]), ENOSYS);
+        for name in [
+            "unshare",
+            "setns",
+            "mount",
+            "umount2",
+            "pivot_root",
+            "chroot",
+            "keyctl",
+            "add_key",
+            "request_key",
+            "bpf",
+            "perf_event_open",
+            "userfaultfd",
+            "kexec_load",
+            "init_module",
+            "finit_module",
+            "delete_module",
+            "open_by_handle_at",
+            "ptrace",
+            "process_vm_readv",
+            "process_vm_writev",
+        ] {
+            assert_eq!(run(&p, name, [0; 6]), EPERM, "{name}");
+        }
+        for name in ["fsopen", "fsmount", "move_mount", "open_tree", "mount_setattr", "io_uring_setup"] {
+            assert_eq!(run(&p, name, [0; 6]), ENOSYS, "{name}");
+        }
+        let tiocsti = libc::TIOCSTI;
+        assert_eq!(run(&p, "ioctl", [0, tiocsti, 0, 0, 0, 0]), EPERM);
+        assert_eq!(run(&p, "ioctl", [0, 0xffff_ffff_0000_0000 | tiocsti, 0, 0, 0, 0]), EPERM);
+        assert_eq!(run(&p, "ioctl", [0, 0x541C, 0, 0, 0, 0]), EPERM, "TIOCLINUX");
+        assert_eq!(run(&p, "ioctl", [0, libc::TIOCGWINSZ, 0, 0, 0, 0]), bpf::RET_ALLOW);
+        for name in ["read", "write", "openat", "execve", "clone", "wait4", "socket"] {
+            assert_eq!(run(&p, name, [libc::AF_INET as u64, 0, 0, 0, 0, 0]), bpf::RET_ALLOW, "{name}");
+        }
+        let eaf = bpf::RET_ERRNO | libc::EAFNOSUPPORT as u32;
+        assert_eq!(run(&p, "socket", [libc::AF_VSOCK as u64, 1, 0, 0, 0, 0]), eaf);
+        assert_eq!(run(&p, "socket", [libc::AF_PACKET as u64, 3, 0, 0, 0, 0]), eaf);
+    }
+
+    #[test]
+    fn ptrace_switch_and_unix_only_sockets() {
+        let p = program(&SeccompPolicy::default(), true, Sockets::UnixOnly);
+        assert_eq!(run(&p, "ptrace", [0; 6]), bpf::RET_ALLOW);
+        assert_eq!(run(&p, "process_vm_readv", [0; 6]), bpf::RET_ALLOW);
+        let eaf = bpf::RET_ERRNO | libc::EAFNOSUPPORT as u32;
+        assert_eq!(run(&p, "socket", [libc::AF_INET as u64, 1, 0, 0, 0, 0]), eaf);
+        assert_eq!(run(&p, "socket", [libc::AF_INET6 as u64, 1, 0, 0, 0, 0]), eaf);
+        assert_eq!(run(&p, "socket", [libc::AF_UNIX as u64, 1, 0, 0, 0, 0]), bpf::RET_ALLOW);
+    }
+
+    #[test]
+    fn strict_is_an_allowlist() {
+        let p = program(&SeccompPolicy::Builtin("strict".into()), false, Sockets::Profile);
+        assert_eq!(run(&p, "read", [0; 6]), bpf::RET_ALLOW);
+        assert_eq!(run(&p, "execve", [0; 6]), bpf::RET_ALLOW);
+        assert_eq!(run(&p, "ptrace", [0; 6]), EPERM);
+        assert_eq!(run(&p, "clone3", [0; 6]), ENOSYS);
+        assert_eq!(run(&p, "clone", [libc::CLONE_NEWUSER as u64, 0, 0, 0, 0, 0]), EPERM);
+        assert_eq!(run(&p, "clone", [libc::SIGCHLD as u64, 0, 0, 0, 0, 0]), bpf::RET_ALLOW);
+    }
+
+    #[test]
+    fn bad_profiles_are_errors_naming_the_entry() {
+        let target = Target::native();
+        let cases = [
+            ("{", "invalid JSON"),
+            (r#"{"defaultAction":"SCMP_ACT_NOPE"}"#, "defaultAction: unknown action \"SCMP_ACT_NOPE\""),
+            (
+                r#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["read"],"action":"SCMP_ACT_ERRNO"},{"names":["no_such_call"],"action":"SCMP_ACT_ERRNO"}]}"#,
+                "syscalls[1] (\"no_such_call\"): unknown syscall \"no_such_call\"",
+            ),
+            (
+                r#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["read"],"action":"SCMP_ACT_FOO"}]}"#,
+                "syscalls[0] (\"read\"): unknown action \"SCMP_ACT_FOO\"",
+            ),
+            (
+                r#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["read"],"action":"SCMP_ACT_ERRNO","args":[{"index":7,"value":1,"op":"SCMP_CMP_EQ"}]}]}"#,
+                "args[0]: index 7 is out of range",
+            ),
+            (
+                r#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["read"],"action":"SCMP_ACT_ERRNO","args":[{"index":0,"value":1,"op":"SCMP_CMP_SOMETIMES"}]}]}"#,
+                "unknown operator \"SCMP_CMP_SOMETIMES\"",
+            ),
+            (
+                r#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["read"],"action":"SCMP_ACT_ERRNO","bogus":1}]}"#,
+                "unknown field `bogus`",
+            ),
+            (r#"{"defaultAction":"SCMP_ACT_NOTIFY"}"#, "needs a supervisor"),
+        ];
+        for (json, want) in cases {
+            let err = parse("/p.json", json, &target).unwrap_err();
+            assert!(err.starts_with("seccomp profile /p.json: "), "{err}");
+            assert!(err.contains(want), "{err:?} lacks {want:?}");
+        }
+    }
+
+    #[test]
+    fn includes_and_excludes() {
+        let json = r#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[
+            {"names":["read"],"action":"SCMP_ACT_ERRNO","includes":{"arches":["arm64"]}},
+            {"names":["write"],"action":"SCMP_ACT_ERRNO","includes":{"caps":["CAP_SYS_ADMIN"]}},
+            {"names":["close"],"action":"SCMP_ACT_ERRNO","excludes":{"caps":["CAP_SYS_ADMIN"]}},
+            {"names":["dup"],"action":"SCMP_ACT_ERRNO","includes":{"minKernel":"99.0"}}]}"#;
+        let x86 = parse("p", json, &Target { arch: Arch::X86_64, kernel: (6, 1) }).unwrap();
+        let nrs: Vec<u32> = x86.rules.iter().map(|r| r.nr).collect();
+        assert_eq!(nrs, vec![Arch::X86_64.syscall_nr("close").unwrap()]);
+        let arm = parse("p", json, &Target { arch: Arch::Aarch64, kernel: (6, 1) }).unwrap();
+        assert_eq!(arm.rules.len(), 2);
+    }
+}

@@ -1,0 +1,82 @@
+//! Parsing the human-friendly quantities of the command line: sizes
+//! (`512M`), durations (`30s`) and CPU counts (`1.5`).
+
+use std::time::Duration;
+
+/// `1234`, `64K`, `512M`, `2G`, `1T` (binary multiples; an optional `B`/`iB`).
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let t = t.strip_suffix("iB").or_else(|| t.strip_suffix('B')).unwrap_or(t);
+    let (digits, shift) = match t.chars().last() {
+        Some('K' | 'k') => (&t[..t.len() - 1], 10),
+        Some('M' | 'm') => (&t[..t.len() - 1], 20),
+        Some('G' | 'g') => (&t[..t.len() - 1], 30),
+        Some('T' | 't') => (&t[..t.len() - 1], 40),
+        _ => (t, 0),
+    };
+    let n: u64 = digits.parse().map_err(|_| format!("{text:?} is not a size like 512M or 2G"))?;
+    let bytes = n.checked_mul(1u64 << shift).ok_or_else(|| format!("{text:?} is too large"))?;
+    if bytes == 0 {
+        return Err(format!("{text:?} must be more than 0"));
+    }
+    Ok(bytes)
+}
+
+/// `500ms`, `30s`, `10m`, `1h`, or plain seconds (`30`, `2.5`).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let (number, unit) = match t.find(|c: char| c.is_ascii_alphabetic()) {
+        Some(i) => (&t[..i], &t[i..]),
+        None => (t, "s"),
+    };
+    let n: f64 = number.parse().map_err(|_| format!("{text:?} is not a duration like 30s or 10m"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("{text:?}: unknown unit {unit:?} (use ms, s, m or h)")),
+    };
+    if !secs.is_finite() || !(0.0..=1e9).contains(&secs) {
+        return Err(format!("{text:?} is out of range"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// CPUs as thousandths: `1.5` → 1500.
+pub fn parse_cpus(text: &str) -> Result<u64, String> {
+    let n: f64 =
+        text.trim().parse().map_err(|_| format!("{text:?} is not a number of CPUs like 1 or 0.5"))?;
+    if !n.is_finite() || !(0.01..=4096.0).contains(&n) {
+        return Err(format!("{text:?} must be between 0.01 and 4096"));
+    }
+    Ok((n * 1000.0).round() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("512M").unwrap(), 512 << 20);
+        assert_eq!(parse_size("2GiB").unwrap(), 2 << 30);
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("0").is_err());
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("30").unwrap(), Duration::from_secs(30));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert!(parse_duration("3 days").is_err());
+    }
+
+    #[test]
+    fn cpus() {
+        assert_eq!(parse_cpus("1.5").unwrap(), 1500);
+        assert!(parse_cpus("0").is_err());
+    }
+}
