@@ -401,6 +401,12 @@ pub struct ExecArgs {
     /// As for `run`
     #[arg(long, value_name = "FD")]
     pub json_status_fd: Option<i32>,
+
+    /// Run the spec's command inside the running sandbox whose PID 1 is
+    /// this host pid (its namespaces, mount tree and user view; the spec's
+    /// mounts are ignored)
+    #[arg(long, value_name = "PID")]
+    pub join_pid: Option<i32>,
 }
 
 /// What planning a manifest needs (shared by `run` and `manifest check`).

@@ -129,12 +129,14 @@ async fn run_lifecycle(b: &Backend, s: &Scratch, run: &str, daemon: &mut Daemon,
         r#"term {"command":"true","cwd":"/etc"}"#,
         r#"call session/request_permission {"toolCall":{"toolCallId":"t1"},"options":[{"optionId":"no","kind":"reject_once","name":"No"},{"optionId":"yes","kind":"allow_once","name":"Yes"}]}"#,
         r#"call _vendor/unknown {}"#,
+        "file /tmp/agent-was-here private tmp",
+        r#"term {"command":"cat /tmp/agent-was-here; id -u; id -un"}"#,
     ]
     .join("\n");
     let r = prompt(b, run, "p2", json!(session), &script).await;
     assert_eq!(r["ok"], true, "{r}");
     let rep = reports(b, "p2");
-    assert_eq!(rep.len(), 8 + 15, "{rep:#?}");
+    assert_eq!(rep.len(), 8 + 16, "{rep:#?}");
     assert_eq!(rep[0]["result"], json!({}));
     assert_eq!(std::fs::read_to_string(ws.join("dir/a.txt")).unwrap(), "hello\nworld\n");
     assert_eq!(rep[1]["result"]["content"], "world\n");
@@ -164,6 +166,8 @@ async fn run_lifecycle(b: &Backend, s: &Scratch, run: &str, daemon: &mut Daemon,
     assert_eq!(rep[20]["error"]["code"], -32602, "a cwd outside: {}", rep[20]);
     assert_eq!(rep[21]["result"], json!({"outcome":{"outcome":"selected","optionId":"yes"}}));
     assert_eq!(rep[22]["error"]["code"], -32601);
+    // Terminals run next to the agent: its /tmp, its user view.
+    assert_eq!(rep[23]["tail"], "private tmp1000\nagent\n", "{}", rep[23]);
 
     // Cancel during a prompt: answered at once; the turn ends "cancelled".
     b.send(&json!({"type":"prompt_send","run_id":run,"prompt_id":"p3","session_id":session,

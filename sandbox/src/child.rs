@@ -198,7 +198,7 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
 
 /// no_new_privs and no capabilities at all, in this process and whatever
 /// it executes.
-fn drop_privileges() -> Result<(), (&'static str, Errno)> {
+pub(crate) fn drop_privileges() -> Result<(), (&'static str, Errno)> {
     sys::prctl5(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0).map_err(|e| ("prctl(PR_SET_NO_NEW_PRIVS)", e))?;
     // Every capability the kernel knows, until it says EINVAL past the last.
     for cap in 0..64 {
@@ -242,6 +242,31 @@ fn exec_command(plan: &Plan, report_fd: RawFd, caller_umask: libc::mode_t) -> ! 
     // SAFETY: umask cannot fail.
     unsafe { libc::umask(caller_umask) };
 
+    harden_and_exec(
+        &Hardening {
+            new_session: plan.new_session,
+            rlimits: &plan.limits.rlimits,
+            landlock: plan.landlock.as_ref(),
+            seccomp: plan.seccomp.as_ref(),
+            exec: &plan.exec,
+        },
+        report_fd,
+    )
+}
+
+/// What stands between a prepared process and its command: the same for
+/// the sandbox's PID 2 and for a process joining a running sandbox.
+pub(crate) struct Hardening<'a> {
+    pub new_session: bool,
+    pub rlimits: &'a [(libc::c_int, u64)],
+    pub landlock: Option<&'a crate::landlock::Plan>,
+    pub seccomp: Option<&'a crate::seccomp::Program>,
+    pub exec: &'a crate::prepare::ExecPlan,
+}
+
+/// setsid, rlimits, descriptors, Landlock, seccomp (last), then `execve`;
+/// a failure is reported on `report_fd` and ends the process.
+pub(crate) fn harden_and_exec(plan: &Hardening<'_>, report_fd: RawFd) -> ! {
     let mut report = Report::new();
     if plan.new_session
         && let Err(e) = sys::setsid()
@@ -251,7 +276,7 @@ fn exec_command(plan: &Plan, report_fd: RawFd, caller_umask: libc::mode_t) -> ! 
         sys::exit_now(EXIT_SETUP_FAILED as i32);
     }
     // Resource limits that are rlimits (only lowered, which needs no privilege).
-    for (resource, value) in &plan.limits.rlimits {
+    for (resource, value) in plan.rlimits {
         if let Err(e) = sys::setrlimit(*resource, *value) {
             let _ =
                 write!(report, "apply resource limits: setrlimit({resource}, {value}) => {}", ErrnoText(e));
@@ -270,7 +295,7 @@ fn exec_command(plan: &Plan, report_fd: RawFd, caller_umask: libc::mode_t) -> ! 
         sys::exit_now(EXIT_SETUP_FAILED as i32);
     }
     // Landlock, on the sandbox's own paths (we are past the final pivot).
-    if let Some(ruleset) = &plan.landlock
+    if let Some(ruleset) = plan.landlock
         && let Err((call, path, e)) = crate::landlock::apply(ruleset)
     {
         let _ = write!(report, "apply Landlock: {call}");
@@ -283,7 +308,7 @@ fn exec_command(plan: &Plan, report_fd: RawFd, caller_umask: libc::mode_t) -> ! 
     }
     // Seccomp last: everything above ran unfiltered; from here on only
     // `execve` (and, on failure, the report's `write`) remain.
-    if let Some(program) = &plan.seccomp
+    if let Some(program) = plan.seccomp
         && let Err(e) = sys::seccomp_set_filter(&program.filter)
     {
         let _ = write!(
@@ -295,7 +320,7 @@ fn exec_command(plan: &Plan, report_fd: RawFd, caller_umask: libc::mode_t) -> ! 
         sys::exit_now(EXIT_SETUP_FAILED as i32);
     }
 
-    let exec = &plan.exec;
+    let exec = plan.exec;
     let mut denied = false;
     let mut other: Option<(Errno, &CStr)> = None;
     for candidate in &exec.candidates {

@@ -58,6 +58,10 @@ pub struct ExitStatus {
 }
 
 impl ExitStatus {
+    pub(crate) fn from_code(code: i32) -> ExitStatus {
+        ExitStatus { code, timed_out: false }
+    }
+
     pub fn code(self) -> i32 {
         self.code
     }
@@ -397,7 +401,7 @@ fn release_stdio() {
     }
 }
 
-fn ensure_single_threaded() -> Result<(), LaunchError> {
+pub(crate) fn ensure_single_threaded() -> Result<(), LaunchError> {
     let threads = fs::read_dir("/proc/self/task").map(|d| d.count()).unwrap_or(1);
     if threads == 1 {
         Ok(())

@@ -26,6 +26,7 @@ pub mod error;
 pub mod guest_path;
 pub mod idmap;
 mod init;
+mod join;
 pub mod landlock;
 mod launch;
 pub mod limits;
@@ -44,6 +45,7 @@ pub use error::{
     EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND, EXIT_SETUP_FAILED, LaunchError, SpecError, SyscallError,
 };
 pub use init::FORWARDED_SIGNALS;
+pub use join::join;
 pub use launch::{ApplyError, ExitStatus, LaunchOptions, launch, launch_with};
 pub use spec::{
     Access, DeferredBind, HostIds, LandlockMode, Limits, MountOp, Network, SandboxSpec, SeccompPolicy,

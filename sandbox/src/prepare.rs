@@ -693,7 +693,7 @@ impl SecretHiding {
 }
 
 /// The guest paths Landlock grants more than read/execute, from the mounts.
-fn landlock_paths(spec: &SandboxSpec) -> Result<Vec<(String, Grant)>, SpecError> {
+pub(crate) fn landlock_paths(spec: &SandboxSpec) -> Result<Vec<(String, Grant)>, SpecError> {
     let norm = |p: &str| {
         guest_path::normalize(p).map_err(|why| SpecError::new(format!("mount destination {p:?} {why}")))
     };
@@ -736,7 +736,7 @@ fn child_rel(dst_text: &str, entry: &str) -> String {
 }
 
 impl ExecPlan {
-    fn prepare(spec: &SandboxSpec) -> Result<ExecPlan, SpecError> {
+    pub(crate) fn prepare(spec: &SandboxSpec) -> Result<ExecPlan, SpecError> {
         let program = spec.argv.first().ok_or_else(|| SpecError::new("no command given"))?.clone();
         if program.is_empty() {
             return Err(SpecError::new("the command name is empty"));

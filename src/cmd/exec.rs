@@ -38,5 +38,19 @@ pub fn main(args: ExecArgs) -> u8 {
             return EXIT_TOOL_ERROR;
         }
     };
-    super::run::launch_and_report(&spec, args.json_status_fd)
+    match args.join_pid {
+        // The status line carries the command's host pid: it leads its own
+        // process group (setsid), which is how the caller kills all of it.
+        Some(pid) => super::run::report_launch(args.json_status_fd, |options| {
+            let fd = options.json_status_fd;
+            sandbox::join(&spec, pid, |child| {
+                if let Some(fd) = fd {
+                    let line = format!("{{\"child-pid\": {child}}}\n");
+                    // SAFETY: writing a buffer to a descriptor we were given.
+                    let _ = unsafe { libc::write(fd, line.as_ptr().cast(), line.len()) };
+                }
+            })
+        }),
+        None => super::run::launch_and_report(&spec, args.json_status_fd),
+    }
 }

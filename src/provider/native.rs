@@ -104,7 +104,7 @@ impl NativeProvider {
     pub async fn spawn_agent_reporting(&self, name: &str, process: &ProcessSpec) -> Result<(Process, u32), ProviderError> {
         let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
             .map_err(|e| ProviderError::io("pipe2", &std::io::Error::from(e)))?;
-        let mut proc = self.spawn_with(name, process, ProcKind::Agent, Some(w))?;
+        let mut proc = self.spawn_with(name, process, ProcKind::Agent, Some(w), None)?;
         let reader = tokio::net::unix::pipe::Receiver::from_owned_fd(r)
             .map_err(|e| ProviderError::io("watch the launcher's status", &e))?;
         let mut lines = tokio::io::BufReader::new(reader);
@@ -143,12 +143,41 @@ impl NativeProvider {
     /// A process in the running sandbox of PID `pid1` (the agent's): the
     /// same mount tree, `/tmp`, processes and user view.
     pub async fn exec_joined(&self, name: &str, pid1: u32, process: &ProcessSpec) -> Result<Process, ProviderError> {
-        let _ = pid1;
-        self.spawn(name, process, ProcKind::Exec)
+        let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+            .map_err(|e| ProviderError::io("pipe2", &std::io::Error::from(e)))?;
+        let mut proc = self.spawn_with(name, process, ProcKind::Exec, Some(w), Some(pid1))?;
+        let reader = tokio::net::unix::pipe::Receiver::from_owned_fd(r)
+            .map_err(|e| ProviderError::io("watch the joiner's status", &e))?;
+        let mut line = String::new();
+        let n = tokio::io::AsyncBufReadExt::read_line(&mut tokio::io::BufReader::new(reader), &mut line)
+            .await
+            .map_err(|e| ProviderError::io("read the joiner's status", &e))?;
+        let child = serde_json::from_str::<serde_json::Value>(line.trim())
+            .ok()
+            .and_then(|v| v.get("child-pid").and_then(serde_json::Value::as_u64));
+        match child {
+            Some(pid) if n > 0 => {
+                proc.group_killer = Some(Killer::for_pid(pid as u32, true));
+                Ok(proc)
+            }
+            _ => {
+                // The joiner ended before the command ran: its stderr says why.
+                let status = proc.wait().await?;
+                let mut why = String::new();
+                if let Some(mut err) = proc.stderr.take() {
+                    let _ = tokio::io::AsyncReadExt::read_to_string(&mut err, &mut why).await;
+                }
+                let why = why.lines().last().unwrap_or("").trim().to_string();
+                Err(ProviderError::Invalid(format!(
+                    "the process could not join the agent's sandbox (exit {}): {why}",
+                    status.code_or_signal()
+                )))
+            }
+        }
     }
 
     fn spawn(&self, name: &str, process: &ProcessSpec, kind: ProcKind) -> Result<Process, ProviderError> {
-        self.spawn_with(name, process, kind, None)
+        self.spawn_with(name, process, kind, None, None)
     }
 
     fn spawn_with(
@@ -157,6 +186,7 @@ impl NativeProvider {
         process: &ProcessSpec,
         kind: ProcKind,
         status_fd: Option<std::os::fd::OwnedFd>,
+        join_pid: Option<u32>,
     ) -> Result<Process, ProviderError> {
         let _lock = self.local.records.lock()?;
         let record = self.local.running(name)?;
@@ -175,6 +205,9 @@ impl NativeProvider {
         }
         set_stdio(&mut cmd, process.stdio);
         pass_fd(&mut cmd, spec_fd.as_raw_fd());
+        if let Some(pid) = join_pid {
+            cmd.arg(format!("--join-pid={pid}"));
+        }
         if let Some(fd) = &status_fd {
             cmd.arg(format!("--json-status-fd={}", fd.as_raw_fd()));
             pass_fd(&mut cmd, fd.as_raw_fd());

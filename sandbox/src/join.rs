@@ -1,0 +1,244 @@
+//! Joining a running sandbox: a new process in the namespaces of the
+//! sandbox's PID 1 (user, mount, pid, ipc, uts, and net when it has its
+//! own), so it shares the agent's mount tree, `/tmp` and process tree,
+//! with the same user view and the same hardening as a launched command.
+//!
+//! ```text
+//! joiner (caller's namespaces, single-threaded)
+//!  │  prepare (argv/envp, PATH candidates, seccomp, Landlock: all allocation)
+//!  │  pidfd_open(PID 1); setns(pidfd, CLONE_NEWPID)   ← children only
+//!  │  fork ─▶ child (in the sandbox's pid namespace)
+//!  │          setns(pidfd, USER|MNT|IPC|UTS[|NET]) → root and cwd of the sandbox
+//!  │          setresgid/uid, PDEATHSIG + lifeline, chdir
+//!  │          no_new_privs, no capabilities, setsid, rlimits,
+//!  │          close_range, Landlock, seccomp, execve
+//!  │  report pipe: a record = failure (125/126/127); EOF = exec happened
+//!  │  signals relayed to the child's process group
+//!  └─ waitpid → the child's code; killed by N → the joiner re-raises N
+//! ```
+//!
+//! The caller must own the sandbox's user namespace (it launched it), or
+//! be root: only then may it enter it.
+
+use std::ffi::CString;
+use std::fmt::Write as _;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use nix::errno::Errno;
+
+use crate::child::{Hardening, drop_privileges, harden_and_exec};
+use crate::error::{ErrnoText, LaunchError, SpecError, SyscallError};
+use crate::init::FORWARDED_SIGNALS;
+use crate::prepare::ExecPlan;
+use crate::report::{self, Report};
+use crate::spec::{Network, SandboxSpec};
+use crate::sys;
+
+/// What a joined process needs, computed before any namespace changes.
+struct JoinPlan {
+    uid: u32,
+    gid: u32,
+    cwd: CString,
+    new_session: bool,
+    exec: ExecPlan,
+    seccomp: Option<crate::seccomp::Program>,
+    landlock: Option<crate::landlock::Plan>,
+    rlimits: Vec<(libc::c_int, u64)>,
+}
+
+fn prepare(spec: &SandboxSpec) -> Result<JoinPlan, SpecError> {
+    spec.user.validate()?;
+    let limits = &spec.security.limits;
+    if limits.memory.is_some() || limits.cpu_millis.is_some() || limits.pids.is_some() {
+        return Err(SpecError::new(
+            "memory, cpu and pids limits belong to the whole sandbox (its cgroup); a joined process cannot set its own",
+        ));
+    }
+    let cwd = crate::guest_path::normalize(&spec.cwd)
+        .map_err(|why| SpecError::new(format!("working directory {:?} {why}", spec.cwd)))?;
+    let security = &spec.security;
+    let sockets = match (spec.network, security.no_ip) {
+        (_, true) => crate::seccomp::Sockets::UnixOnly,
+        (Network::Off, false) => crate::seccomp::Sockets::LocalAndInet,
+        (Network::On, false) => crate::seccomp::Sockets::Profile,
+    };
+    let seccomp = crate::seccomp::compile(&security.seccomp, security.allow_ptrace, sockets)?;
+    let (landlock, _) =
+        crate::landlock::plan(security.landlock, &crate::prepare::landlock_paths(spec)?, security.no_ip)?;
+    let prepared = crate::limits::prepare(limits, false)?;
+    Ok(JoinPlan {
+        uid: spec.user.uid,
+        gid: spec.user.gid,
+        cwd: CString::new(cwd).map_err(|_| SpecError::new("working directory contains a NUL byte"))?,
+        new_session: spec.new_session,
+        exec: ExecPlan::prepare(spec)?,
+        seccomp,
+        landlock,
+        rlimits: prepared.rlimits.clone(),
+    })
+}
+
+fn same_ns(pid: i32, ns: &str) -> bool {
+    let a = std::fs::metadata(format!("/proc/{pid}/ns/{ns}"));
+    let b = std::fs::metadata(format!("/proc/self/ns/{ns}"));
+    match (a, b) {
+        (Ok(a), Ok(b)) => {
+            use std::os::unix::fs::MetadataExt;
+            (a.dev(), a.ino()) == (b.dev(), b.ino())
+        }
+        _ => false,
+    }
+}
+
+/// Runs `spec`'s command (argv, env, cwd, user, hardening; its mounts are
+/// ignored: the sandbox has them) inside the running sandbox whose PID 1
+/// is host pid `pid`. Must be called from a single-threaded process.
+/// `on_started(host_pid)` is called once the command runs. When the
+/// command is killed by a signal, the caller dies of the same signal.
+pub fn join(spec: &SandboxSpec, pid: i32, on_started: impl FnOnce(i32)) -> Result<crate::ExitStatus, LaunchError> {
+    crate::launch::ensure_single_threaded()?;
+    let plan = prepare(spec)?;
+    // SAFETY: pidfd_open returns a new descriptor or -1.
+    let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if raw < 0 {
+        return Err(SyscallError::new(format!("find the sandbox (pid {pid})"), "pidfd_open", Errno::last()).into());
+    }
+    // SAFETY: the kernel just gave us this descriptor.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(raw as RawFd) };
+    if same_ns(pid, "user") {
+        return Err(SpecError::new(format!("pid {pid} is not a sandbox: it shares this process's user namespace")).into());
+    }
+    let mut flags = libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
+    if !same_ns(pid, "net") {
+        flags |= libc::CLONE_NEWNET;
+    }
+    // A root caller's supplementary groups would show up as nogroup inside.
+    // SAFETY: an empty group list is a valid argument.
+    let _ = unsafe { libc::setgroups(0, std::ptr::null()) };
+    // Our children are born in the sandbox's pid namespace.
+    // SAFETY: setns with a valid pidfd.
+    if unsafe { libc::setns(pidfd.as_raw_fd(), libc::CLONE_NEWPID) } < 0 {
+        return Err(SyscallError::new("enter the sandbox's pid namespace", "setns(CLONE_NEWPID)", Errno::last()).into());
+    }
+    let pipe = |what: &str| sys::pipe().map_err(|e| SyscallError::new(format!("create the {what} pipe"), "pipe2", e));
+    let (report_r, report_w) = pipe("report")?;
+    let (life_r, life_w) = pipe("lifeline")?;
+    let mut watched = FORWARDED_SIGNALS.to_vec();
+    watched.push(libc::SIGCHLD);
+    let watched = sys::sigset_of(&watched);
+    sys::set_sigmask(libc::SIG_BLOCK, &watched).map_err(|e| SyscallError::new("block signals", "sigprocmask", e))?;
+
+    // SAFETY: single-threaded (checked); the child only calls
+    // async-signal-safe functions on prepared data, then execs or exits.
+    let child = unsafe { sys::fork() }.map_err(|e| SyscallError::new("start the joined process", "fork", e))?;
+    if child == 0 {
+        drop(life_w);
+        joined_child(&plan, pidfd.as_raw_fd(), flags, report_w.as_raw_fd(), life_r.as_raw_fd());
+    }
+    drop(report_w);
+    drop(life_r);
+    drop(pidfd);
+
+    let mut bytes = Vec::new();
+    let mut buf = [0u8; 2048];
+    loop {
+        match sys::read(report_r.as_raw_fd(), &mut buf) {
+            Ok(0) => break,
+            Ok(n) => bytes.extend_from_slice(&buf[..n]),
+            Err(Errno::EINTR) => continue,
+            Err(e) => return Err(SyscallError::new("read the joined process's report", "read", e).into()),
+        }
+    }
+    if let Some((code, message)) = report::parse(&bytes) {
+        let _ = sys::waitpid(child, 0);
+        return Err(LaunchError::Child { code, message });
+    }
+    on_started(child);
+    // Relay signals to the command's process group until it ends.
+    let status = loop {
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid blocked set and an out pointer.
+        let sig = unsafe { libc::sigwaitinfo(&watched, &mut info) };
+        if sig < 0 {
+            continue;
+        }
+        if sig == libc::SIGCHLD {
+            if let Ok((p, status)) = sys::waitpid(child, libc::WNOHANG)
+                && p == child
+            {
+                break status;
+            }
+        } else {
+            let target = if plan.new_session { -child } else { child };
+            let _ = sys::kill(target, sig);
+        }
+    };
+    drop(life_w);
+    if libc::WIFSIGNALED(status) {
+        // Killed by a signal: die of the same one, so whoever waits for
+        // this joiner sees a signal, not a code (ACP's exitStatus.signal).
+        let sig = libc::WTERMSIG(status);
+        // SAFETY: plain process-attribute calls on ourselves.
+        unsafe {
+            let no_core = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+            libc::setrlimit(libc::RLIMIT_CORE, &no_core);
+        }
+        sys::reset_signal(sig);
+        let _ = sys::set_sigmask(libc::SIG_SETMASK, &sys::empty_sigset());
+        // SAFETY: raising a signal at ourselves.
+        unsafe { libc::raise(sig) };
+    }
+    Ok(crate::ExitStatus::from_code(sys::exit_code_of(status)))
+}
+
+fn joined_child(plan: &JoinPlan, pidfd: RawFd, flags: libc::c_int, report_fd: RawFd, life: RawFd) -> ! {
+    let mut report = Report::new();
+    let fail = |report: &mut Report, what: &str, call: &str, e: Errno| -> ! {
+        let _ = write!(report, "{what}: {call} => {}", ErrnoText(e));
+        report.send(report_fd, crate::EXIT_SETUP_FAILED);
+        sys::exit_now(crate::EXIT_SETUP_FAILED as i32)
+    };
+    // SAFETY: setns with a valid pidfd and namespace flags.
+    if unsafe { libc::setns(pidfd, flags) } < 0 {
+        fail(&mut report, "enter the sandbox", "setns(pidfd, CLONE_NEWUSER|CLONE_NEWNS|...)", Errno::last());
+    }
+    // SAFETY: closing our copy of the pidfd.
+    unsafe { libc::close(pidfd) };
+    if let Err(e) = sys::setresgid(plan.gid) {
+        fail(&mut report, "switch to the sandbox group", "setresgid", e);
+    }
+    if let Err(e) = sys::setresuid(plan.uid) {
+        fail(&mut report, "switch to the sandbox user", "setresuid", e);
+    }
+    if let Err(e) = sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) {
+        fail(&mut report, "die with the joiner", "prctl(PR_SET_PDEATHSIG)", e);
+    }
+    let mut pfd = libc::pollfd { fd: life, events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd, zero timeout.
+    if unsafe { libc::poll(&mut pfd, 1, 0) } > 0 && pfd.revents & libc::POLLHUP != 0 {
+        sys::exit_now(crate::EXIT_SETUP_FAILED as i32);
+    }
+    if let Err(e) = sys::chdir(&plan.cwd) {
+        let _ = write!(report, "enter the working directory: chdir(\"{}\") => {}", plan.cwd.to_string_lossy(), ErrnoText(e));
+        report.send(report_fd, crate::EXIT_SETUP_FAILED);
+        sys::exit_now(crate::EXIT_SETUP_FAILED as i32);
+    }
+    if let Err((call, e)) = drop_privileges() {
+        fail(&mut report, "drop privileges", call, e);
+    }
+    for sig in 1..libc::SIGRTMAX() {
+        sys::reset_signal(sig);
+    }
+    let _ = sys::set_sigmask(libc::SIG_SETMASK, &sys::empty_sigset());
+    harden_and_exec(
+        &Hardening {
+            new_session: plan.new_session,
+            rlimits: &plan.rlimits,
+            landlock: plan.landlock.as_ref(),
+            seccomp: plan.seccomp.as_ref(),
+            exec: &plan.exec,
+        },
+        report_fd,
+    )
+}
+
