@@ -92,7 +92,8 @@ async fn run_lifecycle(b: &Backend, s: &Scratch, run: &str, daemon: &mut Daemon,
     let steps = contents(b, "init_step");
     assert_eq!(steps[0], json!({"type":"init_step","stage":"prepare","status":"start"}));
     assert_eq!(steps[1], json!({"type":"init_step","stage":"prepare","status":"done","message":"ready"}));
-    let texts: Vec<String> = contents(b, "text").iter().map(|c| c["text"].as_str().unwrap().to_string()).collect();
+    let texts: Vec<String> =
+        contents(b, "text").iter().map(|c| c["text"].as_str().unwrap().to_string()).collect();
     assert!(texts.contains(&"[init:stdout] hello from init [REDACTED]".to_string()), "{texts:?}");
     assert!(texts.contains(&"[init:stderr] oops".to_string()), "{texts:?}");
     assert_eq!(contents(b, "init_result"), [json!({"type":"init_result","ok":true})]);
@@ -105,7 +106,8 @@ async fn run_lifecycle(b: &Backend, s: &Scratch, run: &str, daemon: &mut Daemon,
     assert_eq!(r["stop_reason"], "end_turn");
     assert_eq!(r["session_created"], true);
     let session = r["session_id"].as_str().unwrap().to_string();
-    let first = b.wait_for("session_created", SECS, |m| m.msg["update"]["sessionUpdate"] == "session_created").await;
+    let first =
+        b.wait_for("session_created", SECS, |m| m.msg["update"]["sessionUpdate"] == "session_created").await;
     assert_eq!(first.msg["session_id"], session.as_str());
     let mut want: Vec<String> = (0..200).map(|i| format!("u{i}")).collect();
     want.push("done".into());
@@ -146,7 +148,11 @@ async fn run_lifecycle(b: &Backend, s: &Scratch, run: &str, daemon: &mut Daemon,
     }
     assert!(!Path::new("/etc/evil").exists());
     assert_eq!(rep[7]["error"]["code"], -32002, "{}", rep[7]);
-    assert!(rep[8]["result"]["content"].as_str().unwrap().contains(&session), "the home is readable: {}", rep[8]);
+    assert!(
+        rep[8]["result"]["content"].as_str().unwrap().contains(&session),
+        "the home is readable: {}",
+        rep[8]
+    );
     for r8 in &rep[9..17] {
         assert_eq!(r8["result"]["content"], "from the manifest");
     }
@@ -159,7 +165,10 @@ async fn run_lifecycle(b: &Backend, s: &Scratch, run: &str, daemon: &mut Daemon,
     assert_eq!(big["after_release"], -32002);
     let env = &rep[18];
     assert_eq!(env["exit"], json!({"exitCode":3,"signal":null}), "{env}");
-    assert_eq!(env["tail"], "x\n/workspace/dir\n", "the run's env (no secret outside the allowlist), cwd: {env}");
+    assert_eq!(
+        env["tail"], "x\n/workspace/dir\n",
+        "the run's env (no secret outside the allowlist), cwd: {env}"
+    );
     assert_eq!(env["exitStatus"], json!({"exitCode":3,"signal":null}));
     let killed = &rep[19];
     assert_eq!(killed["exit"], json!({"exitCode":null,"signal":"SIGKILL"}), "{killed}");
@@ -183,7 +192,12 @@ async fn run_lifecycle(b: &Backend, s: &Scratch, run: &str, daemon: &mut Daemon,
     assert_eq!(c["ok"], true, "{c}");
     let r = b.wait_type("prompt_result", "prompt_id", &json!("p3"), 20 * SECS).await;
     assert_eq!((r["ok"].clone(), r["stop_reason"].clone()), (json!(true), json!("cancelled")), "{r}");
-    let cfg_update = b.wait_for("config_option_update", SECS, |m| m.msg["update"]["sessionUpdate"] == "config_option_update" && m.msg["update"]["configOptions"][0]["currentValue"] == "auto").await;
+    let cfg_update = b
+        .wait_for("config_option_update", SECS, |m| {
+            m.msg["update"]["sessionUpdate"] == "config_option_update"
+                && m.msg["update"]["configOptions"][0]["currentValue"] == "auto"
+        })
+        .await;
     assert_eq!(cfg_update.msg["prompt_id"], "p3");
 
     // Agent crash: acp_exit, and the next prompt restarts it and loads the session.
@@ -203,7 +217,10 @@ async fn run_lifecycle(b: &Backend, s: &Scratch, run: &str, daemon: &mut Daemon,
         .filter(|m| m.msg["prompt_id"] == "p5" && m.msg["update"]["sessionUpdate"] == "user_message_chunk")
         .map(|m| m.msg["update"]["content"]["text"].clone())
         .collect();
-    assert!(replay.len() >= 3 && replay[0] == "updates 200\nsay done", "session/load replayed the history: {replay:?}");
+    assert!(
+        replay.len() >= 3 && replay[0] == "updates 200\nsay done",
+        "session/load replayed the history: {replay:?}"
+    );
     assert_eq!(chunks(b, "p5"), ["after restart"]);
 
     // A daemon restart, then a prompt without init: the persisted init opens the agent.
@@ -268,7 +285,10 @@ async fn permission_policies_ask_and_deny() {
     backend.send(&json!({"type":"session_permission","run_id":"q1","session_id":req["session_id"],
         "request_id":req["request_id"],"outcome":"selected","option_id":"no"}));
     backend.wait_type("prompt_result", "prompt_id", &json!("k2"), 20 * SECS).await;
-    assert_eq!(reports(&backend, "k2")[0]["result"], json!({"outcome":{"outcome":"selected","optionId":"no"}}));
+    assert_eq!(
+        reports(&backend, "k2")[0]["result"],
+        json!({"outcome":{"outcome":"selected","optionId":"no"}})
+    );
     // No answer within the timeout: cancelled.
     ask("k3");
     request(3).await;
@@ -285,7 +305,10 @@ async fn permission_policies_ask_and_deny() {
     assert_eq!(open(&backend, "q2", "").await["ok"], true);
     let r = prompt(&backend, "q2", "d1", Value::Null, perm).await;
     assert_eq!(r["ok"], true);
-    assert_eq!(reports(&backend, "d1")[0]["result"], json!({"outcome":{"outcome":"selected","optionId":"no"}}));
+    assert_eq!(
+        reports(&backend, "d1")[0]["result"],
+        json!({"outcome":{"outcome":"selected","optionId":"no"}})
+    );
     assert!(daemon.stop().success());
 }
 
@@ -311,7 +334,10 @@ async fn open_failures_name_the_step() {
     let r = backend.wait_type("acp_opened", "run_id", &json!("f3"), 30 * SECS).await;
     assert_eq!(r["ok"], false);
     assert!(r["error"].as_str().unwrap().contains("exitCode=7"), "{r}");
-    assert!(contents(&backend, "init_result").contains(&json!({"type":"init_result","ok":false,"exitCode":7,"error":"exitCode=7"})));
+    assert!(
+        contents(&backend, "init_result")
+            .contains(&json!({"type":"init_result","ok":false,"exitCode":7,"error":"exitCode=7"}))
+    );
     assert!(contents(&backend, "transport_connected").is_empty());
     // A timeout.
     backend.send(&json!({"type":"acp_open","run_id":"f4","init":{"script":"sleep 30","timeout_seconds":1,"env":{},"agentInputs":{"version":1,"items":[]}}}));
@@ -348,4 +374,38 @@ async fn docker_agent_end_to_end() {
     backend.registered(0, 20 * SECS).await;
     run_lifecycle(&backend, &s, &run, &mut daemon, &cfg).await;
     assert!(daemon.stop().success());
+}
+
+/// The daemon as an unprivileged user, and nested in a user namespace:
+/// the agent, its files and a joined terminal work the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unprivileged_and_nested_daemons_run_agents() {
+    for nested in [false, true] {
+        let backend = Backend::start().await;
+        let s = Scratch::new(if nested { "acp-nested" } else { "acp-nobody" });
+        let cfg = acp_config(&s, &backend.url, "", "");
+        let mut daemon = Daemon::start_unprivileged(&s, "proxy", &cfg, nested);
+        backend.registered(0, 20 * SECS).await;
+        let opened = open(&backend, "n1", "echo ok").await;
+        assert_eq!(opened["ok"], true, "{opened}\n{}", daemon.stderr());
+        let script = [
+            r#"call fs/write_text_file {"path":"/workspace/w.txt","content":"written"}"#,
+            r#"call fs/read_text_file {"path":"/workspace/w.txt"}"#,
+            "file /tmp/t x",
+            r#"term {"command":"cat /tmp/t /workspace/w.txt; id -u"}"#,
+        ]
+        .join("\n");
+        let r = prompt(&backend, "n1", "p1", Value::Null, &script).await;
+        assert_eq!(r["ok"], true, "{r}\n{}", daemon.stderr());
+        let rep = reports(&backend, "p1");
+        assert_eq!(rep[1]["result"]["content"], "written");
+        assert_eq!(rep[2]["tail"], "xwritten1000\n", "{}", rep[2]);
+        let meta = std::fs::metadata(s.root.join("run-n1/w.txt")).unwrap();
+        assert_eq!(
+            std::os::unix::fs::MetadataExt::uid(&meta),
+            65534,
+            "owned by the daemon's user on the host"
+        );
+        assert!(daemon.stop().success(), "{}", daemon.stderr());
+    }
 }

@@ -6,9 +6,10 @@
 //! ```text
 //! joiner (caller's namespaces, single-threaded)
 //!  │  prepare (argv/envp, PATH candidates, seccomp, Landlock: all allocation)
-//!  │  pidfd_open(PID 1); setns(pidfd, CLONE_NEWPID)   ← children only
+//!  │  pidfd_open(PID 1); setns(pidfd, USER|MNT|IPC|UTS|PID[|NET]) at once
+//!  │    (one call: the pid namespace is checked with the sandbox user's
+//!  │    capabilities, which an unprivileged caller has only there)
 //!  │  fork ─▶ child (in the sandbox's pid namespace)
-//!  │          setns(pidfd, USER|MNT|IPC|UTS[|NET]) → root and cwd of the sandbox
 //!  │          setresgid/uid, PDEATHSIG + lifeline, chdir
 //!  │          no_new_privs, no capabilities, setsid, rlimits,
 //!  │          close_range, Landlock, seccomp, execve
@@ -95,18 +96,27 @@ fn same_ns(pid: i32, ns: &str) -> bool {
 /// is host pid `pid`. Must be called from a single-threaded process.
 /// `on_started(host_pid)` is called once the command runs. When the
 /// command is killed by a signal, the caller dies of the same signal.
-pub fn join(spec: &SandboxSpec, pid: i32, on_started: impl FnOnce(i32)) -> Result<crate::ExitStatus, LaunchError> {
+pub fn join(
+    spec: &SandboxSpec,
+    pid: i32,
+    on_started: impl FnOnce(i32),
+) -> Result<crate::ExitStatus, LaunchError> {
     crate::launch::ensure_single_threaded()?;
     let plan = prepare(spec)?;
     // SAFETY: pidfd_open returns a new descriptor or -1.
     let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
     if raw < 0 {
-        return Err(SyscallError::new(format!("find the sandbox (pid {pid})"), "pidfd_open", Errno::last()).into());
+        return Err(
+            SyscallError::new(format!("find the sandbox (pid {pid})"), "pidfd_open", Errno::last()).into()
+        );
     }
     // SAFETY: the kernel just gave us this descriptor.
     let pidfd = unsafe { OwnedFd::from_raw_fd(raw as RawFd) };
     if same_ns(pid, "user") {
-        return Err(SpecError::new(format!("pid {pid} is not a sandbox: it shares this process's user namespace")).into());
+        return Err(SpecError::new(format!(
+            "pid {pid} is not a sandbox: it shares this process's user namespace"
+        ))
+        .into());
     }
     let mut flags = libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
     if !same_ns(pid, "net") {
@@ -115,29 +125,39 @@ pub fn join(spec: &SandboxSpec, pid: i32, on_started: impl FnOnce(i32)) -> Resul
     // A root caller's supplementary groups would show up as nogroup inside.
     // SAFETY: an empty group list is a valid argument.
     let _ = unsafe { libc::setgroups(0, std::ptr::null()) };
-    // Our children are born in the sandbox's pid namespace.
-    // SAFETY: setns with a valid pidfd.
-    if unsafe { libc::setns(pidfd.as_raw_fd(), libc::CLONE_NEWPID) } < 0 {
-        return Err(SyscallError::new("enter the sandbox's pid namespace", "setns(CLONE_NEWPID)", Errno::last()).into());
-    }
-    let pipe = |what: &str| sys::pipe().map_err(|e| SyscallError::new(format!("create the {what} pipe"), "pipe2", e));
+    let pipe = |what: &str| {
+        sys::pipe().map_err(|e| SyscallError::new(format!("create the {what} pipe"), "pipe2", e))
+    };
     let (report_r, report_w) = pipe("report")?;
     let (life_r, life_w) = pipe("lifeline")?;
     let mut watched = FORWARDED_SIGNALS.to_vec();
     watched.push(libc::SIGCHLD);
     let watched = sys::sigset_of(&watched);
-    sys::set_sigmask(libc::SIG_BLOCK, &watched).map_err(|e| SyscallError::new("block signals", "sigprocmask", e))?;
+    sys::set_sigmask(libc::SIG_BLOCK, &watched)
+        .map_err(|e| SyscallError::new("block signals", "sigprocmask", e))?;
+    // Into the sandbox (our children: into its pid namespace too). The
+    // joiner stays outside the sandbox's pid namespace, invisible there.
+    // SAFETY: setns with a valid pidfd and namespace flags.
+    if unsafe { libc::setns(pidfd.as_raw_fd(), flags | libc::CLONE_NEWPID) } < 0 {
+        return Err(SyscallError::new(
+            "enter the sandbox",
+            "setns(pidfd, CLONE_NEWUSER|CLONE_NEWNS|CLONE_NEWPID|...)",
+            Errno::last(),
+        )
+        .into());
+    }
+    drop(pidfd);
 
     // SAFETY: single-threaded (checked); the child only calls
     // async-signal-safe functions on prepared data, then execs or exits.
-    let child = unsafe { sys::fork() }.map_err(|e| SyscallError::new("start the joined process", "fork", e))?;
+    let child =
+        unsafe { sys::fork() }.map_err(|e| SyscallError::new("start the joined process", "fork", e))?;
     if child == 0 {
         drop(life_w);
-        joined_child(&plan, pidfd.as_raw_fd(), flags, report_w.as_raw_fd(), life_r.as_raw_fd());
+        joined_child(&plan, report_w.as_raw_fd(), life_r.as_raw_fd());
     }
     drop(report_w);
     drop(life_r);
-    drop(pidfd);
 
     let mut bytes = Vec::new();
     let mut buf = [0u8; 2048];
@@ -191,19 +211,13 @@ pub fn join(spec: &SandboxSpec, pid: i32, on_started: impl FnOnce(i32)) -> Resul
     Ok(crate::ExitStatus::from_code(sys::exit_code_of(status)))
 }
 
-fn joined_child(plan: &JoinPlan, pidfd: RawFd, flags: libc::c_int, report_fd: RawFd, life: RawFd) -> ! {
+fn joined_child(plan: &JoinPlan, report_fd: RawFd, life: RawFd) -> ! {
     let mut report = Report::new();
     let fail = |report: &mut Report, what: &str, call: &str, e: Errno| -> ! {
         let _ = write!(report, "{what}: {call} => {}", ErrnoText(e));
         report.send(report_fd, crate::EXIT_SETUP_FAILED);
         sys::exit_now(crate::EXIT_SETUP_FAILED as i32)
     };
-    // SAFETY: setns with a valid pidfd and namespace flags.
-    if unsafe { libc::setns(pidfd, flags) } < 0 {
-        fail(&mut report, "enter the sandbox", "setns(pidfd, CLONE_NEWUSER|CLONE_NEWNS|...)", Errno::last());
-    }
-    // SAFETY: closing our copy of the pidfd.
-    unsafe { libc::close(pidfd) };
     if let Err(e) = sys::setresgid(plan.gid) {
         fail(&mut report, "switch to the sandbox group", "setresgid", e);
     }
@@ -219,7 +233,12 @@ fn joined_child(plan: &JoinPlan, pidfd: RawFd, flags: libc::c_int, report_fd: Ra
         sys::exit_now(crate::EXIT_SETUP_FAILED as i32);
     }
     if let Err(e) = sys::chdir(&plan.cwd) {
-        let _ = write!(report, "enter the working directory: chdir(\"{}\") => {}", plan.cwd.to_string_lossy(), ErrnoText(e));
+        let _ = write!(
+            report,
+            "enter the working directory: chdir(\"{}\") => {}",
+            plan.cwd.to_string_lossy(),
+            ErrnoText(e)
+        );
         report.send(report_fd, crate::EXIT_SETUP_FAILED);
         sys::exit_now(crate::EXIT_SETUP_FAILED as i32);
     }
@@ -241,4 +260,3 @@ fn joined_child(plan: &JoinPlan, pidfd: RawFd, flags: libc::c_int, report_fd: Ra
         report_fd,
     )
 }
-

@@ -26,7 +26,13 @@ use crate::proxy::config::PermissionPolicy;
 use crate::proxy::protocol::proxy_update;
 
 /// Starts a terminal's process in the run's sandbox.
-pub type Spawner = Arc<dyn Fn(crate::provider::ProcessSpec) -> BoxFuture<Result<(crate::provider::Process, crate::provider::Killer), String>> + Send + Sync>;
+pub type Spawner = Arc<
+    dyn Fn(
+            crate::provider::ProcessSpec,
+        ) -> BoxFuture<Result<(crate::provider::Process, crate::provider::Killer), String>>
+        + Send
+        + Sync,
+>;
 
 /// A permission request waiting for the backend.
 struct Pending {
@@ -69,13 +75,18 @@ fn fs_error(e: FsError) -> RpcError {
 }
 
 fn str_param<'a>(params: &'a Value, key: &str) -> Result<&'a str, RpcError> {
-    params.get(key).and_then(Value::as_str).ok_or_else(|| RpcError::invalid_params(format!("{key} must be a string")))
+    params
+        .get(key)
+        .and_then(Value::as_str)
+        .ok_or_else(|| RpcError::invalid_params(format!("{key} must be a string")))
 }
 
 fn opt_u64(params: &Value, key: &str) -> Result<Option<u64>, RpcError> {
     match params.get(key) {
         None | Some(Value::Null) => Ok(None),
-        Some(v) => v.as_u64().map(Some).ok_or_else(|| RpcError::invalid_params(format!("{key} must be a non-negative integer, got {v}"))),
+        Some(v) => v.as_u64().map(Some).ok_or_else(|| {
+            RpcError::invalid_params(format!("{key} must be a non-negative integer, got {v}"))
+        }),
     }
 }
 
@@ -113,7 +124,9 @@ impl Client {
     }
 
     fn fs(&self) -> Result<&GuestFs, RpcError> {
-        self.fs.as_ref().ok_or_else(|| RpcError::internal(format!("the run's files are not reachable: {}", self.fs_error)))
+        self.fs.as_ref().ok_or_else(|| {
+            RpcError::internal(format!("the run's files are not reachable: {}", self.fs_error))
+        })
     }
 
     pub fn prompt_id(&self) -> Value {
@@ -139,7 +152,9 @@ impl Client {
 
     fn terminal(&self, p: &Value) -> Result<Arc<Terminal>, RpcError> {
         let id = str_param(p, "terminalId")?;
-        self.terminals.get(id).ok_or_else(|| RpcError::not_found(format!("terminal {id:?} does not exist (released, or never created)")))
+        self.terminals.get(id).ok_or_else(|| {
+            RpcError::not_found(format!("terminal {id:?} does not exist (released, or never created)"))
+        })
     }
 
     async fn terminal_create(&self, p: Value) -> Result<Value, RpcError> {
@@ -151,7 +166,11 @@ impl Client {
             None | Some(Value::Null) => Vec::new(),
             Some(Value::Array(a)) => a
                 .iter()
-                .map(|v| v.as_str().map(str::to_string).ok_or_else(|| RpcError::invalid_params("args must be strings")))
+                .map(|v| {
+                    v.as_str()
+                        .map(str::to_string)
+                        .ok_or_else(|| RpcError::invalid_params("args must be strings"))
+                })
                 .collect::<Result<_, _>>()?,
             Some(_) => return Err(RpcError::invalid_params("args must be an array of strings")),
         };
@@ -168,7 +187,8 @@ impl Client {
                     return Err(RpcError::invalid_params("env entries are {name, value}"));
                 };
                 let value = value.and_then(Value::as_str).unwrap_or("").to_string();
-                crate::provider::names::validate_env(name, &value).map_err(|e| RpcError::invalid_params(e.to_string()))?;
+                crate::provider::names::validate_env(name, &value)
+                    .map_err(|e| RpcError::invalid_params(e.to_string()))?;
                 env.retain(|(k, _)| k != name);
                 env.push((name.to_string(), value));
             }
@@ -178,7 +198,8 @@ impl Client {
         } else {
             std::iter::once(command).chain(args).collect()
         };
-        let spec = crate::provider::ProcessSpec { argv, env, cwd: Some(cwd), stdio: crate::provider::Stdio::Piped };
+        let spec =
+            crate::provider::ProcessSpec { argv, env, cwd: Some(cwd), stdio: crate::provider::Stdio::Piped };
         let (process, killer) = (self.spawner)(spec).await.map_err(RpcError::internal)?;
         let id = self.terminals.insert(Terminal::start(process, killer, limit));
         Ok(json!({"terminalId": id}))
@@ -209,9 +230,13 @@ impl Client {
                 }
                 let key = request_key(&id);
                 let session_id = p.get("sessionId").and_then(Value::as_str).unwrap_or("").to_string();
-                let option_ids = options.iter().filter_map(|o| o.get("optionId").and_then(Value::as_str).map(str::to_string)).collect();
+                let option_ids = options
+                    .iter()
+                    .filter_map(|o| o.get("optionId").and_then(Value::as_str).map(str::to_string))
+                    .collect();
                 let (tx, rx) = oneshot::channel();
-                lock(&self.permissions).insert(key.clone(), Pending { session_id: session_id.clone(), option_ids, tx });
+                lock(&self.permissions)
+                    .insert(key.clone(), Pending { session_id: session_id.clone(), option_ids, tx });
                 // Removed however this ends (answered, timed out, aborted).
                 struct Forget<'a>(&'a Client, String);
                 impl Drop for Forget<'_> {
@@ -231,7 +256,10 @@ impl Client {
                     Ok(Ok(outcome)) => Ok(outcome),
                     Ok(Err(_)) => Ok(cancelled),
                     Err(_) => {
-                        tracing::info!("run {}: permission request {key} unanswered after {timeout:?}: cancelled", self.run_id);
+                        tracing::info!(
+                            "run {}: permission request {key} unanswered after {timeout:?}: cancelled",
+                            self.run_id
+                        );
                         Ok(cancelled)
                     }
                 }
@@ -253,7 +281,10 @@ impl Client {
                 json!({"outcome": {"outcome": "selected", "optionId": o}})
             }
             ("selected", o) => {
-                tracing::warn!("run {}: session_permission selected unknown option {o:?} for request {key}: cancelled", self.run_id);
+                tracing::warn!(
+                    "run {}: session_permission selected unknown option {o:?} for request {key}: cancelled",
+                    self.run_id
+                );
                 json!({"outcome": {"outcome": "cancelled"}})
             }
             _ => json!({"outcome": {"outcome": "cancelled"}}),
@@ -264,7 +295,11 @@ impl Client {
 
     /// After `session/cancel`: every pending request of the session is answered `cancelled`.
     pub fn cancel_permissions(&self, session_id: &str) {
-        let keys: Vec<String> = lock(&self.permissions).iter().filter(|(_, p)| p.session_id == session_id).map(|(k, _)| k.clone()).collect();
+        let keys: Vec<String> = lock(&self.permissions)
+            .iter()
+            .filter(|(_, p)| p.session_id == session_id)
+            .map(|(k, _)| k.clone())
+            .collect();
         for k in keys {
             if let Some(p) = lock(&self.permissions).remove(&k) {
                 let _ = p.tx.send(json!({"outcome": {"outcome": "cancelled"}}));
@@ -286,10 +321,14 @@ impl Handler for Client {
         if method == "session/update" {
             let mut params = params;
             let (session_id, update) = match params.as_object_mut() {
-                Some(m) => (m.remove("sessionId").unwrap_or(Value::Null), m.remove("update").unwrap_or(Value::Null)),
+                Some(m) => {
+                    (m.remove("sessionId").unwrap_or(Value::Null), m.remove("update").unwrap_or(Value::Null))
+                }
                 None => (Value::Null, Value::Null),
             };
-            self.d.outbox.push(&json!({"type": "acp_update", "run_id": self.run_id, "prompt_id": self.prompt_id(),
+            self.d
+                .outbox
+                .push(&json!({"type": "acp_update", "run_id": self.run_id, "prompt_id": self.prompt_id(),
                 "session_id": session_id, "update": update}));
         } else {
             self.d.outbox.push(&json!({"type": "acp_message", "run_id": self.run_id,
@@ -297,12 +336,19 @@ impl Handler for Client {
         }
     }
 
-    fn request(self: Arc<Self>, id: Value, method: String, params: Value) -> BoxFuture<Result<Value, RpcError>> {
+    fn request(
+        self: Arc<Self>,
+        id: Value,
+        method: String,
+        params: Value,
+    ) -> BoxFuture<Result<Value, RpcError>> {
         Box::pin(async move {
             let terminal_off = || {
                 Err(RpcError::new(
                     code::METHOD_NOT_FOUND,
-                    format!("{method}: terminals are disabled on this daemon (sandbox.terminalEnabled = false)"),
+                    format!(
+                        "{method}: terminals are disabled on this daemon (sandbox.terminalEnabled = false)"
+                    ),
                 ))
             };
             let terminals = self.d.cfg.sandbox.terminal_enabled;
@@ -323,11 +369,18 @@ impl Handler for Client {
                 }
                 "terminal/release" => {
                     let id = str_param(&params, "terminalId")?;
-                    let t = self.terminals.remove(id).ok_or_else(|| RpcError::not_found(format!("terminal {id:?} does not exist")))?;
+                    let t = self
+                        .terminals
+                        .remove(id)
+                        .ok_or_else(|| RpcError::not_found(format!("terminal {id:?} does not exist")))?;
                     t.kill().await;
                     Ok(json!({}))
                 }
-                _ => Err(RpcError { code: code::METHOD_NOT_FOUND, message: format!("method not found: {method}"), data: Some(json!(method)) }),
+                _ => Err(RpcError {
+                    code: code::METHOD_NOT_FOUND,
+                    message: format!("method not found: {method}"),
+                    data: Some(json!(method)),
+                }),
             }
         })
     }

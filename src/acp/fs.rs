@@ -62,7 +62,10 @@ impl FsError {
 fn sys(call: &str, path: &str, e: Errno) -> FsError {
     match e {
         Errno::ENOENT => FsError::NotFound(format!("{path}: no such file or directory")),
-        _ => FsError::Failed(format!("{call}({path:?}) => {}", sandbox::error::io_error_text(&std::io::Error::from(e)))),
+        _ => FsError::Failed(format!(
+            "{call}({path:?}) => {}",
+            sandbox::error::io_error_text(&std::io::Error::from(e))
+        )),
     }
 }
 
@@ -87,8 +90,9 @@ fn guest(comps: &[String]) -> String {
 }
 
 fn open_dir(path: &Path) -> Result<OwnedFd, String> {
-    nix::fcntl::open(path, OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())
-        .map_err(|e| format!("open {}: {}", path.display(), sandbox::error::io_error_text(&std::io::Error::from(e))))
+    nix::fcntl::open(path, OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty()).map_err(
+        |e| format!("open {}: {}", path.display(), sandbox::error::io_error_text(&std::io::Error::from(e))),
+    )
 }
 
 /// The result of a walk.
@@ -108,7 +112,11 @@ impl GuestFs {
     /// sandbox's PID 1); reads and writes stay in `allowed`.
     pub fn sandbox_root(pid: u32, allowed: &[&str]) -> Result<GuestFs, String> {
         let root = open_dir(Path::new(&format!("/proc/{pid}/root")))?;
-        Ok(GuestFs { mounts: vec![(Vec::new(), root)], allowed: allowed.iter().map(|a| components(a)).collect(), owner: None })
+        Ok(GuestFs {
+            mounts: vec![(Vec::new(), root)],
+            allowed: allowed.iter().map(|a| components(a)).collect(),
+            owner: None,
+        })
     }
 
     /// Host directories shown at guest paths (docker volumes, the host
@@ -127,16 +135,19 @@ impl GuestFs {
     }
 
     fn mount_at(&self, comps: &[String]) -> Option<Result<OwnedFd, FsError>> {
-        self.mounts.iter().find(|(g, _)| g[..] == comps[..]).map(|(_, fd)| {
-            fd.try_clone().map_err(|e| FsError::Failed(format!("dup: {e}")))
-        })
+        self.mounts
+            .iter()
+            .find(|(g, _)| g[..] == comps[..])
+            .map(|(_, fd)| fd.try_clone().map_err(|e| FsError::Failed(format!("dup: {e}"))))
     }
 
     /// Walks `path`; with `create`, makes missing directories on the way
     /// (not the last component).
     fn walk(&self, path: &str, create: bool) -> Result<Walked, FsError> {
         if !path.starts_with('/') {
-            return Err(FsError::BadPath(format!("{path:?} is not an absolute path (ACP paths must be absolute)")));
+            return Err(FsError::BadPath(format!(
+                "{path:?} is not an absolute path (ACP paths must be absolute)"
+            )));
         }
         if path.contains('\0') {
             return Err(FsError::BadPath("the path contains a NUL byte".into()));
@@ -187,25 +198,46 @@ impl GuestFs {
                 continue;
             };
             let name = CString::new(c.as_bytes()).map_err(|_| FsError::BadPath("NUL in path".into()))?;
-            let opened = nix::fcntl::openat(dir.as_fd(), name.as_c_str(), OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC, Mode::empty());
+            let opened = nix::fcntl::openat(
+                dir.as_fd(),
+                name.as_c_str(),
+                OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+                Mode::empty(),
+            );
             let fd = match opened {
                 Ok(fd) => fd,
                 Err(Errno::ENOENT) if todo.is_empty() => {
                     cur.push(c);
                     let parent = fds.pop().expect("inside a mount");
-                    return Ok(Walked { parent, name: cur.last().cloned().unwrap_or_default(), target: None, guest: guest(&cur) });
+                    return Ok(Walked {
+                        parent,
+                        name: cur.last().cloned().unwrap_or_default(),
+                        target: None,
+                        guest: guest(&cur),
+                    });
                 }
                 Err(Errno::ENOENT) if create => {
                     let g = guest(&[cur.clone(), vec![c.clone()]].concat());
                     if !self.is_allowed(&[cur.clone(), vec![c.clone()]].concat()) {
-                        return Err(FsError::Outside(format!("{path}: {g} is outside the workspace and the home")));
+                        return Err(FsError::Outside(format!(
+                            "{path}: {g} is outside the workspace and the home"
+                        )));
                     }
-                    match nix::sys::stat::mkdirat(dir.as_fd(), name.as_c_str(), Mode::from_bits_truncate(0o755)) {
+                    match nix::sys::stat::mkdirat(
+                        dir.as_fd(),
+                        name.as_c_str(),
+                        Mode::from_bits_truncate(0o755),
+                    ) {
                         Ok(()) | Err(Errno::EEXIST) => {}
                         Err(e) => return Err(sys("mkdir", &g, e)),
                     }
-                    let fd = nix::fcntl::openat(dir.as_fd(), name.as_c_str(), OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())
-                        .map_err(|e| sys("open", &g, e))?;
+                    let fd = nix::fcntl::openat(
+                        dir.as_fd(),
+                        name.as_c_str(),
+                        OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+                        Mode::empty(),
+                    )
+                    .map_err(|e| sys("open", &g, e))?;
                     self.give(fd.as_fd(), &g);
                     fd
                 }
@@ -218,7 +250,8 @@ impl GuestFs {
                 if links > MAX_LINKS {
                     return Err(sys("open", path, Errno::ELOOP));
                 }
-                let target = nix::fcntl::readlinkat(fd.as_fd(), "").map_err(|e| sys("readlink", &guest(&cur), e))?;
+                let target =
+                    nix::fcntl::readlinkat(fd.as_fd(), "").map_err(|e| sys("readlink", &guest(&cur), e))?;
                 let target = std::os::unix::ffi::OsStrExt::as_bytes(target.as_os_str()).to_vec();
                 let target = String::from_utf8_lossy(&target).into_owned();
                 for t in target.split('/').filter(|t| !t.is_empty()).rev() {
@@ -242,16 +275,28 @@ impl GuestFs {
         }
         let g = guest(&cur);
         if fds.is_empty() {
-            return Err(FsError::Outside(format!("{path} resolves to {g}, outside the workspace and the home")));
+            return Err(FsError::Outside(format!(
+                "{path} resolves to {g}, outside the workspace and the home"
+            )));
         }
         if let Some(file) = last_file {
             let parent = fds.pop().expect("checked");
-            return Ok(Walked { parent, name: cur.last().cloned().unwrap_or_default(), target: Some(file), guest: g });
+            return Ok(Walked {
+                parent,
+                name: cur.last().cloned().unwrap_or_default(),
+                target: Some(file),
+                guest: g,
+            });
         }
         // The target is the directory on top of the stack.
         let top = fds.pop().expect("checked");
         match fds.pop() {
-            Some(parent) => Ok(Walked { parent, name: cur.last().cloned().unwrap_or_default(), target: Some(top), guest: g }),
+            Some(parent) => Ok(Walked {
+                parent,
+                name: cur.last().cloned().unwrap_or_default(),
+                target: Some(top),
+                guest: g,
+            }),
             None => {
                 // A mount root (or `/`): no name in a parent we hold.
                 let parent = top.try_clone().map_err(|e| FsError::Failed(format!("dup: {e}")))?;
@@ -274,7 +319,9 @@ impl GuestFs {
         } else if guest_path == path {
             Err(FsError::Outside(format!("{path} is outside the workspace and the home")))
         } else {
-            Err(FsError::Outside(format!("{path} resolves to {guest_path}, outside the workspace and the home")))
+            Err(FsError::Outside(format!(
+                "{path} resolves to {guest_path}, outside the workspace and the home"
+            )))
         }
     }
 
@@ -283,7 +330,12 @@ impl GuestFs {
         let w = self.walk(path, false)?;
         self.check(path, &w.guest)?;
         match &w.target {
-            Some(fd) if fstat(fd.as_fd()).is_ok_and(|s| s.st_mode & SFlag::S_IFMT.bits() == SFlag::S_IFDIR.bits()) => Ok(w.guest),
+            Some(fd)
+                if fstat(fd.as_fd())
+                    .is_ok_and(|s| s.st_mode & SFlag::S_IFMT.bits() == SFlag::S_IFDIR.bits()) =>
+            {
+                Ok(w.guest)
+            }
             Some(_) => Err(FsError::Failed(format!("{path}: not a directory"))),
             None if w.name.is_empty() => Ok(w.guest),
             None => Err(FsError::NotFound(format!("{path}: no such directory"))),
@@ -292,7 +344,13 @@ impl GuestFs {
 
     /// `fs/read_text_file`: the whole file (at most `max` bytes), or
     /// `limit` lines from 1-based `line`, terminators kept.
-    pub fn read(&self, path: &str, line: Option<u64>, limit: Option<u64>, max: u64) -> Result<String, FsError> {
+    pub fn read(
+        &self,
+        path: &str,
+        line: Option<u64>,
+        limit: Option<u64>,
+        max: u64,
+    ) -> Result<String, FsError> {
         let w = self.walk(path, false)?;
         self.check(path, &w.guest)?;
         if w.target.is_none() {
@@ -312,9 +370,14 @@ impl GuestFs {
                 )));
             }
             let mut bytes = Vec::with_capacity(st.st_size as usize);
-            (&mut file).take(max + 1).read_to_end(&mut bytes).map_err(|e| FsError::Failed(format!("read {path}: {e}")))?;
+            (&mut file)
+                .take(max + 1)
+                .read_to_end(&mut bytes)
+                .map_err(|e| FsError::Failed(format!("read {path}: {e}")))?;
             if bytes.len() as u64 > max {
-                return Err(FsError::Failed(format!("{path} grew over the read limit of {max} bytes while being read")));
+                return Err(FsError::Failed(format!(
+                    "{path} grew over the read limit of {max} bytes while being read"
+                )));
             }
             return Ok(into_text(bytes));
         }
@@ -327,7 +390,9 @@ impl GuestFs {
         let mut buf = Vec::new();
         while taken < limit {
             buf.clear();
-            let got = reader.read_until(b'\n', &mut buf).map_err(|e| FsError::Failed(format!("read {path}: {e}")))?;
+            let got = reader
+                .read_until(b'\n', &mut buf)
+                .map_err(|e| FsError::Failed(format!("read {path}: {e}")))?;
             if got == 0 {
                 break;
             }
@@ -350,11 +415,18 @@ impl GuestFs {
         if w.name.is_empty() {
             return Err(FsError::Failed(format!("{path}: not a regular file")));
         }
-        nix::fcntl::openat(w.parent.as_fd(), name.as_c_str(), OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC, Mode::empty())
-            .map_err(|e| match e {
-                Errno::ELOOP => FsError::Failed(format!("{path}: replaced by a symlink while being opened; try again")),
-                e => sys("open", path, e),
-            })
+        nix::fcntl::openat(
+            w.parent.as_fd(),
+            name.as_c_str(),
+            OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| match e {
+            Errno::ELOOP => {
+                FsError::Failed(format!("{path}: replaced by a symlink while being opened; try again"))
+            }
+            e => sys("open", path, e),
+        })
     }
 
     /// `fs/write_text_file`: creates missing parents; replaces the file
@@ -362,7 +434,8 @@ impl GuestFs {
     pub fn write(&self, path: &str, content: &str) -> Result<(), FsError> {
         // Refuse early, before creating any directory, what is lexically
         // outside (a symlink may still lead out; checked after the walk).
-        let lexical = sandbox::guest_path::normalize(path).map_err(|why| FsError::BadPath(format!("{path:?} {why}")))?;
+        let lexical = sandbox::guest_path::normalize(path)
+            .map_err(|why| FsError::BadPath(format!("{path:?} {why}")))?;
         self.check(path, &lexical)?;
         let w = self.walk(path, true)?;
         self.check(path, &w.guest)?;
@@ -379,14 +452,24 @@ impl GuestFs {
             }
             None => (0o644, self.owner),
         };
-        let tmp = format!(".{}.tuixiu-{}", w.name.chars().take(64).collect::<String>(), uuid::Uuid::new_v4().simple());
+        let tmp = format!(
+            ".{}.tuixiu-{}",
+            w.name.chars().take(64).collect::<String>(),
+            uuid::Uuid::new_v4().simple()
+        );
         let tmp_c = CString::new(tmp.as_bytes()).map_err(|_| FsError::BadPath("NUL in path".into()))?;
-        let fd = nix::fcntl::openat(w.parent.as_fd(), tmp_c.as_c_str(), OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC, Mode::from_bits_truncate(0o600))
-            .map_err(|e| sys("create", &format!("{}/{tmp}", parent_of(&w.guest)), e))?;
+        let fd = nix::fcntl::openat(
+            w.parent.as_fd(),
+            tmp_c.as_c_str(),
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(0o600),
+        )
+        .map_err(|e| sys("create", &format!("{}/{tmp}", parent_of(&w.guest)), e))?;
         let result = (|| {
             let mut file = std::fs::File::from(fd);
             file.write_all(content.as_bytes()).map_err(|e| FsError::Failed(format!("write {path}: {e}")))?;
-            nix::sys::stat::fchmod(file.as_fd(), Mode::from_bits_truncate(mode)).map_err(|e| sys("fchmod", path, e))?;
+            nix::sys::stat::fchmod(file.as_fd(), Mode::from_bits_truncate(mode))
+                .map_err(|e| sys("fchmod", path, e))?;
             // SAFETY: geteuid cannot fail.
             if unsafe { libc::geteuid() } == 0
                 && let Some((uid, gid)) = owner
@@ -394,10 +477,15 @@ impl GuestFs {
                 let _ = nix::unistd::fchown(file.as_fd(), Some(uid.into()), Some(gid.into()));
             }
             let name = CString::new(w.name.as_bytes()).map_err(|_| FsError::BadPath("NUL in path".into()))?;
-            nix::fcntl::renameat(w.parent.as_fd(), tmp_c.as_c_str(), w.parent.as_fd(), name.as_c_str()).map_err(|e| sys("rename", path, e))
+            nix::fcntl::renameat(w.parent.as_fd(), tmp_c.as_c_str(), w.parent.as_fd(), name.as_c_str())
+                .map_err(|e| sys("rename", path, e))
         })();
         if result.is_err() {
-            let _ = nix::unistd::unlinkat(w.parent.as_fd(), tmp_c.as_c_str(), nix::unistd::UnlinkatFlags::NoRemoveDir);
+            let _ = nix::unistd::unlinkat(
+                w.parent.as_fd(),
+                tmp_c.as_c_str(),
+                nix::unistd::UnlinkatFlags::NoRemoveDir,
+            );
         }
         result
     }
@@ -433,7 +521,11 @@ mod tests {
         std::os::unix::fs::symlink("../../etc/passwd", r.join("workspace/src/up-link")).unwrap();
         std::os::unix::fs::symlink("/proc/self/root/etc", r.join("workspace/magic")).unwrap();
         let root = open_dir(r).unwrap();
-        let fs = GuestFs { mounts: vec![(Vec::new(), root)], allowed: vec![components("/workspace"), components("/home/agent")], owner: None };
+        let fs = GuestFs {
+            mounts: vec![(Vec::new(), root)],
+            allowed: vec![components("/workspace"), components("/home/agent")],
+            owner: None,
+        };
         (t, fs)
     }
 
@@ -445,7 +537,13 @@ mod tests {
         assert_eq!(fs.read("/workspace/rel-link", Some(2), Some(1), 1 << 20).unwrap(), "two\n");
         assert_eq!(fs.read("/workspace/src/a.txt", Some(3), None, 1 << 20).unwrap(), "three\n");
         assert_eq!(fs.read("/workspace/src/a.txt", Some(9), None, 1 << 20).unwrap(), "");
-        for bad in ["/etc/passwd", "/workspace/../etc/passwd", "/workspace/etc-link/passwd", "/workspace/src/up-link", "/workspace/magic/passwd"] {
+        for bad in [
+            "/etc/passwd",
+            "/workspace/../etc/passwd",
+            "/workspace/etc-link/passwd",
+            "/workspace/src/up-link",
+            "/workspace/magic/passwd",
+        ] {
             let e = fs.read(bad, None, None, 1 << 20).unwrap_err();
             assert!(matches!(e, FsError::Outside(_) | FsError::NotFound(_)), "{bad}: {e:?}");
             assert!(!matches!(e, FsError::NotFound(_)) || bad == "/workspace/magic/passwd", "{bad}: {e:?}");
@@ -464,15 +562,29 @@ mod tests {
         assert_eq!(std::fs::read_to_string(t.path().join("workspace/new/dir/f.txt")).unwrap(), "hi");
         fs.write("/workspace/abs-link", "replaced").unwrap();
         assert_eq!(std::fs::read_to_string(t.path().join("workspace/src/a.txt")).unwrap(), "replaced");
-        assert!(std::fs::symlink_metadata(t.path().join("workspace/abs-link")).unwrap().file_type().is_symlink());
+        assert!(
+            std::fs::symlink_metadata(t.path().join("workspace/abs-link")).unwrap().file_type().is_symlink()
+        );
         fs.write("/home/agent/.config/x", "y").unwrap();
-        for bad in ["/etc/passwd", "/workspace/etc-link/passwd", "/workspace/../../x", "/x", "/workspace/src/up-link"] {
-            assert!(matches!(fs.write(bad, "pwned"), Err(FsError::Outside(_) | FsError::BadPath(_))), "{bad}");
+        for bad in [
+            "/etc/passwd",
+            "/workspace/etc-link/passwd",
+            "/workspace/../../x",
+            "/x",
+            "/workspace/src/up-link",
+        ] {
+            assert!(
+                matches!(fs.write(bad, "pwned"), Err(FsError::Outside(_) | FsError::BadPath(_))),
+                "{bad}"
+            );
         }
         assert_eq!(std::fs::read_to_string(t.path().join("etc/passwd")).unwrap(), "root:x:0:0\n");
         assert!(!t.path().join("x").exists());
         // No temporary file is left behind.
-        let names: Vec<_> = std::fs::read_dir(t.path().join("workspace/src")).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let names: Vec<_> = std::fs::read_dir(t.path().join("workspace/src"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         assert_eq!(names.len(), 2, "{names:?}");
         assert_eq!(fs.resolve_dir("/workspace/new/../src").unwrap(), "/workspace/src");
         assert!(fs.resolve_dir("/workspace/etc-link").is_err());
@@ -487,7 +599,11 @@ mod tests {
         std::os::unix::fs::symlink("/home/agent/f", t.path().join("ws/to-home")).unwrap();
         std::os::unix::fs::symlink("../secret", t.path().join("ws/up")).unwrap();
         std::fs::write(t.path().join("home/f"), "home file").unwrap();
-        let fs = GuestFs::host_dirs(&[("/workspace", &t.path().join("ws")), ("/home/agent", &t.path().join("home"))], None).unwrap();
+        let fs = GuestFs::host_dirs(
+            &[("/workspace", &t.path().join("ws")), ("/home/agent", &t.path().join("home"))],
+            None,
+        )
+        .unwrap();
         assert_eq!(fs.read("/workspace/to-home", None, None, 100).unwrap(), "home file");
         assert!(matches!(fs.read("/workspace/up", None, None, 100), Err(FsError::Outside(_))));
         assert!(matches!(fs.read("/etc/passwd", None, None, 100), Err(FsError::Outside(_))));

@@ -86,7 +86,10 @@ impl Agent {
                     let text = text.trim_end();
                     if !text.is_empty() {
                         let text = d.redact(text);
-                        d.outbox.push(&proxy_update(&run, json!({"type": "text", "text": format!("[agent:stderr] {text}")})));
+                        d.outbox.push(&proxy_update(
+                            &run,
+                            json!({"type": "text", "text": format!("[agent:stderr] {text}")}),
+                        ));
                     }
                 }
             });
@@ -120,7 +123,10 @@ impl Agent {
                 on_exit(status);
             });
         }
-        d.outbox.push(&proxy_update(run_id, json!({"type": "transport_connected", "instance_name": instance, "at": crate::proxy::now_iso()})));
+        d.outbox.push(&proxy_update(
+            run_id,
+            json!({"type": "transport_connected", "instance_name": instance, "at": crate::proxy::now_iso()}),
+        ));
         Ok(Arc::new(Agent {
             transport,
             client,
@@ -153,7 +159,11 @@ impl Agent {
             },
             "clientInfo": {"name": "tuixiu-sandbox", "title": "tuixiu-sandbox proxy", "version": env!("CARGO_PKG_VERSION")},
         });
-        let result = self.transport.call("initialize", params, Some(self.timeout())).await.map_err(|e| format!("initialize: {e}"))?;
+        let result = self
+            .transport
+            .call("initialize", params, Some(self.timeout()))
+            .await
+            .map_err(|e| format!("initialize: {e}"))?;
         match result.get("protocolVersion").and_then(Value::as_u64) {
             Some(PROTOCOL_VERSION) => {}
             other => {
@@ -178,7 +188,9 @@ impl Agent {
             Err(CallError::Rpc(e)) if e.code == code::AUTH_REQUIRED => {
                 let method_id = lock(&self.init).pointer("/authMethods/0/id").cloned();
                 let Some(method_id) = method_id else { return Err(CallError::Rpc(e)) };
-                self.transport.call("authenticate", json!({"methodId": method_id}), Some(self.timeout())).await?;
+                self.transport
+                    .call("authenticate", json!({"methodId": method_id}), Some(self.timeout()))
+                    .await?;
                 self.transport.call(method, params, timeout).await
             }
             other => other,
@@ -195,8 +207,10 @@ impl Agent {
         };
         lock(&self.sessions).insert(id.to_string());
         let push = |update: Value| {
-            self.d.outbox.push(&json!({"type": "acp_update", "run_id": self.run_id, "prompt_id": self.client.prompt_id(),
-                "session_id": id, "update": update}));
+            self.d.outbox.push(
+                &json!({"type": "acp_update", "run_id": self.run_id, "prompt_id": self.client.prompt_id(),
+                "session_id": id, "update": update}),
+            );
         };
         push(json!({"sessionUpdate": "session_created", "content": {"type": "session_created"}}));
         if let Some(opts) = result.get("configOptions").filter(|v| v.is_array()) {
@@ -235,7 +249,11 @@ impl Agent {
                 if fresh && self.capability("/agentCapabilities/loadSession") {
                     // Replayed history arrives as updates of this prompt.
                     if let Err(e) = self
-                        .call("session/load", json!({"sessionId": id, "cwd": cwd, "mcpServers": []}), Some(self.timeout()))
+                        .call(
+                            "session/load",
+                            json!({"sessionId": id, "cwd": cwd, "mcpServers": []}),
+                            Some(self.timeout()),
+                        )
                         .await
                     {
                         tracing::warn!("run {}: session/load {id}: {e}; prompting it anyway", self.run_id);
@@ -254,8 +272,13 @@ impl Agent {
             self.call("session/prompt", json!({"sessionId": session, "prompt": blocks}), Some(timeout)).await
         };
         let (session, created, recreated_from, result) = match send(session.clone(), blocks(created)).await {
-            Err(CallError::Rpc(e)) if e.code == code::RESOURCE_NOT_FOUND || e.message.to_lowercase().contains("session") => {
-                tracing::warn!("run {}: session {session} unusable ({e}); retrying once on a new session", self.run_id);
+            Err(CallError::Rpc(e))
+                if e.code == code::RESOURCE_NOT_FOUND || e.message.to_lowercase().contains("session") =>
+            {
+                tracing::warn!(
+                    "run {}: session {session} unusable ({e}); retrying once on a new session",
+                    self.run_id
+                );
                 let fresh = self.new_session(cwd).await?;
                 let r = send(fresh.clone(), blocks(true)).await;
                 (fresh, true, Some(session), r)
@@ -266,11 +289,19 @@ impl Agent {
         let stop_reason = match result.get("stopReason").and_then(Value::as_str).filter(|s| !s.is_empty()) {
             Some(s) => s.to_string(),
             None => {
-                tracing::warn!("run {}: the agent's prompt result has no stopReason; reporting end_turn", self.run_id);
+                tracing::warn!(
+                    "run {}: the agent's prompt result has no stopReason; reporting end_turn",
+                    self.run_id
+                );
                 "end_turn".into()
             }
         };
-        Ok(PromptOutcome { session_id: session, stop_reason, session_created: created, session_recreated_from: recreated_from })
+        Ok(PromptOutcome {
+            session_id: session,
+            stop_reason,
+            session_created: created,
+            session_recreated_from: recreated_from,
+        })
     }
 
     /// Prompt blocks the agent cannot take are refused before sending.
@@ -282,12 +313,18 @@ impl Agent {
                 "image" => Some("image"),
                 "audio" => Some("audio"),
                 "resource" => Some("embeddedContext"),
-                other => return Err(format!("unknown ACP content block type: {other:?} (未知的 ACP content block type)")),
+                other => {
+                    return Err(format!(
+                        "unknown ACP content block type: {other:?} (未知的 ACP content block type)"
+                    ));
+                }
             };
             if let Some(cap) = needs
                 && !self.capability(&format!("/agentCapabilities/promptCapabilities/{cap}"))
             {
-                return Err(format!("the agent does not accept {t} content (promptCapabilities.{cap} is not set)"));
+                return Err(format!(
+                    "the agent does not accept {t} content (promptCapabilities.{cap} is not set)"
+                ));
             }
         }
         Ok(())
@@ -317,17 +354,29 @@ impl Agent {
     }
 
     /// `session_set_mode`, `session_set_model`, `session_set_config_option`.
-    pub async fn control(&self, kind: &str, session_id: &str, msg: &serde_json::Map<String, Value>) -> Result<(), String> {
+    pub async fn control(
+        &self,
+        kind: &str,
+        session_id: &str,
+        msg: &serde_json::Map<String, Value>,
+    ) -> Result<(), String> {
         let (method, params) = match kind {
-            "session_set_mode" => ("session/set_mode", json!({"sessionId": session_id, "modeId": msg.get("mode_id")})),
-            "session_set_model" => ("session/set_model", json!({"sessionId": session_id, "modelId": msg.get("model_id")})),
+            "session_set_mode" => {
+                ("session/set_mode", json!({"sessionId": session_id, "modeId": msg.get("mode_id")}))
+            }
+            "session_set_model" => {
+                ("session/set_model", json!({"sessionId": session_id, "modelId": msg.get("model_id")}))
+            }
             "session_set_config_option" => (
                 "session/set_config_option",
                 json!({"sessionId": session_id, "configId": msg.get("config_id"), "value": msg.get("value").cloned().unwrap_or(Value::Null)}),
             ),
             other => return Err(format!("unknown session control {other}")),
         };
-        let result = self.call(method, params, Some(self.timeout())).await.map_err(|e| format!("{method}: {}", call_text(&e)))?;
+        let result = self
+            .call(method, params, Some(self.timeout()))
+            .await
+            .map_err(|e| format!("{method}: {}", call_text(&e)))?;
         if let Some(opts) = result.get("configOptions").filter(|v| v.is_array()) {
             self.d.outbox.push(&json!({"type": "acp_update", "run_id": self.run_id, "prompt_id": self.client.prompt_id(),
                 "session_id": session_id, "update": {"sessionUpdate": "config_option_update", "configOptions": opts}}));

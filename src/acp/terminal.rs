@@ -228,7 +228,8 @@ impl Terminals {
 
     /// Kills every terminal (the agent went away).
     pub async fn kill_all(&self) {
-        let all: Vec<_> = self.map.lock().unwrap_or_else(|p| p.into_inner()).drain().map(|(_, t)| t).collect();
+        let all: Vec<_> =
+            self.map.lock().unwrap_or_else(|p| p.into_inner()).drain().map(|(_, t)| t).collect();
         for t in all {
             t.kill().await;
         }

@@ -109,7 +109,12 @@ pub trait Handler: Send + Sync + 'static {
     fn notification(&self, method: &str, params: Value);
     /// A request; the future runs on its own task and its output is the
     /// response.
-    fn request(self: Arc<Self>, id: Value, method: String, params: Value) -> BoxFuture<Result<Value, RpcError>>;
+    fn request(
+        self: Arc<Self>,
+        id: Value,
+        method: String,
+        params: Value,
+    ) -> BoxFuture<Result<Value, RpcError>>;
     /// The agent's stdout ended (it exited or closed it).
     fn closed(&self);
 }
@@ -180,7 +185,12 @@ impl Transport {
     }
 
     /// Sends a request and waits for its result (`None`: no timeout).
-    pub async fn call(&self, method: &str, params: Value, timeout: Option<Duration>) -> Result<Value, CallError> {
+    pub async fn call(
+        &self,
+        method: &str,
+        params: Value,
+        timeout: Option<Duration>,
+    ) -> Result<Value, CallError> {
         if self.is_closed() {
             return Err(CallError::Closed);
         }
@@ -293,14 +303,20 @@ async fn read_loop<R: AsyncRead + Unpin>(
         let msg: Value = match serde_json::from_slice(text) {
             Ok(v) => v,
             Err(e) => {
-                tracing::warn!("agent stdout: not JSON ({e}): {}", String::from_utf8_lossy(&text[..text.len().min(200)]));
+                tracing::warn!(
+                    "agent stdout: not JSON ({e}): {}",
+                    String::from_utf8_lossy(&text[..text.len().min(200)])
+                );
                 continue;
             }
         };
         let Value::Object(mut obj) = msg else {
             // Batches are not part of ACP (the v5 SDK answers -32600 too).
             if let Some(t) = transport.upgrade() {
-                t.respond(&Value::Null, Err(RpcError::new(code::INVALID_REQUEST, "batches are not supported")));
+                t.respond(
+                    &Value::Null,
+                    Err(RpcError::new(code::INVALID_REQUEST, "batches are not supported")),
+                );
             }
             continue;
         };
@@ -337,7 +353,9 @@ async fn read_loop<R: AsyncRead + Unpin>(
                 };
                 let _ = tx.send(result);
             }
-            _ => tracing::warn!("agent stdout: a JSON object that is neither request, notification nor response"),
+            _ => tracing::warn!(
+                "agent stdout: a JSON object that is neither request, notification nor response"
+            ),
         }
     }
     closed.store(true, Ordering::SeqCst);
@@ -352,7 +370,10 @@ async fn read_loop<R: AsyncRead + Unpin>(
 }
 
 /// Reads one line (without its limit being exceeded); `false` at end-of-file.
-async fn read_line<R: AsyncRead + Unpin>(reader: &mut BufReader<R>, line: &mut Vec<u8>) -> std::io::Result<bool> {
+async fn read_line<R: AsyncRead + Unpin>(
+    reader: &mut BufReader<R>,
+    line: &mut Vec<u8>,
+) -> std::io::Result<bool> {
     loop {
         let buf = reader.fill_buf().await?;
         if buf.is_empty() {
@@ -398,7 +419,12 @@ mod tests {
         fn notification(&self, method: &str, _params: Value) {
             lock(&self.notes).push(method.to_string());
         }
-        fn request(self: Arc<Self>, _id: Value, method: String, params: Value) -> BoxFuture<Result<Value, RpcError>> {
+        fn request(
+            self: Arc<Self>,
+            _id: Value,
+            method: String,
+            params: Value,
+        ) -> BoxFuture<Result<Value, RpcError>> {
             Box::pin(async move {
                 match method.as_str() {
                     "slow" => {
@@ -446,7 +472,10 @@ mod tests {
         // The fast request is not stuck behind the slow one.
         assert_eq!(by_id(json!(7)), json!({"jsonrpc":"2.0","id":7,"result":{"x":1}}));
         assert_eq!(by_id(json!(8))["error"]["code"], -32601);
-        assert_eq!(by_id(json!("a")), json!({"jsonrpc":"2.0","id":"a","error":{"code":-32800,"message":"request cancelled"}}));
+        assert_eq!(
+            by_id(json!("a")),
+            json!({"jsonrpc":"2.0","id":"a","error":{"code":-32800,"message":"request cancelled"}})
+        );
         assert_eq!(*lock(&h.notes), vec!["session/update".to_string()]);
         // Our own call, answered by the agent.
         let call = {
@@ -456,7 +485,10 @@ mod tests {
         let req = lines(&mut agent_in, 1).await.remove(0);
         assert_eq!(req["method"], "initialize");
         assert_eq!(req["id"], 1);
-        agent_out.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"protocolVersion\":1}}\n").await.unwrap();
+        agent_out
+            .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"protocolVersion\":1}}\n")
+            .await
+            .unwrap();
         assert_eq!(call.await.unwrap().unwrap(), json!({"protocolVersion":1}));
         // End-of-file fails what is still pending.
         let call = {

@@ -150,7 +150,8 @@ impl LocalInstances {
     /// Ends an agent left running by a previous daemon (its stdio is gone
     /// with that daemon, so nobody can talk to it); true if there was one.
     pub async fn end_stale_agent(&self, name: &str) -> bool {
-        let agents: Vec<_> = self.records.live_procs(name).into_iter().filter(|p| p.kind == ProcKind::Agent).collect();
+        let agents: Vec<_> =
+            self.records.live_procs(name).into_iter().filter(|p| p.kind == ProcKind::Agent).collect();
         if agents.is_empty() {
             return false;
         }

@@ -101,7 +101,11 @@ impl NativeProvider {
     /// pid of its sandbox's PID 1 (from the launcher's `--json-status-fd`),
     /// whose `/proc/<pid>/root` is the agent's filesystem and whose
     /// namespaces terminals join.
-    pub async fn spawn_agent_reporting(&self, name: &str, process: &ProcessSpec) -> Result<(Process, u32), ProviderError> {
+    pub async fn spawn_agent_reporting(
+        &self,
+        name: &str,
+        process: &ProcessSpec,
+    ) -> Result<(Process, u32), ProviderError> {
         let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
             .map_err(|e| ProviderError::io("pipe2", &std::io::Error::from(e)))?;
         let mut proc = self.spawn_with(name, process, ProcKind::Agent, Some(w), None)?;
@@ -142,7 +146,12 @@ impl NativeProvider {
 
     /// A process in the running sandbox of PID `pid1` (the agent's): the
     /// same mount tree, `/tmp`, processes and user view.
-    pub async fn exec_joined(&self, name: &str, pid1: u32, process: &ProcessSpec) -> Result<Process, ProviderError> {
+    pub async fn exec_joined(
+        &self,
+        name: &str,
+        pid1: u32,
+        process: &ProcessSpec,
+    ) -> Result<Process, ProviderError> {
         let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
             .map_err(|e| ProviderError::io("pipe2", &std::io::Error::from(e)))?;
         let mut proc = self.spawn_with(name, process, ProcKind::Exec, Some(w), Some(pid1))?;

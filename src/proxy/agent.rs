@@ -30,7 +30,12 @@ const PROMPT_TIMEOUT_MIN: u64 = 5_000;
 const PROMPT_TIMEOUT_MAX: u64 = 86_400_000;
 
 /// The agent's environment: init.env → user view → envPatch → allowlist.
-pub fn run_env(d: &Daemon, state: &RunState, init: &Value, patch: &[(&str, &str)]) -> Result<Vec<(String, String)>, String> {
+pub fn run_env(
+    d: &Daemon,
+    state: &RunState,
+    init: &Value,
+    patch: &[(&str, &str)],
+) -> Result<Vec<(String, String)>, String> {
     let mut env: Vec<(String, String)> = Vec::new();
     if let Some(obj) = init.get("env").and_then(Value::as_object) {
         for (k, v) in obj {
@@ -53,9 +58,14 @@ pub fn run_env(d: &Daemon, state: &RunState, init: &Value, patch: &[(&str, &str)
     }
     .map_err(|e| e.to_string())?;
     let user = super::runs::user_name(&env);
-    let composed = crate::env::compose(&env, &UserVars { home: &state.home_guest, user: &user }, patch, &allow);
+    let composed =
+        crate::env::compose(&env, &UserVars { home: &state.home_guest, user: &user }, patch, &allow);
     if !composed.dropped.is_empty() {
-        tracing::info!("run {}: init.env keys not passed to the agent (agent_env_allowlist): {}", state.run_id, composed.dropped.join(", "));
+        tracing::info!(
+            "run {}: init.env keys not passed to the agent (agent_env_allowlist): {}",
+            state.run_id,
+            composed.dropped.join(", ")
+        );
     }
     Ok(composed.vars)
 }
@@ -93,7 +103,9 @@ impl Lane {
         let patch_ref: Vec<(&str, &str)> = patch.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         let env = run_env(&d, &state, &init, &patch_ref)?;
         let cwd = match str_field(cwd) {
-            Some(c) => crate::provider::check_guest_cwd_pub(c, &state.home_guest).map_err(|e| format!("cwd: {e}"))?,
+            Some(c) => {
+                crate::provider::check_guest_cwd_pub(c, &state.home_guest).map_err(|e| format!("cwd: {e}"))?
+            }
             None => sandbox::WORKSPACE.to_string(),
         };
 
@@ -114,7 +126,11 @@ impl Lane {
         self.start_agent(&state, env, cwd).await
     }
 
-    async fn apply_inputs(&self, state: &RunState, manifest: crate::manifest::Manifest) -> Result<(), String> {
+    async fn apply_inputs(
+        &self,
+        state: &RunState,
+        manifest: crate::manifest::Manifest,
+    ) -> Result<(), String> {
         let d = &self.d;
         let root = d.cfg.sandbox.workspace_host_root.clone();
         let config = inputs::Config {
@@ -130,7 +146,11 @@ impl Lane {
             return Ok(());
         }
         let needs_cache = plan.items().iter().any(|p| matches!(p.step, inputs::Step::Download { .. }));
-        let cache = if needs_cache { Some(inputs::Cache::open(&d.cfg.state_dir.join("inputs-cache"))?) } else { None };
+        let cache = if needs_cache {
+            Some(inputs::Cache::open(&d.cfg.state_dir.join("inputs-cache"))?)
+        } else {
+            None
+        };
         let token = d.cfg.auth_token.as_ref().map(|t| inputs::Secret::new(t.expose().to_string()));
         let redactor = d.redactor.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let git_env: Vec<(String, String)> = state
@@ -149,7 +169,10 @@ impl Lane {
                 progress: false,
                 ..inputs::DownloadOptions::default()
             },
-            git: inputs::GitOptions { credentials: inputs::GitCredentials::from_env(&git_env), ..inputs::GitOptions::default() },
+            git: inputs::GitOptions {
+                credentials: inputs::GitCredentials::from_env(&git_env),
+                ..inputs::GitOptions::default()
+            },
             redactor,
             owner: None,
         };
@@ -160,9 +183,16 @@ impl Lane {
         // Downloads and checkouts block: off the daemon's thread.
         tokio::task::spawn_blocking(move || {
             let fetched = plan.fetch(&options).map_err(|e| e.to_string())?;
-            let mut dest = inputs::HostDirs { layout, workspace: Some(ws), home: Some(home), scratch: None, binds_are_volumes: true };
+            let mut dest = inputs::HostDirs {
+                layout,
+                workspace: Some(ws),
+                home: Some(home),
+                scratch: None,
+                binds_are_volumes: true,
+            };
             let mut audit = inputs::Audit::log_only();
-            let mut apply = || inputs::apply(&fetched, &mut dest, &inputs::ApplyOptions::default(), &mut audit);
+            let mut apply =
+                || inputs::apply(&fetched, &mut dest, &inputs::ApplyOptions::default(), &mut audit);
             let r = match docker_user {
                 Some((uid, gid)) => crate::provider::docker::as_user(uid, gid, apply),
                 None => apply(),
@@ -184,7 +214,12 @@ impl Lane {
     ) -> Result<Result<i32, String>, String> {
         let d = &self.d;
         let state = self.state.as_ref().ok_or("the run is not prepared")?;
-        let spec = ProcessSpec { argv, env: env.to_vec(), cwd: Some(sandbox::WORKSPACE.into()), stdio: Stdio::Piped };
+        let spec = ProcessSpec {
+            argv,
+            env: env.to_vec(),
+            cwd: Some(sandbox::WORKSPACE.into()),
+            stdio: Stdio::Piped,
+        };
         let mut proc = d.provider.exec(&state.instance_name, &spec).await.map_err(|e| e.to_string())?;
         drop(proc.stdin.take());
         let killer = proc.killer();
@@ -242,7 +277,13 @@ impl Lane {
     }
 
     /// `init.script` with `bash -lc` in the instance (reference §1.3.9).
-    async fn init_script(&self, _state: &RunState, env: &[(String, String)], script: &str, timeout: u64) -> Result<(), String> {
+    async fn init_script(
+        &self,
+        _state: &RunState,
+        env: &[(String, String)],
+        script: &str,
+        timeout: u64,
+    ) -> Result<(), String> {
         self.text(format!("[init] start (bash, timeout={timeout}s)"));
         let argv = vec!["bash".to_string(), "-lc".to_string(), script.to_string()];
         let outcome = self
@@ -251,7 +292,8 @@ impl Lane {
                     let mut parts = rest.splitn(3, ':');
                     let stage = parts.next().unwrap_or("").trim();
                     if !stage.is_empty() {
-                        let status = parts.next().map(str::trim).filter(|s| !s.is_empty()).unwrap_or("progress");
+                        let status =
+                            parts.next().map(str::trim).filter(|s| !s.is_empty()).unwrap_or("progress");
                         self.step(stage, status, parts.next().map(str::to_string));
                         return;
                     }
@@ -269,7 +311,9 @@ impl Lane {
                 Ok(())
             }
             Ok(Ok(code)) => {
-                result(json!({"type": "init_result", "ok": false, "exitCode": code, "error": format!("exitCode={code}")}));
+                result(
+                    json!({"type": "init_result", "ok": false, "exitCode": code, "error": format!("exitCode={code}")}),
+                );
                 Err(format!("init_failed: init.script exited with exitCode={code}"))
             }
             Ok(Err(timeout)) => {
@@ -286,7 +330,12 @@ impl Lane {
 
     /// `[sandbox.bootstrap]`: check, else install (stages `bootstrap`,
     /// `bootstrap_check`, `bootstrap_install`).
-    async fn bootstrap(&self, _state: &RunState, env: &[(String, String)], b: &super::config::Bootstrap) -> Result<(), String> {
+    async fn bootstrap(
+        &self,
+        _state: &RunState,
+        env: &[(String, String)],
+        b: &super::config::Bootstrap,
+    ) -> Result<(), String> {
         let timeout = Duration::from_secs(b.timeout_seconds);
         self.step("bootstrap", "start", None);
         let sh = |c: &str| vec!["sh".to_string(), "-c".to_string(), c.to_string()];
@@ -309,7 +358,11 @@ impl Lane {
             }
         }
         let Some(install) = &b.install_command else {
-            self.step("bootstrap", "failed", Some("the check failed and no installCommand is configured".into()));
+            self.step(
+                "bootstrap",
+                "failed",
+                Some("the check failed and no installCommand is configured".into()),
+            );
             return Err("bootstrap failed: checkCommand failed and no installCommand is configured".into());
         };
         self.step("bootstrap_install", "start", None);
@@ -331,32 +384,57 @@ impl Lane {
         }
     }
 
-    async fn start_agent(&mut self, state: &RunState, env: Vec<(String, String)>, cwd: String) -> Result<(), String> {
+    async fn start_agent(
+        &mut self,
+        state: &RunState,
+        env: Vec<(String, String)>,
+        cwd: String,
+    ) -> Result<(), String> {
         let d = self.d.clone();
         if d.cfg.agent_command.is_empty() {
             return Err("agent_command is not configured".into());
         }
-        let spec = ProcessSpec { argv: d.cfg.agent_command.clone(), env: env.clone(), cwd: Some(cwd), stdio: Stdio::Piped };
+        let spec = ProcessSpec {
+            argv: d.cfg.agent_command.clone(),
+            env: env.clone(),
+            cwd: Some(cwd),
+            stdio: Stdio::Piped,
+        };
         let name = state.instance_name.clone();
         let allowed = [sandbox::WORKSPACE, state.home_guest.as_str()];
         let (process, fs, pid1) = match &d.provider {
             AnyProvider::Native(p) => {
                 // This lane has no agent: one still recorded is stale.
                 p.end_stale_agent(&name).await;
-                let (process, pid1) = p.spawn_agent_reporting(&name, &spec).await.map_err(|e| format!("start agent_command: {e}"))?;
+                let (process, pid1) = p
+                    .spawn_agent_reporting(&name, &spec)
+                    .await
+                    .map_err(|e| format!("start agent_command: {e}"))?;
                 (process, GuestFs::sandbox_root(pid1, &allowed), Some(pid1))
             }
             other => {
-                let process = other.spawn_agent(&name, &spec).await.map_err(|e| format!("start agent_command: {e}"))?;
+                let process =
+                    other.spawn_agent(&name, &spec).await.map_err(|e| format!("start agent_command: {e}"))?;
                 let owner = matches!(other, AnyProvider::Docker(_)).then(|| state_user(state));
                 // SAFETY: geteuid cannot fail.
                 let owner = owner.filter(|_| unsafe { libc::geteuid() } == 0);
-                let fs = GuestFs::host_dirs(&[(sandbox::WORKSPACE, &state.workspace), (&state.home_guest, &state.home)], owner);
+                let fs = GuestFs::host_dirs(
+                    &[(sandbox::WORKSPACE, &state.workspace), (&state.home_guest, &state.home)],
+                    owner,
+                );
                 (process, fs, None)
             }
         };
         let spawner = spawner(d.clone(), name.clone(), pid1);
-        let client = Client::new(d.clone(), self.run_id.clone(), name.clone(), fs, spawner, env, state.home_guest.clone());
+        let client = Client::new(
+            d.clone(),
+            self.run_id.clone(),
+            name.clone(),
+            fs,
+            spawner,
+            env,
+            state.home_guest.clone(),
+        );
         self.generation += 1;
         let generation = self.generation;
         let (dd, run) = (d.clone(), self.run_id.clone());
@@ -402,11 +480,20 @@ impl Lane {
             .get("timeout_ms")
             .and_then(Value::as_f64)
             .filter(|t| t.is_finite())
-            .map_or(PROMPT_TIMEOUT_DEFAULT, |t| (t.max(0.0) as u64).clamp(PROMPT_TIMEOUT_MIN, PROMPT_TIMEOUT_MAX));
+            .map_or(PROMPT_TIMEOUT_DEFAULT, |t| {
+                (t.max(0.0) as u64).clamp(PROMPT_TIMEOUT_MIN, PROMPT_TIMEOUT_MAX)
+            });
         self.prompts += 1;
         tokio::spawn(async move {
             let r = agent
-                .prompt(&prompt_id, session_id.as_deref(), &cwd, context.as_deref(), prompt, Duration::from_millis(timeout))
+                .prompt(
+                    &prompt_id,
+                    session_id.as_deref(),
+                    &cwd,
+                    context.as_deref(),
+                    prompt,
+                    Duration::from_millis(timeout),
+                )
                 .await;
             match r {
                 Ok(o) => d.outbox.push(&json!({"type": "prompt_result", "run_id": run, "prompt_id": prompt_id, "ok": true,
@@ -500,14 +587,20 @@ fn forward_raw(d: &Arc<Daemon>, run_id: &str, agent: &Arc<Agent>, message: Value
             tokio::spawn(async move {
                 let reply = match rx.await {
                     Ok(Ok(v)) => json!({"jsonrpc": "2.0", "id": backend_id, "result": v}),
-                    Ok(Err(e)) => json!({"jsonrpc": "2.0", "id": backend_id, "error": {"code": e.code, "message": e.message, "data": e.data}}),
-                    Err(_) => json!({"jsonrpc": "2.0", "id": backend_id, "error": {"code": -32603, "message": "the agent's connection closed"}}),
+                    Ok(Err(e)) => {
+                        json!({"jsonrpc": "2.0", "id": backend_id, "error": {"code": e.code, "message": e.message, "data": e.data}})
+                    }
+                    Err(_) => {
+                        json!({"jsonrpc": "2.0", "id": backend_id, "error": {"code": -32603, "message": "the agent's connection closed"}})
+                    }
                 };
                 d.outbox.push(&json!({"type": "acp_message", "run_id": run, "message": reply}));
             });
         }
         (true, _) => agent.transport.send_raw(&Value::Object(m)),
-        (false, _) => tracing::warn!("run {run_id}: acp_message that is not a request or notification dropped"),
+        (false, _) => {
+            tracing::warn!("run {run_id}: acp_message that is not a request or notification dropped")
+        }
     }
 }
 

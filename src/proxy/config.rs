@@ -654,9 +654,10 @@ impl Config {
                         None | Some(Value::Null) => Ok(None),
                         Some(Value::String(s)) if s.trim().is_empty() => Ok(None),
                         Some(Value::String(s)) => Ok(Some(s.clone())),
-                        Some(other) => {
-                            Err(r.err(&format!("sandbox.bootstrap.{k}"), format!("expected a string, got {other}")))
-                        }
+                        Some(other) => Err(r.err(
+                            &format!("sandbox.bootstrap.{k}"),
+                            format!("expected a string, got {other}"),
+                        )),
                     }
                 };
                 let timeout_seconds = match map.get("timeoutSeconds") {
@@ -691,7 +692,10 @@ impl Config {
                         && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
                         && !name.starts_with('.');
                     if !ok_name {
-                        return Err(r.err(&key, "a secret name is letters, digits, '_', '.', '-' (not starting with '.')"));
+                        return Err(r.err(
+                            &key,
+                            "a secret name is letters, digits, '_', '.', '-' (not starting with '.')",
+                        ));
                     }
                     let Some(path) = v.as_str() else {
                         return Err(r.err(&key, format!("expected a file path, got {v}")));

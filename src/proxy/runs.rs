@@ -153,7 +153,8 @@ fn start_lane(d: &Arc<Daemon>, lanes: &mut HashMap<String, mpsc::UnboundedSender
     let (tx, rx) = mpsc::unbounded_channel();
     tx.send(job).ok();
     lanes.insert(key.to_string(), tx);
-    let lane = Lane { d: d.clone(), run_id: key.to_string(), state: None, agent: None, generation: 0, prompts: 0 };
+    let lane =
+        Lane { d: d.clone(), run_id: key.to_string(), state: None, agent: None, generation: 0, prompts: 0 };
     tokio::spawn(lane.run(rx));
 }
 
@@ -738,8 +739,13 @@ fn workspace_from_init(init: Option<&Value>, env: &HashMap<String, String>) -> O
 
 /// The sandbox user's name from env pairs (the bwrap provider's rules).
 pub fn user_name(env: &[(String, String)]) -> String {
-    let get = |k: &str| env.iter().rev().find(|(key, v)| key == k && !v.trim().is_empty()).map(|(_, v)| v.trim());
-    get("TUIXIU_BWRAP_USERNAME").or_else(|| get("USER")).or_else(|| get("LOGNAME")).unwrap_or("agent").to_string()
+    let get =
+        |k: &str| env.iter().rev().find(|(key, v)| key == k && !v.trim().is_empty()).map(|(_, v)| v.trim());
+    get("TUIXIU_BWRAP_USERNAME")
+        .or_else(|| get("USER"))
+        .or_else(|| get("LOGNAME"))
+        .unwrap_or("agent")
+        .to_string()
 }
 
 /// The sandbox user from `init.env` (the bwrap provider's rules).
