@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
@@ -45,6 +46,9 @@ struct Pending {
 pub struct Client {
     pub d: Arc<Daemon>,
     pub run_id: String,
+    /// `run_id` as a JSON string, and shared, for the update relay.
+    run_id_json: String,
+    run_id_shared: Arc<str>,
     pub instance: String,
     pub fs: Option<GuestFs>,
     /// Why `fs` is missing, for the error the agent gets.
@@ -108,6 +112,8 @@ impl Client {
         };
         Client {
             d,
+            run_id_json: serde_json::to_string(&run_id).expect("a string"),
+            run_id_shared: Arc::from(run_id.as_str()),
             run_id,
             instance,
             fs,
@@ -316,24 +322,59 @@ fn request_key(id: &Value) -> String {
     }
 }
 
+/// The two members of `session/update` params that the relay needs, as
+/// the agent wrote them.
+#[derive(serde::Deserialize)]
+struct UpdateParams<'a> {
+    #[serde(rename = "sessionId", borrow)]
+    session_id: Option<&'a RawValue>,
+    #[serde(borrow)]
+    update: Option<&'a RawValue>,
+}
+
+impl Client {
+    /// `acp_update {run_id, prompt_id, session_id, update}` with the
+    /// agent's `sessionId` and `update` JSON copied in as they are: no tree
+    /// is built, and nothing the agent sent is re-typed or dropped.
+    fn relay_update(&self, params: Option<&RawValue>) {
+        let (session_id, update) = params
+            .and_then(|p| serde_json::from_str::<UpdateParams<'_>>(p.get()).ok())
+            .map_or(("null", "null"), |p| {
+                (p.session_id.map_or("null", RawValue::get), p.update.map_or("null", RawValue::get))
+            });
+        let prompt_id = serde_json::to_string(&*lock(&self.active_prompt)).unwrap_or_else(|_| "null".into());
+        let mut text = String::with_capacity(
+            72 + self.run_id_json.len() + prompt_id.len() + session_id.len() + update.len(),
+        );
+        text.push_str(r#"{"type":"acp_update","run_id":"#);
+        text.push_str(&self.run_id_json);
+        text.push_str(r#","prompt_id":"#);
+        text.push_str(&prompt_id);
+        text.push_str(r#","session_id":"#);
+        text.push_str(session_id);
+        text.push_str(r#","update":"#);
+        text.push_str(update);
+        text.push('}');
+        self.d.outbox.push_text(text, "acp_update", &self.run_id_shared);
+    }
+}
+
 impl Handler for Client {
-    fn notification(&self, method: &str, params: Value) {
+    fn notification(&self, method: &str, params: Option<&RawValue>) {
         if method == "session/update" {
-            let mut params = params;
-            let (session_id, update) = match params.as_object_mut() {
-                Some(m) => {
-                    (m.remove("sessionId").unwrap_or(Value::Null), m.remove("update").unwrap_or(Value::Null))
-                }
-                None => (Value::Null, Value::Null),
-            };
-            self.d
-                .outbox
-                .push(&json!({"type": "acp_update", "run_id": self.run_id, "prompt_id": self.prompt_id(),
-                "session_id": session_id, "update": update}));
+            self.relay_update(params);
         } else {
             self.d.outbox.push(&json!({"type": "acp_message", "run_id": self.run_id,
                 "message": {"jsonrpc": "2.0", "method": method, "params": params}}));
         }
+    }
+
+    fn backpressure(&self) -> Option<BoxFuture<()>> {
+        if !self.d.outbox.is_backed_up() {
+            return None;
+        }
+        let d = self.d.clone();
+        Some(Box::pin(async move { d.outbox.wait_for_room().await }))
     }
 
     fn request(

@@ -1,8 +1,13 @@
 //! NDJSON JSON-RPC 2.0 over an agent's stdio (ACP transports.mdx).
 //!
-//! Messages stay [`serde_json::Value`]s end to end: the daemon relays what
-//! the agent says without a typed round trip, so fields and update kinds
-//! newer than this code survive (reference acp-client.md §1.4).
+//! Messages are never re-typed: the daemon relays what the agent says
+//! without a typed round trip, so fields and update kinds newer than this
+//! code survive (reference acp-client.md §1.4). A line is first read as an
+//! envelope whose members stay raw JSON text ([`RawValue`]): a
+//! notification's `params` reach the handler as the agent wrote them (the
+//! `session/update` relay copies them into the backend message without
+//! building a tree), while requests and responses become
+//! [`serde_json::Value`]s.
 //!
 //! * Our requests get integer ids from 1; responses are matched by id.
 //!   The agent's own ids (integers or strings) live in a separate space
@@ -22,6 +27,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, oneshot};
@@ -105,8 +112,14 @@ pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
 /// What the transport hands to its owner.
 pub trait Handler: Send + Sync + 'static {
-    /// A notification, in arrival order (on the reader task: keep it quick).
-    fn notification(&self, method: &str, params: Value);
+    /// A notification, in arrival order (on the reader task: keep it
+    /// quick). `params` is the agent's JSON text, untouched.
+    fn notification(&self, method: &str, params: Option<&RawValue>);
+    /// Awaited by the reader before it reads on: lets the owner slow a
+    /// fast agent down to the pace its messages leave at.
+    fn backpressure(&self) -> Option<BoxFuture<()>> {
+        None
+    }
     /// A request; the future runs on its own task and its output is the
     /// response.
     fn request(
@@ -300,62 +313,14 @@ async fn read_loop<R: AsyncRead + Unpin>(
         if text.is_empty() {
             continue;
         }
-        let msg: Value = match serde_json::from_slice(text) {
-            Ok(v) => v,
-            Err(e) => {
-                tracing::warn!(
-                    "agent stdout: not JSON ({e}): {}",
-                    String::from_utf8_lossy(&text[..text.len().min(200)])
-                );
-                continue;
-            }
-        };
-        let Value::Object(mut obj) = msg else {
-            // Batches are not part of ACP (the v5 SDK answers -32600 too).
-            if let Some(t) = transport.upgrade() {
-                t.respond(
-                    &Value::Null,
-                    Err(RpcError::new(code::INVALID_REQUEST, "batches are not supported")),
-                );
-            }
-            continue;
-        };
-        match (obj.remove("method"), obj.remove("id")) {
-            (Some(Value::String(method)), Some(id)) if !id.is_null() => {
-                let params = obj.remove("params").unwrap_or(Value::Null);
-                if let Some(t) = transport.upgrade() {
-                    t.serve(id, method, params, handler.clone());
-                }
-            }
-            (Some(Value::String(method)), _) => {
-                let params = obj.remove("params").unwrap_or(Value::Null);
-                if method == "$/cancel_request" {
-                    if let (Some(t), Some(id)) = (transport.upgrade(), params.get("requestId")) {
-                        t.cancel_incoming(id);
-                    }
-                } else {
-                    handler.notification(&method, params);
-                }
-            }
-            (None, Some(id)) => {
-                let Some(id) = id.as_u64() else {
-                    tracing::warn!("agent answered an id we never used: {id}");
-                    continue;
-                };
-                let Some(tx) = lock(&pending).remove(&id) else {
-                    tracing::debug!("agent answered request {id}, which nobody waits for any more");
-                    continue;
-                };
-                let result = match (obj.remove("error"), obj.remove("result")) {
-                    (Some(e), _) if !e.is_null() => Err(RpcError::from_json(&e)),
-                    (_, Some(r)) => Ok(r),
-                    (_, None) => Ok(Value::Null),
-                };
-                let _ = tx.send(result);
-            }
-            _ => tracing::warn!(
-                "agent stdout: a JSON object that is neither request, notification nor response"
-            ),
+        match serde_json::from_slice::<Envelope<'_>>(text) {
+            Ok(env) => dispatch(env, &transport, &pending, &handler),
+            // Not a plain JSON-RPC object (a batch, a duplicate member, not
+            // JSON at all): the general path says what it is.
+            Err(_) => dispatch_value(text, &transport, &pending, &handler),
+        }
+        if let Some(wait) = handler.backpressure() {
+            wait.await;
         }
     }
     closed.store(true, Ordering::SeqCst);
@@ -367,6 +332,131 @@ async fn read_loop<R: AsyncRead + Unpin>(
         }
     }
     handler.closed();
+}
+
+/// A JSON-RPC message with its members still raw text.
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow)]
+    method: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow)]
+    id: Option<&'a RawValue>,
+    #[serde(borrow)]
+    params: Option<&'a RawValue>,
+    #[serde(borrow)]
+    result: Option<&'a RawValue>,
+    #[serde(borrow)]
+    error: Option<&'a RawValue>,
+}
+
+fn to_value(raw: Option<&RawValue>) -> Value {
+    raw.and_then(|r| serde_json::from_str(r.get()).ok()).unwrap_or(Value::Null)
+}
+
+fn dispatch(
+    env: Envelope<'_>,
+    transport: &std::sync::Weak<Transport>,
+    pending: &Pending,
+    handler: &Arc<dyn Handler>,
+) {
+    // `"id": null` reads as no id: a notification, as before.
+    match (env.method, env.id) {
+        (Some(method), Some(id)) => {
+            if let Some(t) = transport.upgrade() {
+                t.serve(to_value(Some(id)), method.into_owned(), to_value(env.params), handler.clone());
+            }
+        }
+        (Some(method), None) => {
+            if method == "$/cancel_request" {
+                let params = to_value(env.params);
+                if let (Some(t), Some(id)) = (transport.upgrade(), params.get("requestId")) {
+                    t.cancel_incoming(id);
+                }
+            } else {
+                handler.notification(&method, env.params);
+            }
+        }
+        (None, Some(id)) => {
+            let Ok(id) = id.get().parse::<u64>() else {
+                tracing::warn!("agent answered an id we never used: {}", id.get());
+                return;
+            };
+            let result = match (env.error, env.result) {
+                (Some(e), _) => Err(RpcError::from_json(&to_value(Some(e)))),
+                (None, r) => Ok(to_value(r)),
+            };
+            resolve(pending, id, result);
+        }
+        (None, None) => {
+            tracing::warn!("agent stdout: a JSON object that is neither request, notification nor response")
+        }
+    }
+}
+
+fn resolve(pending: &Pending, id: u64, result: Result<Value, RpcError>) {
+    let Some(tx) = lock(pending).remove(&id) else {
+        tracing::debug!("agent answered request {id}, which nobody waits for any more");
+        return;
+    };
+    let _ = tx.send(result);
+}
+
+/// The general path, for lines that are not a plain JSON-RPC object.
+fn dispatch_value(
+    text: &[u8],
+    transport: &std::sync::Weak<Transport>,
+    pending: &Pending,
+    handler: &Arc<dyn Handler>,
+) {
+    let msg: Value = match serde_json::from_slice(text) {
+        Ok(v) => v,
+        Err(e) => {
+            tracing::warn!(
+                "agent stdout: not JSON ({e}): {}",
+                String::from_utf8_lossy(&text[..text.len().min(200)])
+            );
+            return;
+        }
+    };
+    let Value::Object(mut obj) = msg else {
+        // Batches are not part of ACP (the v5 SDK answers -32600 too).
+        if let Some(t) = transport.upgrade() {
+            t.respond(&Value::Null, Err(RpcError::new(code::INVALID_REQUEST, "batches are not supported")));
+        }
+        return;
+    };
+    match (obj.remove("method"), obj.remove("id")) {
+        (Some(Value::String(method)), Some(id)) if !id.is_null() => {
+            let params = obj.remove("params").unwrap_or(Value::Null);
+            if let Some(t) = transport.upgrade() {
+                t.serve(id, method, params, handler.clone());
+            }
+        }
+        (Some(Value::String(method)), _) => {
+            let params = obj.remove("params").unwrap_or(Value::Null);
+            if method == "$/cancel_request" {
+                if let (Some(t), Some(id)) = (transport.upgrade(), params.get("requestId")) {
+                    t.cancel_incoming(id);
+                }
+            } else {
+                let raw = serde_json::value::to_raw_value(&params).ok();
+                handler.notification(&method, raw.as_deref());
+            }
+        }
+        (None, Some(id)) => {
+            let Some(id) = id.as_u64() else {
+                tracing::warn!("agent answered an id we never used: {id}");
+                return;
+            };
+            let result = match (obj.remove("error"), obj.remove("result")) {
+                (Some(e), _) if !e.is_null() => Err(RpcError::from_json(&e)),
+                (_, Some(r)) => Ok(r),
+                (_, None) => Ok(Value::Null),
+            };
+            resolve(pending, id, result);
+        }
+        _ => tracing::warn!("agent stdout: a JSON object that is neither request, notification nor response"),
+    }
 }
 
 /// Reads one line (without its limit being exceeded); `false` at end-of-file.
@@ -416,7 +506,7 @@ mod tests {
     }
 
     impl Handler for Echo {
-        fn notification(&self, method: &str, _params: Value) {
+        fn notification(&self, method: &str, _params: Option<&RawValue>) {
             lock(&self.notes).push(method.to_string());
         }
         fn request(

@@ -316,8 +316,10 @@ async fn session(d: &Arc<Daemon>, mut ws: Ws, shutdown: &mut tokio::sync::watch:
         }
     }
     d.connected.store(true, std::sync::atomic::Ordering::SeqCst);
+    d.outbox.set_connected(true);
     let end = registered(d, &mut ws, shutdown).await;
     d.connected.store(false, std::sync::atomic::Ordering::SeqCst);
+    d.outbox.set_connected(false);
     finish(ws, end).await
 }
 
@@ -349,16 +351,17 @@ async fn registered(d: &Arc<Daemon>, ws: &mut Ws, shutdown: &mut tokio::sync::wa
             batch = d.outbox.peek_batch(OUTBOX_BATCH) => {
                 // Write the batch, flush once, and only then drop it from
                 // the outbox: a failure keeps it for the next connection.
-                for item in &batch {
-                    if let Err(e) = ws.feed(Message::text(&*item.text)).await {
-                        return End::Retry { reason: format!("send {}: {e}", item.kind), healthy: true };
+                let last = batch.last().map(|(seq, _)| *seq);
+                for (_, text) in batch {
+                    if let Err(e) = ws.feed(Message::Text(text)).await {
+                        return End::Retry { reason: format!("send: {e}"), healthy: true };
                     }
                 }
                 if let Err(e) = ws.flush().await {
                     return End::Retry { reason: format!("send: {e}"), healthy: true };
                 }
-                if let Some(last) = batch.last() {
-                    d.outbox.pop_through(last.seq);
+                if let Some(last) = last {
+                    d.outbox.pop_through(last);
                 }
             }
             _ = heartbeat.tick() => {

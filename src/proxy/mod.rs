@@ -10,6 +10,7 @@
 //! | [`outbox`] | the bounded FIFO of everything the daemon sends, kept across disconnects |
 //! | [`protocol`] | serde types of every message both ways |
 //! | [`runs`] | one lane per run: ordered processing, run state, keepalive, persistence |
+//! | [`persist`] | run state files written by one blocking worker, latest content first |
 //! | [`control`] | every `sandbox_control` action and its protections |
 //! | [`inventory`] | `sandbox_inventory` and `workspace_inventory` |
 //!
@@ -25,6 +26,7 @@ pub mod identity;
 pub mod inventory;
 pub mod link;
 pub mod outbox;
+pub mod persist;
 pub mod protocol;
 pub mod runs;
 pub mod tls;
@@ -59,6 +61,8 @@ pub struct Daemon {
     pub connected: AtomicBool,
     /// `<state>/runs`.
     pub runs_dir: PathBuf,
+    /// Writes run states off the daemon's thread.
+    pub persister: persist::Persister,
 }
 
 impl Daemon {
@@ -96,6 +100,7 @@ impl Daemon {
             redactor: Mutex::new(redactor),
             connected: AtomicBool::new(false),
             runs_dir,
+            persister: persist::Persister::default(),
         })
     }
 
@@ -295,6 +300,7 @@ pub fn main(opts: Options) -> u8 {
         for c in closing {
             let _ = c.await;
         }
+        persist::Persister::flush(&daemon);
         match exit {
             link::Exit::Shutdown => {
                 if !daemon.outbox.is_empty() {

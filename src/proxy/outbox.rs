@@ -17,19 +17,23 @@
 //! ([`Outbox::peek_batch`], then [`Outbox::pop_through`] once the batch
 //! was written), so a send that fails keeps it for the next connection.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
+use tokio_tungstenite::tungstenite::Utf8Bytes;
 
 /// One queued message: its JSON text and what to say about it if dropped.
 #[derive(Clone, Debug)]
-pub struct Item {
-    pub seq: u64,
-    pub text: Arc<str>,
-    pub kind: String,
-    pub run_id: Option<String>,
+struct Item {
+    seq: u64,
+    /// Shared with the frame that sends it (no copy per send attempt).
+    text: Utf8Bytes,
+    kind: Cow<'static, str>,
+    run_id: Option<Arc<str>>,
 }
 
 #[derive(Default)]
@@ -43,14 +47,35 @@ struct State {
 
 pub struct Outbox {
     state: Mutex<State>,
+    /// A message was queued.
     notify: Notify,
+    /// Messages left the queue, or the link went down.
+    room: Notify,
+    /// The link is registered and draining the queue.
+    connected: AtomicBool,
     max_messages: usize,
     max_bytes: usize,
 }
 
+/// The two fields of a message the outbox reports drops by.
+#[derive(Deserialize)]
+struct Head<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    run_id: Option<Cow<'a, str>>,
+}
+
 impl Outbox {
     pub fn new(max_messages: usize, max_bytes: usize) -> Outbox {
-        Outbox { state: Mutex::new(State::default()), notify: Notify::new(), max_messages, max_bytes }
+        Outbox {
+            state: Mutex::new(State::default()),
+            notify: Notify::new(),
+            room: Notify::new(),
+            connected: AtomicBool::new(false),
+            max_messages,
+            max_bytes,
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -58,17 +83,32 @@ impl Outbox {
     }
 
     /// Queues a message. Never blocks; may drop the oldest (see the module doc).
-    pub fn push<T: Serialize>(&self, msg: &T) {
-        let value = match serde_json::to_value(msg) {
-            Ok(v) => v,
+    pub fn push<T: Serialize + ?Sized>(&self, msg: &T) {
+        let text = match serde_json::to_string(msg) {
+            Ok(t) => t,
             Err(e) => {
                 tracing::error!("outbox: a message could not be serialized: {e}");
                 return;
             }
         };
-        let kind = value.get("type").and_then(|v| v.as_str()).unwrap_or("?").to_string();
-        let run_id = value.get("run_id").and_then(|v| v.as_str()).map(str::to_string);
-        let text: Arc<str> = Arc::from(value.to_string());
+        let (kind, run_id) = match serde_json::from_str::<Head<'_>>(&text) {
+            Ok(h) => {
+                (Cow::Owned(h.kind.as_deref().unwrap_or("?").to_string()), h.run_id.as_deref().map(Arc::from))
+            }
+            Err(_) => (Cow::Borrowed("?"), None),
+        };
+        self.enqueue(text, kind, run_id);
+    }
+
+    /// Queues a message already serialized by the caller (the relay of
+    /// agent updates, which copies the agent's JSON text as it is):
+    /// `text` must be one JSON object of type `kind`.
+    pub fn push_text(&self, text: String, kind: &'static str, run_id: &Arc<str>) {
+        self.enqueue(text, Cow::Borrowed(kind), Some(run_id.clone()));
+    }
+
+    fn enqueue(&self, text: String, kind: Cow<'static, str>, run_id: Option<Arc<str>>) {
+        let text = Utf8Bytes::from(text);
         let mut st = self.lock();
         let seq = st.next_seq;
         st.next_seq += 1;
@@ -84,7 +124,7 @@ impl Outbox {
                 old.kind,
                 old.run_id.as_deref().unwrap_or("-")
             );
-            *st.dropped.entry(old.run_id.unwrap_or_default()).or_default() += 1;
+            *st.dropped.entry(old.run_id.as_deref().unwrap_or_default().to_string()).or_default() += 1;
         }
         st.bytes += text.len();
         st.queue.push_back(Item { seq, text, kind, run_id });
@@ -92,25 +132,51 @@ impl Outbox {
         self.notify.notify_one();
     }
 
-    /// The oldest message, waiting until there is one.
-    pub async fn peek(&self) -> Item {
-        loop {
-            let notified = self.notify.notified();
-            if let Some(item) = self.lock().queue.front().cloned() {
-                return item;
-            }
-            notified.await;
+    /// The link is registered (and drains the queue) or not.
+    pub fn set_connected(&self, on: bool) {
+        self.connected.store(on, Ordering::SeqCst);
+        if !on {
+            // Producers waiting for room go on: while disconnected the
+            // queue keeps what it can and drops the oldest (module doc).
+            self.room.notify_waiters();
         }
     }
 
-    /// Up to `max` of the oldest messages, waiting until there is one.
-    pub async fn peek_batch(&self, max: usize) -> Vec<Item> {
+    fn over_high_water(&self) -> bool {
+        let st = self.lock();
+        st.queue.len() >= self.max_messages / 2 || st.bytes >= self.max_bytes / 2
+    }
+
+    /// Whether [`Outbox::wait_for_room`] would wait now.
+    pub fn is_backed_up(&self) -> bool {
+        self.connected.load(Ordering::SeqCst) && self.over_high_water()
+    }
+
+    /// Backpressure for a producer that can wait (an agent's stdout):
+    /// while the link is up and the queue is over half its bounds, waits
+    /// until the link has sent some. A fast agent is then slowed to the
+    /// backend's pace instead of having its oldest updates dropped.
+    pub async fn wait_for_room(&self) {
+        loop {
+            let room = self.room.notified();
+            tokio::pin!(room);
+            room.as_mut().enable();
+            if !self.connected.load(Ordering::SeqCst) || !self.over_high_water() {
+                return;
+            }
+            room.await;
+        }
+    }
+
+    /// Up to `max` of the oldest messages as `(seq, text)`, waiting until
+    /// there is one.
+    pub async fn peek_batch(&self, max: usize) -> Vec<(u64, Utf8Bytes)> {
         loop {
             let notified = self.notify.notified();
             {
                 let st = self.lock();
                 if !st.queue.is_empty() {
-                    return st.queue.iter().take(max).cloned().collect();
+                    return st.queue.iter().take(max).map(|i| (i.seq, i.text.clone())).collect();
                 }
             }
             notified.await;
@@ -124,15 +190,8 @@ impl Outbox {
             let item = st.queue.pop_front().expect("front exists");
             st.bytes -= item.text.len();
         }
-    }
-
-    /// Removes message `seq` once it was sent (a no-op if it was dropped meanwhile).
-    pub fn pop(&self, seq: u64) {
-        let mut st = self.lock();
-        if st.queue.front().is_some_and(|i| i.seq == seq) {
-            let item = st.queue.pop_front().expect("front exists");
-            st.bytes -= item.text.len();
-        }
+        drop(st);
+        self.room.notify_waiters();
     }
 
     pub fn len(&self) -> usize {
@@ -172,13 +231,44 @@ mod tests {
     async fn fifo_and_pop_after_send() {
         let o = Outbox::new(10, 1 << 20);
         o.push(&json!({"type":"a","run_id":"r"}));
-        o.push(&json!({"type":"b"}));
-        let first = o.peek().await;
-        assert_eq!(first.kind, "a");
+        o.push_text(r#"{"type":"b","run_id":"r"}"#.into(), "b", &Arc::from("r"));
+        let first = o.peek_batch(1).await;
+        let text: serde_json::Value = serde_json::from_str(first[0].1.as_str()).unwrap();
+        assert_eq!(text, json!({"type":"a","run_id":"r"}));
         // Not popped yet: a failed send keeps it.
-        assert_eq!(o.peek().await.seq, first.seq);
-        o.pop(first.seq);
-        assert_eq!(o.peek().await.kind, "b");
+        assert_eq!(o.peek_batch(5).await.len(), 2);
+        o.pop_through(first[0].0);
+        assert_eq!(o.peek_batch(5).await[0].1.as_str(), r#"{"type":"b","run_id":"r"}"#);
+    }
+
+    #[tokio::test]
+    async fn producers_wait_for_room_while_connected() {
+        let o = Arc::new(Outbox::new(4, 1 << 20));
+        for i in 0..2 {
+            o.push(&json!({"type":"u","i":i}));
+        }
+        // Disconnected: never waits (the queue drops the oldest instead).
+        o.wait_for_room().await;
+        o.set_connected(true);
+        let waiting = {
+            let o = o.clone();
+            tokio::spawn(async move { o.wait_for_room().await })
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "half full: the producer waits");
+        let batch = o.peek_batch(1).await;
+        o.pop_through(batch[0].0);
+        tokio::time::timeout(std::time::Duration::from_secs(5), waiting).await.unwrap().unwrap();
+        // Going down releases a waiter too.
+        o.push(&json!({"type":"u"}));
+        let waiting = {
+            let o = o.clone();
+            tokio::spawn(async move { o.wait_for_room().await })
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished());
+        o.set_connected(false);
+        tokio::time::timeout(std::time::Duration::from_secs(5), waiting).await.unwrap().unwrap();
     }
 
     #[test]

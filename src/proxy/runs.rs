@@ -598,25 +598,19 @@ impl Lane {
         self.d.runs_dir.join(format!("{}.json", self.run_id))
     }
 
-    /// Writes the run state (atomically, 0600); failures are logged and
-    /// reported, never fatal to the message at hand.
+    /// Writes the run state (atomically, 0600) off the daemon's thread
+    /// (`persist.rs`); failures are logged and reported, never fatal to
+    /// the message at hand.
     pub fn persist(&mut self) {
         let Some(state) = &self.state else { return };
         let bytes = serde_json::to_vec_pretty(state).expect("plain data");
-        if let Err(e) = super::identity::write_private(&self.state_path(), &bytes) {
-            tracing::error!("run {}: persisting its state: {e}", self.run_id);
-            self.d.outbox.push(&proxy_error_text(&self.run_id, &format!("persisting run state: {e}")));
-        }
+        super::persist::Persister::write(&self.d, &self.run_id, self.state_path(), Some(bytes));
     }
 
     /// Drops the run's state, in memory and on disk.
     pub fn forget(&mut self) {
         self.state = None;
-        match std::fs::remove_file(self.state_path()) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => tracing::error!("run {}: deleting its state: {e}", self.run_id),
-        }
+        super::persist::Persister::write(&self.d, &self.run_id, self.state_path(), None);
     }
 }
 

@@ -1,0 +1,137 @@
+//! Run state files written off the daemon's thread.
+//!
+//! A run's state is replaced atomically and durably (a temporary file,
+//! `fsync`, `rename`). An `fsync` usually takes a fraction of a
+//! millisecond but can take tens on a busy disk, and the daemon has one
+//! thread: done inline, it would hold up every run's messages, relays
+//! included. So lanes hand the new content here and go on; one blocking
+//! worker writes it.
+//!
+//! Order: only the latest content per file is kept, and the worker holds
+//! the `writing` lock while it takes and writes a batch, so a file is never
+//! overwritten by an older content, and a deletion (a forgotten run) is
+//! never undone by a write queued before it. [`Persister::flush`] writes
+//! what is still queued, inline, when the daemon stops.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use super::Daemon;
+
+#[derive(Default)]
+pub struct Persister {
+    /// path → `(run id, new content)`; `None` content deletes the file.
+    pending: Mutex<Pending>,
+    /// Held while a batch is taken and written.
+    writing: Mutex<()>,
+}
+
+#[derive(Default)]
+struct Pending {
+    files: HashMap<PathBuf, (String, Option<Vec<u8>>)>,
+    worker: bool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Persister {
+    /// Queues `content` for `path` (`None`: delete it) and makes sure a
+    /// worker runs.
+    pub fn write(d: &Arc<Daemon>, run_id: &str, path: PathBuf, content: Option<Vec<u8>>) {
+        let mut p = lock(&d.persister.pending);
+        p.files.insert(path, (run_id.to_string(), content));
+        if p.worker {
+            return;
+        }
+        p.worker = true;
+        drop(p);
+        let d = d.clone();
+        tokio::task::spawn_blocking(move || {
+            loop {
+                let _writing = lock(&d.persister.writing);
+                let batch = {
+                    let mut p = lock(&d.persister.pending);
+                    if p.files.is_empty() {
+                        p.worker = false;
+                        return;
+                    }
+                    std::mem::take(&mut p.files)
+                };
+                write_batch(&d, batch);
+            }
+        });
+    }
+
+    /// Writes what is queued now, on this thread (at shutdown).
+    pub fn flush(d: &Daemon) {
+        let _writing = lock(&d.persister.writing);
+        let batch = std::mem::take(&mut lock(&d.persister.pending).files);
+        write_batch(d, batch);
+    }
+}
+
+fn write_batch(d: &Daemon, batch: HashMap<PathBuf, (String, Option<Vec<u8>>)>) {
+    for (path, (run_id, content)) in batch {
+        match content {
+            Some(bytes) => {
+                if let Err(e) = super::identity::write_private(&path, &bytes) {
+                    tracing::error!("run {run_id}: persisting its state: {e}");
+                    d.outbox.push(&super::protocol::proxy_error_text(
+                        &run_id,
+                        &format!("persisting run state: {e}"),
+                    ));
+                }
+            }
+            None => match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => tracing::error!("run {run_id}: deleting its state {}: {e}", path.display()),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn latest_content_wins_and_deletes_stick() {
+        let dir = std::env::temp_dir().join(format!("tuixiu-persist-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::create_dir_all(dir.join("ws")).unwrap();
+        let toml = dir.join("proxy.toml");
+        std::fs::write(
+            &toml,
+            format!(
+                "orchestrator_url = \"ws://127.0.0.1:1/ws/agent\"\nstate_dir = \"{0}/state\"\n\
+                 [sandbox]\nprovider = \"host\"\nnoIsolationAcknowledged = true\nworkspaceHostRoot = \"{0}/ws\"\n",
+                dir.display()
+            ),
+        )
+        .unwrap();
+        let (cfg, _) = super::super::config::Config::load(Some(&toml), []).unwrap();
+        let d = Arc::new(Daemon::new(cfg, "p".into()).unwrap());
+        let (a, b) = (dir.join("a.json"), dir.join("b.json"));
+        for i in 0..50 {
+            Persister::write(&d, "a", a.clone(), Some(format!("{i}").into_bytes()));
+            Persister::write(&d, "b", b.clone(), Some(b"x".to_vec()));
+        }
+        Persister::write(&d, "b", b.clone(), None);
+        // Wait for the worker, then check.
+        for _ in 0..500 {
+            if !lock(&d.persister.pending).worker {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        Persister::flush(&d);
+        assert_eq!(std::fs::read_to_string(&a).unwrap(), "49");
+        assert!(!b.exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
