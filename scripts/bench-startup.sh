@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
-# Startup latency of `tuixiu-sandbox run -- /bin/true` against bubblewrap with
-# the closest equivalent flags, measured side by side (alternating) in one run.
+# Startup latency of `tuixiu-sandbox run -- /bin/true` (issues 2 and 3), hardened:
+# with the default seccomp profile and Landlock (best effort, i.e. fully
+# enforced on a kernel with Landlock ABI >= 6) and, for a root caller, the
+# idmapped system view; against bubblewrap with the closest equivalent
+# flags (bwrap has neither seccomp nor Landlock), alternating in one run.
+# A third column runs tuixiu-sandbox with seccomp and Landlock off, to show
+# what the hardening itself costs.
 #
-#   scripts/bench-startup.sh            # 200 runs each, as the current user
+#   scripts/bench-startup.sh            # 300 runs each, as the current user
 #   RUNS=500 scripts/bench-startup.sh
-#   AS_USER=nobody scripts/bench-startup.sh   # as an unprivileged user (needs root)
+#   AS_USER=nobody scripts/bench-startup.sh   # unprivileged (needs root)
 #
-# Needs bubblewrap (apt-get install bubblewrap). Target: our median <= 0.8x bwrap's.
+# Needs bubblewrap (apt-get install bubblewrap). Target: the hardened
+# median <= 0.8x bwrap's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-RUNS=${RUNS:-200}
+RUNS=${RUNS:-300}
 
 command -v bwrap >/dev/null || { echo "bench-startup: bwrap not found (apt-get install bubblewrap)" >&2; exit 1; }
 cargo build --release --quiet
@@ -20,8 +26,6 @@ cp target/release/tuixiu-sandbox "$bin_dir/"
 ws="$bin_dir/workspace"
 mkdir -p "$ws"
 
-# The same root view for both: the system dirs read-only (top-level symlinks
-# as symlinks), fresh /proc, minimal /dev, private /tmp, the workspace.
 bwrap_view=()
 for d in /usr /bin /sbin /etc /opt /lib*; do
     if [ -L "$d" ]; then
@@ -37,9 +41,14 @@ if [ -n "${AS_USER:-}" ]; then
     wrap=(setpriv --reuid "$(id -u "$AS_USER")" --regid "$(id -g "$AS_USER")" --clear-groups)
 fi
 
+ours=("${wrap[@]}" "$bin_dir/tuixiu-sandbox" run --workspace "$ws")
 echo "tuixiu-sandbox $("$bin_dir/tuixiu-sandbox" --version | cut -d' ' -f2), $(bwrap --version)"
+echo "$("${ours[@]}" -v -- /bin/true 2>&1 | grep -o "landlock: .*" || echo "landlock: ?")"
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 scripts/abbench.py -n "$RUNS" \
-    --name tuixiu-sandbox -- "${wrap[@]}" "$bin_dir/tuixiu-sandbox" run --workspace "$ws" -- /bin/true \
+    --name hardened -- "${ours[@]}" -- /bin/true \
+    --name no-seccomp-landlock -- "${ours[@]}" --seccomp unconfined --landlock off -- /bin/true \
     --name bwrap -- "${wrap[@]}" bwrap --unshare-user --uid 1000 --gid 1000 --unshare-pid --unshare-ipc --unshare-uts \
-        "${bwrap_view[@]}" --proc /proc --dev /dev --tmpfs /tmp --bind "$ws" /workspace --chdir /workspace \
-        --die-with-parent --new-session /bin/true
+        "${bwrap_view[@]}" --proc /proc --dev /dev --tmpfs /tmp --bind "$ws" /workspace --tmpfs /home/agent \
+        --chdir /workspace --die-with-parent --new-session /bin/true
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

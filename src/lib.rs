@@ -4,6 +4,7 @@
 pub mod acp;
 pub mod env;
 pub mod inputs;
+pub mod launcher;
 pub mod manifest;
 pub mod provider;
 pub mod proxy;

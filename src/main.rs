@@ -1,92 +1,95 @@
-//! `tuixiu-sandbox`: the command-line entry point.
+//! `tuixiu-sandbox`: the small launcher.
+//!
+//! A plain native `run` and the `__exec` helper are handled here, in a
+//! binary that links only what they need, so a sandbox starts without
+//! paying for the daemon, the HTTP clients and servers, or the full
+//! argument parser. Every other command (and `--help`) is handed to
+//! `tuixiu-sandbox-full` next to this binary, with the same arguments.
 
-mod cli;
-mod cmd;
-mod units;
-
-// The library half of the crate, under the names the command modules use.
-use tuixiu_sandbox::{env, inputs, manifest, skills};
-
-use std::io::IsTerminal;
+use std::ffi::OsString;
 use std::process::ExitCode;
 
-use clap::{CommandFactory, FromArgMatches};
-
-use crate::cli::{Cli, Command};
-
-/// Exit status for errors of the tool itself (bad arguments, setup failures),
-/// as docker and podman use it.
-pub const EXIT_TOOL_ERROR: u8 = sandbox::EXIT_SETUP_FAILED;
+use clap::{Arg, ArgAction, Args, Command, FromArgMatches};
+use tuixiu_sandbox::launcher::args::{ExecArgs, RunArgs};
+use tuixiu_sandbox::launcher::{self, EXIT_TOOL_ERROR};
 
 fn main() -> ExitCode {
-    // git runs this binary as its askpass helper during a checkout.
-    if std::env::var_os(inputs::ASKPASS_ENV).is_some() {
-        return ExitCode::from(inputs::askpass_main());
+    let argv: Vec<OsString> = std::env::args_os().collect();
+    // Global -v flags may come before the subcommand.
+    let mut at = 1;
+    let mut verbose = 0u8;
+    while let Some(flag) = argv.get(at).and_then(|a| a.to_str()) {
+        match flag {
+            "--verbose" => verbose = verbose.saturating_add(1),
+            f if f.len() > 1 && f.starts_with('-') && f[1..].bytes().all(|b| b == b'v') => {
+                verbose = verbose.saturating_add((f.len() - 1) as u8)
+            }
+            _ => break,
+        }
+        at += 1;
     }
-    let matches = match Cli::command().try_get_matches() {
-        Ok(m) => m,
-        Err(e) => {
-            let _ = e.print();
-            return match e.kind() {
-                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
-                    ExitCode::SUCCESS
-                }
-                _ => ExitCode::from(EXIT_TOOL_ERROR),
-            };
-        }
-    };
-    let cli = match Cli::from_arg_matches(&matches) {
-        Ok(cli) => cli,
-        Err(e) => {
-            let _ = e.print();
-            return ExitCode::from(EXIT_TOOL_ERROR);
-        }
-    };
-    init_logging(cli.verbose);
-
-    let code = match cli.command {
-        Command::Run(args) => {
-            let sub = matches.subcommand_matches("run").expect("clap matched `run`");
-            cmd::run::main(*args, sub)
-        }
-        Command::Check(args) => cmd::check::main(args),
-        Command::Exec(args) => cmd::exec::main(args),
-        Command::Proxy(args) => tuixiu_sandbox::proxy::main(tuixiu_sandbox::proxy::Options {
-            config: args.config,
-            state_dir: args.state_dir,
-            allow_insecure_ws: args.allow_insecure_ws,
-        }),
-        Command::Instances(args) => cmd::instances::list(args),
-        Command::Inspect(args) => cmd::instances::inspect(args),
-        Command::Stop(args) => cmd::instances::stop(args),
-        Command::Rm(args) => cmd::instances::remove(args),
-        Command::Manifest(command) => cmd::manifest::main(command),
-        Command::Extract(args) => cmd::manifest::extract(args),
-        Command::Skills(command) => cmd::skills::main(command),
+    let code = match argv.get(at).and_then(|a| a.to_str()) {
+        Some("run") => run(&argv, at, verbose),
+        Some("__exec") => exec(&argv, at, verbose),
+        _ => launcher::exec_full(&argv),
     };
     ExitCode::from(code)
 }
 
-/// Diagnostics go to stderr only: stdout belongs to the sandboxed command
-/// (an ACP agent speaks NDJSON over it).
-fn init_logging(verbose: u8) {
-    use tracing_subscriber::EnvFilter;
-    let default = match verbose {
-        0 => "warn",
-        1 => "info",
-        2 => "debug",
-        _ => "trace",
+/// Parses `SUB ARGS...` (from `argv[at]`) with the shared argument
+/// definitions. `None` means the full tool should answer (help, version).
+fn parse<T: Args + FromArgMatches>(
+    argv: &[OsString],
+    at: usize,
+    name: &'static str,
+) -> Result<(T, clap::ArgMatches, u8), u8> {
+    let command = T::augment_args(
+        Command::new(name)
+            .bin_name(format!("tuixiu-sandbox {name}"))
+            .arg(Arg::new("verbose").short('v').long("verbose").action(ArgAction::Count).hide(true)),
+    );
+    let matches = match command.try_get_matches_from(&argv[at..]) {
+        Ok(m) => m,
+        Err(e) => {
+            return Err(match e.kind() {
+                // The full tool has the complete help texts.
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
+                    launcher::exec_full(argv)
+                }
+                _ => {
+                    let _ = e.print();
+                    EXIT_TOOL_ERROR
+                }
+            });
+        }
     };
-    let filter = EnvFilter::try_from_env("TUIXIU_LOG").unwrap_or_else(|_| EnvFilter::new(default));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_target(false)
-        .init();
+    let verbose = matches.get_count("verbose");
+    match T::from_arg_matches(&matches) {
+        Ok(args) => Ok((args, matches, verbose)),
+        Err(e) => {
+            let _ = e.print();
+            Err(EXIT_TOOL_ERROR)
+        }
+    }
 }
 
-/// Prints one error line on stderr, prefixed with the program name.
-pub fn report_error(message: impl std::fmt::Display) {
-    eprintln!("tuixiu-sandbox: {message}");
+fn run(argv: &[OsString], at: usize, verbose: u8) -> u8 {
+    let (args, matches, more) = match parse::<RunArgs>(argv, at, "run") {
+        Ok(parsed) => parsed,
+        Err(code) => return code,
+    };
+    if launcher::needs_full(&args) {
+        return launcher::exec_full(argv);
+    }
+    launcher::init_logging(verbose.saturating_add(more));
+    launcher::run::plain(args, &matches)
+}
+
+fn exec(argv: &[OsString], at: usize, verbose: u8) -> u8 {
+    let (args, _, more) = match parse::<ExecArgs>(argv, at, "__exec") {
+        Ok(parsed) => parsed,
+        Err(code) => return code,
+    };
+    launcher::init_logging(verbose.saturating_add(more));
+    launcher::exec::main(args)
 }

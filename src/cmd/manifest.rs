@@ -2,10 +2,10 @@
 
 use sandbox::UserView;
 
-use super::run_inputs;
 use crate::cli::{ExtractArgs, ManifestCheckArgs, ManifestCommand};
 use crate::inputs::{Layout, Plan, ZipLimits, fsx, zip};
 use crate::{EXIT_TOOL_ERROR, report_error};
+use tuixiu_sandbox::launcher::run_inputs;
 
 /// Exit status of `manifest check` for an invalid manifest.
 const EXIT_INVALID: u8 = 1;

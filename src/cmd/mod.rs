@@ -1,11 +1,9 @@
 //! One module per subcommand.
 
 pub mod check;
-pub mod exec;
 pub mod instances;
 pub mod manifest;
 pub mod relay;
 pub mod run;
-pub mod run_inputs;
 pub mod run_provider;
 pub mod skills;

@@ -24,12 +24,14 @@ use tuixiu_sandbox::provider::{
     InstanceConfig, Limits, Mount, ProcessSpec, Provider, ProviderError, Stdio, default_state_dir, names,
 };
 
-use super::run::{check_dir, environment, extra_mounts, launch_and_report, user_view};
-use super::{relay, run_inputs};
+use super::relay;
 use crate::cli::{NetworkArg, ProviderArg, RunArgs};
 use crate::inputs::{self, HostDirs, Layout, Plan};
 use crate::manifest::Root;
 use crate::{EXIT_TOOL_ERROR, report_error};
+use tuixiu_sandbox::launcher::run::{check_dir, environment, extra_mounts, launch_and_report, user_view};
+use tuixiu_sandbox::launcher::run_inputs;
+use tuixiu_sandbox::launcher::units::parse_size;
 
 /// Whether `run` must go through a provider rather than the plain native path.
 pub fn handles(args: &RunArgs) -> bool {
@@ -226,26 +228,10 @@ fn land_manifest_in_volumes(
 fn limits(args: &RunArgs) -> Result<Limits, String> {
     let l = &args.provider.limits;
     let memory = match &l.memory {
-        Some(text) => Some(parse_size(text).ok_or_else(|| {
-            format!("--memory {text:?}: expected a size in bytes, or with a k, m or g suffix (e.g. 512m)")
-        })?),
+        Some(text) => Some(parse_size(text).map_err(|e| format!("--memory: {e}"))?),
         None => None,
     };
     Ok(Limits { cpus: l.cpus, memory, pids: l.pids })
-}
-
-/// `1024`, `512k`, `64m`, `2g` (binary units) → bytes.
-fn parse_size(text: &str) -> Option<u64> {
-    let lower = text.trim().to_ascii_lowercase();
-    let lower = lower.strip_suffix('b').unwrap_or(&lower);
-    let (digits, shift) = match lower.char_indices().last()? {
-        (i, 'k') => (&lower[..i], 10),
-        (i, 'm') => (&lower[..i], 20),
-        (i, 'g') => (&lower[..i], 30),
-        _ => (lower, 0),
-    };
-    let n: u64 = digits.parse().ok()?;
-    n.checked_mul(1u64 << shift).filter(|&b| b > 0)
 }
 
 /// The run id of a new instance: `--run-id`, else the name without the
@@ -436,21 +422,4 @@ fn run_host(
     } else {
         sandbox::EXIT_CANNOT_EXECUTE
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_size;
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("1024"), Some(1024));
-        assert_eq!(parse_size("512k"), Some(512 << 10));
-        assert_eq!(parse_size("64m"), Some(64 << 20));
-        assert_eq!(parse_size("2G"), Some(2 << 30));
-        assert_eq!(parse_size("2gb"), Some(2 << 30));
-        for bad in ["", "m", "-1m", "1.5g", "0", "99999999999g"] {
-            assert_eq!(parse_size(bad), None, "{bad}");
-        }
-    }
 }

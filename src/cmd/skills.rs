@@ -92,7 +92,7 @@ pub struct ServeArgs {
     pub max_queue: usize,
 
     /// Largest upload (the zip as sent), e.g. 100M
-    #[arg(long, value_name = "SIZE", default_value = "100M", value_parser = crate::cli::parse_size)]
+    #[arg(long, value_name = "SIZE", default_value = "100M", value_parser = tuixiu_sandbox::launcher::units::parse_size)]
     pub max_upload: u64,
 
     /// Most entries in an upload zip
@@ -100,11 +100,11 @@ pub struct ServeArgs {
     pub zip_max_entries: u64,
 
     /// Most bytes one file of an upload zip may extract to
-    #[arg(long, value_name = "SIZE", default_value = "20M", value_parser = crate::cli::parse_size)]
+    #[arg(long, value_name = "SIZE", default_value = "20M", value_parser = tuixiu_sandbox::launcher::units::parse_size)]
     pub zip_max_file: u64,
 
     /// Most bytes an upload zip may extract to in total
-    #[arg(long, value_name = "SIZE", default_value = "100M", value_parser = crate::cli::parse_size)]
+    #[arg(long, value_name = "SIZE", default_value = "100M", value_parser = tuixiu_sandbox::launcher::units::parse_size)]
     pub zip_max_total: u64,
 }
 
@@ -188,7 +188,7 @@ fn engines(args: &EngineArgs) -> Result<Engines, String> {
 }
 
 fn launcher() -> Result<PathBuf, String> {
-    std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))
+    tuixiu_sandbox::launcher::launcher_exe().map_err(|e| format!("cannot find the launcher executable: {e}"))
 }
 
 fn limits(args: &LimitArgs) -> JobLimits {

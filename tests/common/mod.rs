@@ -11,10 +11,12 @@
 
 #![allow(dead_code)]
 
+#[path = "../install/mod.rs"]
+mod install;
+
 use std::os::unix::fs::{PermissionsExt, chown};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 pub const NOBODY: u32 = 65534;
@@ -72,19 +74,10 @@ pub fn require_root() {
     );
 }
 
-/// The `tuixiu-sandbox` binary, copied where every caller can execute it.
+/// The `tuixiu-sandbox` launcher, installed where every caller can execute
+/// it, with `tuixiu-sandbox-full` next to it.
 pub fn binary() -> &'static Path {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let src = Path::new(env!("CARGO_BIN_EXE_tuixiu-sandbox"));
-        let dir = std::env::temp_dir().join(format!("tuixiu-sandbox-test-bin-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let dst = dir.join("tuixiu-sandbox");
-        std::fs::copy(src, &dst).unwrap();
-        std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(0o755)).unwrap();
-        dst
-    })
+    install::launcher()
 }
 
 /// A scratch directory with a workspace and a home, owned by the caller.

@@ -6,6 +6,8 @@
 
 #![allow(dead_code)]
 
+#[path = "../install/mod.rs"]
+mod install;
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -616,19 +618,10 @@ impl Drop for Daemon {
 
 pub const SECS: Duration = Duration::from_secs(1);
 
-/// The binary, copied once where every user can execute it (the checkout
-/// may not be reachable for uid 65534).
+/// The launcher, installed where every user can execute it (the checkout
+/// may not be reachable for uid 65534), with the full tool next to it.
 pub fn binary() -> &'static Path {
-    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BIN.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("tuixiu-proxy-test-bin-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let dst = dir.join("tuixiu-sandbox");
-        std::fs::copy(env!("CARGO_BIN_EXE_tuixiu-sandbox"), &dst).unwrap();
-        std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(0o755)).unwrap();
-        dst
-    })
+    install::launcher()
 }
 
 /// The positions of messages in `msgs` by type, for order checks.

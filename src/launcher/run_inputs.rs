@@ -11,15 +11,15 @@ use clap::ArgMatches;
 use clap::parser::ValueSource;
 use sandbox::{Access, DeferredBind, MountOp, SandboxBuilder, UserView};
 
+use super::args::RunArgs;
 use super::run::{Built, report_launch};
-use crate::cli::RunArgs;
+use super::{EXIT_TOOL_ERROR, report_error};
 use crate::env::{self, Allowlist, Redactor, UserVars};
 use crate::inputs::{
     self, ApplyOptions, Audit, Cache, Config, DownloadOptions, FetchOptions, GitCredentials, GitOptions,
     HostAllowlist, Layout, Plan, SandboxDest, Secret, Step, ZipLimits,
 };
 use crate::manifest::{self, EnvPatch, SCRATCH_DIR};
-use crate::{EXIT_TOOL_ERROR, report_error};
 
 /// Largest manifest read (inline texts included).
 const MAX_MANIFEST_BYTES: u64 = 16 << 20;
@@ -240,7 +240,7 @@ pub fn fetch_and_launch(
 }
 
 /// `--audit-log`, or the log only.
-pub(super) fn open_audit(args: &RunArgs) -> Result<Audit, String> {
+pub fn open_audit(args: &RunArgs) -> Result<Audit, String> {
     match &args.inputs.audit_log {
         Some(path) => Audit::open(path)
             .map_err(|e| format!("--audit-log {}: {}", path.display(), sandbox::error::io_error_text(&e))),
@@ -249,7 +249,7 @@ pub(super) fn open_audit(args: &RunArgs) -> Result<Audit, String> {
 }
 
 /// The zip limits of the apply phase.
-pub(super) fn apply_options(args: &RunArgs) -> ApplyOptions {
+pub fn apply_options(args: &RunArgs) -> ApplyOptions {
     ApplyOptions {
         zip: ZipLimits {
             max_entries: args.inputs.zip_max_entries,
@@ -259,7 +259,7 @@ pub(super) fn apply_options(args: &RunArgs) -> ApplyOptions {
     }
 }
 
-pub(super) fn fetch_options(
+pub fn fetch_options(
     plan: &Plan,
     args: &RunArgs,
     matches: &ArgMatches,

@@ -3,15 +3,16 @@
 
 use std::time::Duration;
 
-/// `1234`, `64K`, `512M`, `2G`, `1T` (binary multiples; an optional `B`/`iB`).
+/// `1234`, `64K`, `512M`, `2G`, `1T` (binary multiples, any case; an
+/// optional `B`/`iB`).
 pub fn parse_size(text: &str) -> Result<u64, String> {
-    let t = text.trim();
-    let t = t.strip_suffix("iB").or_else(|| t.strip_suffix('B')).unwrap_or(t);
+    let lower = text.trim().to_ascii_lowercase();
+    let t = lower.strip_suffix("ib").or_else(|| lower.strip_suffix('b')).unwrap_or(&lower);
     let (digits, shift) = match t.chars().last() {
-        Some('K' | 'k') => (&t[..t.len() - 1], 10),
-        Some('M' | 'm') => (&t[..t.len() - 1], 20),
-        Some('G' | 'g') => (&t[..t.len() - 1], 30),
-        Some('T' | 't') => (&t[..t.len() - 1], 40),
+        Some('k') => (&t[..t.len() - 1], 10),
+        Some('m') => (&t[..t.len() - 1], 20),
+        Some('g') => (&t[..t.len() - 1], 30),
+        Some('t') => (&t[..t.len() - 1], 40),
         _ => (t, 0),
     };
     let n: u64 = digits.parse().map_err(|_| format!("{text:?} is not a size like 512M or 2G"))?;
@@ -62,8 +63,12 @@ mod tests {
         assert_eq!(parse_size("512M").unwrap(), 512 << 20);
         assert_eq!(parse_size("2GiB").unwrap(), 2 << 30);
         assert_eq!(parse_size("4096").unwrap(), 4096);
-        assert!(parse_size("lots").is_err());
-        assert!(parse_size("0").is_err());
+        assert_eq!(parse_size("512k").unwrap(), 512 << 10);
+        assert_eq!(parse_size("2gb").unwrap(), 2 << 30);
+        assert_eq!(parse_size("512KiB").unwrap(), 512 << 10);
+        for bad in ["", "m", "-1m", "1.5g", "0", "lots", "99999999999g"] {
+            assert!(parse_size(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

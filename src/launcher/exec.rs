@@ -10,8 +10,8 @@ use std::os::fd::FromRawFd;
 
 use sandbox::SandboxSpec;
 
-use crate::cli::ExecArgs;
-use crate::{EXIT_TOOL_ERROR, report_error};
+use super::args::ExecArgs;
+use super::{EXIT_TOOL_ERROR, report_error};
 
 pub fn main(args: ExecArgs) -> u8 {
     if args.spec_fd < 3 {

@@ -1,0 +1,67 @@
+//! `tuixiu-sandbox-full`: every command. The small `tuixiu-sandbox`
+//! launcher runs plain native sandboxes itself and `exec`s this binary for
+//! everything else (see `tuixiu_sandbox::launcher`).
+
+mod cli;
+mod cmd;
+
+// The library half of the crate, under the names the command modules use.
+use tuixiu_sandbox::{inputs, manifest, skills};
+
+use std::process::ExitCode;
+
+use clap::{CommandFactory, FromArgMatches};
+
+use crate::cli::{Cli, Command};
+
+use tuixiu_sandbox::launcher::{self, init_logging_with_directives as init_logging};
+pub use tuixiu_sandbox::launcher::{EXIT_TOOL_ERROR, report_error};
+
+fn main() -> ExitCode {
+    // git runs this binary as its askpass helper during a checkout.
+    if std::env::var_os(inputs::ASKPASS_ENV).is_some() {
+        return ExitCode::from(inputs::askpass_main());
+    }
+    let matches = match Cli::command().try_get_matches() {
+        Ok(m) => m,
+        Err(e) => {
+            let _ = e.print();
+            return match e.kind() {
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
+                    ExitCode::SUCCESS
+                }
+                _ => ExitCode::from(EXIT_TOOL_ERROR),
+            };
+        }
+    };
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(EXIT_TOOL_ERROR);
+        }
+    };
+    init_logging(cli.verbose);
+
+    let code = match cli.command {
+        Command::Run(args) => {
+            let sub = matches.subcommand_matches("run").expect("clap matched `run`");
+            cmd::run::main(*args, sub)
+        }
+        Command::Check(args) => cmd::check::main(args),
+        Command::Exec(args) => launcher::exec::main(args),
+        Command::Proxy(args) => tuixiu_sandbox::proxy::main(tuixiu_sandbox::proxy::Options {
+            config: args.config,
+            state_dir: args.state_dir,
+            allow_insecure_ws: args.allow_insecure_ws,
+        }),
+        Command::Instances(args) => cmd::instances::list(args),
+        Command::Inspect(args) => cmd::instances::inspect(args),
+        Command::Stop(args) => cmd::instances::stop(args),
+        Command::Rm(args) => cmd::instances::remove(args),
+        Command::Manifest(command) => cmd::manifest::main(command),
+        Command::Extract(args) => cmd::manifest::extract(args),
+        Command::Skills(command) => cmd::skills::main(command),
+    };
+    ExitCode::from(code)
+}

@@ -1,0 +1,299 @@
+//! `run`: one command in a fresh sandbox, stdio passed straight through.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use clap::ArgMatches;
+use sandbox::{
+    Access, ExitStatus, Home, HostIds, LandlockMode, LaunchError, LaunchOptions, Limits, MountOp, Network,
+    SandboxBuilder, SandboxSpec, SeccompPolicy, Security, UserView,
+};
+
+use super::args::{LandlockArg, NetworkArg, RunArgs};
+use super::run_inputs;
+use super::units::{parse_cpus, parse_duration, parse_size};
+use super::{EXIT_TOOL_ERROR, report_error};
+use crate::inputs::{Layout, Plan};
+
+/// Exit status when `--timeout` ended the command, as coreutils' `timeout`.
+pub const EXIT_TIMED_OUT: u8 = 124;
+
+/// Variables copied from the caller when set: harmless and needed by
+/// interactive programs. Everything else must be asked for.
+const PASSED_BY_DEFAULT: &[&str] = &["TERM"];
+
+/// `run` with the native provider in this (single-threaded) process: the
+/// manifest, if any, is read, checked and planned first, so a bad one stops
+/// the run before anything is mounted or downloaded.
+pub fn main(args: RunArgs, matches: &ArgMatches) -> u8 {
+    let prepared = run_inputs::init_env(&args)
+        .and_then(|init_env| Ok((run_inputs::load_plan(&args)?, init_env)))
+        .and_then(|(plan, init_env)| {
+            Ok((build_spec(&args, matches, plan.as_ref(), &init_env)?, plan, init_env))
+        });
+    let (built, plan, init_env) = match prepared {
+        Ok(prepared) => prepared,
+        Err(message) => {
+            report_error(message);
+            return EXIT_TOOL_ERROR;
+        }
+    };
+    let json_status_fd = matches.get_one::<i32>("json_status_fd").copied();
+    match plan {
+        None => launch_and_report(&built.spec, json_status_fd),
+        Some(plan) => run_inputs::fetch_and_launch(plan, &args, matches, built, &init_env, json_status_fd),
+    }
+}
+
+/// `run` without a manifest, provider or instance: what the small launcher
+/// runs itself. Links none of the download or checkout code.
+pub fn plain(args: RunArgs, matches: &ArgMatches) -> u8 {
+    debug_assert!(!super::needs_full(&args));
+    let built = run_inputs::init_env(&args).and_then(|init_env| build_spec(&args, matches, None, &init_env));
+    match built {
+        Ok(built) => launch_and_report(&built.spec, matches.get_one::<i32>("json_status_fd").copied()),
+        Err(message) => {
+            report_error(message);
+            EXIT_TOOL_ERROR
+        }
+    }
+}
+
+/// A spec, and where the manifest's roots and binds ended up in it.
+pub struct Built {
+    pub spec: SandboxSpec,
+    pub layout: Layout,
+    /// Plan position of a bind item → index of its deferred bind.
+    pub binds: HashMap<usize, usize>,
+}
+
+/// Launches `spec` in this (single-threaded) process and maps the outcome to
+/// an exit status, printing one line on stderr for failures.
+pub fn launch_and_report(spec: &SandboxSpec, json_status_fd: Option<i32>) -> u8 {
+    report_launch(json_status_fd, |options| sandbox::launch(spec, options))
+}
+
+/// Checks `--json-status-fd`, runs `launch` with the CLI's launch options,
+/// and maps the outcome to an exit status (one line on stderr on failure).
+pub fn report_launch(
+    json_status_fd: Option<i32>,
+    launch: impl FnOnce(&LaunchOptions) -> Result<ExitStatus, LaunchError>,
+) -> u8 {
+    if let Some(fd) = json_status_fd
+        && let Err(e) = check_fd(fd)
+    {
+        report_error(format!("--json-status-fd {fd}: {}", sandbox::error::io_error_text(&e)));
+        return EXIT_TOOL_ERROR;
+    }
+    let options = LaunchOptions { json_status_fd, release_stdio: true };
+    match launch(&options) {
+        Ok(status) if status.timed_out() => {
+            report_error(format!(
+                "the command was stopped by --timeout (its own status was {})",
+                status.code()
+            ));
+            EXIT_TIMED_OUT
+        }
+        Ok(status) => status.code().clamp(0, 255) as u8,
+        Err(e) => {
+            report_error(&e);
+            e.exit_code()
+        }
+    }
+}
+
+/// Checks that `fd` is an open descriptor.
+pub fn check_fd(fd: i32) -> Result<(), std::io::Error> {
+    // SAFETY: F_GETFD only inspects the descriptor table.
+    if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 { Err(std::io::Error::last_os_error()) } else { Ok(()) }
+}
+
+pub fn build_spec(
+    args: &RunArgs,
+    matches: &ArgMatches,
+    plan: Option<&Plan>,
+    init_env: &[(String, String)],
+) -> Result<Built, String> {
+    let mut user = UserView::new(args.user.clone(), args.uid, args.gid.unwrap_or(args.uid));
+    if let Some(home_path) = &args.home_path {
+        if !home_path.starts_with('/') {
+            return Err(format!("--home-path {home_path:?}: must be an absolute path"));
+        }
+        user.home = home_path.clone();
+    }
+    if let Some(plan) = plan {
+        run_inputs::patch_user_view(&mut user, plan.env_patch(), args, matches)?;
+    }
+    user.validate().map_err(|e| format!("{}: {e}", user_flag(args)))?;
+    let layout = Layout::new(user.home.clone());
+
+    // The manifest's WORKSPACE "." bind, when there is one, decides the workspace.
+    let (workspace, workspace_access) = match plan.and_then(Plan::workspace) {
+        Some((dir, access)) => (dir.to_path_buf(), run_inputs::access(access)),
+        None => (
+            match &args.workspace {
+                Some(dir) => dir.clone(),
+                None => std::env::current_dir()
+                    .map_err(|e| format!("--workspace: cannot use the current directory: {e}"))?,
+            },
+            Access::Rw,
+        ),
+    };
+    check_dir("--workspace", &workspace)?;
+    let home = match &args.home {
+        Some(dir) => {
+            check_dir("--home", dir)?;
+            Home::Bind(dir.clone())
+        }
+        None => Home::Tmpfs,
+    };
+
+    let mut builder = SandboxBuilder::new(args.command[0].clone())
+        .args(args.command[1..].iter().cloned())
+        .user(user.clone())
+        .home(home)
+        .network(match args.network {
+            NetworkArg::On => Network::On,
+            NetworkArg::Off | NetworkArg::None => Network::Off,
+        })
+        .security(security(args)?)
+        .hostname(args.hostname.clone())
+        .new_session(!args.keep_session);
+    builder = match workspace_access {
+        Access::Rw => builder.workspace(workspace),
+        // A read-only workspace is a plain bind; the command still starts there.
+        Access::Ro => builder
+            .mount(MountOp::Bind { src: workspace, dst: sandbox::WORKSPACE.into(), access: Access::Ro })
+            .cwd(sandbox::WORKSPACE),
+    };
+    if let Some(dir) = &args.chdir {
+        builder = builder.cwd(dir.clone());
+    }
+    if args.map_uid.is_some() || args.map_gid.is_some() {
+        // SAFETY: geteuid/getegid cannot fail.
+        let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        if euid != 0 {
+            return Err(
+                "--map-uid/--map-gid: only a root caller can map the sandbox user onto other host ids".into(),
+            );
+        }
+        builder = builder
+            .map_to_host(HostIds { uid: args.map_uid.unwrap_or(euid), gid: args.map_gid.unwrap_or(egid) });
+    }
+    for op in extra_mounts(args, matches) {
+        builder = builder.mount(op);
+    }
+    let mut binds = HashMap::new();
+    if let Some(plan) = plan {
+        builder = run_inputs::add_mounts(builder, plan, &layout, &mut binds);
+    }
+    for (key, value) in environment(args)? {
+        builder = builder.env(key, value);
+    }
+    for (key, value) in run_inputs::environment(args, &user, plan.map(Plan::env_patch), init_env)? {
+        builder = builder.env(key, value);
+    }
+    let spec = builder.build().map_err(|e| e.to_string())?;
+    Ok(Built { spec, layout, binds })
+}
+
+/// The user view from `--user`, `--uid`, `--gid` and `--home-path`.
+pub fn user_view(args: &RunArgs) -> Result<UserView, String> {
+    let mut user = UserView::new(args.user.clone(), args.uid, args.gid.unwrap_or(args.uid));
+    if let Some(home_path) = &args.home_path {
+        if !home_path.starts_with('/') {
+            return Err(format!("--home-path {home_path:?}: must be an absolute path"));
+        }
+        user.home = home_path.clone();
+    }
+    user.validate().map_err(|e| format!("{}: {e}", user_flag(args)))?;
+    Ok(user)
+}
+
+/// `--seccomp`, `--landlock`, `--network none` and the limits.
+fn security(args: &RunArgs) -> Result<Security, String> {
+    let seccomp = SeccompPolicy::parse(&args.seccomp).map_err(|e| format!("--seccomp: {e}"))?;
+    let flag = |name: &str, r: Result<u64, String>| r.map_err(|e| format!("{name}: {e}"));
+    let l = &args.provider.limits;
+    let limits = Limits {
+        memory: l.memory.as_deref().map(|m| flag("--memory", parse_size(m))).transpose()?,
+        cpu_millis: l.cpus.map(|c| flag("--cpus", parse_cpus(&c.to_string()))).transpose()?,
+        pids: l.pids,
+        nofile: args.nofile,
+        timeout_ms: args
+            .timeout
+            .as_deref()
+            .map(|t| flag("--timeout", parse_duration(t).map(|d| d.as_millis().max(1) as u64)))
+            .transpose()?,
+        kill_after_ms: match &args.timeout {
+            Some(_) => {
+                Some(flag("--kill-after", parse_duration(&args.kill_after).map(|d| d.as_millis() as u64))?)
+            }
+            None => None,
+        },
+    };
+    if l.pids == Some(0) || args.nofile == Some(0) {
+        return Err("--pids/--nofile: must be more than 0".into());
+    }
+    Ok(Security {
+        seccomp,
+        allow_ptrace: args.allow_ptrace,
+        landlock: match args.landlock {
+            LandlockArg::Off => LandlockMode::Off,
+            LandlockArg::BestEffort => LandlockMode::BestEffort,
+            LandlockArg::Require => LandlockMode::Require,
+        },
+        no_ip: args.network == NetworkArg::None,
+        limits,
+    })
+}
+
+fn user_flag(args: &RunArgs) -> &'static str {
+    if args.home_path.is_some() { "--home-path" } else { "--user" }
+}
+
+pub fn check_dir(flag: &str, dir: &PathBuf) -> Result<(), String> {
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(format!("{flag} {}: not a directory", dir.display())),
+        Err(e) => Err(format!("{flag} {}: {}", dir.display(), sandbox::error::io_error_text(&e))),
+    }
+}
+
+/// `--ro-bind`, `--bind` and `--tmpfs` in command-line order, as bubblewrap
+/// applies them: a later mount may cover an earlier one.
+pub fn extra_mounts(args: &RunArgs, matches: &ArgMatches) -> Vec<MountOp> {
+    let mut ops: Vec<(usize, MountOp)> = Vec::new();
+    let pairs = |id: &str, values: &[String]| -> Vec<(usize, String, String)> {
+        let indices: Vec<usize> = matches.indices_of(id).map(|i| i.collect()).unwrap_or_default();
+        values.chunks(2).zip(indices.chunks(2)).map(|(v, i)| (i[0], v[0].clone(), v[1].clone())).collect()
+    };
+    for (at, src, dst) in pairs("ro_bind", &args.ro_bind) {
+        ops.push((at, MountOp::Bind { src: src.into(), dst, access: Access::Ro }));
+    }
+    for (at, src, dst) in pairs("bind", &args.bind) {
+        ops.push((at, MountOp::Bind { src: src.into(), dst, access: Access::Rw }));
+    }
+    let tmpfs_at: Vec<usize> = matches.indices_of("tmpfs").map(|i| i.collect()).unwrap_or_default();
+    for (dst, at) in args.tmpfs.iter().zip(tmpfs_at) {
+        ops.push((at, MountOp::Tmpfs { dst: dst.clone(), mode: 0o755, owned_by_user: true, size: None }));
+    }
+    ops.sort_by_key(|(at, _)| *at);
+    ops.into_iter().map(|(_, op)| op).collect()
+}
+
+/// The variables the CLI adds to the builder's base (user view and PATH)
+/// outside the allowlist: TERM and `--pass-env` (naming a key there is
+/// allowing it). `--env` and `--env-file` go through `run_inputs::environment`.
+pub fn environment(args: &RunArgs) -> Result<Vec<(String, String)>, String> {
+    let mut env = Vec::new();
+    for key in PASSED_BY_DEFAULT.iter().copied().chain(args.pass_env.iter().map(String::as_str)) {
+        if key.is_empty() || key.contains('=') {
+            return Err(format!("--pass-env {key:?}: not a variable name"));
+        }
+        if let Ok(value) = std::env::var(key) {
+            env.push((key.to_string(), value));
+        }
+    }
+    Ok(env)
+}
