@@ -41,6 +41,30 @@ fn init(script: &str) -> Value {
                 "target": {"root": "WORKSPACE", "path": "notes/readme.txt"}}]}})
 }
 
+/// `[sandbox]` lines for the docker provider. The busybox test image has
+/// no python3 or bash: the host's /usr and loader are bound read-only for
+/// the scripted agent. `more` goes before the volume tables.
+fn docker_extra(more: &str) -> String {
+    format!(
+        "provider = \"container_oci\"\nimage = \"{}\"\nenv = {{ PATH = \"/usr/bin:/bin\" }}\n{more}\n\
+         [[sandbox.volumes]]\nhostPath = \"/usr\"\nguestPath = \"/usr\"\nreadOnly = true\n\
+         [[sandbox.volumes]]\nhostPath = \"/usr/lib\"\nguestPath = \"/lib\"\nreadOnly = true\n\
+         [[sandbox.volumes]]\nhostPath = \"/usr/lib64\"\nguestPath = \"/lib64\"\nreadOnly = true\n",
+        docker_support::image()
+    )
+}
+
+/// Removes docker containers when dropped.
+struct Containers(Vec<String>);
+
+impl Drop for Containers {
+    fn drop(&mut self) {
+        for name in &self.0 {
+            let _ = docker_support::docker(&["rm", "-f", name]);
+        }
+    }
+}
+
 /// Sends a prompt and waits for its result.
 async fn prompt(b: &Backend, run: &str, id: &str, session: Value, text: &str) -> Value {
     b.send(&json!({"type":"prompt_send","run_id":run,"prompt_id":id,"session_id":session,"cwd":"/workspace",
@@ -360,16 +384,7 @@ async fn docker_agent_end_to_end() {
         }
     }
     let _rm = Rm(name.clone());
-    // The busybox test image has no python3 or bash: the host's /usr and
-    // loader are bound read-only for the scripted agent.
-    let sandbox_extra = format!(
-        "provider = \"container_oci\"\nimage = \"{}\"\nenv = {{ PATH = \"/usr/bin:/bin\" }}\n\
-         [[sandbox.volumes]]\nhostPath = \"/usr\"\nguestPath = \"/usr\"\nreadOnly = true\n\
-         [[sandbox.volumes]]\nhostPath = \"/usr/lib\"\nguestPath = \"/lib\"\nreadOnly = true\n\
-         [[sandbox.volumes]]\nhostPath = \"/usr/lib64\"\nguestPath = \"/lib64\"\nreadOnly = true\n",
-        docker_support::image()
-    );
-    let cfg = acp_config(&s, &backend.url, "", &sandbox_extra);
+    let cfg = acp_config(&s, &backend.url, "", &docker_extra(""));
     let mut daemon = Daemon::start(&s, "proxy", &cfg);
     backend.registered(0, 20 * SECS).await;
     run_lifecycle(&backend, &s, &run, &mut daemon, &cfg).await;
@@ -408,4 +423,148 @@ async fn unprivileged_and_nested_daemons_run_agents() {
         );
         assert!(daemon.stop().success(), "{}", daemon.stderr());
     }
+}
+
+/// Every file under `dir` (following no links), for "is the secret in
+/// there" checks.
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else { return out };
+    for e in entries.flatten() {
+        let t = e.file_type().unwrap();
+        if t.is_dir() {
+            out.extend(files_under(&e.path()));
+        } else if t.is_file() {
+            out.push(e.path());
+        }
+    }
+    out
+}
+
+/// The per-run scratch, the agent's state directory across runs, and a
+/// secret file at /run/secrets, on one provider.
+async fn mounts_scenario(docker: bool) {
+    if docker {
+        docker_support::require_engine();
+    }
+    let backend = Backend::start().await;
+    let b = &backend;
+    let s = Scratch::new(if docker { "acp-mounts-docker" } else { "acp-mounts" });
+    let tag = format!("{}{}", if docker { "md" } else { "mn" }, std::process::id());
+    let (run1, run2) = (format!("{tag}a"), format!("{tag}b"));
+    let _containers = Containers(vec![format!("tuixiu-run-{run1}"), format!("tuixiu-run-{run2}")]);
+    let secret = format!("sk-file-secret-{}-{tag}-0123456789", std::process::id());
+    let secret_file = s.dir.join("token.secret");
+    std::fs::write(&secret_file, format!("{secret}\n")).unwrap();
+    std::fs::set_permissions(&secret_file, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let secrets = format!("secretFiles = {{ token = \"{}\" }}", secret_file.display());
+    let sandbox_extra = if docker { docker_extra(&secrets) } else { secrets };
+    let cfg = acp_config(&s, &b.url, "", &sandbox_extra);
+    // The scripted agent keeps its sessions in ~/.scripted-agent.
+    let env = [("ACP_PROXY_AGENT_STATE_PATH", "/home/agent/.scripted-agent")];
+    let mut daemon = Daemon::start_env(&s, "proxy", &cfg, &env);
+    b.registered(0, 20 * SECS).await;
+
+    // A SCRATCH item lands before the init script and the agent see it.
+    let mut init1 = init("cat /scratch/in/s.txt; echo; ls -ld /scratch | cut -c1-10");
+    init1["agentInputs"]["items"].as_array_mut().unwrap().push(json!({"id": "scratch-note", "apply": "writeFile",
+        "source": {"type": "inlineText", "text": "from scratch"}, "target": {"root": "SCRATCH", "path": "in/s.txt"}}));
+    b.send(&json!({"type":"acp_open","run_id":run1,"cwd":"/workspace","init":init1,
+        "instance_name":format!("tuixiu-run-{run1}"),"keepalive_ttl_seconds":600}));
+    let opened = b.wait_type("acp_opened", "run_id", &json!(run1), 60 * SECS).await;
+    assert_eq!(opened["ok"], true, "{opened}\n{}", daemon.stderr());
+    let texts: Vec<String> =
+        contents(b, "text").iter().map(|c| c["text"].as_str().unwrap().to_string()).collect();
+    assert!(texts.contains(&"[init:stdout] from scratch".to_string()), "{texts:?}");
+    assert!(texts.contains(&"[init:stdout] drwx------".to_string()), "a private scratch: {texts:?}");
+
+    let script = [
+        r#"term {"command":"cat /scratch/in/s.txt; echo; echo t > /scratch/t && echo wrote; sha256sum /run/secrets/token | cut -c1-64; (echo x > /run/secrets/token) 2>/dev/null || echo read-only"}"#,
+        "stderrfile /run/secrets/token",
+        r#"call fs/read_text_file {"path":"/run/secrets/token"}"#,
+        r#"call fs/read_text_file {"path":"/scratch/in/s.txt"}"#,
+        r#"call fs/read_text_file {"path":"/home/agent/.scripted-agent/sessions.json"}"#,
+    ]
+    .join("\n");
+    let r = prompt(b, &run1, "p1", Value::Null, &script).await;
+    assert_eq!(r["ok"], true, "{r}\n{}", daemon.stderr());
+    let session = r["session_id"].as_str().unwrap().to_string();
+    let rep = reports(b, "p1");
+    let digest = {
+        let out = std::process::Command::new("sha256sum").arg(&secret_file).output().unwrap();
+        String::from_utf8_lossy(&out.stdout)[..64].to_string()
+    };
+    assert_eq!(rep[0]["tail"], format!("from scratch\nwrote\n{digest}\nread-only\n"), "{}", rep[0]);
+    for (i, what) in [(1, "/run/secrets/token"), (2, "/scratch/in/s.txt")] {
+        assert_eq!(
+            rep[i]["error"]["code"], -32602,
+            "fs/* stay in the workspace and home: {what}: {}",
+            rep[i]
+        );
+    }
+    // fs/* see the agent's state directory where the agent does.
+    assert!(rep[3]["result"]["content"].as_str().unwrap_or("").contains(&session), "{}", rep[3]);
+    let stderr_line = b
+        .wait_for("the agent's stderr", 10 * SECS, |m| {
+            m.msg["content"]["type"] == "text"
+                && m.msg["content"]["text"]
+                    .as_str()
+                    .is_some_and(|t| t.starts_with("[agent:stderr] [REDACTED]"))
+        })
+        .await;
+    assert_eq!(stderr_line.msg["content"]["text"], "[agent:stderr] [REDACTED]");
+    // The agent's sessions are in the daemon's per-agent directory.
+    let state_file = s.state.join("agents/proxy-test/state/sessions.json");
+    assert!(std::fs::read_to_string(&state_file).unwrap().contains(&session));
+
+    // The instance goes: its scratch goes with it; the agent's state stays.
+    let r = b
+        .control(json!({"action":"remove","run_id":run1,"instance_name":format!("tuixiu-run-{run1}")}))
+        .await;
+    assert_eq!(r["ok"], true, "{r}");
+    let scratch = s.state.join(format!("scratch/{run1}"));
+    for _ in 0..100 {
+        if !scratch.exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!scratch.exists(), "{} outlived its instance", scratch.display());
+    assert!(state_file.exists());
+
+    // Another run, another sandbox and home: the agent loads the session
+    // from its state directory.
+    assert_eq!(open(b, &run2, "true").await["ok"], true, "{}", daemon.stderr());
+    let r = prompt(b, &run2, "p2", json!(session), "say loaded").await;
+    assert_eq!(r["ok"], true, "{r}\n{}", daemon.stderr());
+    assert_eq!(r["session_id"], session.as_str(), "{r}");
+    assert_eq!(r["session_recreated_from"], Value::Null, "{r}");
+    let replayed: Vec<Value> = b
+        .received()
+        .iter()
+        .filter(|m| m.msg["prompt_id"] == "p2" && m.msg["update"]["sessionUpdate"] == "user_message_chunk")
+        .map(|m| m.msg["update"]["content"]["text"].clone())
+        .collect();
+    assert_eq!(replayed, [json!(script)], "session/load replayed the first run's prompt");
+
+    // The secret: not in the workspaces, homes or messages, not in the log.
+    for f in files_under(&s.root) {
+        let bytes = std::fs::read(&f).unwrap();
+        assert!(!String::from_utf8_lossy(&bytes).contains(&secret), "secret in {}", f.display());
+    }
+    for m in b.received() {
+        assert!(!m.msg.to_string().contains(&secret), "secret in {}", m.msg);
+    }
+    assert!(daemon.stop().success());
+    assert!(!daemon.stderr().contains(&secret));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn native_scratch_agent_state_and_secret_files() {
+    mounts_scenario(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docker_scratch_agent_state_and_secret_files() {
+    mounts_scenario(true).await;
 }

@@ -130,6 +130,13 @@ impl GuestFs {
         Ok(GuestFs { mounts, allowed, owner })
     }
 
+    /// Also shows `dir` at guest path `guest` (nested in an allowed root),
+    /// without making it an allowed root of its own.
+    pub fn with_mount(mut self, guest: &str, dir: &Path) -> Result<GuestFs, String> {
+        self.mounts.push((components(guest), open_dir(dir)?));
+        Ok(self)
+    }
+
     fn is_allowed(&self, comps: &[String]) -> bool {
         self.allowed.iter().any(|a| comps.len() >= a.len() && comps[..a.len()] == a[..])
     }
@@ -197,6 +204,17 @@ impl GuestFs {
                 }
                 continue;
             };
+            // A mount nested in another one (the agent's state directory in
+            // the home of a docker instance) hides what is below it.
+            if self.mounts.len() > 1 {
+                let mut next = cur.clone();
+                next.push(c.clone());
+                if let Some(fd) = self.mount_at(&next) {
+                    cur = next;
+                    fds.push(fd?);
+                    continue;
+                }
+            }
             let name = CString::new(c.as_bytes()).map_err(|_| FsError::BadPath("NUL in path".into()))?;
             let opened = nix::fcntl::openat(
                 dir.as_fd(),

@@ -6,6 +6,7 @@
 //! agent directly, never queued behind a prompt.
 
 use std::collections::HashMap;
+use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +29,20 @@ use crate::provider::{AnyProvider, ProcessSpec, Provider, Stdio};
 const PROMPT_TIMEOUT_DEFAULT: u64 = 3_600_000;
 const PROMPT_TIMEOUT_MIN: u64 = 5_000;
 const PROMPT_TIMEOUT_MAX: u64 = 86_400_000;
+
+/// How agentInputs are planned here: host paths only under
+/// `workspaceHostRoot`, relative URIs against the backend's origin.
+pub fn inputs_config(d: &Daemon) -> Result<inputs::Config, String> {
+    let root = d.cfg.sandbox.workspace_host_root.clone();
+    Ok(inputs::Config {
+        host_paths: inputs::HostAllowlist::new(std::slice::from_ref(&root))?,
+        base_dir: root,
+        base_url: super::config::url_parts(&d.cfg.orchestrator_url).ok().and_then(|p| {
+            let scheme = if p.scheme == "wss" { "https" } else { "http" };
+            url::Url::parse(&format!("{scheme}://{}:{}/", p.host, p.port)).ok()
+        }),
+    })
+}
 
 /// The agent's environment: init.env → user view → envPatch → allowlist.
 pub fn run_env(
@@ -132,15 +147,7 @@ impl Lane {
         manifest: crate::manifest::Manifest,
     ) -> Result<(), String> {
         let d = &self.d;
-        let root = d.cfg.sandbox.workspace_host_root.clone();
-        let config = inputs::Config {
-            host_paths: inputs::HostAllowlist::new(std::slice::from_ref(&root))?,
-            base_dir: root.clone(),
-            base_url: super::config::url_parts(&d.cfg.orchestrator_url).ok().and_then(|p| {
-                let scheme = if p.scheme == "wss" { "https" } else { "http" };
-                url::Url::parse(&format!("{scheme}://{}:{}/", p.host, p.port)).ok()
-            }),
-        };
+        let config = inputs_config(d)?;
         let plan = inputs::Plan::new(manifest, &config).map_err(|e| e.to_string())?;
         if plan.items().iter().all(|p| matches!(p.step, inputs::Step::Workspace { .. })) {
             return Ok(());
@@ -179,15 +186,38 @@ impl Lane {
         let docker_user = (d.cfg.sandbox.provider == ProviderChoice::Docker).then(|| state_user(state));
         let layout = inputs::Layout::new(state.home_guest.clone());
         let (ws, home) = (state.workspace.clone(), state.home.clone());
+        let scratch = super::mounts::scratch_dir_of(d, &self.run_id);
         let run = self.run_id.clone();
         // Downloads and checkouts block: off the daemon's thread.
         tokio::task::spawn_blocking(move || {
             let fetched = plan.fetch(&options).map_err(|e| e.to_string())?;
+            // The roots by descriptors opened now, as the daemon's user:
+            // the docker user writing below cannot search the (private)
+            // state directory that holds the scratch.
+            let handles = std::iter::once(&ws)
+                .chain([&home])
+                .chain(scratch.as_ref())
+                .map(|dir| {
+                    nix::fcntl::open(
+                        dir.as_path(),
+                        nix::fcntl::OFlag::O_PATH
+                            | nix::fcntl::OFlag::O_DIRECTORY
+                            | nix::fcntl::OFlag::O_CLOEXEC,
+                        nix::sys::stat::Mode::empty(),
+                    )
+                    .map_err(|e| {
+                        format!("open {}: {}", dir.display(), sandbox::error::io_error_text(&e.into()))
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let by_fd = |i: usize| {
+                handles.get(i).map(|fd| PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd())))
+            };
             let mut dest = inputs::HostDirs {
                 layout,
-                workspace: Some(ws),
-                home: Some(home),
-                scratch: None,
+                workspace: by_fd(0),
+                home: by_fd(1),
+                scratch: by_fd(2),
                 binds_are_volumes: true,
             };
             let mut audit = inputs::Audit::log_only();
@@ -418,10 +448,16 @@ impl Lane {
                 let owner = matches!(other, AnyProvider::Docker(_)).then(|| state_user(state));
                 // SAFETY: geteuid cannot fail.
                 let owner = owner.filter(|_| unsafe { libc::geteuid() } == 0);
-                let fs = GuestFs::host_dirs(
+                let mut fs = GuestFs::host_dirs(
                     &[(sandbox::WORKSPACE, &state.workspace), (&state.home_guest, &state.home)],
                     owner,
                 );
+                // The agent's state directory is mounted over part of its
+                // home (usually): fs/* must see what the agent sees there.
+                if let (Some(guest), AnyProvider::Docker(_)) = (&d.cfg.agent.state_path, other) {
+                    let host = super::mounts::agent_state_dir(&d);
+                    fs = fs.and_then(|fs| fs.with_mount(guest, &host));
+                }
                 (process, fs, None)
             }
         };
@@ -627,6 +663,3 @@ impl Agents {
         };
     }
 }
-
-#[allow(dead_code)]
-fn unused(_: PathBuf) {}

@@ -710,6 +710,22 @@ impl Config {
             }
             Some(other) => return Err(r.err("sandbox.secretFiles", format!("expected a table, got {other}"))),
         };
+        if provider == ProviderChoice::Host {
+            // host_process has no mount namespace: nothing can be shown at
+            // a guest path, so these would silently not exist.
+            if agent.state_path.is_some() {
+                return Err(r.err(
+                    "agent.statePath",
+                    "needs a provider with mounts (native or container_oci), not host_process",
+                ));
+            }
+            if !secret_files.is_empty() {
+                return Err(r.err(
+                    "sandbox.secretFiles",
+                    "needs a provider with mounts (native or container_oci), not host_process",
+                ));
+            }
+        }
         let permission_policy = match r.string("", "permission_policy")?.as_deref() {
             None => {
                 if provider == ProviderChoice::Host {

@@ -10,6 +10,7 @@
 //! | [`outbox`] | the bounded FIFO of everything the daemon sends, kept across disconnects |
 //! | [`protocol`] | serde types of every message both ways |
 //! | [`runs`] | one lane per run: ordered processing, run state, keepalive, persistence |
+//! | [`mounts`] | what every instance gets besides the workspace and home: `/scratch`, the agent's state directory, `/run/secrets/<name>` |
 //! | [`persist`] | run state files written by one blocking worker, latest content first |
 //! | [`control`] | every `sandbox_control` action and its protections |
 //! | [`inventory`] | `sandbox_inventory` and `workspace_inventory` |
@@ -25,6 +26,7 @@ pub mod control;
 pub mod identity;
 pub mod inventory;
 pub mod link;
+pub mod mounts;
 pub mod outbox;
 pub mod persist;
 pub mod protocol;
@@ -89,6 +91,9 @@ impl Daemon {
             if crate::env::SECRET_KEYS.contains(&k.as_str()) {
                 redactor.add(v);
             }
+        }
+        for secret in mounts::secret_values(&cfg.sandbox.secret_files) {
+            redactor.add(&secret);
         }
         let runs_dir = state.join("runs");
         Ok(Daemon {

@@ -451,26 +451,39 @@ impl Lane {
             chown_new(&workspace, &user);
             chown_new(&home, &user);
         }
+        // The manifest's binds are the instance's: a read-only WORKSPACE
+        // bind shows the workspace read-only, other bindMount items are
+        // mounted where they target (binds are fixed when the instance is
+        // made; the applier only records them).
+        let (workspace_read_only, manifest_binds) = match effective_init.as_ref() {
+            Some(init) => manifest_binds(&self.d, init, &home_guest)?,
+            None => (false, Vec::new()),
+        };
+        let run_mounts = super::mounts::prepare(&self.d, &self.run_id, &user, &home_guest)?;
+        let mut mounts: Vec<Mount> = self
+            .d
+            .cfg
+            .sandbox
+            .volumes
+            .iter()
+            .map(|v| Mount::Bind {
+                src: v.host_path.clone(),
+                dst: v.guest_path.clone(),
+                access: if v.read_only { sandbox::Access::Ro } else { sandbox::Access::Rw },
+            })
+            .collect();
+        mounts.extend(run_mounts);
+        mounts.extend(manifest_binds);
         let config = InstanceConfig {
             image: match self.d.cfg.sandbox.provider {
                 super::config::ProviderChoice::Docker => self.d.cfg.sandbox.image.clone(),
                 _ => None,
             },
             home: Some(home.clone()),
+            workspace_read_only,
             user,
             network: self.d.cfg.sandbox.network,
-            mounts: self
-                .d
-                .cfg
-                .sandbox
-                .volumes
-                .iter()
-                .map(|v| Mount::Bind {
-                    src: v.host_path.clone(),
-                    dst: v.guest_path.clone(),
-                    access: if v.read_only { sandbox::Access::Ro } else { sandbox::Access::Rw },
-                })
-                .collect(),
+            mounts,
             env: self.d.cfg.sandbox.env.clone(),
             ..InstanceConfig::new(name.clone(), self.run_id.clone(), workspace.clone())
         };
@@ -607,9 +620,11 @@ impl Lane {
         super::persist::Persister::write(&self.d, &self.run_id, self.state_path(), Some(bytes));
     }
 
-    /// Drops the run's state, in memory and on disk.
+    /// Drops the run's state, in memory and on disk, with the files the
+    /// daemon kept for its instance (scratch, staged secrets).
     pub fn forget(&mut self) {
         self.state = None;
+        super::mounts::discard(&self.d, &self.run_id);
         super::persist::Persister::write(&self.d, &self.run_id, self.state_path(), None);
     }
 }
@@ -731,6 +746,31 @@ fn workspace_from_init(init: Option<&Value>, env: &HashMap<String, String>) -> O
     env.get("TUIXIU_WORKSPACE").map(PathBuf::from).filter(|p| p.is_absolute())
 }
 
+/// From a run's `init.agentInputs`: whether the WORKSPACE `"."` bind is
+/// read-only, and the other bindMount items as instance mounts.
+fn manifest_binds(d: &Daemon, init: &Value, home_guest: &str) -> Result<(bool, Vec<Mount>), String> {
+    let Some(value) = init.get("agentInputs").filter(|v| !v.is_null()) else {
+        return Ok((false, Vec::new()));
+    };
+    let manifest = crate::manifest::parse_value(value).map_err(|e| e.to_string())?;
+    let plan =
+        crate::inputs::Plan::new(manifest, &super::agent::inputs_config(d)?).map_err(|e| e.to_string())?;
+    let layout = crate::inputs::Layout::new(home_guest.to_string());
+    let read_only = plan.workspace().is_some_and(|(_, a)| a == crate::manifest::Access::Ro);
+    let binds = plan
+        .binds()
+        .map(|(_, planned, host, access)| Mount::Bind {
+            src: host.canonical.clone(),
+            dst: layout.guest(planned.item.target.root, &planned.item.target.path),
+            access: match access {
+                crate::manifest::Access::Ro => sandbox::Access::Ro,
+                crate::manifest::Access::Rw => sandbox::Access::Rw,
+            },
+        })
+        .collect();
+    Ok((read_only, binds))
+}
+
 /// The sandbox user's name from env pairs (the bwrap provider's rules).
 pub fn user_name(env: &[(String, String)]) -> String {
     let get =
@@ -763,7 +803,7 @@ fn user_view(env: &HashMap<String, String>, home: &str) -> Result<sandbox::UserV
 
 /// Gives a directory the daemon just created to the container user (docker
 /// runs processes as that uid, unlike the native sandbox's id map).
-fn chown_new(dir: &Path, user: &sandbox::UserView) {
+pub(super) fn chown_new(dir: &Path, user: &sandbox::UserView) {
     // SAFETY: geteuid cannot fail.
     if unsafe { libc::geteuid() } != 0 {
         return;

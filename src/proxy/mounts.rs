@@ -1,0 +1,184 @@
+//! What the daemon mounts into every run's instance besides `/workspace`,
+//! the home and `sandbox.volumes`:
+//!
+//! | guest path | host side | access |
+//! |---|---|---|
+//! | `/scratch` | `<state>/scratch/<run_id>` (0700), the manifest's SCRATCH root | rw |
+//! | `agent.statePath` | `<state>/agents/<agent id>/state` (0700), shared by the agent's runs | rw |
+//! | `/run/secrets/<name>` | `[sandbox.secretFiles]` (native: the file itself; docker: a 0400 copy owned by the container user) | ro |
+//!
+//! The scratch is a host directory rather than a tmpfs (which `run
+//! --manifest` uses): SCRATCH items land before the agent starts, and the
+//! init script, the agent and its terminals are separate processes that
+//! must all see them. It lives as long as the instance and is removed with
+//! it ([`discard`]).
+//!
+//! The agent's state directory keeps what the agent itself stores (its
+//! session files, e.g. `~/.codex/sessions`) across runs and sandboxes, so
+//! `session/load` finds a session after the sandbox was recreated (seed 004
+//! §4, §6.2). It is shared by every run of this daemon's agent: an agent
+//! can read the sessions of its other runs, which is what it needs to load
+//! them. It is opt-in (`agent.statePath`).
+//!
+//! Secret files never pass through the workspace or the home, and their
+//! content is added to the redactor, so an agent echoing one on stderr
+//! shows `[REDACTED]`.
+
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use sandbox::{Access, UserView};
+
+use super::Daemon;
+use super::config::ProviderChoice;
+use crate::provider::Mount;
+
+/// Guest directory of the secret files.
+pub const SECRETS_DIR: &str = "/run/secrets";
+/// Guest path of the SCRATCH root.
+pub const SCRATCH_DIR: &str = crate::manifest::SCRATCH_DIR;
+/// Largest secret file read for redaction (bigger ones are mounted, not redacted).
+const REDACT_MAX: u64 = 64 * 1024;
+
+fn scratch_dir(d: &Daemon, run_id: &str) -> PathBuf {
+    d.cfg.state_dir.join("scratch").join(run_id)
+}
+
+fn secrets_dir(d: &Daemon, run_id: &str) -> PathBuf {
+    d.cfg.state_dir.join("secrets").join(run_id)
+}
+
+/// The host directory behind `/scratch` of run `run_id` (`None` for the
+/// host provider, which cannot show it there).
+pub fn scratch_dir_of(d: &Daemon, run_id: &str) -> Option<PathBuf> {
+    (d.cfg.sandbox.provider != ProviderChoice::Host).then(|| scratch_dir(d, run_id))
+}
+
+/// `<state>/agents/<agent id>/state` (the proxy id is validated: letters,
+/// digits, `_.-`).
+pub fn agent_state_dir(d: &Daemon) -> PathBuf {
+    d.cfg.state_dir.join("agents").join(&d.proxy_id).join("state")
+}
+
+fn private_dir(dir: &Path) -> Result<(), String> {
+    super::identity::private_dir(dir).map_err(|e| e.to_string())
+}
+
+/// Makes the host directories and files and returns the mounts for the
+/// run's instance. `home_guest` is the run's home: the state directory
+/// must lie below it or elsewhere, never over it.
+pub fn prepare(d: &Daemon, run_id: &str, user: &UserView, home_guest: &str) -> Result<Vec<Mount>, String> {
+    let provider = d.cfg.sandbox.provider;
+    if provider == ProviderChoice::Host {
+        // No mount namespace: nothing can be shown at a guest path (the
+        // config refuses statePath and secretFiles with this provider).
+        return Ok(Vec::new());
+    }
+    let docker = provider == ProviderChoice::Docker;
+    let mut mounts = Vec::new();
+
+    let scratch = scratch_dir(d, run_id);
+    private_dir(&scratch)?;
+    if docker {
+        super::runs::chown_new(&scratch, user);
+    }
+    mounts.push(Mount::Bind { src: scratch.clone(), dst: SCRATCH_DIR.into(), access: Access::Rw });
+
+    if let Some(guest) = &d.cfg.agent.state_path {
+        if sandbox::guest_path::is_within(home_guest, guest) {
+            return Err(format!(
+                "agent.statePath {guest} would hide the run's home {home_guest}: \
+                     mount it below the home (e.g. {home_guest}/.codex/sessions) or elsewhere"
+            ));
+        }
+        let host = agent_state_dir(d);
+        private_dir(&host)?;
+        if docker {
+            super::runs::chown_new(&host, user);
+        }
+        mounts.push(Mount::Bind { src: host, dst: guest.clone(), access: Access::Rw });
+    }
+
+    if !d.cfg.sandbox.secret_files.is_empty() {
+        let staged = secrets_dir(d, run_id);
+        if docker {
+            private_dir(&staged)?;
+        }
+        for (name, file) in &d.cfg.sandbox.secret_files {
+            let src = if docker { stage_secret(file, &staged.join(name), user)? } else { file.clone() };
+            mounts.push(Mount::Bind { src, dst: format!("{SECRETS_DIR}/{name}"), access: Access::Ro });
+        }
+    }
+    Ok(mounts)
+}
+
+/// A copy of secret `file` at `dst`, 0400 and owned by the container user
+/// (there is no user namespace between the host and a container: the
+/// original, often root's 0600, would be unreadable inside). Rewritten in
+/// place when the original changed, so the bind (of this inode) shows the
+/// new content.
+fn stage_secret(file: &Path, dst: &Path, user: &UserView) -> Result<PathBuf, String> {
+    let content = std::fs::read(file)
+        .map_err(|e| format!("secret file {}: {}", file.display(), sandbox::error::io_error_text(&e)))?;
+    if std::fs::read(dst).is_ok_and(|old| old == content) {
+        return Ok(dst.to_path_buf());
+    }
+    let what = |e: std::io::Error| {
+        format!("staging secret {}: {}", dst.display(), sandbox::error::io_error_text(&e))
+    };
+    let _ = std::fs::set_permissions(dst, std::fs::Permissions::from_mode(0o600));
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(dst)
+        .map_err(what)?;
+    f.write_all(&content).map_err(what)?;
+    f.set_permissions(std::fs::Permissions::from_mode(0o400)).map_err(what)?;
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        std::os::unix::fs::fchown(&f, Some(user.uid), Some(user.gid)).map_err(what)?;
+    }
+    Ok(dst.to_path_buf())
+}
+
+/// The contents of the secret files, for the redactor.
+pub fn secret_values(files: &[(String, PathBuf)]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (name, path) in files {
+        match std::fs::metadata(path) {
+            Ok(m) if m.len() <= REDACT_MAX => match std::fs::read_to_string(path) {
+                Ok(text) => out.push(text.trim().to_string()),
+                Err(e) => tracing::warn!("sandbox.secretFiles.{name}: cannot read it for redaction: {e}"),
+            },
+            Ok(_) => tracing::warn!(
+                "sandbox.secretFiles.{name}: larger than {REDACT_MAX} bytes, so its content is not redacted from logs"
+            ),
+            Err(e) => tracing::warn!("sandbox.secretFiles.{name}: {e}"),
+        }
+    }
+    out
+}
+
+/// Removes the run's scratch and staged secrets (its instance is gone):
+/// renamed aside at once, so a new instance of the same run starts empty,
+/// and deleted off the daemon's thread (a scratch can be large).
+pub fn discard(d: &Daemon, run_id: &str) {
+    for dir in [scratch_dir(d, run_id), secrets_dir(d, run_id)] {
+        let trash = dir.with_file_name(format!(".{run_id}.removed-{}", uuid::Uuid::new_v4().simple()));
+        match std::fs::rename(&dir, &trash) {
+            Ok(()) => {
+                tokio::task::spawn_blocking(move || {
+                    if let Err(e) = std::fs::remove_dir_all(&trash) {
+                        tracing::warn!("removing {}: {e}", trash.display());
+                    }
+                });
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => tracing::warn!("run {run_id}: removing {}: {e}", dir.display()),
+        }
+    }
+}
