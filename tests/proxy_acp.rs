@@ -4,35 +4,14 @@
 mod docker_support;
 mod proxy_support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
+use proxy_support::agent::{acp_config, chunks, contents, files_under, prompt, reports};
 use proxy_support::{Backend, Daemon, SECS, Scratch};
 use serde_json::{Value, json};
 
 const SECRET: &str = "sk-acp-test-secret-77";
-const AGENT: &str = include_str!("fixtures/scripted_agent.py");
-
-/// Writes the agent where every caller can read it; returns its directory.
-fn agent_dir(s: &Scratch) -> PathBuf {
-    let dir = s.dir.join("agent");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("scripted_agent.py"), AGENT).unwrap();
-    dir
-}
-
-fn acp_config(s: &Scratch, url: &str, extra: &str, sandbox_extra: &str) -> String {
-    let dir = agent_dir(s);
-    s.config(
-        url,
-        &format!("agent_command = [\"python3\", \"/agent/scripted_agent.py\"]\nagent_shutdown_grace_seconds = 1\n{extra}"),
-        &format!(
-            "terminalEnabled = true\n{sandbox_extra}\n[[sandbox.volumes]]\nhostPath = \"{}\"\nguestPath = \"/agent\"\nreadOnly = true\n",
-            dir.display()
-        ),
-    )
-}
-
 fn init(script: &str) -> Value {
     json!({"script": script, "timeout_seconds": 30,
            "env": {"OPENAI_API_KEY": SECRET, "GH_TOKEN": format!("gh-{SECRET}"), "TUIXIU_RUN_ID": "x", "USER_HOME": "/home/agent"},
@@ -63,36 +42,6 @@ impl Drop for Containers {
             let _ = docker_support::docker(&["rm", "-f", name]);
         }
     }
-}
-
-/// Sends a prompt and waits for its result.
-async fn prompt(b: &Backend, run: &str, id: &str, session: Value, text: &str) -> Value {
-    b.send(&json!({"type":"prompt_send","run_id":run,"prompt_id":id,"session_id":session,"cwd":"/workspace",
-        "prompt":[{"type":"text","text":text}],"timeout_ms":60000}));
-    b.wait_type("prompt_result", "prompt_id", &json!(id), 60 * SECS).await
-}
-
-/// The texts of the agent_message_chunk updates of prompt `id`, in order.
-fn chunks(b: &Backend, id: &str) -> Vec<String> {
-    b.received()
-        .iter()
-        .filter(|r| r.msg["type"] == "acp_update" && r.msg["prompt_id"] == id)
-        .filter(|r| r.msg["update"]["sessionUpdate"] == "agent_message_chunk")
-        .map(|r| r.msg["update"]["content"]["text"].as_str().unwrap_or("").to_string())
-        .collect()
-}
-
-/// The reports of `call`/`term` lines of prompt `id`.
-fn reports(b: &Backend, id: &str) -> Vec<Value> {
-    chunks(b, id).iter().filter_map(|t| serde_json::from_str::<Value>(t).ok()).collect()
-}
-
-fn contents(b: &Backend, kind: &str) -> Vec<Value> {
-    b.received()
-        .iter()
-        .filter(|r| r.msg["type"] == "proxy_update" && r.msg["content"]["type"] == kind)
-        .map(|r| r.msg["content"].clone())
-        .collect()
 }
 
 async fn open(b: &Backend, run: &str, script: &str) -> Value {
@@ -423,22 +372,6 @@ async fn unprivileged_and_nested_daemons_run_agents() {
         );
         assert!(daemon.stop().success(), "{}", daemon.stderr());
     }
-}
-
-/// Every file under `dir` (following no links), for "is the secret in
-/// there" checks.
-fn files_under(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dir) else { return out };
-    for e in entries.flatten() {
-        let t = e.file_type().unwrap();
-        if t.is_dir() {
-            out.extend(files_under(&e.path()));
-        } else if t.is_file() {
-            out.push(e.path());
-        }
-    }
-    out
 }
 
 /// The per-run scratch, the agent's state directory across runs, and a

@@ -124,6 +124,8 @@ impl Lane {
             None => sandbox::WORKSPACE.to_string(),
         };
 
+        // TUIXIU_REPO_URL: the workspace becomes a checkout first.
+        self.prepare_repo(&state, &init).await?;
         // agentInputs, in order, into the host directories behind the
         // instance (binds were declared when the instance was made).
         self.apply_inputs(&state, manifest).await?;
@@ -139,6 +141,27 @@ impl Lane {
             self.init_script(&state, &env, script, timeout).await?;
         }
         self.start_agent(&state, env, cwd).await
+    }
+
+    /// Host-side git preparation of the workspace (`repo.rs`); a failure is
+    /// also an `init_step` `init` `failed`, as the Node proxy reports it.
+    async fn prepare_repo(&self, state: &RunState, init: &Value) -> Result<(), String> {
+        let d = &self.d;
+        let env = super::runs::init_env(Some(init));
+        let fail = |e: String| {
+            self.step("init", "failed", Some(e.clone()));
+            format!("git: {e}")
+        };
+        let Some(req) =
+            super::repo::Request::from_env(&env, &d.cfg.sandbox.workspace_host_root).map_err(fail)?
+        else {
+            return Ok(());
+        };
+        // SAFETY: geteuid cannot fail.
+        let root = unsafe { libc::geteuid() } == 0;
+        let owner = (d.cfg.sandbox.provider == ProviderChoice::Docker && root).then(|| state_user(state));
+        let step = |stage: &str, status: &str, message: Option<String>| self.step(stage, status, message);
+        super::repo::prepare(d, &req, &state.workspace, &env, owner, &step).await.map_err(fail)
     }
 
     async fn apply_inputs(

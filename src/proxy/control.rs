@@ -19,8 +19,7 @@
 //!   config could run programs or redirect credentials, and has a timeout.
 
 use std::collections::BTreeSet;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,6 +28,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::oneshot;
 
 use super::Daemon;
+use super::gitenv::{GitEnv, check_branch};
 use super::inventory;
 use super::protocol::{ControlResult, DeletedWorkspace, InventoryRef, SandboxControl, str_field};
 use super::runs::{self, Job, Lane, resolve_under_root, valid_run_id};
@@ -558,20 +558,6 @@ fn decode_hex(s: &str) -> Option<Vec<u8>> {
 
 // ---------------------------------------------------------------- git_push
 
-/// A branch name git would accept and that cannot become an option.
-fn check_branch(b: &str) -> Result<(), String> {
-    let bad = b.is_empty()
-        || b.starts_with(['-', '/', '.'])
-        || b.ends_with(['/', '.'])
-        || b.ends_with(".lock")
-        || b.contains("..")
-        || b.contains("//")
-        || b.contains("@{")
-        || b == "@"
-        || b.chars().any(|c| c.is_control() || c.is_whitespace() || "~^:?*[\\".contains(c));
-    if bad { Err(format!("branch {b:?} is not a valid branch name")) } else { Ok(()) }
-}
-
 fn check_remote(r: &str) -> Result<(), String> {
     let ok = r.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
         && r.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
@@ -593,30 +579,6 @@ fn tail(bytes: &[u8], d: &Daemon) -> String {
     }
     format!("...{}", &text[start..])
 }
-
-/// A private temporary directory, removed on drop.
-struct TempDir(PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn write_file(path: &Path, text: &str, mode: u32) -> Result<(), String> {
-    use std::io::Write;
-    let mut f = std::fs::OpenOptions::new()
-        .create_new(true)
-        .write(true)
-        .mode(mode)
-        .open(path)
-        .map_err(|e| format!("create {}: {}", path.display(), sandbox::error::io_error_text(&e)))?;
-    f.write_all(text.as_bytes()).map_err(|e| format!("write {}: {e}", path.display()))
-}
-
-/// The askpass helper: answers git's prompts from variables, so the
-/// password is in no file and no argv.
-const ASKPASS: &str = "#!/bin/sh\ncase \"$1\" in\n  Username*|username*) printf '%s\\n' \"$TUIXIU_ASKPASS_USERNAME\" ;;\n  *) printf '%s\\n' \"$TUIXIU_ASKPASS_PASSWORD\" ;;\nesac\n";
 
 async fn git_push(lane: &mut Lane, c: &SandboxControl, out: &mut Map<String, Value>) -> Result<(), Failure> {
     let d = lane.d.clone();
@@ -659,87 +621,12 @@ async fn git_push(lane: &mut Lane, c: &SandboxControl, out: &mut Map<String, Val
         return Err(format!("workspace {} is not a git checkout", ws.display()).into());
     }
 
-    let tmp = d.cfg.state_dir.join("tmp").join(format!("git-{}", uuid::Uuid::new_v4()));
-    super::identity::private_dir(&tmp).map_err(|e| e.to_string())?;
-    let tmp = TempDir(tmp);
-    let mut cmd_env: Vec<(String, String)> = vec![
-        ("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()),
-        ("HOME".into(), tmp.0.display().to_string()),
-        ("LANG".into(), "C".into()),
-        ("GIT_TERMINAL_PROMPT".into(), "0".into()),
-        ("GCM_INTERACTIVE".into(), "Never".into()),
-        ("GIT_CONFIG_NOSYSTEM".into(), "1".into()),
-    ];
-    let ssh = get("TUIXIU_GIT_AUTH_MODE").is_some_and(|m| m.eq_ignore_ascii_case("ssh"));
-    if ssh {
-        let command =
-            match (get("TUIXIU_GIT_SSH_COMMAND"), get("TUIXIU_GIT_SSH_KEY_B64"), get("TUIXIU_GIT_SSH_KEY")) {
-                (Some(cmd), _, _) => cmd,
-                (None, b64, key) => {
-                    let key = match (b64, key) {
-                        (Some(b64), _) => {
-                            use base64::Engine;
-                            let bytes = base64::engine::general_purpose::STANDARD
-                                .decode(b64.trim())
-                                .map_err(|_| "TUIXIU_GIT_SSH_KEY_B64 is not base64".to_string())?;
-                            String::from_utf8(bytes)
-                                .map_err(|_| "TUIXIU_GIT_SSH_KEY_B64 is not a text key".to_string())?
-                        }
-                        (None, Some(key)) => key,
-                        (None, None) => {
-                            return Err("ssh auth needs TUIXIU_GIT_SSH_KEY(_B64) or TUIXIU_GIT_SSH_COMMAND"
-                                .to_string()
-                                .into());
-                        }
-                    };
-                    let path = tmp.0.join("id");
-                    let key = if key.ends_with('\n') { key } else { format!("{key}\n") };
-                    write_file(&path, &key, 0o600)?;
-                    format!(
-                        "ssh -i {} -o IdentitiesOnly=yes -o StrictHostKeyChecking=accept-new",
-                        path.display()
-                    )
-                }
-            };
-        cmd_env.push(("GIT_SSH_COMMAND".into(), command));
-    } else {
-        // Even without credentials, a repository's core.sshCommand must not
-        // run: the variable takes precedence over the config.
-        cmd_env.push(("GIT_SSH_COMMAND".into(), "ssh".into()));
-        if let Some(password) = get("TUIXIU_GIT_HTTP_PASSWORD") {
-            let askpass = tmp.0.join("askpass");
-            write_file(&askpass, ASKPASS, 0o700)?;
-            let _ = std::fs::set_permissions(&askpass, std::fs::Permissions::from_mode(0o700));
-            cmd_env.push(("GIT_ASKPASS".into(), askpass.display().to_string()));
-            cmd_env.push((
-                "TUIXIU_ASKPASS_USERNAME".into(),
-                get("TUIXIU_GIT_HTTP_USERNAME").unwrap_or_else(|| "x-access-token".into()),
-            ));
-            cmd_env.push(("TUIXIU_ASKPASS_PASSWORD".into(), password));
-        }
-    }
+    let genv = GitEnv::new(&d.cfg.state_dir, &get)?;
     // The workspace is agent-writable: its config must not get to run
     // commands on the host or redirect the credentials.
-    let ws_text = ws.display().to_string();
-    let hardening = [
-        "core.hooksPath=/dev/null".to_string(),
-        "core.fsmonitor=false".into(),
-        "core.askPass=".into(),
-        "credential.helper=".into(),
-        "protocol.ext.allow=never".into(),
-        format!("safe.directory={ws_text}"),
-    ];
     let git = |args: &[&str]| {
-        let mut cmd = tokio::process::Command::new("git");
-        cmd.env_clear();
-        cmd.envs(cmd_env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-        for h in &hardening {
-            cmd.arg("-c").arg(h);
-        }
+        let mut cmd = genv.command(Some(&ws));
         cmd.arg("-C").arg(&ws).args(args);
-        cmd.stdin(std::process::Stdio::null());
-        cmd.process_group(0);
-        cmd.kill_on_drop(true);
         cmd
     };
     // Repository config that could run a command on the host or send the
@@ -846,28 +733,6 @@ mod tests {
             hmac_hex("Jefe", b"what do ya want for nothing?"),
             "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
         );
-    }
-
-    #[test]
-    fn askpass_answers_from_the_environment() {
-        let dir = std::env::temp_dir().join(format!("tuixiu-askpass-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let script = dir.join("askpass");
-        let _ = std::fs::remove_file(&script);
-        write_file(&script, ASKPASS, 0o700).unwrap();
-        let ask = |prompt: &str| {
-            let out = std::process::Command::new(&script)
-                .arg(prompt)
-                .env_clear()
-                .env("TUIXIU_ASKPASS_USERNAME", "x-access-token")
-                .env("TUIXIU_ASKPASS_PASSWORD", "pa ss'word")
-                .output()
-                .unwrap();
-            String::from_utf8(out.stdout).unwrap()
-        };
-        assert_eq!(ask("Username for 'https://github.com': "), "x-access-token\n");
-        assert_eq!(ask("Password for 'https://x-access-token@github.com': "), "pa ss'word\n");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -13,6 +13,8 @@
 //! | [`mounts`] | what every instance gets besides the workspace and home: `/scratch`, the agent's state directory, `/run/secrets/<name>` |
 //! | [`persist`] | run state files written by one blocking worker, latest content first |
 //! | [`control`] | every `sandbox_control` action and its protections |
+//! | [`gitenv`] | host git processes: credentials through askpass/ssh key files, hardening, deadlines |
+//! | [`repo`] | the workspace made a checkout of `TUIXIU_REPO_URL` (clone, or from a per-URL cache) |
 //! | [`inventory`] | `sandbox_inventory` and `workspace_inventory` |
 //!
 //! Threading: one tokio current-thread runtime. Nothing here enters a
@@ -23,6 +25,7 @@ pub mod agent;
 pub mod auth;
 pub mod config;
 pub mod control;
+pub mod gitenv;
 pub mod identity;
 pub mod inventory;
 pub mod link;
@@ -30,6 +33,7 @@ pub mod mounts;
 pub mod outbox;
 pub mod persist;
 pub mod protocol;
+pub mod repo;
 pub mod runs;
 pub mod tls;
 

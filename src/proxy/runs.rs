@@ -713,7 +713,7 @@ fn check_init(v: &Value) -> Result<Value, String> {
 }
 
 /// `init.env` as strings (non-strings stringified, null → "").
-fn init_env(init: Option<&Value>) -> HashMap<String, String> {
+pub(super) fn init_env(init: Option<&Value>) -> HashMap<String, String> {
     let mut out = HashMap::new();
     if let Some(env) = init.and_then(|i| i.get("env")).and_then(Value::as_object) {
         for (k, v) in env {

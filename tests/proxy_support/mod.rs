@@ -6,6 +6,7 @@
 
 #![allow(dead_code)]
 
+pub mod agent;
 #[path = "../install/mod.rs"]
 mod install;
 use std::net::SocketAddr;

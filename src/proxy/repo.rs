@@ -1,0 +1,450 @@
+//! Host-side git preparation of a run's workspace (reference §1.3.10):
+//! when `init.env` carries `TUIXIU_REPO_URL`, the workspace is made a
+//! checkout of `TUIXIU_RUN_BRANCH` (created from `origin/<TUIXIU_BASE_BRANCH>`,
+//! default `main`) before agentInputs land, reported as `init_step` stages
+//! `auth`, `clone`, `checkout`, `ready`.
+//!
+//! Two modes, as the Node proxy has them:
+//!
+//! * `TUIXIU_WORKSPACE_MODE=clone`: `git clone --branch <base>
+//!   --single-branch` of the repository into the workspace;
+//! * otherwise (`worktree`, the default): from a cache of the repository
+//!   kept per URL in `<state>/git-cache/` (a bare clone, fetched under an
+//!   exclusive lock so concurrent runs of one repository take turns), then
+//!   a standalone clone of the cache into the workspace, whose `origin` is
+//!   set back to the repository's URL. Each run's network transfer is one
+//!   incremental fetch. Unlike the Node proxy this is not a `git worktree`:
+//!   a worktree's metadata, refs and objects live in the shared base
+//!   repository, which would have to be writable inside every run's
+//!   sandbox at its host path, so one agent could rewrite the branches,
+//!   objects and configuration that the other runs and the daemon's own
+//!   git use. Here every workspace owns its `.git` and the cache is never
+//!   visible to an agent.
+//!
+//! A workspace that already is a checkout is left as it is (`clone` and
+//! `checkout` reported `skip`): a reopened run keeps its commits and
+//! uncommitted work (the Node proxy fetched and reset the run branch to the
+//! base). A workspace that is neither empty nor a checkout is refused,
+//! never deleted.
+//!
+//! Safety: the URL must be https, http, ssh (URL or `user@host:path`),
+//! git, or a local repository under `workspaceHostRoot` (a path or
+//! `file://`); transport helpers (`ext::`) and options are refused, and a
+//! password in the URL is refused (it would be on git's command line).
+//! Credentials reach git through [`super::gitenv`] only; git's output is
+//! redacted before it is reported. The daemon runs git only on
+//! repositories it made itself (the cache, a fresh clone), never on one the
+//! agent could have changed.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use sha2::Digest;
+
+use super::Daemon;
+use super::gitenv::{self, GitEnv};
+
+/// The whole preparation (lock wait excluded).
+const TIMEOUT: Duration = Duration::from_secs(600);
+/// How long a run waits for another one holding the cache of its repository.
+const LOCK_WAIT: Duration = Duration::from_secs(300);
+/// Output of a failed git kept in the error (its tail).
+const ERROR_TAIL: usize = 2000;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Clone,
+    Cached,
+}
+
+/// What `init.env` asks for.
+#[derive(Clone, Debug)]
+pub struct Request {
+    pub url: String,
+    pub branch: String,
+    pub base: String,
+    pub mode: Mode,
+    /// `GIT_ALLOW_PROTOCOL` for fetching `url`.
+    protocols: &'static str,
+}
+
+impl Request {
+    /// `None` without `TUIXIU_REPO_URL`; an error names what is wrong.
+    pub fn from_env(env: &HashMap<String, String>, root: &Path) -> Result<Option<Request>, String> {
+        let get = |k: &str| env.get(k).map(|v| v.trim()).filter(|v| !v.is_empty());
+        let Some(url) = get("TUIXIU_REPO_URL") else { return Ok(None) };
+        let branch = get("TUIXIU_RUN_BRANCH")
+            .ok_or("TUIXIU_RUN_BRANCH is required with TUIXIU_REPO_URL (缺少 TUIXIU_RUN_BRANCH)")?;
+        gitenv::check_branch(branch).map_err(|e| format!("TUIXIU_RUN_BRANCH: {e}"))?;
+        let base = get("TUIXIU_BASE_BRANCH").unwrap_or("main");
+        gitenv::check_branch(base).map_err(|e| format!("TUIXIU_BASE_BRANCH: {e}"))?;
+        let mode = match get("TUIXIU_WORKSPACE_MODE") {
+            Some(m) if m.eq_ignore_ascii_case("clone") => Mode::Clone,
+            _ => Mode::Cached,
+        };
+        let protocols = check_url(url, root)?;
+        Ok(Some(Request { url: url.to_string(), branch: branch.into(), base: base.into(), mode, protocols }))
+    }
+}
+
+/// Which transports `url` needs, or why it is refused.
+fn check_url(url: &str, root: &Path) -> Result<&'static str, String> {
+    let refuse = |why: &str| Err(format!("TUIXIU_REPO_URL {url:?}: {why}"));
+    if url.starts_with('-') || url.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        return refuse("not a repository URL");
+    }
+    let local = |path: &Path| -> Result<&'static str, String> {
+        let real = std::fs::canonicalize(path)
+            .map_err(|e| format!("TUIXIU_REPO_URL {url:?}: {}", sandbox::error::io_error_text(&e)))?;
+        if real.starts_with(root) {
+            Ok("file")
+        } else {
+            Err(format!(
+                "TUIXIU_REPO_URL {url:?}: a local repository must be under sandbox.workspaceHostRoot ({})",
+                root.display()
+            ))
+        }
+    };
+    if url.starts_with('/') {
+        return local(Path::new(url));
+    }
+    match url::Url::parse(url) {
+        Ok(u) => {
+            if u.password().is_some() {
+                return refuse(
+                    "carries a password, which would be on git's command line: \
+                     give it in TUIXIU_GIT_HTTP_PASSWORD instead",
+                );
+            }
+            match u.scheme() {
+                "https" | "http" | "ssh" | "git" => Ok("https:http:ssh:git"),
+                "file" => local(Path::new(u.path())),
+                other => refuse(&format!("the {other}:// transport is not allowed")),
+            }
+        }
+        // scp-like `user@host:path`: ssh. (`x::y` is a transport helper.)
+        Err(_) if !url.contains("::") && url.split_once(':').is_some_and(|(h, _)| !h.contains('/')) => {
+            Ok("ssh")
+        }
+        Err(_) => refuse("not a repository URL (https://, ssh://, user@host:path, or a local path)"),
+    }
+}
+
+/// One git step's failure: what git said (its tail), redacted.
+fn failed(d: &Daemon, what: &str, out: &std::process::Output) -> String {
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stderr), String::from_utf8_lossy(&out.stdout));
+    let text = d.redact(text.trim());
+    let mut start = text.len().saturating_sub(ERROR_TAIL);
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    let code = out.status.code().map_or_else(|| "killed".to_string(), |c| format!("exit {c}"));
+    format!("git {what} failed ({code}): {}", &text[start..])
+}
+
+/// Prepares `workspace` for `req`, reporting stages through `step(stage,
+/// status, message)`. `owner`: give the tree to these ids afterwards (a
+/// docker container's user). On failure the workspace is left as empty as
+/// it was found.
+pub async fn prepare(
+    d: &Daemon,
+    req: &Request,
+    workspace: &Path,
+    env: &HashMap<String, String>,
+    owner: Option<(u32, u32)>,
+    step: &(dyn Fn(&str, &str, Option<String>) + Sync),
+) -> Result<(), String> {
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    step("auth", "start", None);
+    let get = |k: &str| env.get(k).filter(|v| !v.is_empty()).cloned();
+    let genv =
+        GitEnv::new(&d.cfg.state_dir, &get).inspect_err(|e| step("auth", "failed", Some(e.clone())))?;
+    step("auth", "done", None);
+
+    if std::fs::symlink_metadata(workspace.join(".git")).is_ok() {
+        let note = Some("the workspace is already a git checkout; left as it is".to_string());
+        step("clone", "skip", note.clone());
+        step("checkout", "skip", note);
+        step("ready", "done", None);
+        return Ok(());
+    }
+    let empty = std::fs::read_dir(workspace)
+        .map_err(|e| format!("{}: {}", workspace.display(), sandbox::error::io_error_text(&e)))?
+        .next()
+        .is_none();
+    if !empty {
+        return Err(format!(
+            "the workspace {} is neither empty nor a git checkout: refusing to replace it \
+             (remove it with remove_workspace to start over)",
+            workspace.display()
+        ));
+    }
+    let result = async {
+        step("clone", "start", None);
+        clone(d, req, &genv, workspace, deadline)
+            .await
+            .inspect_err(|e| step("clone", "failed", Some(e.clone())))?;
+        step("clone", "done", None);
+        step("checkout", "start", None);
+        checkout(d, req, &genv, workspace, deadline)
+            .await
+            .inspect_err(|e| step("checkout", "failed", Some(e.clone())))?;
+        step("checkout", "done", None);
+        Ok::<(), String>(())
+    }
+    .await;
+    if let Err(e) = result {
+        empty_dir(workspace);
+        return Err(e);
+    }
+    if let Some((uid, gid)) = owner {
+        let ws = workspace.to_path_buf();
+        tokio::task::spawn_blocking(move || chown_tree(&ws, uid, gid))
+            .await
+            .map_err(|e| format!("chown the checkout: {e}"))??;
+    }
+    step("ready", "done", None);
+    Ok(())
+}
+
+async fn git_ok(
+    d: &Daemon,
+    what: &str,
+    cmd: tokio::process::Command,
+    deadline: tokio::time::Instant,
+) -> Result<(), String> {
+    let out = gitenv::output(cmd, deadline)
+        .await
+        .map_err(|e| format!("git {what}: {e} (the preparation has {} s in all)", TIMEOUT.as_secs()))?;
+    if out.status.success() { Ok(()) } else { Err(failed(d, what, &out)) }
+}
+
+async fn clone(
+    d: &Daemon,
+    req: &Request,
+    genv: &GitEnv,
+    workspace: &Path,
+    deadline: tokio::time::Instant,
+) -> Result<(), String> {
+    let ws = workspace.as_os_str();
+    match req.mode {
+        Mode::Clone => {
+            let mut cmd = genv.command(None);
+            cmd.env("GIT_ALLOW_PROTOCOL", req.protocols);
+            cmd.args(["clone", "--quiet", "--template=", "--single-branch", "--branch", &req.base, "--"]);
+            cmd.arg(&req.url).arg(ws);
+            git_ok(d, "clone", cmd, deadline).await
+        }
+        Mode::Cached => {
+            let cache = refresh_cache(d, req, genv, deadline).await?;
+            let mut cmd = genv.command(None);
+            cmd.env("GIT_ALLOW_PROTOCOL", "file");
+            cmd.args([
+                "clone",
+                "--quiet",
+                "--template=",
+                "--no-hardlinks",
+                "--single-branch",
+                "--branch",
+                &req.base,
+                "--",
+            ]);
+            cmd.arg(&cache).arg(ws);
+            git_ok(d, "clone (from the cache)", cmd, deadline).await?;
+            let mut cmd = genv.command(Some(workspace));
+            cmd.arg("-C").arg(ws).args(["remote", "set-url", "origin", "--", &req.url]);
+            git_ok(d, "remote set-url", cmd, deadline).await
+        }
+    }
+}
+
+/// The cache of `req.url` with `req.base` fetched now; made if missing.
+async fn refresh_cache(
+    d: &Daemon,
+    req: &Request,
+    genv: &GitEnv,
+    deadline: tokio::time::Instant,
+) -> Result<PathBuf, String> {
+    let dir = d.cfg.state_dir.join("git-cache");
+    super::identity::private_dir(&dir).map_err(|e| e.to_string())?;
+    let key = hex::encode(&sha2::Sha256::digest(req.url.as_bytes())[..16]);
+    let _lock = lock(&dir.join(format!("{key}.lock"))).await?;
+    let cache = dir.join(format!("{key}.git"));
+    if cache.is_dir() {
+        let mut cmd = genv.command(None);
+        cmd.env("GIT_ALLOW_PROTOCOL", req.protocols);
+        let refspec = format!("+refs/heads/{0}:refs/heads/{0}", req.base);
+        // No automatic gc in the cache: clones never depend on it, but a
+        // repack while another run clones would only cost time.
+        cmd.arg("-C").arg(&cache).args(["-c", "gc.auto=0", "fetch", "--quiet", "--prune", "--no-tags", "--"]);
+        cmd.arg(&req.url).arg(refspec);
+        git_ok(d, "fetch (the cache)", cmd, deadline).await?;
+    } else {
+        let tmp = dir.join(format!(".{key}.{}", uuid::Uuid::new_v4().simple()));
+        let mut cmd = genv.command(None);
+        cmd.env("GIT_ALLOW_PROTOCOL", req.protocols);
+        cmd.args([
+            "clone",
+            "--quiet",
+            "--bare",
+            "--template=",
+            "--single-branch",
+            "--no-tags",
+            "--branch",
+            &req.base,
+        ]);
+        cmd.arg("--").arg(&req.url).arg(&tmp);
+        let made = git_ok(d, "clone (the cache)", cmd, deadline).await;
+        let made = made.and_then(|()| {
+            std::fs::rename(&tmp, &cache).map_err(|e| format!("rename the cache into place: {e}"))
+        });
+        if let Err(e) = made {
+            let _ = std::fs::remove_dir_all(&tmp);
+            return Err(e);
+        }
+    }
+    Ok(cache)
+}
+
+/// An exclusive `flock` on `path`, waited for up to [`LOCK_WAIT`] (the
+/// kernel releases it if the holder dies, unlike a lock file).
+async fn lock(path: &Path) -> Result<nix::fcntl::Flock<std::fs::File>, String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| format!("open {}: {}", path.display(), sandbox::error::io_error_text(&e)))?;
+    let give_up = tokio::time::Instant::now() + LOCK_WAIT;
+    let mut file = file;
+    loop {
+        match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => return Ok(lock),
+            Err((f, nix::errno::Errno::EWOULDBLOCK)) if tokio::time::Instant::now() < give_up => {
+                file = f;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err((_, e)) => {
+                return Err(format!(
+                    "the repository cache is busy (flock {}: {e}) after {} s",
+                    path.display(),
+                    LOCK_WAIT.as_secs()
+                ));
+            }
+        }
+    }
+}
+
+async fn checkout(
+    d: &Daemon,
+    req: &Request,
+    genv: &GitEnv,
+    workspace: &Path,
+    deadline: tokio::time::Instant,
+) -> Result<(), String> {
+    let run = |start: Option<String>| {
+        let mut cmd = genv.command(Some(workspace));
+        cmd.arg("-C").arg(workspace).args(["checkout", "--quiet", "-B", &req.branch]);
+        if let Some(start) = start {
+            cmd.arg(start);
+        }
+        cmd.arg("--");
+        cmd
+    };
+    match git_ok(d, "checkout", run(Some(format!("origin/{}", req.base))), deadline).await {
+        Ok(()) => Ok(()),
+        // No such remote branch (an empty repository): the branch starts here.
+        Err(first) => git_ok(d, "checkout", run(None), deadline).await.map_err(|_| first),
+    }
+}
+
+/// Removes everything in `dir` (which was empty before we started).
+fn empty_dir(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for e in entries.flatten() {
+        let p = e.path();
+        let r = match e.file_type() {
+            Ok(t) if t.is_dir() => std::fs::remove_dir_all(&p),
+            _ => std::fs::remove_file(&p),
+        };
+        if let Err(err) = r {
+            tracing::warn!("cleaning {} after a failed git preparation: {err}", p.display());
+        }
+    }
+}
+
+/// `lchown -R`: never follows a symlink out of the tree.
+fn chown_tree(dir: &Path, uid: u32, gid: u32) -> Result<(), String> {
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(p) = todo.pop() {
+        std::os::unix::fs::lchown(&p, Some(uid), Some(gid))
+            .map_err(|e| format!("chown {}: {}", p.display(), sandbox::error::io_error_text(&e)))?;
+        let meta = std::fs::symlink_metadata(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+        if meta.is_dir() {
+            for e in std::fs::read_dir(&p).map_err(|e| format!("{}: {e}", p.display()))? {
+                todo.push(e.map_err(|e| format!("{}: {e}", p.display()))?.path());
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        let root = std::env::temp_dir().join(format!("tuixiu-repo-urls-{}", std::process::id()));
+        std::fs::create_dir_all(root.join("r.git")).unwrap();
+        let root = std::fs::canonicalize(&root).unwrap();
+        for ok in [
+            "https://github.com/a/b.git",
+            "http://127.0.0.1:8080/r.git",
+            "ssh://git@h/a/b",
+            "git@github.com:a/b.git",
+        ] {
+            assert!(check_url(ok, &root).is_ok(), "{ok}");
+        }
+        assert_eq!(check_url(&root.join("r.git").display().to_string(), &root).unwrap(), "file");
+        assert_eq!(check_url(&format!("file://{}", root.join("r.git").display()), &root).unwrap(), "file");
+        for bad in [
+            "https://user:pw@github.com/a/b.git",
+            "ext::sh -c touch% /tmp/pwned",
+            "ext::sh",
+            "-uhttps://x",
+            "/etc",
+            "file:///etc",
+            "ftp://h/r.git",
+            "relative/path",
+            "https://h/a b",
+        ] {
+            assert!(check_url(bad, &root).is_err(), "{bad}");
+        }
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn requests_from_env() {
+        let root = std::env::temp_dir();
+        let env = |pairs: &[(&str, &str)]| -> HashMap<String, String> {
+            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        };
+        assert!(Request::from_env(&env(&[]), &root).unwrap().is_none());
+        let url = ("TUIXIU_REPO_URL", "https://h/r.git");
+        assert!(Request::from_env(&env(&[url]), &root).unwrap_err().contains("TUIXIU_RUN_BRANCH"));
+        let r = Request::from_env(&env(&[url, ("TUIXIU_RUN_BRANCH", "run/1")]), &root).unwrap().unwrap();
+        assert_eq!((r.base.as_str(), r.mode), ("main", Mode::Cached));
+        let r = Request::from_env(
+            &env(&[url, ("TUIXIU_RUN_BRANCH", "run/1"), ("TUIXIU_WORKSPACE_MODE", "clone")]),
+            &root,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(r.mode, Mode::Clone);
+        assert!(Request::from_env(&env(&[url, ("TUIXIU_RUN_BRANCH", "--force")]), &root).is_err());
+    }
+}
