@@ -501,3 +501,66 @@ async fn native_scratch_agent_state_and_secret_files() {
 async fn docker_scratch_agent_state_and_secret_files() {
     mounts_scenario(true).await;
 }
+
+/// bindMount items are the instance's mounts: another host directory at
+/// its target, read-only when asked; a read-only WORKSPACE bind keeps the
+/// workspace read-only for the agent, its terminals and fs/*.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn manifest_binds_are_mounted_with_their_access() {
+    let backend = Backend::start().await;
+    let b = &backend;
+    let s = Scratch::new("acp-binds");
+    let cfg = acp_config(&s, &b.url, "", "");
+    let mut daemon = Daemon::start(&s, "proxy", &cfg);
+    b.registered(0, 20 * SECS).await;
+    let data = s.root.join("shared-data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("x.txt"), "shared").unwrap();
+    let ws = s.root.join("run-b2");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(ws.join("given.txt"), "given").unwrap();
+    let open_items = |run: &str, items: Value| {
+        b.send(&json!({"type":"acp_open","run_id":run,"cwd":"/workspace","instance_name":format!("tuixiu-run-{run}"),
+            "init":{"env":{"USER_HOME":"/home/agent"},"agentInputs":{"version":1,"items":items}}}));
+    };
+    open_items(
+        "b1",
+        json!([{"id":"data","apply":"bindMount","access":"ro","source":{"type":"hostPath","path":data},
+                "target":{"root":"USER_HOME","path":"data"}}]),
+    );
+    let r = b.wait_type("acp_opened", "run_id", &json!("b1"), 60 * SECS).await;
+    assert_eq!(r["ok"], true, "{r}\n{}", daemon.stderr());
+    let r = prompt(
+        b,
+        "b1",
+        "p1",
+        Value::Null,
+        r#"term {"command":"cat ~/data/x.txt; echo; (touch ~/data/y) 2>/dev/null || echo read-only"}"#,
+    )
+    .await;
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(reports(b, "p1")[0]["tail"], "shared\nread-only\n");
+    assert!(!data.join("y").exists());
+
+    open_items(
+        "b2",
+        json!([{"id":"workspace","apply":"bindMount","access":"ro","source":{"type":"hostPath","path":ws},
+                "target":{"root":"WORKSPACE","path":"."}}]),
+    );
+    let r = b.wait_type("acp_opened", "run_id", &json!("b2"), 60 * SECS).await;
+    assert_eq!(r["ok"], true, "{r}\n{}", daemon.stderr());
+    let script = [
+        r#"term {"command":"cat /workspace/given.txt; echo; (touch /workspace/z) 2>/dev/null || echo read-only"}"#,
+        r#"call fs/write_text_file {"path":"/workspace/w.txt","content":"x"}"#,
+        r#"call fs/read_text_file {"path":"/workspace/given.txt"}"#,
+    ]
+    .join("\n");
+    let r = prompt(b, "b2", "p2", Value::Null, &script).await;
+    assert_eq!(r["ok"], true, "{r}");
+    let rep = reports(b, "p2");
+    assert_eq!(rep[0]["tail"], "given\nread-only\n");
+    assert!(rep[1]["error"]["message"].as_str().unwrap_or("").contains("EROFS"), "{}", rep[1]);
+    assert_eq!(rep[2]["result"]["content"], "given");
+    assert!(!ws.join("z").exists() && !ws.join("w.txt").exists());
+    assert!(daemon.stop().success());
+}

@@ -284,6 +284,7 @@ pub fn main(opts: Options) -> u8 {
             report(&format!("proxy: {e}"));
             return sandbox::EXIT_SETUP_FAILED;
         }
+        mounts::sweep_leftovers(&daemon);
         tracing::info!(
             "proxy {} starting: provider {}, state {}, workspaces {}",
             daemon.proxy_id,

@@ -182,3 +182,36 @@ pub fn discard(d: &Daemon, run_id: &str) {
         }
     }
 }
+
+/// At startup: what a previous daemon left half-removed (scratch and
+/// staged secrets renamed aside) and the private directories of git
+/// operations it did not finish (they may hold an SSH key).
+pub fn sweep_leftovers(d: &Daemon) {
+    let state = &d.cfg.state_dir;
+    let mut doomed = Vec::new();
+    for (dir, is_leftover) in [
+        (
+            state.join("scratch"),
+            (|n: &str| n.starts_with('.') && n.contains(".removed-")) as fn(&str) -> bool,
+        ),
+        (state.join("secrets"), |n: &str| n.starts_with('.') && n.contains(".removed-")),
+        (state.join("tmp"), |n: &str| n.starts_with("git-")),
+    ] {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for e in entries.flatten() {
+            if e.file_name().to_str().is_some_and(is_leftover) {
+                doomed.push(e.path());
+            }
+        }
+    }
+    if doomed.is_empty() {
+        return;
+    }
+    tokio::task::spawn_blocking(move || {
+        for path in doomed {
+            if let Err(e) = std::fs::remove_dir_all(&path) {
+                tracing::warn!("removing the leftover {}: {e}", path.display());
+            }
+        }
+    });
+}
