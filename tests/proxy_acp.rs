@@ -564,3 +564,24 @@ async fn manifest_binds_are_mounted_with_their_access() {
     assert!(!ws.join("z").exists() && !ws.join("w.txt").exists());
     assert!(daemon.stop().success());
 }
+
+/// An agent writing faster than the link sends waits for room in the
+/// outbox instead of losing its oldest updates: a small outbox, a burst
+/// much larger than it, every update delivered in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn update_bursts_wait_for_the_link_instead_of_dropping() {
+    let backend = Backend::start().await;
+    let b = &backend;
+    let s = Scratch::new("acp-burst");
+    let cfg = acp_config(&s, &b.url, "outbox_max_messages = 64", "");
+    let mut daemon = Daemon::start(&s, "proxy", &cfg);
+    b.registered(0, 20 * SECS).await;
+    assert_eq!(open(b, "u1", "true").await["ok"], true, "{}", daemon.stderr());
+    let r = prompt(b, "u1", "p1", Value::Null, "updates 5000\nsay done").await;
+    assert_eq!(r["ok"], true, "{r}");
+    let mut want: Vec<String> = (0..5000).map(|i| format!("u{i}")).collect();
+    want.push("done".into());
+    assert_eq!(chunks(b, "p1"), want);
+    assert!(!daemon.stderr().contains("outbox full"), "{}", daemon.stderr());
+    assert!(daemon.stop().success());
+}
