@@ -347,16 +347,28 @@ async fn unprivileged_and_nested_daemons_run_agents() {
     for nested in [false, true] {
         let backend = Backend::start().await;
         let s = Scratch::new(if nested { "acp-nested" } else { "acp-nobody" });
-        let cfg = acp_config(&s, &backend.url, "", "");
-        let mut daemon = Daemon::start_unprivileged(&s, "proxy", &cfg, nested);
+        // A secret file of the daemon's user, readable by it only.
+        let secret_file = s.dir.join("token.secret");
+        std::fs::write(&secret_file, "nobody-secret-0123456789\n").unwrap();
+        std::fs::set_permissions(&secret_file, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+        std::os::unix::fs::chown(&secret_file, Some(65534), Some(65534)).unwrap();
+        let secrets = format!("secretFiles = {{ token = \"{}\" }}", secret_file.display());
+        let cfg = acp_config(&s, &backend.url, "", &secrets);
+        let env = [("ACP_PROXY_AGENT_STATE_PATH", "/home/agent/.scripted-agent")];
+        let mut daemon = Daemon::start_unprivileged_env(&s, "proxy", &cfg, nested, &env);
         backend.registered(0, 20 * SECS).await;
-        let opened = open(&backend, "n1", "echo ok").await;
+        let mut init1 = init("echo ok");
+        init1["agentInputs"]["items"].as_array_mut().unwrap().push(json!({"id": "s", "apply": "writeFile",
+            "source": {"type": "inlineText", "text": "scratch"}, "target": {"root": "SCRATCH", "path": "s.txt"}}));
+        backend.send(&json!({"type":"acp_open","run_id":"n1","cwd":"/workspace","init":init1}));
+        let opened = backend.wait_type("acp_opened", "run_id", &json!("n1"), 60 * SECS).await;
         assert_eq!(opened["ok"], true, "{opened}\n{}", daemon.stderr());
         let script = [
             r#"call fs/write_text_file {"path":"/workspace/w.txt","content":"written"}"#,
             r#"call fs/read_text_file {"path":"/workspace/w.txt"}"#,
             "file /tmp/t x",
             r#"term {"command":"cat /tmp/t /workspace/w.txt; id -u"}"#,
+            r#"term {"command":"cat /scratch/s.txt; echo; wc -c < /run/secrets/token; ls ~/.scripted-agent"}"#,
         ]
         .join("\n");
         let r = prompt(&backend, "n1", "p1", Value::Null, &script).await;
@@ -364,6 +376,10 @@ async fn unprivileged_and_nested_daemons_run_agents() {
         let rep = reports(&backend, "p1");
         assert_eq!(rep[1]["result"]["content"], "written");
         assert_eq!(rep[2]["tail"], "xwritten1000\n", "{}", rep[2]);
+        // Scratch, secret file and the agent's state directory work for an
+        // unprivileged daemon too.
+        assert_eq!(rep[3]["tail"], "scratch\n25\nsessions.json\n", "{}", rep[3]);
+        assert!(s.state.join("agents/proxy-test/state/sessions.json").exists());
         let meta = std::fs::metadata(s.root.join("run-n1/w.txt")).unwrap();
         assert_eq!(
             std::os::unix::fs::MetadataExt::uid(&meta),

@@ -526,6 +526,17 @@ impl Daemon {
     /// Starts the daemon as uid/gid 65534 (`nested`: inside `unshare -U -r`
     /// as well), with the scratch directory handed to that user.
     pub fn start_unprivileged(scratch: &Scratch, name: &str, config: &str, nested: bool) -> Daemon {
+        Self::start_unprivileged_env(scratch, name, config, nested, &[])
+    }
+
+    /// As [`Daemon::start_unprivileged`], with variables for the daemon.
+    pub fn start_unprivileged_env(
+        scratch: &Scratch,
+        name: &str,
+        config: &str,
+        nested: bool,
+        env: &[(&str, &str)],
+    ) -> Daemon {
         let chown = |p: &Path| std::os::unix::fs::chown(p, Some(65534), Some(65534)).unwrap();
         chown(&scratch.dir);
         chown(&scratch.root);
@@ -533,7 +544,7 @@ impl Daemon {
         if nested {
             wrapper.extend(["unshare", "-U", "-r"]);
         }
-        Self::spawn(scratch, name, config, &[], &wrapper)
+        Self::spawn(scratch, name, config, env, &wrapper)
     }
 
     fn spawn(scratch: &Scratch, name: &str, config: &str, env: &[(&str, &str)], wrapper: &[&str]) -> Daemon {
