@@ -16,7 +16,7 @@ runs="${1:-15}"
 
 command -v unzip >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq unzip; }
 cargo build --release --quiet
-bin="$PWD/target/release/tuixiu-sandbox"
+bin="$PWD/target/release/tuixiu-sandbox-full"
 
 work="$(mktemp -d /dev/shm/tuixiu-bench-extract.XXXXXX)"
 trap 'rm -rf "$work"' EXIT

@@ -17,7 +17,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
 
-cargo build --release --quiet --bin tuixiu-sandbox --example proxy_bench
+cargo build --release --quiet --bins --example proxy_bench
 echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "tuixiu-sandbox $(target/release/tuixiu-sandbox --version | cut -d' ' -f2)"
 for i in $(seq 1 "$ROUNDS"); do

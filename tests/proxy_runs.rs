@@ -554,3 +554,52 @@ async fn docker_controls_refuse_foreign_containers_and_remove_images() {
     let r = backend.control(json!({"action":"remove_image","image":"--all"})).await;
     assert_eq!(r["ok"], false);
 }
+
+/// `sandbox.pathMapping = windows_to_wsl`: a backend on Windows sends
+/// `D:\repo\x`; the daemon uses `<mountRoot>/d/repo/x` for the workspace,
+/// and the allowlist check under workspaceHostRoot sees the mapped path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn windows_host_paths_are_mapped_before_any_check() {
+    let backend = Backend::start().await;
+    let s = Scratch::new("pathmap");
+    let mount_root = s.root.join("mnt");
+    let mapped = mount_root.join("d/repo/x");
+    std::fs::create_dir_all(&mapped).unwrap();
+    let cfg = s.config(
+        &backend.url,
+        "",
+        &format!("pathMapping = {{ type = \"windows_to_wsl\", mountRoot = \"{}\" }}", mount_root.display()),
+    );
+    let mut daemon = Daemon::start(&s, "proxy", &cfg);
+    backend.registered(0, 20 * SECS).await;
+
+    let mut init = init(json!({}));
+    init["agentInputs"]["items"] = json!([{
+        "id": "ws", "apply": "bindMount", "access": "rw",
+        "source": {"type": "hostPath", "path": "D:\\repo\\x"},
+        "target": {"root": "WORKSPACE", "path": "."}
+    }]);
+    backend.send(&json!({"type":"acp_open","run_id":"w1","cwd":"/workspace","init":init,
+        "instance_name":"tuixiu-run-w1"}));
+    let opened = backend.wait_type("acp_opened", "run_id", &json!("w1"), 60 * SECS).await;
+    // No agent_command here: the open gets as far as the agent step.
+    assert!(opened["error"].as_str().unwrap().contains("agent_command is not configured"), "{opened}");
+    let record: Value =
+        serde_json::from_slice(&std::fs::read(s.state.join("native/tuixiu-run-w1/instance.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        record["workspace"].as_str().map(Path::new),
+        Some(mapped.canonicalize().unwrap().as_path()),
+        "{record}"
+    );
+    assert!(!s.root.join("run-w1").exists(), "the default workspace was used instead");
+
+    // A UNC path cannot be mapped: one clear line naming the item.
+    let mut unc = init.clone();
+    unc["agentInputs"]["items"][0]["source"]["path"] = json!("\\\\server\\share");
+    backend.send(&json!({"type":"acp_open","run_id":"w2","init":unc,"instance_name":"tuixiu-run-w2"}));
+    let bad = backend.wait_type("acp_opened", "run_id", &json!("w2"), 60 * SECS).await;
+    assert_eq!(bad["ok"], false);
+    assert!(bad["error"].as_str().unwrap().contains("agentInputs item ws: source.path"), "{bad}");
+    assert!(daemon.stop().success());
+}

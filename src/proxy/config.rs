@@ -79,6 +79,7 @@ const SCHEMA: &[(&str, &str, Kind)] = &[
     ("sandbox", "noIsolationAcknowledged", Kind::Bool),
     ("sandbox", "bootstrap", Kind::Any),
     ("sandbox", "secretFiles", Kind::Any),
+    ("sandbox", "pathMapping", Kind::Any),
     ("tls", "ca_file", Kind::Str),
     ("tls", "client_cert", Kind::Str),
     ("tls", "client_key", Kind::Str),
@@ -216,6 +217,8 @@ pub struct SandboxConfig {
     /// `[sandbox.secretFiles] name = "/host/file"`: mounted read-only at
     /// `/run/secrets/<name>` in every instance.
     pub secret_files: Vec<(String, PathBuf)>,
+    /// `pathMapping`: host paths from a backend on Windows (seed 004 §0).
+    pub path_mapping: super::pathmap::PathMapping,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -681,6 +684,35 @@ impl Config {
             }
             Some(other) => return Err(r.err("sandbox.bootstrap", format!("expected a table, got {other}"))),
         };
+        let path_mapping = match r.take("sandbox", "pathMapping") {
+            None => super::pathmap::PathMapping::None,
+            Some(value) => {
+                let (kind, root) = match &value {
+                    Value::String(kind) => (Some(kind.clone()), None),
+                    Value::Object(map) => (
+                        map.get("type").and_then(Value::as_str).map(str::to_string),
+                        map.get("mountRoot").and_then(Value::as_str).map(str::to_string),
+                    ),
+                    other => (None, Some(other.to_string())),
+                };
+                match kind.as_deref() {
+                    Some("none") => super::pathmap::PathMapping::None,
+                    Some("windows_to_wsl") => {
+                        let mount_root = root.unwrap_or_else(|| "/mnt".into());
+                        if !mount_root.starts_with('/') {
+                            return Err(r.err("sandbox.pathMapping.mountRoot", "must be an absolute path"));
+                        }
+                        super::pathmap::PathMapping::WindowsToWsl { mount_root }
+                    }
+                    _ => {
+                        return Err(r.err(
+                            "sandbox.pathMapping",
+                            "expected \"windows_to_wsl\", \"none\", or a table {type = \"windows_to_wsl\", mountRoot = \"/mnt\"}",
+                        ));
+                    }
+                }
+            }
+        };
         let secret_files = match r.take("sandbox", "secretFiles") {
             None => Vec::new(),
             Some(Value::Object(map)) => {
@@ -804,6 +836,7 @@ impl Config {
                 no_isolation_acknowledged,
                 bootstrap,
                 secret_files,
+                path_mapping,
             },
             tls,
         };

@@ -31,6 +31,7 @@ pub mod inventory;
 pub mod link;
 pub mod mounts;
 pub mod outbox;
+pub mod pathmap;
 pub mod persist;
 pub mod protocol;
 pub mod repo;

@@ -311,8 +311,12 @@ impl Lane {
 
     async fn handle(&mut self, job: Job) {
         match job {
-            Job::Open(m) => {
-                let result = self.prepare(&m.instance_name, &m.keepalive_ttl_seconds, &m.init).await;
+            Job::Open(mut m) => {
+                let result = self.d.cfg.sandbox.path_mapping.apply(&mut m);
+                let result = match result {
+                    Ok(()) => self.prepare(&m.instance_name, &m.keepalive_ttl_seconds, &m.init).await,
+                    Err(e) => Err(e),
+                };
                 let result = match result {
                     Ok(()) => self.open_agent(&m.cwd).await,
                     Err(e) => Err(e),
@@ -320,8 +324,11 @@ impl Lane {
                 reply_open(&self.d, &m.run_id, result);
                 self.idle();
             }
-            Job::Prompt(m) => {
-                let result = if str_field(&m.prompt_id).is_none() {
+            Job::Prompt(mut m) => {
+                let mapped = self.d.cfg.sandbox.path_mapping.apply(&mut m);
+                let result = if let Err(e) = mapped {
+                    Err(e)
+                } else if str_field(&m.prompt_id).is_none() {
                     Err("prompt_id 为空".to_string())
                 } else if !m.extra.get("prompt").is_some_and(Value::is_array) {
                     Err("prompt 必须是数组".to_string())
