@@ -1,5 +1,15 @@
-//! Links the launcher binary (`tuixiu-sandbox`) with libgcc's unwinder
-//! statically instead of `libgcc_s.so`.
+//! Link options that make the binaries start faster and smaller.
+//!
+//! 1. Packed relative relocations (`-z pack-relative-relocs`, DT_RELR) for
+//!    both binaries: the full tool has ~29 000 relative relocations; as a
+//!    classic RELA table that is 728 KB the dynamic loader reads at every
+//!    start (page faults, and resident memory: the daemon's idle RSS fell
+//!    from 8.5 to 7.4 MiB), as RELR about 13 KB. Enabled only when the C
+//!    toolchain links with it cleanly and the host's glibc (which then runs
+//!    the binaries) is 2.36 or newer.
+//!
+//! 2. The launcher binary (`tuixiu-sandbox`) links libgcc's unwinder
+//!    statically instead of `libgcc_s.so`.
 //!
 //! Every sandbox start execs the launcher, and loading `libgcc_s.so` runs
 //! its `__cpu_indicator_init` constructor: a series of `cpuid`
@@ -21,6 +31,9 @@ fn main() {
         return;
     }
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    if supports_relr(&cc) {
+        println!("cargo::rustc-link-arg-bins=-Wl,-z,pack-relative-relocs");
+    }
     let Ok(out) = Command::new(&cc).arg("-print-file-name=libgcc_eh.a").output() else { return };
     let eh = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
     if !out.status.success() || !eh.is_absolute() || !eh.is_file() {
@@ -34,4 +47,39 @@ fn main() {
         return;
     }
     println!("cargo::rustc-link-arg-bin=tuixiu-sandbox=-L{}", dir.display());
+}
+
+/// Whether `cc` links a program with packed relative relocations without a
+/// warning, and the glibc here loads them (DT_RELR needs glibc 2.36).
+fn supports_relr(cc: &str) -> bool {
+    let glibc = Command::new("getconf").arg("GNU_LIBC_VERSION").output().ok();
+    let new_enough = glibc
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|v| {
+            let version = v.trim().strip_prefix("glibc ")?.to_string();
+            let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
+            Some((parts.next()??, parts.next()??))
+        })
+        .is_some_and(|(major, minor)| (major, minor) >= (2, 36));
+    if !new_enough {
+        return false;
+    }
+    let dir = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let src = dir.join("relr-probe.c");
+    let bin = dir.join("relr-probe");
+    if std::fs::write(&src, "static int x; int *p = &x; int main(void) { return *p; }\n").is_err() {
+        return false;
+    }
+    let Ok(out) = Command::new(cc)
+        .arg("-pie")
+        .arg("-fPIE")
+        .arg("-Wl,-z,pack-relative-relocs")
+        .arg(&src)
+        .arg("-o")
+        .arg(&bin)
+        .output()
+    else {
+        return false;
+    };
+    out.status.success() && out.stderr.is_empty() && Command::new(&bin).status().is_ok_and(|s| s.success())
 }
