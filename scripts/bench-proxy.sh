@@ -5,9 +5,10 @@
 #   * idle RSS once registered (target <= 8 MB; the Node acp-proxy idles at
 #     about 63 MB, issue 6);
 #   * RSS added by 100 idle runs (target <= 2 MB each, no agents);
-#   * a burst of 1 000 `sandbox_control inspect` sent back to back: all
+#   * bursts of 1 000 `sandbox_control inspect` sent back to back: all
 #     answered, in order; per-message latency and the daemon's CPU per
-#     message; then 1 000 sequential round trips (target: median < 5 ms).
+#     message (10 bursts, the median over them reported; target: median
+#     < 5 ms); then 1 000 sequential round trips.
 # As an anchor run in the same session, the idle RSS of a bare Node.js
 # process (`node -e 'setInterval(...)'`): a floor under any Node proxy.
 #

@@ -115,10 +115,7 @@ impl LocalInstances {
 
     pub fn inspect(&self, name: &str) -> Result<InstanceInfo, ProviderError> {
         self.check_name(name)?;
-        Ok(match self.records.load(name)? {
-            Some(record) => record.info(self.kind),
-            None => InstanceInfo::missing(self.kind, name),
-        })
+        Ok(self.records.info(name, self.kind)?.unwrap_or_else(|| InstanceInfo::missing(self.kind, name)))
     }
 
     /// The record of a running instance, for starting a process in it.
@@ -192,8 +189,8 @@ impl LocalInstances {
             if self.check_name(&name).is_err() {
                 continue;
             }
-            out.push(match self.records.load(&name) {
-                Ok(Some(record)) => record.info(self.kind),
+            out.push(match self.records.info(&name, self.kind) {
+                Ok(Some(info)) => info,
                 Ok(None) => continue,
                 Err(e) => {
                     let mut info = InstanceInfo::missing(self.kind, &name);

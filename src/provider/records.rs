@@ -12,11 +12,24 @@
 //! Process records let `stop` and `rm` find processes that another
 //! `tuixiu-sandbox` process started; the start time (field 22 of
 //! `/proc/<pid>/stat`) guards against recycled pids.
+//!
+//! The daemon inspects instances often (every `sandbox_control inspect`,
+//! every inventory), so parsed records are kept in memory and reused while
+//! one `statx` of `instance.json` shows the same file: same inode, size,
+//! mtime and ctime. Another process may change a record at any time (the
+//! CLI's `stop`/`rm` on the same state directory); every save replaces
+//! the file by rename, so a change shows up as a new inode or new times.
+//! As git does with its racy index entries, a file modified less than
+//! [`SETTLE`] before it was read is never trusted from memory: an inode
+//! number reused within one coarse timestamp tick cannot hide a change.
 
+use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
 
 use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
@@ -24,6 +37,13 @@ use serde::{Deserialize, Serialize};
 use super::{InstanceConfig, InstanceInfo, InstanceStatus, ProviderError, ProviderKind};
 
 const RECORD_VERSION: u32 = 1;
+
+/// How old a record file must be before its parsed form is reused.
+const SETTLE: Duration = Duration::from_secs(2);
+
+/// How long [`Records::info`] reuses its check that an instance's
+/// workspace and home still exist.
+const DIRS_RECHECK: Duration = Duration::from_secs(1);
 
 /// What is persisted for one instance.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -42,19 +62,27 @@ pub(crate) struct Record {
 
 impl Record {
     pub fn info(&self, kind: ProviderKind) -> InstanceInfo {
+        self.info_given(kind, self.missing_dir())
+    }
+
+    /// Why the instance cannot run anything: its workspace or home is gone.
+    fn missing_dir(&self) -> Option<String> {
+        [("workspace", &self.workspace), ("home", &self.home)].into_iter().find_map(|(what, dir)| {
+            fs::metadata(dir)
+                .err()
+                .map(|e| format!("{what} {}: {}", dir.display(), sandbox::error::io_error_text(&e)))
+        })
+    }
+
+    fn info_given(&self, kind: ProviderKind, missing_dir: Option<String>) -> InstanceInfo {
         let mut info = InstanceInfo::missing(kind, &self.config.name);
         info.status = if self.stopped { InstanceStatus::Stopped } else { InstanceStatus::Running };
         info.created_at = Some(self.created_at.clone());
         info.run_id = Some(self.config.run_id.clone());
         info.workspace = Some(self.workspace.clone());
-        // A record whose directories vanished cannot run anything.
-        for (what, dir) in [("workspace", &self.workspace), ("home", &self.home)] {
-            if let Err(e) = fs::metadata(dir) {
-                info.status = InstanceStatus::Error;
-                info.last_error =
-                    Some(format!("{what} {}: {}", dir.display(), sandbox::error::io_error_text(&e)));
-                break;
-            }
+        if let Some(e) = missing_dir {
+            info.status = InstanceStatus::Error;
+            info.last_error = Some(e);
         }
         info
     }
@@ -117,15 +145,61 @@ impl LiveProc {
     }
 }
 
+/// What identifies one version of a record file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct FileVersion {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl FileVersion {
+    fn of(meta: &fs::Metadata) -> FileVersion {
+        FileVersion {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+        }
+    }
+
+    /// Last modified at least [`SETTLE`] ago (a clock set back counts as
+    /// not settled).
+    fn settled(&self) -> bool {
+        let mtime = SystemTime::UNIX_EPOCH
+            + Duration::new(self.mtime.0.max(0) as u64, self.mtime.1.clamp(0, 999_999_999) as u32);
+        SystemTime::now().duration_since(mtime).is_ok_and(|age| age >= SETTLE)
+    }
+}
+
+/// A parsed record and the file version it came from.
+#[derive(Debug)]
+struct Entry {
+    version: FileVersion,
+    record: Record,
+    /// When the directories were last checked, and what was missing.
+    dirs: Mutex<Option<(Instant, Option<String>)>>,
+}
+
 /// The records of one provider.
 #[derive(Clone, Debug)]
 pub(crate) struct Records {
     root: PathBuf,
+    /// Settled records by instance name (shared by the clones of this value).
+    cache: Arc<Mutex<HashMap<String, Arc<Entry>>>>,
 }
 
 impl Records {
     pub fn new(state_dir: &Path, kind: ProviderKind) -> Records {
-        Records { root: state_dir.join(kind.cli_name()) }
+        Records { root: state_dir.join(kind.cli_name()), cache: Arc::default() }
+    }
+
+    fn cache(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Entry>>> {
+        // The map holds plain data; a panic elsewhere cannot leave it torn.
+        self.cache.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The directory of instance `name` (which has been validated: no `/`,
@@ -154,9 +228,67 @@ impl Records {
         })
     }
 
+    /// The record of `name`, to change and [`save`](Self::save).
     pub fn load(&self, name: &str) -> Result<Option<Record>, ProviderError> {
+        Ok(self.entry(name)?.map(|entry| entry.record.clone()))
+    }
+
+    /// What `inspect` reports for instance `name`. The record is read as
+    /// [`load`](Self::load) does; whether its workspace and home still
+    /// exist is checked at most once per [`DIRS_RECHECK`] (a burst of
+    /// inspects costs one `statx` each, not three), so a directory removed
+    /// behind the provider's back shows within a second.
+    pub fn info(&self, name: &str, kind: ProviderKind) -> Result<Option<InstanceInfo>, ProviderError> {
+        let Some(entry) = self.entry(name)? else { return Ok(None) };
+        let missing_dir = {
+            let mut dirs = entry.dirs.lock().unwrap_or_else(|p| p.into_inner());
+            match &*dirs {
+                Some((at, missing)) if at.elapsed() < DIRS_RECHECK => missing.clone(),
+                _ => {
+                    let missing = entry.record.missing_dir();
+                    *dirs = Some((Instant::now(), missing.clone()));
+                    missing
+                }
+            }
+        };
+        Ok(Some(entry.record.info_given(kind, missing_dir)))
+    }
+
+    /// The current version of the record of `name`: from memory while one
+    /// `statx` shows the file unchanged and settled, else read and parsed.
+    fn entry(&self, name: &str) -> Result<Option<Arc<Entry>>, ProviderError> {
         let path = self.dir(name).join("instance.json");
-        let bytes = match fs::read(&path) {
+        // The version is taken before the read: a file replaced in between
+        // is cached under the older version and simply read again next time.
+        let version = match fs::metadata(&path) {
+            Ok(meta) => FileVersion::of(&meta),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                self.cache().remove(name);
+                return Ok(None);
+            }
+            Err(e) => return Err(ProviderError::io(format!("stat {}", path.display()), &e)),
+        };
+        if let Some(entry) = self.cache().get(name)
+            && entry.version == version
+        {
+            return Ok(Some(entry.clone()));
+        }
+        let Some(record) = self.read(&path)? else {
+            self.cache().remove(name);
+            return Ok(None);
+        };
+        let entry = Arc::new(Entry { version, record, dirs: Mutex::new(None) });
+        let mut cache = self.cache();
+        if version.settled() {
+            cache.insert(name.to_string(), entry.clone());
+        } else {
+            cache.remove(name);
+        }
+        Ok(Some(entry))
+    }
+
+    fn read(&self, path: &Path) -> Result<Option<Record>, ProviderError> {
+        let bytes = match fs::read(path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(ProviderError::io(format!("read {}", path.display()), &e)),
@@ -222,6 +354,7 @@ impl Records {
 
     /// Deletes the instance's directory (its default home included).
     pub fn delete(&self, name: &str) -> Result<(), ProviderError> {
+        self.cache().remove(name);
         let dir = self.dir(name);
         match fs::remove_dir_all(&dir) {
             Ok(()) => Ok(()),
@@ -305,4 +438,91 @@ fn stat(pid: i32) -> Option<(char, u64)> {
     let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
     let state = fields.next()?.chars().next()?;
     Some((state, fields.nth(18)?.parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn records(dir: &Path) -> Records {
+        Records::new(dir, ProviderKind::Native)
+    }
+
+    fn record(r: &Records, name: &str, run_id: &str) -> Record {
+        r.new_record(&InstanceConfig::new(name, run_id, "/tmp"), PathBuf::from("/tmp"), None)
+    }
+
+    /// Sets the file's mtime far enough back that its parsed form may be
+    /// reused from memory.
+    fn age(r: &Records, name: &str) {
+        let file = File::options().write(true).open(r.dir(name).join("instance.json")).unwrap();
+        file.set_modified(SystemTime::now() - SETTLE * 10).unwrap();
+    }
+
+    #[test]
+    fn a_settled_record_replaced_by_another_process_is_read_again() {
+        let state = tempfile::tempdir().unwrap();
+        let (daemon, cli) = (records(state.path()), records(state.path()));
+        daemon.save(&record(&daemon, "tuixiu-a", "run-1")).unwrap();
+        age(&daemon, "tuixiu-a");
+        assert_eq!(daemon.load("tuixiu-a").unwrap().unwrap().config.run_id, "run-1");
+        assert!(daemon.cache().contains_key("tuixiu-a"), "a settled record is kept in memory");
+
+        // Same length, then aged to the very same mtime: only the inode and
+        // ctime tell the versions apart.
+        let mut changed = cli.load("tuixiu-a").unwrap().unwrap();
+        changed.config.run_id = "run-2".into();
+        let before = fs::metadata(cli.dir("tuixiu-a").join("instance.json")).unwrap();
+        cli.save(&changed).unwrap();
+        File::options()
+            .write(true)
+            .open(cli.dir("tuixiu-a").join("instance.json"))
+            .unwrap()
+            .set_modified(before.modified().unwrap())
+            .unwrap();
+        assert_eq!(daemon.load("tuixiu-a").unwrap().unwrap().config.run_id, "run-2");
+    }
+
+    #[test]
+    fn a_fresh_record_is_never_served_from_memory() {
+        let state = tempfile::tempdir().unwrap();
+        let r = records(state.path());
+        r.save(&record(&r, "tuixiu-a", "run-1")).unwrap();
+        assert!(r.load("tuixiu-a").unwrap().is_some());
+        assert!(!r.cache().contains_key("tuixiu-a"), "modified within SETTLE: read from disk every time");
+    }
+
+    #[test]
+    fn a_deleted_record_is_gone_for_every_reader() {
+        let state = tempfile::tempdir().unwrap();
+        let (daemon, cli) = (records(state.path()), records(state.path()));
+        daemon.save(&record(&daemon, "tuixiu-a", "run-1")).unwrap();
+        age(&daemon, "tuixiu-a");
+        assert!(daemon.load("tuixiu-a").unwrap().is_some());
+        cli.delete("tuixiu-a").unwrap();
+        assert!(daemon.load("tuixiu-a").unwrap().is_none());
+        assert!(!daemon.cache().contains_key("tuixiu-a"));
+    }
+
+    #[test]
+    fn a_vanished_workspace_shows_as_an_error_within_the_recheck_interval() {
+        let state = tempfile::tempdir().unwrap();
+        let workspace = tempfile::tempdir().unwrap();
+        let r = records(state.path());
+        let mut rec = record(&r, "tuixiu-a", "run-1");
+        rec.workspace = workspace.path().to_path_buf();
+        fs::create_dir_all(&rec.home).unwrap();
+        r.save(&rec).unwrap();
+        age(&r, "tuixiu-a");
+        let info = r.info("tuixiu-a", ProviderKind::Native).unwrap().unwrap();
+        assert_eq!(info.status, InstanceStatus::Running, "{info:?}");
+
+        let path = workspace.path().to_path_buf();
+        drop(workspace);
+        std::thread::sleep(DIRS_RECHECK + Duration::from_millis(50));
+        let info = r.info("tuixiu-a", ProviderKind::Native).unwrap().unwrap();
+        assert_eq!(info.status, InstanceStatus::Error);
+        let error = info.last_error.unwrap();
+        assert!(error.starts_with(&format!("workspace {}:", path.display())), "{error}");
+    }
 }
