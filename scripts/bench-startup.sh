@@ -22,7 +22,7 @@ cargo build --release --quiet
 bin_dir=$(mktemp -d /tmp/tuixiu-bench-XXXXXX)
 trap 'rm -rf "$bin_dir"' EXIT
 chmod 755 "$bin_dir"
-cp target/release/tuixiu-sandbox "$bin_dir/"
+cp target/release/tuixiu-sandbox target/release/tuixiu-sandbox-full "$bin_dir/"
 ws="$bin_dir/workspace"
 mkdir -p "$ws"
 
