@@ -4,7 +4,7 @@
 //!    both binaries: the full tool has ~29 000 relative relocations; as a
 //!    classic RELA table that is 728 KB the dynamic loader reads at every
 //!    start (page faults, and resident memory: the daemon's idle RSS fell
-//!    from 8.5 to 7.4 MiB), as RELR about 13 KB. Enabled only when the C
+//!    by about 0.4 MiB), as RELR about 13 KB. Enabled only when the C
 //!    toolchain links with it cleanly and the host's glibc (which then runs
 //!    the binaries) is 2.36 or newer.
 //!
