@@ -54,6 +54,13 @@ impl std::fmt::Debug for Secret {
 
 /// Defaults: 60 s per download, 200 MiB.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The name prefix of a download in progress in the cache's `tmp/`.
+const TMP_PREFIX: &str = "download-";
+
+/// How long a download's temporary file may go unwritten before the next
+/// [`Cache::open`] takes it for the leftover of a killed process.
+const STALE_DOWNLOAD: Duration = Duration::from_secs(24 * 3600);
 pub const DEFAULT_MAX_BYTES: u64 = 200 << 20;
 const MAX_REDIRECTS: usize = 10;
 
@@ -93,7 +100,11 @@ pub struct Zip {
 }
 
 /// The private cache directory: `zips/` holds verified archives by hash,
-/// `tmp/` downloads in progress.
+/// `tmp/` downloads in progress. A download's temporary file is removed
+/// when it ends, even on error; one left by a killed process is removed by
+/// the next [`Cache::open`] once nothing has written to it for
+/// [`STALE_DOWNLOAD`] (other processes may be downloading into the same
+/// cache right now, and their files' mtimes move with every chunk).
 #[derive(Clone, Debug)]
 pub struct Cache {
     root: PathBuf,
@@ -121,7 +132,29 @@ impl Cache {
         for dir in [root.to_path_buf(), root.join("zips"), root.join("tmp")] {
             private_dir(&dir)?;
         }
-        Ok(Cache { root: root.to_path_buf() })
+        let cache = Cache { root: root.to_path_buf() };
+        cache.remove_stale_downloads();
+        Ok(cache)
+    }
+
+    /// Removes the `download-*` files in `tmp/` untouched for
+    /// [`STALE_DOWNLOAD`]. Best effort: a file that cannot be removed only
+    /// costs disk space, so failures are logged at debug level.
+    fn remove_stale_downloads(&self) {
+        let tmp = self.root.join("tmp");
+        let Ok(entries) = std::fs::read_dir(&tmp) else { return };
+        let now = std::time::SystemTime::now();
+        for entry in entries.filter_map(Result::ok) {
+            let stale = entry.file_name().to_string_lossy().starts_with(TMP_PREFIX)
+                && entry.metadata().is_ok_and(|m| {
+                    m.file_type().is_file()
+                        && m.modified()
+                            .is_ok_and(|t| now.duration_since(t).is_ok_and(|age| age >= STALE_DOWNLOAD))
+                });
+            if stale && let Err(e) = std::fs::remove_file(entry.path()) {
+                tracing::debug!("input cache: removing {}: {e}", entry.path().display());
+            }
+        }
     }
 
     #[allow(dead_code)] // for providers
@@ -355,7 +388,7 @@ async fn download(
     }
 
     let tmp = tempfile::Builder::new()
-        .prefix("download-")
+        .prefix(TMP_PREFIX)
         .tempfile_in(cache.root.join("tmp"))
         .map_err(|e| fail(Code::Cache, format!("input cache: {e}")))?;
     let (mut file, tmp_path) = tmp.into_parts();
@@ -463,5 +496,46 @@ impl reqwest::dns::Resolve for InlineResolver {
             .map(|addrs| Box::new(addrs.collect::<Vec<SocketAddr>>().into_iter()) as reqwest::dns::Addrs)
             .map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>);
         Box::pin(std::future::ready(result))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn aged(path: &Path, age: Duration) {
+        File::options()
+            .write(true)
+            .open(path)
+            .unwrap()
+            .set_modified(std::time::SystemTime::now() - age)
+            .unwrap();
+    }
+
+    #[test]
+    fn open_removes_only_downloads_a_killed_process_left_behind() {
+        let root = tempfile::tempdir().unwrap();
+        let tmp = root.path().join("tmp");
+        Cache::open(root.path()).unwrap();
+        let stale = tmp.join("download-stale");
+        let live = tmp.join("download-live");
+        let other = tmp.join("notes.txt");
+        for f in [&stale, &live, &other] {
+            std::fs::write(f, b"partial").unwrap();
+        }
+        aged(&stale, STALE_DOWNLOAD + Duration::from_secs(60));
+        aged(&other, STALE_DOWNLOAD + Duration::from_secs(60));
+        aged(&live, Duration::from_secs(5));
+        let outside = root.path().join("outside");
+        std::fs::write(&outside, b"keep").unwrap();
+        aged(&outside, STALE_DOWNLOAD + Duration::from_secs(60));
+        std::os::unix::fs::symlink(&outside, tmp.join("download-link")).unwrap();
+
+        Cache::open(root.path()).unwrap();
+        assert!(!stale.exists(), "a download untouched for a day is removed");
+        assert!(live.exists(), "a download in progress stays");
+        assert!(other.exists(), "only download-* files are ours to remove");
+        assert!(tmp.join("download-link").symlink_metadata().is_ok(), "symlinks are not followed or removed");
+        assert!(outside.exists());
     }
 }
