@@ -16,7 +16,7 @@ use std::process::Command;
 
 use clap::ArgMatches;
 use clap::parser::ValueSource;
-use sandbox::{Access, HostIds, MountOp, Network, UserView};
+use sandbox::{Access, MountOp, Network, UserView};
 use tuixiu_sandbox::provider::docker::{self, DockerProvider, Volumes, as_container_user};
 use tuixiu_sandbox::provider::host::{self, HostProvider};
 use tuixiu_sandbox::provider::native::NativeProvider;
@@ -284,17 +284,7 @@ fn run_native(
     let provider = NativeProvider::with_current_exe(state_dir, prefix).map_err(err)?;
     provider.check_name(name).map_err(err)?;
     let mut config = instance_config(cl, name, &run_id_for(args, name, prefix)?)?;
-    if args.map_uid.is_some() || args.map_gid.is_some() {
-        // SAFETY: geteuid/getegid cannot fail.
-        let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
-        if euid != 0 {
-            return Err(
-                "--map-uid/--map-gid: only a root caller can map the sandbox user onto other host ids".into(),
-            );
-        }
-        config.host_ids =
-            Some(HostIds { uid: args.map_uid.unwrap_or(euid), gid: args.map_gid.unwrap_or(egid) });
-    }
+    config.host_ids = args.host_ids()?;
     provider.ensure_blocking(&config).map_err(err)?;
     let mut spec = provider.spec_for(name, process).map_err(err)?;
     spec.new_session = !args.keep_session;

@@ -141,6 +141,25 @@ pub struct RunArgs {
     pub provider: RunProviderArgs,
 }
 
+impl RunArgs {
+    /// The host ids `--map-uid`/`--map-gid` ask the sandbox user to map
+    /// onto (each defaulting to the caller's), or `None` without them.
+    /// Only a root caller may choose.
+    pub fn host_ids(&self) -> Result<Option<sandbox::HostIds>, String> {
+        if self.map_uid.is_none() && self.map_gid.is_none() {
+            return Ok(None);
+        }
+        // SAFETY: geteuid/getegid cannot fail.
+        let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        if euid != 0 {
+            return Err(
+                "--map-uid/--map-gid: only a root caller can map the sandbox user onto other host ids".into(),
+            );
+        }
+        Ok(Some(sandbox::HostIds { uid: self.map_uid.unwrap_or(euid), gid: self.map_gid.unwrap_or(egid) }))
+    }
+}
+
 /// Where `run` runs the command (docs/providers.md).
 #[derive(Debug, Args)]
 #[command(next_help_heading = "Providers")]

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::ArgMatches;
 use sandbox::{
-    Access, ExitStatus, Home, HostIds, LandlockMode, LaunchError, LaunchOptions, Limits, MountOp, Network,
+    Access, ExitStatus, Home, LandlockMode, LaunchError, LaunchOptions, Limits, MountOp, Network,
     SandboxBuilder, SandboxSpec, SeccompPolicy, Security, UserView,
 };
 
@@ -169,16 +169,8 @@ pub fn build_spec(
     if let Some(dir) = &args.chdir {
         builder = builder.cwd(dir.clone());
     }
-    if args.map_uid.is_some() || args.map_gid.is_some() {
-        // SAFETY: geteuid/getegid cannot fail.
-        let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
-        if euid != 0 {
-            return Err(
-                "--map-uid/--map-gid: only a root caller can map the sandbox user onto other host ids".into(),
-            );
-        }
-        builder = builder
-            .map_to_host(HostIds { uid: args.map_uid.unwrap_or(euid), gid: args.map_gid.unwrap_or(egid) });
+    if let Some(ids) = args.host_ids()? {
+        builder = builder.map_to_host(ids);
     }
     for op in extra_mounts(args, matches) {
         builder = builder.mount(op);
