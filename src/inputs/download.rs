@@ -54,6 +54,8 @@ impl std::fmt::Debug for Secret {
 
 /// Defaults: 60 s per download, 200 MiB.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+pub const DEFAULT_MAX_BYTES: u64 = 200 << 20;
+const MAX_REDIRECTS: usize = 10;
 
 /// The name prefix of a download in progress in the cache's `tmp/`.
 const TMP_PREFIX: &str = "download-";
@@ -61,8 +63,6 @@ const TMP_PREFIX: &str = "download-";
 /// How long a download's temporary file may go unwritten before the next
 /// [`Cache::open`] takes it for the leftover of a killed process.
 const STALE_DOWNLOAD: Duration = Duration::from_secs(24 * 3600);
-pub const DEFAULT_MAX_BYTES: u64 = 200 << 20;
-const MAX_REDIRECTS: usize = 10;
 
 /// How downloads are made.
 #[derive(Clone, Debug)]
