@@ -452,19 +452,30 @@ mod tests {
         r.new_record(&InstanceConfig::new(name, run_id, "/tmp"), PathBuf::from("/tmp"), None)
     }
 
+    fn set_mtime(r: &Records, name: &str, mtime: SystemTime) {
+        let file = File::options().write(true).open(r.dir(name).join("instance.json")).unwrap();
+        file.set_modified(mtime).unwrap();
+    }
+
     /// Sets the file's mtime far enough back that its parsed form may be
     /// reused from memory.
     fn age(r: &Records, name: &str) {
-        let file = File::options().write(true).open(r.dir(name).join("instance.json")).unwrap();
-        file.set_modified(SystemTime::now() - SETTLE * 10).unwrap();
+        set_mtime(r, name, SystemTime::now() - SETTLE * 10);
     }
 
-    #[test]
-    fn a_settled_record_replaced_by_another_process_is_read_again() {
+    /// Two readers of one state directory (the daemon and a CLI process)
+    /// and a settled record `tuixiu-a` of run `run-1`.
+    fn daemon_and_cli_with_a_settled_record() -> (tempfile::TempDir, Records, Records) {
         let state = tempfile::tempdir().unwrap();
         let (daemon, cli) = (records(state.path()), records(state.path()));
         daemon.save(&record(&daemon, "tuixiu-a", "run-1")).unwrap();
         age(&daemon, "tuixiu-a");
+        (state, daemon, cli)
+    }
+
+    #[test]
+    fn a_settled_record_replaced_by_another_process_is_read_again() {
+        let (_state, daemon, cli) = daemon_and_cli_with_a_settled_record();
         assert_eq!(daemon.load("tuixiu-a").unwrap().unwrap().config.run_id, "run-1");
         assert!(daemon.cache().contains_key("tuixiu-a"), "a settled record is kept in memory");
 
@@ -474,12 +485,7 @@ mod tests {
         changed.config.run_id = "run-2".into();
         let before = fs::metadata(cli.dir("tuixiu-a").join("instance.json")).unwrap();
         cli.save(&changed).unwrap();
-        File::options()
-            .write(true)
-            .open(cli.dir("tuixiu-a").join("instance.json"))
-            .unwrap()
-            .set_modified(before.modified().unwrap())
-            .unwrap();
+        set_mtime(&cli, "tuixiu-a", before.modified().unwrap());
         assert_eq!(daemon.load("tuixiu-a").unwrap().unwrap().config.run_id, "run-2");
     }
 
@@ -494,10 +500,7 @@ mod tests {
 
     #[test]
     fn a_deleted_record_is_gone_for_every_reader() {
-        let state = tempfile::tempdir().unwrap();
-        let (daemon, cli) = (records(state.path()), records(state.path()));
-        daemon.save(&record(&daemon, "tuixiu-a", "run-1")).unwrap();
-        age(&daemon, "tuixiu-a");
+        let (_state, daemon, cli) = daemon_and_cli_with_a_settled_record();
         assert!(daemon.load("tuixiu-a").unwrap().is_some());
         cli.delete("tuixiu-a").unwrap();
         assert!(daemon.load("tuixiu-a").unwrap().is_none());
