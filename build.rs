@@ -8,17 +8,28 @@
 //!    toolchain links with it cleanly and the host's glibc (which then runs
 //!    the binaries) is 2.36 or newer.
 //!
-//! 2. The launcher binary (`tuixiu-sandbox`) links libgcc's unwinder
-//!    statically instead of `libgcc_s.so`.
+//! 2. The launcher binary (`tuixiu-sandbox`) is linked as a static PIE
+//!    (glibc's `libc.a`, libgcc's static unwinder), as rustc's
+//!    `crt-static` would link it. Every sandbox start execs the launcher,
+//!    and a dynamic start costs far more than the sandbox's own steps
+//!    suggest: the dynamic loader maps `libc.so` and resolves some 200
+//!    symbols, and `libgcc_s.so`'s constructor issues a series of `cpuid`
+//!    instructions, each a VM exit under a hypervisor. Measured here:
+//!    0.86 ms for a dynamic hello-world against 0.60 ms static, and the
+//!    sandbox start 0.3 ms faster (docs/benchmarks.md). The launcher
+//!    needs nothing that a static glibc handles badly (no NSS lookups, no
+//!    `dlopen`). `crt-static` itself cannot be set for one binary of a
+//!    package (and a target-wide flag breaks proc-macro crates), so this
+//!    gives the linker what `crt-static` would: `-static-pie`, and a
+//!    directory, searched first, where each library rustc asks for by name
+//!    (`-lc`, `-lgcc_s`, ...) is its static archive (`libgcc_s.a` being
+//!    `libgcc_eh.a`, as in Rust's static builds).
 //!
-//! Every sandbox start execs the launcher, and loading `libgcc_s.so` runs
-//! its `__cpu_indicator_init` constructor: a series of `cpuid`
-//! instructions, each a VM exit under a hypervisor (measured here: 0.14 ms
-//! per exec, about 3% of a sandbox start). rustc asks for `-lgcc_s` by
-//! name, so this points the linker, for that one binary only, at a
-//! directory where `libgcc_s.a` is libgcc's static unwinder (`libgcc_eh.a`,
-//! what Rust's static builds use). Without gcc's `libgcc_eh.a` (e.g. a
-//! clang-only toolchain) nothing changes: the binary links `libgcc_s.so`.
+//!    Where the toolchain cannot link a static PIE, the launcher still
+//!    gets the static unwinder alone (no `libgcc_s.so` constructor); where
+//!    even `libgcc_eh.a` is missing (a clang-only toolchain), it links as
+//!    usual. `TUIXIU_DYNAMIC_LAUNCHER=1` at build time asks for the usual
+//!    dynamic link.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -34,19 +45,70 @@ fn main() {
     if supports_relr(&cc) {
         println!("cargo::rustc-link-arg-bins=-Wl,-z,pack-relative-relocs");
     }
-    let Ok(out) = Command::new(&cc).arg("-print-file-name=libgcc_eh.a").output() else { return };
-    let eh = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-    if !out.status.success() || !eh.is_absolute() || !eh.is_file() {
+    println!("cargo::rerun-if-env-changed=TUIXIU_DYNAMIC_LAUNCHER");
+    if std::env::var_os("TUIXIU_DYNAMIC_LAUNCHER").is_some_and(|v| v != "0") {
         return;
     }
-    let dir = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("static-libgcc");
-    let link = dir.join("libgcc_s.a");
-    let _ = std::fs::create_dir_all(&dir);
-    let _ = std::fs::remove_file(&link);
-    if std::os::unix::fs::symlink(&eh, &link).is_err() {
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let Some(eh) = archive(&cc, "libgcc_eh.a") else { return };
+    let dir = out_dir.join("launcher-libs");
+    let _ = std::fs::remove_dir_all(&dir);
+    if std::fs::create_dir_all(&dir).is_err() || !link_as(&dir, "libgcc_s.a", &eh) {
         return;
     }
+    let glibc: Option<Vec<_>> =
+        GLIBC_ARCHIVES.iter().map(|name| Some((*name, archive(&cc, name)?))).collect();
+    let static_pie = glibc.is_some_and(|archives| {
+        supports_static_pie(&cc, &out_dir) && {
+            let linked = archives.iter().all(|(name, path)| link_as(&dir, name, path));
+            if !linked {
+                // Never half of it: glibc's archives without -static-pie
+                // make a binary that crashes at start.
+                for (name, _) in &archives {
+                    let _ = std::fs::remove_file(dir.join(name));
+                }
+            }
+            linked
+        }
+    });
     println!("cargo::rustc-link-arg-bin=tuixiu-sandbox=-L{}", dir.display());
+    if static_pie {
+        println!("cargo::rustc-link-arg-bin=tuixiu-sandbox=-static-pie");
+        // What rustc's crt-static adds after the libraries: static libc
+        // may call into libgcc and the unwinder, in either order.
+        for arg in ["-Wl,--start-group", "-lgcc_eh", "-lgcc", "-lc", "-Wl,--end-group"] {
+            println!("cargo::rustc-link-arg-bin=tuixiu-sandbox={arg}");
+        }
+    }
+}
+
+/// The libraries Rust's standard library asks for by name on linux-gnu.
+const GLIBC_ARCHIVES: [&str; 6] = ["libc.a", "libm.a", "libpthread.a", "librt.a", "libdl.a", "libutil.a"];
+
+/// The absolute path of a static archive `cc` would link, if it has one.
+fn archive(cc: &str, name: &str) -> Option<PathBuf> {
+    let out = Command::new(cc).arg(format!("-print-file-name={name}")).output().ok()?;
+    let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    (out.status.success() && path.is_absolute() && path.is_file()).then_some(path)
+}
+
+/// `dir/name` as a symlink to `target`.
+fn link_as(dir: &std::path::Path, name: &str, target: &std::path::Path) -> bool {
+    std::os::unix::fs::symlink(target, dir.join(name)).is_ok()
+}
+
+/// Whether `cc` links and runs a static PIE.
+fn supports_static_pie(cc: &str, out_dir: &std::path::Path) -> bool {
+    let src = out_dir.join("static-pie-probe.c");
+    let bin = out_dir.join("static-pie-probe");
+    if std::fs::write(&src, "#include <stdio.h>\nint main(void) { return puts(\"\") == EOF; }\n").is_err() {
+        return false;
+    }
+    let Ok(out) = Command::new(cc).arg("-static-pie").arg("-fPIE").arg(&src).arg("-o").arg(&bin).output()
+    else {
+        return false;
+    };
+    out.status.success() && Command::new(&bin).output().is_ok_and(|o| o.status.success())
 }
 
 /// Whether `cc` links a program with packed relative relocations without a
