@@ -191,6 +191,20 @@ for_each_caller!(killing_the_launcher_kills_the_whole_sandbox, |caller: Caller| 
     }
 });
 
+for_each_caller!(nothing_of_the_sandbox_runs_once_run_has_returned, |caller: Caller| {
+    let fx = Fixture::new(caller);
+    let ws = fx.workspace.to_str().unwrap().to_string();
+    let marker = format!("{}{}", 800_000 + std::process::id() % 90_000, caller as u8);
+    // The command exits at once and leaves a background process behind,
+    // one that ignores SIGTERM and SIGHUP. `run` returns before the kernel
+    // has torn down the sandbox's namespaces, but only after that process
+    // is gone: checked at once, without waiting.
+    let script = format!("trap '' TERM HUP; (sleep {marker}) & sleep 0.2; exit 7");
+    let out = fx.command(&["run", "--workspace", &ws, "--", "sh", "-c", &script]).output().unwrap();
+    assert_eq!(out.status.code(), Some(7), "{}", stderr(&out));
+    assert_eq!(processes_with_arg(&marker), Vec::<u32>::new());
+});
+
 /// Kills the launcher if an assertion fails first, so no sandbox outlives the test.
 struct KillOnDrop(std::process::Child);
 

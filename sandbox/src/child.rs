@@ -28,6 +28,9 @@ pub(crate) struct ChildFds {
     pub sync: RawFd,
     /// Write end of the ack pipe for the apply phase (-1 without one).
     pub ack: RawFd,
+    /// Write end of the exit pipe: PID 1 writes the command's wait status
+    /// there once the command and everything it left behind are gone.
+    pub exit: RawFd,
 }
 
 /// A setup failure: which step, which call, and a hint if one is known.
@@ -75,9 +78,9 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
     //    the sandbox through /proc/1/fd once PID 1 has dropped privileges.
     //    The idmapped system trees the launcher prepared are ours too.
     let mut keep = [-1 as RawFd; sys::MAX_KEPT_FDS];
-    keep[..3].copy_from_slice(&[fds.report, fds.sync, fds.ack]);
-    let n = 3 + plan.kept_fds.len().min(sys::MAX_KEPT_FDS - 3);
-    keep[3..n].copy_from_slice(&plan.kept_fds[..n - 3]);
+    keep[..4].copy_from_slice(&[fds.report, fds.sync, fds.ack, fds.exit]);
+    let n = 4 + plan.kept_fds.len().min(sys::MAX_KEPT_FDS - 4);
+    keep[4..n].copy_from_slice(&plan.kept_fds[..n - 4]);
     sys::close_all_except(&keep[..n])
         .map_err(|e| fail("close inherited descriptors", "close_range", c"3..", e))?;
 
@@ -130,13 +133,15 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
     let new = new_root().map_err(|(call, e)| fail(root_what, call, c"tmpfs", e))?;
     sys::move_mount_fd(new.as_fd(), host.as_fd()).map_err(|e| fail(root_what, "move_mount", c"/", e))?;
     drop(host);
+    let mut dirs = mounts::Dirs::new();
     for step in &plan.steps {
-        mounts::run(&step.action, new.as_fd(), &mut clones).map_err(|f| StepFail {
+        mounts::run(&step.action, new.as_fd(), &mut clones, &mut dirs).map_err(|f| StepFail {
             what: &step.what,
             hint: step_hint(&step.action, &f),
             fail: f,
         })?;
     }
+    drop(dirs);
     // The idmapped trees are attached; PID 1 keeps no descriptor of them.
     for &fd in &plan.kept_fds {
         // SAFETY: the plan's descriptors are the launcher's; this copy of
@@ -176,13 +181,21 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
     //     effective, permitted and inheritable capability sets.
     drop_privileges().map_err(|(call, e)| fail("drop privileges", call, c"", e))?;
 
-    // 13. Fork the command; this process becomes the reaper.
-    //     SAFETY: this process is a fork of the single-threaded launcher and
-    //     has started no threads; the child only execs or `_exit`s.
-    let pid = unsafe { sys::fork() }.map_err(|e| fail("start the command", "fork", c"", e))?;
-    if pid == 0 {
-        exec_command(plan, fds.report, caller_umask);
-    }
+    // 13. Start the command (PID 2), which shares our memory until its
+    //     `execve` while we wait; this process then becomes the reaper.
+    //     From here on the launcher relays signals instead of ending the
+    //     setup; they stay blocked here until the reaper relays them.
+    let _ = sys::write_all(fds.exit, &[crate::init::EXIT_STARTING]);
+    let start = CommandStart { plan, report: fds.report, umask: caller_umask };
+    let mut stack = plan.command_stack.borrow_mut();
+    // SAFETY: `command_main` only execs or `_exit`s, and changes nothing we
+    // use afterwards (it resets its own signal dispositions, umask and
+    // descriptors, which are its own: no CLONE_SIGHAND/FS/FILES). This
+    // process is single-threaded; `start` outlives the child's use of it,
+    // since we are suspended until the child execs or exits.
+    let pid = unsafe { sys::spawn_vfork(&mut stack, command_main, &start as *const CommandStart as *mut _) }
+        .map_err(|e| fail("start the command", "clone(CLONE_VM|CLONE_VFORK)", c"", e))?;
+    drop(stack);
     // The report pipe now belongs to the command: its close-on-exec end is
     // what tells the launcher the exec happened.
     // SAFETY: closing descriptors we own and no longer use.
@@ -193,7 +206,7 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
             libc::close(fds.ack);
         }
     }
-    crate::init::reap(pid)
+    crate::init::reap(pid, fds.exit)
 }
 
 /// no_new_privs and no capabilities at all, in this process and whatever
@@ -228,6 +241,27 @@ fn launcher_gone(sync: RawFd) -> bool {
     // SAFETY: one valid pollfd, zero timeout.
     let n = unsafe { libc::poll(&mut pfd, 1, 0) };
     n > 0 && pfd.revents & (libc::POLLHUP | libc::POLLIN) != 0
+}
+
+/// What PID 2 needs, passed through `clone`'s argument pointer.
+struct CommandStart<'a> {
+    plan: &'a Plan,
+    report: RawFd,
+    umask: libc::mode_t,
+}
+
+extern "C" fn command_main(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the `CommandStart` PID 1 passed to `spawn_vfork`,
+    // alive while PID 1 waits for us.
+    let start = unsafe { &*(arg as *const CommandStart<'_>) };
+    // Never unwind onto a stack that is not ours to return on.
+    let outcome =
+        std::panic::catch_unwind(AssertUnwindSafe(|| exec_command(start.plan, start.report, start.umask)));
+    let Err(_) = outcome;
+    let mut report = Report::new();
+    let _ = write!(report, "internal error: the sandbox command process panicked");
+    report.send(start.report, EXIT_SETUP_FAILED);
+    sys::exit_now(EXIT_SETUP_FAILED as i32)
 }
 
 /// PID 2: the last steps before `execve`, then the command itself.

@@ -19,6 +19,10 @@ pub const FORWARDED_SIGNALS: [libc::c_int; 6] =
 
 static COMMAND_PID: AtomicI32 = AtomicI32::new(0);
 
+/// First byte on the exit pipe: PID 1 is starting the command. The
+/// command's wait status follows when it ends.
+pub(crate) const EXIT_STARTING: u8 = b'S';
+
 extern "C" fn relay(sig: libc::c_int) {
     // Async-signal-safe: an atomic load and kill(2).
     let pid = COMMAND_PID.load(Ordering::Relaxed);
@@ -27,7 +31,7 @@ extern "C" fn relay(sig: libc::c_int) {
     }
 }
 
-pub(crate) fn reap(command: libc::pid_t) -> ! {
+pub(crate) fn reap(command: libc::pid_t, exit_fd: libc::c_int) -> ! {
     COMMAND_PID.store(command, Ordering::Relaxed);
     // Nothing in here reads stdin or writes stdout; holding them would keep
     // a pipe open after the command closed its end.
@@ -43,10 +47,29 @@ pub(crate) fn reap(command: libc::pid_t) -> ! {
     let _ = sys::set_sigmask(libc::SIG_SETMASK, &sys::empty_sigset());
     loop {
         match sys::waitpid(-1, 0) {
-            Ok((pid, status)) if pid == command => sys::exit_now(sys::exit_code_of(status)),
+            Ok((pid, status)) if pid == command => finish(status, exit_fd),
             Ok(_) => {}
             Err(Errno::ECHILD) => sys::exit_now(crate::error::EXIT_SETUP_FAILED as i32),
             Err(_) => {}
         }
     }
+}
+
+/// The command has ended: end everything it left behind, tell the launcher
+/// its status, and exit with it.
+///
+/// The kernel would kill the rest of the namespace when we exit, but only
+/// after tearing down our namespaces and mounts, and the launcher would
+/// learn the status only then. Killing and reaping here first means that
+/// once the launcher has the status, no process of the sandbox runs any
+/// more; what is left is the kernel's cleanup of this process, which the
+/// launcher need not wait for (bubblewrap's monitor does not either).
+fn finish(status: libc::c_int, exit_fd: libc::c_int) -> ! {
+    // kill(-1) reaches every process of our pid namespace but ourselves
+    // (they all run as our user, without capabilities); orphans are our
+    // children, so waiting until ECHILD means they are all gone.
+    let _ = sys::kill(-1, libc::SIGKILL);
+    while sys::waitpid(-1, 0).is_ok() {}
+    let _ = sys::write_all(exit_fd, &status.to_ne_bytes());
+    sys::exit_now(sys::exit_code_of(status))
 }

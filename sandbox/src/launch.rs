@@ -13,9 +13,17 @@
 //!                                         fork ─▶ PID 2: setsid, exec
 //! read(report): record ⇒ failure   ◀───── record on failure (exit 125/126/127)
 //!               EOF    ⇒ started   ◀───── report pipe closed by exec (CLOEXEC)
-//! signalfd: forward INT/TERM/…     ─────▶ PID 1 relays to PID 2
-//!           SIGCHLD ⇒ waitpid      ◀───── PID 1 exits with PID 2's status
+//! read(exit): 'S'                  ◀───── PID 1 is about to start PID 2
+//! signalfd: forward INT/TERM/…     ─────▶ PID 1 relays to PID 2 (before 'S':
+//!                                         setup interrupted, PID 1 killed)
+//! read(exit): PID 2's wait status  ◀───── PID 2 ended: PID 1 kills and reaps
+//!                                         the rest, writes the status, exits
+//!           SIGCHLD ⇒ waitpid      ◀───── PID 1 has exited with that status
 //! ```
+//!
+//! With [`LaunchOptions::return_before_teardown`] the launcher returns as
+//! soon as it has read the status, without waiting for PID 1's exit, in
+//! which the kernel tears down the namespaces and the whole mount tree.
 //!
 //! The sync pipe's write end stays open in the launcher for the sandbox's
 //! whole life: the child checks it right after setting its parent-death
@@ -48,6 +56,13 @@ pub struct LaunchOptions {
     /// `/dev/null`, so that only the command holds the caller's pipes and
     /// end-of-file propagates as soon as the command closes them.
     pub release_stdio: bool,
+    /// Return once the command has ended and every process of the sandbox
+    /// is gone, without waiting for the kernel to tear down the sandbox's
+    /// namespaces and mount tree (PID 1's own exit, a few hundred µs). PID 1
+    /// is then left unreaped: for callers that exit right after, like the
+    /// `run` command. Ignored when the sandbox has its own cgroup, which can
+    /// only be removed once PID 1 has left it.
+    pub return_before_teardown: bool,
 }
 
 /// How the command ended: its exit code, or 128+signal.
@@ -127,6 +142,7 @@ fn run(
     };
     let (report_r, report_w) = pipe("report")?;
     let (sync_r, sync_w) = pipe("sync")?;
+    let (exit_r, exit_w) = pipe("exit")?;
     let acks = if plan.apply_phase { Some(pipe("ack")?) } else { None };
 
     // Block the forwarded signals and SIGCHLD before clone, so none is lost
@@ -144,6 +160,7 @@ fn run(
         report: report_w.as_raw_fd(),
         sync: sync_r.as_raw_fd(),
         ack: acks.as_ref().map_or(-1, |(_, w)| w.as_raw_fd()),
+        exit: exit_w.as_raw_fd(),
     };
     // SAFETY: we checked that this process is single-threaded, and the
     // child branch never returns: `child::main` ends in `_exit`.
@@ -160,6 +177,7 @@ fn run(
     }
     drop(report_w);
     drop(sync_r);
+    drop(exit_w);
     let ack_r = acks.map(|(r, w)| {
         drop(w);
         r
@@ -191,7 +209,9 @@ fn run(
     }
 
     let timeout = plan.limits.timeout.map(|t| (t, plan.limits.kill_after));
-    monitor(&mut child, report_r, spec.new_session, options, &watched, timeout)
+    let early = options.return_before_teardown && plan.limits.cgroup.is_none();
+    let pipes = MonitorPipes { report: report_r, exit: exit_r, return_on_exit_status: early };
+    monitor(&mut child, pipes, spec.new_session, options, &watched, timeout)
     // `sync_w` (the lifeline) closes here, after the sandbox has ended.
 }
 
@@ -235,6 +255,15 @@ struct ChildGuard {
     reaped: bool,
 }
 
+impl ChildGuard {
+    /// PID 1 is exiting on its own: reap it if it is already gone, else
+    /// leave it (its parent's exit hands it to init).
+    fn detach(&mut self) {
+        let _ = sys::waitpid(self.pid, libc::WNOHANG);
+        self.reaped = true;
+    }
+}
+
 impl Drop for ChildGuard {
     fn drop(&mut self) {
         if !self.reaped {
@@ -252,9 +281,19 @@ impl<F: FnMut()> Drop for Defer<F> {
     }
 }
 
+/// What the monitor reads besides signals.
+struct MonitorPipes {
+    /// Setup failures; end-of-file once the command was executed.
+    report: OwnedFd,
+    /// The command's wait status, from PID 1.
+    exit: OwnedFd,
+    /// Return with that status instead of waiting for PID 1 to exit.
+    return_on_exit_status: bool,
+}
+
 fn monitor(
     child: &mut ChildGuard,
-    report_r: OwnedFd,
+    pipes: MonitorPipes,
     new_session: bool,
     options: &LaunchOptions,
     watched: &libc::sigset_t,
@@ -274,8 +313,13 @@ fn monitor(
     // SAFETY: signalfd returned a new descriptor that we now own.
     let sfd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(sfd) };
 
+    let MonitorPipes { report: report_r, exit: exit_r, return_on_exit_status } = pipes;
     let mut report_bytes = Vec::new();
     let mut report_open = true;
+    let mut exit_open = true;
+    // From PID 1 on the exit pipe: `EXIT_STARTING`, then the 4-byte status.
+    let mut exit_msg = [0u8; 5];
+    let mut exit_len = 0;
     let mut started = false;
     let mut killed_by: Option<i32> = None;
     let status = 'outer: loop {
@@ -286,6 +330,11 @@ fn monitor(
                 revents: 0,
             },
             libc::pollfd { fd: sfd.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd {
+                fd: if exit_open { exit_r.as_raw_fd() } else { -1 },
+                events: libc::POLLIN,
+                revents: 0,
+            },
         ];
         let wait_ms = match deadline {
             None => -1,
@@ -298,7 +347,8 @@ fn monitor(
                         tracing::warn!(
                             "the command exceeded its time limit of {limit:?}: sending SIGTERM, SIGKILL in {grace:?}"
                         );
-                        let _ = sys::kill(child.pid, if started { libc::SIGTERM } else { libc::SIGKILL });
+                        let relayed = started || exit_len > 0;
+                        let _ = sys::kill(child.pid, if relayed { libc::SIGTERM } else { libc::SIGKILL });
                         deadline = Some(now + grace);
                     } else {
                         let _ = sys::kill(child.pid, libc::SIGKILL);
@@ -309,8 +359,8 @@ fn monitor(
                 (at - now).as_millis().min(i32::MAX as u128) as i32 + 1
             }
         };
-        // SAFETY: two valid pollfd entries.
-        if unsafe { libc::poll(pfds.as_mut_ptr(), 2, wait_ms) } < 0 {
+        // SAFETY: three valid pollfd entries.
+        if unsafe { libc::poll(pfds.as_mut_ptr(), 3, wait_ms) } < 0 {
             let e = Errno::last();
             if e == Errno::EINTR {
                 continue;
@@ -326,6 +376,22 @@ fn monitor(
                     release_stdio();
                 }
             }
+        }
+        if pfds[2].revents != 0 {
+            match sys::read(exit_r.as_raw_fd(), &mut exit_msg[exit_len..]) {
+                Ok(0) | Err(_) => exit_open = false,
+                Ok(n) => exit_len += n,
+            }
+            if exit_len == exit_msg.len() {
+                exit_open = false;
+                let status = libc::c_int::from_ne_bytes([exit_msg[1], exit_msg[2], exit_msg[3], exit_msg[4]]);
+                if return_on_exit_status && killed_by.is_none() {
+                    child.detach();
+                    break 'outer status;
+                }
+            }
+            // Without the status (PID 1 was killed, or failed before the
+            // command ran), PID 1's own exit tells the rest.
         }
         if pfds[1].revents != 0 {
             // SAFETY: signalfd_siginfo is plain data; reading fills it.
@@ -346,8 +412,11 @@ fn monitor(
                     child.reaped = true;
                     break 'outer status;
                 }
-            } else if !started {
-                // Interrupted during setup: nothing to relay to yet.
+            } else if !started && exit_len == 0 {
+                // Interrupted during setup: nothing to relay to yet. (Once
+                // PID 1 is starting the command, a signal waits in PID 1,
+                // blocked until it can relay it, even if the command has
+                // not yet closed the report pipe by executing.)
                 let _ = sys::kill(child.pid, libc::SIGKILL);
                 killed_by.get_or_insert(128 + sig);
             } else if new_session || info.ssi_code != libc::SI_KERNEL {
@@ -402,7 +471,7 @@ fn release_stdio() {
 }
 
 pub(crate) fn ensure_single_threaded() -> Result<(), LaunchError> {
-    let threads = fs::read_dir("/proc/self/task").map(|d| d.count()).unwrap_or(1);
+    let threads = thread_count().unwrap_or(1);
     if threads == 1 {
         Ok(())
     } else {
@@ -412,6 +481,14 @@ pub(crate) fn ensure_single_threaded() -> Result<(), LaunchError> {
         ))
         .into())
     }
+}
+
+/// This process's thread count. procfs gives `/proc/self/task` a link count
+/// of 2 plus the number of threads (one `statx` instead of listing it).
+fn thread_count() -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let links = fs::metadata("/proc/self/task").ok()?.nlink();
+    if links > 2 { Some(links - 2) } else { fs::read_dir("/proc/self/task").ok().map(|d| d.count() as u64) }
 }
 
 /// A root caller's supplementary groups would show up as `nogroup` inside;

@@ -11,6 +11,11 @@
 //! `move_mount` attaches it. The copy is read-only before it is ever
 //! visible.
 //!
+//! Most destinations are siblings of the one before (`/dev`'s nodes and
+//! links, `/etc/passwd` and `/etc/group`): [`Dirs`] keeps the last parent
+//! directory open, and a destination in it is looked up or created
+//! relative to it, refusing symlinks; anything unusual takes the full walk.
+//!
 //! Nothing here allocates: paths are split into stack buffers.
 
 use std::ffi::CStr;
@@ -77,7 +82,105 @@ impl<'a> Fail<'a> {
 
 type Result<'a, T> = std::result::Result<T, Fail<'a>>;
 
-pub(crate) fn run<'a>(action: &'a Action, new: BorrowedFd<'_>, clones: &mut Clones) -> Result<'a, ()> {
+/// The parent directory of the last destination, open, until a mount may
+/// have covered it.
+pub(crate) struct Dirs {
+    path: [u8; PATH_BUF],
+    len: usize,
+    fd: Option<OwnedFd>,
+}
+
+impl Dirs {
+    pub(crate) fn new() -> Dirs {
+        Dirs { path: [0; PATH_BUF], len: 0, fd: None }
+    }
+
+    /// The directory `rel` inside `root` (created if missing, as
+    /// [`resolve`] does), reusing the open one when it is the same path.
+    fn get<'a>(&mut self, root: BorrowedFd<'_>, rel: &'a CStr) -> Result<'a, BorrowedFd<'_>> {
+        let bytes = rel.to_bytes();
+        let cached = self.fd.is_some() && self.path[..self.len] == *bytes;
+        if !cached {
+            self.fd = None;
+            let fd = resolve(root, rel, Some(Kind::Dir))?;
+            if bytes.len() <= self.path.len() {
+                self.path[..bytes.len()].copy_from_slice(bytes);
+                self.len = bytes.len();
+                self.fd = Some(fd);
+            } else {
+                return Err(Fail::rooted("openat2", rel, Errno::ENAMETOOLONG));
+            }
+        }
+        Ok(self.fd.as_ref().expect("set above").as_fd())
+    }
+
+    /// Something was mounted on `target`: the open directory is stale if it
+    /// lies there or below.
+    fn mounted_on(&mut self, target: &CStr) {
+        let t = target.to_bytes();
+        let cached = &self.path[..self.len];
+        if t.is_empty() || (cached.starts_with(t) && (cached.len() == t.len() || cached[t.len()] == b'/')) {
+            self.fd = None;
+        }
+    }
+}
+
+/// The destination `dst` of a mount, as [`resolve`] finds or creates it,
+/// through the open parent directory when `dst` is a plain name in it: an
+/// existing entry is opened without following symlinks, a missing one
+/// created. A symlink or any other surprise takes the full walk, which
+/// resolves links inside the root and reports errors.
+fn target<'a>(root: BorrowedFd<'_>, dirs: &mut Dirs, dst: &'a CStr, kind: Kind) -> Result<'a, OwnedFd> {
+    let mut parent_buf = [0u8; PATH_BUF];
+    let mut name_buf = [0u8; 256];
+    if let Ok((parent, name)) = split_last(dst, &mut parent_buf, &mut name_buf)
+        && let Ok(dir) = dirs.get(root, parent)
+    {
+        let plain = libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS | libc::RESOLVE_BENEATH;
+        match sys::openat2(dir, name, libc::O_PATH, 0, plain) {
+            Ok(fd) => return Ok(fd),
+            Err(Errno::ENOENT) => {
+                let created = match kind {
+                    // The new file's descriptor serves as the mount target.
+                    Kind::File => sys::openat(
+                        dir,
+                        name,
+                        libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_NOFOLLOW,
+                        0o644,
+                    ),
+                    Kind::Dir => sys::mkdirat(dir, name, 0o755).and_then(|()| {
+                        sys::openat(dir, name, libc::O_PATH | libc::O_NOFOLLOW | libc::O_DIRECTORY, 0)
+                    }),
+                };
+                if let Ok(fd) = created {
+                    return Ok(fd);
+                }
+            }
+            Err(_) => {}
+        }
+    }
+    resolve(root, dst, Some(kind))
+}
+
+/// Mounts `tree` on `dst` (found or created as `kind`).
+fn attach<'a>(
+    tree: BorrowedFd<'_>,
+    root: BorrowedFd<'_>,
+    dirs: &mut Dirs,
+    dst: &'a CStr,
+    kind: Kind,
+) -> Result<'a, ()> {
+    let target = target(root, dirs, dst, kind)?;
+    dirs.mounted_on(dst);
+    sys::move_mount_fd(tree, target.as_fd()).map_err(|e| Fail::rooted("move_mount", dst, e))
+}
+
+pub(crate) fn run<'a>(
+    action: &'a Action,
+    new: BorrowedFd<'_>,
+    clones: &mut Clones,
+    dirs: &mut Dirs,
+) -> Result<'a, ()> {
     match action {
         Action::Bind { source, dst, kind } => {
             let copy = match source {
@@ -91,8 +194,7 @@ pub(crate) fn run<'a>(action: &'a Action, new: BorrowedFd<'_>, clones: &mut Clon
                     Err(f) => return Err(f),
                 },
             };
-            let target = resolve(new, dst, Some(*kind))?;
-            sys::move_mount_fd(copy.as_fd(), target.as_fd()).map_err(|e| Fail::rooted("move_mount", dst, e))
+            attach(copy.as_fd(), new, dirs, dst, *kind)
         }
         Action::Fs { fstype, options, attrs, dst } => {
             let fs = sys::fsopen(fstype).map_err(|e| Fail::new("fsopen", fstype, e))?;
@@ -106,8 +208,7 @@ pub(crate) fn run<'a>(action: &'a Action, new: BorrowedFd<'_>, clones: &mut Clon
             sys::fsconfig_create(fs.as_fd())
                 .map_err(|e| Fail::new("fsconfig(FSCONFIG_CMD_CREATE)", fstype, e))?;
             let mnt = sys::fsmount(fs.as_fd(), *attrs).map_err(|e| Fail::new("fsmount", fstype, e))?;
-            let target = resolve(new, dst, Some(Kind::Dir))?;
-            sys::move_mount_fd(mnt.as_fd(), target.as_fd()).map_err(|e| Fail::rooted("move_mount", dst, e))
+            attach(mnt.as_fd(), new, dirs, dst, Kind::Dir)
         }
         Action::WriteFile { path, contents, mode } => {
             let flags = libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_NOFOLLOW;
@@ -116,6 +217,7 @@ pub(crate) fn run<'a>(action: &'a Action, new: BorrowedFd<'_>, clones: &mut Clon
                 .map_err(|e| Fail::rooted("write", path, e))
         }
         Action::RemoveStaging { files, dir } => {
+            dirs.fd = None;
             for file in files {
                 sys::unlinkat(new, file, 0).map_err(|e| Fail::rooted("unlinkat", file, e))?;
             }
@@ -127,12 +229,11 @@ pub(crate) fn run<'a>(action: &'a Action, new: BorrowedFd<'_>, clones: &mut Clon
             let mut name_buf = [0u8; 256];
             let (parent, name) =
                 split_last(dst, &mut parent_buf, &mut name_buf).map_err(|e| Fail::rooted("split", dst, e))?;
-            let dir =
-                resolve(new, parent, Some(Kind::Dir)).map_err(|f| Fail::rooted(f.call, dst, f.errno))?;
-            match sys::symlinkat(target, dir.as_fd(), name) {
+            let dir = dirs.get(new, parent).map_err(|f| Fail::rooted(f.call, dst, f.errno))?;
+            match sys::symlinkat(target, dir, name) {
                 Ok(()) => Ok(()),
                 // Idempotent, as in bubblewrap: an identical link is fine.
-                Err(Errno::EEXIST) if same_link(dir.as_fd(), name, target) => Ok(()),
+                Err(Errno::EEXIST) if same_link(dir, name, target) => Ok(()),
                 Err(e) => Err(Fail::rooted("symlinkat", dst, e)),
             }
         }
@@ -141,17 +242,13 @@ pub(crate) fn run<'a>(action: &'a Action, new: BorrowedFd<'_>, clones: &mut Clon
             let mut name_buf = [0u8; 256];
             let (parent, name) =
                 split_last(dst, &mut parent_buf, &mut name_buf).map_err(|e| Fail::rooted("split", dst, e))?;
-            let dir =
-                resolve(new, parent, Some(Kind::Dir)).map_err(|f| Fail::rooted(f.call, dst, f.errno))?;
-            match sys::mkdirat(dir.as_fd(), name, *mode) {
+            let dir = dirs.get(new, parent).map_err(|f| Fail::rooted(f.call, dst, f.errno))?;
+            match sys::mkdirat(dir, name, *mode) {
                 Ok(()) | Err(Errno::EEXIST) => Ok(()),
                 Err(e) => Err(Fail::rooted("mkdirat", dst, e)),
             }
         }
-        Action::AttachTree { tree, dst, kind } => {
-            let target = resolve(new, dst, Some(*kind))?;
-            sys::move_mount_fd(tree.as_fd(), target.as_fd()).map_err(|e| Fail::rooted("move_mount", dst, e))
-        }
+        Action::AttachTree { tree, dst, kind } => attach(tree.as_fd(), new, dirs, dst, *kind),
         Action::Remount { dst, attrs } => {
             let target = resolve(new, dst, None)?;
             sys::mount_setattr(target.as_fd(), *attrs, false)
@@ -326,6 +423,46 @@ mod tests {
         // A file destination is created as an empty regular file.
         assert!(resolve(root.as_fd(), c"etc/passwd", Some(Kind::File)).is_ok());
         assert!(dir.join("root/etc/passwd").is_file());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn targets_through_the_open_parent_match_the_full_walk() {
+        let dir = std::env::temp_dir().join(format!("sandbox-target-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("root/inside")).unwrap();
+        std::fs::create_dir_all(dir.join("outside")).unwrap();
+        std::os::unix::fs::symlink("/inside", dir.join("root/in")).unwrap();
+        std::os::unix::fs::symlink(dir.join("outside"), dir.join("root/dev-link")).unwrap();
+        let root_path = std::ffi::CString::new(dir.join("root").to_str().unwrap()).unwrap();
+        let root = sys::open(&root_path, libc::O_PATH | libc::O_DIRECTORY, 0).unwrap();
+        let mut dirs = Dirs::new();
+
+        // Siblings in a new directory: created there, the parent kept open.
+        for name in [c"dev/null", c"dev/zero"] {
+            assert!(target(root.as_fd(), &mut dirs, name, Kind::File).is_ok());
+        }
+        assert!(dir.join("root/dev/null").is_file() && dir.join("root/dev/zero").is_file());
+        assert_eq!(&dirs.path[..dirs.len], b"dev");
+        assert!(target(root.as_fd(), &mut dirs, c"dev/pts", Kind::Dir).is_ok());
+        assert!(dir.join("root/dev/pts").is_dir());
+
+        // A symlink as the last component takes the full walk, which
+        // resolves it inside the root: /inside, not the host's path.
+        assert!(target(root.as_fd(), &mut dirs, c"in", Kind::Dir).is_ok());
+        assert!(target(root.as_fd(), &mut dirs, c"dev-link", Kind::Dir).is_err());
+        assert!(std::fs::read_dir(dir.join("outside")).unwrap().next().is_none());
+
+        // A mount on the open directory or above it makes it stale.
+        assert!(dirs.get(root.as_fd(), c"dev").is_ok());
+        dirs.mounted_on(c"dev/null");
+        assert!(dirs.fd.is_some(), "a mount below the open directory keeps it");
+        dirs.mounted_on(c"de");
+        assert!(dirs.fd.is_some(), "only whole components count");
+        dirs.mounted_on(c"dev");
+        assert!(dirs.fd.is_none());
+        assert!(dirs.get(root.as_fd(), c"dev").is_ok());
+        dirs.mounted_on(c"");
+        assert!(dirs.fd.is_none(), "a mount on the root covers everything");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

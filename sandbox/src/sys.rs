@@ -68,6 +68,77 @@ pub unsafe fn fork() -> SysResult<libc::pid_t> {
     unsafe { clone_fork(0) }
 }
 
+/// A stack for [`spawn_vfork`]: anonymous memory with an inaccessible
+/// guard page below it, so an overflow faults instead of writing into
+/// whatever lies under it. Pages are only backed once touched.
+pub struct ChildStack {
+    base: *mut c_void,
+    len: usize,
+}
+
+impl ChildStack {
+    pub const SIZE: usize = 256 * 1024;
+
+    pub fn new() -> SysResult<ChildStack> {
+        let len = Self::SIZE + GUARD;
+        // SAFETY: a fresh anonymous mapping; no existing memory is touched.
+        let base = unsafe {
+            libc::mmap(
+                ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(Errno::last());
+        }
+        let stack = ChildStack { base, len };
+        // SAFETY: the lowest page of the mapping we just made.
+        check(unsafe { libc::mprotect(base, GUARD, libc::PROT_NONE) })?;
+        Ok(stack)
+    }
+
+    /// The initial stack pointer: the (16-byte aligned) top of the stack.
+    fn top(&self) -> *mut c_void {
+        (self.base as usize + self.len) as *mut c_void
+    }
+}
+
+const GUARD: usize = 4096;
+
+impl Drop for ChildStack {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping made in `new`.
+        unsafe { libc::munmap(self.base, self.len) };
+    }
+}
+
+/// Starts `child(arg)` in a new process that shares this one's memory, on
+/// `stack`, and suspends this process until the child has called `execve`
+/// or exited (`CLONE_VM | CLONE_VFORK`, as `posix_spawn` does). Nothing is
+/// copied: no page tables, no copy-on-write faults afterwards, and the
+/// child's `execve` has no copy of the address space to tear down.
+///
+/// # Safety
+/// The child runs on this process's memory while this process is stopped:
+/// `child` must end in `execve` or `_exit`, never return or unwind, and
+/// leave memory this process uses afterwards as it was (it may allocate;
+/// this process runs no other thread). `stack` must not be used by anything
+/// else until this returns.
+pub unsafe fn spawn_vfork(
+    stack: &mut ChildStack,
+    child: extern "C" fn(*mut c_void) -> c_int,
+    arg: *mut c_void,
+) -> SysResult<libc::pid_t> {
+    let flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD;
+    // SAFETY: per the contract; glibc's clone switches to `stack` in the
+    // child and calls `child(arg)` there.
+    check(unsafe { libc::clone(child, stack.top(), flags, arg) })
+}
+
 pub fn mount(
     source: Option<&CStr>,
     target: &CStr,
