@@ -3,17 +3,33 @@
 //! A plain native `run` and the `__exec` helper are handled here, in a
 //! binary that links only what they need, so a sandbox starts without
 //! paying for the daemon, the HTTP clients and servers, or the full
-//! argument parser. Every other command (and `--help`) is handed to
-//! `tuixiu-sandbox-full` next to this binary, with the same arguments.
+//! argument parser. `proxy` is handed to the daemon's own binary,
+//! `tuixiu-sandbox-proxy`, and every other command (and `--help`) to
+//! `tuixiu-sandbox-full`, both next to this binary, with the same arguments.
+//!
+//! Every sandbox start pays for this binary's own start, so it skips what
+//! it does not need of Rust's runtime set-up (`#![no_main]`): the main
+//! thread's stack-overflow handler, for which the runtime reads and parses
+//! `/proc/self/maps` and maps an alternate signal stack. What the launcher
+//! relies on is done in [`main`]: SIGPIPE ignored (a closed stderr or
+//! status pipe is an error, not death) and descriptors 0-2 open.
+#![no_main]
 
 use std::ffi::OsString;
-use std::process::ExitCode;
 
 use clap::{Arg, ArgAction, Args, Command, FromArgMatches};
-use tuixiu_sandbox::launcher::args::{ExecArgs, RunArgs};
+use tuixiu_sandbox::launcher::args::{ExecArgs, RunArgs, RunGiven};
 use tuixiu_sandbox::launcher::{self, EXIT_TOOL_ERROR};
 
-fn main() -> ExitCode {
+/// The C entry point (glibc calls it with the arguments, which std reads
+/// on its own).
+#[unsafe(no_mangle)]
+extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> libc::c_int {
+    launcher::runtime_setup();
+    libc::c_int::from(launch())
+}
+
+fn launch() -> u8 {
     let argv: Vec<OsString> = std::env::args_os().collect();
     // Global -v flags may come before the subcommand.
     let mut at = 1;
@@ -28,12 +44,12 @@ fn main() -> ExitCode {
         }
         at += 1;
     }
-    let code = match argv.get(at).and_then(|a| a.to_str()) {
+    match argv.get(at).and_then(|a| a.to_str()) {
         Some("run") => run(&argv, at, verbose),
         Some("__exec") => exec(&argv, at, verbose),
+        Some("proxy") => launcher::exec_daemon(&argv),
         _ => launcher::exec_full(&argv),
-    };
-    ExitCode::from(code)
+    }
 }
 
 /// Parses `SUB ARGS...` (from `argv[at]`) with the shared argument
@@ -74,15 +90,18 @@ fn parse<T: Args + FromArgMatches>(
 }
 
 fn run(argv: &[OsString], at: usize, verbose: u8) -> u8 {
-    let (args, matches, more) = match parse::<RunArgs>(argv, at, "run") {
-        Ok(parsed) => parsed,
-        Err(code) => return code,
+    let (args, given, more) = match launcher::fast_args::parse_run(&argv[at + 1..]) {
+        Some(parsed) => parsed,
+        None => match parse::<RunArgs>(argv, at, "run") {
+            Ok((args, matches, more)) => (args, RunGiven::from_matches(&matches), more),
+            Err(code) => return code,
+        },
     };
     if launcher::needs_full(&args) {
         return launcher::exec_full(argv);
     }
     launcher::init_logging(verbose.saturating_add(more));
-    launcher::run::plain(args, &matches)
+    launcher::run::plain(args, &given)
 }
 
 fn exec(argv: &[OsString], at: usize, verbose: u8) -> u8 {

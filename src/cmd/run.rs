@@ -6,10 +6,11 @@ use clap::ArgMatches;
 use tuixiu_sandbox::launcher;
 
 use crate::cli::RunArgs;
+use tuixiu_sandbox::launcher::args::RunGiven;
 
 pub fn main(args: RunArgs, matches: &ArgMatches) -> u8 {
     if super::run_provider::handles(&args) {
         return super::run_provider::main(args, matches);
     }
-    launcher::run::main(args, matches)
+    launcher::run::main(args, &RunGiven::from_matches(matches))
 }

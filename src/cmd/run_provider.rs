@@ -29,6 +29,7 @@ use crate::cli::{NetworkArg, ProviderArg, RunArgs};
 use crate::inputs::{self, HostDirs, Layout, Plan};
 use crate::manifest::Root;
 use crate::{EXIT_TOOL_ERROR, report_error};
+use tuixiu_sandbox::launcher::args::RunGiven;
 use tuixiu_sandbox::launcher::run::{check_dir, environment, extra_mounts, launch_and_report, user_view};
 use tuixiu_sandbox::launcher::run_inputs;
 use tuixiu_sandbox::launcher::units::parse_size;
@@ -55,18 +56,19 @@ fn run(args: &RunArgs, matches: &ArgMatches) -> Result<u8, String> {
     let prefix = p.options.instance_prefix.as_str();
     // The same order as the native `run`: the manifest is read and planned
     // first, then the user view (moved by envPatch), then the env pipeline.
+    let given = RunGiven::from_matches(matches);
     let init_env = run_inputs::init_env(args)?;
     let plan = run_inputs::load_plan(args)?;
     let mut user = user_view(args)?;
     if let Some(plan) = &plan {
-        run_inputs::patch_user_view(&mut user, plan.env_patch(), args, matches)?;
+        run_inputs::patch_user_view(&mut user, plan.env_patch(), args, &given)?;
         user.validate().map_err(|e| format!("envPatch: {e}"))?;
     }
     let mut env = environment(args)?;
     env.extend(run_inputs::environment(args, &user, plan.as_ref().map(Plan::env_patch), &init_env)?);
     let process =
         ProcessSpec { argv: args.command.clone(), env, cwd: args.chdir.clone(), stdio: Stdio::Inherit };
-    let cmdline = CommandLine { args, matches, user, plan, init_env };
+    let cmdline = CommandLine { args, matches, given, user, plan, init_env };
     if cmdline.plan.is_some() && p.provider != ProviderArg::Docker {
         return Err(format!(
             "--manifest: not supported by the {} provider with these options in this build \
@@ -128,6 +130,7 @@ fn err(e: ProviderError) -> String {
 struct CommandLine<'a> {
     args: &'a RunArgs,
     matches: &'a ArgMatches,
+    given: RunGiven,
     /// The user view, moved by the manifest's envPatch.
     user: UserView,
     plan: Option<Plan>,
@@ -170,7 +173,7 @@ fn instance_config(cl: &CommandLine<'_>, name: &str, run_id: &str) -> Result<Ins
     };
     config.hostname = args.hostname.clone();
     config.limits = limits(args)?;
-    for op in extra_mounts(args, cl.matches) {
+    for op in extra_mounts(args, &cl.given) {
         config.mounts.push(match op {
             MountOp::Bind { src, dst, access } => Mount::Bind { src, dst, access },
             MountOp::Tmpfs { dst, .. } => Mount::Tmpfs { dst },
@@ -213,7 +216,7 @@ fn land_manifest_in_volumes(
         });
     }
     let volumes = provider.prepare_volumes(config, plan.uses(Root::Scratch)).map_err(err)?;
-    let options = run_inputs::fetch_options(&plan, cl.args, cl.matches, &cl.init_env)?;
+    let options = run_inputs::fetch_options(&plan, cl.args, &cl.given, &cl.init_env)?;
     let mut audit = run_inputs::open_audit(cl.args)?;
     let fetched = plan.fetch(&options).map_err(|e| e.to_string())?;
     let (workspace, home, scratch) = volumes.writable();

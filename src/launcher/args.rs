@@ -141,6 +141,48 @@ pub struct RunArgs {
     pub provider: RunProviderArgs,
 }
 
+/// What a `run` command line says beyond the parsed values: the order of
+/// the mount options (a later mount may cover an earlier one), and which
+/// options were given rather than defaulted.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RunGiven {
+    /// `--ro-bind`, `--bind` and `--tmpfs`, in command-line order.
+    pub mount_order: Vec<MountFlag>,
+    /// `--user` was given.
+    pub user: bool,
+    /// `--map-uid` or `--map-gid` was given.
+    pub map_ids: bool,
+}
+
+/// The mount options of `run`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MountFlag {
+    RoBind,
+    Bind,
+    Tmpfs,
+}
+
+impl RunGiven {
+    /// From clap's matches of [`RunArgs`].
+    pub fn from_matches(matches: &clap::ArgMatches) -> RunGiven {
+        let mut mounts: Vec<(usize, MountFlag)> = Vec::new();
+        for (id, flag, per) in
+            [("ro_bind", MountFlag::RoBind, 2), ("bind", MountFlag::Bind, 2), ("tmpfs", MountFlag::Tmpfs, 1)]
+        {
+            if let Some(indices) = matches.indices_of(id) {
+                mounts.extend(indices.step_by(per).map(|at| (at, flag)));
+            }
+        }
+        mounts.sort_by_key(|(at, _)| *at);
+        let given = |id| matches.value_source(id) == Some(clap::parser::ValueSource::CommandLine);
+        RunGiven {
+            mount_order: mounts.into_iter().map(|(_, flag)| flag).collect(),
+            user: given("user"),
+            map_ids: given("map_uid") || given("map_gid"),
+        }
+    }
+}
+
 impl RunArgs {
     /// The host ids `--map-uid`/`--map-gid` ask the sandbox user to map
     /// onto (each defaulting to the caller's), or `None` without them.

@@ -12,6 +12,8 @@
 
 pub mod args;
 pub mod exec;
+pub mod fast_args;
+pub mod log;
 pub mod run;
 pub mod run_inputs;
 pub mod units;
@@ -30,6 +32,31 @@ pub const EXIT_TOOL_ERROR: u8 = sandbox::EXIT_SETUP_FAILED;
 pub const LAUNCHER_NAME: &str = "tuixiu-sandbox";
 /// File name of the full tool, installed next to the launcher.
 pub const FULL_NAME: &str = "tuixiu-sandbox-full";
+/// File name of the daemon's own binary (`proxy`), installed next to it.
+pub const DAEMON_NAME: &str = "tuixiu-sandbox-proxy";
+
+/// What the launcher needs of the set-up Rust's runtime does before `main`,
+/// for a binary that skips it (`#![no_main]`): SIGPIPE ignored, so writing
+/// to a closed pipe is an error rather than death; and descriptors 0, 1
+/// and 2 open (on `/dev/null` if the caller closed one), so that no pipe or
+/// file the launcher opens can take their numbers.
+pub fn runtime_setup() {
+    // SAFETY: ignoring a signal changes no memory; the process is still
+    // single-threaded here.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    let mut fds = [0, 1, 2].map(|fd| libc::pollfd { fd, events: 0, revents: 0 });
+    // SAFETY: three valid pollfd entries; a zero timeout only reports.
+    if unsafe { libc::poll(fds.as_mut_ptr(), 3, 0) } < 0 {
+        return;
+    }
+    for pfd in fds.iter().filter(|pfd| pfd.revents & libc::POLLNVAL != 0) {
+        // The lowest free number is the closed one (lower ones are open).
+        // SAFETY: opening a path with a valid NUL-terminated name.
+        if unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) } != pfd.fd {
+            std::process::abort();
+        }
+    }
+}
 
 /// Prints one error line on stderr, prefixed with the program name.
 pub fn report_error(message: impl std::fmt::Display) {
@@ -39,19 +66,13 @@ pub fn report_error(message: impl std::fmt::Display) {
 /// Diagnostics go to stderr only: stdout belongs to the sandboxed command
 /// (an ACP agent speaks NDJSON over it). `TUIXIU_LOG` may name a level
 /// (`debug`); the full tool also takes tracing filter directives there.
-/// The launcher uses this one: a plain level filter keeps the regex engine
-/// of the directive parser out of its binary.
+/// The launcher uses this one, with its own small subscriber ([`log`]).
 pub fn init_logging(verbose: u8) {
     let level = std::env::var("TUIXIU_LOG")
         .ok()
-        .and_then(|v| v.parse::<tracing_subscriber::filter::LevelFilter>().ok())
+        .and_then(|v| v.parse::<tracing::level_filters::LevelFilter>().ok())
         .unwrap_or(default_level(verbose));
-    tracing_subscriber::fmt()
-        .with_max_level(level)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_target(false)
-        .init();
+    log::init(level, std::io::stderr().is_terminal());
 }
 
 /// As [`init_logging`], with `TUIXIU_LOG` as tracing filter directives
@@ -68,8 +89,8 @@ pub fn init_logging_with_directives(verbose: u8) {
         .init();
 }
 
-fn default_level(verbose: u8) -> tracing_subscriber::filter::LevelFilter {
-    use tracing_subscriber::filter::LevelFilter;
+fn default_level(verbose: u8) -> tracing::level_filters::LevelFilter {
+    use tracing::level_filters::LevelFilter;
     match verbose {
         0 => LevelFilter::WARN,
         1 => LevelFilter::INFO,
@@ -111,20 +132,34 @@ fn is_executable(path: &std::path::Path) -> bool {
     std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
+/// Replaces this process with the daemon's binary for `proxy` (the full
+/// tool when it is not installed), same arguments. Returns only on
+/// failure, with the exit status to use.
+pub fn exec_daemon(argv: &[OsString]) -> u8 {
+    match sibling(DAEMON_NAME) {
+        Some(daemon) if is_executable(&daemon) => exec_tool(&daemon, argv),
+        _ => exec_full(argv),
+    }
+}
+
 /// Replaces this process with the full tool, same arguments. Returns only
 /// on failure, with the exit status to use.
 pub fn exec_full(argv: &[OsString]) -> u8 {
-    use std::os::unix::process::CommandExt;
-    let exe = match full_exe() {
-        Ok(exe) => exe,
+    match full_exe() {
+        Ok(exe) => exec_tool(&exe, argv),
         Err(e) => {
             report_error(e);
-            return EXIT_TOOL_ERROR;
+            EXIT_TOOL_ERROR
         }
-    };
-    let err = std::process::Command::new(&exe).arg0(LAUNCHER_NAME).args(argv.iter().skip(1)).exec();
+    }
+}
+
+fn exec_tool(exe: &std::path::Path, argv: &[OsString]) -> u8 {
+    use std::os::unix::process::CommandExt;
+    let err = std::process::Command::new(exe).arg0(LAUNCHER_NAME).args(argv.iter().skip(1)).exec();
+    let name = exe.file_name().unwrap_or_default().to_string_lossy();
     report_error(format!(
-        "cannot run {}: {} (install {FULL_NAME} next to {LAUNCHER_NAME})",
+        "cannot run {}: {} (install {name} next to {LAUNCHER_NAME})",
         exe.display(),
         sandbox::error::io_error_text(&err)
     ));

@@ -3,13 +3,12 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use clap::ArgMatches;
 use sandbox::{
     Access, ExitStatus, Home, LandlockMode, LaunchError, LaunchOptions, Limits, MountOp, Network,
     SandboxBuilder, SandboxSpec, SeccompPolicy, Security, UserView,
 };
 
-use super::args::{LandlockArg, NetworkArg, RunArgs};
+use super::args::{LandlockArg, MountFlag, NetworkArg, RunArgs, RunGiven};
 use super::run_inputs;
 use super::units::{parse_cpus, parse_duration, parse_size};
 use super::{EXIT_TOOL_ERROR, report_error};
@@ -25,11 +24,11 @@ const PASSED_BY_DEFAULT: &[&str] = &["TERM"];
 /// `run` with the native provider in this (single-threaded) process: the
 /// manifest, if any, is read, checked and planned first, so a bad one stops
 /// the run before anything is mounted or downloaded.
-pub fn main(args: RunArgs, matches: &ArgMatches) -> u8 {
+pub fn main(args: RunArgs, given: &RunGiven) -> u8 {
     let prepared = run_inputs::init_env(&args)
         .and_then(|init_env| Ok((run_inputs::load_plan(&args)?, init_env)))
         .and_then(|(plan, init_env)| {
-            Ok((build_spec(&args, matches, plan.as_ref(), &init_env)?, plan, init_env))
+            Ok((build_spec(&args, given, plan.as_ref(), &init_env)?, plan, init_env))
         });
     let (built, plan, init_env) = match prepared {
         Ok(prepared) => prepared,
@@ -38,20 +37,20 @@ pub fn main(args: RunArgs, matches: &ArgMatches) -> u8 {
             return EXIT_TOOL_ERROR;
         }
     };
-    let json_status_fd = matches.get_one::<i32>("json_status_fd").copied();
+    let json_status_fd = args.json_status_fd;
     match plan {
         None => launch_and_report(&built.spec, json_status_fd),
-        Some(plan) => run_inputs::fetch_and_launch(plan, &args, matches, built, &init_env, json_status_fd),
+        Some(plan) => run_inputs::fetch_and_launch(plan, &args, given, built, &init_env, json_status_fd),
     }
 }
 
 /// `run` without a manifest, provider or instance: what the small launcher
 /// runs itself. Links none of the download or checkout code.
-pub fn plain(args: RunArgs, matches: &ArgMatches) -> u8 {
+pub fn plain(args: RunArgs, given: &RunGiven) -> u8 {
     debug_assert!(!super::needs_full(&args));
-    let built = run_inputs::init_env(&args).and_then(|init_env| build_spec(&args, matches, None, &init_env));
+    let built = run_inputs::init_env(&args).and_then(|init_env| build_spec(&args, given, None, &init_env));
     match built {
-        Ok(built) => launch_and_report(&built.spec, matches.get_one::<i32>("json_status_fd").copied()),
+        Ok(built) => launch_and_report(&built.spec, args.json_status_fd),
         Err(message) => {
             report_error(message);
             EXIT_TOOL_ERROR
@@ -85,7 +84,9 @@ pub fn report_launch(
         report_error(format!("--json-status-fd {fd}: {}", sandbox::error::io_error_text(&e)));
         return EXIT_TOOL_ERROR;
     }
-    let options = LaunchOptions { json_status_fd, release_stdio: true };
+    // Every caller exits right after the launch, so PID 1's teardown of
+    // the namespaces need not hold up the caller of `run`/`__exec`.
+    let options = LaunchOptions { json_status_fd, release_stdio: true, return_before_teardown: true };
     match launch(&options) {
         Ok(status) if status.timed_out() => {
             report_error(format!(
@@ -110,7 +111,7 @@ pub fn check_fd(fd: i32) -> Result<(), std::io::Error> {
 
 pub fn build_spec(
     args: &RunArgs,
-    matches: &ArgMatches,
+    given: &RunGiven,
     plan: Option<&Plan>,
     init_env: &[(String, String)],
 ) -> Result<Built, String> {
@@ -122,7 +123,7 @@ pub fn build_spec(
         user.home = home_path.clone();
     }
     if let Some(plan) = plan {
-        run_inputs::patch_user_view(&mut user, plan.env_patch(), args, matches)?;
+        run_inputs::patch_user_view(&mut user, plan.env_patch(), args, given)?;
     }
     user.validate().map_err(|e| format!("{}: {e}", user_flag(args)))?;
     let layout = Layout::new(user.home.clone());
@@ -172,7 +173,7 @@ pub fn build_spec(
     if let Some(ids) = args.host_ids()? {
         builder = builder.map_to_host(ids);
     }
-    for op in extra_mounts(args, matches) {
+    for op in extra_mounts(args, given) {
         builder = builder.mount(op);
     }
     let mut binds = HashMap::new();
@@ -254,24 +255,26 @@ pub fn check_dir(flag: &str, dir: &PathBuf) -> Result<(), String> {
 
 /// `--ro-bind`, `--bind` and `--tmpfs` in command-line order, as bubblewrap
 /// applies them: a later mount may cover an earlier one.
-pub fn extra_mounts(args: &RunArgs, matches: &ArgMatches) -> Vec<MountOp> {
-    let mut ops: Vec<(usize, MountOp)> = Vec::new();
-    let pairs = |id: &str, values: &[String]| -> Vec<(usize, String, String)> {
-        let indices: Vec<usize> = matches.indices_of(id).map(|i| i.collect()).unwrap_or_default();
-        values.chunks(2).zip(indices.chunks(2)).map(|(v, i)| (i[0], v[0].clone(), v[1].clone())).collect()
-    };
-    for (at, src, dst) in pairs("ro_bind", &args.ro_bind) {
-        ops.push((at, MountOp::Bind { src: src.into(), dst, access: Access::Ro }));
-    }
-    for (at, src, dst) in pairs("bind", &args.bind) {
-        ops.push((at, MountOp::Bind { src: src.into(), dst, access: Access::Rw }));
-    }
-    let tmpfs_at: Vec<usize> = matches.indices_of("tmpfs").map(|i| i.collect()).unwrap_or_default();
-    for (dst, at) in args.tmpfs.iter().zip(tmpfs_at) {
-        ops.push((at, MountOp::Tmpfs { dst: dst.clone(), mode: 0o755, owned_by_user: true, size: None }));
-    }
-    ops.sort_by_key(|(at, _)| *at);
-    ops.into_iter().map(|(_, op)| op).collect()
+pub fn extra_mounts(args: &RunArgs, given: &RunGiven) -> Vec<MountOp> {
+    let mut ro_binds = args.ro_bind.chunks_exact(2);
+    let mut binds = args.bind.chunks_exact(2);
+    let mut tmpfs = args.tmpfs.iter();
+    let bind =
+        |pair: &[String], access| MountOp::Bind { src: pair[0].clone().into(), dst: pair[1].clone(), access };
+    given
+        .mount_order
+        .iter()
+        .filter_map(|flag| match flag {
+            MountFlag::RoBind => ro_binds.next().map(|pair| bind(pair, Access::Ro)),
+            MountFlag::Bind => binds.next().map(|pair| bind(pair, Access::Rw)),
+            MountFlag::Tmpfs => tmpfs.next().map(|dst| MountOp::Tmpfs {
+                dst: dst.clone(),
+                mode: 0o755,
+                owned_by_user: true,
+                size: None,
+            }),
+        })
+        .collect()
 }
 
 /// The variables the CLI adds to the builder's base (user view and PATH)

@@ -7,11 +7,9 @@ use std::io::{IsTerminal, Read};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use clap::ArgMatches;
-use clap::parser::ValueSource;
 use sandbox::{Access, DeferredBind, MountOp, SandboxBuilder, UserView};
 
-use super::args::RunArgs;
+use super::args::{RunArgs, RunGiven};
 use super::run::{Built, report_launch};
 use super::{EXIT_TOOL_ERROR, report_error};
 use crate::env::{self, Allowlist, Redactor, UserVars};
@@ -142,12 +140,12 @@ pub fn patch_user_view(
     user: &mut UserView,
     patch: &EnvPatch,
     args: &RunArgs,
-    matches: &ArgMatches,
+    given: &RunGiven,
 ) -> Result<(), String> {
     if let Some(name) = &patch.user
         && *name != user.name
     {
-        if matches.value_source("user") == Some(ValueSource::CommandLine) {
+        if given.user {
             return Err(format!("envPatch.USER {name:?} conflicts with --user {:?}", user.name));
         }
         user.name = name.clone();
@@ -200,7 +198,7 @@ pub fn add_mounts(
 pub fn fetch_and_launch(
     plan: Plan,
     args: &RunArgs,
-    matches: &ArgMatches,
+    given: &RunGiven,
     built: Built,
     init_env: &[(String, String)],
     json_status_fd: Option<i32>,
@@ -209,7 +207,7 @@ pub fn fetch_and_launch(
         report_error(message);
         EXIT_TOOL_ERROR
     };
-    let options = match fetch_options(&plan, args, matches, init_env) {
+    let options = match fetch_options(&plan, args, given, init_env) {
         Ok(options) => options,
         Err(message) => return fail(message),
     };
@@ -262,7 +260,7 @@ pub fn apply_options(args: &RunArgs) -> ApplyOptions {
 pub fn fetch_options(
     plan: &Plan,
     args: &RunArgs,
-    matches: &ArgMatches,
+    given: &RunGiven,
     init_env: &[(String, String)],
 ) -> Result<FetchOptions, String> {
     let token = match &args.inputs.inputs_token_file {
@@ -303,8 +301,8 @@ pub fn fetch_options(
 
     // SAFETY: geteuid/getegid cannot fail.
     let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
-    let mapped = matches.value_source("map_uid").is_some() || matches.value_source("map_gid").is_some();
-    let owner = (euid == 0 && mapped).then(|| (args.map_uid.unwrap_or(euid), args.map_gid.unwrap_or(egid)));
+    let owner =
+        (euid == 0 && given.map_ids).then(|| (args.map_uid.unwrap_or(euid), args.map_gid.unwrap_or(egid)));
 
     let base_origin = match &args.plan.inputs_base_url {
         Some(raw) => url::Url::parse(raw).ok().map(|u| u.origin()),
