@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 pub use tuixiu_sandbox::launcher::args::*;
+pub use tuixiu_sandbox::proxy::cli::ProxyArgs;
 
 /// Sandbox runtime and execution-plane daemon for ACP coding agents.
 ///
@@ -104,21 +105,6 @@ pub enum Command {
     /// by multi-threaded callers such as the daemon).
     #[command(name = "__exec", hide = true)]
     Exec(ExecArgs),
-}
-
-#[derive(Debug, Args)]
-pub struct ProxyArgs {
-    /// The TOML config file (the Node acp-proxy's keys are accepted; see docs/proxy.toml.example)
-    #[arg(long, short = 'c', value_name = "FILE")]
-    pub config: Option<PathBuf>,
-
-    /// State directory (identity, lock, run state) [default: state_dir, else $XDG_STATE_HOME/tuixiu-sandbox]
-    #[arg(long, value_name = "DIR")]
-    pub state_dir: Option<PathBuf>,
-
-    /// Allow plain ws:// to a non-loopback backend (tokens travel unencrypted; testing only)
-    #[arg(long)]
-    pub allow_insecure_ws: bool,
 }
 
 #[derive(Debug, Args)]

@@ -22,6 +22,12 @@ fn main() -> ExitCode {
     if std::env::var_os(inputs::ASKPASS_ENV).is_some() {
         return ExitCode::from(inputs::askpass_main());
     }
+    // `proxy` is parsed alone (see proxy::cli), as the daemon's own binary does.
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    if let Some((args, verbose)) = tuixiu_sandbox::proxy::cli::parse(&argv) {
+        init_logging(verbose);
+        return ExitCode::from(tuixiu_sandbox::proxy::main(args.options()));
+    }
     let matches = match Cli::command().try_get_matches() {
         Ok(m) => m,
         Err(e) => {
@@ -50,11 +56,7 @@ fn main() -> ExitCode {
         }
         Command::Check(args) => cmd::check::main(args),
         Command::Exec(args) => launcher::exec::main(args),
-        Command::Proxy(args) => tuixiu_sandbox::proxy::main(tuixiu_sandbox::proxy::Options {
-            config: args.config,
-            state_dir: args.state_dir,
-            allow_insecure_ws: args.allow_insecure_ws,
-        }),
+        Command::Proxy(args) => tuixiu_sandbox::proxy::main(args.options()),
         Command::Instances(args) => cmd::instances::list(args),
         Command::Inspect(args) => cmd::instances::inspect(args),
         Command::Stop(args) => cmd::instances::stop(args),

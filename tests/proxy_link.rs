@@ -58,6 +58,9 @@ async fn register_inventories_then_heartbeats_in_order() {
     // The first heartbeat comes after one interval, not before the inventories.
     let first_hb = t.iter().position(|x| x == "heartbeat").unwrap();
     assert!(first_hb > 2);
+    // `tuixiu-sandbox proxy` runs the daemon's own, smaller binary.
+    let exe = std::fs::read_link(format!("/proc/{}/exe", daemon.pid())).unwrap();
+    assert_eq!(exe.file_name().unwrap(), "tuixiu-sandbox-proxy");
     assert!(daemon.running());
     assert!(daemon.stop().success());
 }

@@ -3,6 +3,7 @@
 //!
 //! | module | job |
 //! |---|---|
+//! | [`cli`] | the `proxy` command line (the full tool and the daemon's own binary) |
 //! | [`config`] | the TOML config (Node keys + ours), env overrides, validation |
 //! | [`identity`] | the stable proxy id and the state-directory lock |
 //! | [`tls`], [`auth`] | rustls client config (system roots + CA file, mTLS); the Bearer token (static or bootstrap-registered, refreshed) |
@@ -23,6 +24,7 @@
 
 pub mod agent;
 pub mod auth;
+pub mod cli;
 pub mod config;
 pub mod control;
 pub mod gitenv;
