@@ -6,7 +6,12 @@ all of them alike, after a few warm-up rounds, and prints the median, p10,
 p90 and mean of each plus the ratio of each median to the last command's
 (the anchor).
 
-    abbench.py [-n RUNS] [--warmup K] --name A -- cmd a... --name B -- cmd b...
+    abbench.py [-n RUNS] [--warmup K] [--as-user USER] --name A -- cmd a... --name B -- cmd b...
+
+With --as-user (as root) the benchmark drops to that user's uid and gid,
+without supplementary groups, before running anything, so every command
+runs unprivileged without a privilege-dropping wrapper (setpriv, su) whose
+own start would be added to each measurement.
 
 Every command must exit 0 (a failing run aborts the benchmark: a fast
 failure is not a fast start). stdout/stderr go to /dev/null.
@@ -25,6 +30,7 @@ def parse(argv):
     ap.add_argument("-n", "--runs", type=int, default=200)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--json", action="store_true", help="print results as JSON too")
+    ap.add_argument("--as-user", metavar="USER", help="run every command as USER (needs root)")
     opts, rest = ap.parse_known_args(argv)
     commands = []
     while rest:
@@ -62,8 +68,19 @@ def machine():
     return f"{os.cpu_count()} CPUs ({cpu}), kernel {platform.release()}, uid {os.geteuid()}"
 
 
+def drop_to(user):
+    import pwd
+
+    entry = pwd.getpwnam(user)
+    os.setgroups([])
+    os.setgid(entry.pw_gid)
+    os.setuid(entry.pw_uid)
+
+
 def main():
     opts, commands = parse(sys.argv[1:])
+    if opts.as_user:
+        drop_to(opts.as_user)
     for _ in range(opts.warmup):
         for _, cmd in commands:
             run_once(cmd)
