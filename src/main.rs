@@ -31,19 +31,8 @@ extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> lib
 
 fn launch() -> u8 {
     let argv: Vec<OsString> = std::env::args_os().collect();
-    // Global -v flags may come before the subcommand.
-    let mut at = 1;
-    let mut verbose = 0u8;
-    while let Some(flag) = argv.get(at).and_then(|a| a.to_str()) {
-        match flag {
-            "--verbose" => verbose = verbose.saturating_add(1),
-            f if f.len() > 1 && f.starts_with('-') && f[1..].bytes().all(|b| b == b'v') => {
-                verbose = verbose.saturating_add((f.len() - 1) as u8)
-            }
-            _ => break,
-        }
-        at += 1;
-    }
+    let (verbose, skipped) = launcher::leading_verbose(&argv[1..]);
+    let at = 1 + skipped;
     match argv.get(at).and_then(|a| a.to_str()) {
         Some("run") => run(&argv, at, verbose),
         Some("__exec") => exec(&argv, at, verbose),

@@ -58,6 +58,24 @@ pub fn runtime_setup() {
     }
 }
 
+/// The global `-v`/`-vv`/`--verbose` flags in front of the subcommand:
+/// their count, and how many arguments they took.
+pub fn leading_verbose(args: &[OsString]) -> (u8, usize) {
+    let mut verbose = 0u8;
+    let mut taken = 0;
+    while let Some(flag) = args.get(taken).and_then(|a| a.to_str()) {
+        match flag {
+            "--verbose" => verbose = verbose.saturating_add(1),
+            f if f.len() > 1 && f.starts_with('-') && f[1..].bytes().all(|b| b == b'v') => {
+                verbose = verbose.saturating_add((f.len() - 1) as u8)
+            }
+            _ => break,
+        }
+        taken += 1;
+    }
+    (verbose, taken)
+}
+
 /// Prints one error line on stderr, prefixed with the program name.
 pub fn report_error(message: impl std::fmt::Display) {
     eprintln!("tuixiu-sandbox: {message}");

@@ -40,18 +40,7 @@ impl ProxyArgs {
 /// mapped: building the parser of every command (their options and help
 /// texts) would map code and data it never uses again.
 pub fn parse(argv: &[OsString]) -> Option<(ProxyArgs, u8)> {
-    let mut verbose = 0u8;
-    let mut at = 0;
-    while let Some(flag) = argv.get(at).and_then(|a| a.to_str()) {
-        match flag {
-            "--verbose" => verbose = verbose.saturating_add(1),
-            f if f.len() > 1 && f.starts_with('-') && f[1..].bytes().all(|b| b == b'v') => {
-                verbose = verbose.saturating_add((f.len() - 1) as u8)
-            }
-            _ => break,
-        }
-        at += 1;
-    }
+    let (verbose, at) = crate::launcher::leading_verbose(argv);
     if argv.get(at).is_none_or(|a| a != "proxy") {
         return None;
     }
