@@ -20,11 +20,6 @@ fn main() -> ExitCode {
         return ExitCode::from(tuixiu_sandbox::inputs::askpass_main());
     }
     let argv: Vec<OsString> = std::env::args_os().collect();
-    match tuixiu_sandbox::proxy::cli::parse(&argv[1..]) {
-        Some((args, verbose)) => {
-            launcher::init_logging_with_directives(verbose);
-            ExitCode::from(tuixiu_sandbox::proxy::main(args.options()))
-        }
-        None => ExitCode::from(launcher::exec_full(&argv)),
-    }
+    let code = tuixiu_sandbox::proxy::cli::run(&argv[1..]).unwrap_or_else(|| launcher::exec_full(&argv));
+    ExitCode::from(code)
 }

@@ -24,9 +24,8 @@ fn main() -> ExitCode {
     }
     // `proxy` is parsed alone (see proxy::cli), as the daemon's own binary does.
     let argv: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
-    if let Some((args, verbose)) = tuixiu_sandbox::proxy::cli::parse(&argv) {
-        init_logging(verbose);
-        return ExitCode::from(tuixiu_sandbox::proxy::main(args.options()));
+    if let Some(code) = tuixiu_sandbox::proxy::cli::run(&argv) {
+        return ExitCode::from(code);
     }
     let matches = match Cli::command().try_get_matches() {
         Ok(m) => m,

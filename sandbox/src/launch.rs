@@ -10,7 +10,7 @@
 //! write setgroups, uid_map, gid_map
 //! write(sync, 1 byte)              ─────▶ setresgid/uid, PDEATHSIG, mounts,
 //!                                         pivot_root, hostname, lo, chdir
-//!                                         fork ─▶ PID 2: setsid, exec
+//!                                         clone(VM|VFORK) ─▶ PID 2: setsid, exec
 //! read(report): record ⇒ failure   ◀───── record on failure (exit 125/126/127)
 //!               EOF    ⇒ started   ◀───── report pipe closed by exec (CLOEXEC)
 //! read(exit): 'S'                  ◀───── PID 1 is about to start PID 2

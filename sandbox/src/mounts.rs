@@ -140,19 +140,7 @@ fn target<'a>(root: BorrowedFd<'_>, dirs: &mut Dirs, dst: &'a CStr, kind: Kind) 
         match sys::openat2(dir, name, libc::O_PATH, 0, plain) {
             Ok(fd) => return Ok(fd),
             Err(Errno::ENOENT) => {
-                let created = match kind {
-                    // The new file's descriptor serves as the mount target.
-                    Kind::File => sys::openat(
-                        dir,
-                        name,
-                        libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_NOFOLLOW,
-                        0o644,
-                    ),
-                    Kind::Dir => sys::mkdirat(dir, name, 0o755).and_then(|()| {
-                        sys::openat(dir, name, libc::O_PATH | libc::O_NOFOLLOW | libc::O_DIRECTORY, 0)
-                    }),
-                };
-                if let Ok(fd) = created {
+                if let Ok(fd) = create(dir, name, kind) {
                     return Ok(fd);
                 }
             }
@@ -160,6 +148,24 @@ fn target<'a>(root: BorrowedFd<'_>, dirs: &mut Dirs, dst: &'a CStr, kind: Kind) 
         }
     }
     resolve(root, dst, Some(kind))
+}
+
+/// Creates `name` in `dir` as `kind`, never through a symlink, and opens
+/// it: a new file as the descriptor it was created through, a new
+/// directory `O_PATH`. The error says which step failed: `Err((false, _))`
+/// the creation, `Err((true, _))` opening what was created.
+fn create(dir: BorrowedFd<'_>, name: &CStr, kind: Kind) -> std::result::Result<OwnedFd, (bool, Errno)> {
+    match kind {
+        Kind::File => {
+            let flags = libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_NOFOLLOW;
+            sys::openat(dir, name, flags, 0o644).map_err(|e| (false, e))
+        }
+        Kind::Dir => {
+            sys::mkdirat(dir, name, 0o755).map_err(|e| (false, e))?;
+            let flags = libc::O_PATH | libc::O_NOFOLLOW | libc::O_DIRECTORY;
+            sys::openat(dir, name, flags, 0).map_err(|e| (true, e))
+        }
+    }
 }
 
 /// Mounts `tree` on `dst` (found or created as `kind`).
@@ -356,22 +362,22 @@ pub(crate) fn resolve<'a>(root: BorrowedFd<'_>, rel: &'a CStr, create: Option<Ki
             Ok(fd) => fd,
             Err(Errno::ENOENT) => {
                 let dir = parent.as_ref().map_or(root, |p| p.as_fd());
-                let file = last && create == Some(Kind::File);
-                let created = if file {
-                    let flags = libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_NOFOLLOW;
-                    sys::openat(dir, name, flags, 0o644).map(drop)
-                } else {
-                    sys::mkdirat(dir, name, 0o755)
-                };
-                match created {
-                    Ok(()) => fresh = true,
+                let kind = if last && create == Some(Kind::File) { Kind::File } else { Kind::Dir };
+                match self::create(dir, name, kind) {
+                    Ok(fd) => {
+                        fresh = true;
+                        fd
+                    }
                     // The name exists but did not resolve inside the root: a
                     // symlink whose target is missing there. Never follow it.
-                    Err(Errno::EEXIST) if !fresh => return Err(Fail::rooted("openat2", rel, Errno::ENOENT)),
-                    Err(e) => return Err(Fail::rooted(if last { "create" } else { "mkdirat" }, rel, e)),
+                    Err((false, Errno::EEXIST)) if !fresh => {
+                        return Err(Fail::rooted("openat2", rel, Errno::ENOENT));
+                    }
+                    Err((false, e)) => {
+                        return Err(Fail::rooted(if last { "create" } else { "mkdirat" }, rel, e));
+                    }
+                    Err((true, e)) => return Err(Fail::rooted("openat", rel, e)),
                 }
-                let flags = libc::O_PATH | libc::O_NOFOLLOW | if file { 0 } else { libc::O_DIRECTORY };
-                sys::openat(dir, name, flags, 0).map_err(|e| Fail::rooted("openat", rel, e))?
             }
             Err(e) => return Err(Fail::rooted("openat2", rel, e)),
         };
@@ -399,16 +405,23 @@ mod tests {
         assert_eq!((parent.to_bytes(), name.to_bytes()), (&b""[..], &b"tmp"[..]));
     }
 
-    #[test]
-    fn resolve_creates_inside_root_and_symlinks_stay_inside() {
-        let dir = std::env::temp_dir().join(format!("sandbox-resolve-{}", std::process::id()));
+    /// A root with `inside/`, next to it `outside/`, and two absolute links
+    /// in the root, which a naive walk would follow onto the host: `in` →
+    /// `/inside`, `out` → the host path of `outside`.
+    fn linked_root(tag: &str) -> (std::path::PathBuf, OwnedFd) {
+        let dir = std::env::temp_dir().join(format!("sandbox-{tag}-{}", std::process::id()));
         std::fs::create_dir_all(dir.join("root/inside")).unwrap();
         std::fs::create_dir_all(dir.join("outside")).unwrap();
-        // Absolute links, which a naive walk would follow onto the host.
         std::os::unix::fs::symlink("/inside", dir.join("root/in")).unwrap();
         std::os::unix::fs::symlink(dir.join("outside"), dir.join("root/out")).unwrap();
         let root_path = std::ffi::CString::new(dir.join("root").to_str().unwrap()).unwrap();
         let root = sys::open(&root_path, libc::O_PATH | libc::O_DIRECTORY, 0).unwrap();
+        (dir, root)
+    }
+
+    #[test]
+    fn resolve_creates_inside_root_and_symlinks_stay_inside() {
+        let (dir, root) = linked_root("resolve");
 
         // "/inside" is resolved against the root: directories land in root/inside.
         assert!(resolve(root.as_fd(), c"in/a/b", Some(Kind::Dir)).is_ok());
@@ -428,13 +441,7 @@ mod tests {
 
     #[test]
     fn targets_through_the_open_parent_match_the_full_walk() {
-        let dir = std::env::temp_dir().join(format!("sandbox-target-{}", std::process::id()));
-        std::fs::create_dir_all(dir.join("root/inside")).unwrap();
-        std::fs::create_dir_all(dir.join("outside")).unwrap();
-        std::os::unix::fs::symlink("/inside", dir.join("root/in")).unwrap();
-        std::os::unix::fs::symlink(dir.join("outside"), dir.join("root/dev-link")).unwrap();
-        let root_path = std::ffi::CString::new(dir.join("root").to_str().unwrap()).unwrap();
-        let root = sys::open(&root_path, libc::O_PATH | libc::O_DIRECTORY, 0).unwrap();
+        let (dir, root) = linked_root("target");
         let mut dirs = Dirs::new();
 
         // Siblings in a new directory: created there, the parent kept open.
@@ -449,7 +456,7 @@ mod tests {
         // A symlink as the last component takes the full walk, which
         // resolves it inside the root: /inside, not the host's path.
         assert!(target(root.as_fd(), &mut dirs, c"in", Kind::Dir).is_ok());
-        assert!(target(root.as_fd(), &mut dirs, c"dev-link", Kind::Dir).is_err());
+        assert!(target(root.as_fd(), &mut dirs, c"out", Kind::Dir).is_err());
         assert!(std::fs::read_dir(dir.join("outside")).unwrap().next().is_none());
 
         // A mount on the open directory or above it makes it stale.

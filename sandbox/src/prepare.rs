@@ -171,7 +171,7 @@ pub(crate) struct Plan {
     /// Descriptors the child must keep open (the idmapped trees).
     pub kept_fds: Vec<std::os::fd::RawFd>,
     /// The stack PID 2 starts on (it shares PID 1's memory until `execve`).
-    pub command_stack: std::cell::RefCell<crate::sys::ChildStack>,
+    pub command_stack: crate::sys::ChildStack,
 }
 
 fn cstring(what: &str, s: impl Into<Vec<u8>>) -> Result<CString, SpecError> {
@@ -312,7 +312,7 @@ impl Plan {
         let command_stack = crate::sys::ChildStack::new()
             .map_err(|e| SpecError::new(format!("allocate the command's stack: mmap => {e}")))?;
         Ok(Plan {
-            command_stack: std::cell::RefCell::new(command_stack),
+            command_stack,
             kept_fds,
             _idmap_helper: plan.hiding.take_helper(),
             seccomp,

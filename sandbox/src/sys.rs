@@ -129,7 +129,7 @@ impl Drop for ChildStack {
 /// this process runs no other thread). `stack` must not be used by anything
 /// else until this returns.
 pub unsafe fn spawn_vfork(
-    stack: &mut ChildStack,
+    stack: &ChildStack,
     child: extern "C" fn(*mut c_void) -> c_int,
     arg: *mut c_void,
 ) -> SysResult<libc::pid_t> {

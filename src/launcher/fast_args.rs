@@ -38,8 +38,8 @@ pub fn parse_run(args: &[OsString]) -> Option<(RunArgs, RunGiven, u8)> {
             command = std::iter::once(arg.to_string()).chain(strings(rest)?).collect();
             break;
         }
-        if arg == "--verbose" || (arg.len() > 1 && arg[1..].bytes().all(|b| b == b'v')) {
-            verbose = verbose.saturating_add(if arg == "--verbose" { 1 } else { (arg.len() - 1) as u8 });
+        if let Some(n) = super::verbose_flag(arg) {
+            verbose = verbose.saturating_add(n);
             continue;
         }
         let body = arg.strip_prefix("--")?;

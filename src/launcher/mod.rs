@@ -63,17 +63,22 @@ pub fn runtime_setup() {
 pub fn leading_verbose(args: &[OsString]) -> (u8, usize) {
     let mut verbose = 0u8;
     let mut taken = 0;
-    while let Some(flag) = args.get(taken).and_then(|a| a.to_str()) {
-        match flag {
-            "--verbose" => verbose = verbose.saturating_add(1),
-            f if f.len() > 1 && f.starts_with('-') && f[1..].bytes().all(|b| b == b'v') => {
-                verbose = verbose.saturating_add((f.len() - 1) as u8)
-            }
-            _ => break,
-        }
+    while let Some(n) = args.get(taken).and_then(|a| a.to_str()).and_then(verbose_flag) {
+        verbose = verbose.saturating_add(n);
         taken += 1;
     }
     (verbose, taken)
+}
+
+/// How much more verbose `arg` asks for, if it is `--verbose` or `-v...`.
+pub fn verbose_flag(arg: &str) -> Option<u8> {
+    match arg {
+        "--verbose" => Some(1),
+        f if f.len() > 1 && f.starts_with('-') && f[1..].bytes().all(|b| b == b'v') => {
+            Some((f.len() - 1).min(255) as u8)
+        }
+        _ => None,
+    }
 }
 
 /// Prints one error line on stderr, prefixed with the program name.

@@ -52,6 +52,14 @@ pub fn parse(argv: &[OsString]) -> Option<(ProxyArgs, u8)> {
     Some((args, verbose.saturating_add(matches.get_count("verbose"))))
 }
 
+/// Runs the daemon when `argv` (without the program name) is a `proxy`
+/// command line [`parse`] takes; `None` otherwise.
+pub fn run(argv: &[OsString]) -> Option<u8> {
+    let (args, verbose) = parse(argv)?;
+    crate::launcher::init_logging_with_directives(verbose);
+    Some(super::main(args.options()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
