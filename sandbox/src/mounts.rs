@@ -26,7 +26,7 @@ use nix::errno::Errno;
 use crate::prepare::{Action, HostSource, Kind, MAX_HOST_SOURCES, Source};
 use crate::sys;
 
-const RESOLVE_IN_ROOT: u64 = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
+pub(crate) const RESOLVE_IN_ROOT: u64 = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
 /// Host sources were canonicalized by the launcher; refusing symlinks now
 /// means a path swapped for a link since then fails instead of redirecting.
 const RESOLVE_CANONICAL: u64 = libc::RESOLVE_NO_SYMLINKS;
@@ -169,7 +169,7 @@ fn create(dir: BorrowedFd<'_>, name: &CStr, kind: Kind) -> std::result::Result<O
 }
 
 /// Mounts `tree` on `dst` (found or created as `kind`).
-fn attach<'a>(
+pub(crate) fn attach<'a>(
     tree: BorrowedFd<'_>,
     root: BorrowedFd<'_>,
     dirs: &mut Dirs,
@@ -181,11 +181,15 @@ fn attach<'a>(
     sys::move_mount_fd(tree, target.as_fd()).map_err(|e| Fail::rooted("move_mount", dst, e))
 }
 
+/// Executes one step in the new root `new`. `host` is the caller's root
+/// (for a bind of its `/proc`), `notices` the report pipe.
 pub(crate) fn run<'a>(
     action: &'a Action,
     new: BorrowedFd<'_>,
+    host: BorrowedFd<'_>,
     clones: &mut Clones,
     dirs: &mut Dirs,
+    notices: std::os::fd::RawFd,
 ) -> Result<'a, ()> {
     match action {
         Action::Bind { source, dst, kind } => {
@@ -255,6 +259,12 @@ pub(crate) fn run<'a>(
             }
         }
         Action::AttachTree { tree, dst, kind } => attach(tree.as_fd(), new, dirs, dst, *kind),
+        Action::Proc(proc) => crate::procfs::mount(proc, new, host, dirs, notices),
+        Action::Move { from, dst } => {
+            // The root of the mount at `from` (a tmpfs we mounted there).
+            let tree = resolve(new, from, None)?;
+            attach(tree.as_fd(), new, dirs, dst, Kind::Dir)
+        }
         Action::Remount { dst, attrs } => {
             let target = resolve(new, dst, None)?;
             sys::mount_setattr(target.as_fd(), *attrs, false)

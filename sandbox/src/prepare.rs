@@ -18,8 +18,10 @@ use crate::guest_path;
 use crate::idmap;
 use crate::landlock::{self, Grant};
 use crate::limits;
+use crate::procfs;
 use crate::seccomp::{self, Sockets};
 use crate::spec::{Access, MountOp, Network, SandboxSpec, UserView};
+use crate::splice::Splicer;
 
 const MOUNT_NOSUID: u64 = libc::MOUNT_ATTR_NOSUID;
 const MOUNT_NODEV: u64 = libc::MOUNT_ATTR_NODEV;
@@ -28,8 +30,6 @@ const MOUNT_RDONLY: u64 = libc::MOUNT_ATTR_RDONLY;
 
 /// Device nodes bound from the host into the minimal `/dev`.
 const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
-/// `/proc` entries covered read-only, as bubblewrap does.
-const PROC_READ_ONLY: &[&str] = &["sys", "sysrq-trigger", "irq", "bus"];
 /// `PATH` used for the command lookup when the environment has none.
 const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 /// Directory in the new root holding generated files until they are bound
@@ -105,6 +105,13 @@ pub(crate) enum Action {
         dst: CString,
         attrs: u64,
     },
+    /// `/proc`: fresh, or the caller's bound (procfs.rs).
+    Proc(procfs::Prepared),
+    /// Move the mount at `from` (with its submounts) onto `dst`.
+    Move {
+        from: CString,
+        dst: CString,
+    },
 }
 
 /// A primitive with the words used when it fails.
@@ -174,7 +181,7 @@ pub(crate) struct Plan {
     pub command_stack: crate::sys::ChildStack,
 }
 
-fn cstring(what: &str, s: impl Into<Vec<u8>>) -> Result<CString, SpecError> {
+pub(crate) fn cstring(what: &str, s: impl Into<Vec<u8>>) -> Result<CString, SpecError> {
     CString::new(s).map_err(|_| SpecError::new(format!("{what} contains a NUL byte")))
 }
 
@@ -225,10 +232,16 @@ impl Plan {
             staged: Vec::new(),
             hiding: SecretHiding::decide(spec, root_uid, root_gid),
             user_is_host_root: root_uid,
+            splicer: Splicer::default(),
         };
         let last_system = spec.mounts.iter().rposition(|op| matches!(op, MountOp::SystemBind { .. }));
         for (i, op) in spec.mounts.iter().enumerate() {
+            if !matches!(op, MountOp::SystemBind { .. }) {
+                let splice = plan.splicer.steps_for(op.dst())?;
+                plan.steps.extend(splice);
+            }
             plan.expand(op)?;
+            plan.splicer.planned(op);
             if Some(i) == last_system {
                 plan.push_masks()?;
             }
@@ -254,6 +267,8 @@ impl Plan {
                 },
             });
         }
+        let read_only = plan.splicer.finish()?;
+        plan.steps.extend(read_only);
         plan.steps.push(Step {
             what: "make / read-only".into(),
             action: Action::Remount { dst: CString::default(), attrs: MOUNT_RDONLY },
@@ -355,6 +370,8 @@ struct Expansion<'a> {
     hiding: SecretHiding,
     /// The sandbox user maps onto host root.
     user_is_host_root: bool,
+    /// Destinations missing inside the read-only system view (splice.rs).
+    splicer: Splicer,
 }
 
 impl Expansion<'_> {
@@ -432,35 +449,9 @@ impl Expansion<'_> {
                     },
                 );
             }
-            MountOp::Proc { .. } => {
-                self.push(
-                    format!("mount proc on {dst_text}"),
-                    Action::Fs {
-                        fstype: cstring("fstype", "proc")?,
-                        options: Vec::new(),
-                        attrs: MOUNT_NOSUID | MOUNT_NODEV | MOUNT_NOEXEC,
-                        dst,
-                    },
-                );
-                for entry in PROC_READ_ONLY {
-                    // The sandbox's procfs has an entry exactly when the host's does.
-                    if !Path::new("/proc").join(entry).exists() {
-                        continue;
-                    }
-                    let path = cstring("proc path", child_rel(&dst_text, entry))?;
-                    self.push(
-                        format!("cover {dst_text}/{entry} read-only"),
-                        Action::Bind {
-                            source: Source::New {
-                                path: path.clone(),
-                                attrs: MOUNT_RDONLY | MOUNT_NOSUID | MOUNT_NODEV | MOUNT_NOEXEC,
-                                optional: true,
-                            },
-                            dst: path,
-                            kind: Kind::File,
-                        },
-                    );
-                }
+            MountOp::Proc { mode, .. } => {
+                let prepared = procfs::prepare(&dst_text, dst, *mode)?;
+                self.push(format!("mount proc on {dst_text}"), Action::Proc(prepared));
             }
             MountOp::Dev { .. } => self.expand_dev(&dst_text)?,
             MountOp::File { contents, mode, .. } => {
@@ -713,7 +704,7 @@ pub(crate) fn landlock_paths(spec: &SandboxSpec) -> Result<Vec<(String, Grant)>,
                 paths.push((format!("{}/shm", dst.trim_end_matches('/')), Grant::Write));
                 paths.push((dst, Grant::Dev));
             }
-            MountOp::Proc { dst } => paths.push((norm(dst)?, Grant::Proc)),
+            MountOp::Proc { dst, .. } => paths.push((norm(dst)?, Grant::Proc)),
             _ => {}
         }
     }

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::landlock::LandlockMode;
 pub use crate::limits::Limits;
+pub use crate::procfs::ProcMode;
 pub use crate::seccomp::SeccompPolicy;
 
 /// Everything the launcher needs to start one command in a sandbox.
@@ -138,8 +139,14 @@ pub enum MountOp {
         size: Option<u64>,
     },
     /// A fresh procfs for the sandbox's pid namespace, with `sys`,
-    /// `sysrq-trigger`, `irq` and `bus` covered read-only.
-    Proc { dst: String },
+    /// `sysrq-trigger`, `irq` and `bus` covered read-only; or, as `mode`
+    /// says, the caller's `/proc` bound read-only where the kernel refuses
+    /// a fresh one (inside containers; see [`ProcMode`]).
+    Proc {
+        dst: String,
+        #[serde(default, skip_serializing_if = "ProcMode::is_auto")]
+        mode: ProcMode,
+    },
     /// A minimal `/dev`: null, zero, full, random, urandom, tty, a private
     /// devpts with ptmx, shm, and the fd symlinks.
     Dev { dst: String },
@@ -163,7 +170,7 @@ impl MountOp {
         match self {
             MountOp::Bind { dst, .. }
             | MountOp::Tmpfs { dst, .. }
-            | MountOp::Proc { dst }
+            | MountOp::Proc { dst, .. }
             | MountOp::Dev { dst }
             | MountOp::File { dst, .. }
             | MountOp::Symlink { dst, .. }
