@@ -57,7 +57,7 @@ impl Image {
             Command::new("strip").arg("-o").arg(bin.join("tuixiu-sandbox")).arg(launcher).status().unwrap();
         assert!(strip.success(), "strip the launcher");
         assert!(!root.join("etc/passwd").exists());
-        let tar = Command::new("tar")
+        let mut tar = Command::new("tar")
             .arg("-C")
             .arg(&root)
             .args(["-c", "."])
@@ -66,9 +66,10 @@ impl Image {
             .unwrap();
         let import = Command::new("docker")
             .args(["import", "--change", "ENV PATH=/bin", "-", &name])
-            .stdin(tar.stdout.unwrap())
+            .stdin(tar.stdout.take().unwrap())
             .output()
             .unwrap();
+        assert!(tar.wait().unwrap().success(), "tar of the root file system");
         assert!(import.status.success(), "docker import: {}", String::from_utf8_lossy(&import.stderr));
         std::fs::remove_dir_all(&root).unwrap();
         Image(name)
