@@ -21,7 +21,7 @@ use crate::limits;
 use crate::procfs;
 use crate::seccomp::{self, Sockets};
 use crate::spec::{Access, MountOp, Network, SandboxSpec, UserView};
-use crate::splice::Splicer;
+use crate::splice::{self, Splicer};
 
 const MOUNT_NOSUID: u64 = libc::MOUNT_ATTR_NOSUID;
 const MOUNT_NODEV: u64 = libc::MOUNT_ATTR_NODEV;
@@ -181,7 +181,7 @@ pub(crate) struct Plan {
     pub command_stack: crate::sys::ChildStack,
 }
 
-pub(crate) fn cstring(what: &str, s: impl Into<Vec<u8>>) -> Result<CString, SpecError> {
+fn cstring(what: &str, s: impl Into<Vec<u8>>) -> Result<CString, SpecError> {
     CString::new(s).map_err(|_| SpecError::new(format!("{what} contains a NUL byte")))
 }
 
@@ -237,8 +237,9 @@ impl Plan {
         let last_system = spec.mounts.iter().rposition(|op| matches!(op, MountOp::SystemBind { .. }));
         for (i, op) in spec.mounts.iter().enumerate() {
             if !matches!(op, MountOp::SystemBind { .. }) {
-                let splice = plan.splicer.steps_for(op.dst())?;
-                plan.steps.extend(splice);
+                for step in plan.splicer.steps_for(op.dst())? {
+                    plan.push_splice(step)?;
+                }
             }
             plan.expand(op)?;
             plan.splicer.planned(op);
@@ -267,8 +268,9 @@ impl Plan {
                 },
             });
         }
-        let read_only = plan.splicer.finish()?;
-        plan.steps.extend(read_only);
+        for step in plan.splicer.finish() {
+            plan.push_splice(step)?;
+        }
         plan.steps.push(Step {
             what: "make / read-only".into(),
             action: Action::Remount { dst: CString::default(), attrs: MOUNT_RDONLY },
@@ -377,6 +379,31 @@ struct Expansion<'a> {
 impl Expansion<'_> {
     fn push(&mut self, what: String, action: Action) {
         self.steps.push(Step { what, action });
+    }
+
+    /// A step of splice.rs as the action that does it.
+    fn push_splice(&mut self, step: splice::Step) -> Result<(), SpecError> {
+        const RO: u64 = MOUNT_RDONLY | MOUNT_NOSUID | MOUNT_NODEV;
+        let path = |p: Vec<u8>| cstring("spliced path", p);
+        let action = match step.op {
+            splice::Op::Tmpfs { dst, mode } => Action::Fs {
+                fstype: cstring("fstype", "tmpfs")?,
+                options: vec![option("mode", &format!("{mode:o}"))?],
+                attrs: MOUNT_NOSUID | MOUNT_NODEV,
+                dst: path(dst)?,
+            },
+            splice::Op::Keep { src, dst, dir } => Action::Bind {
+                source: Source::New { path: path(src)?, attrs: RO, optional: true },
+                dst: path(dst)?,
+                kind: if dir { Kind::Dir } else { Kind::File },
+            },
+            splice::Op::Symlink { target, dst } => Action::Symlink { target: path(target)?, dst: path(dst)? },
+            splice::Op::Move { from, dst } => Action::Move { from: path(from)?, dst: path(dst)? },
+            splice::Op::RemoveDir { dir } => Action::RemoveStaging { files: Vec::new(), dir: path(dir)? },
+            splice::Op::ReadOnly { dst } => Action::Remount { dst: path(dst)?, attrs: MOUNT_RDONLY },
+        };
+        self.push(step.what, action);
+        Ok(())
     }
 
     /// Checks and canonicalizes a host bind source; returns its index.

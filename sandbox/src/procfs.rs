@@ -15,74 +15,36 @@
 //! process of another user namespace). The launcher says so in one line on
 //! stderr (a notice record on the report pipe).
 //!
-//! The bind is cloned lazily, from the host's root descriptor that the
-//! child keeps until its mount steps are done: a fresh procfs costs nothing
-//! more than it did.
+//! This module decides (what to try, when to fall back, what to say); the
+//! mount steps themselves are `mounts::proc`. The bind is cloned lazily,
+//! from the host's root descriptor the child keeps until its mount steps
+//! are done: a fresh procfs costs nothing more than it did.
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::fmt::Write as _;
-use std::os::fd::{AsFd, BorrowedFd, RawFd};
+use std::os::fd::RawFd;
 use std::path::Path;
 
 use nix::errno::Errno;
-use serde::{Deserialize, Serialize};
 
 use crate::error::{ErrnoText, SpecError};
-use crate::mounts::{self, Dirs, Fail};
-use crate::prepare::{Kind, cstring};
 use crate::report::{NOTICE, Report};
-use crate::sys;
+use crate::spec::ProcMode;
 
 /// `/proc` entries covered read-only on a fresh procfs, as bubblewrap does.
 const READ_ONLY: &[&str] = &["sys", "sysrq-trigger", "irq", "bus"];
-const NOSUID_NODEV_NOEXEC: u64 = libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV | libc::MOUNT_ATTR_NOEXEC;
-
-/// How the sandbox gets its `/proc`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ProcMode {
-    /// A fresh procfs, or the sandbox does not start (exit 125).
-    Fresh,
-    /// The caller's `/proc`, bound recursively and read-only.
-    Bind,
-    /// Fresh where the kernel allows it, else the bind (with a warning).
-    #[default]
-    Auto,
-}
-
-impl ProcMode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ProcMode::Fresh => "fresh",
-            ProcMode::Bind => "bind",
-            ProcMode::Auto => "auto",
-        }
-    }
-
-    pub fn is_auto(&self) -> bool {
-        *self == ProcMode::Auto
-    }
-}
-
-impl std::str::FromStr for ProcMode {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "fresh" => Ok(ProcMode::Fresh),
-            "bind" => Ok(ProcMode::Bind),
-            "auto" => Ok(ProcMode::Auto),
-            _ => Err(format!("{s:?}: expected fresh, bind or auto")),
-        }
-    }
-}
+/// Where the caller's `/proc` is, relative to its root.
+pub(crate) const OUTER: &CStr = c"proc";
+/// Mount attributes of every `/proc` mount.
+pub(crate) const ATTRS: u64 = libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV | libc::MOUNT_ATTR_NOEXEC;
 
 /// The prepared `/proc` step.
 pub(crate) struct Prepared {
-    mode: ProcMode,
-    dst: CString,
+    pub mode: ProcMode,
+    /// Relative to the new root.
+    pub dst: CString,
     /// Entries of a fresh procfs covered read-only (relative to the new root).
-    covers: Vec<CString>,
+    pub covers: Vec<CString>,
 }
 
 /// The step for `/proc` at `dst_text` (normalized guest path), computed in
@@ -94,7 +56,7 @@ pub(crate) fn prepare(dst_text: &str, dst: CString, mode: ProcMode) -> Result<Pr
         // The sandbox's procfs has an entry exactly when the host's does.
         if Path::new("/proc").join(entry).exists() {
             let rel = if base.is_empty() { entry.to_string() } else { format!("{base}/{entry}") };
-            covers.push(cstring("proc path", rel)?);
+            covers.push(CString::new(rel).map_err(|_| SpecError::new("proc path contains a NUL byte"))?);
         }
     }
     if mode == ProcMode::Bind {
@@ -105,61 +67,31 @@ pub(crate) fn prepare(dst_text: &str, dst: CString, mode: ProcMode) -> Result<Pr
     Ok(Prepared { mode, dst, covers })
 }
 
-/// In the child: mounts `/proc` as prepared. `host` is the caller's root
-/// (where its `/proc` is), `new` the sandbox's; a fallback is announced
-/// on `notices` (the report pipe).
-pub(crate) fn mount<'a>(
-    p: &'a Prepared,
-    new: BorrowedFd<'_>,
-    host: BorrowedFd<'_>,
-    dirs: &mut Dirs,
-    notices: RawFd,
-) -> Result<(), Fail<'a>> {
-    if p.mode != ProcMode::Bind {
-        match fresh(p, new, dirs) {
-            Ok(()) => return Ok(()),
-            // Refused by `mount_too_revealing`: bind the caller's instead.
-            Err(f) if p.mode == ProcMode::Auto && f.errno == Errno::EPERM && f.call == "fsmount" => {
-                let mut report = Report::new();
-                let _ = write!(
-                    report,
-                    "/proc: a fresh procfs was refused (fsmount(\"proc\") => {}: the outer /proc has masked \
-                     or read-only parts, as in containers); the outer /proc is bound read-only instead, so \
-                     /proc shows the container's processes (the pid namespace stays private; --proc fresh \
-                     refuses this; see docs/troubleshooting.md)",
-                    ErrnoText(f.errno)
-                );
-                report.send(notices, NOTICE);
-            }
-            Err(f) => return Err(f),
-        }
+impl Prepared {
+    /// Whether to try a fresh procfs first.
+    pub(crate) fn tries_fresh(&self) -> bool {
+        self.mode != ProcMode::Bind
     }
-    let attrs = libc::MOUNT_ATTR_RDONLY | NOSUID_NODEV_NOEXEC;
-    // Recursive: the outer /proc's masks come along (and the kernel would
-    // refuse a copy without its locked submounts).
-    let copy = mounts::clone_tree(host, c"proc", libc::RESOLVE_NO_SYMLINKS, attrs)?;
-    mounts::attach(copy.as_fd(), new, dirs, &p.dst, Kind::Dir)
+
+    /// Whether a fresh procfs that failed in `call` with `errno` is answered
+    /// with the bind: `auto`, refused by `mount_too_revealing`.
+    pub(crate) fn falls_back(&self, call: &str, errno: Errno) -> bool {
+        self.mode == ProcMode::Auto && errno == Errno::EPERM && call == "fsmount"
+    }
 }
 
-/// A fresh procfs for the sandbox's pid namespace, with [`READ_ONLY`]
-/// covered.
-fn fresh<'a>(p: &'a Prepared, new: BorrowedFd<'_>, dirs: &mut Dirs) -> Result<(), Fail<'a>> {
-    let fs = sys::fsopen(c"proc").map_err(|e| Fail::new("fsopen", c"proc", e))?;
-    sys::fsconfig_set(fs.as_fd(), c"source", Some(c"proc"))
-        .map_err(|e| Fail::new("fsconfig", c"source", e))?;
-    sys::fsconfig_create(fs.as_fd()).map_err(|e| Fail::new("fsconfig(FSCONFIG_CMD_CREATE)", c"proc", e))?;
-    let mnt = sys::fsmount(fs.as_fd(), NOSUID_NODEV_NOEXEC).map_err(|e| Fail::new("fsmount", c"proc", e))?;
-    mounts::attach(mnt.as_fd(), new, dirs, &p.dst, Kind::Dir)?;
-    for path in &p.covers {
-        let ro = libc::MOUNT_ATTR_RDONLY | NOSUID_NODEV_NOEXEC;
-        let copy = match mounts::clone_tree(new, path, mounts::RESOLVE_IN_ROOT, ro) {
-            Ok(copy) => copy,
-            Err(f) if f.errno == Errno::ENOENT && f.call == "openat2" => continue,
-            Err(f) => return Err(f),
-        };
-        mounts::attach(copy.as_fd(), new, dirs, path, Kind::File)?;
-    }
-    Ok(())
+/// In the child, when the bind replaces a refused fresh procfs: one notice
+/// record on the report pipe, which the launcher logs as a warning.
+pub(crate) fn announce_fallback(errno: Errno, notices: RawFd) {
+    let mut report = Report::new();
+    let _ = write!(
+        report,
+        "/proc: a fresh procfs was refused (fsmount(\"proc\") => {}: the outer /proc has masked or read-only \
+         parts, as in containers); the outer /proc is bound read-only instead, so /proc shows the container's \
+         processes (the pid namespace stays private; --proc fresh refuses this; see docs/troubleshooting.md)",
+        ErrnoText(errno)
+    );
+    report.send(notices, NOTICE);
 }
 
 /// The hint for a failed `/proc` step.
@@ -186,5 +118,15 @@ mod tests {
         }
         assert!("FRESH".parse::<ProcMode>().is_err());
         assert_eq!(ProcMode::default(), ProcMode::Auto);
+    }
+
+    #[test]
+    fn only_auto_falls_back_and_only_when_the_kernel_refuses() {
+        let p = |mode| Prepared { mode, dst: c"proc".into(), covers: Vec::new() };
+        assert!(p(ProcMode::Auto).falls_back("fsmount", Errno::EPERM));
+        assert!(!p(ProcMode::Auto).falls_back("fsmount", Errno::ENOMEM));
+        assert!(!p(ProcMode::Auto).falls_back("move_mount", Errno::EPERM));
+        assert!(!p(ProcMode::Fresh).falls_back("fsmount", Errno::EPERM));
+        assert!(!p(ProcMode::Bind).tries_fresh() && p(ProcMode::Auto).tries_fresh());
     }
 }

@@ -12,7 +12,6 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::landlock::LandlockMode;
 pub use crate::limits::Limits;
-pub use crate::procfs::ProcMode;
 pub use crate::seccomp::SeccompPolicy;
 
 /// Everything the launcher needs to start one command in a sandbox.
@@ -107,6 +106,46 @@ pub enum Network {
     On,
     /// A private network namespace with only loopback, which is brought up.
     Off,
+}
+
+/// How the sandbox gets its `/proc` (procfs.rs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProcMode {
+    /// A fresh procfs, or the sandbox does not start (exit 125).
+    Fresh,
+    /// The caller's `/proc`, bound recursively and read-only.
+    Bind,
+    /// Fresh where the kernel allows it, else the bind (with a warning).
+    #[default]
+    Auto,
+}
+
+impl ProcMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProcMode::Fresh => "fresh",
+            ProcMode::Bind => "bind",
+            ProcMode::Auto => "auto",
+        }
+    }
+
+    pub fn is_auto(&self) -> bool {
+        *self == ProcMode::Auto
+    }
+}
+
+impl std::str::FromStr for ProcMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "fresh" => Ok(ProcMode::Fresh),
+            "bind" => Ok(ProcMode::Bind),
+            "auto" => Ok(ProcMode::Auto),
+            _ => Err(format!("{s:?}: expected fresh, bind or auto")),
+        }
+    }
 }
 
 /// Read-only or read-write.

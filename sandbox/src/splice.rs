@@ -24,10 +24,49 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{SpecError, io_error_text};
 use crate::guest_path;
-use crate::prepare::{Action, Kind, Source, Step, cstring};
 use crate::spec::MountOp;
 
-const RO: u64 = libc::MOUNT_ATTR_RDONLY | libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV;
+/// One step of a splice, for prepare.rs to turn into an action. Paths are
+/// relative to the new root.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Op {
+    /// A tmpfs with this mode at `dst`.
+    Tmpfs {
+        dst: Vec<u8>,
+        mode: u32,
+    },
+    /// A read-only recursive copy of `src` attached at `dst` (created as a
+    /// directory or a file); skipped when `src` has gone.
+    Keep {
+        src: Vec<u8>,
+        dst: Vec<u8>,
+        dir: bool,
+    },
+    Symlink {
+        target: Vec<u8>,
+        dst: Vec<u8>,
+    },
+    /// The mount at `from` (with its submounts) moved onto `dst`.
+    Move {
+        from: Vec<u8>,
+        dst: Vec<u8>,
+    },
+    /// The empty directory `dir` removed.
+    RemoveDir {
+        dir: Vec<u8>,
+    },
+    /// The mount at `dst` made read-only.
+    ReadOnly {
+        dst: Vec<u8>,
+    },
+}
+
+/// A step with the words used when it fails.
+#[derive(Debug)]
+pub(crate) struct Step {
+    pub what: String,
+    pub op: Op,
+}
 
 /// What the planned steps have mounted so far, to tell where a destination
 /// lies and whether it can be created there.
@@ -114,17 +153,12 @@ impl Splicer {
     }
 
     /// The last steps: every spliced directory made read-only.
-    pub(crate) fn finish(&self) -> Result<Vec<Step>, SpecError> {
+    pub(crate) fn finish(&self) -> Vec<Step> {
         self.spliced
             .iter()
-            .map(|dir| {
-                Ok(Step {
-                    what: format!("make {dir} read-only"),
-                    action: Action::Remount {
-                        dst: cstring("spliced directory", dir.trim_start_matches('/'))?,
-                        attrs: libc::MOUNT_ATTR_RDONLY,
-                    },
-                })
+            .map(|dir| Step {
+                what: format!("make {dir} read-only"),
+                op: Op::ReadOnly { dst: dir.trim_start_matches('/').as_bytes().to_vec() },
             })
             .collect()
     }
@@ -144,53 +178,35 @@ fn splice(dir: &str, host: &Path, n: usize, target: &str) -> Result<Vec<Step>, S
         entries.len()
     );
 
-    let rel = dir.trim_start_matches('/');
-    let stage = format!(".tuixiu-splice-{n}");
-    let path = |base: &str, name: &[u8]| {
-        let mut p = base.as_bytes().to_vec();
-        p.push(b'/');
-        p.extend_from_slice(name);
-        cstring("spliced path", p)
-    };
+    let rel = dir.trim_start_matches('/').as_bytes();
+    let stage = format!(".tuixiu-splice-{n}").into_bytes();
+    let join = |base: &[u8], name: &[u8]| [base, b"/", name].concat();
     let mut steps = vec![Step {
         what: format!("splice {dir}: mount tmpfs aside"),
-        action: Action::Fs {
-            fstype: cstring("fstype", "tmpfs")?,
-            options: vec![(
-                cstring("option", "mode")?,
-                Some(cstring("mode", format!("{:o}", mode & 0o7777))?),
-            )],
-            attrs: libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV,
-            dst: cstring("spliced path", stage.as_str())?,
-        },
+        op: Op::Tmpfs { dst: stage.clone(), mode: mode & 0o7777 },
     }];
     for entry in &entries {
         let name = entry.file_name();
-        let shown = format!("{dir}/{}", name.to_string_lossy());
-        let into = path(&stage, name.as_bytes())?;
         let kind = entry.file_type().map_err(bad)?;
-        let action = if kind.is_symlink() {
+        let op = if kind.is_symlink() {
             let target = std::fs::read_link(entry.path()).map_err(bad)?;
-            Action::Symlink { target: cstring("symlink target", target.as_os_str().as_bytes())?, dst: into }
+            Op::Symlink { target: target.as_os_str().as_bytes().to_vec(), dst: join(&stage, name.as_bytes()) }
         } else {
-            Action::Bind {
-                source: Source::New { path: path(rel, name.as_bytes())?, attrs: RO, optional: true },
-                dst: into,
-                kind: if kind.is_dir() { Kind::Dir } else { Kind::File },
+            Op::Keep {
+                src: join(rel, name.as_bytes()),
+                dst: join(&stage, name.as_bytes()),
+                dir: kind.is_dir(),
             }
         };
-        steps.push(Step { what: format!("splice {dir}: keep {shown}"), action });
+        steps.push(Step { what: format!("splice {dir}: keep {dir}/{}", name.to_string_lossy()), op });
     }
     steps.push(Step {
         what: format!("splice {dir}: move the tmpfs over it"),
-        action: Action::Move {
-            from: cstring("spliced path", stage.as_str())?,
-            dst: cstring("spliced path", rel)?,
-        },
+        op: Op::Move { from: stage.clone(), dst: rel.to_vec() },
     });
     steps.push(Step {
-        what: format!("splice {dir}: remove the empty directory /{stage}"),
-        action: Action::RemoveStaging { files: Vec::new(), dir: cstring("spliced path", stage.as_str())? },
+        what: format!("splice {dir}: remove the empty directory /{}", String::from_utf8_lossy(&stage)),
+        op: Op::RemoveDir { dir: stage },
     });
     Ok(steps)
 }
@@ -229,7 +245,7 @@ mod tests {
         assert!(s.steps_for("/etc/group").unwrap().is_empty());
         // Deeper: /etc/ssl is a bind again, so it is spliced in turn.
         assert_eq!(s.steps_for("/etc/ssl/certs/x").unwrap().len(), 1 + 2);
-        assert_eq!(s.finish().unwrap().len(), 2);
+        assert_eq!(s.finish().len(), 2);
         // A later mount over /etc covers the splices.
         s.planned(&MountOp::Tmpfs { dst: "/etc".into(), mode: 0o755, owned_by_user: false, size: None });
         assert!(s.steps_for("/etc/other").unwrap().is_empty());
