@@ -15,101 +15,14 @@ mod proxy_support;
 
 use std::net::IpAddr;
 use std::os::unix::process::ExitStatusExt;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use proxy_support::agent::acp_config;
+use proxy_support::net::{NetHolder, backend_ip, host_ip, private_network};
 use proxy_support::{Backend, Daemon, Pki, SECS, Scratch};
 use serde_json::{Value, json};
 
 const HOSTS: usize = 3;
-
-/// A process that only holds a fresh network namespace ("a host").
-struct NetHolder(Child);
-
-impl NetHolder {
-    fn start() -> NetHolder {
-        let child = Command::new("unshare")
-            .args(["--net", "--", "sleep", "3600"])
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("spawn unshare --net");
-        let holder = NetHolder(child);
-        // `unshare` execs `sleep` once the namespace exists.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::fs::read_to_string(format!("/proc/{}/comm", holder.pid())).unwrap_or_default().trim()
-            != "sleep"
-        {
-            assert!(Instant::now() < deadline, "unshare --net did not start");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        holder
-    }
-
-    fn pid(&self) -> u32 {
-        self.0.id()
-    }
-
-    /// `CMD...` run inside this host's network namespace.
-    fn run(&self, cmd: &[&str]) {
-        let pid = self.pid().to_string();
-        let mut args = vec!["--target", pid.as_str(), "--net", "--"];
-        args.extend_from_slice(cmd);
-        sh("nsenter", &args);
-    }
-}
-
-impl Drop for NetHolder {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn sh(program: &str, args: &[&str]) {
-    let out = Command::new(program).args(args).output().unwrap_or_else(|e| panic!("{program}: {e}"));
-    assert!(out.status.success(), "{program} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-}
-
-fn backend_ip(n: usize) -> String {
-    format!("10.77.{n}.1")
-}
-
-fn host_ip(n: usize) -> String {
-    format!("10.77.{n}.2")
-}
-
-/// In a new network namespace (entered by a thread of its own, so the
-/// test's other threads stay where they are): loopback, one veth pair per
-/// host with its far end moved into that host's namespace, and the
-/// backend's listening socket, which stays in this namespace for its life.
-fn build_network(hosts: &[NetHolder]) -> std::net::TcpListener {
-    let pids: Vec<u32> = hosts.iter().map(NetHolder::pid).collect();
-    std::thread::spawn(move || {
-        // SAFETY: unshare only changes this thread's network namespace.
-        assert_eq!(unsafe { libc::unshare(libc::CLONE_NEWNET) }, 0, "unshare(CLONE_NEWNET)");
-        // Children spawned from this thread start in its namespace.
-        sh("ip", &["link", "set", "lo", "up"]);
-        for (i, pid) in pids.iter().enumerate() {
-            let n = i + 1;
-            let (near, far) = (format!("vb{n}"), format!("vd{n}"));
-            let pid = pid.to_string();
-            sh("ip", &["link", "add", &near, "type", "veth", "peer", "name", &far, "netns", &pid]);
-            sh("ip", &["addr", "add", &format!("{}/24", backend_ip(n)), "dev", &near]);
-            sh("ip", &["link", "set", &near, "up"]);
-        }
-        std::net::TcpListener::bind("0.0.0.0:0").expect("bind the backend in its namespace")
-    })
-    .join()
-    .expect("the network thread")
-}
-
-fn configure_host(host: &NetHolder, n: usize) {
-    let far = format!("vd{n}");
-    host.run(&["ip", "link", "set", "lo", "up"]);
-    host.run(&["ip", "addr", "add", &format!("{}/24", host_ip(n)), "dev", &far]);
-    host.run(&["ip", "link", "set", &far, "up"]);
-}
 
 fn proxy_id(n: usize) -> String {
     format!("host-{n}")
@@ -179,10 +92,7 @@ async fn three_daemons_on_three_hosts_under_one_backend() {
     // SAFETY: geteuid cannot fail.
     assert_eq!(unsafe { libc::geteuid() }, 0, "the network namespaces need root (CI runs the suite as root)");
     let hosts: Vec<NetHolder> = (0..HOSTS).map(|_| NetHolder::start()).collect();
-    let listener = build_network(&hosts);
-    for (i, host) in hosts.iter().enumerate() {
-        configure_host(host, i + 1);
-    }
+    let listener = private_network(&hosts.iter().map(NetHolder::pid).collect::<Vec<_>>(), 0);
     let port = listener.local_addr().unwrap().port();
     let pki_dir = Scratch::new("hosts-pki");
     let names: Vec<String> = (1..=HOSTS).map(backend_ip).collect();

@@ -262,7 +262,7 @@ fn throwaway_sandbox() -> (Vec<Row>, Option<ProcMode>) {
             .proc(mode)
             .build()
             .map_err(|e| e.to_string())?;
-        match sandbox::launch(&spec, &LaunchOptions::default()) {
+        match quietly(|| sandbox::launch(&spec, &LaunchOptions::default())) {
             Ok(status) if status.success() => Ok(()),
             Ok(status) => Err(format!("{program} exited with {}", status.code())),
             Err(e) => Err(e.to_string()),
@@ -273,7 +273,8 @@ fn throwaway_sandbox() -> (Vec<Row>, Option<ProcMode>) {
             "sandbox",
             Status::Ok,
             format!(
-                "a throwaway sandbox ran /bin/true with the default seccomp profile and Landlock ({mode})"
+                "a throwaway sandbox ran {} with the default seccomp profile and Landlock ({mode})",
+                shown(&program, args)
             ),
             None,
         )
@@ -329,6 +330,35 @@ fn trivial_command() -> (String, &'static [&'static str]) {
         Ok(exe) => (exe.display().to_string(), &["--version"]),
         Err(_) => ("/bin/true".to_string(), &[]),
     }
+}
+
+fn shown(program: &str, args: &[&str]) -> String {
+    std::iter::once(program).chain(args.iter().copied()).collect::<Vec<_>>().join(" ")
+}
+
+/// Runs `f` with stdout and stderr on /dev/null: the throwaway sandbox's
+/// command inherits them, and `check`'s own output (`--json`) must stay
+/// what it says. Its outcome comes back as a value, not as output.
+fn quietly<T>(f: impl FnOnce() -> T) -> T {
+    use std::os::fd::AsRawFd;
+    let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") else { return f() };
+    let _ = std::io::stdout().flush();
+    // SAFETY: copies of this process's own standard descriptors (close on
+    // exec); `check` is single-threaded.
+    let saved = [1, 2].map(|fd| unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) });
+    for fd in [1, 2] {
+        // SAFETY: as above.
+        unsafe { libc::dup2(null.as_raw_fd(), fd) };
+    }
+    let out = f();
+    for (fd, old) in [1, 2].into_iter().zip(saved).filter(|(_, old)| *old >= 0) {
+        // SAFETY: restoring the copies made above, then closing them.
+        unsafe {
+            libc::dup2(old, fd);
+            libc::close(old);
+        }
+    }
+    out
 }
 
 /// `--daemon DIR`: the daemon's liveness from its status file.

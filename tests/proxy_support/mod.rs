@@ -17,6 +17,7 @@
 pub mod agent;
 #[path = "../install/mod.rs"]
 mod install;
+pub mod net;
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
