@@ -30,6 +30,17 @@
 //!    even `libgcc_eh.a` is missing (a clang-only toolchain), it links as
 //!    usual. `TUIXIU_DYNAMIC_LAUNCHER=1` at build time asks for the usual
 //!    dynamic link.
+//!
+//! 3. `TUIXIU_STATIC=1` at build time links the full tool and the daemon
+//!    the same way, for images without a C library (`FROM scratch`,
+//!    deploy/container). They need nothing else there: with no
+//!    `/etc/nsswitch.conf`, or one that names only `files` and `dns`,
+//!    static glibc resolves names and users itself (checked with strace: no
+//!    module is opened). By default they stay dynamic, because a host's
+//!    `nsswitch.conf` may name other modules (`mdns4_minimal`, `resolve`,
+//!    `sss`), which a static glibc `dlopen`s together with the host's
+//!    `libc.so.6`: safe only when that is the glibc it was built with. (The
+//!    static daemon idles 0.8 MiB smaller: docs/benchmarks.md.)
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -71,13 +82,27 @@ fn main() {
             linked
         }
     });
-    println!("cargo::rustc-link-arg-bin=tuixiu-sandbox=-L{}", dir.display());
-    if static_pie {
-        println!("cargo::rustc-link-arg-bin=tuixiu-sandbox=-static-pie");
-        // What rustc's crt-static adds after the libraries: static libc
-        // may call into libgcc and the unwinder, in either order.
-        for arg in ["-Wl,--start-group", "-lgcc_eh", "-lgcc", "-lc", "-Wl,--end-group"] {
-            println!("cargo::rustc-link-arg-bin=tuixiu-sandbox={arg}");
+    println!("cargo::rerun-if-env-changed=TUIXIU_STATIC");
+    let all = std::env::var_os("TUIXIU_STATIC").is_some_and(|v| v != "0");
+    if all && !static_pie {
+        println!(
+            "cargo::warning=TUIXIU_STATIC=1: this toolchain cannot link a static PIE; the binaries stay dynamic"
+        );
+    }
+    let bins: &[&str] = if all && static_pie {
+        &["tuixiu-sandbox", "tuixiu-sandbox-full", "tuixiu-sandbox-proxy"]
+    } else {
+        &["tuixiu-sandbox"]
+    };
+    for bin in bins {
+        println!("cargo::rustc-link-arg-bin={bin}=-L{}", dir.display());
+        if static_pie {
+            println!("cargo::rustc-link-arg-bin={bin}=-static-pie");
+            // What rustc's crt-static adds after the libraries: static libc
+            // may call into libgcc and the unwinder, in either order.
+            for arg in ["-Wl,--start-group", "-lgcc_eh", "-lgcc", "-lc", "-Wl,--end-group"] {
+                println!("cargo::rustc-link-arg-bin={bin}={arg}");
+            }
         }
     }
 }

@@ -11,6 +11,7 @@
 //! 4. 1 000 sequential `inspect` round trips.
 //!
 //! Usage: proxy_bench <tuixiu-sandbox binary> <scratch dir>
+//! (`PROXY_ARGS="--log-format json -v"`: more options for the daemon)
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -94,9 +95,12 @@ async fn main() {
         ),
     )
     .unwrap();
+    // Options for the daemon beyond the config, e.g. `--log-format json -v`.
+    let extra = std::env::var("PROXY_ARGS").unwrap_or_default();
     let mut child = Command::new(&bin)
         .args(["proxy", "--config"])
         .arg(&config)
+        .args(extra.split_whitespace())
         .env_clear()
         .env("PATH", "/usr/bin:/bin")
         .stdin(Stdio::null())

@@ -14,6 +14,7 @@
 #
 #   scripts/bench-proxy.sh           # 3 rounds
 #   ROUNDS=5 scripts/bench-proxy.sh
+#   PROXY_ARGS="--log-format json -v" scripts/bench-proxy.sh   # daemon options
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}

@@ -98,7 +98,8 @@ pub enum Command {
     /// block them), Landlock, seccomp, cgroup v2 delegation, whether a fresh
     /// /proc can be mounted (in a throwaway sandbox), and the docker CLI
     /// and daemon. Prints a table with a hint for each missing piece. Exit
-    /// status 0 when `run` can work here, 1 when it cannot.
+    /// status 0 when `run` can work here (and, with --daemon, the daemon is
+    /// alive), 1 when it cannot.
     Check(CheckArgs),
 
     /// Internal: run a serialized sandbox spec read from a descriptor (used
@@ -145,6 +146,12 @@ pub struct CheckArgs {
     /// Print one JSON object instead of the table
     #[arg(long)]
     pub json: bool,
+
+    /// Also check the daemon whose state directory is DIR: alive (its pid
+    /// exists) and its status file fresh (a health check for containers and
+    /// services; docs/deploy.md)
+    #[arg(long, value_name = "DIR")]
+    pub daemon: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -46,7 +46,10 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_TOOL_ERROR);
         }
     };
-    init_logging(cli.verbose);
+    // The daemon sets up its own logging (--log-format).
+    if !matches!(cli.command, Command::Proxy(_)) {
+        init_logging(cli.verbose);
+    }
 
     let code = match cli.command {
         Command::Run(args) => {
@@ -55,7 +58,7 @@ fn main() -> ExitCode {
         }
         Command::Check(args) => cmd::check::main(args),
         Command::Exec(args) => launcher::exec::main(args),
-        Command::Proxy(args) => tuixiu_sandbox::proxy::main(args.options()),
+        Command::Proxy(args) => tuixiu_sandbox::proxy::cli::start(args, cli.verbose),
         Command::Instances(args) => cmd::instances::list(args),
         Command::Inspect(args) => cmd::instances::inspect(args),
         Command::Stop(args) => cmd::instances::stop(args),

@@ -9,15 +9,22 @@ use std::os::unix::process::CommandExt;
 use std::process::Stdio;
 
 use common::{Caller, Fixture};
-use sandbox::SandboxBuilder;
+use sandbox::{ProcMode, SandboxBuilder};
 
 /// Runs `__exec` with `spec` written to a pipe passed as fd 3.
 fn exec_spec(fx: &Fixture, spec_json: &[u8]) -> std::process::Output {
+    exec_spec_with(fx, spec_json, &[])
+}
+
+/// As [`exec_spec`], with more `__exec` options.
+fn exec_spec_with(fx: &Fixture, spec_json: &[u8], options: &[&str]) -> std::process::Output {
     let mut fds = [0; 2];
     // SAFETY: pipe2 fills two descriptors that we then own.
     assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
     let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    let mut cmd = fx.command(&["__exec", "--spec-fd", "3"]);
+    let mut args = vec!["__exec", "--spec-fd", "3"];
+    args.extend_from_slice(options);
+    let mut cmd = fx.command(&args);
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     let read_raw = read.as_raw_fd();
     // SAFETY: only dup2/fcntl (async-signal-safe) run between fork and exec.
@@ -49,6 +56,22 @@ for_each_caller!(runs_a_serialized_spec, |caller: Caller| {
     let out = exec_spec(&fx, &spec.to_json());
     assert_eq!(out.status.code(), Some(9), "{}", common::stderr(&out));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "agent\n/workspace\n/home/agent\n");
+});
+
+for_each_caller!(proc_mode_from_the_spec_or_the_flag, |caller: Caller| {
+    // In a fresh /proc the shell is PID 2 of its own namespace; in the
+    // bound outer /proc, /proc/self is its pid out there.
+    let fx = Fixture::new(caller);
+    let self_pid = |mode: ProcMode, flag: &[&str]| {
+        let spec = SandboxBuilder::new("readlink").arg("/proc/self").proc(mode).build().unwrap();
+        let out = exec_spec_with(&fx, &spec.to_json(), flag);
+        assert!(out.status.success(), "{mode:?} {flag:?}: {}", common::stderr(&out));
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    };
+    assert_eq!(self_pid(ProcMode::Auto, &[]), "2");
+    assert_ne!(self_pid(ProcMode::Bind, &[]), "2");
+    assert_ne!(self_pid(ProcMode::Auto, &["--proc", "bind"]), "2");
+    assert_eq!(self_pid(ProcMode::Bind, &["--proc", "fresh"]), "2");
 });
 
 #[test]

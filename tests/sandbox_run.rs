@@ -5,6 +5,7 @@ mod common;
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::MetadataExt;
+use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -289,14 +290,30 @@ for_each_caller!(bad_input_is_one_clear_line_and_exit_125, |caller: Caller| {
 for_each_caller!(in_sandbox_setup_failure_names_step_syscall_and_errno, |caller: Caller| {
     let fx = Fixture::new(caller);
     let src = fx.workspace.to_str().unwrap().to_string();
-    let out = fx.run(&["--ro-bind", &src, "/usr/new-mountpoint"], &["true"]);
+    // A directory onto the generated /etc/passwd (a file): move_mount
+    // refuses it inside the sandbox.
+    let out = fx.run(&["--ro-bind", &src, "/etc/passwd"], &["true"]);
     assert_eq!(out.status.code(), Some(125));
     let err = stderr(&out);
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(
-        err.contains("-> /usr/new-mountpoint (ro)") && err.contains("(\"/usr/new-mountpoint\") => EROFS"),
-        "{err}"
+    assert!(err.contains("-> /etc/passwd (ro)") && err.contains("(\"/etc/passwd\") => EINVAL"), "{err}");
+});
+
+for_each_caller!(missing_targets_in_the_read_only_system_view_are_spliced, |caller: Caller| {
+    // The target does not exist in the host's /usr, which the sandbox shows
+    // read-only: /usr becomes a tmpfs with the host's entries bound back in.
+    let fx = Fixture::new(caller);
+    std::fs::write(fx.workspace.join("marker"), "bound").unwrap();
+    let src = fx.workspace.to_str().unwrap().to_string();
+    let host_entries = std::fs::read_dir("/usr").unwrap().count();
+    let out = fx.sh(
+        &["--ro-bind", &src, "/usr/new-mountpoint"],
+        "cat /usr/new-mountpoint/marker; echo; ls -A /usr | wc -l; test -x /usr/bin/env && echo env-ok; \
+         (touch /usr/x) 2>/dev/null && echo usr-writable || echo usr-ro; \
+         (touch /usr/bin/x) 2>/dev/null && echo bin-writable || echo bin-ro",
     );
+    assert_eq!(out, format!("bound\n{}\nenv-ok\nusr-ro\nbin-ro\n", host_entries + 1));
+    assert!(!Path::new("/usr/new-mountpoint").exists(), "nothing is created on the host");
 });
 
 for_each_caller!(extra_mounts_apply_in_command_line_order, |caller: Caller| {

@@ -15,16 +15,19 @@
 //!
 //! The root view, in this order: the host's system directories read-only
 //! (top-level symlinks such as `/bin -> usr/bin` reproduced as symlinks), a
-//! fresh `/proc`, a minimal `/dev`, a private `/tmp`, the workspace at
-//! `/workspace`, the home (host directory or private tmpfs), generated
-//! `/etc/passwd` and `/etc/group`, then the caller's extra mounts.
+//! fresh `/proc` (or the caller's, read-only, where that is refused), a
+//! minimal `/dev`, a private `/tmp`, the workspace at `/workspace`, the
+//! home (host directory or private tmpfs), generated `/etc/passwd` and
+//! `/etc/group`, then the caller's extra mounts.
 
 use std::path::{Path, PathBuf};
 
 use crate::WORKSPACE;
 use crate::error::{SpecError, io_error_text};
 use crate::guest_path;
-use crate::spec::{Access, DeferredBind, HostIds, MountOp, Network, SandboxSpec, Security, UserView};
+use crate::spec::{
+    Access, DeferredBind, HostIds, MountOp, Network, ProcMode, SandboxSpec, Security, UserView,
+};
 
 /// Host directories shown read-only, besides every top-level `/lib*`.
 const SYSTEM_DIRS: &[&str] = &["/usr", "/bin", "/sbin", "/etc", "/opt"];
@@ -55,6 +58,7 @@ pub struct SandboxBuilder {
     extra: Vec<MountOp>,
     deferred: Vec<DeferredBind>,
     security: Security,
+    proc: ProcMode,
 }
 
 impl SandboxBuilder {
@@ -75,6 +79,7 @@ impl SandboxBuilder {
             extra: Vec::new(),
             deferred: Vec::new(),
             security: Security::default(),
+            proc: ProcMode::Auto,
         }
     }
 
@@ -151,6 +156,13 @@ impl SandboxBuilder {
         self
     }
 
+    /// How `/proc` is made (default: fresh, else the caller's bound
+    /// read-only; see [`ProcMode`]).
+    pub fn proc(mut self, mode: ProcMode) -> Self {
+        self.proc = mode;
+        self
+    }
+
     /// An extra mount, applied after the standard layout in call order.
     pub fn mount(mut self, op: MountOp) -> Self {
         self.extra.push(op);
@@ -169,7 +181,7 @@ impl SandboxBuilder {
         let home = self.user.home.clone();
 
         let mut mounts = system_view(self.network)?;
-        mounts.push(MountOp::Proc { dst: "/proc".into() });
+        mounts.push(MountOp::Proc { dst: "/proc".into(), mode: self.proc });
         mounts.push(MountOp::Dev { dst: "/dev".into() });
         mounts.push(MountOp::Tmpfs { dst: "/tmp".into(), mode: 0o1777, owned_by_user: false, size: None });
         if let Some(ws) = &self.workspace {

@@ -132,16 +132,15 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
     //    descriptor.
     let new = new_root().map_err(|(call, e)| fail(root_what, call, c"tmpfs", e))?;
     sys::move_mount_fd(new.as_fd(), host.as_fd()).map_err(|e| fail(root_what, "move_mount", c"/", e))?;
-    drop(host);
+    // `host` still names the caller's tree below the new root: a bind of
+    // its /proc is cloned from there when a fresh one is refused.
     let mut dirs = mounts::Dirs::new();
     for step in &plan.steps {
-        mounts::run(&step.action, new.as_fd(), &mut clones, &mut dirs).map_err(|f| StepFail {
-            what: &step.what,
-            hint: step_hint(&step.action, &f),
-            fail: f,
-        })?;
+        mounts::run(&step.action, new.as_fd(), host.as_fd(), &mut clones, &mut dirs, fds.report)
+            .map_err(|f| StepFail { what: &step.what, hint: step_hint(&step.action, &f), fail: f })?;
     }
     drop(dirs);
+    drop(host);
     // The idmapped trees are attached; PID 1 keeps no descriptor of them.
     for &fd in &plan.kept_fds {
         // SAFETY: the plan's descriptors are the launcher's; this copy of
@@ -408,11 +407,7 @@ pub(crate) fn harden_and_exec(plan: &Hardening<'_>, report_fd: RawFd) -> ! {
 /// Hints for failures of a particular kind of step.
 fn step_hint(action: &Action, f: &Fail<'_>) -> Option<&'static str> {
     match (action, f.errno) {
-        (Action::Fs { fstype, .. }, Errno::EPERM | Errno::EINVAL) if fstype.to_bytes() == b"proc" => Some(
-            "a fresh /proc cannot be mounted here: the outer /proc has masked or read-only submounts \
-             (typical inside docker/podman; run the container with --security-opt systempaths=unconfined \
-             or use --provider docker)",
-        ),
+        (Action::Proc(proc), errno) => crate::procfs::hint(proc, errno),
         (Action::Fs { .. } | Action::Bind { .. } | Action::WriteFile { .. }, Errno::EROFS) => {
             Some("the destination lies inside a read-only mount; bind a writable directory there first")
         }
@@ -424,7 +419,8 @@ fn step_hint(action: &Action, f: &Fail<'_>) -> Option<&'static str> {
 fn hint_for(call: &str, errno: Errno) -> Option<&'static str> {
     match errno {
         Errno::ENOSYS => Some(
-            "this kernel lacks the new mount API (open_tree/mount_setattr/openat2): Linux 5.12 or newer is needed",
+            "this kernel lacks the new mount API (open_tree/mount_setattr/openat2): Linux 5.12 or newer is needed; \
+             or a seccomp filter around the sandbox answers it with ENOSYS (systemd's RestrictSUIDSGID=)",
         ),
         Errno::ENOMEM | Errno::ENOSPC
             if call.starts_with("mount") || call == "fsmount" || call == "move_mount" =>

@@ -452,6 +452,7 @@ fn read_report(fd: &OwnedFd, into: &mut Vec<u8>) -> Result<usize, LaunchError> {
     let n = sys::read(fd.as_raw_fd(), &mut buf)
         .map_err(|e| SyscallError::new("read the sandbox's report", "read", e))?;
     into.extend_from_slice(&buf[..n]);
+    report::take_notices(into);
     Ok(n)
 }
 

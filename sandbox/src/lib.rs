@@ -32,10 +32,12 @@ mod launch;
 pub mod limits;
 mod mounts;
 mod prepare;
+mod procfs;
 mod report;
 pub mod seccomp;
 mod secrets;
 pub mod spec;
+mod splice;
 mod sys;
 pub mod user;
 
@@ -48,8 +50,8 @@ pub use init::FORWARDED_SIGNALS;
 pub use join::join;
 pub use launch::{ApplyError, ExitStatus, LaunchOptions, launch, launch_with};
 pub use spec::{
-    Access, DeferredBind, HostIds, LandlockMode, Limits, MountOp, Network, SandboxSpec, SeccompPolicy,
-    Security, UserView,
+    Access, DeferredBind, HostIds, LandlockMode, Limits, MountOp, Network, ProcMode, SandboxSpec,
+    SeccompPolicy, Security, UserView,
 };
 
 /// Guest path of the workspace.

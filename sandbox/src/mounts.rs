@@ -24,6 +24,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use nix::errno::Errno;
 
 use crate::prepare::{Action, HostSource, Kind, MAX_HOST_SOURCES, Source};
+use crate::procfs;
 use crate::sys;
 
 const RESOLVE_IN_ROOT: u64 = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
@@ -181,11 +182,15 @@ fn attach<'a>(
     sys::move_mount_fd(tree, target.as_fd()).map_err(|e| Fail::rooted("move_mount", dst, e))
 }
 
+/// Executes one step in the new root `new`. `host` is the caller's root
+/// (for a bind of its `/proc`), `notices` the report pipe.
 pub(crate) fn run<'a>(
     action: &'a Action,
     new: BorrowedFd<'_>,
+    host: BorrowedFd<'_>,
     clones: &mut Clones,
     dirs: &mut Dirs,
+    notices: std::os::fd::RawFd,
 ) -> Result<'a, ()> {
     match action {
         Action::Bind { source, dst, kind } => {
@@ -255,12 +260,59 @@ pub(crate) fn run<'a>(
             }
         }
         Action::AttachTree { tree, dst, kind } => attach(tree.as_fd(), new, dirs, dst, *kind),
+        Action::Proc(prepared) => proc(prepared, new, host, dirs, notices),
+        Action::Move { from, dst } => {
+            // The root of the mount at `from` (a tmpfs we mounted there).
+            let tree = resolve(new, from, None)?;
+            attach(tree.as_fd(), new, dirs, dst, Kind::Dir)
+        }
         Action::Remount { dst, attrs } => {
             let target = resolve(new, dst, None)?;
             sys::mount_setattr(target.as_fd(), *attrs, false)
                 .map_err(|e| Fail::rooted("mount_setattr", dst, e))
         }
     }
+}
+
+/// `/proc` as procfs.rs decided: a fresh procfs with its covers, or the
+/// caller's (below `host`) bound recursively and read-only, announced on
+/// `notices` when it replaces a refused fresh one.
+fn proc<'a>(
+    p: &'a procfs::Prepared,
+    new: BorrowedFd<'_>,
+    host: BorrowedFd<'_>,
+    dirs: &mut Dirs,
+    notices: std::os::fd::RawFd,
+) -> Result<'a, ()> {
+    if p.tries_fresh() {
+        match fresh_proc(p, new, dirs) {
+            Ok(()) => return Ok(()),
+            Err(f) if p.falls_back(f.call, f.errno) => procfs::announce_fallback(f.errno, notices),
+            Err(f) => return Err(f),
+        }
+    }
+    // Recursive: the outer /proc's masks come along (and the kernel would
+    // refuse a copy without its locked submounts).
+    let copy = clone_tree(host, procfs::OUTER, RESOLVE_CANONICAL, libc::MOUNT_ATTR_RDONLY | procfs::ATTRS)?;
+    attach(copy.as_fd(), new, dirs, &p.dst, Kind::Dir)
+}
+
+fn fresh_proc<'a>(p: &'a procfs::Prepared, new: BorrowedFd<'_>, dirs: &mut Dirs) -> Result<'a, ()> {
+    let fs = sys::fsopen(c"proc").map_err(|e| Fail::new("fsopen", c"proc", e))?;
+    sys::fsconfig_set(fs.as_fd(), c"source", Some(c"proc"))
+        .map_err(|e| Fail::new("fsconfig", c"source", e))?;
+    sys::fsconfig_create(fs.as_fd()).map_err(|e| Fail::new("fsconfig(FSCONFIG_CMD_CREATE)", c"proc", e))?;
+    let mnt = sys::fsmount(fs.as_fd(), procfs::ATTRS).map_err(|e| Fail::new("fsmount", c"proc", e))?;
+    attach(mnt.as_fd(), new, dirs, &p.dst, Kind::Dir)?;
+    for path in &p.covers {
+        let copy = match clone_tree(new, path, RESOLVE_IN_ROOT, libc::MOUNT_ATTR_RDONLY | procfs::ATTRS) {
+            Ok(copy) => copy,
+            Err(f) if f.errno == Errno::ENOENT && f.call == "openat2" => continue,
+            Err(f) => return Err(f),
+        };
+        attach(copy.as_fd(), new, dirs, path, Kind::File)?;
+    }
+    Ok(())
 }
 
 /// A detached, recursive copy of the mount tree at `src` (in `tree`), with

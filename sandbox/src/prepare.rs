@@ -18,8 +18,10 @@ use crate::guest_path;
 use crate::idmap;
 use crate::landlock::{self, Grant};
 use crate::limits;
+use crate::procfs;
 use crate::seccomp::{self, Sockets};
 use crate::spec::{Access, MountOp, Network, SandboxSpec, UserView};
+use crate::splice::{self, Splicer};
 
 const MOUNT_NOSUID: u64 = libc::MOUNT_ATTR_NOSUID;
 const MOUNT_NODEV: u64 = libc::MOUNT_ATTR_NODEV;
@@ -28,8 +30,6 @@ const MOUNT_RDONLY: u64 = libc::MOUNT_ATTR_RDONLY;
 
 /// Device nodes bound from the host into the minimal `/dev`.
 const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
-/// `/proc` entries covered read-only, as bubblewrap does.
-const PROC_READ_ONLY: &[&str] = &["sys", "sysrq-trigger", "irq", "bus"];
 /// `PATH` used for the command lookup when the environment has none.
 const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 /// Directory in the new root holding generated files until they are bound
@@ -104,6 +104,13 @@ pub(crate) enum Action {
     Remount {
         dst: CString,
         attrs: u64,
+    },
+    /// `/proc`: fresh, or the caller's bound (procfs.rs).
+    Proc(procfs::Prepared),
+    /// Move the mount at `from` (with its submounts) onto `dst`.
+    Move {
+        from: CString,
+        dst: CString,
     },
 }
 
@@ -225,10 +232,17 @@ impl Plan {
             staged: Vec::new(),
             hiding: SecretHiding::decide(spec, root_uid, root_gid),
             user_is_host_root: root_uid,
+            splicer: Splicer::default(),
         };
         let last_system = spec.mounts.iter().rposition(|op| matches!(op, MountOp::SystemBind { .. }));
         for (i, op) in spec.mounts.iter().enumerate() {
+            if !matches!(op, MountOp::SystemBind { .. }) {
+                for step in plan.splicer.steps_for(op.dst())? {
+                    plan.push_splice(step)?;
+                }
+            }
             plan.expand(op)?;
+            plan.splicer.planned(op);
             if Some(i) == last_system {
                 plan.push_masks()?;
             }
@@ -253,6 +267,9 @@ impl Plan {
                     dir: cstring("staging dir", STAGING_DIR)?,
                 },
             });
+        }
+        for step in plan.splicer.finish() {
+            plan.push_splice(step)?;
         }
         plan.steps.push(Step {
             what: "make / read-only".into(),
@@ -355,11 +372,38 @@ struct Expansion<'a> {
     hiding: SecretHiding,
     /// The sandbox user maps onto host root.
     user_is_host_root: bool,
+    /// Destinations missing inside the read-only system view (splice.rs).
+    splicer: Splicer,
 }
 
 impl Expansion<'_> {
     fn push(&mut self, what: String, action: Action) {
         self.steps.push(Step { what, action });
+    }
+
+    /// A step of splice.rs as the action that does it.
+    fn push_splice(&mut self, step: splice::Step) -> Result<(), SpecError> {
+        const RO: u64 = MOUNT_RDONLY | MOUNT_NOSUID | MOUNT_NODEV;
+        let path = |p: Vec<u8>| cstring("spliced path", p);
+        let action = match step.op {
+            splice::Op::Tmpfs { dst, mode } => Action::Fs {
+                fstype: cstring("fstype", "tmpfs")?,
+                options: vec![option("mode", &format!("{mode:o}"))?],
+                attrs: MOUNT_NOSUID | MOUNT_NODEV,
+                dst: path(dst)?,
+            },
+            splice::Op::Keep { src, dst, dir } => Action::Bind {
+                source: Source::New { path: path(src)?, attrs: RO, optional: true },
+                dst: path(dst)?,
+                kind: if dir { Kind::Dir } else { Kind::File },
+            },
+            splice::Op::Symlink { target, dst } => Action::Symlink { target: path(target)?, dst: path(dst)? },
+            splice::Op::Move { from, dst } => Action::Move { from: path(from)?, dst: path(dst)? },
+            splice::Op::RemoveDir { dir } => Action::RemoveStaging { files: Vec::new(), dir: path(dir)? },
+            splice::Op::ReadOnly { dst } => Action::Remount { dst: path(dst)?, attrs: MOUNT_RDONLY },
+        };
+        self.push(step.what, action);
+        Ok(())
     }
 
     /// Checks and canonicalizes a host bind source; returns its index.
@@ -432,35 +476,9 @@ impl Expansion<'_> {
                     },
                 );
             }
-            MountOp::Proc { .. } => {
-                self.push(
-                    format!("mount proc on {dst_text}"),
-                    Action::Fs {
-                        fstype: cstring("fstype", "proc")?,
-                        options: Vec::new(),
-                        attrs: MOUNT_NOSUID | MOUNT_NODEV | MOUNT_NOEXEC,
-                        dst,
-                    },
-                );
-                for entry in PROC_READ_ONLY {
-                    // The sandbox's procfs has an entry exactly when the host's does.
-                    if !Path::new("/proc").join(entry).exists() {
-                        continue;
-                    }
-                    let path = cstring("proc path", child_rel(&dst_text, entry))?;
-                    self.push(
-                        format!("cover {dst_text}/{entry} read-only"),
-                        Action::Bind {
-                            source: Source::New {
-                                path: path.clone(),
-                                attrs: MOUNT_RDONLY | MOUNT_NOSUID | MOUNT_NODEV | MOUNT_NOEXEC,
-                                optional: true,
-                            },
-                            dst: path,
-                            kind: Kind::File,
-                        },
-                    );
-                }
+            MountOp::Proc { mode, .. } => {
+                let prepared = procfs::prepare(&dst_text, dst, *mode)?;
+                self.push(format!("mount proc on {dst_text}"), Action::Proc(prepared));
             }
             MountOp::Dev { .. } => self.expand_dev(&dst_text)?,
             MountOp::File { contents, mode, .. } => {
@@ -713,7 +731,7 @@ pub(crate) fn landlock_paths(spec: &SandboxSpec) -> Result<Vec<(String, Grant)>,
                 paths.push((format!("{}/shm", dst.trim_end_matches('/')), Grant::Write));
                 paths.push((dst, Grant::Dev));
             }
-            MountOp::Proc { dst } => paths.push((norm(dst)?, Grant::Proc)),
+            MountOp::Proc { dst, .. } => paths.push((norm(dst)?, Grant::Proc)),
             _ => {}
         }
     }

@@ -14,6 +14,9 @@ use crate::sys;
 
 const MAX_MESSAGE: usize = 1024;
 const HEADER: usize = 3;
+/// The code of a notice: a record the launcher logs as a warning before
+/// the failure record, if any (failures carry 125, 126 or 127).
+pub(crate) const NOTICE: u8 = 0;
 
 /// A message under construction in a fixed-size buffer.
 pub(crate) struct Report {
@@ -47,6 +50,19 @@ impl fmt::Write for Report {
     fn write_str(&mut self, s: &str) -> fmt::Result {
         self.push_bytes(s.as_bytes());
         Ok(())
+    }
+}
+
+/// Removes the complete notice records at the front of `bytes` (what the
+/// launcher has read so far) and logs each one as a warning.
+pub(crate) fn take_notices(bytes: &mut Vec<u8>) {
+    while bytes.len() >= HEADER && bytes[0] == NOTICE {
+        let end = HEADER + u16::from_le_bytes([bytes[1], bytes[2]]) as usize;
+        if bytes.len() < end {
+            return;
+        }
+        tracing::warn!("{}", String::from_utf8_lossy(&bytes[HEADER..end]));
+        bytes.drain(..end);
     }
 }
 
@@ -106,6 +122,23 @@ mod tests {
             rep.push_bytes(&[b'a'; 100]);
         }
         assert_eq!(rep.len, MAX_MESSAGE);
+    }
+
+    #[test]
+    fn notices_are_taken_before_the_failure() {
+        let mut bytes = Vec::new();
+        for (code, text) in [(NOTICE, "a notice"), (125, "the failure")] {
+            bytes.push(code);
+            bytes.extend_from_slice(&(text.len() as u16).to_le_bytes());
+            bytes.extend_from_slice(text.as_bytes());
+        }
+        let whole = bytes.clone();
+        // A partial notice stays until the rest is read.
+        let mut partial = whole[..5].to_vec();
+        take_notices(&mut partial);
+        assert_eq!(partial, whole[..5]);
+        take_notices(&mut bytes);
+        assert_eq!(parse(&bytes), Some((125, "the failure".into())));
     }
 
     #[test]

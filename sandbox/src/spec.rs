@@ -108,6 +108,46 @@ pub enum Network {
     Off,
 }
 
+/// How the sandbox gets its `/proc` (procfs.rs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProcMode {
+    /// A fresh procfs, or the sandbox does not start (exit 125).
+    Fresh,
+    /// The caller's `/proc`, bound recursively and read-only.
+    Bind,
+    /// Fresh where the kernel allows it, else the bind (with a warning).
+    #[default]
+    Auto,
+}
+
+impl ProcMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProcMode::Fresh => "fresh",
+            ProcMode::Bind => "bind",
+            ProcMode::Auto => "auto",
+        }
+    }
+
+    pub fn is_auto(&self) -> bool {
+        *self == ProcMode::Auto
+    }
+}
+
+impl std::str::FromStr for ProcMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "fresh" => Ok(ProcMode::Fresh),
+            "bind" => Ok(ProcMode::Bind),
+            "auto" => Ok(ProcMode::Auto),
+            _ => Err(format!("{s:?}: expected fresh, bind or auto")),
+        }
+    }
+}
+
 /// Read-only or read-write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -138,8 +178,14 @@ pub enum MountOp {
         size: Option<u64>,
     },
     /// A fresh procfs for the sandbox's pid namespace, with `sys`,
-    /// `sysrq-trigger`, `irq` and `bus` covered read-only.
-    Proc { dst: String },
+    /// `sysrq-trigger`, `irq` and `bus` covered read-only; or, as `mode`
+    /// says, the caller's `/proc` bound read-only where the kernel refuses
+    /// a fresh one (inside containers; see [`ProcMode`]).
+    Proc {
+        dst: String,
+        #[serde(default, skip_serializing_if = "ProcMode::is_auto")]
+        mode: ProcMode,
+    },
     /// A minimal `/dev`: null, zero, full, random, urandom, tty, a private
     /// devpts with ptmx, shm, and the fd symlinks.
     Dev { dst: String },
@@ -163,7 +209,7 @@ impl MountOp {
         match self {
             MountOp::Bind { dst, .. }
             | MountOp::Tmpfs { dst, .. }
-            | MountOp::Proc { dst }
+            | MountOp::Proc { dst, .. }
             | MountOp::Dev { dst }
             | MountOp::File { dst, .. }
             | MountOp::Symlink { dst, .. }

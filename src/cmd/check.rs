@@ -4,14 +4,16 @@
 //! ends in one row: ok, warn (works, but something is weaker or missing) or
 //! fail (a sandbox cannot work), with a hint that says what to do. The
 //! last word belongs to a throwaway sandbox: the real `run` path with the
-//! default hardening, running `/bin/true`.
+//! default hardening, running `/bin/true`; its `/proc` row says whether
+//! sandboxes get a fresh `/proc` here or the outer one bound (`--proc auto`
+//! inside containers), also as `"proc": "fresh" | "bind"` with `--json`.
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use sandbox::{LaunchOptions, SandboxBuilder};
+use sandbox::{LaunchOptions, ProcMode, SandboxBuilder};
 use serde::Serialize;
 
 use crate::cli::CheckArgs;
@@ -39,21 +41,35 @@ fn row(check: &'static str, status: Status, detail: impl Into<String>, hint: Opt
 
 pub fn main(args: CheckArgs) -> u8 {
     let mut rows = vec![kernel(), userns_sysctls(), apparmor(), userns_probe()];
-    let sandbox_row = throwaway_sandbox();
+    let (sandbox_row, proc) = throwaway_sandbox();
     let run_works = sandbox_row.iter().all(|r| r.status != Status::Fail);
     rows.push(landlock());
     rows.push(seccomp());
     rows.extend(sandbox_row);
     rows.push(cgroups());
     rows.extend(docker());
+    let daemon_ok = match &args.daemon {
+        Some(dir) => {
+            let r = daemon(dir);
+            let ok = r.status != Status::Fail;
+            rows.push(r);
+            ok
+        }
+        None => true,
+    };
 
     if args.json {
-        let out = serde_json::json!({ "runWorks": run_works, "checks": rows });
+        let out = serde_json::json!({
+            "runWorks": run_works,
+            "daemonAlive": args.daemon.as_ref().map(|_| daemon_ok),
+            "proc": proc.map(ProcMode::as_str),
+            "checks": rows,
+        });
         println!("{out}");
     } else {
         print_table(&rows, run_works);
     }
-    if run_works { 0 } else { 1 }
+    if run_works && daemon_ok { 0 } else { 1 }
 }
 
 fn print_table(rows: &[Row], run_works: bool) {
@@ -235,40 +251,139 @@ fn seccomp() -> Row {
     }
 }
 
-/// The real thing: the default sandbox with the default hardening.
-fn throwaway_sandbox() -> Vec<Row> {
-    let spec = match SandboxBuilder::new("/bin/true").build() {
-        Ok(spec) => spec,
-        Err(e) => return vec![row("sandbox", Status::Fail, e.to_string(), None)],
+/// The real thing: the default sandbox with the default hardening, first
+/// with a fresh /proc, then (where that is refused) with the outer /proc
+/// bound, as `--proc auto` would.
+fn throwaway_sandbox() -> (Vec<Row>, Option<ProcMode>) {
+    let (program, args) = trivial_command();
+    let launch = |mode: ProcMode| {
+        let spec = SandboxBuilder::new(program.clone())
+            .args(args.iter().copied())
+            .proc(mode)
+            .build()
+            .map_err(|e| e.to_string())?;
+        match quietly(|| sandbox::launch(&spec, &LaunchOptions::default())) {
+            Ok(status) if status.success() => Ok(()),
+            Ok(status) => Err(format!("{program} exited with {}", status.code())),
+            Err(e) => Err(e.to_string()),
+        }
     };
-    match sandbox::launch(&spec, &LaunchOptions::default()) {
-        Ok(status) if status.success() => vec![
-            row("mount /proc", Status::Ok, "a fresh /proc mounts in a new pid namespace", None),
-            row(
-                "sandbox",
-                Status::Ok,
-                "a throwaway sandbox ran /bin/true with the default seccomp profile and Landlock",
+    let ran = |mode: &str| {
+        row(
+            "sandbox",
+            Status::Ok,
+            format!(
+                "a throwaway sandbox ran {} with the default seccomp profile and Landlock ({mode})",
+                shown(&program, args)
+            ),
+            None,
+        )
+    };
+    match launch(ProcMode::Fresh) {
+        Ok(()) => (
+            vec![
+                row("mount /proc", Status::Ok, "a fresh /proc mounts in a new pid namespace", None),
+                ran("fresh /proc"),
+            ],
+            Some(ProcMode::Fresh),
+        ),
+        Err(refused) if refused.contains("mount proc") => match launch(ProcMode::Bind) {
+            Ok(()) => (
+                vec![
+                    row(
+                        "mount /proc",
+                        Status::Warn,
+                        "a fresh /proc is refused here (the outer /proc has masked or read-only parts, as in \
+                         containers): sandboxes bind the outer /proc read-only (--proc auto) and see its processes",
+                        Some(
+                            "for a private /proc, unmask the container's: docker --security-opt systempaths=unconfined, \
+                             podman --security-opt unmask=ALL, Kubernetes procMount: Unmasked (docs/troubleshooting.md); \
+                             --proc fresh refuses the fallback",
+                        ),
+                    ),
+                    ran("the outer /proc bound"),
+                ],
+                Some(ProcMode::Bind),
+            ),
+            Err(e) => (
+                vec![
+                    row("mount /proc", Status::Fail, refused, None),
+                    row("sandbox", Status::Fail, format!("with the outer /proc bound: {e}"), None),
+                ],
                 None,
             ),
-        ],
-        Ok(status) => {
-            vec![row("sandbox", Status::Fail, format!("/bin/true exited with {}", status.code()), None)]
+        },
+        Err(e) => (vec![row("sandbox", Status::Fail, e, None)], None),
+    }
+}
+
+/// What the throwaway sandbox runs: `true`, or where there is none (an
+/// image with nothing but these binaries) this tool's `--version`, which
+/// the sandbox sees when it lies in a system directory.
+fn trivial_command() -> (String, &'static [&'static str]) {
+    for path in ["/bin/true", "/usr/bin/true"] {
+        if Path::new(path).is_file() {
+            return (path.to_string(), &[]);
         }
-        Err(e) => {
-            let message = e.to_string();
-            if message.contains("mount proc") {
-                vec![row(
-                    "mount /proc",
-                    Status::Fail,
-                    message,
-                    Some(
-                        "the outer /proc has masked or read-only parts (typical inside docker/podman): \
-                         run the container with --security-opt systempaths=unconfined, or use --provider docker",
-                    ),
-                )]
-            } else {
-                vec![row("sandbox", Status::Fail, message, None)]
-            }
+    }
+    match std::env::current_exe() {
+        Ok(exe) => (exe.display().to_string(), &["--version"]),
+        Err(_) => ("/bin/true".to_string(), &[]),
+    }
+}
+
+fn shown(program: &str, args: &[&str]) -> String {
+    std::iter::once(program).chain(args.iter().copied()).collect::<Vec<_>>().join(" ")
+}
+
+/// Runs `f` with stdout and stderr on /dev/null: the throwaway sandbox's
+/// command inherits them, and `check`'s own output (`--json`) must stay
+/// what it says. Its outcome comes back as a value, not as output.
+fn quietly<T>(f: impl FnOnce() -> T) -> T {
+    use std::os::fd::AsRawFd;
+    let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") else { return f() };
+    let _ = std::io::stdout().flush();
+    // SAFETY: copies of this process's own standard descriptors (close on
+    // exec); `check` is single-threaded.
+    let saved = [1, 2].map(|fd| unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) });
+    for fd in [1, 2] {
+        // SAFETY: as above.
+        unsafe { libc::dup2(null.as_raw_fd(), fd) };
+    }
+    let out = f();
+    for (fd, old) in [1, 2].into_iter().zip(saved).filter(|(_, old)| *old >= 0) {
+        // SAFETY: restoring the copies made above, then closing them.
+        unsafe {
+            libc::dup2(old, fd);
+            libc::close(old);
+        }
+    }
+    out
+}
+
+/// `--daemon DIR`: the daemon's liveness from its status file.
+fn daemon(dir: &Path) -> Row {
+    match tuixiu_sandbox::proxy::status::check(dir) {
+        Ok((s, age)) if s.connected => row(
+            "daemon",
+            Status::Ok,
+            format!(
+                "proxy {} (pid {}): registered with the backend, {} run(s), status {age} s old",
+                s.proxy_id, s.pid, s.runs
+            ),
+            None,
+        ),
+        Ok((s, age)) => row(
+            "daemon",
+            Status::Warn,
+            format!(
+                "proxy {} (pid {}): alive, not registered with the backend (reconnecting), status {age} s old",
+                s.proxy_id, s.pid
+            ),
+            Some("see the daemon's log: the backend may be down, or refuse its token"),
+        ),
+        Err(why) => {
+            row("daemon", Status::Fail, why, Some("is `tuixiu-sandbox proxy` running with this --state-dir?"))
         }
     }
 }

@@ -100,6 +100,14 @@ pub struct RunArgs {
     #[arg(long, value_name = "NAME", default_value = "sandbox")]
     pub hostname: String,
 
+    /// /proc: `fresh` mounts the sandbox's own (exit 125 where the kernel
+    /// refuses it, as inside most containers); `bind` binds the caller's
+    /// /proc read-only (the sandbox then sees the caller's processes; its
+    /// pid namespace stays private); `auto` is fresh where possible, else
+    /// bind with a warning
+    #[arg(long, value_enum, value_name = "MODE", default_value_t = ProcArg::Auto)]
+    pub proc: ProcArg,
+
     /// Host uid the sandbox user maps onto (root callers only) [default: the caller's]
     #[arg(long, value_name = "N")]
     pub map_uid: Option<u32>,
@@ -297,6 +305,23 @@ pub enum NetworkArg {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ProcArg {
+    Fresh,
+    Bind,
+    Auto,
+}
+
+impl From<ProcArg> for sandbox::ProcMode {
+    fn from(arg: ProcArg) -> Self {
+        match arg {
+            ProcArg::Fresh => sandbox::ProcMode::Fresh,
+            ProcArg::Bind => sandbox::ProcMode::Bind,
+            ProcArg::Auto => sandbox::ProcMode::Auto,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LandlockArg {
     Off,
     BestEffort,
@@ -318,6 +343,10 @@ pub struct ExecArgs {
     /// mounts are ignored)
     #[arg(long, value_name = "PID")]
     pub join_pid: Option<i32>,
+
+    /// As for `run`; replaces the spec's choice
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub proc: Option<ProcArg>,
 }
 
 /// What planning a manifest needs (shared by `run` and `manifest check`).

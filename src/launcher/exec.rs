@@ -8,7 +8,7 @@
 use std::io::Read;
 use std::os::fd::FromRawFd;
 
-use sandbox::SandboxSpec;
+use sandbox::{MountOp, SandboxSpec};
 
 use super::args::ExecArgs;
 use super::{EXIT_TOOL_ERROR, report_error};
@@ -31,13 +31,20 @@ pub fn main(args: ExecArgs) -> u8 {
         return EXIT_TOOL_ERROR;
     }
     drop(file);
-    let spec = match SandboxSpec::from_json(&bytes) {
+    let mut spec = match SandboxSpec::from_json(&bytes) {
         Ok(spec) => spec,
         Err(e) => {
             report_error(format!("invalid sandbox spec on fd {}: {e}", args.spec_fd));
             return EXIT_TOOL_ERROR;
         }
     };
+    if let Some(proc) = args.proc {
+        for op in &mut spec.mounts {
+            if let MountOp::Proc { mode, .. } = op {
+                *mode = proc.into();
+            }
+        }
+    }
     match args.join_pid {
         // The status line carries the command's host pid: it leads its own
         // process group (setsid), which is how the caller kills all of it.

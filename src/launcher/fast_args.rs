@@ -15,7 +15,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 use super::args::{
-    EnvArgs, InputArgs, LandlockArg, LimitArgs, MountFlag, NetworkArg, PlanArgs, ProviderArg,
+    EnvArgs, InputArgs, LandlockArg, LimitArgs, MountFlag, NetworkArg, PlanArgs, ProcArg, ProviderArg,
     ProviderOptions, RunArgs, RunGiven, RunProviderArgs,
 };
 use super::units::parse_size;
@@ -107,6 +107,15 @@ pub fn parse_run(args: &[OsString]) -> Option<(RunArgs, RunGiven, u8)> {
             "timeout" => once(&mut p.timeout, value()?)?,
             "kill-after" => once(&mut p.kill_after, value()?)?,
             "hostname" => once(&mut p.hostname, value()?)?,
+            "proc" => once(
+                &mut p.proc,
+                match value()?.as_str() {
+                    "fresh" => ProcArg::Fresh,
+                    "bind" => ProcArg::Bind,
+                    "auto" => ProcArg::Auto,
+                    _ => return None,
+                },
+            )?,
             "map-uid" => {
                 once(&mut p.map_uid, number(&value()?)?)?;
                 given.map_ids = true;
@@ -157,6 +166,7 @@ struct Parsed {
     timeout: Option<String>,
     kill_after: Option<String>,
     hostname: Option<String>,
+    proc: Option<ProcArg>,
     map_uid: Option<u32>,
     map_gid: Option<u32>,
     json_status_fd: Option<i32>,
@@ -195,6 +205,7 @@ impl Parsed {
             timeout: self.timeout,
             kill_after: self.kill_after.unwrap_or_else(|| "5s".into()),
             hostname: self.hostname.unwrap_or_else(|| "sandbox".into()),
+            proc: self.proc.unwrap_or(ProcArg::Auto),
             map_uid: self.map_uid,
             map_gid: self.map_gid,
             json_status_fd: self.json_status_fd,
@@ -322,6 +333,8 @@ mod tests {
         &["--network=none", "--landlock=off", "--seccomp=unconfined", "x"],
         &["--nofile", "1024", "--timeout", "30s", "--kill-after", "2s", "--hostname", "box", "--", "x"],
         &["--timeout=1m", "--", "x"],
+        &["--proc", "bind", "--", "x"],
+        &["--proc=fresh", "x"],
         &["--map-uid", "1234", "--", "x"],
         &["--map-gid=99", "--json-status-fd", "3", "--keep-session", "--", "x"],
         &["--env-file", "/e1", "--env-file=/e2", "--env-allow", "K", "--no-default-env-allow", "--", "x"],
@@ -349,6 +362,7 @@ mod tests {
         &["--keep-session=true", "x"],
         &["--network", "OFF", "x"],
         &["--landlock", "maybe", "x"],
+        &["--proc", "host", "x"],
         &["--kill-after", "3s", "x"],
         &["--ro-bind", "/a", "x"],
         &["--ro-bind=/a", "/b", "x"],

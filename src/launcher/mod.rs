@@ -101,15 +101,19 @@ pub fn init_logging(verbose: u8) {
 /// As [`init_logging`], with `TUIXIU_LOG` as tracing filter directives
 /// (e.g. `info,tuixiu_sandbox::proxy=debug`).
 pub fn init_logging_with_directives(verbose: u8) {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_env("TUIXIU_LOG")
-        .unwrap_or_else(|_| EnvFilter::default().add_directive(default_level(verbose).into()));
     tracing_subscriber::fmt()
-        .with_env_filter(filter)
+        .with_env_filter(log_filter(verbose))
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .with_target(false)
         .init();
+}
+
+/// `TUIXIU_LOG` as tracing filter directives, else the level `-v` asks for.
+pub fn log_filter(verbose: u8) -> tracing_subscriber::EnvFilter {
+    use tracing_subscriber::EnvFilter;
+    EnvFilter::try_from_env("TUIXIU_LOG")
+        .unwrap_or_else(|_| EnvFilter::default().add_directive(default_level(verbose).into()))
 }
 
 fn default_level(verbose: u8) -> tracing::level_filters::LevelFilter {

@@ -159,6 +159,7 @@ pub fn build_spec(
         })
         .security(security(args)?)
         .hostname(args.hostname.clone())
+        .proc(args.proc.into())
         .new_session(!args.keep_session);
     builder = match workspace_access {
         Access::Rw => builder.workspace(workspace),

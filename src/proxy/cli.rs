@@ -2,9 +2,9 @@
 //! binary (`tuixiu-sandbox-proxy`, which the launcher runs for `proxy`).
 
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use clap::{Arg, ArgAction, Args, Command, FromArgMatches};
+use clap::{Arg, ArgAction, Args, Command, FromArgMatches, ValueEnum};
 
 #[derive(Debug, Args)]
 pub struct ProxyArgs {
@@ -19,16 +19,62 @@ pub struct ProxyArgs {
     /// Allow plain ws:// to a non-loopback backend (tokens travel unencrypted; testing only)
     #[arg(long)]
     pub allow_insecure_ws: bool,
+
+    /// Read the proxy JWT (auth_token) from FILE: a systemd credential, a
+    /// mounted secret; wins over ACP_PROXY_AUTH_TOKEN and the config
+    #[arg(long, value_name = "FILE")]
+    pub auth_token_file: Option<PathBuf>,
+
+    /// Read the bootstrap registration secret (bootstrap_token) from FILE;
+    /// wins over ACP_PROXY_BOOTSTRAP_TOKEN and the config
+    #[arg(long, value_name = "FILE")]
+    pub bootstrap_token_file: Option<PathBuf>,
+
+    /// Log lines on stderr: `text`, or `json` (one object per line, for
+    /// journald and log shippers)
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 impl ProxyArgs {
-    pub fn options(self) -> super::Options {
-        super::Options {
+    /// The daemon's options, with the token files read.
+    pub fn options(self) -> Result<super::Options, String> {
+        let mut overrides = Vec::new();
+        for (flag, file, key) in [
+            ("--auth-token-file", &self.auth_token_file, "ACP_PROXY_AUTH_TOKEN"),
+            ("--bootstrap-token-file", &self.bootstrap_token_file, "ACP_PROXY_BOOTSTRAP_TOKEN"),
+        ] {
+            if let Some(path) = file {
+                overrides.push((key.to_string(), read_secret(flag, path)?));
+            }
+        }
+        Ok(super::Options {
             config: self.config,
             state_dir: self.state_dir,
             allow_insecure_ws: self.allow_insecure_ws,
-        }
+            overrides,
+        })
     }
+}
+
+/// A secret kept in a file: its contents without the trailing newline.
+fn read_secret(flag: &str, path: &Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("{flag} {}: {}", path.display(), sandbox::error::io_error_text(&e)))?;
+    let secret = text.trim_end_matches(['\n', '\r']);
+    if secret.trim().is_empty() {
+        return Err(format!("{flag} {}: the file is empty", path.display()));
+    }
+    if secret.contains(['\n', '\r']) {
+        return Err(format!("{flag} {}: more than one line", path.display()));
+    }
+    Ok(secret.to_string())
 }
 
 /// Parses `[-v...] proxy [OPTIONS]` (`argv` without the program name) with
@@ -56,8 +102,38 @@ pub fn parse(argv: &[OsString]) -> Option<(ProxyArgs, u8)> {
 /// command line [`parse`] takes; `None` otherwise.
 pub fn run(argv: &[OsString]) -> Option<u8> {
     let (args, verbose) = parse(argv)?;
-    crate::launcher::init_logging_with_directives(verbose);
-    Some(super::main(args.options()))
+    Some(start(args, verbose))
+}
+
+/// Runs the daemon: logging as asked, then [`super::main`].
+pub fn start(args: ProxyArgs, verbose: u8) -> u8 {
+    init_logging(verbose, args.log_format);
+    match args.options() {
+        Ok(options) => super::main(options),
+        Err(e) => {
+            crate::launcher::report_error(format!("proxy: {e}"));
+            sandbox::EXIT_SETUP_FAILED
+        }
+    }
+}
+
+/// Logging on stderr as `--log-format` says, with `-v` and `TUIXIU_LOG` as
+/// for every command.
+fn init_logging(verbose: u8, format: LogFormat) {
+    match format {
+        LogFormat::Text => crate::launcher::init_logging_with_directives(verbose),
+        LogFormat::Json => {
+            tracing_subscriber::fmt()
+                .json()
+                .flatten_event(true)
+                .with_current_span(false)
+                .with_span_list(false)
+                .with_env_filter(crate::launcher::log_filter(verbose))
+                .with_writer(std::io::stderr)
+                .with_target(false)
+                .init();
+        }
+    }
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@
 //! | [`gitenv`] | host git processes: credentials through askpass/ssh key files, hardening, deadlines |
 //! | [`repo`] | the workspace made a checkout of `TUIXIU_REPO_URL` (clone, or from a per-URL cache) |
 //! | [`inventory`] | `sandbox_inventory` and `workspace_inventory` |
+//! | [`status`] | `<state_dir>/status.json`, the daemon's liveness for health checks |
 //!
 //! Threading: one tokio current-thread runtime. Nothing here enters a
 //! namespace: sandboxes are launched by `tuixiu-sandbox __exec` through the
@@ -38,6 +39,7 @@ pub mod persist;
 pub mod protocol;
 pub mod repo;
 pub mod runs;
+pub mod status;
 pub mod tls;
 
 use std::path::PathBuf;
@@ -215,13 +217,18 @@ pub struct Options {
     pub config: Option<PathBuf>,
     pub state_dir: Option<PathBuf>,
     pub allow_insecure_ws: bool,
+    /// Variables that win over the environment: the tokens read from
+    /// `--auth-token-file`/`--bootstrap-token-file` (cli.rs).
+    pub overrides: Vec<(String, String)>,
 }
 
 /// Loads the config, takes the identity lock and runs the daemon until
 /// SIGTERM/SIGINT (0), an id conflict ([`EXIT_ID_CONFLICT`]) or a startup
 /// error (125).
 pub fn main(opts: Options) -> u8 {
-    let (mut cfg, warnings) = match Config::load(opts.config.as_deref(), std::env::vars()) {
+    // Later entries win: the overrides over the environment.
+    let vars = std::env::vars().chain(opts.overrides);
+    let (mut cfg, warnings) = match Config::load(opts.config.as_deref(), vars) {
         Ok(c) => c,
         Err(e) => {
             report(&format!("proxy: {e}"));
@@ -295,6 +302,7 @@ pub fn main(opts: Options) -> u8 {
             daemon.cfg.state_dir.display(),
             daemon.cfg.sandbox.workspace_host_root.display()
         );
+        tokio::spawn(status::keep_writing(daemon.clone()));
         runs::adopt_persisted(&daemon).await;
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {

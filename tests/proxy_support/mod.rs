@@ -3,12 +3,21 @@
 //! certificates made by rcgen at test time), a tiny real HTTP endpoint for
 //! the bootstrap registration, and a handle on the real `tuixiu-sandbox
 //! proxy` process.
+//!
+//! Like the real backend it keeps the proxy id each connection registered
+//! and can route by it ([`Backend::send_to`]): with several daemons it
+//! remembers which proxy each run was dispatched to, marks a proxy's runs
+//! failed when its connection goes away ("proxy disconnected"), and, with
+//! [`Backend::refuse_duplicate_ids`], refuses a second connection with an
+//! id that is already connected (close 4409 `proxy_id_conflict`, seed 002
+//! §8.2).
 
 #![allow(dead_code)]
 
 pub mod agent;
 #[path = "../install/mod.rs"]
 mod install;
+pub mod net;
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -54,6 +63,9 @@ struct Conn {
     auth: Option<String>,
     tx: mpsc::UnboundedSender<Cmd>,
     open: Arc<AtomicBool>,
+    peer: SocketAddr,
+    /// The `agent.id` of its accepted `register_agent`.
+    proxy_id: Option<String>,
 }
 
 #[derive(Default)]
@@ -65,6 +77,13 @@ struct Shared {
     on_register: Mutex<Option<OnRegister>>,
     /// While set, new TCP connections are dropped at once.
     refuse: AtomicBool,
+    /// Refuse a registration whose id another open connection holds.
+    refuse_duplicate_ids: AtomicBool,
+    /// run_id → (the proxy it was dispatched to by `send_to`, requests
+    /// (`acp_open`, `prompt_send`) not yet answered).
+    routes: Mutex<std::collections::HashMap<String, (String, usize)>>,
+    /// Runs whose proxy went away while they were routed to it, with why.
+    failed: Mutex<Vec<(String, String)>>,
 }
 
 pub struct Backend {
@@ -84,6 +103,11 @@ pub struct Pki {
 
 impl Pki {
     pub fn generate(dir: &Path) -> Pki {
+        Self::generate_for(dir, &["localhost", "127.0.0.1"])
+    }
+
+    /// A PKI whose server certificate names `names` (host names or IP addresses).
+    pub fn generate_for(dir: &Path, names: &[&str]) -> Pki {
         use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
         std::fs::create_dir_all(dir).unwrap();
         let ca_key = KeyPair::generate().unwrap();
@@ -93,7 +117,7 @@ impl Pki {
         let ca_cert = ca_params.self_signed(&ca_key).unwrap();
         let issuer = Issuer::new(ca_params, ca_key);
         let server_key = KeyPair::generate().unwrap();
-        let server = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
+        let server = CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
             .unwrap()
             .signed_by(&server_key, &issuer)
             .unwrap();
@@ -161,12 +185,26 @@ impl Backend {
             Some(_) => format!("wss://localhost:{}/ws/agent", addr.port()),
             None => format!("ws://127.0.0.1:{}/ws/agent", addr.port()),
         };
+        Self::serve_on(listener, tls, url)
+    }
+
+    /// A backend on a listener made elsewhere (e.g. bound inside a network
+    /// namespace of the test's own), over TLS with `pki`'s server
+    /// certificate when given. `url` is what `self.url` says.
+    pub fn start_on(listener: std::net::TcpListener, pki: Option<&Pki>, url: String) -> Backend {
+        listener.set_nonblocking(true).unwrap();
+        let listener = TcpListener::from_std(listener).unwrap();
+        Self::serve_on(listener, pki.map(|p| Arc::new(p.server_config(false))), url)
+    }
+
+    fn serve_on(listener: TcpListener, tls: Option<Arc<rustls::ServerConfig>>, url: String) -> Backend {
+        let addr = listener.local_addr().unwrap();
         let shared = Arc::new(Shared::default());
         *shared.on_register.lock().unwrap() = Some(OnRegister::Ack);
         let s = shared.clone();
         tokio::spawn(async move {
             loop {
-                let Ok((tcp, _)) = listener.accept().await else { continue };
+                let Ok((tcp, peer)) = listener.accept().await else { continue };
                 if s.refuse.load(Ordering::SeqCst) {
                     drop(tcp);
                     continue;
@@ -178,10 +216,10 @@ impl Backend {
                         Some(cfg) => {
                             let acceptor = tokio_rustls::TlsAcceptor::from(cfg);
                             if let Ok(stream) = acceptor.accept(tcp).await {
-                                serve(s, stream).await;
+                                serve(s, stream, peer).await;
                             }
                         }
-                        None => serve(s, tcp).await,
+                        None => serve(s, tcp, peer).await,
                     }
                 });
             }
@@ -204,6 +242,63 @@ impl Backend {
 
     pub fn connections(&self) -> usize {
         self.shared.conns.lock().unwrap().len()
+    }
+
+    /// Refuse a `register_agent` whose id an open connection already holds.
+    pub fn refuse_duplicate_ids(&self, on: bool) {
+        self.shared.refuse_duplicate_ids.store(on, Ordering::SeqCst);
+    }
+
+    /// The newest open connection registered as `proxy`.
+    fn of_proxy(&self, proxy: &str) -> Option<(usize, mpsc::UnboundedSender<Cmd>)> {
+        let conns = self.shared.conns.lock().unwrap();
+        conns
+            .iter()
+            .enumerate()
+            .rev()
+            .find(|(_, c)| c.open.load(Ordering::SeqCst) && c.proxy_id.as_deref() == Some(proxy))
+            .map(|(i, c)| (i, c.tx.clone()))
+    }
+
+    /// Whether `proxy` is registered on an open connection.
+    pub fn is_connected(&self, proxy: &str) -> bool {
+        self.of_proxy(proxy).is_some()
+    }
+
+    /// The peer address `proxy` registered from.
+    pub fn peer_of(&self, proxy: &str) -> Option<SocketAddr> {
+        let (i, _) = self.of_proxy(proxy)?;
+        Some(self.shared.conns.lock().unwrap()[i].peer)
+    }
+
+    /// Sends `msg` to the daemon registered as `proxy`, and routes its
+    /// `run_id` there, as the backend binds a run to one proxy.
+    pub fn send_to(&self, proxy: &str, msg: &Value) {
+        let (_, tx) = self.of_proxy(proxy).unwrap_or_else(|| panic!("proxy {proxy} is not connected"));
+        if let Some(run) = msg["run_id"].as_str() {
+            let mut routes = self.shared.routes.lock().unwrap();
+            let route = routes.entry(run.to_string()).or_insert_with(|| (proxy.to_string(), 0));
+            route.0 = proxy.to_string();
+            if msg["type"] == "acp_open" || msg["type"] == "prompt_send" {
+                route.1 += 1;
+            }
+        }
+        tx.send(Cmd::Text(msg.to_string())).unwrap();
+    }
+
+    /// Runs whose requests were pending when their proxy went away (the
+    /// backend rejects them): (run_id, reason).
+    pub fn failed_runs(&self) -> Vec<(String, String)> {
+        self.shared.failed.lock().unwrap().clone()
+    }
+
+    /// Messages received from the connections registered as `proxy`.
+    pub fn received_from(&self, proxy: &str) -> Vec<Received> {
+        let ids: Vec<usize> = {
+            let conns = self.shared.conns.lock().unwrap();
+            (0..conns.len()).filter(|&i| conns[i].proxy_id.as_deref() == Some(proxy)).collect()
+        };
+        self.received().into_iter().filter(|r| ids.contains(&r.conn)).collect()
     }
 
     /// The Authorization header of connection `i`.
@@ -302,7 +397,7 @@ impl Backend {
     }
 }
 
-async fn serve<S>(s: Arc<Shared>, stream: S)
+async fn serve<S>(s: Arc<Shared>, stream: S, peer: SocketAddr)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
@@ -321,7 +416,7 @@ where
     let open = Arc::new(AtomicBool::new(true));
     let conn = {
         let mut conns = s.conns.lock().unwrap();
-        conns.push(Conn { auth: auth.clone(), tx, open: open.clone() });
+        conns.push(Conn { auth: auth.clone(), tx, open: open.clone(), peer, proxy_id: None });
         conns.len() - 1
     };
     let valid = s.valid_tokens.lock().unwrap().clone();
@@ -343,9 +438,27 @@ where
                 Some(Ok(Message::Text(text))) => {
                     let msg: Value = serde_json::from_str(&text).unwrap_or(json!({"unparsable": text.to_string()}));
                     let register = msg["type"] == "register_agent";
+                    if (msg["type"] == "acp_opened" || msg["type"] == "prompt_result")
+                        && let Some(run) = msg["run_id"].as_str()
+                        && let Some(route) = s.routes.lock().unwrap().get_mut(run)
+                    {
+                        route.1 = route.1.saturating_sub(1);
+                    }
                     s.received.lock().unwrap().push(Received { conn, msg, at: Instant::now() });
                     if register {
-                        let action = s.on_register.lock().unwrap().clone();
+                        let mut action = s.on_register.lock().unwrap().clone();
+                        let id = s.received.lock().unwrap().last().and_then(|r| r.msg["agent"]["id"].as_str().map(str::to_string));
+                        {
+                            let mut conns = s.conns.lock().unwrap();
+                            let taken = conns.iter().enumerate().any(|(i, c)| {
+                                i != conn && c.open.load(Ordering::SeqCst) && c.proxy_id.is_some() && c.proxy_id == id
+                            });
+                            if taken && s.refuse_duplicate_ids.load(Ordering::SeqCst) {
+                                action = Some(OnRegister::Close(4409, "proxy_id_conflict".into()));
+                            } else {
+                                conns[conn].proxy_id = id;
+                            }
+                        }
                         match action {
                             Some(OnRegister::Close(code, reason)) => {
                                 let _ = ws.close(Some(CloseFrame { code: CloseCode::from(code), reason: reason.into() })).await;
@@ -370,6 +483,25 @@ where
         }
     }
     open.store(false, Ordering::SeqCst);
+    // As the backend does when a proxy's socket closes: what was routed to
+    // it fails, unless the proxy is connected again on another socket.
+    let proxy = s.conns.lock().unwrap()[conn].proxy_id.clone();
+    if let Some(proxy) = proxy {
+        let still = s
+            .conns
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|c| c.open.load(Ordering::SeqCst) && c.proxy_id.as_deref() == Some(proxy.as_str()));
+        if !still {
+            let mut routes = s.routes.lock().unwrap();
+            let mut failed = s.failed.lock().unwrap();
+            for (run, route) in routes.iter_mut().filter(|(_, (p, pending))| *p == proxy && *pending > 0) {
+                route.1 = 0;
+                failed.push((run.clone(), format!("proxy {proxy} disconnected")));
+            }
+        }
+    }
 }
 
 /// A minimal HTTP/1.1 server for `POST /api/admin/acp-proxy/register`:
@@ -520,7 +652,7 @@ impl Daemon {
     }
 
     pub fn start_env(scratch: &Scratch, name: &str, config: &str, env: &[(&str, &str)]) -> Daemon {
-        Self::spawn(scratch, name, config, env, &[])
+        Self::spawn(scratch, name, config, env, &[], &[])
     }
 
     /// Starts the daemon as uid/gid 65534 (`nested`: inside `unshare -U -r`
@@ -544,10 +676,33 @@ impl Daemon {
         if nested {
             wrapper.extend(["unshare", "-U", "-r"]);
         }
-        Self::spawn(scratch, name, config, env, &wrapper)
+        Self::spawn(scratch, name, config, env, &wrapper, &[])
     }
 
-    fn spawn(scratch: &Scratch, name: &str, config: &str, env: &[(&str, &str)], wrapper: &[&str]) -> Daemon {
+    /// Starts the daemon through `wrapper` (e.g. `nsenter --target PID --net --`).
+    pub fn start_wrapped(
+        scratch: &Scratch,
+        name: &str,
+        config: &str,
+        env: &[(&str, &str)],
+        wrapper: &[&str],
+    ) -> Daemon {
+        Self::spawn(scratch, name, config, env, wrapper, &[])
+    }
+
+    /// Starts the daemon with more `proxy` options after `--config`.
+    pub fn start_args(scratch: &Scratch, name: &str, config: &str, args: &[&str]) -> Daemon {
+        Self::spawn(scratch, name, config, &[], &[], args)
+    }
+
+    fn spawn(
+        scratch: &Scratch,
+        name: &str,
+        config: &str,
+        env: &[(&str, &str)],
+        wrapper: &[&str],
+        args: &[&str],
+    ) -> Daemon {
         let path = scratch.dir.join(format!("{name}.toml"));
         std::fs::write(&path, config).unwrap();
         let log = scratch.dir.join(format!("{name}.log"));
@@ -559,7 +714,7 @@ impl Daemon {
             }
             None => Command::new(binary()),
         };
-        cmd.args(["proxy", "--config"]).arg(&path);
+        cmd.args(["proxy", "--config"]).arg(&path).args(args);
         cmd.env_clear();
         cmd.env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
         cmd.env("TUIXIU_LOG", "debug");

@@ -1,0 +1,134 @@
+//! The daemon's liveness, for health checks: `<state_dir>/status.json`.
+//!
+//! While the daemon's thread runs, a task rewrites the file every
+//! `heartbeat_seconds` (at most every 10 s): pid, proxy id, whether the
+//! backend has registered it, the number of runs, and the time. A check
+//! (`tuixiu-sandbox check --daemon DIR`, the image's HEALTHCHECK, the
+//! Kubernetes probes) reads it: the daemon is alive when its pid exists and
+//! the file is younger than three intervals plus five seconds. Being
+//! registered is reported, not required: a daemon that waits for its
+//! backend is healthy, and restarting it would not bring the backend back.
+//! Nothing is listening anywhere for this, and nothing in the file is
+//! secret (it is 0644 in the 0700 state directory).
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use super::Daemon;
+
+/// The file's name in the state directory.
+pub const FILE: &str = "status.json";
+
+/// What the file holds.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Status {
+    pub pid: u32,
+    pub proxy_id: String,
+    /// Registered with the backend right now.
+    pub connected: bool,
+    pub runs: usize,
+    /// Unix seconds of this write.
+    pub updated_at: u64,
+    /// Seconds between writes.
+    pub interval_seconds: u64,
+}
+
+/// Rewrites the status file until the daemon's runtime stops.
+pub async fn keep_writing(daemon: Arc<Daemon>) {
+    let interval = daemon.cfg.heartbeat_seconds.clamp(1, 10);
+    let path = daemon.cfg.state_dir.join(FILE);
+    loop {
+        let status = Status {
+            pid: std::process::id(),
+            proxy_id: daemon.proxy_id.clone(),
+            connected: daemon.connected.load(Ordering::SeqCst),
+            runs: daemon.runs.len(),
+            updated_at: now(),
+            interval_seconds: interval,
+        };
+        // A few hundred bytes on the local state directory, without fsync:
+        // cheaper than a hop to the blocking pool. A failure shows up as a
+        // stale file, which is what a health check should see.
+        if let Err(e) = write(&path, &status) {
+            tracing::warn!("status file {}: {e}", path.display());
+        }
+        tokio::time::sleep(Duration::from_secs(interval)).await;
+    }
+}
+
+fn write(path: &Path, status: &Status) -> std::io::Result<()> {
+    let tmp = path.with_extension("json.tmp");
+    std::fs::write(&tmp, serde_json::to_vec(status).expect("plain data"))?;
+    std::fs::rename(&tmp, path)
+}
+
+fn now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// A live daemon's status, or why there is none.
+pub fn check(state_dir: &Path) -> Result<(Status, u64), String> {
+    let path = state_dir.join(FILE);
+    let text = std::fs::read(&path).map_err(|e| {
+        format!(
+            "{}: {} (no daemon has run with this state directory, or it cannot be read)",
+            path.display(),
+            sandbox::error::io_error_text(&e)
+        )
+    })?;
+    let status: Status =
+        serde_json::from_slice(&text).map_err(|e| format!("{}: not a status file: {e}", path.display()))?;
+    let age = now().saturating_sub(status.updated_at);
+    let pid = libc::pid_t::try_from(status.pid).map_err(|_| format!("{}: bad pid", path.display()))?;
+    // SAFETY: signal 0 only checks that the process exists.
+    if unsafe { libc::kill(pid, 0) } != 0
+        && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+    {
+        return Err(format!("the daemon (pid {pid}) is gone; its last status is {age} s old"));
+    }
+    let limit = 3 * status.interval_seconds + 5;
+    if age > limit {
+        return Err(format!(
+            "the daemon (pid {pid}) has not updated its status for {age} s (limit {limit} s): its thread is stuck"
+        ));
+    }
+    Ok((status, age))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fresh_status_of_a_live_process_is_healthy_and_stale_or_dead_is_not() {
+        let dir = std::env::temp_dir().join(format!("tuixiu-status-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut status = Status {
+            pid: std::process::id(),
+            proxy_id: "p".into(),
+            connected: true,
+            runs: 2,
+            updated_at: now(),
+            interval_seconds: 10,
+        };
+        assert!(check(&dir).unwrap_err().contains("ENOENT"));
+        write(&dir.join(FILE), &status).unwrap();
+        assert_eq!(check(&dir).unwrap().0, status);
+
+        status.updated_at -= 60;
+        write(&dir.join(FILE), &status).unwrap();
+        assert!(check(&dir).unwrap_err().contains("has not updated its status for 60 s"));
+
+        // A pid that cannot exist (above pid_max's ceiling).
+        status.updated_at = now();
+        status.pid = 4_194_304 + 1;
+        write(&dir.join(FILE), &status).unwrap();
+        assert!(check(&dir).unwrap_err().contains("is gone"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
