@@ -250,6 +250,9 @@ fn serve(args: ServeArgs) -> u8 {
         let _ = std::io::stdout().flush();
         http::serve(svc, listener, shutdown_signal()).await.map_err(|e| format!("serving: {e}"))
     });
+    // Blocking tasks still running (a bundle being built, a stalled
+    // download's read) do not hold the exit; the sandboxes die with us.
+    rt.shutdown_timeout(Duration::from_secs(1));
     match result {
         Ok(()) => 0,
         Err(e) => {

@@ -40,6 +40,8 @@ pub fn router(svc: Arc<Service>) -> Router {
         .route("/", get(|| async { axum::Json(json!({"message": "Agent Skill Runner is running"})) }))
         .route("/v1/skills", get(list_skills))
         .route("/v1/skills/{skill_id}", get(get_skill))
+        .route("/v1/engines", get(list_engines))
+        .route("/v1/engines/{engine}/models", get(engine_models))
         .route("/v1/jobs", post(create))
         .route("/v1/jobs/{request_id}", get(status))
         .route("/v1/jobs/{request_id}/upload", post(upload).layer(DefaultBodyLimit::max(upload_limit)))
@@ -61,6 +63,18 @@ async fn list_skills(State(svc): State<Arc<Service>>) -> Reply {
 async fn get_skill(State(svc): State<Arc<Service>>, id: Result<Path<String>, PathRejection>) -> Reply {
     let Path(id) = id.map_err(path_error)?;
     ok(svc.get_skill(&id).await?)
+}
+
+async fn list_engines(State(svc): State<Arc<Service>>) -> Reply {
+    ok(svc.engines())
+}
+
+async fn engine_models(
+    State(svc): State<Arc<Service>>,
+    engine: Result<Path<String>, PathRejection>,
+) -> Reply {
+    let Path(engine) = engine.map_err(path_error)?;
+    ok(svc.engine_models(&engine)?)
 }
 
 async fn create(State(svc): State<Arc<Service>>, body: Bytes) -> Reply {
@@ -204,11 +218,34 @@ fn mime_of(name: &str) -> &'static str {
     }
 }
 
-/// Serves until `shutdown` completes.
+/// How long open requests may take to finish once shutdown begins.
+pub const SHUTDOWN_DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Serves until `shutdown` completes, then stops accepting and gives the
+/// requests still open [`SHUTDOWN_DRAIN`] to finish: a client that stops
+/// reading a download must not keep the server from stopping.
 pub async fn serve(
     svc: Arc<Service>,
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(svc)).with_graceful_shutdown(shutdown).await
+    let (begun_tx, begun_rx) = tokio::sync::oneshot::channel::<()>();
+    let signal = async move {
+        shutdown.await;
+        let _ = begun_tx.send(());
+    };
+    let server = axum::serve(listener, router(svc)).with_graceful_shutdown(signal);
+    let deadline = async move {
+        if begun_rx.await.is_err() {
+            return std::future::pending().await;
+        }
+        tokio::time::sleep(SHUTDOWN_DRAIN).await;
+    };
+    tokio::select! {
+        served = server => served,
+        () = deadline => {
+            tracing::warn!("stopping with requests still open after {SHUTDOWN_DRAIN:?}");
+            Ok(())
+        }
+    }
 }

@@ -19,6 +19,7 @@ use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use sandbox::HostIds;
 use serde_json::{Map, Value, json};
@@ -271,6 +272,47 @@ impl Service {
         Ok(self.load_skill(id, "Skill not found").await?.to_json())
     }
 
+    // ---- engines ----
+
+    /// `GET /v1/engines`: every engine this server knows (upstream's
+    /// `EnginesResponse`; CLI versions are not probed).
+    pub fn engines(&self) -> Value {
+        let engines: Vec<Value> = self
+            .cfg
+            .engines
+            .names()
+            .into_iter()
+            .map(|name| json!({"engine": name, "cli_version_detected": null}))
+            .collect();
+        json!({"engines": engines})
+    }
+
+    /// `GET /v1/engines/{engine}/models`: the models the engine's
+    /// configuration declares (what a create is checked against), none
+    /// when it declares none (then any model is accepted). Upstream's
+    /// `EngineModelsResponse`, with the configuration as its source.
+    pub fn engine_models(&self, engine: &str) -> ApiResult<Value> {
+        let Some(e) = self.cfg.engines.get(engine) else {
+            return Err(ApiError::new(404, format!("Unknown engine: {engine}")));
+        };
+        let models: Vec<Value> = e
+            .models
+            .iter()
+            .flatten()
+            .map(|id| {
+                json!({"id": id, "display_name": null, "deprecated": false, "notes": null, "supported_effort": null})
+            })
+            .collect();
+        Ok(json!({
+            "engine": engine,
+            "cli_version_detected": null,
+            "snapshot_version_used": "engines_config",
+            "source": "engines_config",
+            "fallback_reason": null,
+            "models": models,
+        }))
+    }
+
     // ---- jobs ----
 
     /// `POST /v1/jobs`.
@@ -296,7 +338,7 @@ impl Service {
                 }),
             });
         }
-        let options = runtime_options(&req.runtime_options)?;
+        let options = runtime_options(&req.runtime_options, self.cfg.limits.timeout)?;
         let mode = options["execution_mode"].as_str().unwrap_or("auto").to_string();
         if !skill.execution_modes.contains(&mode) {
             return Err(ApiError {
@@ -310,10 +352,20 @@ impl Service {
             });
         }
         if mode == "interactive" {
-            return Err(ApiError::new(
-                400,
-                "runtime_options.execution_mode 'interactive' is not supported by this server",
-            ));
+            // Declared by the skill, but this server runs auto jobs only:
+            // upstream's refusal, so clients handle both alike.
+            return Err(ApiError {
+                status: 400,
+                detail: json!({
+                    "code": "SKILL_EXECUTION_MODE_UNSUPPORTED",
+                    "message": format!(
+                        "Skill '{}' does not support execution_mode 'interactive' on this server (interactive jobs are not implemented)",
+                        skill.id
+                    ),
+                    "declared_execution_modes": skill.execution_modes,
+                    "requested_execution_mode": mode,
+                }),
+            });
         }
         let engine = self.cfg.engines.get(&req.engine).expect("effective engines are known engines");
         if let (Some(model), Some(models)) = (&req.model, &engine.models)
@@ -692,10 +744,21 @@ impl Service {
         } else {
             BundleKind::Normal
         };
-        let built = tokio::task::spawn_blocking(move || artifacts::bundle(&paths.dir, kind))
-            .await
-            .map_err(|e| ApiError::new(500, e.to_string()))?
-            .map_err(|e| ApiError::new(500, format!("cannot build the bundle: {e}")))?;
+        // Upstream's run directory has status.json; ours is the job record.
+        let status = serde_json::to_vec(&json!({
+            "status": r.status.map(Status::as_str),
+            "updated_at": r.updated_at,
+            "error": r.error,
+            "warnings": r.warnings,
+            "effective_session_timeout_sec": null,
+        }))
+        .expect("plain data");
+        let built = tokio::task::spawn_blocking(move || {
+            artifacts::bundle(&paths.dir, kind, &[("status.json", status.as_slice())])
+        })
+        .await
+        .map_err(|e| ApiError::new(500, e.to_string()))?
+        .map_err(|e| ApiError::new(500, format!("cannot build the bundle: {e}")))?;
         Ok((built, kind.file_name()))
     }
 
@@ -758,11 +821,15 @@ fn extract_upload(
         ZipError::Fs(e) => ApiError::new(500, format!("cannot store the upload: {e}")),
         e => ApiError::new(400, format!("Invalid zip file: {e}")),
     })?;
-    let files: Vec<String> = artifacts::walk(dir.as_fd(), &[])
-        .map_err(|e| ApiError::new(500, format!("cannot list the upload: {e}")))?
-        .into_iter()
-        .map(|f| f.rel)
-        .collect();
+    let walked = artifacts::walk(dir.as_fd(), &[])
+        .map_err(|e| ApiError::new(500, format!("cannot list the upload: {e}")))?;
+    if walked.too_long > 0 {
+        return Err(ApiError::new(
+            400,
+            format!("Invalid zip file: an entry's path is longer than {} bytes", libc::PATH_MAX - 1),
+        ));
+    }
+    let files: Vec<String> = walked.files.into_iter().map(|f| f.rel).collect();
     drop(dir);
     std::fs::rename(staging.keep(), &uploads).map_err(io)?;
     Ok((uploads, files))
@@ -831,8 +898,9 @@ impl CreateRequest {
     }
 }
 
-/// Upstream's runtime-options policy: known keys, their types, defaults.
-fn runtime_options(given: &Map<String, Value>) -> ApiResult<Map<String, Value>> {
+/// Upstream's runtime-options policy: known keys, their types, defaults;
+/// `hard_timeout_seconds` only below the server's `job_timeout`.
+fn runtime_options(given: &Map<String, Value>, job_timeout: Duration) -> ApiResult<Map<String, Value>> {
     const BOOLS: [&str; 5] =
         ["verbose", "no_cache", "debug", "debug_keep_temp", "interactive_require_user_reply"];
     const POSITIVE: [&str; 5] = [
@@ -867,6 +935,17 @@ fn runtime_options(given: &Map<String, Value>) -> ApiResult<Map<String, Value>> 
                 "runtime_options.execution_mode must be one of: auto, interactive",
             ));
         }
+    }
+    if let Some(seconds) = given.get("hard_timeout_seconds").and_then(Value::as_u64)
+        && Duration::from_secs(seconds) >= job_timeout
+    {
+        return Err(ApiError::new(
+            400,
+            format!(
+                "runtime_options.hard_timeout_seconds must be less than the server's job timeout ({} seconds)",
+                job_timeout.as_secs_f64()
+            ),
+        ));
     }
     out.entry("execution_mode").or_insert_with(|| json!("auto"));
     out.entry("session_timeout_sec").or_insert_with(|| json!(1200));
