@@ -471,6 +471,13 @@ fn create_time_validation_messages() {
     );
     assert_eq!(r.detail()["code"], "SKILL_EXECUTION_MODE_UNSUPPORTED");
 
+    let r = create(json!({"skill_id": "tuixiu-demo", "engine": "command", "input": {"query": "q"},
+                          "runtime_options": {"interactive_require_user_reply": 1}}));
+    assert_eq!(
+        (r.status, r.detail()),
+        (400, json!("runtime_options.interactive_require_user_reply must be a boolean"))
+    );
+
     // hard_timeout_seconds must stay below --job-timeout (20 min here).
     for (seconds, accepted) in [(999_999, false), (1200, false), (1199, true)] {
         let r = create(json!({"skill_id": "tuixiu-demo", "engine": "command", "input": {"query": "q"},
@@ -1039,12 +1046,15 @@ fn engines_and_their_models() {
     let r = server.get("/v1/engines/nope/models");
     assert_eq!((r.status, r.detail()), (404, json!("Unknown engine: nope")));
 
-    // The list is what a create is checked against.
+    // The list is what a create is checked against. The runtime options
+    // are what upstream's e2e runner sends (`verbose` is its -v count);
+    // upstream checks neither their type, and takes `debug` as truthy.
     let create = |model: &str| {
         server.post_json(
             "/v1/jobs",
             &json!({"skill_id": "tuixiu-demo", "engine": "command", "input": {"query": "q"},
-                    "parameter": {"mode": "ok"}, "model": model}),
+                    "parameter": {"mode": "ok"}, "model": model,
+                    "runtime_options": {"no_cache": false, "verbose": 2, "debug": 1}}),
         )
     };
     let r = create("stub-model-large");
@@ -1052,6 +1062,8 @@ fn engines_and_their_models() {
     let rid = r.json()["request_id"].as_str().unwrap().to_string();
     assert_eq!(server.upload(&rid, &input_zip()).status, 200);
     assert_eq!(server.wait(&rid)["status"], "succeeded");
+    let r = server.get(&format!("/v1/jobs/{rid}/bundle"));
+    assert_eq!(r.header("content-disposition"), Some("attachment; filename=\"run_bundle_debug.zip\""));
     let r = create("gpt-5");
     assert_eq!((r.status, r.detail()), (400, json!("Model 'gpt-5' not allowed for engine 'command'")));
 }

@@ -172,20 +172,28 @@ impl Server {
         request(&self.addr, "POST", path, None, &[])
     }
 
-    /// multipart/form-data with one field `field` holding `bytes`.
-    pub fn upload_as(&self, request_id: &str, field: &str, bytes: &[u8]) -> Resp {
+    /// multipart/form-data with one file field per `(name, bytes)`.
+    pub fn post_files(&self, path: &str, fields: &[(&str, &[u8])]) -> Resp {
         let boundary = "----tuixiu-test-boundary-7d2f";
         let mut body = Vec::new();
-        write!(
-            body,
-            "--{boundary}\r\nContent-Disposition: form-data; name=\"{field}\"; filename=\"inputs.zip\"\r\n\
-             Content-Type: application/zip\r\n\r\n"
-        )
-        .unwrap();
-        body.extend_from_slice(bytes);
-        write!(body, "\r\n--{boundary}--\r\n").unwrap();
+        for (field, bytes) in fields {
+            write!(
+                body,
+                "--{boundary}\r\nContent-Disposition: form-data; name=\"{field}\"; filename=\"{field}.zip\"\r\n\
+                 Content-Type: application/zip\r\n\r\n"
+            )
+            .unwrap();
+            body.extend_from_slice(bytes);
+            body.extend_from_slice(b"\r\n");
+        }
+        write!(body, "--{boundary}--\r\n").unwrap();
         let ct = format!("multipart/form-data; boundary={boundary}");
-        request(&self.addr, "POST", &format!("/v1/jobs/{request_id}/upload"), Some(&ct), &body)
+        request(&self.addr, "POST", path, Some(&ct), &body)
+    }
+
+    /// multipart/form-data with one field `field` holding `bytes`.
+    pub fn upload_as(&self, request_id: &str, field: &str, bytes: &[u8]) -> Resp {
+        self.post_files(&format!("/v1/jobs/{request_id}/upload"), &[(field, bytes)])
     }
 
     pub fn upload(&self, request_id: &str, bytes: &[u8]) -> Resp {
