@@ -183,7 +183,9 @@ pub fn missing_required(workspace: &Path, specs: &[ArtifactSpec]) -> Vec<String>
     specs
         .iter()
         .filter(|a| a.required)
-        .filter(|a| dir.as_ref().is_none_or(|d| open_regular(d.as_fd(), &a.pattern).is_err()))
+        .filter(|a| {
+            dir.as_ref().is_none_or(|d| !fsio::is_regular_beneath(d.as_fd(), &a.pattern, Links::Never))
+        })
         .map(|a| a.pattern.clone())
         .collect()
 }

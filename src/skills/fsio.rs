@@ -77,6 +77,14 @@ pub fn open_regular(dir: BorrowedFd<'_>, rel: &str, links: Links) -> Result<(Fil
     Ok((File::from(fd), st))
 }
 
+/// Whether `rel` beneath `dir` is a regular file, seen through an `O_PATH`
+/// descriptor (nothing is opened; see [`open_regular`]).
+pub fn is_regular_beneath(dir: BorrowedFd<'_>, rel: &str, links: Links) -> bool {
+    open_beneath(dir, rel, OFlag::O_PATH | OFlag::O_NOFOLLOW, links)
+        .and_then(|fd| fstat(fd.as_fd()))
+        .is_ok_and(|st| file_type(&st) == SFlag::S_IFREG)
+}
+
 /// Reads the regular file `rel` beneath `dir`, at most `max` bytes.
 pub fn read_beneath(dir: BorrowedFd<'_>, rel: &str, links: Links, max: u64) -> Result<Vec<u8>, ReadError> {
     let (file, st) = open_regular(dir, rel, links)?;
