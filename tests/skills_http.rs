@@ -379,9 +379,10 @@ fn skills_listing_and_every_runner_json_message() {
     assert_eq!(demo["execution_modes"], json!(["auto"]));
     assert_eq!(
         demo["artifacts"],
+        // The output schema's order (summary_path, report_path), as upstream.
         json!([
-            {"role": "report", "pattern": "report.json", "mime": null, "required": true},
-            {"role": "summary", "pattern": "summary.md", "mime": null, "required": true}
+            {"role": "summary", "pattern": "summary.md", "mime": null, "required": true},
+            {"role": "report", "pattern": "report.json", "mime": null, "required": true}
         ])
     );
     assert!(demo.get("path").is_none(), "the server path is not exposed");
@@ -470,6 +471,33 @@ fn create_time_validation_messages() {
     );
     assert_eq!(r.detail()["code"], "SKILL_EXECUTION_MODE_UNSUPPORTED");
 
+    let r = create(json!({"skill_id": "tuixiu-demo", "engine": "command", "input": {"query": "q"},
+                          "runtime_options": {"interactive_require_user_reply": 1}}));
+    assert_eq!(
+        (r.status, r.detail()),
+        (400, json!("runtime_options.interactive_require_user_reply must be a boolean"))
+    );
+
+    // hard_timeout_seconds must stay below --job-timeout (20 min here).
+    for (seconds, accepted) in [(999_999, false), (1200, false), (1199, true)] {
+        let r = create(json!({"skill_id": "tuixiu-demo", "engine": "command", "input": {"query": "q"},
+                              "runtime_options": {"hard_timeout_seconds": seconds}}));
+        if accepted {
+            assert_eq!(r.status, 200, "{seconds}: {}", r.text());
+        } else {
+            assert_eq!(
+                (r.status, r.detail()),
+                (
+                    400,
+                    json!(
+                        "runtime_options.hard_timeout_seconds must be less than the server's job timeout (1200 seconds)"
+                    )
+                ),
+                "{seconds}"
+            );
+        }
+    }
+
     // Parameters are checked before the engine starts: the job fails and
     // has no result (upstream's behaviour).
     let r = create(
@@ -481,7 +509,7 @@ fn create_time_validation_messages() {
     assert_eq!(status["status"], "failed");
     assert_eq!(
         status["error"]["message"],
-        "Input validation failed: [\"parameter validation error: 'zzz' is not one of ['ok', 'fenced', 'no-artifact', 'bad-output', 'fail', 'sleep', 'escape'] (Path: mode)\"]"
+        "Input validation failed: [\"parameter validation error: 'zzz' is not one of ['ok', 'fenced', 'no-artifact', 'bad-output', 'fail', 'sleep', 'escape', 'clutter'] (Path: mode)\"]"
     );
     let r = server.get(&format!("/v1/jobs/{rid}/result"));
     assert_eq!((r.status, r.detail()), (404, json!("Run result not found")));
@@ -610,33 +638,97 @@ fn artifact_paths_are_confined_and_symlinks_never_followed() {
     }
 }
 
+/// `d/d/.../d` (`depth` directories), no trailing slash.
+fn deep_dir(depth: usize) -> String {
+    vec!["d"; depth].join("/")
+}
+
+/// Upstream's debug bundle: every file of the run directory with
+/// `artifacts/` and `uploads/` at the top (no `workspace/` prefix),
+/// `status.json`, and the server's own files where the engine wrote files
+/// of the same names.
 #[test]
-fn debug_bundle_has_the_run_but_not_the_home() {
+fn debug_bundle_has_upstreams_layout_and_the_servers_files_win() {
     let env = Env::new(Caller::Root);
     let server = env.serve(&[]);
     let r = server.post_json(
         "/v1/jobs",
         &json!({"skill_id": "tuixiu-demo", "engine": "command", "input": {"query": "q"},
-                "parameter": {"mode": "ok"}, "runtime_options": {"debug": true}}),
+                "parameter": {"mode": "clutter"}, "runtime_options": {"debug": true}}),
     );
     let rid = r.json()["request_id"].as_str().unwrap().to_string();
     assert_eq!(server.upload(&rid, &input_zip()).status, 200);
     assert_eq!(server.wait(&rid)["status"], "succeeded");
     let r = server.get(&format!("/v1/jobs/{rid}/bundle"));
     assert_eq!(r.header("content-disposition"), Some("attachment; filename=\"run_bundle_debug.zip\""));
-    let names: Vec<String> = unzip(&r.body).into_iter().map(|(n, _)| n).collect();
-    for expected in [
+    let entries = unzip(&r.body);
+    let names: Vec<&str> = entries.iter().map(|(n, _)| n.as_str()).collect();
+    let deep = format!("artifacts/{}/deep.txt", deep_dir(200));
+    let mut expected = vec![
+        "artifacts/report.json",
+        "artifacts/summary.md",
+        deep.as_str(),
         "input.json",
         "logs/prompt.txt",
+        "logs/stderr.txt",
         "logs/stdout.txt",
         "result/result.json",
-        "workspace/uploads/input_file",
-        "workspace/artifacts/summary.md",
-        "bundle/manifest_debug.json",
-    ] {
-        assert!(names.iter().any(|n| n == expected), "{expected} missing from {names:?}");
+        "status.json",
+        "uploads/input_file",
+    ];
+    expected.sort();
+    expected.push("bundle/manifest_debug.json");
+    assert_eq!(names, expected);
+    let content = |name: &str| {
+        let (_, data) = entries.iter().find(|(n, _)| n == name).unwrap();
+        String::from_utf8_lossy(data).into_owned()
+    };
+    assert_eq!(content("uploads/input_file"), INPUT_TEXT);
+    // The server's files, not the engine's of the same name.
+    assert!(content("logs/stdout.txt").contains("summary_path"), "{}", content("logs/stdout.txt"));
+    assert!(content("input.json").contains(&rid), "{}", content("input.json"));
+    let status: Value = serde_json::from_str(&content("status.json")).unwrap();
+    assert_eq!(status["status"], "succeeded");
+    assert_eq!(status["error"], Value::Null);
+    // The manifest lists every other file with its hash.
+    let manifest: Value = serde_json::from_str(&content("bundle/manifest_debug.json")).unwrap();
+    let files = manifest["files"].as_array().unwrap();
+    assert_eq!(files.len(), entries.len() - 1);
+    for (f, (name, data)) in files.iter().zip(&entries) {
+        assert_eq!(f["path"], name.as_str());
+        assert_eq!(f["size"], data.len());
+        assert_eq!(f["sha256"], inputs_support::sha256_hex(data));
     }
-    assert!(!names.iter().any(|n| n.starts_with("home/")), "{names:?}");
+}
+
+/// A file 200 directories deep is listed and served like any other: in
+/// the upload's `extracted_files`, the artifact list, the download, the
+/// bundle.
+#[test]
+fn files_200_directories_deep_are_not_lost() {
+    let env = Env::new(Caller::Root);
+    let server = env.serve(&[]);
+    let rid = server.create_demo("clutter", "q");
+    let deep_upload = format!("{}/deep-input.txt", deep_dir(200));
+    let archive = zip(&[
+        ZipEntry::file("input_file", INPUT_TEXT.as_bytes()),
+        ZipEntry::file(&deep_upload, b"deep input\n"),
+    ]);
+    let r = server.upload(&rid, &archive);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["extracted_files"], json!([deep_upload, "input_file"]));
+    assert_eq!(server.wait(&rid)["status"], "succeeded");
+
+    let deep = format!("artifacts/{}/deep.txt", deep_dir(200));
+    let list = server.get(&format!("/v1/jobs/{rid}/artifacts")).json();
+    assert_eq!(list["artifacts"], json!([deep, "artifacts/report.json", "artifacts/summary.md"]));
+    let result = server.get(&format!("/v1/jobs/{rid}/result")).json();
+    assert_eq!(result["result"]["artifacts"], list["artifacts"]);
+    let r = server.get(&format!("/v1/jobs/{rid}/artifacts/{deep}"));
+    assert_eq!((r.status, r.text()), (200, "deep\n".to_string()));
+    let names: Vec<String> =
+        unzip(&server.get(&format!("/v1/jobs/{rid}/bundle")).body).into_iter().map(|(n, _)| n).collect();
+    assert!(names.contains(&deep), "{names:?}");
 }
 
 #[test]
@@ -841,4 +933,137 @@ fn queue_limits_and_cancel_while_queued() {
     assert_eq!(server.upload(&refused, &input_zip()).status, 200);
     assert_eq!(server.wait(&refused)["status"], "succeeded");
     assert!(processes_with(&marker).is_empty());
+}
+
+/// A skill that declares interactive mode, asked for it: upstream's
+/// `SKILL_EXECUTION_MODE_UNSUPPORTED` shape, since this server runs auto
+/// jobs only.
+#[test]
+fn interactive_mode_is_refused_with_upstreams_code() {
+    let env = Env::new(Caller::Root);
+    let empty = json!({"type": "object", "properties": {}}).to_string();
+    env.write_skill(
+        "both-modes",
+        &[
+            ("SKILL.md", "---\nname: both-modes\n---\n".to_string()),
+            (
+                "assets/runner.json",
+                json!({"id": "both-modes", "execution_modes": ["auto", "interactive"], "schemas": {
+                    "input": "assets/s.json", "parameter": "assets/s.json", "output": "assets/s.json"}})
+                .to_string(),
+            ),
+            ("assets/s.json", empty),
+        ],
+    );
+    let server = env.serve(&[]);
+    let r = server.post_json(
+        "/v1/jobs",
+        &json!({"skill_id": "both-modes", "engine": "command", "runtime_options": {"execution_mode": "interactive"}}),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(
+        r.detail(),
+        json!({
+            "code": "SKILL_EXECUTION_MODE_UNSUPPORTED",
+            "message": "Skill 'both-modes' does not support execution_mode 'interactive' on this server (interactive jobs are not implemented)",
+            "declared_execution_modes": ["auto", "interactive"],
+            "requested_execution_mode": "interactive",
+        })
+    );
+}
+
+/// Artifacts inferred from the output schema come in the schema's
+/// property order, not sorted (upstream's clients compare the lists).
+#[test]
+fn inferred_artifacts_keep_the_schema_order() {
+    let env = Env::new(Caller::Root);
+    let empty = json!({"type": "object", "properties": {}}).to_string();
+    // Written as text: the property order is the file's.
+    let output = r#"{"type": "object", "properties": {
+        "zeta": {"type": "string", "x-type": "artifact", "x-filename": "z.md", "x-role": "last"},
+        "alpha": {"type": "string", "x-type": "file", "x-filename": "a.md"},
+        "plain": {"type": "string"},
+        "mid": {"type": "string", "x-type": "artifact"},
+        "zeta": {"type": "string", "x-type": "artifact", "x-filename": "z2.md", "x-role": "again"}
+    }, "required": ["mid", "zeta"]}"#;
+    env.write_skill(
+        "ordered",
+        &[
+            ("SKILL.md", "---\nname: ordered\n---\n".to_string()),
+            (
+                "assets/runner.json",
+                json!({"id": "ordered", "execution_modes": ["auto"], "schemas": {
+                    "input": "assets/e.json", "parameter": "assets/e.json", "output": "assets/output.json"}})
+                .to_string(),
+            ),
+            ("assets/e.json", empty),
+            ("assets/output.json", output.to_string()),
+        ],
+    );
+    let server = env.serve(&[]);
+    let r = server.get("/v1/skills/ordered");
+    assert_eq!(r.status, 200, "{}", r.text());
+    // A repeated key keeps its first place and its last value (Python's
+    // json.loads, serde_json).
+    assert_eq!(
+        r.json()["artifacts"],
+        json!([
+            {"role": "again", "pattern": "z2.md", "mime": null, "required": true},
+            {"role": "output", "pattern": "a.md", "mime": null, "required": false},
+            {"role": "output", "pattern": "mid", "mime": null, "required": true}
+        ])
+    );
+}
+
+/// `GET /v1/engines` and `GET /v1/engines/{engine}/models`, from the
+/// engines configuration, in upstream's shapes.
+#[test]
+fn engines_and_their_models() {
+    let env = Env::new(Caller::Root);
+    let server = env.serve(&[]);
+    let r = server.get("/v1/engines");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.json(),
+        json!({"engines": [
+            {"engine": "codex", "cli_version_detected": null},
+            {"engine": "gemini", "cli_version_detected": null},
+            {"engine": "iflow", "cli_version_detected": null},
+            {"engine": "command", "cli_version_detected": null}
+        ]})
+    );
+    let model = |id: &str| json!({"id": id, "display_name": null, "deprecated": false, "notes": null, "supported_effort": null});
+    let r = server.get("/v1/engines/command/models");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.json(),
+        json!({"engine": "command", "cli_version_detected": null, "snapshot_version_used": "engines_config",
+               "source": "engines_config", "fallback_reason": null,
+               "models": [model("stub-model"), model("stub-model-large")]})
+    );
+    // A built-in engine that declares no models: any model, none listed.
+    assert_eq!(server.get("/v1/engines/codex/models").json()["models"], json!([]));
+    let r = server.get("/v1/engines/nope/models");
+    assert_eq!((r.status, r.detail()), (404, json!("Unknown engine: nope")));
+
+    // The list is what a create is checked against. The runtime options
+    // are what upstream's e2e runner sends (`verbose` is its -v count);
+    // upstream checks neither their type, and takes `debug` as truthy.
+    let create = |model: &str| {
+        server.post_json(
+            "/v1/jobs",
+            &json!({"skill_id": "tuixiu-demo", "engine": "command", "input": {"query": "q"},
+                    "parameter": {"mode": "ok"}, "model": model,
+                    "runtime_options": {"no_cache": false, "verbose": 2, "debug": 1}}),
+        )
+    };
+    let r = create("stub-model-large");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let rid = r.json()["request_id"].as_str().unwrap().to_string();
+    assert_eq!(server.upload(&rid, &input_zip()).status, 200);
+    assert_eq!(server.wait(&rid)["status"], "succeeded");
+    let r = server.get(&format!("/v1/jobs/{rid}/bundle"));
+    assert_eq!(r.header("content-disposition"), Some("attachment; filename=\"run_bundle_debug.zip\""));
+    let r = create("gpt-5");
+    assert_eq!((r.status, r.detail()), (400, json!("Model 'gpt-5' not allowed for engine 'command'")));
 }

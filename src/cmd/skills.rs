@@ -10,7 +10,7 @@ use serde_json::{Map, Value, json};
 use crate::inputs::ZipLimits;
 use crate::skills::engines::Engines;
 use crate::skills::http;
-use crate::skills::jobs::{Config, Service};
+use crate::skills::jobs::{Config, Family, Service};
 use crate::skills::package;
 use crate::skills::run::JobLimits;
 use crate::{EXIT_TOOL_ERROR, report_error};
@@ -106,6 +106,13 @@ pub struct ServeArgs {
     /// Most bytes an upload zip may extract to in total
     #[arg(long, value_name = "SIZE", default_value = "100M", value_parser = tuixiu_sandbox::launcher::units::parse_size)]
     pub zip_max_total: u64,
+
+    /// Serve temporary skill runs (POST /v1/temp-skill-runs): clients upload
+    /// a skill package with each run, checked like an installed one. Off by
+    /// default: the package's SKILL.md then tells the engine what to do,
+    /// with the engines' credentials and network
+    #[arg(long)]
+    pub temp_skills: bool,
 }
 
 #[derive(Debug, Args)]
@@ -224,6 +231,7 @@ fn serve(args: ServeArgs) -> u8 {
                 max_total_bytes: args.zip_max_total,
             },
             host_ids: None,
+            temp_skills: args.temp_skills,
         };
         Ok((runtime(true)?, cfg))
     };
@@ -250,6 +258,9 @@ fn serve(args: ServeArgs) -> u8 {
         let _ = std::io::stdout().flush();
         http::serve(svc, listener, shutdown_signal()).await.map_err(|e| format!("serving: {e}"))
     });
+    // Blocking tasks still running (a bundle being built, a stalled
+    // download's read) do not hold the exit; the sandboxes die with us.
+    rt.shutdown_timeout(Duration::from_secs(1));
     match result {
         Ok(()) => 0,
         Err(e) => {
@@ -327,6 +338,7 @@ fn run_inner(args: RunArgs) -> Result<u8, String> {
         max_upload_bytes: u64::MAX,
         zip: ZipLimits::default(),
         host_ids: None,
+        temp_skills: false,
     };
     let body = json!({
         "skill_id": id,
@@ -344,7 +356,7 @@ fn run_inner(args: RunArgs) -> Result<u8, String> {
         }
         let job = svc.handle(&request_id).ok_or("the job vanished")?;
         let record = job.finished().await;
-        let result = svc.result(&request_id).await.ok().map(|r| r["result"].clone());
+        let result = svc.result(Family::Jobs, &request_id).await.ok().map(|r| r["result"].clone());
         let printed =
             result.unwrap_or_else(|| json!({"status": "failed", "data": null, "error": record.error}));
         println!("{}", serde_json::to_string_pretty(&printed).expect("plain data"));

@@ -1,16 +1,20 @@
 //! A run's artifacts: listing, the required check, download, and bundles.
 //!
-//! The engine wrote `artifacts/` from inside the sandbox, so everything in
-//! it is untrusted. All access goes through descriptors: directories are
-//! walked with `O_NOFOLLOW`, entries examined with `AT_SYMLINK_NOFOLLOW`,
-//! and a single artifact is opened with `openat2(RESOLVE_BENEATH |
-//! RESOLVE_NO_SYMLINKS)` relative to the `artifacts/` descriptor, so the
-//! kernel refuses `..` past it, absolute paths and every symlink. Only
-//! regular files are listed, served and bundled; symlinks are skipped
-//! everywhere (upstream served `artifacts/..%2Fartifacts2/x` through a
-//! string-prefix check and packed the targets of symlinks into bundles).
+//! The engine wrote `artifacts/` (and the rest of the workspace) from
+//! inside the sandbox, so everything in it is untrusted. All access goes
+//! through descriptors: directories are walked with `O_NOFOLLOW`, entries
+//! examined with `AT_SYMLINK_NOFOLLOW`, and a single file is resolved with
+//! `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` relative to its
+//! directory's descriptor, so the kernel refuses `..` past it, absolute
+//! paths and every symlink. A file is opened for reading only after an
+//! `O_PATH` descriptor showed a regular file ([`fsio::open_regular`]): a
+//! FIFO, a socket or a device node the engine left is never opened, so it
+//! can neither block a request nor reach a driver. Only regular files are
+//! listed, served and bundled; symlinks are skipped everywhere (upstream
+//! served `artifacts/..%2Fartifacts2/x` through a string-prefix check and
+//! packed the targets of symlinks into bundles).
 
-use std::ffi::CStr;
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -18,17 +22,23 @@ use std::path::Path;
 
 use nix::errno::Errno;
 use nix::fcntl::{AtFlags, OFlag, openat};
-use nix::sys::stat::{Mode, SFlag, fstat, fstatat};
+use nix::sys::stat::{Mode, SFlag, fstatat};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use super::fsio::{self, Links};
+use super::fsio::{self, Links, ReadError};
 use super::package::ArtifactSpec;
+use crate::inputs::fsx;
 
-/// Deepest directory nesting walked.
-const MAX_DEPTH: usize = 32;
 /// Most files listed or bundled from one tree.
 const MAX_FILES: usize = 20_000;
+/// Longest relative path walked: what `openat2` resolves (`PATH_MAX`
+/// less the NUL), so every file listed can also be opened by its name.
+const MAX_PATH: usize = libc::PATH_MAX as usize - 1;
+/// One directory descriptor is kept every this many levels; deeper
+/// directories are opened by their path from the nearest kept one. A deep
+/// tree costs few descriptors and short lookups.
+const CHECKPOINT: usize = 32;
 
 /// A regular file found in a tree: its path relative to the tree and size.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,34 +47,76 @@ pub struct Found {
     pub size: u64,
 }
 
-/// Every regular file under `dir`, sorted, symlinks and special files
-/// skipped, never leaving `dir`. `skip` names top-level entries to leave out.
-pub fn walk(dir: BorrowedFd<'_>, skip: &[&str]) -> Result<Vec<Found>, Errno> {
-    let mut out = Vec::new();
-    walk_into(dir, "", 0, skip, &mut out)?;
-    out.sort_by(|a, b| a.rel.cmp(&b.rel));
+/// What a walk found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Walked {
+    /// Regular files, sorted by path.
+    pub files: Vec<Found>,
+    /// Entries left out because their path is longer than [`MAX_PATH`]
+    /// (nothing can open them by name).
+    pub too_long: usize,
+}
+
+/// Every regular file under `dir`, at any depth, sorted; symlinks and
+/// special files skipped, never leaving `dir`. `skip` names top-level
+/// entries to leave out. An entry that disappears or changes type while
+/// the walk runs (an engine still at work) is skipped.
+pub fn walk(dir: BorrowedFd<'_>, skip: &[&str]) -> Result<Walked, Errno> {
+    struct Frame {
+        rel: String,
+        depth: usize,
+        /// The directory's descriptor, kept at checkpoint depths.
+        kept: Option<OwnedFd>,
+        subdirs: Vec<String>,
+    }
+    let mut out = Walked::default();
+    let root = openat(dir, c".", OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())?;
+    let subdirs = scan_dir(root.as_fd(), "", skip, &mut out)?;
+    let mut stack = vec![Frame { rel: String::new(), depth: 0, kept: Some(root), subdirs }];
+    while let Some(top) = stack.last_mut() {
+        let Some(name) = top.subdirs.pop() else {
+            stack.pop();
+            continue;
+        };
+        let rel = join(&top.rel, &name);
+        let depth = top.depth + 1;
+        if rel.len() > MAX_PATH {
+            out.too_long += 1;
+            continue;
+        }
+        let (base, base_rel) = stack
+            .iter()
+            .rev()
+            .find_map(|f| f.kept.as_ref().map(|fd| (fd.as_fd(), f.rel.as_str())))
+            .expect("the root is kept");
+        let from_base = if base_rel.is_empty() { &rel[..] } else { &rel[base_rel.len() + 1..] };
+        // O_DIRECTORY: the kernel refuses anything but a directory before
+        // opening it, so a FIFO swapped in here cannot block.
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW;
+        let fd = match fsio::open_beneath(base, from_base, flags, Links::Never) {
+            Ok(fd) => fd,
+            Err(Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP) => continue,
+            Err(e) => return Err(e),
+        };
+        let subdirs = scan_dir(fd.as_fd(), &rel, &[], &mut out)?;
+        let kept = (depth % CHECKPOINT == 0).then_some(fd);
+        stack.push(Frame { rel, depth, kept, subdirs });
+    }
+    out.files.sort_by(|a, b| a.rel.cmp(&b.rel));
     Ok(out)
 }
 
-fn walk_into(
-    dir: BorrowedFd<'_>,
-    prefix: &str,
-    depth: usize,
-    skip: &[&str],
-    out: &mut Vec<Found>,
-) -> Result<(), Errno> {
-    let fd = openat(dir, c".", OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())?;
-    let mut d = nix::dir::Dir::from_fd(fd)?;
-    let mut names: Vec<std::ffi::CString> = Vec::new();
-    for entry in d.iter() {
-        let name = entry?.file_name().to_owned();
-        if name.as_bytes() != b"." && name.as_bytes() != b".." {
-            names.push(name);
-        }
-    }
-    for name in names {
+fn join(prefix: &str, name: &str) -> String {
+    if prefix.is_empty() { name.to_string() } else { format!("{prefix}/{name}") }
+}
+
+/// Records the regular files of the open directory `dir` (at `rel`) and
+/// returns the names of its subdirectories.
+fn scan_dir(dir: BorrowedFd<'_>, rel: &str, skip: &[&str], out: &mut Walked) -> Result<Vec<String>, Errno> {
+    let mut subdirs = Vec::new();
+    for name in fsx::list_dir(dir).map_err(|e| e.errno)? {
         let Ok(text) = name.to_str() else { continue };
-        if depth == 0 && skip.contains(&text) {
+        if skip.contains(&text) {
             continue;
         }
         let st = match fstatat(dir, name.as_c_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
@@ -72,31 +124,36 @@ fn walk_into(
             Err(Errno::ENOENT) => continue,
             Err(e) => return Err(e),
         };
-        let rel = if prefix.is_empty() { text.to_string() } else { format!("{prefix}/{text}") };
         match fsio::file_type(&st) {
             SFlag::S_IFREG => {
-                if out.len() >= MAX_FILES {
+                let path = join(rel, text);
+                if path.len() > MAX_PATH {
+                    out.too_long += 1;
+                    continue;
+                }
+                if out.files.len() >= MAX_FILES {
                     return Err(Errno::EFBIG);
                 }
-                out.push(Found { rel, size: st.st_size as u64 });
+                out.files.push(Found { rel: path, size: st.st_size as u64 });
             }
-            SFlag::S_IFDIR if depth < MAX_DEPTH => {
-                let sub = open_subdir(dir, name.as_c_str())?;
-                walk_into(sub.as_fd(), &rel, depth + 1, skip, out)?;
-            }
+            SFlag::S_IFDIR => subdirs.push(text.to_string()),
             _ => {}
         }
     }
-    Ok(())
+    Ok(subdirs)
 }
 
-fn open_subdir(dir: BorrowedFd<'_>, name: &CStr) -> Result<OwnedFd, Errno> {
-    openat(
-        dir,
-        name,
-        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )
+/// The regular files of `dir` for a listing or a bundle; what cannot be
+/// listed is logged, not hidden.
+fn walk_logged(dir: BorrowedFd<'_>, skip: &[&str], what: &str) -> Result<Vec<Found>, Errno> {
+    let walked = walk(dir, skip).inspect_err(|e| tracing::warn!("listing {what}: {e}"))?;
+    if walked.too_long > 0 {
+        tracing::warn!(
+            "listing {what}: {} entries left out, their paths are longer than {MAX_PATH} bytes",
+            walked.too_long
+        );
+    }
+    Ok(walked.files)
 }
 
 /// Opens the run's `artifacts/` directory (not following a symlink there).
@@ -113,7 +170,11 @@ pub fn open_artifacts_dir(workspace: &Path) -> Result<OwnedFd, Errno> {
 /// The run-relative paths (`artifacts/<rel>`) of every regular file.
 pub fn list(workspace: &Path) -> Vec<String> {
     let Ok(dir) = open_artifacts_dir(workspace) else { return Vec::new() };
-    walk(dir.as_fd(), &[]).unwrap_or_default().into_iter().map(|f| format!("artifacts/{}", f.rel)).collect()
+    walk_logged(dir.as_fd(), &[], "artifacts")
+        .unwrap_or_default()
+        .into_iter()
+        .map(|f| format!("artifacts/{}", f.rel))
+        .collect()
 }
 
 /// Required artifacts that are not a regular file at `artifacts/<pattern>`.
@@ -122,19 +183,18 @@ pub fn missing_required(workspace: &Path, specs: &[ArtifactSpec]) -> Vec<String>
     specs
         .iter()
         .filter(|a| a.required)
-        .filter(|a| dir.as_ref().is_none_or(|d| open_regular(d.as_fd(), &a.pattern).is_err()))
+        .filter(|a| {
+            dir.as_ref().is_none_or(|d| !fsio::is_regular_beneath(d.as_fd(), &a.pattern, Links::Never))
+        })
         .map(|a| a.pattern.clone())
         .collect()
 }
 
-/// Opens the regular file `rel` beneath `dir`, following no symlink.
-pub fn open_regular(dir: BorrowedFd<'_>, rel: &str) -> Result<(File, u64), Errno> {
-    let fd = fsio::open_beneath(dir, rel, OFlag::O_RDONLY | OFlag::O_NOFOLLOW, Links::Never)?;
-    let st = fstat(fd.as_fd())?;
-    if fsio::file_type(&st) != SFlag::S_IFREG {
-        return Err(Errno::EISDIR);
-    }
-    Ok((File::from(fd), st.st_size as u64))
+/// Opens the regular file `rel` beneath `dir`, following no symlink and
+/// opening nothing but a regular file.
+pub fn open_regular(dir: BorrowedFd<'_>, rel: &str) -> Result<(File, u64), ReadError> {
+    let (file, st) = fsio::open_regular(dir, rel, Links::Never)?;
+    Ok((file, st.st_size as u64))
 }
 
 /// Why a download was refused; the HTTP layer maps these to upstream's
@@ -172,7 +232,7 @@ pub fn open_for_download(
             Ok((file, size, name))
         }
         // Escapes and symlinks, whatever the kernel saw.
-        Err(Errno::EXDEV | Errno::ELOOP) => Err(DownloadError::Invalid),
+        Err(ReadError::Open(Errno::EXDEV | Errno::ELOOP)) => Err(DownloadError::Invalid),
         Err(_) => Err(DownloadError::NotFound),
     }
 }
@@ -182,8 +242,10 @@ pub fn open_for_download(
 pub enum BundleKind {
     /// `result/result.json`, `artifacts/**`, `bundle/manifest.json`.
     Normal,
-    /// Every regular file of the run directory but `bundle/` and the
-    /// engine's home, plus `bundle/manifest_debug.json`.
+    /// Upstream's run directory: the engine's workspace at the top
+    /// (`artifacts/`, `uploads/`, its own files), the server's files
+    /// (`input.json`, `status.json`, `logs/`, `result/`), never the
+    /// engine's home; then `bundle/manifest_debug.json`.
     Debug,
 }
 
@@ -203,33 +265,63 @@ impl BundleKind {
     }
 }
 
+/// Where the bytes of a bundled file come from.
+enum Source<'a> {
+    /// A regular file beneath a directory descriptor.
+    File(BorrowedFd<'a>, String),
+    /// Bytes the server made for the bundle.
+    Bytes(&'a [u8]),
+}
+
 /// The bundle of the run in `run_dir`, built on first use and kept in
-/// `run_dir/bundle/`. Built into a temporary file and renamed, so a reader
-/// never sees half a bundle.
-pub fn bundle(run_dir: &Path, kind: BundleKind) -> std::io::Result<std::path::PathBuf> {
+/// `run_dir/bundle/`. `made` are files the server writes into a debug
+/// bundle (`status.json`). Built into a temporary file and renamed, so a
+/// reader never sees half a bundle.
+pub fn bundle(
+    run_dir: &Path,
+    kind: BundleKind,
+    made: &[(&str, &[u8])],
+) -> std::io::Result<std::path::PathBuf> {
     let bundle_dir = run_dir.join("bundle");
     let target = bundle_dir.join(kind.file_name());
     if target.is_file() {
         return Ok(target);
     }
     std::fs::create_dir_all(&bundle_dir)?;
-    let run = fsio::open_dir(run_dir)?;
     let io = |e: Errno| std::io::Error::from_raw_os_error(e as i32);
+    let run = fsio::open_dir(run_dir)?;
+    let workspace = fsio::open_dir(&run_dir.join("workspace")).ok();
     let art = open_artifacts_dir(&run_dir.join("workspace")).ok();
-    let mut files: Vec<(String, BorrowedFd<'_>, String)> = Vec::new();
+    let mut files: Vec<(String, Source<'_>)> = Vec::new();
     match kind {
         BundleKind::Normal => {
-            files.push(("result/result.json".into(), run.as_fd(), "result/result.json".into()));
+            files.push(("result/result.json".into(), Source::File(run.as_fd(), "result/result.json".into())));
             if let Some(art) = &art {
-                for f in walk(art.as_fd(), &[]).map_err(io)? {
-                    files.push((format!("artifacts/{}", f.rel), art.as_fd(), f.rel));
+                for f in walk_logged(art.as_fd(), &[], "artifacts").map_err(io)? {
+                    files.push((format!("artifacts/{}", f.rel), Source::File(art.as_fd(), f.rel)));
                 }
             }
         }
         BundleKind::Debug => {
-            for f in walk(run.as_fd(), &["bundle", "home"]).map_err(io)? {
-                files.push((f.rel.clone(), run.as_fd(), f.rel));
+            // Upstream's engine works in the run directory itself, so its
+            // files sit at the top next to the server's. Here the engine's
+            // workspace is put at the top; where it wrote a file of the
+            // same name as one of the server's, the server's is bundled,
+            // and its `bundle/` is left out as upstream leaves `bundle/` out.
+            let mut by_name: BTreeMap<String, Source<'_>> = BTreeMap::new();
+            if let Some(ws) = &workspace {
+                for f in walk_logged(ws.as_fd(), &["bundle"], "the workspace").map_err(io)? {
+                    by_name.insert(f.rel.clone(), Source::File(ws.as_fd(), f.rel));
+                }
             }
+            let server_side = ["bundle", "home", "workspace"];
+            for f in walk_logged(run.as_fd(), &server_side, "the run directory").map_err(io)? {
+                by_name.insert(f.rel.clone(), Source::File(run.as_fd(), f.rel));
+            }
+            for (name, bytes) in made {
+                by_name.insert(name.to_string(), Source::Bytes(bytes));
+            }
+            files.extend(by_name);
         }
     }
     let tmp = tempfile::Builder::new().prefix(".tmp-").tempfile_in(&bundle_dir)?;
@@ -239,13 +331,20 @@ pub fn bundle(run_dir: &Path, kind: BundleKind) -> std::io::Result<std::path::Pa
         .large_file(true);
     let mut manifest = Vec::new();
     let mut buf = vec![0u8; 256 * 1024];
-    for (name, dir, rel) in files {
-        // The result file may not exist (a run that failed before it ran).
-        let Ok((mut file, _)) = open_regular(dir, &rel) else { continue };
+    for (name, source) in files {
+        let mut reader: Box<dyn Read> = match source {
+            Source::Bytes(bytes) => Box::new(bytes),
+            // Gone or no longer a regular file (the result of a run that
+            // failed before it ran, say): not bundled.
+            Source::File(dir, rel) => match open_regular(dir, &rel) {
+                Ok((file, _)) => Box::new(file),
+                Err(_) => continue,
+            },
+        };
         zip.start_file(name.as_str(), options).map_err(std::io::Error::other)?;
         let (mut hasher, mut size) = (Sha256::new(), 0u64);
         loop {
-            let n = file.read(&mut buf)?;
+            let n = reader.read(&mut buf)?;
             if n == 0 {
                 break;
             }
@@ -262,4 +361,49 @@ pub fn bundle(run_dir: &Path, kind: BundleKind) -> std::io::Result<std::path::Pa
     tmp.as_file().sync_data()?;
     tmp.persist(&target).map_err(|e| e.error)?;
     Ok(target)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Creates `depth` nested directories `name` under `root`, one
+    /// `mkdirat` relative to the last (so past PATH_MAX too), and returns
+    /// the deepest one's descriptor.
+    fn nest(root: BorrowedFd<'_>, name: &std::ffi::CStr, depth: usize) -> OwnedFd {
+        let mut fd = openat(root, c".", OFlag::O_RDONLY | OFlag::O_DIRECTORY, Mode::empty()).unwrap();
+        for _ in 0..depth {
+            nix::sys::stat::mkdirat(fd.as_fd(), name, Mode::from_bits_truncate(0o755)).unwrap();
+            fd = openat(fd.as_fd(), name, OFlag::O_RDONLY | OFlag::O_DIRECTORY, Mode::empty()).unwrap();
+        }
+        fd
+    }
+
+    fn touch(dir: BorrowedFd<'_>, name: &std::ffi::CStr) {
+        let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL;
+        openat(dir, name, flags, Mode::from_bits_truncate(0o644)).unwrap();
+    }
+
+    #[test]
+    fn walks_deep_trees_and_counts_what_no_path_reaches() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = fsio::open_dir(tmp.path()).unwrap();
+        // Past several checkpoints, well within PATH_MAX.
+        let deep = nest(root.as_fd(), c"d", 3 * CHECKPOINT + 5);
+        touch(deep.as_fd(), c"deep.txt");
+        // 21 levels of a 200-byte name are past PATH_MAX.
+        let long = std::ffi::CString::new("x".repeat(200)).unwrap();
+        let too_deep = nest(root.as_fd(), &long, 21);
+        touch(too_deep.as_fd(), c"lost.txt");
+        touch(root.as_fd(), c"top.txt");
+        nix::unistd::mkfifo(&tmp.path().join("fifo"), Mode::from_bits_truncate(0o644)).unwrap();
+        std::os::unix::fs::symlink("top.txt", tmp.path().join("link")).unwrap();
+
+        let walked = walk(root.as_fd(), &[]).unwrap();
+        let names: Vec<&str> = walked.files.iter().map(|f| f.rel.as_str()).collect();
+        let deep_rel = format!("{}/deep.txt", vec!["d"; 3 * CHECKPOINT + 5].join("/"));
+        assert_eq!(names, [deep_rel.as_str(), "top.txt"]);
+        assert_eq!(walked.too_long, 1);
+        assert!(walk(root.as_fd(), &["d", "top.txt"]).unwrap().files.is_empty());
+    }
 }

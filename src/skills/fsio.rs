@@ -6,17 +6,19 @@
 //! symlinks that lead out fail in the kernel (`EXDEV`), whatever the path
 //! string looks like. Paths a sandboxed engine controls (its artifacts) are
 //! opened with `RESOLVE_NO_SYMLINKS` as well, so a link is never followed,
-//! not even one that stays inside.
+//! not even one that stays inside. A file is opened for reading only once
+//! an `O_PATH` descriptor has shown it is a regular file
+//! ([`open_regular`]): a FIFO, a socket or a device node is never opened.
 
 use std::ffi::CString;
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 
 use nix::errno::Errno;
 use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat2};
-use nix::sys::stat::{FileStat, SFlag, fstat};
+use nix::sys::stat::{FileStat, Mode, SFlag, fstat};
 
 /// How strictly a path is resolved under its directory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,18 +55,44 @@ pub fn file_type(st: &FileStat) -> SFlag {
     SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits())
 }
 
+/// Opens the regular file `rel` beneath `dir` for reading, and nothing
+/// else. The path is first resolved to an `O_PATH` descriptor, which opens
+/// nothing: no device driver's `open`, no wait for a FIFO's writer, no
+/// socket. Only when `fstat` shows a regular file is that same inode opened
+/// for reading, through `/proc/self/fd`, so what is read is what was
+/// checked. (An engine can leave a FIFO where an artifact should be; a
+/// plain `open` blocks on it for ever.) A symlink as the last component is
+/// `ELOOP`, as with `O_NOFOLLOW`.
+pub fn open_regular(dir: BorrowedFd<'_>, rel: &str, links: Links) -> Result<(File, FileStat), ReadError> {
+    let path = open_beneath(dir, rel, OFlag::O_PATH | OFlag::O_NOFOLLOW, links).map_err(ReadError::Open)?;
+    let st = fstat(path.as_fd()).map_err(ReadError::Open)?;
+    match file_type(&st) {
+        SFlag::S_IFREG => {}
+        SFlag::S_IFLNK => return Err(ReadError::Open(Errno::ELOOP)),
+        _ => return Err(ReadError::NotRegular),
+    }
+    let proc_path = format!("/proc/self/fd/{}", path.as_raw_fd());
+    let flags = OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC;
+    let fd = nix::fcntl::open(proc_path.as_str(), flags, Mode::empty()).map_err(ReadError::Reopen)?;
+    Ok((File::from(fd), st))
+}
+
+/// Whether `rel` beneath `dir` is a regular file, seen through an `O_PATH`
+/// descriptor (nothing is opened; see [`open_regular`]).
+pub fn is_regular_beneath(dir: BorrowedFd<'_>, rel: &str, links: Links) -> bool {
+    open_beneath(dir, rel, OFlag::O_PATH | OFlag::O_NOFOLLOW, links)
+        .and_then(|fd| fstat(fd.as_fd()))
+        .is_ok_and(|st| file_type(&st) == SFlag::S_IFREG)
+}
+
 /// Reads the regular file `rel` beneath `dir`, at most `max` bytes.
 pub fn read_beneath(dir: BorrowedFd<'_>, rel: &str, links: Links, max: u64) -> Result<Vec<u8>, ReadError> {
-    let fd = open_beneath(dir, rel, OFlag::O_RDONLY | OFlag::O_NOFOLLOW, links).map_err(ReadError::Open)?;
-    let st = fstat(fd.as_fd()).map_err(ReadError::Open)?;
-    if file_type(&st) != SFlag::S_IFREG {
-        return Err(ReadError::NotRegular);
-    }
+    let (file, st) = open_regular(dir, rel, links)?;
     if st.st_size as u64 > max {
         return Err(ReadError::TooLarge(max));
     }
     let mut bytes = Vec::with_capacity(st.st_size as usize);
-    File::from(fd).take(max + 1).read_to_end(&mut bytes).map_err(|e| ReadError::Io(e.to_string()))?;
+    file.take(max + 1).read_to_end(&mut bytes).map_err(|e| ReadError::Io(e.to_string()))?;
     if bytes.len() as u64 > max {
         return Err(ReadError::TooLarge(max));
     }
@@ -77,6 +105,8 @@ pub enum ReadError {
     Open(Errno),
     #[error("not a regular file")]
     NotRegular,
+    #[error("open(\"/proc/self/fd/N\") => {0}")]
+    Reopen(Errno),
     #[error("larger than {0} bytes")]
     TooLarge(u64),
     #[error("{0}")]

@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
 
-use super::jobs::{ApiError, Service};
+use super::jobs::{ApiError, Family, Service};
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
@@ -40,18 +40,47 @@ pub fn router(svc: Arc<Service>) -> Router {
         .route("/", get(|| async { axum::Json(json!({"message": "Agent Skill Runner is running"})) }))
         .route("/v1/skills", get(list_skills))
         .route("/v1/skills/{skill_id}", get(get_skill))
+        .route("/v1/engines", get(list_engines))
+        .route("/v1/engines/{engine}/models", get(engine_models))
         .route("/v1/jobs", post(create))
-        .route("/v1/jobs/{request_id}", get(status))
         .route("/v1/jobs/{request_id}/upload", post(upload).layer(DefaultBodyLimit::max(upload_limit)))
-        .route("/v1/jobs/{request_id}/result", get(result))
-        .route("/v1/jobs/{request_id}/artifacts", get(artifacts))
-        .route("/v1/jobs/{request_id}/artifacts/", get(artifact_empty))
-        .route("/v1/jobs/{request_id}/artifacts/{*artifact_path}", get(artifact))
-        .route("/v1/jobs/{request_id}/bundle", get(bundle))
-        .route("/v1/jobs/{request_id}/logs", get(logs))
-        .route("/v1/jobs/{request_id}/cancel", post(cancel))
+        .merge(run_routes("/v1/jobs", Family::Jobs))
+        .route("/v1/temp-skill-runs", post(temp_create))
+        .route(
+            "/v1/temp-skill-runs/{request_id}/upload",
+            // The package and the inputs zip, each within --max-upload.
+            post(temp_upload).layer(DefaultBodyLimit::max(upload_limit.saturating_mul(2))),
+        )
+        .merge(run_routes("/v1/temp-skill-runs", Family::Temp))
         .fallback(|| async { ApiError::new(404, "Not Found") })
         .with_state(svc)
+}
+
+type IdPath = Result<Path<String>, PathRejection>;
+type S = State<Arc<Service>>;
+
+/// The routes of one request family below `prefix`: status, result,
+/// artifacts, bundle, logs, cancel.
+fn run_routes(prefix: &str, family: Family) -> Router<Arc<Service>> {
+    let f = family;
+    Router::new()
+        .route(&format!("{prefix}/{{request_id}}"), get(move |s: S, id: IdPath| status(s, id, f)))
+        .route(&format!("{prefix}/{{request_id}}/result"), get(move |s: S, id: IdPath| result(s, id, f)))
+        .route(
+            &format!("{prefix}/{{request_id}}/artifacts"),
+            get(move |s: S, id: IdPath| artifacts(s, id, f)),
+        )
+        .route(
+            &format!("{prefix}/{{request_id}}/artifacts/"),
+            get(move |s: S, id: IdPath| artifact_empty(s, id, f)),
+        )
+        .route(
+            &format!("{prefix}/{{request_id}}/artifacts/{{*artifact_path}}"),
+            get(move |s: S, p: Result<Path<(String, String)>, PathRejection>| artifact(s, p, f)),
+        )
+        .route(&format!("{prefix}/{{request_id}}/bundle"), get(move |s: S, id: IdPath| bundle(s, id, f)))
+        .route(&format!("{prefix}/{{request_id}}/logs"), get(move |s: S, id: IdPath| logs(s, id, f)))
+        .route(&format!("{prefix}/{{request_id}}/cancel"), post(move |s: S, id: IdPath| cancel(s, id, f)))
 }
 
 async fn list_skills(State(svc): State<Arc<Service>>) -> Reply {
@@ -63,38 +92,86 @@ async fn get_skill(State(svc): State<Arc<Service>>, id: Result<Path<String>, Pat
     ok(svc.get_skill(&id).await?)
 }
 
-async fn create(State(svc): State<Arc<Service>>, body: Bytes) -> Reply {
-    let body: Value = serde_json::from_slice(&body).map_err(|e| ApiError {
+async fn list_engines(State(svc): State<Arc<Service>>) -> Reply {
+    ok(svc.engines())
+}
+
+async fn engine_models(
+    State(svc): State<Arc<Service>>,
+    engine: Result<Path<String>, PathRejection>,
+) -> Reply {
+    let Path(engine) = engine.map_err(path_error)?;
+    ok(svc.engine_models(&engine)?)
+}
+
+/// A JSON body, or FastAPI's 422 for one that does not parse.
+fn json_body(body: &[u8]) -> Result<Value, ApiError> {
+    serde_json::from_slice(body).map_err(|e| ApiError {
         status: 422,
         detail: json!([{"type": "json_invalid", "loc": ["body", e.column()], "msg": "JSON decode error", "ctx": {"error": e.to_string()}}]),
-    })?;
-    ok(svc.create(&body).await?)
+    })
 }
 
-async fn status(State(svc): State<Arc<Service>>, id: Result<Path<String>, PathRejection>) -> Reply {
+async fn create(State(svc): S, body: Bytes) -> Reply {
+    ok(svc.create(&json_body(&body)?).await?)
+}
+
+async fn status(State(svc): S, id: IdPath, family: Family) -> Reply {
     let Path(id) = id.map_err(path_error)?;
-    ok(svc.status(&id)?)
+    ok(svc.status(family, &id)?)
 }
 
-/// Takes the multipart field `file` into a temporary file (capped), then
-/// hands it to the service.
+/// `POST /v1/jobs/{id}/upload`: the multipart field `file`.
 async fn upload(
-    State(svc): State<Arc<Service>>,
-    id: Result<Path<String>, PathRejection>,
+    State(svc): S,
+    id: IdPath,
     multipart: Result<Multipart, axum::extract::multipart::MultipartRejection>,
 ) -> Reply {
     let Path(id) = id.map_err(path_error)?;
-    let missing = || ApiError::field("missing", &["body", "file"], "Field required");
-    let mut multipart = multipart.map_err(|_| missing())?;
+    let [archive] = read_files(&svc, multipart, ["file"]).await?;
+    let archive = archive.ok_or_else(|| missing("file"))?;
+    ok(svc.upload(&id, archive).await?)
+}
+
+async fn temp_create(State(svc): S, body: Bytes) -> Reply {
+    ok(svc.temp_create(&json_body(&body)?).await?)
+}
+
+/// `POST /v1/temp-skill-runs/{id}/upload`: the multipart fields
+/// `skill_package` (required) and `file` (the inputs, optional).
+async fn temp_upload(
+    State(svc): S,
+    id: IdPath,
+    multipart: Result<Multipart, axum::extract::multipart::MultipartRejection>,
+) -> Reply {
+    let Path(id) = id.map_err(path_error)?;
+    let [package, inputs] = read_files(&svc, multipart, ["skill_package", "file"]).await?;
+    let package = package.ok_or_else(|| missing("skill_package"))?;
+    ok(svc.temp_upload(&id, package, inputs).await?)
+}
+
+fn missing(field: &str) -> ApiError {
+    ApiError::field("missing", &["body", field], "Field required")
+}
+
+/// Takes the multipart fields `names` into temporary files, each capped
+/// at `--max-upload`; other fields are skipped, a repeated one ignored.
+async fn read_files<const N: usize>(
+    svc: &Service,
+    multipart: Result<Multipart, axum::extract::multipart::MultipartRejection>,
+    names: [&str; N],
+) -> Result<[Option<std::fs::File>; N], ApiError> {
+    let mut multipart = multipart.map_err(|_| missing(names[0]))?;
     let max = svc.config().max_upload_bytes;
-    let mut archive = None;
+    let mut files: [Option<std::fs::File>; N] = std::array::from_fn(|_| None);
     loop {
         let field = multipart
             .next_field()
             .await
             .map_err(|e| ApiError::new(400, format!("Invalid multipart body: {e}")))?;
         let Some(mut field) = field else { break };
-        if field.name() != Some("file") || archive.is_some() {
+        let Some(slot) = names.iter().position(|n| field.name() == Some(n)) else { continue };
+        if files[slot].is_some() {
             continue;
         }
         let mut tmp = tempfile::tempfile_in(svc.tmp_dir())
@@ -109,54 +186,54 @@ async fn upload(
             }
             tmp.write_all(&chunk).map_err(|e| ApiError::new(500, format!("cannot store the upload: {e}")))?;
         }
-        archive = Some(tmp);
+        files[slot] = Some(tmp);
     }
-    let archive = archive.ok_or_else(missing)?;
-    ok(svc.upload(&id, archive).await?)
+    Ok(files)
 }
 
-async fn result(State(svc): State<Arc<Service>>, id: Result<Path<String>, PathRejection>) -> Reply {
+async fn result(State(svc): S, id: IdPath, family: Family) -> Reply {
     let Path(id) = id.map_err(path_error)?;
-    ok(svc.result(&id).await?)
+    ok(svc.result(family, &id).await?)
 }
 
-async fn artifacts(State(svc): State<Arc<Service>>, id: Result<Path<String>, PathRejection>) -> Reply {
+async fn artifacts(State(svc): S, id: IdPath, family: Family) -> Reply {
     let Path(id) = id.map_err(path_error)?;
-    ok(svc.artifacts(&id).await?)
+    ok(svc.artifacts(family, &id).await?)
 }
 
-async fn artifact_empty(State(svc): State<Arc<Service>>, id: Result<Path<String>, PathRejection>) -> Reply {
+async fn artifact_empty(State(svc): S, id: IdPath, family: Family) -> Reply {
     let Path(id) = id.map_err(path_error)?;
-    svc.artifact(&id, "").await?;
+    svc.artifact(family, &id, "").await?;
     unreachable!("an empty artifact path is refused")
 }
 
 async fn artifact(
-    State(svc): State<Arc<Service>>,
+    State(svc): S,
     params: Result<Path<(String, String)>, PathRejection>,
+    family: Family,
 ) -> Reply {
     let Path((id, path)) = params.map_err(path_error)?;
-    let (file, size, name) = svc.artifact(&id, &path).await?;
+    let (file, size, name) = svc.artifact(family, &id, &path).await?;
     Ok(file_response(file, size, &name, mime_of(&name)))
 }
 
-async fn bundle(State(svc): State<Arc<Service>>, id: Result<Path<String>, PathRejection>) -> Reply {
+async fn bundle(State(svc): S, id: IdPath, family: Family) -> Reply {
     let Path(id) = id.map_err(path_error)?;
-    let (path, name) = svc.bundle(&id).await?;
+    let (path, name) = svc.bundle(family, &id).await?;
     let file =
         std::fs::File::open(&path).map_err(|e| ApiError::new(500, format!("cannot open the bundle: {e}")))?;
     let size = file.metadata().map(|m| m.len()).unwrap_or(0);
     Ok(file_response(file, size, name, "application/zip"))
 }
 
-async fn logs(State(svc): State<Arc<Service>>, id: Result<Path<String>, PathRejection>) -> Reply {
+async fn logs(State(svc): S, id: IdPath, family: Family) -> Reply {
     let Path(id) = id.map_err(path_error)?;
-    ok(svc.logs(&id).await?)
+    ok(svc.logs(family, &id).await?)
 }
 
-async fn cancel(State(svc): State<Arc<Service>>, id: Result<Path<String>, PathRejection>) -> Reply {
+async fn cancel(State(svc): S, id: IdPath, family: Family) -> Reply {
     let Path(id) = id.map_err(path_error)?;
-    ok(svc.cancel(&id).await?)
+    ok(svc.cancel(family, &id).await?)
 }
 
 /// Streams an open file as an attachment.
@@ -204,11 +281,34 @@ fn mime_of(name: &str) -> &'static str {
     }
 }
 
-/// Serves until `shutdown` completes.
+/// How long open requests may take to finish once shutdown begins.
+pub const SHUTDOWN_DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Serves until `shutdown` completes, then stops accepting and gives the
+/// requests still open [`SHUTDOWN_DRAIN`] to finish: a client that stops
+/// reading a download must not keep the server from stopping.
 pub async fn serve(
     svc: Arc<Service>,
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(svc)).with_graceful_shutdown(shutdown).await
+    let (begun_tx, begun_rx) = tokio::sync::oneshot::channel::<()>();
+    let signal = async move {
+        shutdown.await;
+        let _ = begun_tx.send(());
+    };
+    let server = axum::serve(listener, router(svc)).with_graceful_shutdown(signal);
+    let deadline = async move {
+        if begun_rx.await.is_err() {
+            return std::future::pending().await;
+        }
+        tokio::time::sleep(SHUTDOWN_DRAIN).await;
+    };
+    tokio::select! {
+        served = server => served,
+        () = deadline => {
+            tracing::warn!("stopping with requests still open after {SHUTDOWN_DRAIN:?}");
+            Ok(())
+        }
+    }
 }

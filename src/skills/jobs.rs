@@ -19,6 +19,7 @@ use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use sandbox::HostIds;
 use serde_json::{Map, Value, json};
@@ -31,6 +32,7 @@ use super::inputs;
 use super::package::{self, Skill};
 use super::run::{self, JobLimits, Outcome, RunContext, RunPaths};
 use super::store::{self, JobRecord, Status, Store};
+use super::temp;
 use crate::inputs::zip::{ZipError, ZipLimits, extract};
 
 /// A refusal: HTTP status and the `detail` of `{"detail": ...}`.
@@ -76,6 +78,17 @@ pub struct Config {
     pub max_upload_bytes: u64,
     pub zip: ZipLimits,
     pub host_ids: Option<HostIds>,
+    /// Whether `/v1/temp-skill-runs` (client-uploaded packages) is served.
+    pub temp_skills: bool,
+}
+
+/// Which API a request was made through: `/v1/jobs` (an installed skill)
+/// or `/v1/temp-skill-runs` (a package uploaded with the run). Each only
+/// sees its own requests, as upstream's two stores.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Family {
+    Jobs,
+    Temp,
 }
 
 /// One request in memory. `state` is the record; every change is written
@@ -200,13 +213,33 @@ impl Service {
         self.jobs.lock().unwrap().get(request_id).cloned()
     }
 
-    fn job_or_404(&self, request_id: &str) -> ApiResult<Arc<Job>> {
-        self.job(request_id).ok_or_else(|| ApiError::new(404, "Request not found"))
+    fn job_or_404(&self, family: Family, request_id: &str) -> ApiResult<Arc<Job>> {
+        if family == Family::Temp {
+            self.temp_enabled()?;
+        }
+        self.job(request_id)
+            .filter(|job| job.record().temp == (family == Family::Temp))
+            .ok_or_else(|| ApiError::new(404, "Request not found"))
+    }
+
+    fn temp_enabled(&self) -> ApiResult<()> {
+        if self.cfg.temp_skills {
+            Ok(())
+        } else {
+            Err(ApiError::new(
+                403,
+                "Temporary skill runs are not enabled on this server (skills serve --temp-skills)",
+            ))
+        }
+    }
+
+    fn request_dir(&self, request_id: &str) -> PathBuf {
+        self.cfg.data_dir.join("requests").join(request_id)
     }
 
     /// The record of a request that has a run.
-    fn run_of(&self, request_id: &str) -> ApiResult<(JobRecord, RunPaths)> {
-        let record = self.job_or_404(request_id)?.record();
+    fn run_of(&self, family: Family, request_id: &str) -> ApiResult<(JobRecord, RunPaths)> {
+        let record = self.job_or_404(family, request_id)?.record();
         let Some(run_id) = &record.run_id else { return Err(ApiError::new(404, "Run not found")) };
         let paths = RunPaths::new(&self.cfg.data_dir, run_id);
         if !paths.dir.is_dir() && record.status != Some(Status::Queued) {
@@ -271,6 +304,47 @@ impl Service {
         Ok(self.load_skill(id, "Skill not found").await?.to_json())
     }
 
+    // ---- engines ----
+
+    /// `GET /v1/engines`: every engine this server knows (upstream's
+    /// `EnginesResponse`; CLI versions are not probed).
+    pub fn engines(&self) -> Value {
+        let engines: Vec<Value> = self
+            .cfg
+            .engines
+            .names()
+            .into_iter()
+            .map(|name| json!({"engine": name, "cli_version_detected": null}))
+            .collect();
+        json!({"engines": engines})
+    }
+
+    /// `GET /v1/engines/{engine}/models`: the models the engine's
+    /// configuration declares (what a create is checked against), none
+    /// when it declares none (then any model is accepted). Upstream's
+    /// `EngineModelsResponse`, with the configuration as its source.
+    pub fn engine_models(&self, engine: &str) -> ApiResult<Value> {
+        let Some(e) = self.cfg.engines.get(engine) else {
+            return Err(ApiError::new(404, format!("Unknown engine: {engine}")));
+        };
+        let models: Vec<Value> = e
+            .models
+            .iter()
+            .flatten()
+            .map(|id| {
+                json!({"id": id, "display_name": null, "deprecated": false, "notes": null, "supported_effort": null})
+            })
+            .collect();
+        Ok(json!({
+            "engine": engine,
+            "cli_version_detected": null,
+            "snapshot_version_used": "engines_config",
+            "source": "engines_config",
+            "fallback_reason": null,
+            "models": models,
+        }))
+    }
+
     // ---- jobs ----
 
     /// `POST /v1/jobs`.
@@ -283,69 +357,13 @@ impl Service {
     pub async fn create_with(self: &Arc<Self>, body: &Value, hold: bool) -> ApiResult<Value> {
         let req = CreateRequest::parse(body)?;
         let skill = self.load_skill(&req.skill_id, &format!("Skill '{}' not found", req.skill_id)).await?;
-        if !skill.effective_engines.contains(&req.engine) {
-            return Err(ApiError {
-                status: 400,
-                detail: json!({
-                    "code": "SKILL_ENGINE_UNSUPPORTED",
-                    "message": format!("Skill '{}' does not support engine '{}'", skill.id, req.engine),
-                    "declared_engines": skill.engines,
-                    "unsupported_engines": skill.unsupported_engines,
-                    "effective_engines": skill.effective_engines,
-                    "requested_engine": req.engine,
-                }),
-            });
-        }
-        let options = runtime_options(&req.runtime_options)?;
-        let mode = options["execution_mode"].as_str().unwrap_or("auto").to_string();
-        if !skill.execution_modes.contains(&mode) {
-            return Err(ApiError {
-                status: 400,
-                detail: json!({
-                    "code": "SKILL_EXECUTION_MODE_UNSUPPORTED",
-                    "message": format!("Skill '{}' does not support execution_mode '{mode}'", skill.id),
-                    "declared_execution_modes": skill.execution_modes,
-                    "requested_execution_mode": mode,
-                }),
-            });
-        }
-        if mode == "interactive" {
-            return Err(ApiError::new(
-                400,
-                "runtime_options.execution_mode 'interactive' is not supported by this server",
-            ));
-        }
-        let engine = self.cfg.engines.get(&req.engine).expect("effective engines are known engines");
-        if let (Some(model), Some(models)) = (&req.model, &engine.models)
-            && !models.contains(model)
-        {
-            return Err(ApiError::new(
-                400,
-                format!("Model '{model}' not allowed for engine '{}'", req.engine),
-            ));
-        }
+        check_engine(&skill, &req.engine)?;
+        let options = runtime_options(&req.runtime_options, self.cfg.limits.timeout)?;
+        check_mode(&skill, &options)?;
+        self.check_model(&req.engine, req.model.as_deref())?;
         inputs::check_inline(&skill, &req.input).map_err(|e| ApiError::new(400, e.to_string()))?;
 
-        let now = store::now();
-        let record = JobRecord {
-            request_id: uuid::Uuid::new_v4().to_string(),
-            skill_id: skill.id.clone(),
-            engine: req.engine,
-            input: req.input,
-            parameter: req.parameter,
-            model: req.model,
-            runtime_options: options,
-            created_at: now.clone(),
-            updated_at: now,
-            run_id: None,
-            status: None,
-            warnings: Vec::new(),
-            error: None,
-            cancel_requested: false,
-            recovery_state: None,
-            recovered_at: None,
-            recovery_reason: None,
-        };
+        let record = req.into_record(skill.id.clone(), options, false);
         let request_id = record.request_id.clone();
         let needs_upload = hold || skill.needs_upload();
         if !needs_upload {
@@ -370,6 +388,118 @@ impl Service {
         job.started.store(true, Ordering::SeqCst);
         self.start(job, None).await?;
         Ok(json!({"request_id": request_id, "cache_hit": false, "status": "queued"}))
+    }
+
+    /// A request's `model`, checked against the engine's list.
+    fn check_model(&self, engine: &str, model: Option<&str>) -> ApiResult<()> {
+        let Some(model) = model else { return Ok(()) };
+        let Some(e) = self.cfg.engines.get(engine) else {
+            return Err(ApiError::new(400, format!("Unknown engine: {engine}")));
+        };
+        match &e.models {
+            Some(models) if !models.iter().any(|m| m == model) => {
+                Err(ApiError::new(400, format!("Model '{model}' not allowed for engine '{engine}'")))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// `POST /v1/temp-skill-runs`: a request whose skill package comes
+    /// with its upload. Options and model are checked now; the engine,
+    /// the mode and inline inputs once the package is known.
+    pub async fn temp_create(self: &Arc<Self>, body: &Value) -> ApiResult<Value> {
+        self.temp_enabled()?;
+        let req = CreateRequest::parse_temp(body)?;
+        let options = runtime_options(&req.runtime_options, self.cfg.limits.timeout)?;
+        self.check_model(&req.engine, req.model.as_deref())?;
+        let record = req.into_record(String::new(), options, true);
+        let request_id = record.request_id.clone();
+        let (store, copy) = (self.store.clone(), record.clone());
+        tokio::task::spawn_blocking(move || store.save(&copy))
+            .await
+            .map_err(|e| ApiError::new(500, e.to_string()))?
+            .map_err(|e| ApiError::new(500, format!("cannot record the job: {e}")))?;
+        self.jobs.lock().unwrap().insert(request_id.clone(), Job::new(record));
+        Ok(json!({"request_id": request_id, "status": "queued"}))
+    }
+
+    /// `POST /v1/temp-skill-runs/{id}/upload`: the skill package (a zip
+    /// with one top-level directory) and, optionally, the inputs zip.
+    pub async fn temp_upload(
+        self: &Arc<Self>,
+        request_id: &str,
+        package: std::fs::File,
+        inputs: Option<std::fs::File>,
+    ) -> ApiResult<Value> {
+        let job = self.job_or_404(Family::Temp, request_id)?;
+        if job.started.swap(true, Ordering::SeqCst) {
+            return Err(ApiError::new(409, "Run already started"));
+        }
+        let result = self.take_temp_upload(&job, package, inputs).await;
+        if result.is_err() {
+            job.started.store(false, Ordering::SeqCst);
+        }
+        result
+    }
+
+    async fn take_temp_upload(
+        self: &Arc<Self>,
+        job: &Arc<Job>,
+        package: std::fs::File,
+        inputs: Option<std::fs::File>,
+    ) -> ApiResult<Value> {
+        let record = job.record();
+        let (dir, limits, engines) =
+            (self.request_dir(&record.request_id), self.cfg.zip, self.engine_names());
+        let skill = tokio::task::spawn_blocking(move || temp::stage(&dir, &package, &limits, &engines))
+            .await
+            .map_err(|e| ApiError::new(500, e.to_string()))?
+            .map_err(|e| match e {
+                temp::StageError::Invalid(m) => ApiError::new(400, m),
+                e @ temp::StageError::Io(_) => ApiError::new(500, e.to_string()),
+            })?;
+        check_engine(&skill, &record.engine)?;
+        check_mode(&skill, &record.runtime_options)?;
+        inputs::check_inline(&skill, &record.input).map_err(|e| ApiError::new(400, e.to_string()))?;
+        let (uploads, files) = self.admit_with_uploads(job, inputs).await?;
+        let skill_id = skill.id.clone();
+        *job.skill.lock().unwrap() = Some(Arc::new(skill));
+        self.update(job, |r| r.skill_id = skill_id).await;
+        self.start(Arc::clone(job), Some(uploads)).await?;
+        let record = job.record();
+        Ok(json!({
+            "request_id": record.request_id,
+            "status": record.status.map(Status::as_str),
+            "extracted_files": files,
+        }))
+    }
+
+    /// Admits the job, then extracts its inputs zip (an empty `uploads/`
+    /// without one); the admission is taken back when that fails.
+    async fn admit_with_uploads(
+        &self,
+        job: &Job,
+        archive: Option<std::fs::File>,
+    ) -> ApiResult<(PathBuf, Vec<String>)> {
+        self.admit()?;
+        let request_dir = self.request_dir(&job.record().request_id);
+        let limits = self.cfg.zip;
+        let extracted = tokio::task::spawn_blocking(move || match archive {
+            Some(archive) => extract_upload(&request_dir, &archive, &limits),
+            None => {
+                let uploads = request_dir.join("uploads");
+                std::fs::create_dir_all(&uploads)
+                    .map_err(|e| ApiError::new(500, format!("cannot store the upload: {e}")))?;
+                Ok((uploads, Vec::new()))
+            }
+        })
+        .await
+        .map_err(|e| ApiError::new(500, e.to_string()))
+        .and_then(|r| r);
+        if extracted.is_err() {
+            self.active.fetch_sub(1, Ordering::SeqCst);
+        }
+        extracted
     }
 
     /// Counts a job in, or refuses it when the queue is full.
@@ -414,7 +544,7 @@ impl Service {
 
     /// `POST /v1/jobs/{id}/upload`: `archive` is the uploaded zip.
     pub async fn upload(self: &Arc<Self>, request_id: &str, archive: std::fs::File) -> ApiResult<Value> {
-        let job = self.job_or_404(request_id)?;
+        let job = self.job_or_404(Family::Jobs, request_id)?;
         if job.started.swap(true, Ordering::SeqCst) {
             return Err(ApiError::new(409, "Run already started"));
         }
@@ -426,20 +556,7 @@ impl Service {
     }
 
     async fn take_upload(self: &Arc<Self>, job: &Arc<Job>, archive: std::fs::File) -> ApiResult<Value> {
-        self.admit()?;
-        let request_dir = self.cfg.data_dir.join("requests").join(&job.record().request_id);
-        let limits = self.cfg.zip;
-        let extracted = tokio::task::spawn_blocking(move || extract_upload(&request_dir, &archive, &limits))
-            .await
-            .map_err(|e| ApiError::new(500, e.to_string()))
-            .and_then(|r| r);
-        let (uploads, files) = match extracted {
-            Ok(x) => x,
-            Err(e) => {
-                self.active.fetch_sub(1, Ordering::SeqCst);
-                return Err(e);
-            }
-        };
+        let (uploads, files) = self.admit_with_uploads(job, Some(archive)).await?;
         self.start(Arc::clone(job), Some(uploads)).await?;
         let record = job.record();
         Ok(json!({
@@ -457,11 +574,11 @@ impl Service {
         request_id: &str,
         files: &[(String, PathBuf)],
     ) -> ApiResult<Value> {
-        let job = self.job_or_404(request_id)?;
+        let job = self.job_or_404(Family::Jobs, request_id)?;
         if job.started.swap(true, Ordering::SeqCst) {
             return Err(ApiError::new(409, "Run already started"));
         }
-        let request_dir = self.cfg.data_dir.join("requests").join(request_id);
+        let request_dir = self.request_dir(request_id);
         let files = files.to_vec();
         let staged = tokio::task::spawn_blocking(move || -> ApiResult<PathBuf> {
             let uploads = request_dir.join("uploads");
@@ -554,6 +671,15 @@ impl Service {
         let t0 = std::time::Instant::now();
         let skill = match skill {
             Some(s) => s,
+            None if record.temp => {
+                let (dir, id, engines) =
+                    (self.request_dir(&record.request_id), record.skill_id.clone(), self.engine_names());
+                match tokio::task::spawn_blocking(move || temp::load(&dir, &id, &engines)).await {
+                    Ok(Ok(s)) => Arc::new(s),
+                    Ok(Err(e)) => return failed(e),
+                    Err(e) => return failed(e.to_string()),
+                }
+            }
             None => match self
                 .load_skill(&record.skill_id, &format!("Skill '{}' not found", record.skill_id))
                 .await
@@ -619,13 +745,18 @@ impl Service {
         outcome
     }
 
-    /// `GET /v1/jobs/{id}`.
-    pub fn status(&self, request_id: &str) -> ApiResult<Value> {
-        let (r, _) = self.run_of(request_id)?;
+    /// `GET /v1/jobs/{id}`. A temporary run waiting for its package is
+    /// `queued` with skill `unknown` (upstream); a job waiting for its
+    /// upload is 404 `Run not found` (upstream).
+    pub fn status(&self, family: Family, request_id: &str) -> ApiResult<Value> {
+        let r = match family {
+            Family::Jobs => self.run_of(family, request_id)?.0,
+            Family::Temp => self.job_or_404(family, request_id)?.record(),
+        };
         Ok(json!({
             "request_id": r.request_id,
             "status": r.status.map(Status::as_str).unwrap_or("queued"),
-            "skill_id": r.skill_id,
+            "skill_id": if r.skill_id.is_empty() { "unknown" } else { r.skill_id.as_str() },
             "engine": r.engine,
             "created_at": r.created_at,
             "updated_at": r.updated_at,
@@ -647,8 +778,8 @@ impl Service {
     }
 
     /// `GET /v1/jobs/{id}/result`.
-    pub async fn result(&self, request_id: &str) -> ApiResult<Value> {
-        let (r, paths) = self.run_of(request_id)?;
+    pub async fn result(&self, family: Family, request_id: &str) -> ApiResult<Value> {
+        let (r, paths) = self.run_of(family, request_id)?;
         let bytes =
             tokio::fs::read(&paths.result).await.map_err(|_| ApiError::new(404, "Run result not found"))?;
         let result: Value = serde_json::from_slice(&bytes)
@@ -657,8 +788,8 @@ impl Service {
     }
 
     /// `GET /v1/jobs/{id}/artifacts`.
-    pub async fn artifacts(&self, request_id: &str) -> ApiResult<Value> {
-        let (r, paths) = self.run_of(request_id)?;
+    pub async fn artifacts(&self, family: Family, request_id: &str) -> ApiResult<Value> {
+        let (r, paths) = self.run_of(family, request_id)?;
         let list = tokio::task::spawn_blocking(move || artifacts::list(&paths.workspace))
             .await
             .map_err(|e| ApiError::new(500, e.to_string()))?;
@@ -666,8 +797,13 @@ impl Service {
     }
 
     /// `GET /v1/jobs/{id}/artifacts/{path}`: the open file, its size and name.
-    pub async fn artifact(&self, request_id: &str, path: &str) -> ApiResult<(std::fs::File, u64, String)> {
-        let (_, paths) = self.run_of(request_id)?;
+    pub async fn artifact(
+        &self,
+        family: Family,
+        request_id: &str,
+        path: &str,
+    ) -> ApiResult<(std::fs::File, u64, String)> {
+        let (_, paths) = self.run_of(family, request_id)?;
         let path = path.to_string();
         let opened =
             tokio::task::spawn_blocking(move || artifacts::open_for_download(&paths.workspace, &path))
@@ -682,26 +818,37 @@ impl Service {
 
     /// `GET /v1/jobs/{id}/bundle`: the bundle file and its name. Debug when
     /// the request asked for `runtime_options.debug`.
-    pub async fn bundle(&self, request_id: &str) -> ApiResult<(PathBuf, &'static str)> {
-        let (r, paths) = self.run_of(request_id)?;
+    pub async fn bundle(&self, family: Family, request_id: &str) -> ApiResult<(PathBuf, &'static str)> {
+        let (r, paths) = self.run_of(family, request_id)?;
         if !r.status.is_some_and(Status::is_terminal) {
             return Err(ApiError::new(409, "Run is not finished yet"));
         }
-        let kind = if r.runtime_options.get("debug") == Some(&Value::Bool(true)) {
+        let kind = if r.runtime_options.get("debug").is_some_and(truthy) {
             BundleKind::Debug
         } else {
             BundleKind::Normal
         };
-        let built = tokio::task::spawn_blocking(move || artifacts::bundle(&paths.dir, kind))
-            .await
-            .map_err(|e| ApiError::new(500, e.to_string()))?
-            .map_err(|e| ApiError::new(500, format!("cannot build the bundle: {e}")))?;
+        // Upstream's run directory has status.json; ours is the job record.
+        let status = serde_json::to_vec(&json!({
+            "status": r.status.map(Status::as_str),
+            "updated_at": r.updated_at,
+            "error": r.error,
+            "warnings": r.warnings,
+            "effective_session_timeout_sec": null,
+        }))
+        .expect("plain data");
+        let built = tokio::task::spawn_blocking(move || {
+            artifacts::bundle(&paths.dir, kind, &[("status.json", status.as_slice())])
+        })
+        .await
+        .map_err(|e| ApiError::new(500, e.to_string()))?
+        .map_err(|e| ApiError::new(500, format!("cannot build the bundle: {e}")))?;
         Ok((built, kind.file_name()))
     }
 
     /// `GET /v1/jobs/{id}/logs`.
-    pub async fn logs(&self, request_id: &str) -> ApiResult<Value> {
-        let (r, paths) = self.run_of(request_id)?;
+    pub async fn logs(&self, family: Family, request_id: &str) -> ApiResult<Value> {
+        let (r, paths) = self.run_of(family, request_id)?;
         let read = |name: &str| {
             let p = paths.logs.join(name);
             p.exists().then(|| run::tail(&p, 4 << 20))
@@ -715,9 +862,9 @@ impl Service {
     }
 
     /// `POST /v1/jobs/{id}/cancel`.
-    pub async fn cancel(&self, request_id: &str) -> ApiResult<Value> {
-        let job = self.job_or_404(request_id)?;
-        let (r, _) = self.run_of(request_id)?;
+    pub async fn cancel(&self, family: Family, request_id: &str) -> ApiResult<Value> {
+        let job = self.job_or_404(family, request_id)?;
+        let (r, _) = self.run_of(family, request_id)?;
         let answer = |status: &str, accepted: bool, message: &str| json!({"request_id": r.request_id, "run_id": r.run_id, "status": status, "accepted": accepted, "message": message});
         let status = r.status.unwrap_or(Status::Queued);
         if status.is_terminal() {
@@ -758,11 +905,15 @@ fn extract_upload(
         ZipError::Fs(e) => ApiError::new(500, format!("cannot store the upload: {e}")),
         e => ApiError::new(400, format!("Invalid zip file: {e}")),
     })?;
-    let files: Vec<String> = artifacts::walk(dir.as_fd(), &[])
-        .map_err(|e| ApiError::new(500, format!("cannot list the upload: {e}")))?
-        .into_iter()
-        .map(|f| f.rel)
-        .collect();
+    let walked = artifacts::walk(dir.as_fd(), &[])
+        .map_err(|e| ApiError::new(500, format!("cannot list the upload: {e}")))?;
+    if walked.too_long > 0 {
+        return Err(ApiError::new(
+            400,
+            format!("Invalid zip file: an entry's path is longer than {} bytes", libc::PATH_MAX - 1),
+        ));
+    }
+    let files: Vec<String> = walked.files.into_iter().map(|f| f.rel).collect();
     drop(dir);
     std::fs::rename(staging.keep(), &uploads).map_err(io)?;
     Ok((uploads, files))
@@ -788,6 +939,41 @@ struct CreateRequest {
 }
 
 impl CreateRequest {
+    /// The body of `POST /v1/temp-skill-runs`: the same without
+    /// `skill_id` (the package names it).
+    fn parse_temp(body: &Value) -> ApiResult<CreateRequest> {
+        let mut with_id = body.clone();
+        if let Some(obj) = with_id.as_object_mut() {
+            obj.insert("skill_id".into(), Value::String(String::new()));
+        }
+        CreateRequest::parse(&with_id)
+    }
+
+    /// A new record for this request, not started.
+    fn into_record(self, skill_id: String, runtime_options: Map<String, Value>, temp: bool) -> JobRecord {
+        let now = store::now();
+        JobRecord {
+            request_id: uuid::Uuid::new_v4().to_string(),
+            skill_id,
+            engine: self.engine,
+            input: self.input,
+            parameter: self.parameter,
+            model: self.model,
+            runtime_options,
+            created_at: now.clone(),
+            updated_at: now,
+            run_id: None,
+            status: None,
+            warnings: Vec::new(),
+            error: None,
+            cancel_requested: false,
+            temp,
+            recovery_state: None,
+            recovered_at: None,
+            recovery_reason: None,
+        }
+    }
+
     fn parse(body: &Value) -> ApiResult<CreateRequest> {
         let Some(obj) = body.as_object() else {
             return Err(ApiError::field(
@@ -831,10 +1017,72 @@ impl CreateRequest {
     }
 }
 
-/// Upstream's runtime-options policy: known keys, their types, defaults.
-fn runtime_options(given: &Map<String, Value>) -> ApiResult<Map<String, Value>> {
-    const BOOLS: [&str; 5] =
-        ["verbose", "no_cache", "debug", "debug_keep_temp", "interactive_require_user_reply"];
+/// Upstream's engine policy for one request (400 `SKILL_ENGINE_UNSUPPORTED`).
+fn check_engine(skill: &Skill, engine: &str) -> ApiResult<()> {
+    if skill.effective_engines.iter().any(|e| e == engine) {
+        return Ok(());
+    }
+    Err(ApiError {
+        status: 400,
+        detail: json!({
+            "code": "SKILL_ENGINE_UNSUPPORTED",
+            "message": format!("Skill '{}' does not support engine '{engine}'", skill.id),
+            "declared_engines": skill.engines,
+            "unsupported_engines": skill.unsupported_engines,
+            "effective_engines": skill.effective_engines,
+            "requested_engine": engine,
+        }),
+    })
+}
+
+/// The (normalized) `execution_mode` against the skill's modes and this
+/// server's: 400 `SKILL_EXECUTION_MODE_UNSUPPORTED` either way.
+fn check_mode(skill: &Skill, options: &Map<String, Value>) -> ApiResult<()> {
+    let mode = options.get("execution_mode").and_then(Value::as_str).unwrap_or("auto");
+    let message = if !skill.execution_modes.iter().any(|m| m == mode) {
+        format!("Skill '{}' does not support execution_mode '{mode}'", skill.id)
+    } else if mode == "interactive" {
+        // Declared by the skill, but this server runs auto jobs only:
+        // upstream's refusal, so clients handle both alike.
+        format!(
+            "Skill '{}' does not support execution_mode 'interactive' on this server (interactive jobs are not implemented)",
+            skill.id
+        )
+    } else {
+        return Ok(());
+    };
+    Err(ApiError {
+        status: 400,
+        detail: json!({
+            "code": "SKILL_EXECUTION_MODE_UNSUPPORTED",
+            "message": message,
+            "declared_execution_modes": skill.execution_modes,
+            "requested_execution_mode": mode,
+        }),
+    })
+}
+
+/// A JSON value as Python's `bool()` of its decoded form: false for
+/// `null`, `false`, `0`, `""`, `[]` and `{}`.
+fn truthy(v: &Value) -> bool {
+    match v {
+        Value::Null => false,
+        Value::Bool(b) => *b,
+        Value::Number(n) => n.as_f64().is_some_and(|f| f != 0.0),
+        Value::String(s) => !s.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(o) => !o.is_empty(),
+    }
+}
+
+/// Upstream's runtime-options policy: known keys, their types, defaults;
+/// `hard_timeout_seconds` only below the server's `job_timeout`. Like
+/// upstream, the flags `verbose`, `no_cache`, `debug` and
+/// `debug_keep_temp` take any value (its own e2e runner sends `verbose` as
+/// a count) and are read as Python truth values ([`truthy`]).
+fn runtime_options(given: &Map<String, Value>, job_timeout: Duration) -> ApiResult<Map<String, Value>> {
+    const FLAGS: [&str; 4] = ["verbose", "no_cache", "debug", "debug_keep_temp"];
+    const BOOLS: [&str; 1] = ["interactive_require_user_reply"];
     const POSITIVE: [&str; 5] = [
         "session_timeout_sec",
         "interactive_wait_timeout_sec",
@@ -845,7 +1093,9 @@ fn runtime_options(given: &Map<String, Value>) -> ApiResult<Map<String, Value>> 
     let mut unknown: Vec<&str> = given
         .keys()
         .map(String::as_str)
-        .filter(|k| !BOOLS.contains(k) && !POSITIVE.contains(k) && *k != "execution_mode")
+        .filter(|k| {
+            !FLAGS.contains(k) && !BOOLS.contains(k) && !POSITIVE.contains(k) && *k != "execution_mode"
+        })
         .collect();
     if !unknown.is_empty() {
         unknown.sort();
@@ -867,6 +1117,17 @@ fn runtime_options(given: &Map<String, Value>) -> ApiResult<Map<String, Value>> 
                 "runtime_options.execution_mode must be one of: auto, interactive",
             ));
         }
+    }
+    if let Some(seconds) = given.get("hard_timeout_seconds").and_then(Value::as_u64)
+        && Duration::from_secs(seconds) >= job_timeout
+    {
+        return Err(ApiError::new(
+            400,
+            format!(
+                "runtime_options.hard_timeout_seconds must be less than the server's job timeout ({} seconds)",
+                job_timeout.as_secs_f64()
+            ),
+        ));
     }
     out.entry("execution_mode").or_insert_with(|| json!("auto"));
     out.entry("session_timeout_sec").or_insert_with(|| json!(1200));

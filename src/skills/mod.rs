@@ -10,6 +10,7 @@
 //! | [`run`] | one run: its directory, its sandbox spec, the launcher, timeout and cancel, `result.json` |
 //! | [`artifacts`] | listing, the required check, confined download, bundles |
 //! | [`store`] | job records that survive a restart |
+//! | [`temp`] | temporary skill runs: the uploaded package, staged and checked |
 //! | [`jobs`] | the service behind every endpoint |
 //! | [`http`] | the axum routes |
 
@@ -24,3 +25,4 @@ pub mod package;
 pub mod prompt;
 pub mod run;
 pub mod store;
+pub mod temp;

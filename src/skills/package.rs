@@ -19,7 +19,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use super::fsio::{self, Links, ReadError};
@@ -230,7 +230,11 @@ pub fn load(dir: &Path, engines: &[String]) -> Result<Skill, PackageError> {
         return err(format!("Skill package missing required files: {}", absent.join(", ")));
     }
     let mut compiled = Vec::new();
+    let mut output_order = Vec::new();
     for (key, rel, bytes) in docs {
+        if key == "output" {
+            output_order = property_order(&bytes);
+        }
         let json: Value = serde_json::from_slice(&bytes)
             .map_err(|_| PackageError(format!("Invalid {key} schema: not valid JSON")))?;
         if let Some(message) = meta_error(key, &json) {
@@ -259,7 +263,7 @@ pub fn load(dir: &Path, engines: &[String]) -> Result<Skill, PackageError> {
         None => "1.0.0".to_string(),
     };
 
-    let artifacts = artifacts_of(obj, &output.json)?;
+    let artifacts = artifacts_of(obj, &output.json, &output_order)?;
     Ok(Skill {
         id,
         dir,
@@ -571,11 +575,52 @@ fn meta_error(key: &str, schema: &Value) -> Option<String> {
     None
 }
 
+/// The names of a schema's top-level `properties` in the order of its
+/// file. `serde_json`'s map is sorted, while upstream (Python) keeps the
+/// file's order, and its clients compare the lists built from it. A name
+/// given twice keeps its first place, as in a Python dict. Empty when the
+/// document has no `properties` object.
+fn property_order(bytes: &[u8]) -> Vec<String> {
+    struct Keys(Vec<String>);
+    impl<'de> Deserialize<'de> for Keys {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Keys, D::Error> {
+            struct Visit;
+            impl<'de> serde::de::Visitor<'de> for Visit {
+                type Value = Keys;
+                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    f.write_str("an object")
+                }
+                fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Keys, A::Error> {
+                    let mut keys: Vec<String> = Vec::new();
+                    while let Some(key) = map.next_key::<String>()? {
+                        map.next_value::<serde::de::IgnoredAny>()?;
+                        if !keys.contains(&key) {
+                            keys.push(key);
+                        }
+                    }
+                    Ok(Keys(keys))
+                }
+            }
+            d.deserialize_map(Visit)
+        }
+    }
+    #[derive(Deserialize)]
+    struct Doc {
+        properties: Option<Keys>,
+    }
+    serde_json::from_slice::<Doc>(bytes).ok().and_then(|d| d.properties).map(|k| k.0).unwrap_or_default()
+}
+
 /// `runner.json.artifacts` when it has entries, else inferred from the
-/// output schema (§2.7.1): every top-level property with `x-type`
+/// output schema (§2.7.1), in the order of its properties (`order`, see
+/// [`property_order`]): every top-level property with `x-type`
 /// artifact|file gives `{role: x-role or "output", pattern: x-filename or
 /// the name, required: name in output.required}`.
-fn artifacts_of(obj: &Map<String, Value>, output: &Value) -> Result<Vec<ArtifactSpec>, PackageError> {
+fn artifacts_of(
+    obj: &Map<String, Value>,
+    output: &Value,
+    order: &[String],
+) -> Result<Vec<ArtifactSpec>, PackageError> {
     let declared = obj.get("artifacts").and_then(Value::as_array).filter(|a| !a.is_empty());
     let specs: Vec<ArtifactSpec> = match declared {
         Some(items) => items
@@ -590,9 +635,9 @@ fn artifacts_of(obj: &Map<String, Value>, output: &Value) -> Result<Vec<Artifact
         None => {
             let required = required_of(output);
             let props = output.get("properties").and_then(Value::as_object);
-            props
-                .into_iter()
-                .flatten()
+            order
+                .iter()
+                .filter_map(|name| Some((name, props?.get(name)?)))
                 .filter(|(_, spec)| {
                     matches!(spec.get("x-type").and_then(Value::as_str), Some("artifact" | "file"))
                 })
@@ -767,7 +812,8 @@ mod tests {
             "info_path": {"type": "string", "x-type": "file"},
             "plain": {"type": "string"}
         }, "required": ["text"]});
-        let specs = artifacts_of(&Map::new(), &output).unwrap();
+        let order = property_order(output.to_string().as_bytes());
+        let specs = artifacts_of(&Map::new(), &output, &order).unwrap();
         assert_eq!(
             specs,
             [
@@ -780,5 +826,9 @@ mod tests {
                 ArtifactSpec { role: "text".into(), pattern: "text.md".into(), mime: None, required: true },
             ]
         );
+        // The file's order, not the map's; a repeated name keeps its first place.
+        let text = br#"{"properties": {"z": {"x-type": "file"}, "a": {"x-type": "file"}, "z": {}}}"#;
+        assert_eq!(property_order(text), ["z", "a"]);
+        assert_eq!(property_order(br#"{"type": "object"}"#), Vec::<String>::new());
     }
 }

@@ -70,6 +70,10 @@ pub struct JobRecord {
     pub error: Option<Value>,
     #[serde(default)]
     pub cancel_requested: bool,
+    /// A temporary skill run (`/v1/temp-skill-runs`): its package is
+    /// staged under its request directory; `skill_id` is empty until then.
+    #[serde(default)]
+    pub temp: bool,
     /// `failed_reconciled` for a job that was running when the server stopped.
     #[serde(default)]
     pub recovery_state: Option<String>,

@@ -40,7 +40,8 @@ impl Env {
         let config = json!({"engines": {"command": {
             "argv": ["sh", "/engine/stub-engine.sh", "{prompt}"],
             "ro_binds": [{"src": engine_dir, "dst": "/engine"}],
-            "network": "off"
+            "network": "off",
+            "models": ["stub-model", "stub-model-large"]
         }}});
         std::fs::write(&engines, serde_json::to_vec_pretty(&config).unwrap()).unwrap();
         for p in [&skills, &engine_dir] {
@@ -94,6 +95,15 @@ impl Env {
         Server { child, addr: addr.to_string() }
     }
 
+    /// The host directory of the run of `request_id` (from its job record).
+    pub fn run_dir(&self, request_id: &str) -> PathBuf {
+        let record: Value = serde_json::from_slice(
+            &std::fs::read(self.data.join(format!("jobs/{request_id}.json"))).unwrap(),
+        )
+        .unwrap();
+        self.data.join("runs").join(record["run_id"].as_str().expect("the job has a run"))
+    }
+
     pub fn server_log(&self) -> String {
         std::fs::read_to_string(self.fx.dir.join("server.log")).unwrap_or_default()
     }
@@ -127,6 +137,33 @@ impl Server {
         request(&self.addr, "GET", path, None, &[])
     }
 
+    /// `GET path`, or `None` when no answer came within `limit` (the
+    /// request is left hanging on its own thread).
+    pub fn get_within(&self, path: &str, limit: Duration) -> Option<Resp> {
+        let (addr, path) = (self.addr.clone(), path.to_string());
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(request(&addr, "GET", &path, None, &[]));
+        });
+        rx.recv_timeout(limit).ok()
+    }
+
+    /// SIGTERM, then waits up to `limit` for the server to exit.
+    pub fn terminate_within(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        // SAFETY: kill(2) on our own child, which has not been reaped.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     pub fn post_json(&self, path: &str, body: &Value) -> Resp {
         request(&self.addr, "POST", path, Some("application/json"), &serde_json::to_vec(body).unwrap())
     }
@@ -135,20 +172,28 @@ impl Server {
         request(&self.addr, "POST", path, None, &[])
     }
 
-    /// multipart/form-data with one field `field` holding `bytes`.
-    pub fn upload_as(&self, request_id: &str, field: &str, bytes: &[u8]) -> Resp {
+    /// multipart/form-data with one file field per `(name, bytes)`.
+    pub fn post_files(&self, path: &str, fields: &[(&str, &[u8])]) -> Resp {
         let boundary = "----tuixiu-test-boundary-7d2f";
         let mut body = Vec::new();
-        write!(
-            body,
-            "--{boundary}\r\nContent-Disposition: form-data; name=\"{field}\"; filename=\"inputs.zip\"\r\n\
-             Content-Type: application/zip\r\n\r\n"
-        )
-        .unwrap();
-        body.extend_from_slice(bytes);
-        write!(body, "\r\n--{boundary}--\r\n").unwrap();
+        for (field, bytes) in fields {
+            write!(
+                body,
+                "--{boundary}\r\nContent-Disposition: form-data; name=\"{field}\"; filename=\"{field}.zip\"\r\n\
+                 Content-Type: application/zip\r\n\r\n"
+            )
+            .unwrap();
+            body.extend_from_slice(bytes);
+            body.extend_from_slice(b"\r\n");
+        }
+        write!(body, "--{boundary}--\r\n").unwrap();
         let ct = format!("multipart/form-data; boundary={boundary}");
-        request(&self.addr, "POST", &format!("/v1/jobs/{request_id}/upload"), Some(&ct), &body)
+        request(&self.addr, "POST", path, Some(&ct), &body)
+    }
+
+    /// multipart/form-data with one field `field` holding `bytes`.
+    pub fn upload_as(&self, request_id: &str, field: &str, bytes: &[u8]) -> Resp {
+        self.post_files(&format!("/v1/jobs/{request_id}/upload"), &[(field, bytes)])
     }
 
     pub fn upload(&self, request_id: &str, bytes: &[u8]) -> Resp {
