@@ -274,20 +274,34 @@ async fn keepalive_expiry_removes_the_native_instance() {
             statuses(&backend, "tuixiu-run-k1").last().map(String::as_str) == Some("missing")
         })
         .await;
-    assert!(!s.state.join("runs/k1.json").exists());
     assert!(!s.state.join("native/tuixiu-run-k1").exists(), "instance record removed");
+    // The run is kept (tests/proxy_acp.rs resumes one after expiry).
+    let kept: Value = serde_json::from_slice(&std::fs::read(s.state.join("runs/k1.json")).unwrap()).unwrap();
+    assert_eq!(kept["init"]["env"]["OPENAI_API_KEY"], SECRET, "the run's init is kept");
+    assert_eq!(kept["expires_at_ms"], Value::Null);
     let r = backend.control(json!({"action":"inspect","run_id":"k1"})).await;
     assert_eq!(r["status"], "missing");
+    // `remove` forgets it.
+    let r = backend.control(json!({"action":"remove","run_id":"k1"})).await;
+    assert_eq!(r["ok"], true, "{r}");
+    assert!(!s.state.join("runs/k1.json").exists());
     assert!(daemon.stop().success());
 }
 
+/// By default (as the Node proxy) an idle run never expires; with
+/// `expire_idle_runs = true` its instance goes after the TTL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn idle_runs_expire_without_acp_close() {
+async fn idle_runs_expire_only_when_configured() {
     let backend = Backend::start().await;
     let s = Scratch::new("idle");
-    let cfg = s.config(&backend.url, "", "");
-    let _daemon = Daemon::start(&s, "proxy", &cfg);
+    let default = Daemon::start(&s, "default", &s.config(&backend.url, "", ""));
     backend.registered(0, 20 * SECS).await;
+    open(&backend, "i0", 1).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(statuses(&backend, "tuixiu-run-i0"), ["running"], "an idle run expired by default");
+    drop(default);
+    let _daemon = Daemon::start(&s, "expiring", &s.config(&backend.url, "expire_idle_runs = true", ""));
+    backend.registered(1, 20 * SECS).await;
     open(&backend, "i1", 2).await;
     backend
         .wait_for("missing after the idle TTL", 15 * SECS, |_| {

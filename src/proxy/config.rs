@@ -505,7 +505,7 @@ impl Config {
         let outbox_max_messages = r.int("", "outbox_max_messages", 10_000, 1, 10_000_000)? as usize;
         let outbox_max_bytes = r.int("", "outbox_max_bytes", 64 * 1024 * 1024, 1024, 1 << 40)? as usize;
         let keepalive_min_seconds = r.int("", "keepalive_min_seconds", 60, 1, 86_400)?;
-        let expire_idle_runs = r.boolean("", "expire_idle_runs", true)?;
+        let expire_idle_runs = r.boolean("", "expire_idle_runs", false)?;
         let git_push_timeout_max_seconds = r.int("", "git_push_timeout_max_seconds", 3600, 5, 86_400)?;
 
         let agent = AgentConfig {

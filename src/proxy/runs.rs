@@ -19,8 +19,11 @@
 //! run becomes idle (the backend never sends `acp_close`, so with the Node
 //! behaviour instances were never reclaimed: reference §3.6 [QUIRK]). New
 //! work stops the clock. On expiry the instance is removed and
-//! `sandbox_instance_status missing` reported; the workspace stays (the
-//! backend removes it with `remove_workspace` or `gc`).
+//! `sandbox_instance_status missing` reported; the run (its record and
+//! `init`) and the workspace stay, so a later prompt re-creates the
+//! instance and resumes (the backend removes runs with `remove`, workspaces
+//! with `remove_workspace` or `gc`). `expire_idle_runs` defaults to false,
+//! as the Node proxy never expired runs.
 //!
 //! The agent (docs/acp.md): the lane holds the run's agent process
 //! ([`super::agent`]: `Lane::open_agent` lands inputs, runs the init
@@ -565,16 +568,35 @@ impl Lane {
         Ok(name)
     }
 
-    /// Keepalive expired: remove the instance, report it missing, forget the run.
+    /// Keepalive expired: the agent is closed and the instance removed
+    /// (reported `missing`), but the run is **kept**: its record and its
+    /// last `init` stay, so a later `prompt_send` without `init` (all the
+    /// backend sends for a run it still holds open) makes a new instance
+    /// over the same workspace and home, starts the agent and resumes the
+    /// session. Only `remove` (and `prune_orphans`/`gc`) forget a run.
     async fn expire(&mut self) {
         let Some(state) = &self.state else { return };
         let name = state.instance_name.clone();
-        tracing::info!("run {}: keepalive expired, removing instance {name}", self.run_id);
+        tracing::info!("run {}: keepalive expired, removing instance {name} (the run is kept)", self.run_id);
         self.close_agent("keepalive_expired").await;
-        if let Err(e) = self.remove_instance(&name).await {
-            tracing::error!("run {}: removing expired instance {name}: {e}; retrying in 60 s", self.run_id);
-            if let Some(state) = &mut self.state {
-                state.expires_at_ms = Some(now_ms() + 60_000);
+        match self.d.provider.remove(&name).await {
+            Ok(info) => {
+                // The instance's scratch and staged secrets go with it.
+                super::mounts::discard(&self.d, &self.run_id);
+                self.d.report_status(&self.run_id, &info);
+                if let Some(state) = &mut self.state {
+                    state.expires_at_ms = None;
+                    state.updated_at = super::now_iso();
+                }
+                self.persist();
+            }
+            Err(e) => {
+                let e = e.to_string();
+                tracing::error!("run {}: removing expired instance {name}: {e}; retrying in 60 s", self.run_id);
+                self.d.report_error_status(&self.run_id, &name, &e);
+                if let Some(state) = &mut self.state {
+                    state.expires_at_ms = Some(now_ms() + 60_000);
+                }
             }
         }
     }
