@@ -97,6 +97,9 @@ impl Lane {
         if self.live_agent().is_some() {
             return Ok(());
         }
+        if self.d.runs.stopping() {
+            return Err("the proxy is shutting down: no agent starts now; retry after it is back".into());
+        }
         self.agent = None;
         let d = self.d.clone();
         let state = self.state.clone().ok_or("the run is not prepared")?;
@@ -543,6 +546,7 @@ impl Lane {
                 (t.max(0.0) as u64).clamp(PROMPT_TIMEOUT_MIN, PROMPT_TIMEOUT_MAX)
             });
         self.prompts += 1;
+        d.runs.turn(true);
         tokio::spawn(async move {
             let r = agent
                 .prompt(
@@ -560,6 +564,7 @@ impl Lane {
                     "session_recreated_from": o.session_recreated_from})),
                 Err(e) => super::runs::reply_prompt(&d, &m, Err(e)),
             }
+            d.runs.turn(false);
             super::runs::send(&d, &run, Job::PromptDone);
         });
     }

@@ -60,6 +60,7 @@ const SCHEMA: &[(&str, &str, Kind)] = &[
     ("", "fs_read_max_bytes", Kind::Int),
     ("", "agent_shutdown_grace_seconds", Kind::Int),
     ("", "acp_request_timeout_seconds", Kind::Int),
+    ("", "shutdown_flush_seconds", Kind::Int),
     ("agent", "id", Kind::Str),
     ("agent", "name", Kind::Str),
     ("agent", "max_concurrent", Kind::Int),
@@ -262,6 +263,8 @@ pub struct Config {
     pub agent_shutdown_grace_seconds: u64,
     /// Timeout of the daemon's own requests to the agent (not prompts).
     pub acp_request_timeout_seconds: u64,
+    /// At SIGTERM, how long the last messages may take to reach the backend.
+    pub shutdown_flush_seconds: u64,
     pub agent: AgentConfig,
     pub sandbox: SandboxConfig,
     pub tls: TlsConfig,
@@ -777,6 +780,7 @@ impl Config {
         let fs_read_max_bytes = r.int("", "fs_read_max_bytes", 16 * 1024 * 1024, 1, 1 << 30)?;
         let agent_shutdown_grace_seconds = r.int("", "agent_shutdown_grace_seconds", 2, 0, 600)?;
         let acp_request_timeout_seconds = r.int("", "acp_request_timeout_seconds", 300, 1, 86_400)?;
+        let shutdown_flush_seconds = r.int("", "shutdown_flush_seconds", 5, 0, 600)?;
 
         let tls = TlsConfig {
             ca_file: r.string("tls", "ca_file")?.map(|p| absolute(&r, "tls.ca_file", &p)).transpose()?,
@@ -821,6 +825,7 @@ impl Config {
             fs_read_max_bytes,
             agent_shutdown_grace_seconds,
             acp_request_timeout_seconds,
+            shutdown_flush_seconds,
             agent,
             sandbox: SandboxConfig {
                 provider,

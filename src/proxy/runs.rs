@@ -108,6 +108,10 @@ fn default_id() -> u32 {
 pub struct Runs {
     lanes: Mutex<HashMap<String, mpsc::UnboundedSender<Job>>>,
     agents: super::agent::Agents,
+    /// Prompt turns whose `prompt_result` is not yet queued (all runs).
+    turns: std::sync::atomic::AtomicUsize,
+    /// The daemon is shutting down: no new agent starts.
+    stopping: std::sync::atomic::AtomicBool,
 }
 
 impl Runs {
@@ -136,6 +140,29 @@ impl Runs {
 
     pub fn set_agent(&self, run: &str, agent: Option<Arc<crate::acp::host::Agent>>) {
         self.agents.set(run, agent)
+    }
+
+    /// A prompt turn started (`true`) or queued its result (`false`).
+    pub fn turn(&self, started: bool) {
+        use std::sync::atomic::Ordering::SeqCst;
+        if started {
+            self.turns.fetch_add(1, SeqCst);
+        } else {
+            self.turns.fetch_sub(1, SeqCst);
+        }
+    }
+
+    pub fn turns_in_flight(&self) -> usize {
+        self.turns.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// From now on no agent starts (the daemon is shutting down).
+    pub fn stop_starting(&self) {
+        self.stopping.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    pub fn stopping(&self) -> bool {
+        self.stopping.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 
