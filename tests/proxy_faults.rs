@@ -176,3 +176,104 @@ async fn sigterm_closes_agents_then_flushes_then_closes_the_link() {
         assert!(agent_pids(&s).is_empty(), "{on_eof:?}: the agent outlived the daemon");
     }
 }
+
+/// Who runs the daemon.
+#[derive(Clone, Copy, Debug)]
+enum As {
+    Root,
+    Nobody,
+    Nested,
+}
+
+fn start_as(who: As, s: &Scratch, name: &str, cfg: &str) -> Daemon {
+    match who {
+        As::Root => Daemon::start(s, name, cfg),
+        As::Nobody => Daemon::start_unprivileged(s, name, cfg, false),
+        As::Nested => Daemon::start_unprivileged(s, name, cfg, true),
+    }
+}
+
+fn sigkill(daemon: &mut Daemon) {
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(daemon.pid() as i32, libc::SIGKILL) };
+    daemon.wait_exit(10 * SECS);
+}
+
+/// The launcher pid of the run's agent, from the native provider's records.
+fn agent_launcher(s: &Scratch, run: &str) -> i32 {
+    let dir = s.state.join(format!("native/tuixiu-run-{run}/procs"));
+    std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .find(|e| std::fs::read_to_string(e.path()).is_ok_and(|t| t.contains("agent")))
+        .and_then(|e| e.file_name().to_str()?.parse().ok())
+        .unwrap_or_else(|| panic!("no agent recorded in {}", dir.display()))
+}
+
+/// SIGKILLs a process when dropped (a stopped launcher must not outlive a failed test).
+struct KillOnDrop(i32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        // SAFETY: plain kill(2); the pid was recorded by this test's daemon.
+        unsafe { libc::kill(self.0, libc::SIGKILL) };
+    }
+}
+
+/// Daemon SIGKILL with an idle agent that ignores end-of-file and SIGTERM
+/// (as claude-code-acp does): the agent's sandbox dies with the daemon
+/// (the launcher's lifeline, whichever daemon thread started it), and the
+/// restarted daemon's first prompt works. With `stop_launcher`, the old
+/// launcher is frozen first, so the agent survives the daemon: the restart
+/// must end it and wait until it has really exited before the new agent
+/// starts (before, the first prompt failed with "already has a running agent").
+async fn sigkill_with_an_agent_that_ignores_eof(who: As, stop_launcher: bool) {
+    let backend = Backend::start().await;
+    let s = Scratch::new("sigkill-eof");
+    let cfg = agent_config(&s, &backend.url, OnEof::Ignore, "");
+    let mut daemon = start_as(who, &s, "first", &cfg);
+    backend.registered(0, 20 * SECS).await;
+    let opened = open_with(&backend, "k1", init(json!([])), 600).await;
+    assert_eq!(opened["ok"], true, "{who:?}: {opened}\n{}", daemon.stderr());
+    let r = prompt(&backend, "k1", "p1", Value::Null, "say one").await;
+    assert_eq!(r["ok"], true, "{who:?}: {r}");
+    let session = r["session_id"].as_str().unwrap().to_string();
+    let old_agent = agent_pids(&s);
+    assert!(!old_agent.is_empty(), "{who:?}: the agent is not running");
+    let _frozen = stop_launcher.then(|| {
+        let launcher = agent_launcher(&s, "k1");
+        // SAFETY: plain kill(2) on the launcher this test's daemon started.
+        unsafe { libc::kill(launcher, libc::SIGSTOP) };
+        KillOnDrop(launcher)
+    });
+    sigkill(&mut daemon);
+    if stop_launcher {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(!agent_pids(&s).is_empty(), "{who:?}: the frozen launcher's agent should have survived");
+    } else {
+        agents_gone(&s, 10 * SECS).await;
+    }
+    let mut daemon = start_as(who, &s, "second", &cfg);
+    backend.registered(1, 20 * SECS).await;
+    let r = prompt(&backend, "k1", "p2", json!(session), "say two").await;
+    assert_eq!(r["ok"], true, "{who:?} (stop_launcher {stop_launcher}): {r}\n{}", daemon.stderr());
+    assert_eq!(r["session_id"], session.as_str());
+    assert_eq!(chunks(&backend, "p2"), ["two"]);
+    let now: Vec<u32> = agent_pids(&s);
+    assert!(old_agent.iter().all(|p| !now.contains(p)), "{who:?}: the old agent still runs: {old_agent:?} {now:?}");
+    assert!(daemon.stop().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_agents_die_with_the_daemon() {
+    for who in [As::Root, As::Nobody, As::Nested] {
+        sigkill_with_an_agent_that_ignores_eof(who, false).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_waits_for_a_leftover_agent() {
+    for who in [As::Root, As::Nobody] {
+        sigkill_with_an_agent_that_ignores_eof(who, true).await;
+    }
+}

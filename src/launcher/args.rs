@@ -318,6 +318,11 @@ pub struct ExecArgs {
     /// mounts are ignored)
     #[arg(long, value_name = "PID")]
     pub join_pid: Option<i32>,
+
+    /// The read end of a pipe whose write end only the caller holds: when
+    /// the caller is gone (the pipe hangs up), the sandbox is killed
+    #[arg(long, value_name = "FD")]
+    pub lifeline_fd: Option<i32>,
 }
 
 /// What planning a manifest needs (shared by `run` and `manifest check`).

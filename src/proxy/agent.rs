@@ -469,6 +469,11 @@ impl Lane {
                 (process, GuestFs::sandbox_root(pid1, &allowed), Some(pid1))
             }
             other => {
+                if let AnyProvider::Host(p) = other {
+                    // Host processes do not die with the daemon: one left
+                    // running by a previous daemon is ended first.
+                    p.end_stale_agent(&name).await;
+                }
                 let process =
                     other.spawn_agent(&name, &spec).await.map_err(|e| format!("start agent_command: {e}"))?;
                 let owner = matches!(other, AnyProvider::Docker(_)).then(|| state_user(state));

@@ -80,7 +80,9 @@ impl Daemon {
         let prefix = cfg.sandbox.instance_prefix.as_str();
         let provider = match cfg.sandbox.provider {
             ProviderChoice::Native => AnyProvider::Native(
-                NativeProvider::with_current_exe(state, prefix).map_err(|e| e.to_string())?,
+                NativeProvider::with_current_exe(state, prefix)
+                    .and_then(NativeProvider::with_lifeline)
+                    .map_err(|e| e.to_string())?,
             ),
             ProviderChoice::Docker => AnyProvider::Docker(
                 DockerProvider::new(&cfg.sandbox.runtime, state, prefix).map_err(|e| e.to_string())?,
