@@ -277,3 +277,90 @@ async fn restart_waits_for_a_leftover_agent() {
         sigkill_with_an_agent_that_ignores_eof(who, true).await;
     }
 }
+
+/// The daemon's peak resident set (VmHWM), in KiB.
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// A workspace owned by the daemon's user, with a sparse file whose first
+/// line is `first_line` bytes long (no disk used).
+fn workspace_with_sparse_file(s: &Scratch, run: &str, who: As, first_line: u64) {
+    let ws = s.root.join(format!("run-{run}"));
+    std::fs::create_dir_all(&ws).unwrap();
+    let f = std::fs::File::create(ws.join("big.txt")).unwrap();
+    f.set_len(first_line).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, b"\ntail\n", first_line).unwrap();
+    std::fs::write(ws.join("small.txt"), "a\nb\nc\n").unwrap();
+    if !matches!(who, As::Root) {
+        for p in [ws.clone(), ws.join("big.txt"), ws.join("small.txt")] {
+            std::os::unix::fs::chown(p, Some(65534), Some(65534)).unwrap();
+        }
+    }
+}
+
+/// `fs/read_text_file` by lines reads and keeps at most `fs_read_max_bytes`
+/// of the file (a 128 MiB line once took the daemon's memory with it), and
+/// one run's agent cannot hold more than `run_max_terminals` terminals or
+/// start one when its sandbox runs `run_max_processes` processes (as root
+/// no kernel limit applies to the sandbox: the daemon counts).
+async fn agent_bounds(who: As) {
+    let backend = Backend::start().await;
+    let s = Scratch::new("bounds");
+    let extra = "fs_read_max_bytes = 1048576\nrun_max_terminals = 4\nrun_max_processes = 8";
+    workspace_with_sparse_file(&s, "b1", who, 128 << 20);
+    let cfg = agent_config(&s, &backend.url, OnEof::Exit, extra);
+    let mut daemon = start_as(who, &s, "proxy", &cfg);
+    backend.registered(0, 20 * SECS).await;
+    let opened = open_with(&backend, "b1", init(json!([])), 600).await;
+    assert_eq!(opened["ok"], true, "{who:?}: {opened}\n{}", daemon.stderr());
+    let before = peak_rss_kib(daemon.pid());
+    let script = [
+        r#"call fs/read_text_file {"path":"/workspace/big.txt","line":2,"limit":1}"#,
+        r#"call fs/read_text_file {"path":"/workspace/small.txt","line":2,"limit":1}"#,
+        r#"calls 6 terminal/create {"command":"sleep","args":["30"]}"#,
+    ]
+    .join("\n");
+    let r = prompt(&backend, "b1", "p1", Value::Null, &script).await;
+    assert_eq!(r["ok"], true, "{who:?}: {r}");
+    let rep = proxy_support::agent::reports(&backend, "p1");
+    assert_eq!(rep[0]["error"]["code"], -32603, "{who:?}: a 128 MiB line was read: {}", rep[0]);
+    assert!(rep[0]["error"]["message"].as_str().unwrap().contains("fs_read_max_bytes"), "{}", rep[0]);
+    assert_eq!(rep[1]["result"]["content"], "b\n");
+    let grown = peak_rss_kib(daemon.pid()).saturating_sub(before);
+    assert!(grown < 32 * 1024, "{who:?}: the daemon's peak memory grew by {grown} KiB");
+    let created = rep[2..8].iter().filter(|r| r["result"]["terminalId"].is_string()).count();
+    let refused: Vec<&Value> = rep[2..8].iter().filter(|r| r.get("error").is_some()).collect();
+    assert_eq!((created, refused.len()), (4, 2), "{who:?}: {:?}", &rep[2..8]);
+    assert!(refused.iter().all(|r| r["error"]["message"].as_str().unwrap().contains("run_max_terminals")));
+
+    // Processes: a terminal that starts five more fills the sandbox
+    // (PID 1, the agent, sh and five sleeps); the next one is refused.
+    let opened = open_with(&backend, "b2", init(json!([])), 600).await;
+    assert_eq!(opened["ok"], true, "{opened}");
+    let script = [
+        r#"call terminal/create {"command":"sh","args":["-c","for i in 1 2 3 4 5; do sleep 30 & done; wait"]}"#,
+        "sleep 1",
+        r#"call terminal/create {"command":"true"}"#,
+    ]
+    .join("\n");
+    let r = prompt(&backend, "b2", "p2", Value::Null, &script).await;
+    assert_eq!(r["ok"], true, "{who:?}: {r}");
+    let rep = proxy_support::agent::reports(&backend, "p2");
+    assert!(rep[0]["result"]["terminalId"].is_string(), "{who:?}: {}", rep[0]);
+    assert_eq!(rep[1]["error"]["code"], -32603, "{who:?}: a 9th process was started: {}", rep[1]);
+    assert!(rep[1]["error"]["message"].as_str().unwrap().contains("run_max_processes"), "{}", rep[1]);
+    assert!(daemon.stop().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_reads_terminals_and_processes_are_bounded() {
+    for who in [As::Root, As::Nobody, As::Nested] {
+        agent_bounds(who).await;
+    }
+}

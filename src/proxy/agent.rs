@@ -493,7 +493,7 @@ impl Lane {
             }
         };
         let spawner = spawner(d.clone(), name.clone(), pid1);
-        let client = Client::new(
+        let mut client = Client::new(
             d.clone(),
             self.run_id.clone(),
             name.clone(),
@@ -502,6 +502,7 @@ impl Lane {
             env,
             state.home_guest.clone(),
         );
+        client.sandbox_pid1 = pid1;
         self.generation += 1;
         let generation = self.generation;
         let (dd, run) = (d.clone(), self.run_id.clone());

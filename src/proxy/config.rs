@@ -61,6 +61,8 @@ const SCHEMA: &[(&str, &str, Kind)] = &[
     ("", "agent_shutdown_grace_seconds", Kind::Int),
     ("", "acp_request_timeout_seconds", Kind::Int),
     ("", "shutdown_flush_seconds", Kind::Int),
+    ("", "run_max_terminals", Kind::Int),
+    ("", "run_max_processes", Kind::Int),
     ("agent", "id", Kind::Str),
     ("agent", "name", Kind::Str),
     ("agent", "max_concurrent", Kind::Int),
@@ -265,6 +267,10 @@ pub struct Config {
     pub acp_request_timeout_seconds: u64,
     /// At SIGTERM, how long the last messages may take to reach the backend.
     pub shutdown_flush_seconds: u64,
+    /// Terminals one run's agent may hold at once (created, not released).
+    pub run_max_terminals: usize,
+    /// Processes in one run's sandbox above which no terminal starts.
+    pub run_max_processes: usize,
     pub agent: AgentConfig,
     pub sandbox: SandboxConfig,
     pub tls: TlsConfig,
@@ -781,6 +787,8 @@ impl Config {
         let agent_shutdown_grace_seconds = r.int("", "agent_shutdown_grace_seconds", 2, 0, 600)?;
         let acp_request_timeout_seconds = r.int("", "acp_request_timeout_seconds", 300, 1, 86_400)?;
         let shutdown_flush_seconds = r.int("", "shutdown_flush_seconds", 5, 0, 600)?;
+        let run_max_terminals = r.int("", "run_max_terminals", 32, 1, 100_000)? as usize;
+        let run_max_processes = r.int("", "run_max_processes", 512, 1, 1_000_000)? as usize;
 
         let tls = TlsConfig {
             ca_file: r.string("tls", "ca_file")?.map(|p| absolute(&r, "tls.ca_file", &p)).transpose()?,
@@ -826,6 +834,8 @@ impl Config {
             agent_shutdown_grace_seconds,
             acp_request_timeout_seconds,
             shutdown_flush_seconds,
+            run_max_terminals,
+            run_max_processes,
             agent,
             sandbox: SandboxConfig {
                 provider,
