@@ -25,7 +25,8 @@ enum OnEof {
 /// marker unique to this scratch directory (to find its processes).
 fn agent_config(s: &Scratch, url: &str, on_eof: OnEof, extra: &str) -> String {
     let dir = agent_dir(s);
-    let mut argv = vec!["python3".to_string(), "/agent/scripted_agent.py".into(), format!("--marker={}", marker(s))];
+    let mut argv =
+        vec!["python3".to_string(), "/agent/scripted_agent.py".into(), format!("--marker={}", marker(s))];
     if let OnEof::Ignore = on_eof {
         argv.extend(["--ignore-eof".into(), "--ignore-term".into()]);
     }
@@ -57,8 +58,9 @@ fn agent_pids(s: &Scratch) -> Vec<u32> {
         })
         .filter(|pid| {
             // A zombie has ended.
-            std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .is_ok_and(|st| st.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')))
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|st| {
+                st.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+            })
         })
         .collect()
 }
@@ -71,7 +73,10 @@ async fn agents_gone(s: &Scratch, timeout: Duration) {
         if left.is_empty() {
             return;
         }
-        assert!(std::time::Instant::now() < deadline, "agent processes still running after {timeout:?}: {left:?}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "agent processes still running after {timeout:?}: {left:?}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -156,16 +161,16 @@ async fn sigterm_closes_agents_then_flushes_then_closes_the_link() {
         assert_eq!(opened["ok"], true, "{opened}\n{}", daemon.stderr());
         backend.send(&json!({"type":"prompt_send","run_id":"t1","prompt_id":"p1","session_id":null,
             "prompt":[{"type":"text","text":"say started\nsleep 60"}],"timeout_ms":120000}));
-        backend
-            .wait_for("the prompt is running", 30 * SECS, |_| chunks(&backend, "p1") == ["started"])
-            .await;
+        backend.wait_for("the prompt is running", 30 * SECS, |_| chunks(&backend, "p1") == ["started"]).await;
         assert!(daemon.stop().success(), "{}", daemon.stderr());
         let t = types_of(&backend, 0);
         let result = backend
             .of_conn(0)
             .into_iter()
             .find(|m| m["type"] == "prompt_result" && m["prompt_id"] == "p1")
-            .unwrap_or_else(|| panic!("{on_eof:?}: the interrupted prompt's result was lost: {t:?}\n{}", daemon.stderr()));
+            .unwrap_or_else(|| {
+                panic!("{on_eof:?}: the interrupted prompt's result was lost: {t:?}\n{}", daemon.stderr())
+            });
         assert_eq!(result["ok"], false, "{result}");
         assert!(
             backend.of_conn(0).iter().any(|m| m["content"]["type"] == "transport_disconnected"),
@@ -260,7 +265,10 @@ async fn sigkill_with_an_agent_that_ignores_eof(who: As, stop_launcher: bool) {
     assert_eq!(r["session_id"], session.as_str());
     assert_eq!(chunks(&backend, "p2"), ["two"]);
     let now: Vec<u32> = agent_pids(&s);
-    assert!(old_agent.iter().all(|p| !now.contains(p)), "{who:?}: the old agent still runs: {old_agent:?} {now:?}");
+    assert!(
+        old_agent.iter().all(|p| !now.contains(p)),
+        "{who:?}: the old agent still runs: {old_agent:?} {now:?}"
+    );
     assert!(daemon.stop().success());
 }
 
@@ -363,4 +371,79 @@ async fn file_reads_terminals_and_processes_are_bounded() {
     for who in [As::Root, As::Nobody, As::Nested] {
         agent_bounds(who).await;
     }
+}
+
+/// After a daemon restart (and after an agent crash), the persisted `init`
+/// is used again to start the agent: an input the agent changed since it
+/// landed is left as it is and reported, never overwritten; untouched
+/// inputs stay as they are. When the backend sends `init` again, it asked
+/// for the inputs: they land again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reopening_never_overwrites_the_agents_work() {
+    let backend = Backend::start().await;
+    let s = Scratch::new("reland");
+    let cfg = agent_config(&s, &backend.url, OnEof::Exit, "");
+    let mut daemon = Daemon::start(&s, "first", &cfg);
+    backend.registered(0, 20 * SECS).await;
+    let items = json!([
+        {"id": "notes", "apply": "writeFile", "source": {"type": "inlineText", "text": "from the manifest"},
+         "target": {"root": "WORKSPACE", "path": "notes/readme.txt"}},
+        {"id": "kept", "apply": "writeFile", "source": {"type": "inlineText", "text": "untouched"},
+         "target": {"root": "WORKSPACE", "path": "kept.txt"}},
+        {"id": "rc", "apply": "writeFile", "source": {"type": "inlineText", "text": "home input"},
+         "target": {"root": "USER_HOME", "path": ".config/rc"}}]);
+    let opened = open_with(&backend, "l1", init(items.clone()), 600).await;
+    assert_eq!(opened["ok"], true, "{opened}\n{}", daemon.stderr());
+    let ws = s.root.join("run-l1");
+    let home = s.root.join("home-l1");
+    let r = prompt(
+        &backend,
+        "l1",
+        "p1",
+        Value::Null,
+        "file /workspace/notes/readme.txt the agent's edit\nfile /home/agent/.config/rc agent rc",
+    )
+    .await;
+    assert_eq!(r["ok"], true, "{r}");
+    let session = r["session_id"].as_str().unwrap().to_string();
+    assert_eq!(std::fs::read_to_string(ws.join("notes/readme.txt")).unwrap(), "the agent's edit");
+
+    // A daemon restart: the next prompt starts the agent with the persisted init.
+    assert!(daemon.stop().success());
+    let kept_mtime = std::fs::metadata(ws.join("kept.txt")).unwrap().modified().unwrap();
+    let mut daemon = Daemon::start(&s, "second", &cfg);
+    backend.registered(1, 20 * SECS).await;
+    let r = prompt(&backend, "l1", "p2", json!(session), "say back").await;
+    assert_eq!(r["ok"], true, "{r}\n{}", daemon.stderr());
+    assert_eq!(
+        std::fs::read_to_string(ws.join("notes/readme.txt")).unwrap(),
+        "the agent's edit",
+        "the persisted init overwrote the agent's work"
+    );
+    assert_eq!(std::fs::read_to_string(home.join(".config/rc")).unwrap(), "agent rc");
+    assert_eq!(std::fs::read_to_string(ws.join("kept.txt")).unwrap(), "untouched");
+    assert_eq!(std::fs::metadata(ws.join("kept.txt")).unwrap().modified().unwrap(), kept_mtime, "rewritten");
+    let reported: Vec<String> = proxy_support::agent::contents(&backend, "text")
+        .iter()
+        .filter_map(|c| c["text"].as_str().map(str::to_string))
+        .filter(|t| t.contains("changed since it was applied"))
+        .collect();
+    assert_eq!(reported.len(), 2, "{reported:?}");
+    assert!(
+        reported[0].contains("item notes") && reported[0].contains("/workspace/notes/readme.txt"),
+        "{reported:?}"
+    );
+    assert!(reported[1].contains("item rc"), "{reported:?}");
+
+    // The backend sends init again (the agent runs: nothing happens yet);
+    // the agent crashes; the next start lands what the backend asked for.
+    let opened = open_with(&backend, "l1", init(items), 600).await;
+    assert_eq!(opened["ok"], true, "{opened}");
+    let r = prompt(&backend, "l1", "p3", json!(session), "exit 3").await;
+    assert_eq!(r["ok"], false);
+    backend.wait_type("acp_exit", "run_id", &json!("l1"), 20 * SECS).await;
+    let r = prompt(&backend, "l1", "p4", json!(session), "say again").await;
+    assert_eq!(r["ok"], true, "{r}\n{}", daemon.stderr());
+    assert_eq!(std::fs::read_to_string(ws.join("notes/readme.txt")).unwrap(), "from the manifest");
+    assert!(daemon.stop().success());
 }

@@ -407,12 +407,8 @@ async fn backoff_is_reset_only_by_a_registered_connection() {
     let mut daemon = Daemon::start(&s, "proxy", &cfg);
     backend.registered(0, 20 * SECS).await;
     tokio::time::sleep(Duration::from_secs(6)).await;
-    let starts: Vec<std::time::Instant> = backend
-        .received()
-        .iter()
-        .filter(|r| r.msg["type"] == "register_agent")
-        .map(|r| r.at)
-        .collect();
+    let starts: Vec<std::time::Instant> =
+        backend.received().iter().filter(|r| r.msg["type"] == "register_agent").map(|r| r.at).collect();
     // Delays of [d/2, d] for d = 1, 2, 4, 8 s: at most 4 connections in
     // 6 s (a reset after every connect would make one every 0.5 s at most).
     assert!((2..=4).contains(&starts.len()), "{} connections in 6 s: the backoff was reset", starts.len());
@@ -423,9 +419,7 @@ async fn backoff_is_reset_only_by_a_registered_connection() {
     backend.set_on_register(OnRegister::Ack);
     let n = backend.connections();
     backend
-        .wait_for("a registered connection", 20 * SECS, |r| {
-            r.conn >= n && r.msg["type"] == "register_agent"
-        })
+        .wait_for("a registered connection", 20 * SECS, |r| r.conn >= n && r.msg["type"] == "register_agent")
         .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let dropped_at = std::time::Instant::now();

@@ -647,20 +647,53 @@ async fn malformed_controls_are_refused_and_touch_nothing() {
     let cases: Vec<(Value, &str)> = vec![
         (json!({"action":"prune_orphans"}), "expected_instances is missing"),
         (json!({"action":"prune_orphans","expected_instances":null}), "expected_instances is missing"),
-        (json!({"action":"prune_orphans","expected_instances":"notalist"}), "expected_instances must be a list"),
-        (json!({"action":"prune_orphans","expected_instances":{"instance_name":"tuixiu-run-m1"}}), "expected_instances must be a list"),
-        (json!({"action":"prune_orphans","expected_instances":[{"bogus":1}]}), "expected_instances[0].instance_name is missing"),
-        (json!({"action":"prune_orphans","expected_instances":[{"instance_name":"tuixiu-run-m1"},7]}), "expected_instances[1] must be an object"),
-        (json!({"action":"prune_orphans","expected_instances":[{"instance_name":5}]}), "expected_instances[0].instance_name must be a name"),
-        (json!({"action":"prune_orphans","expected_instances":[{"instance_name":"tuixiu-run-m1","run_id":3}]}), "expected_instances[0].run_id"),
+        (
+            json!({"action":"prune_orphans","expected_instances":"notalist"}),
+            "expected_instances must be a list",
+        ),
+        (
+            json!({"action":"prune_orphans","expected_instances":{"instance_name":"tuixiu-run-m1"}}),
+            "expected_instances must be a list",
+        ),
+        (
+            json!({"action":"prune_orphans","expected_instances":[{"bogus":1}]}),
+            "expected_instances[0].instance_name is missing",
+        ),
+        (
+            json!({"action":"prune_orphans","expected_instances":[{"instance_name":"tuixiu-run-m1"},7]}),
+            "expected_instances[1] must be an object",
+        ),
+        (
+            json!({"action":"prune_orphans","expected_instances":[{"instance_name":5}]}),
+            "expected_instances[0].instance_name must be a name",
+        ),
+        (
+            json!({"action":"prune_orphans","expected_instances":[{"instance_name":"tuixiu-run-m1","run_id":3}]}),
+            "expected_instances[0].run_id",
+        ),
         (json!({"action":"gc","dry_run":false}), "expected_instances is missing"),
-        (json!({"action":"gc","dry_run":false,"expected_instances":[{"bogus":1}]}), "expected_instances[0].instance_name is missing"),
+        (
+            json!({"action":"gc","dry_run":false,"expected_instances":[{"bogus":1}]}),
+            "expected_instances[0].instance_name is missing",
+        ),
         (json!({"action":"gc","dry_run":"false","expected_instances":[]}), "dry_run must be true or false"),
-        (json!({"action":"gc","gc":{"dry_run":0},"expected_instances":[]}), "gc.dry_run must be true or false"),
+        (
+            json!({"action":"gc","gc":{"dry_run":0},"expected_instances":[]}),
+            "gc.dry_run must be true or false",
+        ),
         (json!({"action":"gc","gc":"all","expected_instances":[]}), "gc must be an object"),
-        (json!({"action":"gc","dry_run":false,"gc":{"max_delete_count":"9"},"expected_instances":[]}), "gc.max_delete_count"),
-        (json!({"action":"gc","dry_run":false,"gc":{"remove_workspaces":"yes"},"expected_instances":[]}), "gc.remove_workspaces"),
-        (json!({"action":"report_inventory","expected_instances":"notalist"}), "expected_instances must be a list"),
+        (
+            json!({"action":"gc","dry_run":false,"gc":{"max_delete_count":"9"},"expected_instances":[]}),
+            "gc.max_delete_count",
+        ),
+        (
+            json!({"action":"gc","dry_run":false,"gc":{"remove_workspaces":"yes"},"expected_instances":[]}),
+            "gc.remove_workspaces",
+        ),
+        (
+            json!({"action":"report_inventory","expected_instances":"notalist"}),
+            "expected_instances must be a list",
+        ),
         (json!({"action":"inspect"}), "instance_name"),
         (json!({"action":"inspect","instance_name":5}), "instance_name must be a string"),
         (json!({"action":"ensure_running","instance_name":"tuixiu-run-m1"}), "run_id is missing"),
@@ -669,7 +702,10 @@ async fn malformed_controls_are_refused_and_touch_nothing() {
         (json!({"action":"stop","instance_name":["tuixiu-run-m1"]}), "instance_name must be a string"),
         (json!({"action":"stop","run_id":7}), "run_id must be a string"),
         (json!({"action":"remove"}), "instance_name"),
-        (json!({"action":"remove","instance_name":{"name":"tuixiu-run-m2"}}), "instance_name must be a string"),
+        (
+            json!({"action":"remove","instance_name":{"name":"tuixiu-run-m2"}}),
+            "instance_name must be a string",
+        ),
         (json!({"action":"remove","run_id":"../m1"}), "run id"),
         (json!({"action":"remove_workspace"}), "run_id"),
         (json!({"action":"remove_workspace","run_id":true}), "run_id must be a string"),
@@ -677,7 +713,10 @@ async fn malformed_controls_are_refused_and_touch_nothing() {
         (json!({"action":"remove_image","image":5}), "image must be a string"),
         (json!({"action":"git_push","run_id":"m1"}), "branch"),
         (json!({"action":"git_push","run_id":"m1","branch":"main","remote":5}), "remote must be a string"),
-        (json!({"action":"git_push","run_id":"m1","branch":"main","timeout_seconds":"5"}), "timeout_seconds must be"),
+        (
+            json!({"action":"git_push","run_id":"m1","branch":"main","timeout_seconds":"5"}),
+            "timeout_seconds must be",
+        ),
         (json!({"action":"git_push","run_id":"m1","branch":"main","env":"A=b"}), "env must be an object"),
     ];
     for (msg, field) in cases {
@@ -693,17 +732,23 @@ async fn malformed_controls_are_refused_and_touch_nothing() {
     }
     intact("unsupported actions");
     assert!(
-        backend.received().iter().all(|r| r.msg.get("deleted_instances").is_none()
-            && r.msg.get("deleted_workspaces").is_none()),
+        backend
+            .received()
+            .iter()
+            .all(|r| r.msg.get("deleted_instances").is_none() && r.msg.get("deleted_workspaces").is_none()),
         "something was reported deleted"
     );
     // Well-formed, the same controls work (an empty list means none expected).
-    let r = backend.control(json!({"action":"prune_orphans","expected_instances":[
-        {"instance_name":"tuixiu-run-m1","run_id":"m1"},{"instance_name":"tuixiu-run-m2","run_id":null}]})).await;
+    let r = backend
+        .control(json!({"action":"prune_orphans","expected_instances":[
+        {"instance_name":"tuixiu-run-m1","run_id":"m1"},{"instance_name":"tuixiu-run-m2","run_id":null}]}))
+        .await;
     assert_eq!((r["ok"].clone(), r["deleted_count"].clone()), (json!(true), json!(0)), "{r}");
     intact("a well-formed prune_orphans");
-    let r = backend.control(json!({"action":"prune_orphans","expected_instances":[
-        {"instance_name":"tuixiu-run-m1","run_id":"m1"}]})).await;
+    let r = backend
+        .control(json!({"action":"prune_orphans","expected_instances":[
+        {"instance_name":"tuixiu-run-m1","run_id":"m1"}]}))
+        .await;
     assert_eq!(r["deleted_count"], 1, "{r}");
     assert!(!s.state.join("native/tuixiu-run-m2").exists());
     assert!(daemon.stop().success());

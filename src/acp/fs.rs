@@ -404,7 +404,8 @@ impl GuestFs {
         // a huge line nor a huge file costs the daemon more than `max`.
         let start = line.unwrap_or(1).max(1);
         let limit = limit.unwrap_or(u64::MAX);
-        let mut reader = std::io::BufReader::with_capacity(64 * 1024, (&mut file).take(max.saturating_add(1)));
+        let mut reader =
+            std::io::BufReader::with_capacity(64 * 1024, (&mut file).take(max.saturating_add(1)));
         let mut out = Vec::new();
         let (mut n, mut taken, mut read) = (1u64, 0u64, 0u64);
         while taken < limit {

@@ -286,9 +286,7 @@ pub fn processes_in_pid_ns_of(pid: u32) -> Option<usize> {
         .ok()?
         .flatten()
         .filter(|e| e.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())))
-        .filter(|e| {
-            std::fs::metadata(e.path().join("ns/pid")).is_ok_and(|m| (m.dev(), m.ino()) == key)
-        })
+        .filter(|e| std::fs::metadata(e.path().join("ns/pid")).is_ok_and(|m| (m.dev(), m.ino()) == key))
         .count();
     Some(count)
 }

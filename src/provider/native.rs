@@ -155,7 +155,8 @@ impl NativeProvider {
                 // A later daemon that finds this agent left over waits for
                 // its whole sandbox, not only its launcher.
                 if let Some(launcher) = proc.pid()
-                    && let Err(e) = self.local.records.note_sandbox(name, launcher, ProcKind::Agent, pid as u32)
+                    && let Err(e) =
+                        self.local.records.note_sandbox(name, launcher, ProcKind::Agent, pid as u32)
                 {
                     tracing::warn!("{name}: recording the agent's sandbox: {e}");
                 }

@@ -391,11 +391,10 @@ impl Records {
             return Ok(()); // Already gone: nothing to wait for.
         };
         // Only over the existing record: once reaped, the process is forgotten.
-        let written = fs::OpenOptions::new()
-            .write(true)
-            .truncate(true)
-            .open(&path)
-            .and_then(|mut f| f.write_all(format!("{start} {} {pid1} {start1}\n", kind.as_str()).as_bytes()));
+        let written =
+            fs::OpenOptions::new().write(true).truncate(true).open(&path).and_then(|mut f| {
+                f.write_all(format!("{start} {} {pid1} {start1}\n", kind.as_str()).as_bytes())
+            });
         match written {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
@@ -421,7 +420,8 @@ impl Records {
                     let mut it = text.split_whitespace();
                     let start = it.next()?.parse::<u64>().ok()?;
                     let agent = it.next()? == "agent";
-                    let sandbox = it.next().and_then(|p| p.parse().ok()).zip(it.next().and_then(|s| s.parse().ok()));
+                    let sandbox =
+                        it.next().and_then(|p| p.parse().ok()).zip(it.next().and_then(|s| s.parse().ok()));
                     Some((start, agent, sandbox))
                 }),
             );

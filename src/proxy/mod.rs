@@ -17,6 +17,7 @@
 //! | [`gitenv`] | host git processes: credentials through askpass/ssh key files, hardening, deadlines |
 //! | [`repo`] | the workspace made a checkout of `TUIXIU_REPO_URL` (clone, or from a per-URL cache) |
 //! | [`inventory`] | `sandbox_inventory` and `workspace_inventory` |
+//! | [`landed`] | fingerprints of landed agentInputs targets: landing again never overwrites the agent's work |
 //!
 //! Threading: one tokio current-thread runtime. Nothing here enters a
 //! namespace: sandboxes are launched by `tuixiu-sandbox __exec` through the
@@ -30,6 +31,7 @@ pub mod control;
 pub mod gitenv;
 pub mod identity;
 pub mod inventory;
+pub mod landed;
 pub mod link;
 pub mod mounts;
 pub mod outbox;

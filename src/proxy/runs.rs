@@ -74,6 +74,10 @@ pub struct RunState {
     pub gid: u32,
     pub created_at: String,
     pub updated_at: String,
+    /// Fingerprints of the agentInputs targets as they were landed
+    /// (`landed.rs`): landing again never overwrites the agent's work.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub landed: super::landed::Landed,
 }
 
 pub enum Job {
@@ -183,8 +187,15 @@ fn start_lane(d: &Arc<Daemon>, lanes: &mut HashMap<String, mpsc::UnboundedSender
     let (tx, rx) = mpsc::unbounded_channel();
     tx.send(job).ok();
     lanes.insert(key.to_string(), tx);
-    let lane =
-        Lane { d: d.clone(), run_id: key.to_string(), state: None, agent: None, generation: 0, prompts: 0 };
+    let lane = Lane {
+        d: d.clone(),
+        run_id: key.to_string(),
+        state: None,
+        agent: None,
+        generation: 0,
+        prompts: 0,
+        init_sent: false,
+    };
     tokio::spawn(lane.run(rx));
 }
 
@@ -313,6 +324,9 @@ pub struct Lane {
     pub generation: u64,
     /// Prompt turns in flight (the run is not idle while any is).
     pub prompts: usize,
+    /// The backend sent `init` since inputs last landed: the next landing
+    /// is the one it asked for (else it protects the agent's work).
+    pub init_sent: bool,
 }
 
 impl Lane {
@@ -548,6 +562,7 @@ impl Lane {
             gid,
             created_at: now.clone(),
             updated_at: now.clone(),
+            landed: Default::default(),
         });
         state.keepalive_ttl_seconds = ttl;
         state.expires_at_ms = None;
@@ -558,6 +573,7 @@ impl Lane {
         state.gid = gid;
         if init.is_some() {
             state.init = init;
+            self.init_sent = true;
         }
         state.updated_at = now;
         self.persist();
@@ -619,7 +635,10 @@ impl Lane {
             }
             Err(e) => {
                 let e = e.to_string();
-                tracing::error!("run {}: removing expired instance {name}: {e}; retrying in 60 s", self.run_id);
+                tracing::error!(
+                    "run {}: removing expired instance {name}: {e}; retrying in 60 s",
+                    self.run_id
+                );
                 self.d.report_error_status(&self.run_id, &name, &e);
                 if let Some(state) = &mut self.state {
                     state.expires_at_ms = Some(now_ms() + 60_000);
