@@ -32,12 +32,13 @@ impl PrivateEngine {
         let mut engine = PrivateEngine { dir, host, daemon: None };
         engine.spawn();
         let image = docker_support::image();
-        let save = Command::new("docker").args(["save", &image]).stdout(Stdio::piped()).spawn().unwrap();
+        let mut save = Command::new("docker").args(["save", &image]).stdout(Stdio::piped()).spawn().unwrap();
         let load = Command::new("docker")
             .args(["-H", &engine.host, "load", "-q"])
-            .stdin(save.stdout.unwrap())
+            .stdin(save.stdout.take().unwrap())
             .output()
             .unwrap();
+        assert!(save.wait().unwrap().success(), "docker save {image}");
         assert!(load.status.success(), "loading {image}: {}", String::from_utf8_lossy(&load.stderr));
         engine
     }
