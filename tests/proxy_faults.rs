@@ -4,6 +4,12 @@
 //! tests/proxy_support: restarts and kills of the daemon, expiry, full
 //! disks, unwritable state, agents that ignore end-of-file.
 
+// The zip server of the manifest tests needs their fixtures, which load
+// the test-binary installer that proxy_support loads too.
+#![allow(clippy::duplicate_mod)]
+
+mod common;
+mod inputs_support;
 mod proxy_support;
 
 use std::path::Path;
@@ -225,26 +231,41 @@ impl Drop for KillOnDrop {
     }
 }
 
-/// Daemon SIGKILL with an idle agent that ignores end-of-file and SIGTERM
-/// (as claude-code-acp does): the agent's sandbox dies with the daemon
-/// (the launcher's lifeline, whichever daemon thread started it), and the
-/// restarted daemon's first prompt works. With `stop_launcher`, the old
+/// Daemon SIGKILL, idle or in the middle of a prompt, with an agent that
+/// exits at end-of-file or one that ignores it and SIGTERM (as
+/// claude-code-acp does): the agent's sandbox dies with the daemon (the
+/// launcher's lifeline, whichever daemon thread started it), and the
+/// restarted daemon's first prompt works and resumes the session. (The
+/// interrupted prompt's result dies with the daemon: the backend fails it
+/// itself when the proxy disconnects.) With `stop_launcher`, the old
 /// launcher is frozen first, so the agent survives the daemon: the restart
 /// must end it and wait until it has really exited before the new agent
-/// starts (before, the first prompt failed with "already has a running agent").
-async fn sigkill_with_an_agent_that_ignores_eof(who: As, stop_launcher: bool) {
+/// starts (before, the first prompt failed with "already has a running
+/// agent").
+async fn sigkill_daemon(who: As, on_eof: OnEof, mid_prompt: bool, stop_launcher: bool) {
+    let what = format!("{who:?}, agent {on_eof:?}, mid-prompt {mid_prompt}, frozen launcher {stop_launcher}");
     let backend = Backend::start().await;
-    let s = Scratch::new("sigkill-eof");
-    let cfg = agent_config(&s, &backend.url, OnEof::Ignore, "");
+    let s = Scratch::new("sigkill");
+    let cfg = agent_config(&s, &backend.url, on_eof, "");
     let mut daemon = start_as(who, &s, "first", &cfg);
     backend.registered(0, 20 * SECS).await;
     let opened = open_with(&backend, "k1", init(json!([])), 600).await;
-    assert_eq!(opened["ok"], true, "{who:?}: {opened}\n{}", daemon.stderr());
-    let r = prompt(&backend, "k1", "p1", Value::Null, "say one").await;
-    assert_eq!(r["ok"], true, "{who:?}: {r}");
-    let session = r["session_id"].as_str().unwrap().to_string();
+    assert_eq!(opened["ok"], true, "{what}: {opened}\n{}", daemon.stderr());
+    let session = if mid_prompt {
+        backend.send(&json!({"type":"prompt_send","run_id":"k1","prompt_id":"p1","session_id":null,
+            "prompt":[{"type":"text","text":"say started\nsleep 60"}],"timeout_ms":120000}));
+        backend.wait_for("the prompt runs", 30 * SECS, |_| chunks(&backend, "p1") == ["started"]).await;
+        let created = backend
+            .wait_for("session_created", SECS, |m| m.msg["update"]["sessionUpdate"] == "session_created")
+            .await;
+        created.msg["session_id"].as_str().unwrap().to_string()
+    } else {
+        let r = prompt(&backend, "k1", "p1", Value::Null, "say one").await;
+        assert_eq!(r["ok"], true, "{what}: {r}");
+        r["session_id"].as_str().unwrap().to_string()
+    };
     let old_agent = agent_pids(&s);
-    assert!(!old_agent.is_empty(), "{who:?}: the agent is not running");
+    assert!(!old_agent.is_empty(), "{what}: the agent is not running");
     let _frozen = stop_launcher.then(|| {
         let launcher = agent_launcher(&s, "k1");
         // SAFETY: plain kill(2) on the launcher this test's daemon started.
@@ -254,35 +275,47 @@ async fn sigkill_with_an_agent_that_ignores_eof(who: As, stop_launcher: bool) {
     sigkill(&mut daemon);
     if stop_launcher {
         tokio::time::sleep(Duration::from_millis(500)).await;
-        assert!(!agent_pids(&s).is_empty(), "{who:?}: the frozen launcher's agent should have survived");
+        assert!(!agent_pids(&s).is_empty(), "{what}: the frozen launcher's agent should have survived");
     } else {
         agents_gone(&s, 10 * SECS).await;
     }
     let mut daemon = start_as(who, &s, "second", &cfg);
     backend.registered(1, 20 * SECS).await;
     let r = prompt(&backend, "k1", "p2", json!(session), "say two").await;
-    assert_eq!(r["ok"], true, "{who:?} (stop_launcher {stop_launcher}): {r}\n{}", daemon.stderr());
+    assert_eq!(r["ok"], true, "{what}: {r}\n{}", daemon.stderr());
     assert_eq!(r["session_id"], session.as_str());
     assert_eq!(chunks(&backend, "p2"), ["two"]);
     let now: Vec<u32> = agent_pids(&s);
     assert!(
         old_agent.iter().all(|p| !now.contains(p)),
-        "{who:?}: the old agent still runs: {old_agent:?} {now:?}"
+        "{what}: the old agent still runs: {old_agent:?} {now:?}"
+    );
+    assert!(
+        backend
+            .received()
+            .iter()
+            .all(|m| !(m.msg["type"] == "prompt_result" && m.msg["prompt_id"] == "p1" && m.conn == 1)),
+        "{what}: the new daemon answered a prompt it never had"
     );
     assert!(daemon.stop().success());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_agents_die_with_the_daemon() {
-    for who in [As::Root, As::Nobody, As::Nested] {
-        sigkill_with_an_agent_that_ignores_eof(who, false).await;
+    for on_eof in [OnEof::Exit, OnEof::Ignore] {
+        for mid_prompt in [false, true] {
+            sigkill_daemon(As::Root, on_eof, mid_prompt, false).await;
+        }
+    }
+    for who in [As::Nobody, As::Nested] {
+        sigkill_daemon(who, OnEof::Ignore, true, false).await;
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restart_waits_for_a_leftover_agent() {
     for who in [As::Root, As::Nobody] {
-        sigkill_with_an_agent_that_ignores_eof(who, true).await;
+        sigkill_daemon(who, OnEof::Ignore, false, true).await;
     }
 }
 
@@ -446,4 +479,282 @@ async fn reopening_never_overwrites_the_agents_work() {
     assert_eq!(r["ok"], true, "{r}\n{}", daemon.stderr());
     assert_eq!(std::fs::read_to_string(ws.join("notes/readme.txt")).unwrap(), "from the manifest");
     assert!(daemon.stop().success());
+}
+
+/// The backend goes away in the middle of a prompt (its connection drops
+/// and it refuses new ones, as a restarting backend does) while the agent
+/// keeps producing updates: after the daemon registers again, everything
+/// arrives, once, in order, the prompt's result last.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backend_restart_mid_prompt_loses_nothing() {
+    let backend = Backend::start().await;
+    let s = Scratch::new("backend-restart");
+    let cfg = agent_config(&s, &backend.url, OnEof::Exit, "");
+    let mut daemon = Daemon::start(&s, "proxy", &cfg);
+    backend.registered(0, 20 * SECS).await;
+    let opened = open_with(&backend, "b1", init(json!([])), 600).await;
+    assert_eq!(opened["ok"], true, "{opened}");
+    backend.send(&json!({"type":"prompt_send","run_id":"b1","prompt_id":"p1","session_id":null,
+        "prompt":[{"type":"text","text":"say before\nsleep 1\nupdates 300\nsleep 1\nsay after"}],"timeout_ms":60000}));
+    backend.wait_for("the prompt runs", 30 * SECS, |_| chunks(&backend, "p1") == ["before"]).await;
+    backend.refuse(true);
+    backend.drop_conn();
+    // Down for longer than the rest of the turn: the result is produced
+    // while the backend is away.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(backend.connections(), 1, "connected while refusing");
+    backend.refuse(false);
+    let r = backend.wait_type("prompt_result", "prompt_id", &json!("p1"), 30 * SECS).await;
+    assert_eq!(r["ok"], true, "{r}");
+    let mut want = vec!["before".to_string()];
+    want.extend((0..300).map(|i| format!("u{i}")));
+    want.push("after".into());
+    assert_eq!(chunks(&backend, "p1"), want, "lost, repeated or reordered updates");
+    // The result comes after the last update, on the new connection.
+    let msgs = backend.received();
+    let last_update =
+        msgs.iter().rposition(|m| m.msg["type"] == "acp_update" && m.msg["prompt_id"] == "p1").unwrap();
+    let result =
+        msgs.iter().position(|m| m.msg["type"] == "prompt_result" && m.msg["prompt_id"] == "p1").unwrap();
+    assert!(result > last_update && msgs[result].conn == 1, "the result overtook updates or came early");
+    assert!(daemon.stop().success());
+}
+
+/// A small tmpfs mounted at `dir` for one test (unmounted when dropped).
+struct Tmpfs(std::path::PathBuf);
+
+impl Tmpfs {
+    fn mount(dir: &Path, size: &str, owner: u32, read_only: bool) -> Tmpfs {
+        std::fs::create_dir_all(dir).unwrap();
+        let mut opts = format!("size={size},mode=0755,uid={owner},gid={owner}");
+        if read_only {
+            opts.push_str(",ro");
+        }
+        let st = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &opts, "tmpfs"])
+            .arg(dir)
+            .status()
+            .unwrap();
+        assert!(st.success(), "mount a tmpfs at {}", dir.display());
+        Tmpfs(dir.to_path_buf())
+    }
+
+    fn free_bytes(&self) -> u64 {
+        let st = nix::sys::statvfs::statvfs(&self.0).unwrap();
+        st.blocks_available() * st.fragment_size()
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// Every path under `dir` whose name starts with `prefix` or ends with `suffix`.
+fn litter(dir: &Path, prefix: &str, suffix: &str) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else { return out };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with(prefix) || name.ends_with(suffix) {
+            out.push(e.path());
+        }
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            out.extend(litter(&e.path(), prefix, suffix));
+        }
+    }
+    out
+}
+
+fn owner_of(who: As) -> u32 {
+    if matches!(who, As::Root) { 0 } else { 65534 }
+}
+
+/// The workspace root is full while an archive is extracted: the open
+/// fails naming the item and the error, nothing is left half-written (no
+/// target, no staging directory, the space given back), and once there is
+/// room again the daemon lands inputs as before.
+async fn disk_full_while_extracting(who: As) {
+    let backend = Backend::start().await;
+    let s = Scratch::new("full-extract");
+    let disk = Tmpfs::mount(&s.root, "4m", owner_of(who), false);
+    let http = inputs_support::HttpServer::start();
+    let big = vec![b'x'; 8 << 20];
+    http.route(
+        "/big.zip",
+        inputs_support::Reply::Body(inputs_support::zip(&[
+            inputs_support::ZipEntry::file("README.md", b"readme"),
+            inputs_support::ZipEntry::file("data/big.bin", &big),
+        ])),
+    );
+    http.route(
+        "/small.zip",
+        inputs_support::Reply::Body(inputs_support::zip(&[inputs_support::ZipEntry::file("ok.txt", b"ok")])),
+    );
+    let cfg = agent_config(&s, &backend.url, OnEof::Exit, "");
+    let mut daemon = start_as(who, &s, "proxy", &cfg);
+    backend.registered(0, 20 * SECS).await;
+    let free_before = disk.free_bytes();
+    let item = |uri: String| {
+        json!([{"id": "skill:big", "apply": "downloadExtract",
+        "source": {"type": "httpZip", "uri": uri}, "target": {"root": "WORKSPACE", "path": "skills/big"}}])
+    };
+    let opened = open_with(&backend, "x1", init(item(http.url("/big.zip"))), 600).await;
+    assert_eq!(opened["ok"], false, "{who:?}: {opened}");
+    let err = opened["error"].as_str().unwrap();
+    assert!(
+        err.contains("skill:big") && err.contains("No space left on device"),
+        "{who:?}: unclear error: {err}"
+    );
+    assert!(!s.root.join("run-x1/skills/big").exists(), "{who:?}: a half-extracted target");
+    let left = litter(&s.root, ".tuixiu", ".tmp");
+    assert!(left.is_empty(), "{who:?}: staging litter: {left:?}");
+    assert!(disk.free_bytes() + (256 << 10) >= free_before, "{who:?}: the partial files still take space");
+    // Room again: the same daemon lands inputs.
+    let opened = open_with(&backend, "x2", init(item(http.url("/small.zip"))), 600).await;
+    assert_eq!(opened["ok"], true, "{who:?}: {opened}\n{}", daemon.stderr());
+    assert_eq!(std::fs::read_to_string(s.root.join("run-x2/skills/big/ok.txt")).unwrap(), "ok");
+    assert!(daemon.stop().success());
+    drop(disk);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disk_full_while_extracting_fails_cleanly() {
+    for who in [As::Root, As::Nobody] {
+        disk_full_while_extracting(who).await;
+    }
+}
+
+/// Runs whose state cannot be written (`damage` makes the state directory
+/// full, read-only or unwritable, `repair` undoes it): the controls that
+/// would write fail naming the file and the error, a run-state write that
+/// fails is reported to the backend, the files already there stay whole
+/// and parseable with no temporary file left beside them, and the daemon
+/// serves on; once repaired, it works as before.
+async fn state_write_fails(who: As, label: &str, damage: &dyn Fn(&Path), repair: &dyn Fn(&Path), why: &str) {
+    let backend = Backend::start().await;
+    let s = Scratch::new(label);
+    std::fs::create_dir_all(&s.state).unwrap();
+    std::os::unix::fs::chown(&s.state, Some(owner_of(who)), Some(owner_of(who))).unwrap();
+    let disk = Tmpfs::mount(&s.state, "2m", owner_of(who), false);
+    let cfg = s.config(&backend.url, "", "");
+    let mut daemon = start_as(who, &s, "proxy", &cfg);
+    backend.registered(0, 20 * SECS).await;
+    let r = backend.control(json!({"action":"ensure_running","run_id":"f1"})).await;
+    assert_eq!(r["ok"], true, "{label}: {r}");
+    let state_file = s.state.join("runs/f1.json");
+    let deadline = std::time::Instant::now() + 10 * SECS;
+    while !state_file.exists() {
+        assert!(std::time::Instant::now() < deadline, "{label}: the run state was not written");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let before = std::fs::read(&state_file).unwrap();
+    damage(&s.state);
+    // A new run: its instance record cannot be written.
+    let r = backend.control(json!({"action":"ensure_running","run_id":"f2"})).await;
+    assert_eq!(r["ok"], false, "{label}: {r}");
+    let err = r["error"].as_str().unwrap();
+    assert!(
+        err.contains(why) && err.contains(&s.state.display().to_string()),
+        "{label}: unclear error: {err}"
+    );
+    // A run-state write (acp_close starts the keepalive clock): reported.
+    backend.send(&json!({"type":"acp_close","run_id":"f1"}));
+    let closed = backend.wait_type("acp_closed", "run_id", &json!("f1"), 10 * SECS).await;
+    assert_eq!(closed["ok"], true);
+    let reported = backend
+        .wait_for("the failed run-state write", 10 * SECS, |m| {
+            m.msg["type"] == "proxy_update"
+                && m.msg["content"]["text"].as_str().is_some_and(|t| t.contains("persisting run state"))
+        })
+        .await;
+    let text = reported.msg["content"]["text"].as_str().unwrap();
+    assert!(text.contains(why) && text.contains("runs/f1.json"), "{label}: {text}");
+    assert_eq!(std::fs::read(&state_file).unwrap(), before, "{label}: the run state changed");
+    serde_json::from_slice::<Value>(&before).unwrap();
+    let left = litter(&s.state, "\u{0}", ".tmp");
+    assert!(left.is_empty(), "{label}: half-written files left: {left:?}");
+    assert!(daemon.running(), "{label}: the daemon died");
+    repair(&s.state);
+    let r = backend.control(json!({"action":"ensure_running","run_id":"f2"})).await;
+    assert_eq!(r["ok"], true, "{label}: after the repair: {r}");
+    assert!(daemon.stop().success());
+    drop(disk);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disk_full_while_writing_state() {
+    let fill = |state: &Path| {
+        use std::io::Write;
+        let mut f = std::fs::File::create(state.join("filler")).unwrap();
+        let chunk = vec![0u8; 64 * 1024];
+        while f.write_all(&chunk).is_ok() {}
+    };
+    let unfill = |state: &Path| std::fs::remove_file(state.join("filler")).unwrap();
+    for who in [As::Root, As::Nobody] {
+        state_write_fails(who, "full-state", &fill, &unfill, "No space left on device").await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_directory_unwritable() {
+    // Root: the state's directories turn read-only (read-only binds over
+    // them; the filesystem itself cannot be remounted while the daemon
+    // holds its lock file open for writing).
+    let ro = |state: &Path| {
+        for d in ["runs", "native"] {
+            let dir = state.join(d);
+            let bind = std::process::Command::new("mount").arg("--bind").arg(&dir).arg(&dir).status().unwrap();
+            let ro = std::process::Command::new("mount").args(["-o", "remount,bind,ro"]).arg(&dir).status().unwrap();
+            assert!(bind.success() && ro.success(), "read-only bind over {}", dir.display());
+        }
+    };
+    let rw = |state: &Path| {
+        for d in ["runs", "native"] {
+            let st = std::process::Command::new("umount").arg(state.join(d)).status().unwrap();
+            assert!(st.success());
+        }
+    };
+    state_write_fails(As::Root, "ro-state", &ro, &rw, "Read-only file system").await;
+    // An unprivileged daemon: its directories lose their write permission.
+    let lock = |state: &Path| {
+        for d in ["runs", "native"] {
+            std::fs::set_permissions(state.join(d), std::os::unix::fs::PermissionsExt::from_mode(0o500))
+                .unwrap();
+        }
+    };
+    let unlock = |state: &Path| {
+        for d in ["runs", "native"] {
+            std::fs::set_permissions(state.join(d), std::os::unix::fs::PermissionsExt::from_mode(0o700))
+                .unwrap();
+        }
+    };
+    state_write_fails(As::Nobody, "locked-state", &lock, &unlock, "Permission denied").await;
+
+    // At startup: a state directory that cannot be written is a clear error.
+    for who in [As::Root, As::Nobody] {
+        let backend = Backend::start().await;
+        let s = Scratch::new("unwritable-start");
+        let _ro = match who {
+            As::Root => Some(Tmpfs::mount(&s.state, "1m", 0, true)),
+            _ => {
+                // Owned by root, 0755: not the daemon's.
+                std::fs::create_dir_all(&s.state).unwrap();
+                None
+            }
+        };
+        let mut daemon = start_as(who, &s, "proxy", &s.config(&backend.url, "", ""));
+        let status = daemon.wait_exit(20 * SECS);
+        assert_eq!(status.code(), Some(125), "{who:?}: {}", daemon.stderr());
+        let log = daemon.stderr();
+        assert!(
+            log.contains(&s.state.display().to_string())
+                && ["Read-only file system", "Permission denied", "Operation not permitted"]
+                    .iter()
+                    .any(|e| log.contains(e)),
+            "{who:?}: unclear startup error:\n{log}"
+        );
+        assert_eq!(backend.connections(), 0);
+    }
 }

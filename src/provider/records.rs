@@ -328,7 +328,11 @@ impl Records {
             f.sync_all()?;
             fs::rename(&tmp, &path)
         };
-        write().map_err(|e| ProviderError::io(format!("write {}", path.display()), &e))
+        write().map_err(|e| {
+            // The old record stays whole; no partial temporary file beside it.
+            let _ = fs::remove_file(&tmp);
+            ProviderError::io(format!("write {}", path.display()), &e)
+        })
     }
 
     pub fn new_record(&self, config: &InstanceConfig, workspace: PathBuf, home: Option<PathBuf>) -> Record {
