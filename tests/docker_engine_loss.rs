@@ -19,6 +19,9 @@ struct PrivateEngine {
     dir: PathBuf,
     host: String,
     daemon: Option<Child>,
+    /// Reach the engine through a docker CLI context rather than
+    /// `DOCKER_HOST` (the check then asks the CLI, not the socket).
+    via_context: bool,
 }
 
 impl PrivateEngine {
@@ -29,7 +32,7 @@ impl PrivateEngine {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let host = format!("unix://{}/d.sock", dir.display());
-        let mut engine = PrivateEngine { dir, host, daemon: None };
+        let mut engine = PrivateEngine { dir, host, daemon: None, via_context: false };
         engine.spawn();
         let image = docker_support::image();
         let mut save = Command::new("docker").args(["save", &image]).stdout(Stdio::piped()).spawn().unwrap();
@@ -40,6 +43,17 @@ impl PrivateEngine {
             .unwrap();
         assert!(save.wait().unwrap().success(), "docker save {image}");
         assert!(load.status.success(), "loading {image}: {}", String::from_utf8_lossy(&load.stderr));
+        let context = Command::new("docker")
+            .arg("--config")
+            .arg(engine.dir.join("cli"))
+            .args(["context", "create", "private", "--docker", &format!("host={}", engine.host)])
+            .output()
+            .unwrap();
+        assert!(
+            context.status.success(),
+            "docker context create: {}",
+            String::from_utf8_lossy(&context.stderr)
+        );
         engine
     }
 
@@ -112,16 +126,14 @@ impl PrivateEngine {
     /// engine, started now.
     fn run(&self, args: &[&str], state: &Path) -> Child {
         let bin = env!("CARGO_BIN_EXE_tuixiu-sandbox");
-        Command::new(bin)
-            .args(["run", "--provider", "docker", "--state-dir"])
-            .arg(state)
-            .args(args)
-            .env("DOCKER_HOST", &self.host)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
+        let mut cmd = Command::new(bin);
+        cmd.args(["run", "--provider", "docker", "--state-dir"]).arg(state).args(args);
+        if self.via_context {
+            cmd.env("DOCKER_CONFIG", self.dir.join("cli")).env("DOCKER_CONTEXT", "private");
+        } else {
+            cmd.env("DOCKER_HOST", &self.host);
+        }
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
     }
 }
 
@@ -267,12 +279,17 @@ fn a_lost_engine_fails_the_run_clearly() {
     let image = docker_support::image();
     let one_off = ["--image", &image, "--", "sh", "-c", COUNTING];
     let ws = workspace.display().to_string();
-    for signal in [libc::SIGKILL, libc::SIGTERM] {
-        lose_engine_during(&mut engine, &one_off, &state, signal);
-        let name = format!("tuixiu-run-loss{signal}");
-        let instance =
-            ["--image", &image, "--workspace", &ws, "--instance-name", &name, "--", "sh", "-c", COUNTING];
-        lose_engine_during(&mut engine, &instance, &state, signal);
+    // The engine's socket checked directly (DOCKER_HOST), or through the
+    // CLI (a context).
+    for via_context in [false, true] {
+        engine.via_context = via_context;
+        for signal in [libc::SIGKILL, libc::SIGTERM] {
+            lose_engine_during(&mut engine, &one_off, &state, signal);
+            let name = format!("tuixiu-run-loss{signal}-{via_context}");
+            let instance =
+                ["--image", &image, "--workspace", &ws, "--instance-name", &name, "--", "sh", "-c", COUNTING];
+            lose_engine_during(&mut engine, &instance, &state, signal);
+        }
     }
     // With the engine up, a run is what it was.
     let out = engine

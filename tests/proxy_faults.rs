@@ -705,8 +705,13 @@ async fn state_directory_unwritable() {
     let ro = |state: &Path| {
         for d in ["runs", "native"] {
             let dir = state.join(d);
-            let bind = std::process::Command::new("mount").arg("--bind").arg(&dir).arg(&dir).status().unwrap();
-            let ro = std::process::Command::new("mount").args(["-o", "remount,bind,ro"]).arg(&dir).status().unwrap();
+            let bind =
+                std::process::Command::new("mount").arg("--bind").arg(&dir).arg(&dir).status().unwrap();
+            let ro = std::process::Command::new("mount")
+                .args(["-o", "remount,bind,ro"])
+                .arg(&dir)
+                .status()
+                .unwrap();
             assert!(bind.success() && ro.success(), "read-only bind over {}", dir.display());
         }
     };

@@ -372,70 +372,22 @@ fn run_docker(
     }
 }
 
-/// How long the engine may take to answer the check after a run.
-const ENGINE_CHECK: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// After the container CLI returned: a lost engine (stopped, killed,
-/// restarted) ends `docker run`/`exec` with some status and whatever output
-/// had arrived, which must not pass for the command's. So the engine must
-/// still answer and, for an instance, its container still run; otherwise
-/// the run fails (125) saying so. Podman has no engine to lose.
+/// After the container CLI returned, the engine must still be there (and,
+/// for an instance, its container run): otherwise the CLI's status and the
+/// output so far are what a broken stream left, and the run fails (125)
+/// saying so (`engine_check.rs`).
 fn check_engine_after(
     cli: &str,
     instance: Option<&str>,
     status: std::process::ExitStatus,
 ) -> Result<(), String> {
-    if std::path::Path::new(cli).file_name().is_some_and(|n| n == "podman") {
-        return Ok(());
-    }
-    let lost = |why: String| {
+    super::engine_check::engine_still_there(cli, instance).map_err(|why| {
         format!(
             "{cli}: the container engine was lost while the command ran ({why}): its output may be incomplete, \
              and its exit status ({}) is not the command's",
             exit_code(status)
         )
-    };
-    cli_output(cli, &["version", "--format", "{{.Server.Version}}"]).map_err(lost)?;
-    if let Some(name) = instance {
-        let running =
-            cli_output(cli, &["inspect", "--type=container", "--format", "{{.State.Running}}", "--", name])
-                .map_err(lost)?;
-        if running.trim() != "true" {
-            return Err(lost(format!("the engine stopped instance {name}")));
-        }
-    }
-    Ok(())
-}
-
-/// Runs `cli args…` with a deadline: its stdout, or why it failed (the last
-/// line of its stderr).
-fn cli_output(cli: &str, args: &[&str]) -> Result<String, String> {
-    let mut child = Command::new(cli)
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .map_err(|e| sandbox::error::io_error_text(&e))?;
-    let deadline = std::time::Instant::now() + ENGINE_CHECK;
-    loop {
-        if child.try_wait().map_err(|e| e.to_string())?.is_some() {
-            break;
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(format!("{cli} {} did not answer within {ENGINE_CHECK:?}", args[0]));
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    let out = child.wait_with_output().map_err(|e| e.to_string())?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        Err(stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no answer").trim().to_string())
-    }
+    })
 }
 
 fn provider_spawn_error(provider: &DockerProvider, e: &std::io::Error) -> String {
