@@ -3,10 +3,13 @@
 //! so, never pass off the status and the output it had so far as the
 //! command's.
 //!
-//! The engine is a **private** dockerd started here (its own socket,
-//! data root, exec root and managed containerd, no bridge, no iptables),
-//! so stopping it touches nothing else: the shared engine other tests
-//! and users rely on is never stopped. Root only (dockerd needs it).
+//! The engine is a **private** dockerd started here, so stopping it
+//! touches nothing else: the shared engine other tests and users rely on
+//! is never stopped. It has its own socket, data root, exec root, managed
+//! containerd, cgroup parent and an empty config file, no iptables, no IP
+//! forwarding, and a bridge of its own made for it on a private subnet.
+//! Never `--bridge=none`: a dockerd without a bridge deletes the host's
+//! `docker0`, the shared engine's default network. Root only.
 
 mod docker_support;
 
@@ -18,6 +21,8 @@ use std::time::{Duration, Instant};
 struct PrivateEngine {
     dir: PathBuf,
     host: String,
+    /// The engine's own bridge interface.
+    bridge: String,
     daemon: Option<Child>,
     /// Reach the engine through a docker CLI context rather than
     /// `DOCKER_HOST` (the check then asks the CLI, not the socket).
@@ -32,7 +37,22 @@ impl PrivateEngine {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let host = format!("unix://{}/d.sock", dir.display());
-        let mut engine = PrivateEngine { dir, host, daemon: None, via_context: false };
+        std::fs::write(dir.join("daemon.json"), "{}").unwrap();
+        // The bridge first (with the engine's subnet), so the engine never
+        // picks one of the host's.
+        let pid = std::process::id();
+        let bridge = format!("txe{pid}");
+        let _ = Command::new("ip").args(["link", "del", &bridge]).output();
+        let subnet = format!("10.213.{}.1/24", pid % 250);
+        for args in [
+            vec!["link", "add", "name", &bridge, "type", "bridge"],
+            vec!["addr", "add", &subnet, "dev", &bridge],
+            vec!["link", "set", &bridge, "up"],
+        ] {
+            let out = Command::new("ip").args(&args).output().unwrap();
+            assert!(out.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        let mut engine = PrivateEngine { dir, host, bridge, daemon: None, via_context: false };
         engine.spawn();
         let image = docker_support::image();
         let mut save = Command::new("docker").args(["save", &image]).stdout(Stdio::piped()).spawn().unwrap();
@@ -71,7 +91,11 @@ impl PrivateEngine {
             .arg(format!("--data-root={}", d.join("data").display()))
             .arg(format!("--exec-root={}", d.join("exec").display()))
             .arg(format!("--pidfile={}", d.join("dockerd.pid").display()))
-            .args(["--bridge=none", "--iptables=false", "--ip6tables=false", "--log-level=warn"])
+            .arg(format!("--config-file={}", d.join("daemon.json").display()))
+            .arg(format!("--bridge={}", self.bridge))
+            .arg(format!("--cgroup-parent={}", self.cgroup_parent()))
+            .args(["--iptables=false", "--ip6tables=false", "--ip-forward=false", "--ip-masq=false"])
+            .arg("--log-level=warn")
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log);
@@ -228,10 +252,26 @@ impl Drop for PrivateEngine {
             let _ = Command::new("umount").arg("-l").arg(m).status();
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+        let _ = Command::new("ip").args(["link", "del", &self.bridge]).output();
+        // The (empty) cgroup parent in every hierarchy.
+        for hierarchy in std::fs::read_dir("/sys/fs/cgroup").into_iter().flatten().flatten() {
+            let parent = hierarchy.path().join(self.cgroup_parent());
+            if let Ok(children) = std::fs::read_dir(&parent) {
+                for child in children.flatten().filter(|c| c.path().is_dir()) {
+                    let _ = std::fs::remove_dir(child.path());
+                }
+                let _ = std::fs::remove_dir(&parent);
+            }
+        }
     }
 }
 
 impl PrivateEngine {
+    /// The engine's containers' cgroups go below this one.
+    fn cgroup_parent(&self) -> String {
+        format!("tuixiu-engine-loss-{}", std::process::id())
+    }
+
     fn containers(&self) -> Vec<String> {
         let out = Command::new("docker").args(["-H", &self.host, "ps", "-aq"]).output().unwrap();
         String::from_utf8_lossy(&out.stdout).split_whitespace().map(str::to_string).collect()
