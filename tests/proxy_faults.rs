@@ -411,12 +411,11 @@ async fn file_reads_terminals_and_processes_are_bounded() {
 /// landed is left as it is and reported, never overwritten; untouched
 /// inputs stay as they are. When the backend sends `init` again, it asked
 /// for the inputs: they land again.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reopening_never_overwrites_the_agents_work() {
+async fn reopening(who: As) {
     let backend = Backend::start().await;
     let s = Scratch::new("reland");
     let cfg = agent_config(&s, &backend.url, OnEof::Exit, "");
-    let mut daemon = Daemon::start(&s, "first", &cfg);
+    let mut daemon = start_as(who, &s, "first", &cfg);
     backend.registered(0, 20 * SECS).await;
     let items = json!([
         {"id": "notes", "apply": "writeFile", "source": {"type": "inlineText", "text": "from the manifest"},
@@ -444,14 +443,14 @@ async fn reopening_never_overwrites_the_agents_work() {
     // A daemon restart: the next prompt starts the agent with the persisted init.
     assert!(daemon.stop().success());
     let kept_mtime = std::fs::metadata(ws.join("kept.txt")).unwrap().modified().unwrap();
-    let mut daemon = Daemon::start(&s, "second", &cfg);
+    let mut daemon = start_as(who, &s, "second", &cfg);
     backend.registered(1, 20 * SECS).await;
     let r = prompt(&backend, "l1", "p2", json!(session), "say back").await;
     assert_eq!(r["ok"], true, "{r}\n{}", daemon.stderr());
     assert_eq!(
         std::fs::read_to_string(ws.join("notes/readme.txt")).unwrap(),
         "the agent's edit",
-        "the persisted init overwrote the agent's work"
+        "{who:?}: the persisted init overwrote the agent's work"
     );
     assert_eq!(std::fs::read_to_string(home.join(".config/rc")).unwrap(), "agent rc");
     assert_eq!(std::fs::read_to_string(ws.join("kept.txt")).unwrap(), "untouched");
@@ -479,6 +478,13 @@ async fn reopening_never_overwrites_the_agents_work() {
     assert_eq!(r["ok"], true, "{r}\n{}", daemon.stderr());
     assert_eq!(std::fs::read_to_string(ws.join("notes/readme.txt")).unwrap(), "from the manifest");
     assert!(daemon.stop().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reopening_never_overwrites_the_agents_work() {
+    for who in [As::Root, As::Nobody, As::Nested] {
+        reopening(who).await;
+    }
 }
 
 /// The backend goes away in the middle of a prompt (its connection drops
