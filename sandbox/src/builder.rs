@@ -55,6 +55,7 @@ pub struct SandboxBuilder {
     extra: Vec<MountOp>,
     deferred: Vec<DeferredBind>,
     security: Security,
+    nested: bool,
 }
 
 impl SandboxBuilder {
@@ -75,6 +76,7 @@ impl SandboxBuilder {
             extra: Vec::new(),
             deferred: Vec::new(),
             security: Security::default(),
+            nested: true,
         }
     }
 
@@ -148,6 +150,13 @@ impl SandboxBuilder {
     /// seccomp profile, Landlock best effort, no limits).
     pub fn security(mut self, security: Security) -> Self {
         self.security = security;
+        self
+    }
+
+    /// Whether the command may run `bwrap` (nested sandboxes served by the
+    /// launcher; default: yes).
+    pub fn nested(mut self, yes: bool) -> Self {
+        self.nested = yes;
         self
     }
 
@@ -240,6 +249,7 @@ impl SandboxBuilder {
             new_session: self.new_session,
             deferred_binds: self.deferred,
             security: self.security,
+            nested: self.nested,
         })
     }
 }

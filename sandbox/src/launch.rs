@@ -48,6 +48,10 @@ use crate::sys;
 /// Options of one launch that are not part of the sandbox's description.
 #[derive(Clone, Debug, Default)]
 pub struct LaunchOptions {
+    /// The binary to serve as `bwrap` inside the sandbox (a static build of
+    /// the `tuixiu-sandbox` launcher, which answers as bwrap when called
+    /// so) when the spec asks for nested sandboxes; `None`: no nesting.
+    pub bwrap_front_end: Option<std::path::PathBuf>,
     /// Write `{"child-pid": N}` when the command has started and
     /// `{"exit-code": N}` when it has ended, one JSON object per line
     /// (bubblewrap's `--json-status-fd` format).
@@ -125,7 +129,7 @@ where
     run(spec, options, Some(Box::new(apply)))
 }
 
-type ApplyFn<'f> = Box<dyn FnOnce(&mut ApplyContext<'_>) -> Result<(), ApplyError> + 'f>;
+pub(crate) type ApplyFn<'f> = Box<dyn FnOnce(&mut ApplyContext<'_>) -> Result<(), ApplyError> + 'f>;
 
 fn run(
     spec: &SandboxSpec,
@@ -133,10 +137,27 @@ fn run(
     apply: Option<ApplyFn<'_>>,
 ) -> Result<ExitStatus, LaunchError> {
     ensure_single_threaded()?;
-    let mut plan = Plan::prepare(spec)?;
+    let mut plan = Plan::prepare(spec, options.bwrap_front_end.as_deref())?;
     plan.apply_phase = apply.is_some();
     drop_supplementary_groups();
+    execute(&plan, options, apply, Watch::Outer(spec))
+}
 
+/// What the monitor watches besides the sandbox itself.
+pub(crate) enum Watch<'a> {
+    /// An outer sandbox: serve its nested-sandbox portal, if it has one.
+    Outer(&'a SandboxSpec),
+    /// A nested sandbox: the connection of its front end, whose end kills it.
+    Caller(RawFd),
+}
+
+/// Starts the prepared sandbox and monitors it to the end.
+pub(crate) fn execute(
+    plan: &Plan,
+    options: &LaunchOptions,
+    apply: Option<ApplyFn<'_>>,
+    watch: Watch<'_>,
+) -> Result<ExitStatus, LaunchError> {
     let pipe = |what: &str| {
         sys::pipe().map_err(|e| SyscallError::new(format!("create the {what} pipe"), "pipe2", e))
     };
@@ -182,8 +203,17 @@ fn run(
         drop(w);
         r
     });
+    if let Some(nested) = &plan.nested {
+        // The caller's descriptors are the nested PID 1's now.
+        for &(_, source) in &nested.fds {
+            // SAFETY: the plan's raw copies, ours to close, closed once.
+            unsafe { libc::close(source) };
+        }
+    }
 
-    write_id_maps(pid, &plan)?;
+    if plan.clone_flags & libc::CLONE_NEWUSER as libc::c_ulong != 0 {
+        write_id_maps(pid, plan)?;
+    }
     sys::write_all(sync_w.as_raw_fd(), &[1])
         .map_err(|e| SyscallError::new("release the sandbox child", "write", e))?;
 
@@ -194,13 +224,13 @@ fn run(
             .map_err(|e| SyscallError::new("wait for the sandbox", "read(ack pipe)", e))?;
         if ready {
             let mut ctx = ApplyContext {
-                plan: &plan,
+                plan,
                 root: apply::open_root(pid)?,
                 commands: sync_w.as_raw_fd(),
                 acks: ack_r.as_raw_fd(),
                 attached: vec![false; plan.deferred.len()],
             };
-            let fs_ids = FsIds::become_sandbox_owner(&plan);
+            let fs_ids = FsIds::become_sandbox_owner(plan);
             let outcome = apply(&mut ctx);
             drop(fs_ids);
             outcome.map_err(LaunchError::Apply)?;
@@ -211,8 +241,28 @@ fn run(
     let timeout = plan.limits.timeout.map(|t| (t, plan.limits.kill_after));
     let early = options.return_before_teardown && plan.limits.cgroup.is_none();
     let pipes = MonitorPipes { report: report_r, exit: exit_r, return_on_exit_status: early };
-    monitor(&mut child, pipes, spec.new_session, options, &watched, timeout)
+    let mut extra = match watch {
+        Watch::Outer(spec) => match &plan.portal {
+            Some(listener) => {
+                let ctx = crate::nested::Context { spec, plan, pid1: pid };
+                Extra::Portal(crate::nested::Server::new(listener.as_raw_fd(), ctx))
+            }
+            None => Extra::None,
+        },
+        Watch::Caller(fd) => Extra::Caller(Some(fd)),
+    };
+    monitor(&mut child, pipes, plan.new_session, options, &watched, timeout, &mut extra)
     // `sync_w` (the lifeline) closes here, after the sandbox has ended.
+}
+
+/// The monitor's third duty besides the report and exit pipes.
+enum Extra<'a> {
+    None,
+    /// Accept nested-sandbox requests (once the command runs: the socket
+    /// listens from then on) and reap their workers.
+    Portal(crate::nested::Server<'a>),
+    /// A nested sandbox's front end: when it goes, the sandbox goes.
+    Caller(Option<RawFd>),
 }
 
 /// During the apply phase a root launcher writes with the host ids the
@@ -298,6 +348,7 @@ fn monitor(
     options: &LaunchOptions,
     watched: &libc::sigset_t,
     timeout: Option<(Duration, Duration)>,
+    extra: &mut Extra<'_>,
 ) -> Result<ExitStatus, LaunchError> {
     // The wall clock: SIGTERM at the deadline (PID 1 relays it to the
     // command), SIGKILL to PID 1 after the grace period, which ends the
@@ -335,6 +386,15 @@ fn monitor(
                 events: libc::POLLIN,
                 revents: 0,
             },
+            libc::pollfd {
+                fd: match extra {
+                    Extra::Portal(server) if started => server.fd(),
+                    Extra::Caller(Some(fd)) => *fd,
+                    _ => -1,
+                },
+                events: libc::POLLIN,
+                revents: 0,
+            },
         ];
         let wait_ms = match deadline {
             None => -1,
@@ -359,8 +419,8 @@ fn monitor(
                 (at - now).as_millis().min(i32::MAX as u128) as i32 + 1
             }
         };
-        // SAFETY: three valid pollfd entries.
-        if unsafe { libc::poll(pfds.as_mut_ptr(), 3, wait_ms) } < 0 {
+        // SAFETY: four valid pollfd entries.
+        if unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, wait_ms) } < 0 {
             let e = Errno::last();
             if e == Errno::EINTR {
                 continue;
@@ -393,6 +453,22 @@ fn monitor(
             // Without the status (PID 1 was killed, or failed before the
             // command ran), PID 1's own exit tells the rest.
         }
+        if pfds[3].revents != 0 {
+            match extra {
+                Extra::Portal(server) => server.accept(),
+                Extra::Caller(conn) => {
+                    // Nothing more is expected from the front end: any
+                    // read that is not data means it is gone.
+                    let mut byte = [0u8; 64];
+                    if !matches!(sys::read(pfds[3].fd, &mut byte), Ok(n) if n > 0) {
+                        *conn = None;
+                        let _ = sys::kill(child.pid, libc::SIGKILL);
+                        killed_by.get_or_insert(128 + libc::SIGKILL);
+                    }
+                }
+                Extra::None => {}
+            }
+        }
         if pfds[1].revents != 0 {
             // SAFETY: signalfd_siginfo is plain data; reading fills it.
             let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
@@ -406,6 +482,9 @@ fn monitor(
             }
             let sig = info.ssi_signo as libc::c_int;
             if sig == libc::SIGCHLD {
+                if let Extra::Portal(server) = extra {
+                    server.reap();
+                }
                 if let Ok((pid, status)) = sys::waitpid(child.pid, libc::WNOHANG)
                     && pid == child.pid
                 {

@@ -31,6 +31,7 @@ pub mod landlock;
 mod launch;
 pub mod limits;
 mod mounts;
+pub mod nested;
 mod prepare;
 mod report;
 pub mod seccomp;

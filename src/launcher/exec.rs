@@ -31,13 +31,16 @@ pub fn main(args: ExecArgs) -> u8 {
         return EXIT_TOOL_ERROR;
     }
     drop(file);
-    let spec = match SandboxSpec::from_json(&bytes) {
+    let mut spec = match SandboxSpec::from_json(&bytes) {
         Ok(spec) => spec,
         Err(e) => {
             report_error(format!("invalid sandbox spec on fd {}: {e}", args.spec_fd));
             return EXIT_TOOL_ERROR;
         }
     };
+    if let Some(nested) = args.nested {
+        spec.nested = nested == super::args::NestedArg::On;
+    }
     match args.join_pid {
         // The status line carries the command's host pid: it leads its own
         // process group (setsid), which is how the caller kills all of it.

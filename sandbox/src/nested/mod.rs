@@ -1,0 +1,65 @@
+//! Nested sandboxes: `bwrap` inside a sandbox, built by the launcher
+//! outside it (the model of Flatpak's portal, `flatpak-spawn --sandbox`).
+//!
+//! Agents such as codex-acp sandbox every tool call with bubblewrap. Inside
+//! our sandbox they cannot: the default seccomp profile denies namespaces
+//! and mounts, Landlock denies mounts, and a mount namespace copied into a
+//! new user namespace locks our masked `/proc`, so a fresh procfs is
+//! refused. We keep all of that for the agent and serve the request from
+//! outside instead:
+//!
+//! ```text
+//! agent ─ bwrap ARGS (our front end, /run/tuixiu/bin/bwrap, first on PATH)
+//!    │ parse, then connect /run/tuixiu/nested.sock: the request as JSON,
+//!    │ its stdio and open descriptors by SCM_RIGHTS
+//!    ▼
+//! launcher (monitor, host side) ── accept, fork ──▶ worker
+//!    worker: own session; into the sandbox's cgroup; setns into the sandbox's
+//!      user, mount, ipc, uts (net) namespaces, pid for its children; the
+//!      sandbox user's ids; every other descriptor closed; then read and
+//!      check the request ([`request`]), resolve its sources in the
+//!      sandbox's view ([`plan`]) and start it with the runtime's own launch:
+//!    clone(NEWNS|NEWPID[|NEWNET|NEWIPC|NEWUTS|NEWCGROUP]) ─▶ nested PID 1
+//!      the usual checklist (child.rs): mounts on a fresh tmpfs root, a fresh
+//!      /proc (allowed: nothing in this mount namespace is locked, it was
+//!      copied within the sandbox's own user namespace), pivot_root, lo;
+//!      then, for --unshare-user, a new user namespace; no_new_privs, no
+//!      capabilities, the sandbox's seccomp filter and rlimits, Landlock
+//!      on the nested view, and COMMAND as PID 2
+//!    worker ◀─ COMMAND's status ─ relayed to the front end, which exits with
+//!      it; the front end's connection closing kills the nested sandbox
+//! ```
+//!
+//! The trust argument is in docs/security.md.
+
+pub mod plan;
+pub mod request;
+mod server;
+pub mod wire;
+mod worker;
+
+use std::os::fd::OwnedFd;
+
+pub use request::{BindMode, Op, Request, RequestError, Unshare};
+pub(crate) use server::Server;
+pub(crate) use worker::Context;
+
+/// The portal's directory inside every sandbox with nested sandboxes on:
+/// a small read-only tmpfs of its own.
+pub const PORTAL_DIR: &str = "/run/tuixiu";
+/// The socket's name in [`PORTAL_DIR`].
+pub const SOCKET_NAME: &str = "nested.sock";
+/// The socket the front end connects to.
+pub const SOCKET: &str = "/run/tuixiu/nested.sock";
+/// The front end, bound read-only; its directory is first on `PATH`.
+pub const PORTAL_BIN: &str = "/run/tuixiu/bin/bwrap";
+/// Most nested sandboxes one sandbox may run at once.
+pub const MAX_WORKERS: usize = 16;
+
+/// The portal's socket, made before the sandbox exists; its child binds it
+/// inside the new root and listens, the launcher accepts on it.
+pub(crate) fn portal_socket() -> Result<OwnedFd, crate::SpecError> {
+    crate::sys::unix_stream_socket().map_err(|e| {
+        crate::SpecError::new(format!("create the nested-sandbox socket: socket(AF_UNIX) => {e}"))
+    })
+}
