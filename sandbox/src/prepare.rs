@@ -280,6 +280,14 @@ impl Plan {
             Some(exe) => Some((crate::nested::portal_socket()?, exe)),
             None => None,
         };
+        match (&portal, spec.nested) {
+            (Some(_), _) => tracing::info!(
+                "nested sandboxes: on (`bwrap` is {}, first on PATH, served by this launcher)",
+                crate::nested::PORTAL_BIN
+            ),
+            (None, true) => tracing::info!("nested sandboxes: not available (no bwrap front end given)"),
+            (None, false) => tracing::info!("nested sandboxes: off"),
+        }
         // The portal comes right after the system view (whose /usr/bin/bwrap
         // it covers), before everything the caller adds.
         let last_system = spec.mounts.iter().rposition(|op| matches!(op, MountOp::SystemBind { .. }));

@@ -3,10 +3,12 @@
 //! Before it reads a byte of the request, the worker leaves the host: its
 //! own session, the sandbox's cgroup, the sandbox's namespaces (user,
 //! mount, ipc, uts, net when it has its own), the sandbox user's ids, and
-//! no descriptor but the connection. What is left of the host is its pid
-//! namespace (it stays in the host's, invisible from the sandbox) and the
-//! capabilities it holds in the sandbox's user namespace, which it uses
-//! only through the runtime's fixed steps.
+//! no descriptor but the connection; then it forks into the sandbox's pid
+//! namespace, and only that child reads the request. What the child has
+//! beyond the sandbox's own processes are the capabilities it holds in the
+//! sandbox's user namespace, which it uses only through the runtime's
+//! fixed steps (it is not dumpable, so the sandbox's processes, which lack
+//! them, cannot trace it or open its /proc entries).
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::panic::AssertUnwindSafe;
@@ -33,25 +35,72 @@ const REQUEST_TIMEOUT_SECS: libc::time_t = 10;
 
 /// The worker's whole life; never returns.
 pub(crate) fn main(conn: OwnedFd, ctx: &Context<'_>, monitor: libc::pid_t) -> ! {
-    let code = match std::panic::catch_unwind(AssertUnwindSafe(|| serve(&conn, ctx, monitor))) {
+    let code = match std::panic::catch_unwind(AssertUnwindSafe(|| serve(conn, ctx, monitor))) {
         Ok(code) => code,
-        Err(_) => {
-            let text = "internal error: the nested-sandbox worker panicked".to_string();
-            wire::send_reply(conn.as_fd(), &Reply::Error(text));
-            1
-        }
+        Err(_) => 1,
     };
     sys::exit_now(code)
 }
 
-fn serve(conn: &OwnedFd, ctx: &Context<'_>, monitor: libc::pid_t) -> i32 {
+fn serve(conn: OwnedFd, ctx: &Context<'_>, monitor: libc::pid_t) -> i32 {
+    let fail = |conn: &OwnedFd, text: String| {
+        wire::send_reply(conn.as_fd(), &Reply::Error(text));
+        1
+    };
+    if let Err(e) = leave_host(&conn, ctx, monitor) {
+        return fail(&conn, format!("cannot serve nested sandboxes: {e}"));
+    }
+    // A new pid namespace can only be made from the pid namespace a process
+    // is in: the rest is done by a child, in the sandbox's pid namespace,
+    // so that the nested one is the sandbox's child (it sees the nested
+    // processes in its /proc, and they end with it). This process stays
+    // outside, invisible from the sandbox, and waits.
+    // The pipe's write end is this process's life: the child checks it once
+    // its parent-death signal is armed.
+    let (life_r, life_w) = match sys::pipe() {
+        Ok(pipe) => pipe,
+        Err(e) => return fail(&conn, format!("cannot serve nested sandboxes: pipe2 => {e}")),
+    };
+    // SAFETY: single-threaded (a fork of the single-threaded launcher);
+    // the child never returns into the caller.
+    let child = match unsafe { sys::fork() } {
+        Ok(0) => {
+            drop(life_w);
+            let code = std::panic::catch_unwind(AssertUnwindSafe(|| serve_inside(&conn, ctx, life_r)))
+                .unwrap_or_else(|_| fail(&conn, "internal error: the nested-sandbox worker panicked".into()));
+            sys::exit_now(code)
+        }
+        Ok(pid) => pid,
+        Err(e) => return fail(&conn, format!("cannot serve nested sandboxes: fork => {e}")),
+    };
+    // The front end must see end-of-file when the child is done.
+    drop(conn);
+    drop(life_r);
+    loop {
+        match sys::waitpid(child, 0) {
+            Ok((_, status)) => return sys::exit_code_of(status),
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => return 1,
+        }
+    }
+}
+
+/// In the sandbox's pid namespace: read, check and run the request.
+fn serve_inside(conn: &OwnedFd, ctx: &Context<'_>, life: OwnedFd) -> i32 {
     let fail = |text: String| {
         wire::send_reply(conn.as_fd(), &Reply::Error(text));
         1
     };
-    if let Err(e) = leave_host(conn, ctx, monitor) {
-        return fail(format!("cannot serve nested sandboxes: {e}"));
+    // Gone with the outer worker (and so with the launcher).
+    if let Err(e) = sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) {
+        return fail(format!("cannot serve nested sandboxes: prctl(PR_SET_PDEATHSIG) => {e}"));
     }
+    let mut pfd = libc::pollfd { fd: life.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd, zero timeout.
+    if unsafe { libc::poll(&mut pfd, 1, 0) } != 0 {
+        return 1;
+    }
+    drop(life);
     let (body, fds) = match wire::recv_request(conn.as_fd()) {
         Ok(received) => received,
         Err(e) => return fail(e.to_string()),
@@ -102,12 +151,7 @@ fn leave_host(conn: &OwnedFd, ctx: &Context<'_>, monitor: libc::pid_t) -> Result
         let procs = cgroup.dir.join("cgroup.procs");
         std::fs::write(&procs, "0").map_err(|e| format!("write(\"{}\", \"0\") => {e}", procs.display()))?;
     }
-    // Not its pid namespace: a new one can only be made from the pid
-    // namespace a process is in, so the nested one is a sibling of the
-    // sandbox's, both children of the host's. It is bound to the sandbox's
-    // life all the same: the launcher's death kills this worker, whose
-    // death kills the nested PID 1 (parent-death signals).
-    crate::join::enter(ctx.pid1, false).map_err(|e| e.to_string())?;
+    crate::join::enter(ctx.pid1, true).map_err(|e| e.to_string())?;
     let user = &ctx.spec.user;
     sys::setresgid(user.gid).map_err(|e| format!("setresgid({}) => {e}", user.gid))?;
     sys::setresuid(user.uid).map_err(|e| format!("setresuid({}) => {e}", user.uid))?;
