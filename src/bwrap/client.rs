@@ -28,10 +28,14 @@ pub fn run(parsed: &Parsed) -> Result<u8, String> {
     let fds = open_fds(conn.as_raw_fd())?;
     let request = Request { fds: fds.clone(), ..request };
     let body = serde_json::to_vec(&request).map_err(|e| format!("cannot encode the request: {e}"))?;
-    wire::send_request(conn.as_fd(), &body, &fds).map_err(|e| {
-        format!("cannot send the request to the launcher: {}", sandbox::error::io_error_text(&e))
-    })?;
+    // A launcher that refuses at once (too many nested sandboxes) closes
+    // the connection while we send: its reply says why.
+    let sent = wire::send_request(conn.as_fd(), &body, &fds);
     match wire::read_reply(conn.as_fd()) {
+        Ok(None) | Err(_) if sent.is_err() => Err(format!(
+            "cannot send the request to the launcher: {}",
+            sandbox::error::io_error_text(&sent.unwrap_err())
+        )),
         Ok(Some(Reply::Exit(code))) => Ok(code.clamp(0, 255) as u8),
         Ok(Some(Reply::Error(text))) => Err(text),
         Ok(None) => Err("the launcher ended the nested sandbox without a status".into()),

@@ -122,11 +122,23 @@ pub fn send_reply(sock: BorrowedFd<'_>, reply: &Reply) {
 }
 
 /// Reads reply lines until end-of-file; returns the first final one
-/// (`None` if the connection ended without one).
+/// (`None` if the connection ended without one). A launcher that refused
+/// the request at once may reset the connection after its reply: what
+/// arrived before counts.
 pub fn read_reply(sock: BorrowedFd<'_>) -> io::Result<Option<Reply>> {
     let mut bytes = Vec::new();
-    SockRead(sock).read_to_end(&mut bytes)?;
-    Ok(bytes.split(|&b| b == b'\n').find_map(|line| serde_json::from_slice::<Reply>(line).ok()))
+    let mut buf = [0u8; 4096];
+    let ended = loop {
+        match SockRead(sock).read(&mut buf) {
+            Ok(0) => break Ok(()),
+            Ok(n) => bytes.extend_from_slice(&buf[..n]),
+            Err(e) => break Err(e),
+        }
+    };
+    match bytes.split(|&b| b == b'\n').find_map(|line| serde_json::from_slice::<Reply>(line).ok()) {
+        Some(reply) => Ok(Some(reply)),
+        None => ended.map(|()| None),
+    }
 }
 
 fn write_all(sock: BorrowedFd<'_>, mut buf: &[u8]) -> io::Result<()> {
