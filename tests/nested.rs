@@ -37,7 +37,8 @@ for_each_caller!(codex_and_the_sandbox_runtime_run_their_bwrap, |caller: Caller|
 for_each_caller!(nested_commands_run_under_the_outer_seccomp_profile, |caller: Caller| {
     let f = Fixture::new(caller);
     nested_support::install(&f.workspace.join("stand-in"));
-    let probe = "bwrap --ro-bind / / --unshare-user --unshare-pid -- python3 /workspace/stand-in/probe.py nested";
+    let probe =
+        "bwrap --ro-bind / / --unshare-user --unshare-pid -- python3 /workspace/stand-in/probe.py nested";
     for (profile, want_eperm) in [("default", true), ("unconfined", false)] {
         let out = f.run(&["--seccomp", profile], &["sh", "-c", probe]);
         assert!(out.status.success(), "{}", stderr(&out));
@@ -64,6 +65,20 @@ fn nested_off_leaves_bwrap_out() {
 }
 
 #[test]
+fn the_hosts_own_bwrap_is_covered_by_the_front_end() {
+    // scripts/ci-setup.d/40-bubblewrap.sh installs bubblewrap: agents that
+    // call /usr/bin/bwrap by path get ours too.
+    assert!(std::path::Path::new("/usr/bin/bwrap").exists(), "install bubblewrap (scripts/ci-setup.d)");
+    let f = Fixture::new(Caller::Unprivileged);
+    let out = f.run(&[], &["/usr/bin/bwrap", "--version"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("tuixiu-sandbox"));
+    let out = f.run(&["--nested", "off"], &["/usr/bin/bwrap", "--version"]);
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("bubblewrap 0."), "the host's own");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("tuixiu-sandbox"));
+}
+
+#[test]
 fn at_most_sixteen_nested_sandboxes_at_once() {
     let f = Fixture::new(Caller::Root);
     // Sixteen nested sandboxes that wait for a file, then a seventeenth.
@@ -87,9 +102,16 @@ fn the_front_end_outside_a_sandbox_says_so() {
     let out = f.command(&["bwrap", "--ro-bind", "/", "/", "true"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = stderr(&out);
-    assert!(err.starts_with("bwrap: nested sandboxes are not available here (/run/tuixiu/nested.sock: "), "{err}");
+    assert!(
+        err.starts_with("bwrap: nested sandboxes are not available here (/run/tuixiu/nested.sock: "),
+        "{err}"
+    );
     // --help works anywhere.
     let out = f.command(&["bwrap", "--help"]).output().unwrap();
     assert!(out.status.success());
-    assert!(String::from_utf8(out.stdout).unwrap().starts_with("usage: bwrap [OPTIONS...] [--] COMMAND [ARGS...]"));
+    assert!(
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .starts_with("usage: bwrap [OPTIONS...] [--] COMMAND [ARGS...]")
+    );
 }

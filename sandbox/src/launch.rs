@@ -186,7 +186,7 @@ pub(crate) fn execute(
     // SAFETY: we checked that this process is single-threaded, and the
     // child branch never returns: `child::main` ends in `_exit`.
     let pid = match unsafe { sys::clone_fork(plan.clone_flags) } {
-        Ok(0) => child::main(&plan, &child_fds),
+        Ok(0) => child::main(plan, &child_fds),
         Ok(pid) => pid,
         Err(e) => return Err(clone_error(e).into()),
     };

@@ -651,7 +651,7 @@ fn cap_mask(name: &str) -> Option<u64> {
 
 fn strerror(e: &std::io::Error) -> String {
     match e.raw_os_error() {
-        Some(raw) => nix::errno::Errno::from_raw(raw).desc().to_string(),
+        Some(raw) => sandbox::error::strerror(raw),
         None => e.to_string(),
     }
 }

@@ -298,9 +298,12 @@ fn nested() -> Row {
             "`bwrap` inside a sandbox built a nested one with a fresh /proc (--nested off disables it)",
             None,
         ),
-        Ok(status) => {
-            row("nested sandboxes", Status::Warn, format!("bwrap inside a sandbox exited {}", status.code()), Some(hint))
-        }
+        Ok(status) => row(
+            "nested sandboxes",
+            Status::Warn,
+            format!("bwrap inside a sandbox exited {}", status.code()),
+            Some(hint),
+        ),
         Err(e) => row("nested sandboxes", Status::Warn, e.to_string(), Some(hint)),
     }
 }

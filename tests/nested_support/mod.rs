@@ -31,7 +31,9 @@ pub fn prepare_workspace(ws: &Path, uid: u32) {
     }
     std::fs::write(ws.join(".git/config"), "[core]\n").unwrap();
     std::fs::write(ws.join(".codex/config.toml"), "model = \"x\"\n").unwrap();
-    for path in [ws.to_path_buf(), ws.join(".git"), ws.join(".git/config"), ws.join(".codex"), ws.join(".agents")] {
+    for path in
+        [ws.to_path_buf(), ws.join(".git"), ws.join(".git/config"), ws.join(".codex"), ws.join(".agents")]
+    {
         std::os::unix::fs::chown(&path, Some(uid), Some(uid)).unwrap();
     }
 }
@@ -42,7 +44,9 @@ pub fn observations(stdout: &str) -> BTreeMap<String, String> {
 }
 
 fn get<'a>(seen: &'a BTreeMap<String, String>, key: &str) -> &'a str {
-    seen.get(key).map(String::as_str).unwrap_or_else(|| panic!("the stand-in did not report {key}: {seen:#?}"))
+    seen.get(key)
+        .map(String::as_str)
+        .unwrap_or_else(|| panic!("the stand-in did not report {key}: {seen:#?}"))
 }
 
 /// Asserts everything issue 13 asks of a nested sandbox, on what the
@@ -110,7 +114,10 @@ pub fn assert_codex_and_sandbox_runtime(seen: &BTreeMap<String, String>, ws: &Pa
     expect("unknown_rc", "1");
     expect("unknown_err", "bwrap: Unknown option --frobnicate");
     expect("not_yet_rc", "1");
-    expect("not_yet_err", "bwrap: --info-fd is not supported yet by tuixiu-sandbox's bwrap (see docs/bwrap.md)");
+    expect(
+        "not_yet_err",
+        "bwrap: --info-fd is not supported yet by tuixiu-sandbox's bwrap (see docs/bwrap.md)",
+    );
     expect("mounts", "unchanged");
     // Claude Code's sandbox runtime: --args, --setenv/--unsetenv, --tmpfs,
     // --dev-bind, --cap-drop; --cap-add keeps a capability only inside the

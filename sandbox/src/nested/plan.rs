@@ -142,12 +142,12 @@ fn source(cwd: &str, src: &str, optional: bool) -> Result<Option<PathBuf>, Reque
         Ok(real) => real,
         Err(e) if optional && e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => {
-            let errno = nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO));
-            return Err(RequestError::Source { src: src.to_string(), reason: errno.desc().to_string() });
+            let reason = crate::error::strerror(e.raw_os_error().unwrap_or(libc::EIO));
+            return Err(RequestError::Source { src: src.to_string(), reason });
         }
     };
     if real.starts_with(PORTAL_DIR) {
-        let reason = nix::errno::Errno::EACCES.desc().to_string();
+        let reason = crate::error::strerror(libc::EACCES);
         return Err(RequestError::Source { src: src.to_string(), reason });
     }
     Ok(Some(real))

@@ -35,10 +35,7 @@ const REQUEST_TIMEOUT_SECS: libc::time_t = 10;
 
 /// The worker's whole life; never returns.
 pub(crate) fn main(conn: OwnedFd, ctx: &Context<'_>, monitor: libc::pid_t) -> ! {
-    let code = match std::panic::catch_unwind(AssertUnwindSafe(|| serve(conn, ctx, monitor))) {
-        Ok(code) => code,
-        Err(_) => 1,
-    };
+    let code = std::panic::catch_unwind(AssertUnwindSafe(|| serve(conn, ctx, monitor))).unwrap_or(1);
     sys::exit_now(code)
 }
 
@@ -124,10 +121,10 @@ fn serve_inside(conn: &OwnedFd, ctx: &Context<'_>, life: OwnedFd) -> i32 {
         }
         // bubblewrap's words for a command that cannot be executed.
         Err(LaunchError::Child { code: EXIT_NOT_FOUND, .. }) => {
-            fail(format!("execvp {}: {}", nested.exec.program, nix::errno::Errno::ENOENT.desc()))
+            fail(format!("execvp {}: {}", nested.exec.program, crate::error::strerror(libc::ENOENT)))
         }
         Err(LaunchError::Child { code: EXIT_CANNOT_EXECUTE, message }) => {
-            let why = if message.contains("EACCES") { nix::errno::Errno::EACCES.desc() } else { &message };
+            let why = if message.contains("EACCES") { crate::error::strerror(libc::EACCES) } else { message };
             fail(format!("execvp {}: {why}", nested.exec.program))
         }
         Err(e) => fail(e.to_string()),
