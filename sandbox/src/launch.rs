@@ -42,7 +42,6 @@ use crate::error::{LaunchError, SpecError, SyscallError};
 use crate::init::FORWARDED_SIGNALS;
 use crate::prepare::Plan;
 use crate::report;
-use crate::spec::SandboxSpec;
 use crate::sys;
 
 /// Options of one launch that are not part of the sandbox's description.
@@ -96,57 +95,26 @@ impl ExitStatus {
     }
 }
 
-/// Runs `spec` to completion. Must be called from a single-threaded process
-/// (the `run` CLI, or a helper process spawned by a multi-threaded caller).
-/// Deferred binds, if any, are attached in order before the command starts.
-pub fn launch(spec: &SandboxSpec, options: &LaunchOptions) -> Result<ExitStatus, LaunchError> {
-    if spec.deferred_binds.is_empty() {
-        return run(spec, options, None);
-    }
-    launch_with(spec, options, |ctx| {
-        for i in 0..ctx.deferred_binds() {
-            ctx.attach(i)?;
-        }
-        Ok(())
-    })
-}
-
 /// The error type apply callbacks return.
 pub type ApplyError = Box<dyn std::error::Error + Send + Sync>;
 
-/// Like [`launch`], but pauses once the sandbox's root is built and calls
-/// `apply` to land inputs in it (see [`ApplyContext`]). If `apply` fails,
-/// the sandbox is killed before the command starts and the error is
-/// returned as [`LaunchError::Apply`].
-pub fn launch_with<F>(
-    spec: &SandboxSpec,
-    options: &LaunchOptions,
-    apply: F,
-) -> Result<ExitStatus, LaunchError>
-where
-    F: FnOnce(&mut ApplyContext<'_>) -> Result<(), ApplyError>,
-{
-    run(spec, options, Some(Box::new(apply)))
-}
-
 pub(crate) type ApplyFn<'f> = Box<dyn FnOnce(&mut ApplyContext<'_>) -> Result<(), ApplyError> + 'f>;
 
-fn run(
-    spec: &SandboxSpec,
-    options: &LaunchOptions,
-    apply: Option<ApplyFn<'_>>,
-) -> Result<ExitStatus, LaunchError> {
-    ensure_single_threaded()?;
-    let mut plan = Plan::prepare(spec, options.bwrap_front_end.as_deref())?;
-    plan.apply_phase = apply.is_some();
-    drop_supplementary_groups();
-    execute(&plan, options, apply, Watch::Outer(spec))
+/// A nested-sandbox portal the monitor serves (see `crate::nested`).
+pub(crate) trait Portal {
+    /// The listening socket.
+    fn fd(&self) -> RawFd;
+    /// Connections are waiting; `pid1` is the sandbox's PID 1.
+    fn accept(&mut self, pid1: libc::pid_t);
+    /// A child of this process ended (one of the portal's workers, maybe).
+    fn reap(&mut self);
 }
 
 /// What the monitor watches besides the sandbox itself.
 pub(crate) enum Watch<'a> {
-    /// An outer sandbox: serve its nested-sandbox portal, if it has one.
-    Outer(&'a SandboxSpec),
+    Nothing,
+    /// An outer sandbox's nested-sandbox portal, served once the command runs.
+    Portal(&'a mut dyn Portal),
     /// A nested sandbox: the connection of its front end, whose end kills it.
     Caller(RawFd),
 }
@@ -241,28 +209,9 @@ pub(crate) fn execute(
     let timeout = plan.limits.timeout.map(|t| (t, plan.limits.kill_after));
     let early = options.return_before_teardown && plan.limits.cgroup.is_none();
     let pipes = MonitorPipes { report: report_r, exit: exit_r, return_on_exit_status: early };
-    let mut extra = match watch {
-        Watch::Outer(spec) => match &plan.portal {
-            Some(listener) => {
-                let ctx = crate::nested::Context { spec, plan, pid1: pid };
-                Extra::Portal(crate::nested::Server::new(listener.as_raw_fd(), ctx))
-            }
-            None => Extra::None,
-        },
-        Watch::Caller(fd) => Extra::Caller(Some(fd)),
-    };
-    monitor(&mut child, pipes, plan.new_session, options, &watched, timeout, &mut extra)
+    let mut watch = watch;
+    monitor(&mut child, pipes, plan.new_session, options, &watched, timeout, &mut watch)
     // `sync_w` (the lifeline) closes here, after the sandbox has ended.
-}
-
-/// The monitor's third duty besides the report and exit pipes.
-enum Extra<'a> {
-    None,
-    /// Accept nested-sandbox requests (once the command runs: the socket
-    /// listens from then on) and reap their workers.
-    Portal(crate::nested::Server<'a>),
-    /// A nested sandbox's front end: when it goes, the sandbox goes.
-    Caller(Option<RawFd>),
 }
 
 /// During the apply phase a root launcher writes with the host ids the
@@ -348,7 +297,7 @@ fn monitor(
     options: &LaunchOptions,
     watched: &libc::sigset_t,
     timeout: Option<(Duration, Duration)>,
-    extra: &mut Extra<'_>,
+    watch: &mut Watch<'_>,
 ) -> Result<ExitStatus, LaunchError> {
     // The wall clock: SIGTERM at the deadline (PID 1 relays it to the
     // command), SIGKILL to PID 1 after the grace period, which ends the
@@ -387,9 +336,9 @@ fn monitor(
                 revents: 0,
             },
             libc::pollfd {
-                fd: match extra {
-                    Extra::Portal(server) if started => server.fd(),
-                    Extra::Caller(Some(fd)) => *fd,
+                fd: match watch {
+                    Watch::Portal(portal) if started => portal.fd(),
+                    Watch::Caller(fd) => *fd,
                     _ => -1,
                 },
                 events: libc::POLLIN,
@@ -454,19 +403,19 @@ fn monitor(
             // command ran), PID 1's own exit tells the rest.
         }
         if pfds[3].revents != 0 {
-            match extra {
-                Extra::Portal(server) => server.accept(),
-                Extra::Caller(conn) => {
+            match watch {
+                Watch::Portal(portal) => portal.accept(child.pid),
+                Watch::Caller(_) => {
                     // Nothing more is expected from the front end: any
                     // read that is not data means it is gone.
                     let mut byte = [0u8; 64];
                     if !matches!(sys::read(pfds[3].fd, &mut byte), Ok(n) if n > 0) {
-                        *conn = None;
+                        *watch = Watch::Nothing;
                         let _ = sys::kill(child.pid, libc::SIGKILL);
                         killed_by.get_or_insert(128 + libc::SIGKILL);
                     }
                 }
-                Extra::None => {}
+                Watch::Nothing => {}
             }
         }
         if pfds[1].revents != 0 {
@@ -482,8 +431,8 @@ fn monitor(
             }
             let sig = info.ssi_signo as libc::c_int;
             if sig == libc::SIGCHLD {
-                if let Extra::Portal(server) = extra {
-                    server.reap();
+                if let Watch::Portal(portal) = watch {
+                    portal.reap();
                 }
                 if let Ok((pid, status)) = sys::waitpid(child.pid, libc::WNOHANG)
                     && pid == child.pid
@@ -573,7 +522,7 @@ fn thread_count() -> Option<u64> {
 /// A root caller's supplementary groups would show up as `nogroup` inside;
 /// drop them while we still may (unprivileged callers cannot, and have
 /// `setgroups` denied in the sandbox anyway).
-fn drop_supplementary_groups() {
+pub(crate) fn drop_supplementary_groups() {
     // SAFETY: an empty group list is a valid argument.
     let _ = unsafe { libc::setgroups(0, std::ptr::null()) };
 }

@@ -32,11 +32,13 @@ mod launch;
 pub mod limits;
 mod mounts;
 pub mod nested;
+mod portal;
 mod prepare;
 mod report;
 pub mod seccomp;
 mod secrets;
 pub mod spec;
+mod start;
 mod sys;
 pub mod user;
 
@@ -47,11 +49,12 @@ pub use error::{
 };
 pub use init::FORWARDED_SIGNALS;
 pub use join::join;
-pub use launch::{ApplyError, ExitStatus, LaunchOptions, launch, launch_with};
+pub use launch::{ApplyError, ExitStatus, LaunchOptions};
 pub use spec::{
     Access, DeferredBind, HostIds, LandlockMode, Limits, MountOp, Network, SandboxSpec, SeccompPolicy,
     Security, UserView,
 };
+pub use start::{launch, launch_with};
 
 /// Guest path of the workspace.
 pub const WORKSPACE: &str = "/workspace";

@@ -277,13 +277,13 @@ impl Plan {
             user_is_host_root: root_uid,
         };
         let portal = match front_end.filter(|_| spec.nested) {
-            Some(exe) => Some((crate::nested::portal_socket()?, exe)),
+            Some(exe) => Some((crate::portal::socket()?, exe)),
             None => None,
         };
         match (&portal, spec.nested) {
             (Some(_), _) => tracing::info!(
                 "nested sandboxes: on (`bwrap` is {}, first on PATH, served by this launcher)",
-                crate::nested::PORTAL_BIN
+                crate::portal::PORTAL_BIN
             ),
             (None, true) => tracing::info!("nested sandboxes: not available (no bwrap front end given)"),
             (None, false) => tracing::info!("nested sandboxes: off"),
@@ -544,11 +544,11 @@ impl Expansion<'_> {
     }
 
     /// The nested-sandbox portal: a small read-only tmpfs at
-    /// [`crate::nested::PORTAL_DIR`] holding the listening socket and the
+    /// [`crate::portal::PORTAL_DIR`] holding the listening socket and the
     /// front end as `bin/bwrap`, and the front end bound over the host's
     /// own `bwrap` where the system view shows one.
     fn push_portal(&mut self, front_end: &Path, socket: &OwnedFd, cover_host: bool) -> Result<(), SpecError> {
-        use crate::nested::{PORTAL_BIN, PORTAL_DIR, SOCKET_NAME};
+        use crate::portal::{PORTAL_BIN, PORTAL_DIR, SOCKET_NAME};
         let (dir_text, dir) = guest_rel("portal", PORTAL_DIR)?;
         self.push(
             format!("mount tmpfs on {dir_text}"),
@@ -972,7 +972,7 @@ impl ExecPlan {
     pub(crate) fn prepare(spec: &SandboxSpec) -> Result<ExecPlan, SpecError> {
         let mut env = spec.env.clone();
         if spec.nested {
-            let bin = crate::nested::PORTAL_BIN.rsplit_once('/').map_or("", |(dir, _)| dir);
+            let bin = crate::portal::PORTAL_BIN.rsplit_once('/').map_or("", |(dir, _)| dir);
             let path = env.iter().rev().find(|(k, _)| k == "PATH").map_or(DEFAULT_PATH, |(_, v)| v.as_str());
             if !path.split(':').any(|dir| dir == bin) {
                 let path = format!("{bin}:{path}");

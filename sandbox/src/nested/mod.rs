@@ -32,34 +32,16 @@
 //!
 //! The trust argument is in docs/security.md.
 
-pub mod plan;
+mod plan;
 pub mod request;
 mod server;
 pub mod wire;
 mod worker;
 
-use std::os::fd::OwnedFd;
-
+pub use crate::portal::{PORTAL_BIN, PORTAL_DIR, SOCKET, SOCKET_NAME};
 pub use request::{BindMode, Op, Request, RequestError, Unshare};
 pub(crate) use server::Server;
 pub(crate) use worker::Context;
 
-/// The portal's directory inside every sandbox with nested sandboxes on:
-/// a small read-only tmpfs of its own.
-pub const PORTAL_DIR: &str = "/run/tuixiu";
-/// The socket's name in [`PORTAL_DIR`].
-pub const SOCKET_NAME: &str = "nested.sock";
-/// The socket the front end connects to.
-pub const SOCKET: &str = "/run/tuixiu/nested.sock";
-/// The front end, bound read-only; its directory is first on `PATH`.
-pub const PORTAL_BIN: &str = "/run/tuixiu/bin/bwrap";
 /// Most nested sandboxes one sandbox may run at once.
 pub const MAX_WORKERS: usize = 16;
-
-/// The portal's socket, made before the sandbox exists; its child binds it
-/// inside the new root and listens, the launcher accepts on it.
-pub(crate) fn portal_socket() -> Result<OwnedFd, crate::SpecError> {
-    crate::sys::unix_stream_socket().map_err(|e| {
-        crate::SpecError::new(format!("create the nested-sandbox socket: socket(AF_UNIX) => {e}"))
-    })
-}

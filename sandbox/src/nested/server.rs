@@ -2,32 +2,39 @@
 //! from its poll loop and forks one worker process per connection, so a
 //! nested sandbox never holds up the loop (or another nested sandbox).
 
-use std::os::fd::{AsFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 
 use nix::errno::Errno;
 
 use super::wire::{Reply, send_reply};
 use super::{Context, MAX_WORKERS, worker};
+use crate::launch::Portal;
+use crate::prepare::Plan;
+use crate::spec::SandboxSpec;
 use crate::sys;
 
 pub(crate) struct Server<'a> {
     listener: RawFd,
-    ctx: Context<'a>,
+    spec: &'a SandboxSpec,
+    plan: &'a Plan,
     workers: Vec<libc::pid_t>,
 }
 
 impl<'a> Server<'a> {
-    pub(crate) fn new(listener: RawFd, ctx: Context<'a>) -> Self {
-        Server { listener, ctx, workers: Vec::new() }
+    /// Serves `listener` for the sandbox of `spec`, prepared as `plan`.
+    pub(crate) fn new(listener: &'a OwnedFd, spec: &'a SandboxSpec, plan: &'a Plan) -> Self {
+        Server { listener: listener.as_raw_fd(), spec, plan, workers: Vec::new() }
     }
+}
 
-    pub(crate) fn fd(&self) -> RawFd {
+impl Portal for Server<'_> {
+    fn fd(&self) -> RawFd {
         self.listener
     }
 
     /// Takes every pending connection: a worker each, or a refusal when
     /// [`MAX_WORKERS`] are busy.
-    pub(crate) fn accept(&mut self) {
+    fn accept(&mut self, pid1: libc::pid_t) {
         loop {
             let conn: OwnedFd = match sys::accept(self.listener) {
                 Ok(conn) => conn,
@@ -41,18 +48,19 @@ impl<'a> Server<'a> {
             }
             // SAFETY: getpid cannot fail.
             let monitor = unsafe { libc::getpid() };
+            let ctx = Context { spec: self.spec, plan: self.plan, pid1 };
             // SAFETY: the launcher is single-threaded (checked before the
             // sandbox started); the worker never returns: it `_exit`s.
             match unsafe { sys::fork() } {
-                Ok(0) => worker::main(conn, &self.ctx, monitor),
+                Ok(0) => worker::main(conn, &ctx, monitor),
                 Ok(pid) => self.workers.push(pid),
                 Err(e) => send_reply(conn.as_fd(), &Reply::Error(format!("fork => {e}"))),
             }
         }
     }
 
-    /// Reaps the workers that have ended (on SIGCHLD).
-    pub(crate) fn reap(&mut self) {
+    /// Reaps the workers that have ended.
+    fn reap(&mut self) {
         self.workers.retain(|&pid| !matches!(sys::waitpid(pid, libc::WNOHANG), Ok((p, _)) if p == pid));
     }
 }
