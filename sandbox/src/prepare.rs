@@ -314,18 +314,7 @@ impl Plan {
             let source = plan.host_source(&bind.src, bind.access, &dst_text)?;
             deferred.push(Deferred { source, dst });
         }
-        if plan.host_sources.len() > MAX_HOST_SOURCES {
-            return Err(SpecError::new(format!("at most {MAX_HOST_SOURCES} host binds are supported")));
-        }
-        if !plan.staged.is_empty() {
-            plan.steps.push(Step {
-                what: "remove the staging directory".into(),
-                action: Action::RemoveStaging {
-                    files: std::mem::take(&mut plan.staged),
-                    dir: cstring("staging dir", STAGING_DIR)?,
-                },
-            });
-        }
+        plan.finish()?;
         plan.steps.push(Step {
             what: "make / read-only".into(),
             action: Action::Remount { dst: CString::default(), attrs: MOUNT_RDONLY },
@@ -442,18 +431,7 @@ impl Plan {
                 }
             }
         }
-        if plan.host_sources.len() > MAX_HOST_SOURCES {
-            return Err(SpecError::new(format!("at most {MAX_HOST_SOURCES} binds are supported")));
-        }
-        if !plan.staged.is_empty() {
-            plan.steps.push(Step {
-                what: "remove the staging directory".into(),
-                action: Action::RemoveStaging {
-                    files: std::mem::take(&mut plan.staged),
-                    dir: cstring("staging dir", STAGING_DIR)?,
-                },
-            });
-        }
+        plan.finish()?;
         let security = &spec.security;
         let (landlock, _) = landlock::plan(security.landlock, &landlock_paths(spec)?, security.no_ip)?;
         let cwd = parts
@@ -513,6 +491,22 @@ struct Expansion<'a> {
 impl Expansion<'_> {
     fn push(&mut self, what: String, action: Action) {
         self.steps.push(Step { what, action });
+    }
+
+    /// After the last mount: the limit on host sources, and the staged
+    /// files' names removed.
+    fn finish(&mut self) -> Result<(), SpecError> {
+        if self.host_sources.len() > MAX_HOST_SOURCES {
+            return Err(SpecError::new(format!("at most {MAX_HOST_SOURCES} host binds are supported")));
+        }
+        if !self.staged.is_empty() {
+            let files = std::mem::take(&mut self.staged);
+            self.push(
+                "remove the staging directory".into(),
+                Action::RemoveStaging { files, dir: cstring("staging dir", STAGING_DIR)? },
+            );
+        }
+        Ok(())
     }
 
     /// Checks and canonicalizes a host bind source; returns its index.
