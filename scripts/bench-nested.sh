@@ -44,7 +44,7 @@ if [ -n "${AS_USER:-}" ]; then
 fi
 
 probe=(bwrap --ro-bind / / --dev /dev --unshare-user --unshare-pid --unshare-net --proc /proc -- /usr/bin/true)
-echo "tuixiu-sandbox $("$bin_dir/tuixiu-sandbox" bwrap --version | cut -d' ' -f2-), host $(bwrap --version)"
+echo "ours: $("$bin_dir/tuixiu-sandbox" bwrap --version); host: $(bwrap --version)"
 "${wrap[@]}" "$bin_dir/tuixiu-sandbox" run -v --workspace "$ws" -- sh -c "${probe[*]}" 2>&1 | grep -o "nested sandboxes: .*\|landlock: .*" || true
 "${wrap[@]}" "$bin_dir/tuixiu-sandbox" run --workspace "$ws" -- python3 /workspace/abbench.py --serve /workspace &
 server=$!

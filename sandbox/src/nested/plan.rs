@@ -196,3 +196,30 @@ fn renumber(
     }
     Ok((pairs, base))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn descriptors_move_above_every_target_with_room_below() {
+        let (r, w) = crate::sys::pipe().unwrap();
+        let floor = w.as_raw_fd();
+        let (pairs, base) = renumber(&[0, 1000], vec![r, w], floor).unwrap();
+        assert!(base > 1000 && base >= 64 && base >= floor + 33, "{base}");
+        assert_eq!(pairs, [(0, base), (1000, base + 1)]);
+        for (_, source) in pairs {
+            // SAFETY: the moved copies are ours to close.
+            assert_eq!(unsafe { libc::close(source) }, 0);
+        }
+    }
+
+    #[test]
+    fn portal_paths_join_destinations() {
+        assert_eq!(join("/", Path::new("run/tuixiu")), "/run/tuixiu");
+        assert_eq!(join("/new/", Path::new("tuixiu")), "/new/tuixiu");
+        assert_eq!(absolute("/ws", "a/b"), "/ws/a/b");
+        assert_eq!(absolute("/", "a"), "/a");
+        assert_eq!(absolute("/ws", "/x"), "/x");
+    }
+}

@@ -1,13 +1,12 @@
-//! The launcher's side of the portal: it accepts on the listening socket
-//! from its poll loop and forks one worker process per connection, so a
-//! nested sandbox never holds up the loop (or another nested sandbox).
+//! The launcher's side of the portal. The launcher serves no request
+//! itself: at the first connection it forks the portal's server (see
+//! `worker`), which leaves the host and accepts every connection from then
+//! on, in the sandbox's namespaces; the launcher stops watching the socket
+//! until that server ends (then the next connection starts a new one).
 
-use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
-use nix::errno::Errno;
-
-use super::wire::{Reply, send_reply};
-use super::{Context, MAX_WORKERS, worker};
+use super::{Context, worker};
 use crate::launch::Portal;
 use crate::prepare::Plan;
 use crate::spec::SandboxSpec;
@@ -17,59 +16,50 @@ pub(crate) struct Server<'a> {
     listener: RawFd,
     spec: &'a SandboxSpec,
     plan: &'a Plan,
-    workers: Vec<libc::pid_t>,
+    /// The portal's server process, while it runs.
+    server: Option<libc::pid_t>,
 }
 
 impl<'a> Server<'a> {
     /// Serves `listener` for the sandbox of `spec`, prepared as `plan`.
     pub(crate) fn new(listener: &'a OwnedFd, spec: &'a SandboxSpec, plan: &'a Plan) -> Self {
-        Server { listener: listener.as_raw_fd(), spec, plan, workers: Vec::new() }
+        Server { listener: listener.as_raw_fd(), spec, plan, server: None }
     }
 }
 
 impl Portal for Server<'_> {
     fn fd(&self) -> RawFd {
-        self.listener
+        if self.server.is_some() { -1 } else { self.listener }
     }
 
-    /// Takes every pending connection: a worker each, or a refusal when
-    /// [`MAX_WORKERS`] are busy.
     fn accept(&mut self, pid1: libc::pid_t) {
-        loop {
-            let conn: OwnedFd = match sys::accept(self.listener) {
-                Ok(conn) => conn,
-                Err(Errno::EINTR | Errno::ECONNABORTED) => continue,
-                Err(_) => return,
-            };
-            if self.workers.len() >= MAX_WORKERS {
-                let text = format!("too many nested sandboxes at once (at most {MAX_WORKERS} per sandbox)");
-                send_reply(conn.as_fd(), &Reply::Error(text));
-                continue;
-            }
-            // SAFETY: getpid cannot fail.
-            let monitor = unsafe { libc::getpid() };
-            let ctx = Context { spec: self.spec, plan: self.plan, pid1 };
-            // SAFETY: the launcher is single-threaded (checked before the
-            // sandbox started); the worker never returns: it `_exit`s.
-            match unsafe { sys::fork() } {
-                Ok(0) => worker::main(conn, &ctx, monitor),
-                Ok(pid) => self.workers.push(pid),
-                Err(e) => send_reply(conn.as_fd(), &Reply::Error(format!("fork => {e}"))),
-            }
+        // SAFETY: getpid cannot fail.
+        let monitor = unsafe { libc::getpid() };
+        let ctx = Context { spec: self.spec, plan: self.plan, pid1 };
+        // SAFETY: the launcher is single-threaded (checked before the
+        // sandbox started); the server never returns: it `_exit`s.
+        match unsafe { sys::fork() } {
+            Ok(0) => worker::server(self.listener, &ctx, monitor),
+            Ok(pid) => self.server = Some(pid),
+            // The connection waits in the backlog; the next wake-up retries.
+            Err(e) => tracing::warn!("nested sandboxes: cannot start the portal's server: fork => {e}"),
         }
     }
 
-    /// Reaps the workers that have ended.
     fn reap(&mut self) {
-        self.workers.retain(|&pid| !matches!(sys::waitpid(pid, libc::WNOHANG), Ok((p, _)) if p == pid));
+        if let Some(pid) = self.server
+            && matches!(sys::waitpid(pid, libc::WNOHANG), Ok((p, _)) if p == pid)
+        {
+            self.server = None;
+        }
     }
 }
 
 impl Drop for Server<'_> {
     /// The sandbox has ended, and its nested sandboxes with it (they live in
-    /// its pid namespace); their workers go too.
+    /// its pid namespace); the portal's server goes too.
     fn drop(&mut self) {
-        for &pid in &self.workers {
+        if let Some(pid) = self.server {
             let _ = sys::kill(pid, libc::SIGKILL);
             let _ = sys::waitpid(pid, 0);
         }

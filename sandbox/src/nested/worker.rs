@@ -1,18 +1,25 @@
-//! One nested sandbox, served by a process the launcher forks per request.
+//! The processes that serve a sandbox's portal.
 //!
-//! Before it reads a byte of the request, the worker leaves the host: its
-//! own session, the sandbox's cgroup, the sandbox's namespaces (user,
-//! mount, ipc, uts, net when it has its own), the sandbox user's ids, and
-//! no descriptor but the connection; then it forks into the sandbox's pid
-//! namespace, and only that child reads the request. What the child has
-//! beyond the sandbox's own processes are the capabilities it holds in the
-//! sandbox's user namespace, which it uses only through the runtime's
-//! fixed steps (it is not dumpable, so the sandbox's processes, which lack
-//! them, cannot trace it or open its /proc entries).
+//! At the first request the launcher forks the **server**, which leaves
+//! the host before anything else: its own session, the sandbox's cgroup,
+//! the sandbox's namespaces (user, mount, ipc, uts, net when it has its
+//! own), the sandbox user's ids, no descriptor but the listening socket,
+//! not dumpable. It then forks into the sandbox's pid namespace and stays
+//! there as the **acceptor** (the first process only waits, in the host's
+//! pid namespace, invisible from the sandbox). The acceptor takes every
+//! connection and forks a **worker** for it, which alone reads the request
+//! (a new pid namespace can only be made from the pid namespace a process
+//! is in: the nested one is a child of the sandbox's, so it shows in the
+//! sandbox's /proc and ends with it). Beyond the sandbox's own processes,
+//! these hold capabilities in the sandbox's user namespace, which they use
+//! only through the runtime's fixed steps; not being dumpable, they cannot
+//! be traced or have their /proc entries opened by the sandbox's
+//! processes, which lack those capabilities.
 
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::panic::AssertUnwindSafe;
 
+use super::MAX_WORKERS;
 use super::plan;
 use super::request::Request;
 use super::wire::{self, Reply};
@@ -33,46 +40,38 @@ pub(crate) struct Context<'a> {
 /// How long a front end may take to send its request.
 const REQUEST_TIMEOUT_SECS: libc::time_t = 10;
 
-/// The worker's whole life; never returns.
-pub(crate) fn main(conn: OwnedFd, ctx: &Context<'_>, monitor: libc::pid_t) -> ! {
-    let code = std::panic::catch_unwind(AssertUnwindSafe(|| serve(conn, ctx, monitor))).unwrap_or(1);
+/// The server's whole life (a fork of the launcher `monitor`, which keeps
+/// the listening socket `listener` to itself again once this ends).
+pub(crate) fn server(listener: RawFd, ctx: &Context<'_>, monitor: libc::pid_t) -> ! {
+    let code = std::panic::catch_unwind(AssertUnwindSafe(|| serve(listener, ctx, monitor))).unwrap_or(1);
     sys::exit_now(code)
 }
 
-fn serve(conn: OwnedFd, ctx: &Context<'_>, monitor: libc::pid_t) -> i32 {
-    let fail = |conn: &OwnedFd, text: String| {
-        wire::send_reply(conn.as_fd(), &Reply::Error(text));
-        1
-    };
-    if let Err(e) = leave_host(&conn, ctx, monitor) {
-        return fail(&conn, format!("cannot serve nested sandboxes: {e}"));
+fn serve(listener: RawFd, ctx: &Context<'_>, monitor: libc::pid_t) -> i32 {
+    if leave_host(listener, ctx, monitor).is_err() {
+        // Nothing to tell anyone: the front end that woke the launcher
+        // finds the connection refused or unanswered, and the launcher
+        // forks a server again at the next request.
+        return 1;
     }
-    // A new pid namespace can only be made from the pid namespace a process
-    // is in: the rest is done by a child, in the sandbox's pid namespace,
-    // so that the nested one is the sandbox's child (it sees the nested
-    // processes in its /proc, and they end with it). This process stays
-    // outside, invisible from the sandbox, and waits.
-    // The pipe's write end is this process's life: the child checks it once
-    // its parent-death signal is armed.
-    let (life_r, life_w) = match sys::pipe() {
-        Ok(pipe) => pipe,
-        Err(e) => return fail(&conn, format!("cannot serve nested sandboxes: pipe2 => {e}")),
-    };
+    // The pipe's write end is this process's life: the acceptor checks it
+    // once its parent-death signal is armed.
+    let Ok((life_r, life_w)) = sys::pipe() else { return 1 };
     // SAFETY: single-threaded (a fork of the single-threaded launcher);
     // the child never returns into the caller.
     let child = match unsafe { sys::fork() } {
         Ok(0) => {
             drop(life_w);
-            let code = std::panic::catch_unwind(AssertUnwindSafe(|| serve_inside(&conn, ctx, life_r)))
-                .unwrap_or_else(|_| fail(&conn, "internal error: the nested-sandbox worker panicked".into()));
+            let code = std::panic::catch_unwind(AssertUnwindSafe(|| accept_forever(listener, ctx, life_r)))
+                .unwrap_or(1);
             sys::exit_now(code)
         }
         Ok(pid) => pid,
-        Err(e) => return fail(&conn, format!("cannot serve nested sandboxes: fork => {e}")),
+        Err(_) => return 1,
     };
-    // The front end must see end-of-file when the child is done.
-    drop(conn);
     drop(life_r);
+    // SAFETY: the listening socket is the acceptor's now.
+    unsafe { libc::close(listener) };
     loop {
         match sys::waitpid(child, 0) {
             Ok((_, status)) => return sys::exit_code_of(status),
@@ -82,22 +81,98 @@ fn serve(conn: OwnedFd, ctx: &Context<'_>, monitor: libc::pid_t) -> i32 {
     }
 }
 
-/// In the sandbox's pid namespace: read, check and run the request.
-fn serve_inside(conn: &OwnedFd, ctx: &Context<'_>, life: OwnedFd) -> i32 {
+/// Armed parent-death signal, then a check that the parent did not die
+/// before it was armed (the write end of `life` is the parent's).
+fn die_with_parent(life: OwnedFd) -> bool {
+    if sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong).is_err() {
+        return false;
+    }
+    let mut pfd = libc::pollfd { fd: life.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd, zero timeout.
+    unsafe { libc::poll(&mut pfd, 1, 0) == 0 }
+}
+
+/// The acceptor, in the sandbox's pid namespace: a worker per connection,
+/// at most [`MAX_WORKERS`] at once.
+fn accept_forever(listener: RawFd, ctx: &Context<'_>, life: OwnedFd) -> i32 {
+    if !die_with_parent(life) {
+        return 1;
+    }
+    let sigchld = sys::sigset_of(&[libc::SIGCHLD]);
+    let _ = sys::set_sigmask(libc::SIG_BLOCK, &sigchld);
+    // SAFETY: a valid blocked set; the returned descriptor is ours.
+    let sfd = unsafe { libc::signalfd(-1, &sigchld, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK) };
+    if sfd < 0 {
+        return 1;
+    }
+    // SAFETY: signalfd returned a new descriptor that we now own.
+    let sfd = unsafe { OwnedFd::from_raw_fd(sfd) };
+    // The workers' lifeline: its write end lives as long as this process.
+    let Ok((life_r, life_w)) = sys::pipe() else { return 1 };
+    let mut workers: Vec<libc::pid_t> = Vec::new();
+    loop {
+        let mut pfds = [
+            libc::pollfd { fd: listener, events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: sfd.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+        ];
+        // SAFETY: two valid pollfd entries.
+        if unsafe { libc::poll(pfds.as_mut_ptr(), 2, -1) } < 0 {
+            continue;
+        }
+        if pfds[1].revents != 0 {
+            let mut info = [0u8; std::mem::size_of::<libc::signalfd_siginfo>()];
+            while sys::read(sfd.as_raw_fd(), &mut info).is_ok_and(|n| n > 0) {}
+            workers.retain(|&pid| !matches!(sys::waitpid(pid, libc::WNOHANG), Ok((p, _)) if p == pid));
+        }
+        if pfds[0].revents == 0 {
+            continue;
+        }
+        while let Ok(conn) = sys::accept(listener) {
+            if workers.len() >= MAX_WORKERS {
+                let text = format!("too many nested sandboxes at once (at most {MAX_WORKERS} per sandbox)");
+                wire::send_reply(conn.as_fd(), &Reply::Error(text));
+                continue;
+            }
+            // SAFETY: single-threaded; the worker never returns here.
+            match unsafe { sys::fork() } {
+                Ok(0) => {
+                    // SAFETY: the listening socket and the signalfd are
+                    // the acceptor's, not the worker's.
+                    unsafe { libc::close(listener) };
+                    drop(sfd);
+                    let _ = sys::set_sigmask(libc::SIG_UNBLOCK, &sigchld);
+                    drop(life_w);
+                    let code = std::panic::catch_unwind(AssertUnwindSafe(|| serve_one(&conn, ctx, life_r)))
+                        .unwrap_or_else(|_| {
+                            let text = "internal error: the nested-sandbox worker panicked".to_string();
+                            wire::send_reply(conn.as_fd(), &Reply::Error(text));
+                            1
+                        });
+                    sys::exit_now(code)
+                }
+                Ok(pid) => workers.push(pid),
+                Err(e) => wire::send_reply(conn.as_fd(), &Reply::Error(format!("fork => {e}"))),
+            }
+        }
+    }
+}
+
+/// A worker: read, check and run one request.
+fn serve_one(conn: &OwnedFd, ctx: &Context<'_>, life: OwnedFd) -> i32 {
     let fail = |text: String| {
         wire::send_reply(conn.as_fd(), &Reply::Error(text));
         1
     };
-    // Gone with the outer worker (and so with the launcher).
-    if let Err(e) = sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) {
-        return fail(format!("cannot serve nested sandboxes: prctl(PR_SET_PDEATHSIG) => {e}"));
-    }
-    let mut pfd = libc::pollfd { fd: life.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-    // SAFETY: one valid pollfd, zero timeout.
-    if unsafe { libc::poll(&mut pfd, 1, 0) } != 0 {
+    // Gone with the acceptor (and so with the launcher).
+    if !die_with_parent(life) {
         return 1;
     }
-    drop(life);
+    let timeout = libc::timeval { tv_sec: REQUEST_TIMEOUT_SECS, tv_usec: 0 };
+    if let Err(e) =
+        nix::sys::socket::setsockopt(conn, nix::sys::socket::sockopt::ReceiveTimeout, &timeout.into())
+    {
+        return fail(format!("setsockopt(SO_RCVTIMEO) => {e}"));
+    }
     let (body, fds) = match wire::recv_request(conn.as_fd()) {
         Ok(received) => received,
         Err(e) => return fail(e.to_string()),
@@ -132,7 +207,7 @@ fn serve_inside(conn: &OwnedFd, ctx: &Context<'_>, life: OwnedFd) -> i32 {
 }
 
 /// Everything the worker gives up before it reads the request.
-fn leave_host(conn: &OwnedFd, ctx: &Context<'_>, monitor: libc::pid_t) -> Result<(), String> {
+fn leave_host(listener: RawFd, ctx: &Context<'_>, monitor: libc::pid_t) -> Result<(), String> {
     // Not in the launcher's session or process group (the caller's
     // terminal), and gone with the launcher.
     let _ = sys::setsid();
@@ -154,8 +229,7 @@ fn leave_host(conn: &OwnedFd, ctx: &Context<'_>, monitor: libc::pid_t) -> Result
     sys::setresuid(user.uid).map_err(|e| format!("setresuid({}) => {e}", user.uid))?;
     // Nothing of the launcher's: its pipes, its signalfd, its stdio (the
     // caller's terminal) are not the nested sandbox's business.
-    sys::close_all_except(&[conn.as_raw_fd()], libc::c_uint::MAX)
-        .map_err(|e| format!("close_range => {e}"))?;
+    sys::close_all_except(&[listener], libc::c_uint::MAX).map_err(|e| format!("close_range => {e}"))?;
     let null = sys::open(c"/dev/null", libc::O_RDWR, 0).map_err(|e| format!("open(\"/dev/null\") => {e}"))?;
     for fd in 0..3 {
         sys::dup2(null.as_raw_fd(), fd).map_err(|e| format!("dup2 => {e}"))?;
@@ -164,8 +238,5 @@ fn leave_host(conn: &OwnedFd, ctx: &Context<'_>, monitor: libc::pid_t) -> Result
     // Holding capabilities in the sandbox's user namespace: no ptrace or
     // /proc access from there, and no core dump.
     sys::prctl(libc::PR_SET_DUMPABLE, 0).map_err(|e| format!("prctl(PR_SET_DUMPABLE) => {e}"))?;
-    let timeout = libc::timeval { tv_sec: REQUEST_TIMEOUT_SECS, tv_usec: 0 };
-    nix::sys::socket::setsockopt(conn, nix::sys::socket::sockopt::ReceiveTimeout, &timeout.into())
-        .map_err(|e| format!("setsockopt(SO_RCVTIMEO) => {e}"))?;
     Ok(())
 }
