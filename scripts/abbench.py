@@ -23,6 +23,7 @@ Every command must exit 0 (a failing run aborts the benchmark: a fast
 failure is not a fast start). stdout/stderr go to /dev/null.
 """
 import argparse
+import json
 import os
 import platform
 import statistics
@@ -71,7 +72,6 @@ class Remote:
         return self
 
     def run(self):
-        import json
         self.req.write(json.dumps(self.cmd) + "\n")
         self.req.flush()
         answer = self.rep.readline().strip()
@@ -81,7 +81,6 @@ class Remote:
 
 
 def serve(directory):
-    import json
     with open(os.path.join(directory, "req")) as req, open(os.path.join(directory, "rep"), "w") as rep:
         for line in req:
             elapsed, code = time_once(json.loads(line))
@@ -156,7 +155,6 @@ def main():
         result[name] = {"median_ms": med, "p10_ms": p10, "p90_ms": p90, "mean_ms": mean, "ratio": ratio}
         print(f"{name:<22} {med:>10.3f} {p10:>8.3f} {p90:>8.3f} {mean:>8.3f} {ratio:>13.2f}x")
     if opts.json:
-        import json
         print(json.dumps(result))
 
 
