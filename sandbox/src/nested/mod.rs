@@ -13,12 +13,14 @@
 //!    │ parse, then connect /run/tuixiu/nested.sock: the request as JSON,
 //!    │ its stdio and open descriptors by SCM_RIGHTS
 //!    ▼
-//! launcher (monitor, host side) ── accept, fork ──▶ worker
-//!    worker: own session; into the sandbox's cgroup; setns into the sandbox's
+//! launcher (monitor, host side): at the first connection, fork ──▶ server
+//!    server: own session; into the sandbox's cgroup; setns into the sandbox's
 //!      user, mount, ipc, uts (net) namespaces, pid for its children; the
-//!      sandbox user's ids; every other descriptor closed; then read and
-//!      check the request ([`request`]), resolve its sources in the
-//!      sandbox's view ([`plan`]) and start it with the runtime's own launch:
+//!      sandbox user's ids; every descriptor but the socket closed; not
+//!      dumpable; fork ──▶ acceptor (in the sandbox's pid namespace, for the
+//!      sandbox's whole life): accept, fork ──▶ worker per connection
+//!    worker: read and check the request ([`request`]), resolve its sources
+//!      in the sandbox's view ([`plan`]), start it with the runtime's launch:
 //!    clone(NEWNS|NEWPID[|NEWNET|NEWIPC|NEWUTS|NEWCGROUP]) ─▶ nested PID 1
 //!      the usual checklist (child.rs): mounts on a fresh tmpfs root, a fresh
 //!      /proc (allowed: nothing in this mount namespace is locked, it was
