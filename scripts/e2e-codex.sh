@@ -54,7 +54,7 @@ if [ -n "${AS_USER:-}" ]; then
     wrap=(setpriv --reuid "$(id -u "$AS_USER")" --regid "$(id -g "$AS_USER")" --clear-groups)
 fi
 status=0
-"${wrap[@]}" python3 scripts/e2e-codex.py "$work" -- "$work/bin/tuixiu-sandbox" run -v \
+"${wrap[@]}" /usr/bin/python3 scripts/e2e-codex.py "$work" -- "$work/bin/tuixiu-sandbox" run -v \
     --manifest "$work/m.json" --allow-host-path "$work" --home "$work/home" \
     --ro-bind "$work/codex" /codex \
     --env STANDIN_API_KEY=stand-in --env-allow STANDIN_API_KEY \
