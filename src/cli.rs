@@ -195,6 +195,13 @@ pub struct ManifestCheckArgs {
     pub plan: PlanArgs,
 }
 
+/// `bwrap`'s arguments, parsed by its own parser (`tuixiu_sandbox::bwrap`).
+#[derive(Debug, clap::Args)]
+pub struct BwrapArgs {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "BWRAP ARGS")]
+    pub args: Vec<std::ffi::OsString>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -204,11 +211,4 @@ mod tests {
         use clap::CommandFactory;
         Cli::command().debug_assert();
     }
-}
-
-/// `bwrap`'s arguments, parsed by its own parser (`tuixiu_sandbox::bwrap`).
-#[derive(Debug, clap::Args)]
-pub struct BwrapArgs {
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "BWRAP ARGS")]
-    pub args: Vec<std::ffi::OsString>,
 }

@@ -100,13 +100,14 @@ pub type ApplyError = Box<dyn std::error::Error + Send + Sync>;
 
 pub(crate) type ApplyFn<'f> = Box<dyn FnOnce(&mut ApplyContext<'_>) -> Result<(), ApplyError> + 'f>;
 
-/// A nested-sandbox portal the monitor serves (see `crate::nested`).
+/// A nested-sandbox portal the monitor serves (see `crate::nested`): it
+/// watches the listening socket while [`Portal::fd`] gives one.
 pub(crate) trait Portal {
     /// The listening socket.
     fn fd(&self) -> RawFd;
     /// Connections are waiting; `pid1` is the sandbox's PID 1.
     fn accept(&mut self, pid1: libc::pid_t);
-    /// A child of this process ended (one of the portal's workers, maybe).
+    /// A child of this process ended (the portal's server, maybe).
     fn reap(&mut self);
 }
 
