@@ -48,6 +48,14 @@ pub enum Command {
         --inputs-base-url https://backend.example --inputs-token-file token -- codex-acp")]
     Run(Box<RunArgs>),
 
+    /// bubblewrap's command line, for agents that sandbox their own tool
+    /// calls: inside a sandbox (where it is also on PATH as `bwrap`), the
+    /// nested sandbox is built by this sandbox's launcher, outside the
+    /// agent's confinement. `bwrap --help` lists the options;
+    /// docs/bwrap.md says which are served.
+    #[command(disable_help_flag = true)]
+    Bwrap(BwrapArgs),
+
     /// List the instances the providers keep (per-run sandboxes and containers).
     #[command(after_help = "Examples:\n  \
         tuixiu-sandbox instances\n  \
@@ -192,6 +200,13 @@ pub struct ManifestCheckArgs {
 
     #[command(flatten)]
     pub plan: PlanArgs,
+}
+
+/// `bwrap`'s arguments, parsed by its own parser (`tuixiu_sandbox::bwrap`).
+#[derive(Debug, clap::Args)]
+pub struct BwrapArgs {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "BWRAP ARGS")]
+    pub args: Vec<std::ffi::OsString>,
 }
 
 #[cfg(test)]

@@ -22,6 +22,14 @@ fn main() -> ExitCode {
     if std::env::var_os(inputs::ASKPASS_ENV).is_some() {
         return ExitCode::from(inputs::askpass_main());
     }
+    // Called as `bwrap`, or `bwrap ...`: bubblewrap's own parser.
+    let all: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if tuixiu_sandbox::bwrap::called_as_bwrap(all.first()) {
+        return ExitCode::from(tuixiu_sandbox::bwrap::main(&all));
+    }
+    if all.get(1).is_some_and(|a| a == "bwrap") {
+        return ExitCode::from(tuixiu_sandbox::bwrap::main(&all[1..]));
+    }
     // `proxy` is parsed alone (see proxy::cli), as the daemon's own binary does.
     let argv: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     if let Some(code) = tuixiu_sandbox::proxy::cli::run(&argv) {
@@ -66,6 +74,10 @@ fn main() -> ExitCode {
         Command::Manifest(command) => cmd::manifest::main(command),
         Command::Extract(args) => cmd::manifest::extract(args),
         Command::Skills(command) => cmd::skills::main(command),
+        Command::Bwrap(args) => {
+            let argv: Vec<std::ffi::OsString> = std::iter::once("bwrap".into()).chain(args.args).collect();
+            tuixiu_sandbox::bwrap::main(&argv)
+        }
     };
     ExitCode::from(code)
 }

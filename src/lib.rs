@@ -2,6 +2,7 @@
 //! daemon share, usable from integration tests with the real binary.
 
 pub mod acp;
+pub mod bwrap;
 pub mod env;
 pub mod inputs;
 pub mod launcher;

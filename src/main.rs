@@ -1,6 +1,7 @@
 //! `tuixiu-sandbox`: the small launcher.
 //!
-//! A plain native `run` and the `__exec` helper are handled here, in a
+//! A plain native `run`, the `__exec` helper and `bwrap` (the front end of
+//! nested sandboxes, also when called as `bwrap`) are handled here, in a
 //! binary that links only what they need, so a sandbox starts without
 //! paying for the daemon, the HTTP clients and servers, or the full
 //! argument parser. `proxy` is handed to the daemon's own binary,
@@ -31,11 +32,16 @@ extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> lib
 
 fn launch() -> u8 {
     let argv: Vec<OsString> = std::env::args_os().collect();
+    // Bound as `bwrap` inside a sandbox: bubblewrap's command line.
+    if tuixiu_sandbox::bwrap::called_as_bwrap(argv.first()) {
+        return tuixiu_sandbox::bwrap::main(&argv);
+    }
     let (verbose, skipped) = launcher::leading_verbose(&argv[1..]);
     let at = 1 + skipped;
     match argv.get(at).and_then(|a| a.to_str()) {
         Some("run") => run(&argv, at, verbose),
         Some("__exec") => exec(&argv, at, verbose),
+        Some("bwrap") => tuixiu_sandbox::bwrap::main(&argv[at..]),
         Some("proxy") => launcher::exec_daemon(&argv),
         _ => launcher::exec_full(&argv),
     }

@@ -14,6 +14,8 @@
 //! * docker's default seccomp profile: exit 125 and the hint;
 //! * what the fallback shows of the container's other processes: their
 //!   command lines, not their environment, memory map or root.
+//! * an agent's own `bwrap` (a nested sandbox) there: its `--proc` follows
+//!   the outer sandbox's fallback, its user namespace still gets its maps.
 
 mod docker_support;
 
@@ -192,5 +194,34 @@ fn proc_fallback_exposure_is_what_the_docs_say() {
             "--landlock {landlock}: {stderr}"
         );
         assert!(stderr.contains(FALLBACK_LINE), "{stderr}");
+    }
+}
+
+/// An agent's own `bwrap` (codex's probe call) inside a sandbox inside a
+/// container: the kernel refuses the nested sandbox a fresh procfs just as
+/// it refused the outer one, so the nested `--proc` follows the outer
+/// sandbox's mode (`auto`: the outer /proc bound read-only) and its id maps
+/// are written through a private writable copy of that /proc; with an
+/// unmasked container /proc, both are fresh.
+#[test]
+fn nested_bwrap_inside_containers() {
+    let image = Image::build();
+    let probe = "bwrap --ro-bind / / --dev /dev --unshare-user --unshare-pid --unshare-net --proc /proc \
+                 -- sh -c 'echo nested $$; (echo 0 > /proc/self/oom_score_adj) 2>/dev/null \
+                 && echo proc-writable || echo proc-ro; exec readlink /proc/self'";
+    for user in USERS {
+        let with = |more: &[&'static str]| -> Vec<&'static str> { [UNCONFINED, user, more].concat() };
+        let (stdout, stderr) =
+            ok(&image.run(&with(&[]), &["tuixiu-sandbox", "run", "--", "sh", "-c", probe]));
+        let lines: Vec<&str> = stdout.lines().collect();
+        assert_eq!(lines[..2], ["nested 2", "proc-ro"], "{user:?}: {stdout}\n{stderr}");
+        assert_ne!(lines[2], "2", "/proc is the container's, bound: {stdout}");
+        assert_eq!(stderr.matches(FALLBACK_LINE).count(), 1, "the outer sandbox says it once: {stderr}");
+
+        let unmasked = with(&["--security-opt", "systempaths=unconfined"]);
+        let (stdout, stderr) = ok(&image.run(&unmasked, &["tuixiu-sandbox", "run", "--", "sh", "-c", probe]));
+        let lines: Vec<&str> = stdout.lines().collect();
+        assert_eq!((lines[0], lines[2]), ("nested 2", "2"), "a fresh nested /proc: {stdout}\n{stderr}");
+        assert!(!stderr.contains(FALLBACK_LINE), "{stderr}");
     }
 }

@@ -89,8 +89,12 @@ for_each_caller!(environment_is_built_not_inherited, |caller: Caller| {
     for expected in ["FOO=bar", "HOME=/home/agent", "USER=agent", "LOGNAME=agent"] {
         assert!(out.lines().any(|l| l == expected), "{expected} missing from {out}");
     }
-    // --pass-env PATH copies the caller's PATH verbatim.
-    assert!(out.lines().any(|l| l == "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"));
+    // --pass-env PATH copies the caller's PATH verbatim, after the
+    // nested-sandbox portal's directory (our `bwrap` comes first).
+    let path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+    assert!(out.lines().any(|l| l == format!("PATH=/run/tuixiu/bin:{path}")), "{out}");
+    let out = fx.sh(&["--pass-env", "PATH", "--nested", "off"], "echo \"$PATH\"");
+    assert_eq!(out.trim_end(), path);
 
     // --env is init.env: a key the allowlist does not name is dropped, and
     // named (never its value) on stderr.

@@ -59,6 +59,7 @@ pub struct SandboxBuilder {
     deferred: Vec<DeferredBind>,
     security: Security,
     proc: ProcMode,
+    nested: bool,
 }
 
 impl SandboxBuilder {
@@ -80,6 +81,7 @@ impl SandboxBuilder {
             deferred: Vec::new(),
             security: Security::default(),
             proc: ProcMode::Auto,
+            nested: true,
         }
     }
 
@@ -160,6 +162,13 @@ impl SandboxBuilder {
     /// read-only; see [`ProcMode`]).
     pub fn proc(mut self, mode: ProcMode) -> Self {
         self.proc = mode;
+        self
+    }
+
+    /// Whether the command may run `bwrap` (nested sandboxes served by the
+    /// launcher; default: yes).
+    pub fn nested(mut self, yes: bool) -> Self {
+        self.nested = yes;
         self
     }
 
@@ -252,6 +261,7 @@ impl SandboxBuilder {
             new_session: self.new_session,
             deferred_binds: self.deferred,
             security: self.security,
+            nested: self.nested,
         })
     }
 }

@@ -7,7 +7,7 @@
 
 use std::ffi::CStr;
 use std::fmt::Write as _;
-use std::os::fd::{AsFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::panic::AssertUnwindSafe;
 
 use nix::errno::Errno;
@@ -77,11 +77,14 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
     //    descriptor held here (a directory, a file) would be reachable from
     //    the sandbox through /proc/1/fd once PID 1 has dropped privileges.
     //    The idmapped system trees the launcher prepared are ours too.
+    //    A nested sandbox also keeps the caller's descriptors, which the
+    //    launcher numbered from `fd_base` up for the command.
     let mut keep = [-1 as RawFd; sys::MAX_KEPT_FDS];
     keep[..4].copy_from_slice(&[fds.report, fds.sync, fds.ack, fds.exit]);
     let n = 4 + plan.kept_fds.len().min(sys::MAX_KEPT_FDS - 4);
     keep[4..n].copy_from_slice(&plan.kept_fds[..n - 4]);
-    sys::close_all_except(&keep[..n])
+    let below = plan.nested.as_ref().map_or(libc::c_uint::MAX, |n| n.fd_base as libc::c_uint);
+    sys::close_all_except(&keep[..n], below)
         .map_err(|e| fail("close inherited descriptors", "close_range", c"3..", e))?;
 
     // 1. Wait until the launcher has written our uid/gid maps. End-of-file
@@ -120,6 +123,13 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
     //    detached copies with their read-only/nosuid/nodev flags already set.
     let dir = libc::O_PATH | libc::O_DIRECTORY;
     let host = sys::open(c"/", dir, 0).map_err(|e| fail(root_what, "open", c"/", e))?;
+    // A nested sandbox that gets its own user namespace writes its id maps
+    // after the mounts, through a procfs that is never attached anywhere
+    // (the sandbox's own /proc may be missing or covered).
+    let proc_self = match plan.nested.as_ref().and_then(|n| n.userns.as_ref()) {
+        Some(_) => Some(private_proc(host.as_fd()).map_err(|(call, e)| fail(root_what, call, c"proc", e))?),
+        None => None,
+    };
     let mut clones = Clones::make(&plan.host_sources, host.as_fd()).map_err(|(i, f)| StepFail {
         what: &plan.host_sources[i].what,
         hint: Some("the bind source disappeared or was replaced by a symlink after it was checked")
@@ -130,13 +140,14 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
     // 7. A fresh tmpfs, stacked on top of `/` in our namespace, becomes the
     //    new root; build it step by step, in the planned order, through its
     //    descriptor.
-    let new = new_root().map_err(|(call, e)| fail(root_what, call, c"tmpfs", e))?;
+    let mut new = new_root().map_err(|(call, e)| fail(root_what, call, c"tmpfs", e))?;
     sys::move_mount_fd(new.as_fd(), host.as_fd()).map_err(|e| fail(root_what, "move_mount", c"/", e))?;
-    // `host` still names the caller's tree below the new root: a bind of
-    // its /proc is cloned from there when a fresh one is refused.
+    // `host` still names the caller's tree below the new root: a mount on
+    // `/` replaces the new root there, and a bind of the caller's /proc is
+    // cloned from there when a fresh one is refused.
     let mut dirs = mounts::Dirs::new();
     for step in &plan.steps {
-        mounts::run(&step.action, new.as_fd(), host.as_fd(), &mut clones, &mut dirs, fds.report)
+        mounts::run(&step.action, &mut new, host.as_fd(), &mut clones, &mut dirs, fds.report)
             .map_err(|f| StepFail { what: &step.what, hint: step_hint(&step.action, &f), fail: f })?;
     }
     drop(dirs);
@@ -159,8 +170,9 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
     sys::chdir(c"/").map_err(|e| fail(enter_what, "chdir", c"/", e))?;
 
     // 9. Hostname and, in a private network namespace, loopback.
-    sys::sethostname(&plan.hostname)
-        .map_err(|e| fail("set the hostname", "sethostname", &plan.hostname, e))?;
+    if let Some(hostname) = &plan.hostname {
+        sys::sethostname(hostname).map_err(|e| fail("set the hostname", "sethostname", hostname, e))?;
+    }
     if plan.network_off {
         sys::loopback_up().map_err(|e| fail("bring up loopback", "ioctl(SIOCSIFFLAGS)", c"lo", e))?;
     }
@@ -171,14 +183,38 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
         sys::exit_now(EXIT_SETUP_FAILED as i32);
     }
 
-    // 11. The command's working directory.
-    sys::chdir(&plan.cwd).map_err(|e| fail("enter the working directory", "chdir", &plan.cwd, e))?;
+    // 11. The command's working directory: the first candidate that works.
+    let mut first_error = None;
+    for dir in &plan.cwd {
+        match sys::chdir(dir) {
+            Ok(()) => {
+                first_error = None;
+                break;
+            }
+            Err(e) => {
+                first_error.get_or_insert((dir, e));
+            }
+        }
+    }
+    if let Some((dir, e)) = first_error {
+        return Err(fail("enter the working directory", "chdir", dir, e));
+    }
+
+    // 11b. A nested sandbox asked for its own user namespace: made only
+    //      now, so that every mount above (a fresh /proc included) was made
+    //      in the outer sandbox's user namespace, where nothing is locked.
+    let keep_caps = plan.nested.as_ref().map_or(0, |n| n.keep_caps);
+    if let (Some(nested), Some(proc_self)) = (&plan.nested, &proc_self) {
+        enter_userns(nested, proc_self.as_fd(), fds.sync)?;
+    }
+    drop(proc_self);
 
     // 12. Drop privileges for good, here in PID 1 before the fork, so the
     //     command inherits nothing and the reaper keeps nothing while the
     //     command runs: no_new_privs, then empty bounding, ambient,
-    //     effective, permitted and inheritable capability sets.
-    drop_privileges().map_err(|(call, e)| fail("drop privileges", call, c"", e))?;
+    //     effective, permitted and inheritable capability sets (a nested
+    //     command's `--cap-add`s are kept, inside its own user namespace).
+    drop_privileges_keeping(keep_caps).map_err(|(call, e)| fail("drop privileges", call, c"", e))?;
 
     // 13. Start the command (PID 2), which shares our memory until its
     //     `execve` while we wait; this process then becomes the reaper.
@@ -205,16 +241,36 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
             libc::close(fds.ack);
         }
     }
+    if let Some(nested) = &plan.nested {
+        // The caller's descriptors are the command's now; the reaper keeps
+        // neither them nor the capabilities it kept for the command.
+        for &(_, source) in &nested.fds {
+            // SAFETY: descriptors this process no longer uses, closed once.
+            unsafe { libc::close(source) };
+        }
+        if keep_caps != 0 {
+            let _ = drop_privileges();
+        }
+    }
     crate::init::reap(pid, fds.exit)
 }
 
 /// no_new_privs and no capabilities at all, in this process and whatever
 /// it executes.
 pub(crate) fn drop_privileges() -> Result<(), (&'static str, Errno)> {
+    drop_privileges_keeping(0)
+}
+
+/// no_new_privs, and only the capabilities in `keep` (a bit mask), in every
+/// set including the bounding and ambient ones, so they survive `execve`.
+pub(crate) fn drop_privileges_keeping(keep: u64) -> Result<(), (&'static str, Errno)> {
     sys::prctl5(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0).map_err(|e| ("prctl(PR_SET_NO_NEW_PRIVS)", e))?;
     // Every capability the kernel knows, until it says EINVAL past the last.
-    for cap in 0..64 {
-        match sys::prctl5(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) {
+    for cap in 0..64u64 {
+        if keep & (1 << cap) != 0 {
+            continue;
+        }
+        match sys::prctl5(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) {
             Ok(_) => {}
             Err(Errno::EINVAL) if cap > 0 => break,
             Err(e) => return Err(("prctl(PR_CAPBSET_DROP)", e)),
@@ -222,7 +278,82 @@ pub(crate) fn drop_privileges() -> Result<(), (&'static str, Errno)> {
     }
     sys::prctl5(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong, 0, 0, 0)
         .map_err(|e| ("prctl(PR_CAP_AMBIENT_CLEAR_ALL)", e))?;
-    sys::capset_none().map_err(|e| ("capset", e))
+    sys::capset_to(keep).map_err(|e| ("capset", e))?;
+    for cap in (0..64u64).filter(|c| keep & (1 << c) != 0) {
+        sys::prctl5(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_RAISE as libc::c_ulong,
+            cap as libc::c_ulong,
+            0,
+            0,
+        )
+        .map_err(|e| ("prctl(PR_CAP_AMBIENT_RAISE)", e))?;
+    }
+    Ok(())
+}
+
+/// A nested sandbox's own user namespace: unshare, write this process's
+/// maps through `proc` (a procfs of the nested pid namespace),
+/// become the inner ids, and re-arm the parent-death signal, which the
+/// credential change may have cleared.
+fn enter_userns<'a>(
+    nested: &'a crate::prepare::NestedChild,
+    proc: std::os::fd::BorrowedFd<'_>,
+    sync: RawFd,
+) -> Result<(), StepFail<'a>> {
+    let Some((uid_map, gid_map)) = &nested.userns else { return Ok(()) };
+    let what = "create the user namespace";
+    sys::unshare(libc::CLONE_NEWUSER).map_err(|e| fail(what, "unshare(CLONE_NEWUSER)", c"", e))?;
+    // Our /proc files belong to us only while we are dumpable (the launcher's
+    // worker was not); COMMAND's exec decides for itself again anyway.
+    sys::prctl(libc::PR_SET_DUMPABLE, 1).map_err(|e| fail(what, "prctl(PR_SET_DUMPABLE)", c"", e))?;
+    for (name, contents) in [
+        (c"self/setgroups", c"deny"),
+        (c"self/uid_map", uid_map.as_c_str()),
+        (c"self/gid_map", gid_map.as_c_str()),
+    ] {
+        let file = sys::openat(proc, name, libc::O_WRONLY, 0).map_err(|e| fail(what, "open", name, e))?;
+        sys::write_all(file.as_raw_fd(), contents.to_bytes()).map_err(|e| fail(what, "write", name, e))?;
+    }
+    let (uid, gid) = nested.inner_ids;
+    sys::setresgid(gid).map_err(|e| fail(what, "setresgid", c"", e))?;
+    sys::setresuid(uid).map_err(|e| fail(what, "setresuid", c"", e))?;
+    sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong)
+        .map_err(|e| fail(what, "prctl(PR_SET_PDEATHSIG)", c"", e))?;
+    if launcher_gone(sync) {
+        sys::exit_now(EXIT_SETUP_FAILED as i32);
+    }
+    Ok(())
+}
+
+/// A writable procfs in which `self` is this process, detached: where a
+/// nested sandbox writes its id maps. A fresh one of this pid namespace;
+/// where the kernel refuses that (the outer sandbox's /proc is the bound
+/// /proc of a container, procfs.rs), a private copy of the outer sandbox's
+/// `/proc` below `host` made writable, in which `self` is this process too
+/// (that pid namespace is an ancestor of ours). Nothing else is done
+/// through it, and it is closed before the command starts.
+/// `(failing call, errno)` on failure.
+fn private_proc(host: std::os::fd::BorrowedFd<'_>) -> Result<OwnedFd, (&'static str, Errno)> {
+    let fs = sys::fsopen(c"proc").map_err(|e| ("fsopen", e))?;
+    sys::fsconfig_create(fs.as_fd()).map_err(|e| ("fsconfig(FSCONFIG_CMD_CREATE)", e))?;
+    let attrs = libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV | libc::MOUNT_ATTR_NOEXEC;
+    let refused = match sys::fsmount(fs.as_fd(), attrs) {
+        Ok(fresh) => return Ok(fresh),
+        Err(Errno::EPERM) => Errno::EPERM,
+        Err(e) => return Err(("fsmount", e)),
+    };
+    let flags = libc::OPEN_TREE_CLONE
+        | libc::OPEN_TREE_CLOEXEC
+        | libc::AT_RECURSIVE as libc::c_uint
+        | libc::AT_SYMLINK_NOFOLLOW as libc::c_uint;
+    let Ok(copy) = sys::open_tree(host, c"proc", flags) else { return Err(("fsmount", refused)) };
+    if !sys::is_procfs(copy.as_fd()) {
+        return Err(("fsmount", refused));
+    }
+    sys::mount_clearattr(copy.as_fd(), libc::MOUNT_ATTR_RDONLY)
+        .map_err(|e| ("mount_setattr(proc, clear MOUNT_ATTR_RDONLY)", e))?;
+    Ok(copy)
 }
 
 /// A detached tmpfs for the new root: `(failing call, errno)` on failure.
@@ -279,6 +410,7 @@ fn exec_command(plan: &Plan, report_fd: RawFd, caller_umask: libc::mode_t) -> ! 
         &Hardening {
             new_session: plan.new_session,
             rlimits: &plan.limits.rlimits,
+            fds: plan.nested.as_ref().map_or(&[], |n| &n.fds),
             landlock: plan.landlock.as_ref(),
             seccomp: plan.seccomp.as_ref(),
             exec: &plan.exec,
@@ -292,6 +424,9 @@ fn exec_command(plan: &Plan, report_fd: RawFd, caller_umask: libc::mode_t) -> ! 
 pub(crate) struct Hardening<'a> {
     pub new_session: bool,
     pub rlimits: &'a [(libc::c_int, u64)],
+    /// `(number in the command, descriptor now)`: the only descriptors
+    /// above stderr the command gets.
+    pub fds: &'a [(RawFd, RawFd)],
     pub landlock: Option<&'a crate::landlock::Plan>,
     pub seccomp: Option<&'a crate::seccomp::Program>,
     pub exec: &'a crate::prepare::ExecPlan,
@@ -317,7 +452,10 @@ pub(crate) fn harden_and_exec(plan: &Hardening<'_>, report_fd: RawFd) -> ! {
             sys::exit_now(EXIT_SETUP_FAILED as i32);
         }
     }
-    // Nothing the launcher had open may reach the command.
+    // Nothing the launcher had open may reach the command, except what a
+    // nested sandbox's caller passed, at the numbers it had there (dup2
+    // leaves the new number open across exec). The sources are numbered
+    // above every target, so no target overwrites a source still needed.
     if let Err(e) = sys::close_range_cloexec(3) {
         let _ = write!(
             report,
@@ -326,6 +464,13 @@ pub(crate) fn harden_and_exec(plan: &Hardening<'_>, report_fd: RawFd) -> ! {
         );
         report.send(report_fd, EXIT_SETUP_FAILED);
         sys::exit_now(EXIT_SETUP_FAILED as i32);
+    }
+    for &(target, source) in plan.fds {
+        if let Err(e) = sys::dup2(source, target) {
+            let _ = write!(report, "pass descriptor {target}: dup2 => {}", ErrnoText(e));
+            report.send(report_fd, EXIT_SETUP_FAILED);
+            sys::exit_now(EXIT_SETUP_FAILED as i32);
+        }
     }
     // Landlock, on the sandbox's own paths (we are past the final pivot).
     if let Some(ruleset) = plan.landlock

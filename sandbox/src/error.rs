@@ -103,6 +103,16 @@ pub fn io_error_text(e: &std::io::Error) -> String {
     }
 }
 
+/// The C library's text for an errno, as `strerror` gives it (what
+/// bubblewrap prints): `No such file or directory`.
+pub fn strerror(errno: i32) -> String {
+    let text = std::io::Error::from_raw_os_error(errno).to_string();
+    match text.rfind(" (os error ") {
+        Some(at) => text[..at].to_string(),
+        None => text,
+    }
+}
+
 /// Renders an errno as `EPERM (Operation not permitted)` without allocating,
 /// so the sandbox child can use it too.
 pub(crate) struct ErrnoText(pub Errno);

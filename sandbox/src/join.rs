@@ -103,25 +103,6 @@ pub fn join(
 ) -> Result<crate::ExitStatus, LaunchError> {
     crate::launch::ensure_single_threaded()?;
     let plan = prepare(spec)?;
-    // SAFETY: pidfd_open returns a new descriptor or -1.
-    let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if raw < 0 {
-        return Err(
-            SyscallError::new(format!("find the sandbox (pid {pid})"), "pidfd_open", Errno::last()).into()
-        );
-    }
-    // SAFETY: the kernel just gave us this descriptor.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(raw as RawFd) };
-    if same_ns(pid, "user") {
-        return Err(SpecError::new(format!(
-            "pid {pid} is not a sandbox: it shares this process's user namespace"
-        ))
-        .into());
-    }
-    let mut flags = libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
-    if !same_ns(pid, "net") {
-        flags |= libc::CLONE_NEWNET;
-    }
     // A root caller's supplementary groups would show up as nogroup inside.
     // SAFETY: an empty group list is a valid argument.
     let _ = unsafe { libc::setgroups(0, std::ptr::null()) };
@@ -137,16 +118,7 @@ pub fn join(
         .map_err(|e| SyscallError::new("block signals", "sigprocmask", e))?;
     // Into the sandbox (our children: into its pid namespace too). The
     // joiner stays outside the sandbox's pid namespace, invisible there.
-    // SAFETY: setns with a valid pidfd and namespace flags.
-    if unsafe { libc::setns(pidfd.as_raw_fd(), flags | libc::CLONE_NEWPID) } < 0 {
-        return Err(SyscallError::new(
-            "enter the sandbox",
-            "setns(pidfd, CLONE_NEWUSER|CLONE_NEWNS|CLONE_NEWPID|...)",
-            Errno::last(),
-        )
-        .into());
-    }
-    drop(pidfd);
+    enter(pid, true)?;
 
     // SAFETY: single-threaded (checked); the child only calls
     // async-signal-safe functions on prepared data, then execs or exits.
@@ -211,6 +183,47 @@ pub fn join(
     Ok(crate::ExitStatus::from_code(sys::exit_code_of(status)))
 }
 
+/// Enters the namespaces of the running sandbox whose PID 1 is host pid
+/// `pid`: its user, mount, ipc and uts namespaces (and its network one when
+/// it has its own) for this process, with `children_pid` its pid namespace
+/// for its children. One `setns` call: the pid namespace is checked with
+/// the sandbox user's capabilities, which an unprivileged caller has only
+/// there.
+pub(crate) fn enter(pid: i32, children_pid: bool) -> Result<(), LaunchError> {
+    // SAFETY: pidfd_open returns a new descriptor or -1.
+    let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if raw < 0 {
+        return Err(
+            SyscallError::new(format!("find the sandbox (pid {pid})"), "pidfd_open", Errno::last()).into()
+        );
+    }
+    // SAFETY: the kernel just gave us this descriptor.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(raw as RawFd) };
+    if same_ns(pid, "user") {
+        return Err(SpecError::new(format!(
+            "pid {pid} is not a sandbox: it shares this process's user namespace"
+        ))
+        .into());
+    }
+    let mut flags = libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
+    if !same_ns(pid, "net") {
+        flags |= libc::CLONE_NEWNET;
+    }
+    if children_pid {
+        flags |= libc::CLONE_NEWPID;
+    }
+    // SAFETY: setns with a valid pidfd and namespace flags.
+    if unsafe { libc::setns(pidfd.as_raw_fd(), flags) } < 0 {
+        return Err(SyscallError::new(
+            "enter the sandbox",
+            "setns(pidfd, CLONE_NEWUSER|CLONE_NEWNS|CLONE_NEWPID|...)",
+            Errno::last(),
+        )
+        .into());
+    }
+    Ok(())
+}
+
 fn joined_child(plan: &JoinPlan, report_fd: RawFd, life: RawFd) -> ! {
     let mut report = Report::new();
     let fail = |report: &mut Report, what: &str, call: &str, e: Errno| -> ! {
@@ -253,6 +266,7 @@ fn joined_child(plan: &JoinPlan, report_fd: RawFd, life: RawFd) -> ! {
         &Hardening {
             new_session: plan.new_session,
             rlimits: &plan.rlimits,
+            fds: &[],
             landlock: plan.landlock.as_ref(),
             seccomp: plan.seccomp.as_ref(),
             exec: &plan.exec,

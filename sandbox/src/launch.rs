@@ -42,12 +42,15 @@ use crate::error::{LaunchError, SpecError, SyscallError};
 use crate::init::FORWARDED_SIGNALS;
 use crate::prepare::Plan;
 use crate::report;
-use crate::spec::SandboxSpec;
 use crate::sys;
 
 /// Options of one launch that are not part of the sandbox's description.
 #[derive(Clone, Debug, Default)]
 pub struct LaunchOptions {
+    /// The binary to serve as `bwrap` inside the sandbox (a static build of
+    /// the `tuixiu-sandbox` launcher, which answers as bwrap when called
+    /// so) when the spec asks for nested sandboxes; `None`: no nesting.
+    pub bwrap_front_end: Option<std::path::PathBuf>,
     /// Write `{"child-pid": N}` when the command has started and
     /// `{"exit-code": N}` when it has ended, one JSON object per line
     /// (bubblewrap's `--json-status-fd` format).
@@ -97,51 +100,38 @@ impl ExitStatus {
     }
 }
 
-/// Runs `spec` to completion. Must be called from a single-threaded process
-/// (the `run` CLI, or a helper process spawned by a multi-threaded caller).
-/// Deferred binds, if any, are attached in order before the command starts.
-pub fn launch(spec: &SandboxSpec, options: &LaunchOptions) -> Result<ExitStatus, LaunchError> {
-    if spec.deferred_binds.is_empty() {
-        return run(spec, options, None);
-    }
-    launch_with(spec, options, |ctx| {
-        for i in 0..ctx.deferred_binds() {
-            ctx.attach(i)?;
-        }
-        Ok(())
-    })
-}
-
 /// The error type apply callbacks return.
 pub type ApplyError = Box<dyn std::error::Error + Send + Sync>;
 
-/// Like [`launch`], but pauses once the sandbox's root is built and calls
-/// `apply` to land inputs in it (see [`ApplyContext`]). If `apply` fails,
-/// the sandbox is killed before the command starts and the error is
-/// returned as [`LaunchError::Apply`].
-pub fn launch_with<F>(
-    spec: &SandboxSpec,
-    options: &LaunchOptions,
-    apply: F,
-) -> Result<ExitStatus, LaunchError>
-where
-    F: FnOnce(&mut ApplyContext<'_>) -> Result<(), ApplyError>,
-{
-    run(spec, options, Some(Box::new(apply)))
+pub(crate) type ApplyFn<'f> = Box<dyn FnOnce(&mut ApplyContext<'_>) -> Result<(), ApplyError> + 'f>;
+
+/// A nested-sandbox portal the monitor serves (see `crate::nested`): it
+/// watches the listening socket while [`Portal::fd`] gives one.
+pub(crate) trait Portal {
+    /// The listening socket.
+    fn fd(&self) -> RawFd;
+    /// Connections are waiting; `pid1` is the sandbox's PID 1.
+    fn accept(&mut self, pid1: libc::pid_t);
+    /// A child of this process ended (the portal's server, maybe).
+    fn reap(&mut self);
 }
 
-type ApplyFn<'f> = Box<dyn FnOnce(&mut ApplyContext<'_>) -> Result<(), ApplyError> + 'f>;
+/// What the monitor watches besides the sandbox itself.
+pub(crate) enum Watch<'a> {
+    Nothing,
+    /// An outer sandbox's nested-sandbox portal, served once the command runs.
+    Portal(&'a mut dyn Portal),
+    /// A nested sandbox: the connection of its front end, whose end kills it.
+    Caller(RawFd),
+}
 
-fn run(
-    spec: &SandboxSpec,
+/// Starts the prepared sandbox and monitors it to the end.
+pub(crate) fn execute(
+    plan: &Plan,
     options: &LaunchOptions,
     apply: Option<ApplyFn<'_>>,
+    watch: Watch<'_>,
 ) -> Result<ExitStatus, LaunchError> {
-    ensure_single_threaded()?;
-    let mut plan = Plan::prepare(spec)?;
-    plan.apply_phase = apply.is_some();
-    drop_supplementary_groups();
-
     let pipe = |what: &str| {
         sys::pipe().map_err(|e| SyscallError::new(format!("create the {what} pipe"), "pipe2", e))
     };
@@ -170,7 +160,7 @@ fn run(
     // SAFETY: we checked that this process is single-threaded, and the
     // child branch never returns: `child::main` ends in `_exit`.
     let pid = match unsafe { sys::clone_fork(plan.clone_flags) } {
-        Ok(0) => child::main(&plan, &child_fds),
+        Ok(0) => child::main(plan, &child_fds),
         Ok(pid) => pid,
         Err(e) => return Err(clone_error(e).into()),
     };
@@ -187,8 +177,17 @@ fn run(
         drop(w);
         r
     });
+    if let Some(nested) = &plan.nested {
+        // The caller's descriptors are the nested PID 1's now.
+        for &(_, source) in &nested.fds {
+            // SAFETY: the plan's raw copies, ours to close, closed once.
+            unsafe { libc::close(source) };
+        }
+    }
 
-    write_id_maps(pid, &plan)?;
+    if plan.clone_flags & libc::CLONE_NEWUSER as libc::c_ulong != 0 {
+        write_id_maps(pid, plan)?;
+    }
     sys::write_all(sync_w.as_raw_fd(), &[1])
         .map_err(|e| SyscallError::new("release the sandbox child", "write", e))?;
 
@@ -199,13 +198,13 @@ fn run(
             .map_err(|e| SyscallError::new("wait for the sandbox", "read(ack pipe)", e))?;
         if ready {
             let mut ctx = ApplyContext {
-                plan: &plan,
+                plan,
                 root: apply::open_root(pid)?,
                 commands: sync_w.as_raw_fd(),
                 acks: ack_r.as_raw_fd(),
                 attached: vec![false; plan.deferred.len()],
             };
-            let fs_ids = FsIds::become_sandbox_owner(&plan);
+            let fs_ids = FsIds::become_sandbox_owner(plan);
             let outcome = apply(&mut ctx);
             drop(fs_ids);
             outcome.map_err(LaunchError::Apply)?;
@@ -216,7 +215,8 @@ fn run(
     let timeout = plan.limits.timeout.map(|t| (t, plan.limits.kill_after));
     let early = options.return_before_teardown && plan.limits.cgroup.is_none();
     let pipes = MonitorPipes { report: report_r, exit: exit_r, return_on_exit_status: early };
-    monitor(&mut child, pipes, spec.new_session, options, &watched, timeout)
+    let mut watch = watch;
+    monitor(&mut child, pipes, plan.new_session, options, &watched, timeout, &mut watch)
     // `sync_w` (the lifeline) closes here, after the sandbox has ended.
 }
 
@@ -303,6 +303,7 @@ fn monitor(
     options: &LaunchOptions,
     watched: &libc::sigset_t,
     timeout: Option<(Duration, Duration)>,
+    watch: &mut Watch<'_>,
 ) -> Result<ExitStatus, LaunchError> {
     // The wall clock: SIGTERM at the deadline (PID 1 relays it to the
     // command), SIGKILL to PID 1 after the grace period, which ends the
@@ -342,6 +343,15 @@ fn monitor(
                 revents: 0,
             },
             libc::pollfd { fd: lifeline.unwrap_or(-1), events: libc::POLLIN, revents: 0 },
+            libc::pollfd {
+                fd: match watch {
+                    Watch::Portal(portal) if started => portal.fd(),
+                    Watch::Caller(fd) => *fd,
+                    _ => -1,
+                },
+                events: libc::POLLIN,
+                revents: 0,
+            },
         ];
         let wait_ms = match deadline {
             None => -1,
@@ -366,7 +376,7 @@ fn monitor(
                 (at - now).as_millis().min(i32::MAX as u128) as i32 + 1
             }
         };
-        // SAFETY: four valid pollfd entries (a negative fd is ignored).
+        // SAFETY: five valid pollfd entries (a negative fd is ignored).
         if unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, wait_ms) } < 0 {
             let e = Errno::last();
             if e == Errno::EINTR {
@@ -407,6 +417,22 @@ fn monitor(
             // Without the status (PID 1 was killed, or failed before the
             // command ran), PID 1's own exit tells the rest.
         }
+        if pfds[4].revents != 0 {
+            match watch {
+                Watch::Portal(portal) => portal.accept(child.pid),
+                Watch::Caller(_) => {
+                    // Nothing more is expected from the front end: any
+                    // read that is not data means it is gone.
+                    let mut byte = [0u8; 64];
+                    if !matches!(sys::read(pfds[4].fd, &mut byte), Ok(n) if n > 0) {
+                        *watch = Watch::Nothing;
+                        let _ = sys::kill(child.pid, libc::SIGKILL);
+                        killed_by.get_or_insert(128 + libc::SIGKILL);
+                    }
+                }
+                Watch::Nothing => {}
+            }
+        }
         if pfds[1].revents != 0 {
             // SAFETY: signalfd_siginfo is plain data; reading fills it.
             let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
@@ -420,6 +446,9 @@ fn monitor(
             }
             let sig = info.ssi_signo as libc::c_int;
             if sig == libc::SIGCHLD {
+                if let Watch::Portal(portal) = watch {
+                    portal.reap();
+                }
                 if let Ok((pid, status)) = sys::waitpid(child.pid, libc::WNOHANG)
                     && pid == child.pid
                 {
@@ -509,7 +538,7 @@ fn thread_count() -> Option<u64> {
 /// A root caller's supplementary groups would show up as `nogroup` inside;
 /// drop them while we still may (unprivileged callers cannot, and have
 /// `setgroups` denied in the sandbox anyway).
-fn drop_supplementary_groups() {
+pub(crate) fn drop_supplementary_groups() {
     // SAFETY: an empty group list is a valid argument.
     let _ = unsafe { libc::setgroups(0, std::ptr::null()) };
 }

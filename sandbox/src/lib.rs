@@ -31,6 +31,8 @@ pub mod landlock;
 mod launch;
 pub mod limits;
 mod mounts;
+pub mod nested;
+mod portal;
 mod prepare;
 mod procfs;
 mod report;
@@ -38,6 +40,7 @@ pub mod seccomp;
 mod secrets;
 pub mod spec;
 mod splice;
+mod start;
 mod sys;
 pub mod user;
 
@@ -48,11 +51,12 @@ pub use error::{
 };
 pub use init::FORWARDED_SIGNALS;
 pub use join::join;
-pub use launch::{ApplyError, ExitStatus, LaunchOptions, launch, launch_with};
+pub use launch::{ApplyError, ExitStatus, LaunchOptions};
 pub use spec::{
     Access, DeferredBind, HostIds, LandlockMode, Limits, MountOp, Network, ProcMode, SandboxSpec,
     SeccompPolicy, Security, UserView,
 };
+pub use start::{launch, launch_with};
 
 /// Guest path of the workspace.
 pub const WORKSPACE: &str = "/workspace";

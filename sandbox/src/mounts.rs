@@ -182,30 +182,63 @@ fn attach<'a>(
     sys::move_mount_fd(tree, target.as_fd()).map_err(|e| Fail::rooted("move_mount", dst, e))
 }
 
-/// Executes one step in the new root `new`. `host` is the caller's root
-/// (for a bind of its `/proc`), `notices` the report pipe.
+/// Attaches the new mount `tree` at `dst`. A mount on the root itself
+/// (bwrap's `--ro-bind / /`, `--tmpfs /`) replaces the root instead of
+/// covering it: the old one (which it would hide entirely) is detached and
+/// the tree takes its place on `base`, so that the later steps see it
+/// through its descriptor, and `pivot_root` later finds a single mount
+/// where the old root's tree hangs, not a stack of them.
+fn attach_owned<'a>(
+    tree: OwnedFd,
+    new: &mut OwnedFd,
+    base: BorrowedFd<'_>,
+    dirs: &mut Dirs,
+    dst: &'a CStr,
+    kind: Kind,
+) -> Result<'a, ()> {
+    if !dst.is_empty() {
+        return attach(tree.as_fd(), new.as_fd(), dirs, dst, kind);
+    }
+    dirs.mounted_on(dst);
+    // umount2 takes a path: the old root is the working directory's mount
+    // (nothing is mounted on its root: a root mount always replaces it).
+    sys::fchdir(new.as_fd()).map_err(|e| Fail::rooted("fchdir", dst, e))?;
+    sys::umount2(c".", libc::MNT_DETACH).map_err(|e| Fail::rooted("umount2(MNT_DETACH)", dst, e))?;
+    sys::move_mount_fd(tree.as_fd(), base).map_err(|e| Fail::rooted("move_mount", dst, e))?;
+    *new = tree;
+    Ok(())
+}
+
+/// Executes one step on the new root `new`, which sits on `host`: the
+/// caller's root, the tree the new root replaces when the sandbox is
+/// entered, and where a bind of the caller's `/proc` comes from.
+/// `notices` is the report pipe.
 pub(crate) fn run<'a>(
     action: &'a Action,
-    new: BorrowedFd<'_>,
+    new: &mut OwnedFd,
     host: BorrowedFd<'_>,
     clones: &mut Clones,
     dirs: &mut Dirs,
     notices: std::os::fd::RawFd,
 ) -> Result<'a, ()> {
+    let root = new.as_fd();
     match action {
         Action::Bind { source, dst, kind } => {
             let copy = match source {
                 Source::Host(index) => {
                     clones.take(*index).ok_or(Fail::rooted("open_tree", dst, Errno::EBUSY))?
                 }
-                Source::New { path, attrs, optional } => match clone_tree(new, path, RESOLVE_IN_ROOT, *attrs)
-                {
-                    Ok(copy) => copy,
-                    Err(f) if *optional && f.errno == Errno::ENOENT && f.call == "openat2" => return Ok(()),
-                    Err(f) => return Err(f),
-                },
+                Source::New { path, attrs, optional } => {
+                    match clone_tree(root, path, RESOLVE_IN_ROOT, *attrs) {
+                        Ok(copy) => copy,
+                        Err(f) if *optional && f.errno == Errno::ENOENT && f.call == "openat2" => {
+                            return Ok(());
+                        }
+                        Err(f) => return Err(f),
+                    }
+                }
             };
-            attach(copy.as_fd(), new, dirs, dst, *kind)
+            attach_owned(copy, new, host, dirs, dst, *kind)
         }
         Action::Fs { fstype, options, attrs, dst } => {
             let fs = sys::fsopen(fstype).map_err(|e| Fail::new("fsopen", fstype, e))?;
@@ -219,20 +252,20 @@ pub(crate) fn run<'a>(
             sys::fsconfig_create(fs.as_fd())
                 .map_err(|e| Fail::new("fsconfig(FSCONFIG_CMD_CREATE)", fstype, e))?;
             let mnt = sys::fsmount(fs.as_fd(), *attrs).map_err(|e| Fail::new("fsmount", fstype, e))?;
-            attach(mnt.as_fd(), new, dirs, dst, Kind::Dir)
+            attach_owned(mnt, new, host, dirs, dst, Kind::Dir)
         }
         Action::WriteFile { path, contents, mode } => {
             let flags = libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_NOFOLLOW;
-            let fd = sys::openat(new, path, flags, *mode).map_err(|e| Fail::rooted("openat", path, e))?;
+            let fd = sys::openat(root, path, flags, *mode).map_err(|e| Fail::rooted("openat", path, e))?;
             sys::write_all(std::os::fd::AsRawFd::as_raw_fd(&fd), contents)
                 .map_err(|e| Fail::rooted("write", path, e))
         }
         Action::RemoveStaging { files, dir } => {
             dirs.fd = None;
             for file in files {
-                sys::unlinkat(new, file, 0).map_err(|e| Fail::rooted("unlinkat", file, e))?;
+                sys::unlinkat(root, file, 0).map_err(|e| Fail::rooted("unlinkat", file, e))?;
             }
-            sys::unlinkat(new, dir, libc::AT_REMOVEDIR)
+            sys::unlinkat(root, dir, libc::AT_REMOVEDIR)
                 .map_err(|e| Fail::rooted("unlinkat(AT_REMOVEDIR)", dir, e))
         }
         Action::Symlink { target, dst } => {
@@ -240,7 +273,7 @@ pub(crate) fn run<'a>(
             let mut name_buf = [0u8; 256];
             let (parent, name) =
                 split_last(dst, &mut parent_buf, &mut name_buf).map_err(|e| Fail::rooted("split", dst, e))?;
-            let dir = dirs.get(new, parent).map_err(|f| Fail::rooted(f.call, dst, f.errno))?;
+            let dir = dirs.get(root, parent).map_err(|f| Fail::rooted(f.call, dst, f.errno))?;
             match sys::symlinkat(target, dir, name) {
                 Ok(()) => Ok(()),
                 // Idempotent, as in bubblewrap: an identical link is fine.
@@ -253,23 +286,44 @@ pub(crate) fn run<'a>(
             let mut name_buf = [0u8; 256];
             let (parent, name) =
                 split_last(dst, &mut parent_buf, &mut name_buf).map_err(|e| Fail::rooted("split", dst, e))?;
-            let dir = dirs.get(new, parent).map_err(|f| Fail::rooted(f.call, dst, f.errno))?;
+            let dir = dirs.get(root, parent).map_err(|f| Fail::rooted(f.call, dst, f.errno))?;
             match sys::mkdirat(dir, name, *mode) {
                 Ok(()) | Err(Errno::EEXIST) => Ok(()),
                 Err(e) => Err(Fail::rooted("mkdirat", dst, e)),
             }
         }
-        Action::AttachTree { tree, dst, kind } => attach(tree.as_fd(), new, dirs, dst, *kind),
-        Action::Proc(prepared) => proc(prepared, new, host, dirs, notices),
+        Action::AttachTree { tree, dst, kind } => attach(tree.as_fd(), root, dirs, dst, *kind),
+        Action::Proc(prepared) => proc(prepared, root, host, dirs, notices),
         Action::Move { from, dst } => {
             // The root of the mount at `from` (a tmpfs we mounted there).
-            let tree = resolve(new, from, None)?;
-            attach(tree.as_fd(), new, dirs, dst, Kind::Dir)
+            let tree = resolve(root, from, None)?;
+            attach(tree.as_fd(), root, dirs, dst, Kind::Dir)
         }
         Action::Remount { dst, attrs } => {
-            let target = resolve(new, dst, None)?;
+            let target = resolve(root, dst, None)?;
             sys::mount_setattr(target.as_fd(), *attrs, false)
                 .map_err(|e| Fail::rooted("mount_setattr", dst, e))
+        }
+        Action::Listen { socket, dir, name } => {
+            // bind() takes a path: from inside the directory, the bare name.
+            let dir_fd = resolve(root, dir, None)?;
+            sys::fchdir(dir_fd.as_fd()).map_err(|e| Fail::rooted("fchdir", dir, e))?;
+            sys::bind_unix(*socket, name).map_err(|e| Fail::rooted("bind", dir, e))?;
+            sys::listen(*socket).map_err(|e| Fail::rooted("listen", dir, e))
+        }
+        Action::Detach { path, dev } => {
+            let fd = match sys::openat2(root, path, libc::O_PATH, 0, RESOLVE_IN_ROOT) {
+                Ok(fd) => fd,
+                Err(Errno::ENOENT) => return Ok(()),
+                Err(e) => return Err(Fail::rooted("openat2", path, e)),
+            };
+            if sys::dev_of(&fd) != Some(*dev) {
+                return Ok(());
+            }
+            dirs.mounted_on(path);
+            // umount2 takes a path: the mount is the working directory's.
+            sys::fchdir(fd.as_fd()).map_err(|e| Fail::rooted("fchdir", path, e))?;
+            sys::umount2(c".", libc::MNT_DETACH).map_err(|e| Fail::rooted("umount2(MNT_DETACH)", path, e))
         }
     }
 }

@@ -112,6 +112,19 @@ pub(crate) enum Action {
         from: CString,
         dst: CString,
     },
+    /// Bind the (launcher-created) unix socket `socket` as `name` in the
+    /// directory `dir`, and listen on it: the nested-sandbox portal.
+    Listen {
+        socket: std::os::fd::RawFd,
+        dir: CString,
+        name: CString,
+    },
+    /// Detach the mount at `path` if it is the portal's filesystem (device
+    /// `dev`): a nested sandbox's recursive bind must not carry the portal.
+    Detach {
+        path: CString,
+        dev: u64,
+    },
 }
 
 /// A primitive with the words used when it fails.
@@ -158,9 +171,11 @@ pub(crate) struct Plan {
     pub host_gid: u32,
     pub host_sources: Vec<HostSource>,
     pub steps: Vec<Step>,
-    pub hostname: CString,
+    /// `None` keeps the UTS namespace's name (a nested sandbox that shares it).
+    pub hostname: Option<CString>,
     pub network_off: bool,
-    pub cwd: CString,
+    /// Working directories to try, in order; the first that works is used.
+    pub cwd: Vec<CString>,
     pub new_session: bool,
     pub exec: ExecPlan,
     pub deferred: Vec<Deferred>,
@@ -179,6 +194,39 @@ pub(crate) struct Plan {
     pub kept_fds: Vec<std::os::fd::RawFd>,
     /// The stack PID 2 starts on (it shares PID 1's memory until `execve`).
     pub command_stack: crate::sys::ChildStack,
+    /// The nested-sandbox portal's listening socket (bound and listened on
+    /// by the child during setup, served by the launcher).
+    pub portal: Option<OwnedFd>,
+    /// What PID 1 of a nested sandbox does besides the checklist.
+    pub nested: Option<NestedChild>,
+}
+
+/// What [`Plan::prepare_nested`] takes besides the spec.
+pub(crate) struct NestedParts {
+    pub clone_flags: c_ulong,
+    /// The program to execute (the spec's `argv[0]` may be `--argv0`'s).
+    pub program: String,
+    pub hostname: Option<String>,
+    pub cwd: Vec<String>,
+    /// After mount number `.0`, detach the portal's mount at guest path `.1`.
+    pub detach: Vec<(usize, String)>,
+    pub portal_dev: u64,
+    pub child: NestedChild,
+}
+
+/// The parts of a nested sandbox's setup that an outer one has not.
+pub(crate) struct NestedChild {
+    /// After the mounts, enter a new user namespace with these one-line
+    /// `uid_map` and `gid_map` contents (bwrap's `--unshare-user`).
+    pub userns: Option<(CString, CString)>,
+    /// The ids to become inside that user namespace.
+    pub inner_ids: (u32, u32),
+    /// Capabilities the command keeps (only inside its own user namespace).
+    pub keep_caps: u64,
+    /// `(number in the command, descriptor here)` for every descriptor the
+    /// caller passed; the sources are numbered from `fd_base` up.
+    pub fds: Vec<(std::os::fd::RawFd, std::os::fd::RawFd)>,
+    pub fd_base: std::os::fd::RawFd,
 }
 
 fn cstring(what: &str, s: impl Into<Vec<u8>>) -> Result<CString, SpecError> {
@@ -199,7 +247,9 @@ pub(crate) fn own_ids() -> (u32, u32) {
 }
 
 impl Plan {
-    pub(crate) fn prepare(spec: &SandboxSpec) -> Result<Plan, SpecError> {
+    /// `front_end` is the binary bound as `bwrap` when the spec asks for
+    /// nested sandboxes (`None`: no portal).
+    pub(crate) fn prepare(spec: &SandboxSpec, front_end: Option<&Path>) -> Result<Plan, SpecError> {
         spec.user.validate()?;
         let (own_uid, own_gid) = own_ids();
         let (host_uid, host_gid) = match spec.host_ids {
@@ -234,7 +284,26 @@ impl Plan {
             user_is_host_root: root_uid,
             splicer: Splicer::default(),
         };
+        let portal = match front_end.filter(|_| spec.nested) {
+            Some(exe) => Some((crate::portal::socket()?, exe)),
+            None => None,
+        };
+        match (&portal, spec.nested) {
+            (Some(_), _) => tracing::info!(
+                "nested sandboxes: on (`bwrap` is {}, first on PATH, served by this launcher)",
+                crate::portal::PORTAL_BIN
+            ),
+            (None, true) => tracing::info!("nested sandboxes: not available (no bwrap front end given)"),
+            (None, false) => tracing::info!("nested sandboxes: off"),
+        }
+        // The portal comes right after the system view (whose /usr/bin/bwrap
+        // it covers), before everything the caller adds.
         let last_system = spec.mounts.iter().rposition(|op| matches!(op, MountOp::SystemBind { .. }));
+        if last_system.is_none()
+            && let Some((socket, exe)) = &portal
+        {
+            plan.push_portal(exe, socket, false)?;
+        }
         for (i, op) in spec.mounts.iter().enumerate() {
             if !matches!(op, MountOp::SystemBind { .. }) {
                 for step in plan.splicer.steps_for(op.dst())? {
@@ -245,6 +314,9 @@ impl Plan {
             plan.splicer.planned(op);
             if Some(i) == last_system {
                 plan.push_masks()?;
+                if let Some((socket, exe)) = &portal {
+                    plan.push_portal(exe, socket, true)?;
+                }
             }
         }
         if spec.deferred_binds.len() > MAX_DEFERRED {
@@ -256,21 +328,7 @@ impl Plan {
             let source = plan.host_source(&bind.src, bind.access, &dst_text)?;
             deferred.push(Deferred { source, dst });
         }
-        if plan.host_sources.len() > MAX_HOST_SOURCES {
-            return Err(SpecError::new(format!("at most {MAX_HOST_SOURCES} host binds are supported")));
-        }
-        if !plan.staged.is_empty() {
-            plan.steps.push(Step {
-                what: "remove the staging directory".into(),
-                action: Action::RemoveStaging {
-                    files: std::mem::take(&mut plan.staged),
-                    dir: cstring("staging dir", STAGING_DIR)?,
-                },
-            });
-        }
-        for step in plan.splicer.finish() {
-            plan.push_splice(step)?;
-        }
+        plan.finish()?;
         plan.steps.push(Step {
             what: "make / read-only".into(),
             action: Action::Remount { dst: CString::default(), attrs: MOUNT_RDONLY },
@@ -318,7 +376,7 @@ impl Plan {
         }
         let limits = limits::prepare(&security.limits, plan.user_is_host_root)?;
 
-        let kept_fds: Vec<std::os::fd::RawFd> = plan
+        let mut kept_fds: Vec<std::os::fd::RawFd> = plan
             .steps
             .iter()
             .filter_map(|step| match &step.action {
@@ -326,6 +384,8 @@ impl Plan {
                 _ => None,
             })
             .collect();
+        let portal = portal.map(|(socket, _)| socket);
+        kept_fds.extend(portal.as_ref().map(std::os::fd::AsRawFd::as_raw_fd));
         let command_stack = crate::sys::ChildStack::new()
             .map_err(|e| SpecError::new(format!("allocate the command's stack: mmap => {e}")))?;
         Ok(Plan {
@@ -342,13 +402,84 @@ impl Plan {
             host_gid,
             host_sources: plan.host_sources,
             steps: plan.steps,
-            hostname: cstring("hostname", spec.hostname.as_str())?,
+            hostname: Some(cstring("hostname", spec.hostname.as_str())?),
             network_off: spec.network == Network::Off,
-            cwd: cstring("working directory", cwd_text.as_str())?,
+            cwd: vec![cstring("working directory", cwd_text.as_str())?],
             new_session: spec.new_session,
             exec: ExecPlan::prepare(spec)?,
             deferred,
             apply_phase: false,
+            portal,
+            nested: None,
+        })
+    }
+
+    /// The plan of a nested sandbox: `spec`'s mounts, command and
+    /// environment, run with the outer sandbox's compiled seccomp filter
+    /// and rlimits (`outer`), Landlock rules made from the nested view's
+    /// own mounts, and no final read-only `/` (bubblewrap's root stays
+    /// writable). The spec's other fields are ignored: `parts` says the rest.
+    pub(crate) fn prepare_nested(
+        spec: &SandboxSpec,
+        outer: &Plan,
+        parts: NestedParts,
+    ) -> Result<Plan, SpecError> {
+        let (own_uid, own_gid) = own_ids();
+        let mut plan = Expansion {
+            user: &spec.user,
+            steps: Vec::new(),
+            host_sources: Vec::new(),
+            staged: Vec::new(),
+            hiding: SecretHiding::NotNeeded,
+            user_is_host_root: false,
+            // Nothing to splice: a nested request has no system view, and a
+            // target missing under a read-only bind fails as in bubblewrap.
+            splicer: Splicer::default(),
+        };
+        for (i, op) in spec.mounts.iter().enumerate() {
+            plan.expand(op)?;
+            for (at, path) in &parts.detach {
+                if *at == i {
+                    let (text, rel) = guest_rel("detached path", path)?;
+                    plan.push(
+                        format!("keep the portal out of {text}"),
+                        Action::Detach { path: rel, dev: parts.portal_dev },
+                    );
+                }
+            }
+        }
+        plan.finish()?;
+        let security = &spec.security;
+        let (landlock, _) = landlock::plan(security.landlock, &landlock_paths(spec)?, security.no_ip)?;
+        let cwd = parts
+            .cwd
+            .iter()
+            .map(|dir| cstring("working directory", dir.as_str()))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Plan {
+            clone_flags: parts.clone_flags,
+            uid: own_uid,
+            gid: own_gid,
+            host_uid: own_uid,
+            host_gid: own_gid,
+            host_sources: plan.host_sources,
+            steps: plan.steps,
+            hostname: parts.hostname.map(|h| cstring("hostname", h)).transpose()?,
+            network_off: parts.clone_flags & libc::CLONE_NEWNET as c_ulong != 0,
+            cwd,
+            new_session: true,
+            exec: ExecPlan::new(&parts.program, &spec.argv, &spec.env)?,
+            deferred: Vec::new(),
+            apply_phase: false,
+            seccomp: outer.seccomp.clone(),
+            landlock,
+            limits: limits::Prepared { rlimits: outer.limits.rlimits.clone(), ..limits::Prepared::default() },
+            _idmap_helper: None,
+            kept_fds: Vec::new(),
+            command_stack: crate::sys::ChildStack::new()
+                .map_err(|e| SpecError::new(format!("allocate the command's stack: mmap => {e}")))?,
+            portal: None,
+            nested: Some(parts.child),
         })
     }
 
@@ -406,29 +537,110 @@ impl Expansion<'_> {
         Ok(())
     }
 
+    /// After the last mount: the limit on host sources, the staged files'
+    /// names removed, and the spliced directories made read-only.
+    fn finish(&mut self) -> Result<(), SpecError> {
+        if self.host_sources.len() > MAX_HOST_SOURCES {
+            return Err(SpecError::new(format!("at most {MAX_HOST_SOURCES} host binds are supported")));
+        }
+        if !self.staged.is_empty() {
+            let files = std::mem::take(&mut self.staged);
+            self.push(
+                "remove the staging directory".into(),
+                Action::RemoveStaging { files, dir: cstring("staging dir", STAGING_DIR)? },
+            );
+        }
+        for step in self.splicer.finish() {
+            self.push_splice(step)?;
+        }
+        Ok(())
+    }
+
     /// Checks and canonicalizes a host bind source; returns its index.
     fn host_source(&mut self, src: &Path, access: Access, dst_text: &str) -> Result<usize, SpecError> {
+        let ro = access == Access::Ro;
+        let attrs = if ro { MOUNT_NOSUID | MOUNT_NODEV | MOUNT_RDONLY } else { MOUNT_NOSUID | MOUNT_NODEV };
+        let what = format!("bind {} -> {dst_text} ({})", src.display(), if ro { "ro" } else { "rw" });
+        self.host_source_with(src, attrs, what)
+    }
+
+    /// As [`Self::host_source`], with the mount attributes and step name given.
+    fn host_source_with(&mut self, src: &Path, attrs: u64, what: String) -> Result<usize, SpecError> {
         let bad = |e: std::io::Error| {
             SpecError::new(format!("bind source {}: {}", src.display(), io_error_text(&e)))
         };
         let canonical = std::fs::canonicalize(src).map_err(bad)?;
         let meta = std::fs::metadata(&canonical).map_err(bad)?;
-        let ro = access == Access::Ro;
-        let mut attrs = MOUNT_NOSUID | MOUNT_NODEV;
-        if ro {
-            attrs |= MOUNT_RDONLY;
-        }
         let rel = canonical
             .to_str()
             .ok_or_else(|| SpecError::new(format!("bind source {}: path is not UTF-8", src.display())))?
             .trim_start_matches('/');
         self.host_sources.push(HostSource {
-            what: format!("bind {} -> {dst_text} ({})", src.display(), if ro { "ro" } else { "rw" }),
+            what,
             src: cstring("bind source", if rel.is_empty() { "." } else { rel })?,
             kind: if meta.is_dir() { Kind::Dir } else { Kind::File },
             attrs,
         });
         Ok(self.host_sources.len() - 1)
+    }
+
+    /// The nested-sandbox portal: a small read-only tmpfs at
+    /// [`crate::portal::PORTAL_DIR`] holding the listening socket and the
+    /// front end as `bin/bwrap`, and the front end bound over the host's
+    /// own `bwrap` where the system view shows one.
+    fn push_portal(&mut self, front_end: &Path, socket: &OwnedFd, cover_host: bool) -> Result<(), SpecError> {
+        use crate::portal::{PORTAL_BIN, PORTAL_DIR, SOCKET_NAME};
+        let (dir_text, dir) = guest_rel("portal", PORTAL_DIR)?;
+        self.push(
+            format!("mount tmpfs on {dir_text}"),
+            Action::Fs {
+                fstype: cstring("fstype", "tmpfs")?,
+                options: vec![option("mode", "755")?, option("size", "64k")?],
+                attrs: MOUNT_NOSUID | MOUNT_NODEV | MOUNT_NOEXEC,
+                dst: dir.clone(),
+            },
+        );
+        let bin_dir = PORTAL_BIN.rsplit_once('/').map_or(PORTAL_BIN, |(dir, _)| dir);
+        self.push(
+            format!("create directory {bin_dir}"),
+            Action::Dir { dst: cstring("portal", bin_dir.trim_start_matches('/'))?, mode: 0o755 },
+        );
+        let ro = MOUNT_NOSUID | MOUNT_NODEV | MOUNT_RDONLY;
+        let mut targets = vec![PORTAL_BIN.to_string()];
+        for host in ["/usr/bin/bwrap", "/bin/bwrap"].into_iter().filter(|_| cover_host) {
+            let is_file = std::fs::metadata(host).is_ok_and(|m| m.is_file());
+            let real = std::fs::canonicalize(host).ok().and_then(|p| p.to_str().map(str::to_string));
+            if let (true, Some(real)) = (is_file, real)
+                && !targets.contains(&real)
+            {
+                targets.push(real);
+            }
+        }
+        for (i, target) in targets.iter().enumerate() {
+            let index = self.host_source_with(
+                front_end,
+                ro,
+                format!("bind {} -> {target} (ro, the nested-sandbox front end)", front_end.display()),
+            )?;
+            let (_, dst) = guest_rel("portal", target)?;
+            let what = self.host_sources[index].what.clone();
+            self.push(what, Action::Bind { source: Source::Host(index), dst, kind: Kind::File });
+            if i == 0 {
+                self.push(
+                    format!("listen on {dir_text}/{SOCKET_NAME}"),
+                    Action::Listen {
+                        socket: std::os::fd::AsRawFd::as_raw_fd(socket),
+                        dir: dir.clone(),
+                        name: cstring("portal", SOCKET_NAME)?,
+                    },
+                );
+                self.push(
+                    format!("make {dir_text} read-only"),
+                    Action::Remount { dst: dir.clone(), attrs: MOUNT_RDONLY },
+                );
+            }
+        }
+        Ok(())
     }
 
     fn expand(&mut self, op: &MountOp) -> Result<(), SpecError> {
@@ -503,6 +715,17 @@ impl Expansion<'_> {
             MountOp::Dir { mode, .. } => {
                 self.push(format!("create directory {dst_text}"), Action::Dir { dst, mode: *mode })
             }
+            MountOp::DevBind { src, .. } => {
+                let what = format!("bind {} -> {dst_text} (rw, devices)", src.display());
+                let index = self.host_source_with(src, MOUNT_NOSUID, what)?;
+                let source = &self.host_sources[index];
+                let (what, kind) = (source.what.clone(), source.kind);
+                self.push(what, Action::Bind { source: Source::Host(index), dst, kind });
+            }
+            MountOp::RemountRo { .. } => self.push(
+                format!("remount {dst_text} read-only"),
+                Action::Remount { dst, attrs: MOUNT_RDONLY | MOUNT_NOSUID | MOUNT_NODEV },
+            ),
         }
         Ok(())
     }
@@ -723,9 +946,9 @@ pub(crate) fn landlock_paths(spec: &SandboxSpec) -> Result<Vec<(String, Grant)>,
     let mut paths = Vec::new();
     for op in &spec.mounts {
         match op {
-            MountOp::Bind { dst, access: Access::Rw, .. } | MountOp::Tmpfs { dst, .. } => {
-                paths.push((norm(dst)?, Grant::Write))
-            }
+            MountOp::Bind { dst, access: Access::Rw, .. }
+            | MountOp::DevBind { dst, .. }
+            | MountOp::Tmpfs { dst, .. } => paths.push((norm(dst)?, Grant::Write)),
             MountOp::Dev { dst } => {
                 let dst = norm(dst)?;
                 paths.push((format!("{}/shm", dst.trim_end_matches('/')), Grant::Write));
@@ -759,27 +982,44 @@ fn child_rel(dst_text: &str, entry: &str) -> String {
 }
 
 impl ExecPlan {
+    /// The spec's command. With nested sandboxes on, the portal's `bin` is
+    /// first on `PATH`, so the command finds our `bwrap` before any other.
     pub(crate) fn prepare(spec: &SandboxSpec) -> Result<ExecPlan, SpecError> {
-        let program = spec.argv.first().ok_or_else(|| SpecError::new("no command given"))?.clone();
+        let mut env = spec.env.clone();
+        if spec.nested {
+            let bin = crate::portal::PORTAL_BIN.rsplit_once('/').map_or("", |(dir, _)| dir);
+            let path = env.iter().rev().find(|(k, _)| k == "PATH").map_or(DEFAULT_PATH, |(_, v)| v.as_str());
+            if !path.split(':').any(|dir| dir == bin) {
+                let path = format!("{bin}:{path}");
+                crate::builder::set_var(&mut env, "PATH".into(), path);
+            }
+        }
+        let program = spec.argv.first().ok_or_else(|| SpecError::new("no command given"))?;
+        ExecPlan::new(program, &spec.argv, &env)
+    }
+
+    /// Runs `program` (looked up in `env`'s `PATH` unless it has a `/`)
+    /// with `argv` (whose first element is the command's `argv[0]`).
+    pub(crate) fn new(
+        program: &str,
+        argv: &[String],
+        env: &[(String, String)],
+    ) -> Result<ExecPlan, SpecError> {
+        let program = program.to_string();
         if program.is_empty() {
             return Err(SpecError::new("the command name is empty"));
         }
         let argv: Vec<CString> =
-            spec.argv.iter().map(|a| cstring("command argument", a.as_str())).collect::<Result<_, _>>()?;
-        let mut envp = Vec::with_capacity(spec.env.len());
-        for (k, v) in &spec.env {
+            argv.iter().map(|a| cstring("command argument", a.as_str())).collect::<Result<_, _>>()?;
+        let mut envp = Vec::with_capacity(env.len());
+        for (k, v) in env {
             if k.is_empty() || k.contains('=') {
                 return Err(SpecError::new(format!("environment variable name {k:?} is invalid")));
             }
             envp.push(cstring(&format!("environment variable {k}"), format!("{k}={v}"))?);
         }
-        let search_path = spec
-            .env
-            .iter()
-            .rev()
-            .find(|(k, _)| k == "PATH")
-            .map_or(DEFAULT_PATH, |(_, v)| v.as_str())
-            .to_string();
+        let search_path =
+            env.iter().rev().find(|(k, _)| k == "PATH").map_or(DEFAULT_PATH, |(_, v)| v.as_str()).to_string();
         let candidates = if program.contains('/') {
             vec![cstring("command", program.as_str())?]
         } else {

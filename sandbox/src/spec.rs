@@ -48,6 +48,15 @@ pub struct SandboxSpec {
     /// a serialized spec means the secure defaults.
     #[serde(default)]
     pub security: Security,
+    /// Serve `bwrap` inside the sandbox: nested sandboxes built by the
+    /// launcher, outside the confinement (see [`crate::nested`]). Missing in
+    /// a serialized spec means on.
+    #[serde(default = "yes")]
+    pub nested: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// How the command is confined beyond namespaces. Capabilities are always
@@ -196,6 +205,12 @@ pub enum MountOp {
     Symlink { target: String, dst: String },
     /// An empty directory on the root tmpfs.
     Dir { dst: String, mode: u32 },
+    /// A recursive read-write bind that keeps device nodes usable (no
+    /// `nodev`; `nosuid` still applies), as bubblewrap's `--dev-bind`.
+    DevBind { src: PathBuf, dst: String },
+    /// Make the single mount at `dst` read-only (with `nosuid` and `nodev`),
+    /// not its submounts, as bubblewrap's `--remount-ro`.
+    RemountRo { dst: String },
     /// A read-only bind of a host system directory (the system view). The
     /// command sees it as an unprivileged host user would: what is not
     /// world-readable stays unreadable even when the sandbox user maps onto
@@ -214,6 +229,8 @@ impl MountOp {
             | MountOp::File { dst, .. }
             | MountOp::Symlink { dst, .. }
             | MountOp::Dir { dst, .. }
+            | MountOp::DevBind { dst, .. }
+            | MountOp::RemountRo { dst }
             | MountOp::SystemBind { dst, .. } => dst,
         }
     }

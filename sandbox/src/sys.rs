@@ -193,7 +193,17 @@ pub fn move_mount_fd(from: BorrowedFd<'_>, to: BorrowedFd<'_>) -> SysResult<()> 
 /// submount. Flags already set (including ones the kernel locked) are kept:
 /// only the bits in `set` are added.
 pub fn mount_setattr(fd: BorrowedFd<'_>, set: u64, recursive: bool) -> SysResult<()> {
-    let mut attr = libc::mount_attr { attr_set: set, attr_clr: 0, propagation: 0, userns_fd: 0 };
+    mount_setattr_both(fd, set, 0, recursive)
+}
+
+/// `mount_setattr` clearing the bits in `clear` on the single mount `fd`
+/// refers to (the kernel refuses to clear a flag it locked).
+pub fn mount_clearattr(fd: BorrowedFd<'_>, clear: u64) -> SysResult<()> {
+    mount_setattr_both(fd, 0, clear, false)
+}
+
+fn mount_setattr_both(fd: BorrowedFd<'_>, set: u64, clear: u64, recursive: bool) -> SysResult<()> {
+    let mut attr = libc::mount_attr { attr_set: set, attr_clr: clear, propagation: 0, userns_fd: 0 };
     let mut flags = libc::AT_EMPTY_PATH as c_uint;
     if recursive {
         flags |= libc::AT_RECURSIVE as c_uint;
@@ -381,11 +391,12 @@ pub fn close_range_cloexec(first: c_uint) -> SysResult<()> {
         .map(drop)
 }
 
-/// Closes every descriptor from 3 up except those in `keep`.
 /// Most descriptors [`close_all_except`] can keep.
 pub const MAX_KEPT_FDS: usize = 32;
 
-pub fn close_all_except(keep: &[RawFd]) -> SysResult<()> {
+/// Closes every descriptor from 3 up to (not including) `below` except
+/// those in `keep` (at most [`MAX_KEPT_FDS`]).
+pub fn close_all_except(keep: &[RawFd], below: c_uint) -> SysResult<()> {
     let mut sorted = [0 as RawFd; MAX_KEPT_FDS];
     if keep.len() > sorted.len() {
         // Never close what the caller needs; refuse instead.
@@ -397,7 +408,7 @@ pub fn close_all_except(keep: &[RawFd]) -> SysResult<()> {
     sorted.sort_unstable();
     let mut first: c_uint = 3;
     for &fd in sorted.iter() {
-        if fd < 0 || (fd as c_uint) < first {
+        if fd < 0 || (fd as c_uint) < first || fd as c_uint >= below {
             continue;
         }
         if fd as c_uint > first {
@@ -406,8 +417,11 @@ pub fn close_all_except(keep: &[RawFd]) -> SysResult<()> {
         }
         first = fd as c_uint + 1;
     }
+    if first >= below {
+        return Ok(());
+    }
     // SAFETY: as above.
-    check_long(unsafe { libc::syscall(libc::SYS_close_range, first, c_uint::MAX, 0) }).map(drop)
+    check_long(unsafe { libc::syscall(libc::SYS_close_range, first, below - 1, 0) }).map(drop)
 }
 
 pub fn dup2(old: RawFd, new: RawFd) -> SysResult<()> {
@@ -616,6 +630,89 @@ pub fn landlock_restrict_self(ruleset: &OwnedFd) -> SysResult<()> {
         .map(drop)
 }
 
+/// The device a descriptor's file lives on.
+pub fn dev_of(fd: &OwnedFd) -> Option<u64> {
+    // SAFETY: `st` is a valid out-pointer for fstat.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        (libc::fstat(fd.as_raw_fd(), &mut st) == 0).then_some(st.st_dev)
+    }
+}
+
+// ---- Unix sockets (the nested-sandbox portal) ----
+
+/// A `sockaddr_un` for `path` and its length, or ENAMETOOLONG.
+fn unix_addr(path: &CStr) -> SysResult<(libc::sockaddr_un, libc::socklen_t)> {
+    // SAFETY: sockaddr_un is plain data for which all-zero is valid.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let bytes = path.to_bytes();
+    if bytes.len() >= addr.sun_path.len() {
+        return Err(Errno::ENAMETOOLONG);
+    }
+    for (dst, src) in addr.sun_path.iter_mut().zip(bytes) {
+        *dst = *src as c_char;
+    }
+    let len = std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1;
+    Ok((addr, len as libc::socklen_t))
+}
+
+/// A new unix stream socket (close-on-exec, non-blocking).
+pub fn unix_stream_socket() -> SysResult<OwnedFd> {
+    let kind = libc::SOCK_STREAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK;
+    // SAFETY: plain socket creation.
+    owned(unsafe { libc::socket(libc::AF_UNIX, kind, 0) } as c_long)
+}
+
+/// `bind` a unix socket to `path` (a relative one from the working directory).
+pub fn bind_unix(fd: RawFd, path: &CStr) -> SysResult<()> {
+    let (addr, len) = unix_addr(path)?;
+    // SAFETY: `addr` is a valid sockaddr_un of `len` bytes.
+    check(unsafe { libc::bind(fd, (&addr as *const libc::sockaddr_un).cast(), len) }).map(drop)
+}
+
+pub fn listen(fd: RawFd) -> SysResult<()> {
+    // SAFETY: integer arguments only.
+    check(unsafe { libc::listen(fd, 64) }).map(drop)
+}
+
+/// `connect` a new (blocking, close-on-exec) unix stream socket to `path`.
+pub fn connect_unix(path: &CStr) -> SysResult<OwnedFd> {
+    let (addr, len) = unix_addr(path)?;
+    // SAFETY: plain socket creation.
+    let fd =
+        owned(unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) } as c_long)?;
+    loop {
+        // SAFETY: `addr` is a valid sockaddr_un of `len` bytes.
+        match check(unsafe { libc::connect(fd.as_raw_fd(), (&addr as *const libc::sockaddr_un).cast(), len) })
+        {
+            Ok(_) => return Ok(fd),
+            Err(Errno::EINTR) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// `accept4` a connection (close-on-exec, blocking).
+pub fn accept(fd: RawFd) -> SysResult<OwnedFd> {
+    // SAFETY: null address pointers are allowed; the flags are valid.
+    owned(unsafe { libc::accept4(fd, ptr::null_mut(), ptr::null_mut(), libc::SOCK_CLOEXEC) } as c_long)
+}
+
+pub fn unshare(flags: c_int) -> SysResult<()> {
+    // SAFETY: integer arguments only.
+    check(unsafe { libc::unshare(flags) }).map(drop)
+}
+
+/// Whether `fd` is on a procfs (`fstatfs`).
+pub fn is_procfs(fd: BorrowedFd<'_>) -> bool {
+    // SAFETY: `st` is a valid out-pointer for fstatfs.
+    unsafe {
+        let mut st: libc::statfs = std::mem::zeroed();
+        libc::fstatfs(fd.as_raw_fd(), &mut st) == 0 && st.f_type == libc::PROC_SUPER_MAGIC
+    }
+}
+
 pub fn is_dir(fd: &OwnedFd) -> bool {
     // SAFETY: `st` is a valid out-pointer for fstat.
     unsafe {
@@ -630,8 +727,9 @@ pub fn prctl5(option: c_int, a2: c_ulong, a3: c_ulong, a4: c_ulong, a5: c_ulong)
     check(unsafe { libc::prctl(option, a2, a3, a4, a5) })
 }
 
-/// Empties the effective, permitted and inheritable capability sets.
-pub fn capset_none() -> SysResult<()> {
+/// Sets the effective, permitted and inheritable capability sets to `caps`
+/// (a bit mask of capability numbers).
+pub fn capset_to(caps: u64) -> SysResult<()> {
     #[repr(C)]
     struct Header {
         version: u32,
@@ -645,9 +743,10 @@ pub fn capset_none() -> SysResult<()> {
     }
     const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
     let header = Header { version: LINUX_CAPABILITY_VERSION_3, pid: 0 };
+    let (low, high) = (caps as u32, (caps >> 32) as u32);
     let data = [
-        Data { effective: 0, permitted: 0, inheritable: 0 },
-        Data { effective: 0, permitted: 0, inheritable: 0 },
+        Data { effective: low, permitted: low, inheritable: low },
+        Data { effective: high, permitted: high, inheritable: high },
     ];
     // SAFETY: a v3 header and two data structs, as capset(2) requires.
     check_long(unsafe { libc::syscall(libc::SYS_capset, &header as *const Header, data.as_ptr()) }).map(drop)

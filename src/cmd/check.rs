@@ -46,6 +46,9 @@ pub fn main(args: CheckArgs) -> u8 {
     rows.push(landlock());
     rows.push(seccomp());
     rows.extend(sandbox_row);
+    if run_works {
+        rows.push(nested());
+    }
     rows.push(cgroups());
     rows.extend(docker());
     let daemon_ok = match &args.daemon {
@@ -385,6 +388,38 @@ fn daemon(dir: &Path) -> Row {
         Err(why) => {
             row("daemon", Status::Fail, why, Some("is `tuixiu-sandbox proxy` running with this --state-dir?"))
         }
+    }
+}
+
+/// A throwaway sandbox whose command runs codex's bwrap probe: nested
+/// sandboxes (served by the launcher) work here.
+fn nested() -> Row {
+    const PROBE: &str = "bwrap --ro-bind / / --dev /dev --unshare-user --unshare-pid --unshare-net --proc /proc \
+                         -- /bin/true 2>/dev/null";
+    let spec = match SandboxBuilder::new("/bin/sh").args(["-c", PROBE]).build() {
+        Ok(spec) => spec,
+        Err(e) => return row("nested sandboxes", Status::Warn, e.to_string(), None),
+    };
+    let options = LaunchOptions {
+        bwrap_front_end: tuixiu_sandbox::launcher::launcher_exe().ok(),
+        ..LaunchOptions::default()
+    };
+    let hint = "run `tuixiu-sandbox run -- bwrap --ro-bind / / --unshare-user --unshare-pid --proc /proc true` \
+                to see bwrap's error; agents that sandbox their tools with bwrap (codex-acp) need this";
+    match sandbox::launch(&spec, &options) {
+        Ok(status) if status.success() => row(
+            "nested sandboxes",
+            Status::Ok,
+            "`bwrap` inside a sandbox built a nested one with a fresh /proc (--nested off disables it)",
+            None,
+        ),
+        Ok(status) => row(
+            "nested sandboxes",
+            Status::Warn,
+            format!("bwrap inside a sandbox exited {}", status.code()),
+            Some(hint),
+        ),
+        Err(e) => row("nested sandboxes", Status::Warn, e.to_string(), Some(hint)),
     }
 }
 

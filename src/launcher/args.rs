@@ -120,6 +120,13 @@ pub struct RunArgs {
     #[arg(long, value_name = "FD")]
     pub json_status_fd: Option<i32>,
 
+    /// Nested sandboxes: `on` lets the command run `bwrap` (codex-acp and
+    /// Claude Code sandbox their tool calls with it), served by this
+    /// launcher outside the command's confinement (docs/bwrap.md); `off`
+    /// leaves bwrap out (it then fails as it would in any sandbox)
+    #[arg(long, value_enum, value_name = "MODE", default_value_t = NestedArg::On)]
+    pub nested: NestedArg,
+
     /// Keep the caller's session and terminal (for interactive shells); by
     /// default the command runs in a new session, which blocks TIOCSTI injection
     #[arg(long)]
@@ -322,6 +329,12 @@ impl From<ProcArg> for sandbox::ProcMode {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum NestedArg {
+    On,
+    Off,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LandlockArg {
     Off,
     BestEffort,
@@ -347,10 +360,15 @@ pub struct ExecArgs {
     /// As for `run`; replaces the spec's choice
     #[arg(long, value_enum, value_name = "MODE")]
     pub proc: Option<ProcArg>,
+
     /// The read end of a pipe whose write end only the caller holds: when
     /// the caller is gone (the pipe hangs up), the sandbox is killed
     #[arg(long, value_name = "FD")]
     pub lifeline_fd: Option<i32>,
+
+    /// As for `run`; overrides the spec's own setting
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub nested: Option<NestedArg>,
 }
 
 /// What planning a manifest needs (shared by `run` and `manifest check`).

@@ -45,6 +45,9 @@ pub fn main(args: ExecArgs) -> u8 {
             }
         }
     }
+    if let Some(nested) = args.nested {
+        spec.nested = nested == super::args::NestedArg::On;
+    }
     if let Some(fd) = args.lifeline_fd
         && let Err(e) = super::run::check_fd(fd)
     {

@@ -15,8 +15,8 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 use super::args::{
-    EnvArgs, InputArgs, LandlockArg, LimitArgs, MountFlag, NetworkArg, PlanArgs, ProcArg, ProviderArg,
-    ProviderOptions, RunArgs, RunGiven, RunProviderArgs,
+    EnvArgs, InputArgs, LandlockArg, LimitArgs, MountFlag, NestedArg, NetworkArg, PlanArgs, ProcArg,
+    ProviderArg, ProviderOptions, RunArgs, RunGiven, RunProviderArgs,
 };
 use super::units::parse_size;
 
@@ -126,6 +126,14 @@ pub fn parse_run(args: &[OsString]) -> Option<(RunArgs, RunGiven, u8)> {
             }
             "json-status-fd" => once(&mut p.json_status_fd, number(&value()?)?)?,
             "keep-session" if inline.is_none() => flag(&mut p.keep_session)?,
+            "nested" => once(
+                &mut p.nested,
+                match value()?.as_str() {
+                    "on" => NestedArg::On,
+                    "off" => NestedArg::Off,
+                    _ => return None,
+                },
+            )?,
             "env-file" => p.env_file.push(value().map(PathBuf::from)?),
             "env-allow" => p.env_allow.push(value()?),
             "no-default-env-allow" if inline.is_none() => flag(&mut p.no_default_env_allow)?,
@@ -171,6 +179,7 @@ struct Parsed {
     map_gid: Option<u32>,
     json_status_fd: Option<i32>,
     keep_session: bool,
+    nested: Option<NestedArg>,
     env_file: Vec<PathBuf>,
     env_allow: Vec<String>,
     no_default_env_allow: bool,
@@ -210,6 +219,7 @@ impl Parsed {
             map_gid: self.map_gid,
             json_status_fd: self.json_status_fd,
             keep_session: self.keep_session,
+            nested: self.nested.unwrap_or(NestedArg::On),
             manifest: None,
             plan: PlanArgs { allow_host_path: Vec::new(), inputs_base_url: None },
             inputs: InputArgs {
@@ -337,6 +347,8 @@ mod tests {
         &["--proc=fresh", "x"],
         &["--map-uid", "1234", "--", "x"],
         &["--map-gid=99", "--json-status-fd", "3", "--keep-session", "--", "x"],
+        &["--nested", "off", "--", "x"],
+        &["--nested=on", "x"],
         &["--env-file", "/e1", "--env-file=/e2", "--env-allow", "K", "--no-default-env-allow", "--", "x"],
         &["--memory", "512m", "--pids", "100", "--cpus", "1.5", "--", "x"],
         &["--cpus=2", "--memory=1G", "x", "--memory", "2G"],
@@ -363,6 +375,7 @@ mod tests {
         &["--network", "OFF", "x"],
         &["--landlock", "maybe", "x"],
         &["--proc", "host", "x"],
+        &["--nested", "maybe", "x"],
         &["--kill-after", "3s", "x"],
         &["--ro-bind", "/a", "x"],
         &["--ro-bind=/a", "/b", "x"],

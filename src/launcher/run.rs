@@ -8,7 +8,7 @@ use sandbox::{
     SandboxBuilder, SandboxSpec, SeccompPolicy, Security, UserView,
 };
 
-use super::args::{LandlockArg, MountFlag, NetworkArg, RunArgs, RunGiven};
+use super::args::{LandlockArg, MountFlag, NestedArg, NetworkArg, RunArgs, RunGiven};
 use super::run_inputs;
 use super::units::{parse_cpus, parse_duration, parse_size};
 use super::{EXIT_TOOL_ERROR, report_error};
@@ -86,10 +86,13 @@ pub fn report_launch(
     }
     // Every caller exits right after the launch, so PID 1's teardown of
     // the namespaces need not hold up the caller of `run`/`__exec`.
+    // The small launcher answers as `bwrap` inside the sandbox.
+    let bwrap_front_end = super::launcher_exe().ok();
     let options = LaunchOptions {
         json_status_fd,
         release_stdio: true,
         return_before_teardown: true,
+        bwrap_front_end,
         ..LaunchOptions::default()
     };
     match launch(&options) {
@@ -165,7 +168,8 @@ pub fn build_spec(
         .security(security(args)?)
         .hostname(args.hostname.clone())
         .proc(args.proc.into())
-        .new_session(!args.keep_session);
+        .new_session(!args.keep_session)
+        .nested(args.nested == NestedArg::On);
     builder = match workspace_access {
         Access::Rw => builder.workspace(workspace),
         // A read-only workspace is a plain bind; the command still starts there.

@@ -193,6 +193,13 @@ pub struct InstanceConfig {
     /// Native only: host ids the sandbox user maps onto (root callers).
     #[serde(default)]
     pub host_ids: Option<sandbox::HostIds>,
+    /// Native only: processes may run `bwrap` (nested sandboxes).
+    #[serde(default = "nested_default")]
+    pub nested: bool,
+}
+
+fn nested_default() -> bool {
+    true
 }
 
 impl InstanceConfig {
@@ -213,6 +220,7 @@ impl InstanceConfig {
             mounts: Vec::new(),
             env: Vec::new(),
             host_ids: None,
+            nested: true,
         }
     }
 }

@@ -292,7 +292,8 @@ fn build_spec(record: &Record, process: &ProcessSpec) -> Result<SandboxSpec, Pro
         .home(Home::Bind(record.home.clone()))
         .network(config.network)
         .hostname(config.hostname.clone())
-        .new_session(true);
+        .new_session(true)
+        .nested(config.nested);
     builder = if config.workspace_read_only {
         // The builder's workspace is read-write; a read-only one is a bind
         // of its own, still the default working directory.

@@ -75,6 +75,7 @@ const SCHEMA: &[(&str, &str, Kind)] = &[
     ("sandbox", "workspaceProvider", Kind::Str),
     ("sandbox", "terminalEnabled", Kind::Bool),
     ("sandbox", "gitPush", Kind::Bool),
+    ("sandbox", "nested", Kind::Bool),
     ("sandbox", "env", Kind::Any),
     ("sandbox", "volumes", Kind::Any),
     ("sandbox", "instancePrefix", Kind::Str),
@@ -211,6 +212,8 @@ pub struct SandboxConfig {
     pub workspace_host_root: PathBuf,
     pub terminal_enabled: bool,
     pub git_push: bool,
+    /// Native provider: agents may run `bwrap` (nested sandboxes, docs/bwrap.md).
+    pub nested: bool,
     pub env: Vec<(String, String)>,
     pub volumes: Vec<Volume>,
     pub instance_prefix: String,
@@ -595,6 +598,7 @@ impl Config {
         }
         let terminal_enabled = r.boolean("sandbox", "terminalEnabled", false)?;
         let git_push = r.boolean("sandbox", "gitPush", true)?;
+        let nested = r.boolean("sandbox", "nested", true)?;
         let env = match r.take("sandbox", "env") {
             None => Vec::new(),
             Some(Value::Object(map)) => {
@@ -844,6 +848,7 @@ impl Config {
                 workspace_host_root,
                 terminal_enabled,
                 git_push,
+                nested,
                 env,
                 volumes,
                 instance_prefix,

@@ -536,6 +536,7 @@ impl Lane {
             network: self.d.cfg.sandbox.network,
             mounts,
             env: self.d.cfg.sandbox.env.clone(),
+            nested: self.d.cfg.sandbox.nested,
             ..InstanceConfig::new(name.clone(), self.run_id.clone(), workspace.clone())
         };
         let info = match self.d.provider.ensure(&config).await {

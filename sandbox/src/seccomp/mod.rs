@@ -118,6 +118,7 @@ pub(crate) enum Sockets {
 }
 
 /// A compiled filter, ready for `seccomp(SECCOMP_SET_MODE_FILTER)`.
+#[derive(Clone)]
 pub(crate) struct Program {
     pub filter: Vec<libc::sock_filter>,
 }

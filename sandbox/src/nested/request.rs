@@ -1,0 +1,296 @@
+//! What a `bwrap` front end asks the launcher for: the parsed command line,
+//! as plain data. The launcher's worker checks every field again before
+//! using it ([`Request::check`]): the front end runs inside the sandbox,
+//! so nothing it sends is trusted.
+
+use serde::{Deserialize, Serialize};
+
+/// Most arguments one request may carry, as bubblewrap's own cap.
+pub const MAX_ARGS: usize = 9000;
+/// Most environment variables.
+pub const MAX_ENV: usize = 8192;
+
+/// One nested sandbox, as the front end parsed it from bwrap's options.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Request {
+    /// COMMAND and its arguments; COMMAND is looked up in `env`'s `PATH`.
+    pub command: Vec<String>,
+    /// `--argv0`: the `argv[0]` COMMAND sees.
+    pub argv0: Option<String>,
+    /// COMMAND's environment: the caller's, after `--setenv`, `--unsetenv`
+    /// and `--clearenv` (`PWD` is set to the working directory).
+    pub env: Vec<(String, String)>,
+    /// The caller's working directory (relative sources resolve from it,
+    /// and COMMAND starts there when it exists in the new root).
+    pub cwd: String,
+    /// `--chdir`.
+    pub chdir: Option<String>,
+    /// The caller's umask, restored for COMMAND.
+    pub umask: u32,
+    /// The filesystem operations, in command-line order.
+    pub ops: Vec<Op>,
+    pub unshare: Unshare,
+    /// `--uid` / `--gid` inside the new user namespace.
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    /// `--hostname` (needs `unshare.uts`).
+    pub hostname: Option<String>,
+    /// The capability set COMMAND keeps, from `--cap-add`/`--cap-drop`
+    /// (bit N = capability N); `None` when neither was given.
+    pub caps: Option<u64>,
+    /// The caller's descriptor numbers passed along (SCM_RIGHTS, same
+    /// order): COMMAND gets each at the same number.
+    pub fds: Vec<i32>,
+}
+
+/// Namespaces beyond the mount and pid ones every nested sandbox has.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Unshare {
+    pub user: bool,
+    pub ipc: bool,
+    pub net: bool,
+    pub uts: bool,
+    pub cgroup: bool,
+}
+
+/// How a bind treats what it shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum BindMode {
+    /// `--bind`: read-write, `nosuid`, `nodev`.
+    Rw,
+    /// `--ro-bind`: read-only, `nosuid`, `nodev`.
+    Ro,
+    /// `--dev-bind`: read-write, `nosuid`, devices usable.
+    Dev,
+}
+
+/// One filesystem operation. Sources are paths of the sandbox the request
+/// comes from; destinations are paths in the new root.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "camelCase", deny_unknown_fields)]
+pub enum Op {
+    /// `--bind`, `--ro-bind`, `--dev-bind` and their `-try` forms
+    /// (`optional`: a missing source is skipped).
+    Bind { src: String, dst: String, mode: BindMode, optional: bool },
+    /// `--remount-ro`.
+    RemountRo { dst: String },
+    /// `--tmpfs` (with `--perms`, `--size`).
+    Tmpfs { dst: String, mode: u32, size: Option<u64> },
+    /// `--dir` (with `--perms`).
+    Dir { dst: String, mode: u32 },
+    /// `--symlink TARGET DEST`.
+    Symlink { target: String, dst: String },
+    /// `--proc`.
+    Proc { dst: String },
+    /// `--dev`.
+    Dev { dst: String },
+}
+
+/// Why a request is refused; the text follows `bwrap: `.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    #[error("Can't find source path {src}: {reason}")]
+    Source { src: String, reason: String },
+    #[error("Can't use destination {dst}: it is outside the new root")]
+    Outside { dst: String },
+    #[error("Specifying --{0} requires --unshare-user or --userns")]
+    IdWithoutUserns(&'static str),
+    #[error("Specifying --hostname requires --unshare-uts")]
+    HostnameWithoutUts,
+    #[error(
+        "capset failed: Operation not permitted (capabilities are kept only inside a new user namespace)"
+    )]
+    CapsWithoutUserns,
+    #[error("invalid request: {0}")]
+    Invalid(String),
+}
+
+impl Request {
+    /// Checks everything that does not need the filesystem; `received` is
+    /// how many descriptors came with the request.
+    pub fn check(&self, received: usize) -> Result<(), RequestError> {
+        let bad = |what: String| Err(RequestError::Invalid(what));
+        if self.command.is_empty() || self.command[0].is_empty() {
+            return bad("no command".into());
+        }
+        if self.command.len() + 3 * self.ops.len() > MAX_ARGS {
+            return bad(format!("more than {MAX_ARGS} arguments"));
+        }
+        if self.env.len() > MAX_ENV {
+            return bad(format!("more than {MAX_ENV} environment variables"));
+        }
+        let strings = self
+            .command
+            .iter()
+            .chain(&self.argv0)
+            .chain(self.env.iter().flat_map(|(k, v)| [k, v]))
+            .chain(std::iter::once(&self.cwd))
+            .chain(&self.chdir)
+            .chain(&self.hostname);
+        for s in strings {
+            if s.contains('\0') {
+                return bad(format!("{s:?} contains a NUL byte"));
+            }
+        }
+        for (key, _) in &self.env {
+            if key.is_empty() || key.contains('=') {
+                return bad(format!("environment variable name {key:?}"));
+            }
+        }
+        if !self.cwd.starts_with('/') {
+            return bad(format!("working directory {:?} is not absolute", self.cwd));
+        }
+        if self.umask > 0o777 {
+            return bad(format!("umask {:o}", self.umask));
+        }
+        if self.fds.len() != received {
+            return bad(format!("{} descriptors named, {received} received", self.fds.len()));
+        }
+        let mut seen = self.fds.clone();
+        seen.sort_unstable();
+        seen.dedup();
+        if seen.len() != self.fds.len() || seen.iter().any(|&fd| !(0..1 << 20).contains(&fd)) {
+            return bad("descriptor numbers must be distinct, between 0 and 2^20".into());
+        }
+        for op in &self.ops {
+            op.check()?;
+        }
+        if !self.unshare.user {
+            for (name, id) in [("uid", self.uid), ("gid", self.gid)] {
+                if id.is_some() {
+                    return Err(RequestError::IdWithoutUserns(name));
+                }
+            }
+            if self.caps.is_some_and(|c| c != 0) {
+                return Err(RequestError::CapsWithoutUserns);
+            }
+        }
+        if let Some(name) = &self.hostname {
+            if !self.unshare.uts {
+                return Err(RequestError::HostnameWithoutUts);
+            }
+            if name.is_empty() || name.len() > 64 {
+                return bad(format!("hostname {name:?} must be 1-64 bytes"));
+            }
+        }
+        if self.caps.is_some_and(|c| c >> last_cap().saturating_add(1) != 0) {
+            return bad("unknown capability".into());
+        }
+        Ok(())
+    }
+}
+
+impl Op {
+    /// The destination in the new root.
+    pub fn dst(&self) -> &str {
+        match self {
+            Op::Bind { dst, .. }
+            | Op::RemountRo { dst }
+            | Op::Tmpfs { dst, .. }
+            | Op::Dir { dst, .. }
+            | Op::Symlink { dst, .. }
+            | Op::Proc { dst }
+            | Op::Dev { dst } => dst,
+        }
+    }
+
+    fn check(&self) -> Result<(), RequestError> {
+        let bad = |what: String| Err(RequestError::Invalid(what));
+        dest(self.dst())?;
+        match self {
+            Op::Bind { src, .. } if src.is_empty() || src.contains('\0') => bad(format!("source {src:?}")),
+            Op::Symlink { target, .. } if target.is_empty() || target.contains('\0') => {
+                bad(format!("symlink target {target:?}"))
+            }
+            Op::Tmpfs { mode, .. } | Op::Dir { mode, .. } if *mode > 0o7777 => bad(format!("mode {mode:o}")),
+            Op::Tmpfs { size: Some(0), .. } => bad("tmpfs size 0".into()),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// A destination as an absolute path in the new root, as bubblewrap reads
+/// it (relative to the new root whether or not it starts with `/`).
+/// `..` is refused: nothing may land outside the new root.
+pub fn dest(path: &str) -> Result<String, RequestError> {
+    if path.contains('\0') {
+        return Err(RequestError::Invalid(format!("destination {path:?} contains a NUL byte")));
+    }
+    let mut out = String::with_capacity(path.len() + 1);
+    for part in path.split('/').filter(|p| !p.is_empty() && *p != ".") {
+        if part == ".." {
+            return Err(RequestError::Outside { dst: path.to_string() });
+        }
+        out.push('/');
+        out.push_str(part);
+    }
+    if out.is_empty() {
+        out.push('/');
+    }
+    Ok(out)
+}
+
+/// The highest capability number this kernel knows.
+pub fn last_cap() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(40)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request() -> Request {
+        Request { command: vec!["true".into()], cwd: "/".into(), umask: 0o22, ..Request::default() }
+    }
+
+    #[test]
+    fn destinations_stay_in_the_new_root() {
+        assert_eq!(dest("/a//b/./c/").unwrap(), "/a/b/c");
+        assert_eq!(dest("a/b").unwrap(), "/a/b");
+        assert_eq!(dest("/").unwrap(), "/");
+        assert_eq!(dest("/../../x"), Err(RequestError::Outside { dst: "/../../x".into() }));
+        assert!(dest("/a/../b").is_err());
+    }
+
+    #[test]
+    fn ids_hostname_and_caps_need_their_namespaces() {
+        let mut r = request();
+        r.uid = Some(0);
+        assert_eq!(r.check(0), Err(RequestError::IdWithoutUserns("uid")));
+        r.unshare.user = true;
+        assert_eq!(r.check(0), Ok(()));
+        r.hostname = Some("x".into());
+        assert_eq!(r.check(0), Err(RequestError::HostnameWithoutUts));
+        let mut r = request();
+        r.caps = Some(1 << 12);
+        assert_eq!(r.check(0), Err(RequestError::CapsWithoutUserns));
+        r.caps = Some(0);
+        assert_eq!(r.check(0), Ok(()));
+    }
+
+    #[test]
+    fn descriptors_must_match_what_came() {
+        let mut r = request();
+        r.fds = vec![0, 1, 2];
+        assert!(r.check(2).is_err());
+        assert!(r.check(3).is_ok());
+        r.fds = vec![0, 0, 2];
+        assert!(r.check(3).is_err());
+        r.fds = vec![0, 1, -1];
+        assert!(r.check(3).is_err());
+    }
+
+    #[test]
+    fn unknown_fields_are_refused() {
+        let json = r#"{"command":["true"],"argv0":null,"env":[],"cwd":"/","chdir":null,"umask":18,"ops":[],
+            "unshare":{"user":false,"ipc":false,"net":false,"uts":false,"cgroup":false},"uid":null,"gid":null,
+            "hostname":null,"caps":null,"fds":[],"extra":1}"#;
+        assert!(serde_json::from_str::<Request>(json).is_err());
+    }
+}

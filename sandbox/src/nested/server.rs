@@ -1,0 +1,67 @@
+//! The launcher's side of the portal. The launcher serves no request
+//! itself: at the first connection it forks the portal's server (see
+//! `worker`), which leaves the host and accepts every connection from then
+//! on, in the sandbox's namespaces; the launcher stops watching the socket
+//! until that server ends (then the next connection starts a new one).
+
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+
+use super::{Context, worker};
+use crate::launch::Portal;
+use crate::prepare::Plan;
+use crate::spec::SandboxSpec;
+use crate::sys;
+
+pub(crate) struct Server<'a> {
+    listener: RawFd,
+    spec: &'a SandboxSpec,
+    plan: &'a Plan,
+    /// The portal's server process, while it runs.
+    server: Option<libc::pid_t>,
+}
+
+impl<'a> Server<'a> {
+    /// Serves `listener` for the sandbox of `spec`, prepared as `plan`.
+    pub(crate) fn new(listener: &'a OwnedFd, spec: &'a SandboxSpec, plan: &'a Plan) -> Self {
+        Server { listener: listener.as_raw_fd(), spec, plan, server: None }
+    }
+}
+
+impl Portal for Server<'_> {
+    fn fd(&self) -> RawFd {
+        if self.server.is_some() { -1 } else { self.listener }
+    }
+
+    fn accept(&mut self, pid1: libc::pid_t) {
+        // SAFETY: getpid cannot fail.
+        let monitor = unsafe { libc::getpid() };
+        let ctx = Context { spec: self.spec, plan: self.plan, pid1 };
+        // SAFETY: the launcher is single-threaded (checked before the
+        // sandbox started); the server never returns: it `_exit`s.
+        match unsafe { sys::fork() } {
+            Ok(0) => worker::server(self.listener, &ctx, monitor),
+            Ok(pid) => self.server = Some(pid),
+            // The connection waits in the backlog; the next wake-up retries.
+            Err(e) => tracing::warn!("nested sandboxes: cannot start the portal's server: fork => {e}"),
+        }
+    }
+
+    fn reap(&mut self) {
+        if let Some(pid) = self.server
+            && matches!(sys::waitpid(pid, libc::WNOHANG), Ok((p, _)) if p == pid)
+        {
+            self.server = None;
+        }
+    }
+}
+
+impl Drop for Server<'_> {
+    /// The sandbox has ended, and its nested sandboxes with it (they live in
+    /// its pid namespace); the portal's server goes too.
+    fn drop(&mut self) {
+        if let Some(pid) = self.server {
+            let _ = sys::kill(pid, libc::SIGKILL);
+            let _ = sys::waitpid(pid, 0);
+        }
+    }
+}

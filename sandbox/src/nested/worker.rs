@@ -1,0 +1,242 @@
+//! The processes that serve a sandbox's portal.
+//!
+//! At the first request the launcher forks the **server**, which leaves
+//! the host before anything else: its own session, the sandbox's cgroup,
+//! the sandbox's namespaces (user, mount, ipc, uts, net when it has its
+//! own), the sandbox user's ids, no descriptor but the listening socket,
+//! not dumpable. It then forks into the sandbox's pid namespace and stays
+//! there as the **acceptor** (the first process only waits, in the host's
+//! pid namespace, invisible from the sandbox). The acceptor takes every
+//! connection and forks a **worker** for it, which alone reads the request
+//! (a new pid namespace can only be made from the pid namespace a process
+//! is in: the nested one is a child of the sandbox's, so it shows in the
+//! sandbox's /proc and ends with it). Beyond the sandbox's own processes,
+//! these hold capabilities in the sandbox's user namespace, which they use
+//! only through the runtime's fixed steps; not being dumpable, they cannot
+//! be traced or have their /proc entries opened by the sandbox's
+//! processes, which lack those capabilities.
+
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::panic::AssertUnwindSafe;
+
+use super::MAX_WORKERS;
+use super::plan;
+use super::request::Request;
+use super::wire::{self, Reply};
+use crate::error::{EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND, LaunchError};
+use crate::launch::{self, LaunchOptions, Watch};
+use crate::prepare::Plan;
+use crate::spec::SandboxSpec;
+use crate::sys;
+
+/// What every worker of one sandbox needs: the sandbox's description and
+/// prepared plan (its seccomp filter, rlimits, cgroup), and its PID 1.
+pub(crate) struct Context<'a> {
+    pub spec: &'a SandboxSpec,
+    pub plan: &'a Plan,
+    pub pid1: libc::pid_t,
+}
+
+/// How long a front end may take to send its request.
+const REQUEST_TIMEOUT_SECS: libc::time_t = 10;
+
+/// The server's whole life (a fork of the launcher `monitor`, which keeps
+/// the listening socket `listener` to itself again once this ends).
+pub(crate) fn server(listener: RawFd, ctx: &Context<'_>, monitor: libc::pid_t) -> ! {
+    let code = std::panic::catch_unwind(AssertUnwindSafe(|| serve(listener, ctx, monitor))).unwrap_or(1);
+    sys::exit_now(code)
+}
+
+fn serve(listener: RawFd, ctx: &Context<'_>, monitor: libc::pid_t) -> i32 {
+    if leave_host(listener, ctx, monitor).is_err() {
+        // Nothing to tell anyone: the front end that woke the launcher
+        // finds the connection refused or unanswered, and the launcher
+        // forks a server again at the next request.
+        return 1;
+    }
+    // The pipe's write end is this process's life: the acceptor checks it
+    // once its parent-death signal is armed.
+    let Ok((life_r, life_w)) = sys::pipe() else { return 1 };
+    // SAFETY: single-threaded (a fork of the single-threaded launcher);
+    // the child never returns into the caller.
+    let child = match unsafe { sys::fork() } {
+        Ok(0) => {
+            drop(life_w);
+            let code = std::panic::catch_unwind(AssertUnwindSafe(|| accept_forever(listener, ctx, life_r)))
+                .unwrap_or(1);
+            sys::exit_now(code)
+        }
+        Ok(pid) => pid,
+        Err(_) => return 1,
+    };
+    drop(life_r);
+    // SAFETY: the listening socket is the acceptor's now.
+    unsafe { libc::close(listener) };
+    loop {
+        match sys::waitpid(child, 0) {
+            Ok((_, status)) => return sys::exit_code_of(status),
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => return 1,
+        }
+    }
+}
+
+/// Armed parent-death signal, then a check that the parent did not die
+/// before it was armed (the write end of `life` is the parent's).
+fn die_with_parent(life: OwnedFd) -> bool {
+    if sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong).is_err() {
+        return false;
+    }
+    let mut pfd = libc::pollfd { fd: life.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd, zero timeout.
+    unsafe { libc::poll(&mut pfd, 1, 0) == 0 }
+}
+
+/// The acceptor, in the sandbox's pid namespace: a worker per connection,
+/// at most [`MAX_WORKERS`] at once.
+fn accept_forever(listener: RawFd, ctx: &Context<'_>, life: OwnedFd) -> i32 {
+    if !die_with_parent(life) {
+        return 1;
+    }
+    let sigchld = sys::sigset_of(&[libc::SIGCHLD]);
+    let _ = sys::set_sigmask(libc::SIG_BLOCK, &sigchld);
+    // SAFETY: a valid blocked set; the returned descriptor is ours.
+    let sfd = unsafe { libc::signalfd(-1, &sigchld, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK) };
+    if sfd < 0 {
+        return 1;
+    }
+    // SAFETY: signalfd returned a new descriptor that we now own.
+    let sfd = unsafe { OwnedFd::from_raw_fd(sfd) };
+    // The workers' lifeline: its write end lives as long as this process.
+    let Ok((life_r, life_w)) = sys::pipe() else { return 1 };
+    let mut workers: Vec<libc::pid_t> = Vec::new();
+    loop {
+        let mut pfds = [
+            libc::pollfd { fd: listener, events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: sfd.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+        ];
+        // SAFETY: two valid pollfd entries.
+        if unsafe { libc::poll(pfds.as_mut_ptr(), 2, -1) } < 0 {
+            continue;
+        }
+        if pfds[1].revents != 0 {
+            let mut info = [0u8; std::mem::size_of::<libc::signalfd_siginfo>()];
+            while sys::read(sfd.as_raw_fd(), &mut info).is_ok_and(|n| n > 0) {}
+            workers.retain(|&pid| !matches!(sys::waitpid(pid, libc::WNOHANG), Ok((p, _)) if p == pid));
+        }
+        if pfds[0].revents == 0 {
+            continue;
+        }
+        while let Ok(conn) = sys::accept(listener) {
+            if workers.len() >= MAX_WORKERS {
+                let text = format!("too many nested sandboxes at once (at most {MAX_WORKERS} per sandbox)");
+                wire::send_reply(conn.as_fd(), &Reply::Error(text));
+                continue;
+            }
+            // SAFETY: single-threaded; the worker never returns here.
+            match unsafe { sys::fork() } {
+                Ok(0) => {
+                    // SAFETY: the listening socket and the signalfd are
+                    // the acceptor's, not the worker's.
+                    unsafe { libc::close(listener) };
+                    drop(sfd);
+                    let _ = sys::set_sigmask(libc::SIG_UNBLOCK, &sigchld);
+                    drop(life_w);
+                    let code = std::panic::catch_unwind(AssertUnwindSafe(|| serve_one(&conn, ctx, life_r)))
+                        .unwrap_or_else(|_| {
+                            let text = "internal error: the nested-sandbox worker panicked".to_string();
+                            wire::send_reply(conn.as_fd(), &Reply::Error(text));
+                            1
+                        });
+                    sys::exit_now(code)
+                }
+                Ok(pid) => workers.push(pid),
+                Err(e) => wire::send_reply(conn.as_fd(), &Reply::Error(format!("fork => {e}"))),
+            }
+        }
+    }
+}
+
+/// A worker: read, check and run one request.
+fn serve_one(conn: &OwnedFd, ctx: &Context<'_>, life: OwnedFd) -> i32 {
+    let fail = |text: String| {
+        wire::send_reply(conn.as_fd(), &Reply::Error(text));
+        1
+    };
+    // Gone with the acceptor (and so with the launcher).
+    if !die_with_parent(life) {
+        return 1;
+    }
+    let timeout = libc::timeval { tv_sec: REQUEST_TIMEOUT_SECS, tv_usec: 0 };
+    if let Err(e) =
+        nix::sys::socket::setsockopt(conn, nix::sys::socket::sockopt::ReceiveTimeout, &timeout.into())
+    {
+        return fail(format!("setsockopt(SO_RCVTIMEO) => {e}"));
+    }
+    let (body, fds) = match wire::recv_request(conn.as_fd()) {
+        Ok(received) => received,
+        Err(e) => return fail(e.to_string()),
+    };
+    let request: Request = match serde_json::from_slice(&body) {
+        Ok(request) => request,
+        Err(e) => return fail(format!("invalid request: {e}")),
+    };
+    drop(body);
+    let nested = match plan::prepare(&request, fds, conn.as_raw_fd(), ctx.spec, ctx.plan) {
+        Ok(plan) => plan,
+        Err(e) => return fail(e.to_string()),
+    };
+    // SAFETY: umask cannot fail; the nested PID 1 restores this one for COMMAND.
+    unsafe { libc::umask(request.umask as libc::mode_t) };
+    let options = LaunchOptions { return_before_teardown: true, ..LaunchOptions::default() };
+    match launch::execute(&nested, &options, None, Watch::Caller(conn.as_raw_fd())) {
+        Ok(status) => {
+            wire::send_reply(conn.as_fd(), &Reply::Exit(status.code()));
+            0
+        }
+        // bubblewrap's words for a command that cannot be executed.
+        Err(LaunchError::Child { code: EXIT_NOT_FOUND, .. }) => {
+            fail(format!("execvp {}: {}", nested.exec.program, crate::error::strerror(libc::ENOENT)))
+        }
+        Err(LaunchError::Child { code: EXIT_CANNOT_EXECUTE, message }) => {
+            let why = if message.contains("EACCES") { crate::error::strerror(libc::EACCES) } else { message };
+            fail(format!("execvp {}: {why}", nested.exec.program))
+        }
+        Err(e) => fail(e.to_string()),
+    }
+}
+
+/// Everything the worker gives up before it reads the request.
+fn leave_host(listener: RawFd, ctx: &Context<'_>, monitor: libc::pid_t) -> Result<(), String> {
+    // Not in the launcher's session or process group (the caller's
+    // terminal), and gone with the launcher.
+    let _ = sys::setsid();
+    sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong)
+        .map_err(|e| format!("prctl(PR_SET_PDEATHSIG) => {e}"))?;
+    // SAFETY: getppid cannot fail.
+    if unsafe { libc::getppid() } != monitor {
+        sys::exit_now(1);
+    }
+    // Counted with the sandbox, under its limits; written while the host's
+    // cgroup tree is still reachable.
+    if let Some(cgroup) = &ctx.plan.limits.cgroup {
+        let procs = cgroup.dir.join("cgroup.procs");
+        std::fs::write(&procs, "0").map_err(|e| format!("write(\"{}\", \"0\") => {e}", procs.display()))?;
+    }
+    crate::join::enter(ctx.pid1, true).map_err(|e| e.to_string())?;
+    let user = &ctx.spec.user;
+    sys::setresgid(user.gid).map_err(|e| format!("setresgid({}) => {e}", user.gid))?;
+    sys::setresuid(user.uid).map_err(|e| format!("setresuid({}) => {e}", user.uid))?;
+    // Nothing of the launcher's: its pipes, its signalfd, its stdio (the
+    // caller's terminal) are not the nested sandbox's business.
+    sys::close_all_except(&[listener], libc::c_uint::MAX).map_err(|e| format!("close_range => {e}"))?;
+    let null = sys::open(c"/dev/null", libc::O_RDWR, 0).map_err(|e| format!("open(\"/dev/null\") => {e}"))?;
+    for fd in 0..3 {
+        sys::dup2(null.as_raw_fd(), fd).map_err(|e| format!("dup2 => {e}"))?;
+    }
+    drop(null);
+    // Holding capabilities in the sandbox's user namespace: no ptrace or
+    // /proc access from there, and no core dump.
+    sys::prctl(libc::PR_SET_DUMPABLE, 0).map_err(|e| format!("prctl(PR_SET_DUMPABLE) => {e}"))?;
+    Ok(())
+}

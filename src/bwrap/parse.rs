@@ -1,0 +1,898 @@
+//! bubblewrap's command-line parser, over the option table: exact names,
+//! arguments taken verbatim from the following elements, scanning stops at
+//! the first element not starting with `-` (COMMAND) or after `--`;
+//! `--args FD` splices NUL-separated arguments in place; `--perms`,
+//! `--size` and `--overlay-src` attach to the next option. Every option of
+//! bubblewrap 0.11 is parsed here, with its messages; which ones the
+//! runtime serves is decided afterwards ([`Parsed::unsupported`]).
+
+use std::collections::BTreeMap;
+
+use super::options::{self, BindMode, FdOpt, Kind, Ns, Opt};
+
+/// bubblewrap's cap on arguments (its own plus COMMAND's and `--args`').
+pub const MAX_ARGS: usize = 9000;
+
+/// A filesystem operation, in command-line order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Op {
+    Bind { src: String, dst: String, mode: BindMode, optional: bool },
+    BindFd { fd: i32, dst: String, ro: bool },
+    RemountRo { dst: String },
+    Overlay { sources: Vec<String>, kind: OverlayKind, dst: String },
+    Proc { dst: String },
+    Dev { dst: String },
+    Tmpfs { dst: String, perms: Option<u32>, size: Option<u64> },
+    Mqueue { dst: String },
+    Dir { dst: String, perms: Option<u32> },
+    File { fd: i32, dst: String, perms: Option<u32> },
+    BindData { fd: i32, dst: String, perms: Option<u32>, ro: bool },
+    Symlink { target: String, dst: String },
+    Chmod { mode: u32, path: String },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OverlayKind {
+    Rw { upper: String, work: String },
+    Tmp,
+    Ro,
+}
+
+/// The namespaces asked for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Unshare {
+    pub user: bool,
+    pub user_try: bool,
+    pub ipc: bool,
+    pub pid: bool,
+    pub net: bool,
+    pub uts: bool,
+    pub cgroup: bool,
+    pub cgroup_try: bool,
+}
+
+/// Everything a bwrap command line says.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Parsed {
+    pub argv0: Option<String>,
+    pub level_prefix: bool,
+    pub unshare: Unshare,
+    pub fds: BTreeMap<&'static str, i32>,
+    pub disable_userns: bool,
+    pub assert_userns_disabled: bool,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub hostname: Option<String>,
+    pub chdir: Option<String>,
+    /// The environment after `--setenv`, `--unsetenv` and `--clearenv`.
+    pub env: Vec<(String, String)>,
+    pub lock_files: Vec<String>,
+    pub ops: Vec<Op>,
+    /// Programs of `--add-seccomp-fd`, read at parse time.
+    pub seccomp_programs: Vec<Vec<u8>>,
+    pub labels: Vec<String>,
+    pub new_session: bool,
+    pub die_with_parent: bool,
+    pub as_pid_1: bool,
+    /// `--cap-add`/`--cap-drop` in order: (add?, capability mask).
+    pub caps: Vec<(bool, u64)>,
+    /// Options given, in order (each name once), for [`Parsed::unsupported`].
+    pub given: Vec<&'static str>,
+    pub command: Vec<String>,
+}
+
+/// How parsing ended, besides a command line to run.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Run(Box<Parsed>),
+    /// `--help`: the usage on stdout, exit 0.
+    Help,
+    /// `--version`.
+    Version,
+    /// No COMMAND (or no arguments): the usage on stderr, exit 1.
+    Usage,
+}
+
+/// A parse error: bubblewrap's message (without `bwrap: `), and whether
+/// `--level-prefix` was in force when it happened.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Error {
+    pub message: String,
+    pub prefixed: bool,
+}
+
+/// Side effects the parser needs: reading descriptors (`--args`,
+/// `--add-seccomp-fd`) and printing warnings.
+pub trait Io {
+    /// Reads `fd` to end-of-file and closes it.
+    fn read_fd(&mut self, fd: i32) -> std::io::Result<Vec<u8>>;
+    fn warn(&mut self, message: &str, prefixed: bool);
+    /// Whether SELinux labels can be used on this host.
+    fn selinux(&self) -> bool;
+}
+
+/// Parses bwrap's arguments (after `argv[0]`), starting from `env`.
+pub fn parse(args: &[String], env: Vec<(String, String)>, io: &mut dyn Io) -> Result<Outcome, Error> {
+    if args.is_empty() {
+        return Ok(Outcome::Usage);
+    }
+    let mut p =
+        Parser { parsed: Parsed { env, ..Parsed::default() }, pending: Pending::default(), count: 0, io };
+    match p.options(args, false)? {
+        Stop::Help => return Ok(Outcome::Help),
+        Stop::Version => return Ok(Outcome::Version),
+        Stop::Command(at) => p.parsed.command = args[at..].to_vec(),
+        Stop::End => {}
+    }
+    if !p.pending.overlay.is_empty() {
+        return Err(p.error(OVERLAY_SRC_MISUSE));
+    }
+    p.validate()?;
+    if p.parsed.command.is_empty() {
+        return Ok(Outcome::Usage);
+    }
+    Ok(Outcome::Run(Box::new(p.parsed)))
+}
+
+const OVERLAY_SRC_MISUSE: &str = "--overlay-src must be followed by another --overlay-src or one of --overlay, --tmp-overlay, or --ro-overlay";
+
+enum Stop {
+    Help,
+    Version,
+    /// COMMAND starts at this index.
+    Command(usize),
+    End,
+}
+
+#[derive(Default)]
+struct Pending {
+    perms: Option<u32>,
+    size: Option<u64>,
+    overlay: Vec<String>,
+}
+
+struct Parser<'a> {
+    parsed: Parsed,
+    pending: Pending,
+    /// Arguments seen, for [`MAX_ARGS`].
+    count: usize,
+    io: &'a mut dyn Io,
+}
+
+impl Parser<'_> {
+    fn error(&self, message: impl Into<String>) -> Error {
+        Error { message: message.into(), prefixed: self.parsed.level_prefix }
+    }
+
+    /// Parses options from `args`; `in_file` for the contents of `--args`.
+    fn options(&mut self, args: &[String], in_file: bool) -> Result<Stop, Error> {
+        self.count += args.len();
+        if self.count > MAX_ARGS {
+            return Err(self.error(format!("Exceeded maximum number of arguments {MAX_ARGS}")));
+        }
+        let mut i = 0;
+        while i < args.len() {
+            let arg = args[i].as_str();
+            if arg == "--" {
+                return Ok(if in_file || i + 1 >= args.len() { Stop::End } else { Stop::Command(i + 1) });
+            }
+            if !arg.starts_with('-') {
+                return Ok(if in_file { Stop::End } else { Stop::Command(i) });
+            }
+            let Some(opt) = options::find(arg) else {
+                return Err(self.error(format!("Unknown option {arg}")));
+            };
+            let n = opt.args.len();
+            if args.len() - i - 1 < n {
+                return Err(self.error(opt.missing_text()));
+            }
+            let values = &args[i + 1..i + 1 + n];
+            i += 1 + n;
+            self.check_pending(opt)?;
+            if !self.parsed.given.contains(&opt.name) {
+                self.parsed.given.push(opt.name);
+            }
+            match self.apply(opt, values, in_file)? {
+                Some(stop) => return Ok(stop),
+                None => continue,
+            }
+        }
+        Ok(Stop::End)
+    }
+
+    /// `--perms`, `--size` and `--overlay-src` must be followed by an
+    /// option that uses them.
+    fn check_pending(&mut self, opt: &Opt) -> Result<(), Error> {
+        let kind = opt.kind;
+        let overlay = matches!(kind, Kind::OverlaySrc | Kind::Overlay | Kind::TmpOverlay | Kind::RoOverlay);
+        if !self.pending.overlay.is_empty() && !overlay {
+            return Err(self.error(OVERLAY_SRC_MISUSE));
+        }
+        if matches!(kind, Kind::Perms | Kind::Size) {
+            return Ok(());
+        }
+        let takes_perms = matches!(kind, Kind::Tmpfs | Kind::Dir | Kind::File | Kind::BindData { .. });
+        if self.pending.perms.is_some() && !takes_perms {
+            return Err(self.error("--perms must be followed by an option that creates a file"));
+        }
+        if self.pending.size.is_some() && kind != Kind::Tmpfs {
+            return Err(self.error("--size must be followed by --tmpfs"));
+        }
+        Ok(())
+    }
+
+    fn apply(&mut self, opt: &'static Opt, v: &[String], in_file: bool) -> Result<Option<Stop>, Error> {
+        let p = &mut self.parsed;
+        match opt.kind {
+            Kind::Help => return Ok(Some(Stop::Help)),
+            Kind::Version => return Ok(Some(Stop::Version)),
+            Kind::Args => {
+                let fd = self.fd(&v[0])?;
+                if in_file {
+                    return Err(self.error("--args not supported in arguments file"));
+                }
+                let data = self
+                    .io
+                    .read_fd(fd)
+                    .map_err(|e| self.error(format!("Can't read --args data: {}", strerror(&e))))?;
+                let mut pieces: Vec<&[u8]> = data.split(|&b| b == 0).collect();
+                if data.last() == Some(&0) || data.is_empty() {
+                    pieces.pop();
+                }
+                let pieces = pieces
+                    .into_iter()
+                    .map(|b| String::from_utf8(b.to_vec()))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|_| {
+                        self.error("--args data is not valid UTF-8 (tuixiu-sandbox's bwrap needs UTF-8)")
+                    })?;
+                match self.options(&pieces, true)? {
+                    Stop::Help => return Ok(Some(Stop::Help)),
+                    Stop::Version => return Ok(Some(Stop::Version)),
+                    _ => {}
+                }
+                if self.pending.perms.is_some() {
+                    return Err(self.error("--perms must be followed by an option that creates a file"));
+                }
+                if self.pending.size.is_some() {
+                    return Err(self.error("--size must be followed by --tmpfs"));
+                }
+                if !self.pending.overlay.is_empty() {
+                    return Err(self.error(OVERLAY_SRC_MISUSE));
+                }
+            }
+            Kind::Argv0 => {
+                if p.argv0.is_some() {
+                    return Err(self.error("--argv0 used multiple times"));
+                }
+                p.argv0 = Some(v[0].clone());
+            }
+            Kind::LevelPrefix => p.level_prefix = true,
+            Kind::UnshareAll => {
+                let u = &mut p.unshare;
+                (u.user_try, u.ipc, u.pid, u.net, u.uts, u.cgroup_try) = (true, true, true, true, true, true);
+            }
+            Kind::ShareNet => p.unshare.net = false,
+            Kind::Unshare(ns) => {
+                let u = &mut p.unshare;
+                *match ns {
+                    Ns::User => &mut u.user,
+                    Ns::UserTry => &mut u.user_try,
+                    Ns::Ipc => &mut u.ipc,
+                    Ns::Pid => &mut u.pid,
+                    Ns::Net => &mut u.net,
+                    Ns::Uts => &mut u.uts,
+                    Ns::Cgroup => &mut u.cgroup,
+                    Ns::CgroupTry => &mut u.cgroup_try,
+                } = true;
+            }
+            Kind::Fd(which) => {
+                let fd = self.fd(&v[0])?;
+                if which == FdOpt::Seccomp && !self.parsed.seccomp_programs.is_empty() {
+                    return Err(self.error("--seccomp cannot be combined with --add-seccomp-fd"));
+                }
+                if self.parsed.fds.insert(opt.name, fd).is_some() {
+                    self.warn_last(opt.name);
+                }
+            }
+            Kind::DisableUserns => p.disable_userns = true,
+            Kind::AssertUsernsDisabled => p.assert_userns_disabled = true,
+            Kind::Uid | Kind::Gid => {
+                let what = if opt.kind == Kind::Uid { "uid" } else { "gid" };
+                let id = parse_long(&v[0])
+                    .and_then(|n| u32::try_from(n).ok())
+                    .ok_or_else(|| self.error(format!("Invalid {what}: {}", v[0])))?;
+                let slot = if opt.kind == Kind::Uid { &mut self.parsed.uid } else { &mut self.parsed.gid };
+                if slot.replace(id).is_some() {
+                    self.warn_last(opt.name);
+                }
+            }
+            Kind::Hostname => {
+                if p.hostname.replace(v[0].clone()).is_some() {
+                    self.warn_last(opt.name);
+                }
+            }
+            Kind::Chdir => {
+                if p.chdir.replace(v[0].clone()).is_some() {
+                    self.warn_last(opt.name);
+                }
+            }
+            Kind::Clearenv => p.env.clear(),
+            Kind::Setenv => {
+                p.env.retain(|(k, _)| *k != v[0]);
+                p.env.push((v[0].clone(), v[1].clone()));
+            }
+            Kind::Unsetenv => p.env.retain(|(k, _)| *k != v[0]),
+            Kind::LockFile => p.lock_files.push(v[0].clone()),
+            Kind::Bind { mode, optional } => {
+                p.ops.push(Op::Bind { src: v[0].clone(), dst: v[1].clone(), mode, optional })
+            }
+            Kind::BindFd { ro } => {
+                let fd = self.fd(&v[0])?;
+                self.parsed.ops.push(Op::BindFd { fd, dst: v[1].clone(), ro });
+            }
+            Kind::RemountRo => p.ops.push(Op::RemountRo { dst: v[0].clone() }),
+            Kind::OverlaySrc => self.pending.overlay.push(v[0].clone()),
+            Kind::Overlay | Kind::TmpOverlay | Kind::RoOverlay => {
+                let sources = std::mem::take(&mut self.pending.overlay);
+                let (need, words) = if opt.kind == Kind::RoOverlay { (2, "two") } else { (1, "one") };
+                if sources.len() < need {
+                    return Err(self.error(format!("{} requires at least {words} --overlay-src", opt.name)));
+                }
+                let (kind, dst) = match opt.kind {
+                    Kind::Overlay => {
+                        (OverlayKind::Rw { upper: v[0].clone(), work: v[1].clone() }, v[2].clone())
+                    }
+                    Kind::TmpOverlay => (OverlayKind::Tmp, v[0].clone()),
+                    _ => (OverlayKind::Ro, v[0].clone()),
+                };
+                self.parsed.ops.push(Op::Overlay { sources, kind, dst });
+            }
+            Kind::Label => {
+                if !self.io.selinux() {
+                    return Err(self.error("labeling not supported on this system"));
+                }
+                self.parsed.labels.push(v[0].clone());
+            }
+            Kind::Proc => p.ops.push(Op::Proc { dst: v[0].clone() }),
+            Kind::Dev => p.ops.push(Op::Dev { dst: v[0].clone() }),
+            Kind::Tmpfs => {
+                let (perms, size) = (self.pending.perms.take(), self.pending.size.take());
+                self.parsed.ops.push(Op::Tmpfs { dst: v[0].clone(), perms, size });
+            }
+            Kind::Mqueue => p.ops.push(Op::Mqueue { dst: v[0].clone() }),
+            Kind::Dir => {
+                let perms = self.pending.perms.take();
+                self.parsed.ops.push(Op::Dir { dst: v[0].clone(), perms });
+            }
+            Kind::File => {
+                let fd = self.fd(&v[0])?;
+                let perms = self.pending.perms.take();
+                self.parsed.ops.push(Op::File { fd, dst: v[1].clone(), perms });
+            }
+            Kind::BindData { ro } => {
+                let fd = self.fd(&v[0])?;
+                let perms = self.pending.perms.take();
+                self.parsed.ops.push(Op::BindData { fd, dst: v[1].clone(), perms, ro });
+            }
+            Kind::Symlink => p.ops.push(Op::Symlink { target: v[0].clone(), dst: v[1].clone() }),
+            Kind::AddSeccompFd => {
+                let fd = self.fd(&v[0])?;
+                if self.parsed.fds.contains_key("--seccomp") {
+                    return Err(self.error("--add-seccomp-fd cannot be combined with --seccomp"));
+                }
+                let data = self
+                    .io
+                    .read_fd(fd)
+                    .map_err(|e| self.error(format!("Can't read seccomp data: {}", strerror(&e))))?;
+                if data.len() % 8 != 0 {
+                    return Err(self.error("Invalid seccomp data, must be multiple of 8"));
+                }
+                self.parsed.seccomp_programs.push(data);
+            }
+            Kind::NewSession => p.new_session = true,
+            Kind::DieWithParent => p.die_with_parent = true,
+            Kind::AsPid1 => p.as_pid_1 = true,
+            Kind::CapAdd | Kind::CapDrop => {
+                let mask = cap_mask(&v[0]).ok_or_else(|| self.error(format!("unknown cap: {}", v[0])))?;
+                self.parsed.caps.push((opt.kind == Kind::CapAdd, mask));
+            }
+            Kind::Perms => {
+                let mode = parse_octal(&v[0])
+                    .ok_or_else(|| self.error("--perms takes an octal argument <= 07777"))?;
+                if self.pending.perms.replace(mode).is_some() {
+                    return Err(self.error("--perms given twice for the same action"));
+                }
+            }
+            Kind::Size => {
+                let size = parse_size(&v[0]).map_err(|e| self.error(e))?;
+                if self.pending.size.replace(size).is_some() {
+                    return Err(self.error("--size given twice for the same action"));
+                }
+            }
+            Kind::Chmod => {
+                let mode = parse_octal(&v[0])
+                    .ok_or_else(|| self.error("--chmod takes an octal argument <= 07777"))?;
+                self.parsed.ops.push(Op::Chmod { mode, path: v[1].clone() });
+            }
+        }
+        Ok(None)
+    }
+
+    fn fd(&self, text: &str) -> Result<i32, Error> {
+        parse_long(text)
+            .and_then(|n| i32::try_from(n).ok())
+            .ok_or_else(|| self.error(format!("Invalid fd: {text}")))
+    }
+
+    fn warn_last(&mut self, name: &str) {
+        let prefixed = self.parsed.level_prefix;
+        self.io.warn(&format!("Only the last {name} option will take effect"), prefixed);
+    }
+
+    /// The checks bubblewrap makes once all options are read, in its order.
+    fn validate(&mut self) -> Result<(), Error> {
+        let p = &self.parsed;
+        let explicit_user = p.unshare.user;
+        if p.fds.contains_key("--userns-block-fd") && !explicit_user {
+            return Err(self.error("--userns-block-fd requires --unshare-user"));
+        }
+        if p.fds.contains_key("--userns-block-fd") && !p.fds.contains_key("--info-fd") {
+            return Err(self.error("--userns-block-fd requires --info-fd"));
+        }
+        if p.fds.contains_key("--userns") && p.unshare.user {
+            return Err(self.error("--userns not compatible --unshare-user"));
+        }
+        if p.fds.contains_key("--userns") && p.unshare.user_try {
+            return Err(self.error("--userns not compatible --unshare-user-try"));
+        }
+        if p.disable_userns && !explicit_user {
+            return Err(self.error("--disable-userns requires --unshare-user"));
+        }
+        if p.disable_userns && p.fds.contains_key("--userns-block-fd") {
+            return Err(self.error("--disable-userns is not compatible with  --userns-block-fd"));
+        }
+        // SAFETY: getuid/getgid cannot fail.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        let p = &mut self.parsed;
+        // Not root: a user namespace is implied, as for a non-setuid bwrap;
+        // --unshare-user-try: one can always be made for a nested sandbox.
+        if (uid != 0 && !p.fds.contains_key("--userns")) || p.unshare.user_try {
+            p.unshare.user = true;
+        }
+        if p.unshare.cgroup_try {
+            p.unshare.cgroup = true;
+        }
+        if p.command.is_empty() {
+            return Ok(());
+        }
+        let userns = p.unshare.user || p.fds.contains_key("--userns");
+        if p.uid.is_some_and(|u| u != uid) && !userns {
+            return Err(self.error("Specifying --uid requires --unshare-user or --userns"));
+        }
+        if p.gid.is_some_and(|g| g != gid) && !userns {
+            return Err(self.error("Specifying --gid requires --unshare-user or --userns"));
+        }
+        let p = &self.parsed;
+        if p.hostname.is_some() && !p.unshare.uts {
+            return Err(self.error("Specifying --hostname requires --unshare-uts"));
+        }
+        if p.as_pid_1 && !p.unshare.pid {
+            return Err(self.error("Specifying --as-pid-1 requires --unshare-pid"));
+        }
+        if p.as_pid_1 && !p.lock_files.is_empty() {
+            return Err(self.error("Specifying --as-pid-1 and --lock-file is not permitted"));
+        }
+        Ok(())
+    }
+}
+
+impl Parsed {
+    /// The first option given that the runtime does not serve yet.
+    pub fn unsupported(&self) -> Option<&'static str> {
+        const SERVED: &[&str] = &[
+            "--help",
+            "--version",
+            "--args",
+            "--argv0",
+            "--level-prefix",
+            "--unshare-all",
+            "--share-net",
+            "--unshare-user",
+            "--unshare-user-try",
+            "--unshare-ipc",
+            "--unshare-pid",
+            "--unshare-net",
+            "--unshare-uts",
+            "--unshare-cgroup",
+            "--unshare-cgroup-try",
+            "--uid",
+            "--gid",
+            "--hostname",
+            "--chdir",
+            "--clearenv",
+            "--setenv",
+            "--unsetenv",
+            "--bind",
+            "--bind-try",
+            "--dev-bind",
+            "--dev-bind-try",
+            "--ro-bind",
+            "--ro-bind-try",
+            "--remount-ro",
+            "--proc",
+            "--dev",
+            "--tmpfs",
+            "--dir",
+            "--symlink",
+            "--new-session",
+            "--die-with-parent",
+            "--cap-add",
+            "--cap-drop",
+            "--perms",
+            "--size",
+        ];
+        self.given.iter().copied().find(|name| !SERVED.contains(name))
+    }
+
+    /// The capability set COMMAND keeps (bwrap starts from nothing inside
+    /// a user namespace, and from the caller's effective set, which in a
+    /// sandbox is empty, outside one); `None` without `--cap-*`.
+    pub fn caps(&self) -> Option<u64> {
+        if self.caps.is_empty() {
+            return None;
+        }
+        Some(self.caps.iter().fold(0, |set, &(add, mask)| if add { set | mask } else { set & !mask }))
+    }
+}
+
+/// C's `strtol(s, &end, 10)` over the whole string, with a non-negative result.
+fn parse_long(s: &str) -> Option<i64> {
+    let t = s.trim_start();
+    let t = t.strip_prefix('+').unwrap_or(t);
+    if t.is_empty() || !t.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    t.parse::<i64>().ok()
+}
+
+/// C's `strtoul(s, &end, 8)`, at most 07777.
+fn parse_octal(s: &str) -> Option<u32> {
+    let t = s.trim_start();
+    if t.is_empty() || !t.bytes().all(|b| (b'0'..=b'7').contains(&b)) {
+        return None;
+    }
+    u32::from_str_radix(t, 8).ok().filter(|&m| m <= 0o7777)
+}
+
+/// `--size`: `strtoull` base 0 (decimal, `0x` hex, leading-0 octal), a
+/// digit first, non-zero, at most `SIZE_MAX >> 1`.
+fn parse_size(s: &str) -> Result<u64, String> {
+    const NON_ZERO: &str = "--size takes a non-zero number of bytes";
+    if !s.starts_with(|c: char| c.is_ascii_digit()) {
+        return Err(NON_ZERO.into());
+    }
+    let (digits, radix) = if let Some(hex) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        (hex, 16)
+    } else if s.len() > 1 && s.starts_with('0') {
+        (&s[1..], 8)
+    } else {
+        (s, 10)
+    };
+    let n = u64::from_str_radix(digits, radix).map_err(|_| NON_ZERO.to_string())?;
+    if n == 0 {
+        return Err(NON_ZERO.into());
+    }
+    if n > (u64::MAX >> 1) {
+        return Err(format!("--size (for tmpfs) is limited to {}", u64::MAX >> 1));
+    }
+    Ok(n)
+}
+
+/// libcap's capability names (without the `cap_` prefix), by number.
+const CAPS: &[&str] = &[
+    "chown",
+    "dac_override",
+    "dac_read_search",
+    "fowner",
+    "fsetid",
+    "kill",
+    "setgid",
+    "setuid",
+    "setpcap",
+    "linux_immutable",
+    "net_bind_service",
+    "net_broadcast",
+    "net_admin",
+    "net_raw",
+    "ipc_lock",
+    "ipc_owner",
+    "sys_module",
+    "sys_rawio",
+    "sys_chroot",
+    "sys_ptrace",
+    "sys_pacct",
+    "sys_admin",
+    "sys_boot",
+    "sys_nice",
+    "sys_resource",
+    "sys_time",
+    "sys_tty_config",
+    "mknod",
+    "lease",
+    "audit_write",
+    "audit_control",
+    "setfcap",
+    "mac_override",
+    "mac_admin",
+    "syslog",
+    "wake_alarm",
+    "block_suspend",
+    "audit_read",
+    "perfmon",
+    "bpf",
+    "checkpoint_restore",
+];
+
+/// `CAP_NET_ADMIN` (any case, `cap_` optional), a number, or `ALL`.
+fn cap_mask(name: &str) -> Option<u64> {
+    let lower = name.to_ascii_lowercase();
+    let last = sandbox::nested::request::last_cap().min(63);
+    if lower == "all" {
+        return Some(if last >= 63 { u64::MAX } else { (1u64 << (last + 1)) - 1 });
+    }
+    let bare = lower.strip_prefix("cap_").unwrap_or(&lower);
+    let n = match CAPS.iter().position(|c| *c == bare) {
+        Some(n) => n as u32,
+        None => lower.parse::<u32>().ok()?,
+    };
+    (n <= last).then(|| 1u64 << n)
+}
+
+fn strerror(e: &std::io::Error) -> String {
+    match e.raw_os_error() {
+        Some(raw) => sandbox::error::strerror(raw),
+        None => e.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Default)]
+    struct FakeIo {
+        files: BTreeMap<i32, Vec<u8>>,
+        warnings: Vec<String>,
+    }
+
+    impl Io for FakeIo {
+        fn read_fd(&mut self, fd: i32) -> std::io::Result<Vec<u8>> {
+            self.files.remove(&fd).ok_or_else(|| std::io::Error::from_raw_os_error(libc::EBADF))
+        }
+        fn warn(&mut self, message: &str, _: bool) {
+            self.warnings.push(message.to_string());
+        }
+        fn selinux(&self) -> bool {
+            false
+        }
+    }
+
+    fn run(args: &[&str]) -> Result<Outcome, Error> {
+        parse_with(args, &mut FakeIo::default())
+    }
+
+    fn parse_with(args: &[&str], io: &mut FakeIo) -> Result<Outcome, Error> {
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        parse(&args, vec![("PATH".into(), "/bin".into())], io)
+    }
+
+    fn parsed(args: &[&str]) -> Parsed {
+        match run(args) {
+            Ok(Outcome::Run(p)) => *p,
+            other => panic!("{args:?}: {other:?}"),
+        }
+    }
+
+    fn message(args: &[&str]) -> String {
+        match run(args) {
+            Err(e) => e.message,
+            other => panic!("{args:?}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn codex_command_lines() {
+        let p = parsed(&[
+            "--new-session",
+            "--die-with-parent",
+            "--ro-bind",
+            "/",
+            "/",
+            "--dev",
+            "/dev",
+            "--bind",
+            "/ws",
+            "/ws",
+            "--ro-bind",
+            "/ws/.git",
+            "/ws/.git",
+            "--perms",
+            "555",
+            "--tmpfs",
+            "/ws/.codex",
+            "--remount-ro",
+            "/ws/.codex",
+            "--unshare-user",
+            "--unshare-pid",
+            "--unshare-net",
+            "--proc",
+            "/proc",
+            "--",
+            "/h/codex-linux-sandbox",
+            "--apply-seccomp-then-exec",
+            "--",
+            "/bin/bash",
+            "-lc",
+            "echo hi",
+        ]);
+        assert!(p.new_session && p.die_with_parent);
+        assert!(p.unshare.user && p.unshare.pid && p.unshare.net);
+        assert_eq!(p.ops[4], Op::Tmpfs { dst: "/ws/.codex".into(), perms: Some(0o555), size: None });
+        assert_eq!(p.ops[5], Op::RemountRo { dst: "/ws/.codex".into() });
+        assert_eq!(p.command[0], "/h/codex-linux-sandbox");
+        assert_eq!(p.command.len(), 6);
+        assert_eq!(p.unsupported(), None);
+    }
+
+    #[test]
+    fn scanning_stops_at_command_and_after_dashes() {
+        let p = parsed(&["--ro-bind", "/", "/", "echo", "--bind", "a", "b"]);
+        assert_eq!(p.command, ["echo", "--bind", "a", "b"]);
+        let p = parsed(&["--", "--dev-bind", "x"]);
+        assert_eq!(p.command, ["--dev-bind", "x"]);
+        let p = parsed(&["--setenv", "X", "--bind", "true"]);
+        assert_eq!(p.env.last().unwrap(), &("X".to_string(), "--bind".to_string()));
+        assert_eq!(run(&["--ro-bind", "/", "/"]), Ok(Outcome::Usage));
+        assert_eq!(run(&[]), Ok(Outcome::Usage));
+        assert_eq!(run(&["--ro-bind", "/", "/", "--help", "true"]), Ok(Outcome::Help));
+        assert_eq!(run(&["--version"]), Ok(Outcome::Version));
+    }
+
+    #[test]
+    fn bubblewraps_parse_errors() {
+        assert_eq!(message(&["--foo", "true"]), "Unknown option --foo");
+        assert_eq!(message(&["-", "true"]), "Unknown option -");
+        assert_eq!(message(&["--bind", "/usr"]), "--bind takes two arguments");
+        assert_eq!(message(&["--proc"]), "--proc takes an argument");
+        assert_eq!(message(&["--overlay", "a", "b"]), "--overlay takes three arguments");
+        assert_eq!(message(&["--argv0"]), "--argv0 takes one argument");
+        assert_eq!(message(&["--file", "abc", "/x", "true"]), "Invalid fd: abc");
+        assert_eq!(message(&["--file", "-1", "/x", "true"]), "Invalid fd: -1");
+        assert_eq!(message(&["--args", "99", "true"]), "Can't read --args data: Bad file descriptor");
+        assert_eq!(message(&["--uid", "-5", "true"]), "Invalid uid: -5");
+        assert_eq!(message(&["--argv0", "a", "--argv0", "b", "true"]), "--argv0 used multiple times");
+        assert_eq!(
+            message(&["--perms", "0644", "--bind", "/", "/", "true"]),
+            "--perms must be followed by an option that creates a file"
+        );
+        assert_eq!(
+            message(&["--perms", "0644", "--perms", "0600", "--dir", "/x", "true"]),
+            "--perms given twice for the same action"
+        );
+        assert_eq!(
+            message(&["--perms", "9", "--dir", "/x", "true"]),
+            "--perms takes an octal argument <= 07777"
+        );
+        for bad in ["0", "abc", "", "-1", "18446744073709551616", "123bogus"] {
+            assert_eq!(
+                message(&["--size", bad, "--tmpfs", "/x", "true"]),
+                "--size takes a non-zero number of bytes",
+                "{bad:?}"
+            );
+        }
+        assert_eq!(
+            message(&["--size", "9223372036854775808", "--tmpfs", "/tmp", "true"]),
+            "--size (for tmpfs) is limited to 9223372036854775807"
+        );
+        assert_eq!(message(&["--size", "1000", "--dir", "/x", "true"]), "--size must be followed by --tmpfs");
+        assert_eq!(message(&["--chmod", "999", "/x", "true"]), "--chmod takes an octal argument <= 07777");
+        assert_eq!(message(&["--cap-add", "CAP_FOO", "true"]), "unknown cap: CAP_FOO");
+        assert_eq!(message(&["--overlay-src", "/usr", "true"]), OVERLAY_SRC_MISUSE);
+        assert_eq!(
+            message(&["--overlay", "/a", "/b", "/c", "true"]),
+            "--overlay requires at least one --overlay-src"
+        );
+        assert_eq!(
+            message(&["--overlay-src", "/usr", "--ro-overlay", "/usr", "true"]),
+            "--ro-overlay requires at least two --overlay-src"
+        );
+        assert_eq!(message(&["--exec-label", "foo", "true"]), "labeling not supported on this system");
+        assert_eq!(message(&["--hostname", "foo", "true"]), "Specifying --hostname requires --unshare-uts");
+        assert_eq!(message(&["--as-pid-1", "true"]), "Specifying --as-pid-1 requires --unshare-pid");
+        assert_eq!(message(&["--disable-userns", "true"]), "--disable-userns requires --unshare-user");
+        let many: Vec<String> = (0..8997).map(|n| n.to_string()).collect();
+        let mut args = vec!["--ro-bind", "/", "/", "true"];
+        args.extend(many.iter().map(String::as_str));
+        assert_eq!(message(&args), "Exceeded maximum number of arguments 9000");
+        args.pop();
+        assert!(matches!(run(&args), Ok(Outcome::Run(_))));
+    }
+
+    #[test]
+    fn pending_modifiers_before_the_command_are_ignored() {
+        let p = parsed(&["--perms", "0700", "true"]);
+        assert!(p.ops.is_empty());
+        let p = parsed(&["--size", "1048576", "--perms", "01777", "--tmpfs", "/x", "true"]);
+        assert_eq!(p.ops, [Op::Tmpfs { dst: "/x".into(), perms: Some(0o1777), size: Some(1 << 20) }]);
+        let p = parsed(&["--size", "0x100000", "--tmpfs", "/x", "true"]);
+        assert_eq!(p.ops, [Op::Tmpfs { dst: "/x".into(), perms: None, size: Some(1 << 20) }]);
+    }
+
+    #[test]
+    fn args_fd_splices_options_but_never_the_command() {
+        let mut io = FakeIo::default();
+        io.files.insert(3, b"--ro-bind\0/\0/\0echo\0fromfile\0".to_vec());
+        io.files.insert(4, b"--setenv\0A\0\0".to_vec());
+        let args = ["--args", "3", "--args", "4", "echo", "outer"];
+        let Ok(Outcome::Run(p)) = parse_with(&args, &mut io) else { panic!() };
+        assert_eq!(p.ops.len(), 1);
+        assert_eq!(p.command, ["echo", "outer"]);
+        assert!(p.env.contains(&("A".to_string(), String::new())));
+        let mut io = FakeIo::default();
+        io.files.insert(3, b"--args\x005\0".to_vec());
+        assert_eq!(
+            parse_with(&["--args", "3", "true"], &mut io).unwrap_err().message,
+            "--args not supported in arguments file"
+        );
+        let mut io = FakeIo::default();
+        io.files.insert(3, b"--perms\x000700".to_vec());
+        assert_eq!(
+            parse_with(&["--args", "3", "true"], &mut io).unwrap_err().message,
+            "--perms must be followed by an option that creates a file"
+        );
+    }
+
+    #[test]
+    fn env_options_apply_in_order_and_repeats_warn() {
+        let mut io = FakeIo::default();
+        let args = [
+            "--clearenv",
+            "--setenv",
+            "A",
+            "1",
+            "--unsetenv",
+            "A",
+            "--setenv",
+            "B",
+            "2",
+            "--chdir",
+            "/a",
+            "--chdir",
+            "/b",
+            "true",
+        ];
+        let Ok(Outcome::Run(p)) = parse_with(&args, &mut io) else { panic!() };
+        assert_eq!(p.env, [("B".to_string(), "2".to_string())]);
+        assert_eq!(p.chdir.as_deref(), Some("/b"));
+        assert_eq!(io.warnings, ["Only the last --chdir option will take effect"]);
+    }
+
+    #[test]
+    fn capabilities_in_order() {
+        let p = parsed(&["--cap-drop", "ALL", "--cap-add", "cap_net_admin", "true"]);
+        assert_eq!(p.caps(), Some(1 << 12));
+        let p = parsed(&["--cap-add", "CAP_SYS_ADMIN", "--cap-drop", "sys_admin", "true"]);
+        assert_eq!(p.caps(), Some(0));
+        assert_eq!(parsed(&["true"]).caps(), None);
+    }
+
+    #[test]
+    fn unsupported_options_are_named() {
+        assert_eq!(parsed(&["--info-fd", "3", "true"]).unsupported(), Some("--info-fd"));
+        assert_eq!(
+            parsed(&["--mqueue", "/mq", "--chmod", "0755", "/x", "true"]).unsupported(),
+            Some("--mqueue")
+        );
+    }
+}

@@ -1,0 +1,211 @@
+//! Nested sandboxes (issue 13): an agent that runs `bwrap` itself, inside
+//! `tuixiu-sandbox run`, as root, as uid 65534 and nested in `unshare -U -r`.
+//! The stand-in agent (tests/fixtures/nested/) calls bwrap with codex-acp's
+//! exact command lines and Claude Code's sandbox-runtime options.
+
+mod common;
+mod nested_support;
+
+use common::{Caller, Fixture, stderr};
+use nested_support::{assert_codex_and_sandbox_runtime, assert_nothing_left_running, observations};
+
+/// Runs the stand-in agent in a sandbox; returns what it observed.
+fn stand_in(f: &Fixture, extra: &[&str], token: &str) -> std::collections::BTreeMap<String, String> {
+    let fixtures = f.dir.join("stand-in");
+    nested_support::install(&fixtures);
+    nested_support::prepare_workspace(&f.workspace, f.caller.host_uid());
+    let bind = fixtures.to_str().unwrap().to_string();
+    let mut args = vec!["--ro-bind", bind.as_str(), "/stand-in"];
+    args.extend_from_slice(extra);
+    let out = f.run(&args, &["sh", "/stand-in/agent.sh", "/workspace", token]);
+    assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
+    observations(&String::from_utf8(out.stdout).unwrap())
+}
+
+for_each_caller!(codex_and_the_sandbox_runtime_run_their_bwrap, |caller: Caller| {
+    let f = Fixture::new(caller);
+    let token = format!("nested-run-{}-{caller:?}", std::process::id());
+    let seen = stand_in(&f, &[], &token);
+    assert_codex_and_sandbox_runtime(&seen, &f.workspace, caller.host_uid());
+    // No nested sandbox, worker or heartbeat outlives the run.
+    assert_nothing_left_running(&token);
+    assert_nothing_left_running(f.dir.to_str().unwrap());
+});
+
+// The probe is not vacuous: with the outer profile off, the same calls in
+// a nested command answer otherwise.
+for_each_caller!(nested_commands_run_under_the_outer_seccomp_profile, |caller: Caller| {
+    let f = Fixture::new(caller);
+    nested_support::install(&f.workspace.join("stand-in"));
+    let probe =
+        "bwrap --ro-bind / / --unshare-user --unshare-pid -- python3 /workspace/stand-in/probe.py nested";
+    for (profile, want_eperm) in [("default", true), ("unconfined", false)] {
+        let out = f.run(&["--seccomp", profile], &["sh", "-c", probe]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let seen = observations(&String::from_utf8(out.stdout).unwrap());
+        for call in ["keyctl", "bpf"] {
+            assert_eq!(seen[&format!("nested_{call}")] == "EPERM", want_eperm, "{profile}: {seen:?}");
+        }
+    }
+});
+
+#[test]
+fn nested_off_leaves_bwrap_out() {
+    let f = Fixture::new(Caller::Root);
+    let script = "echo \"$PATH\"; ls -A /run/tuixiu 2>&1; true";
+    let out = f.run(&["--nested", "off"], &["sh", "-c", script]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(!text.contains("/run/tuixiu/bin"), "{text}");
+    assert!(text.contains("No such file or directory"), "{text}");
+    // On, the front end is first on PATH.
+    let out = f.run(&[], &["sh", "-c", "command -v bwrap; bwrap --version"]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.starts_with("/run/tuixiu/bin/bwrap\nbubblewrap 0.11.1 (tuixiu-sandbox"), "{text}");
+}
+
+#[test]
+fn the_hosts_own_bwrap_is_covered_by_the_front_end() {
+    // scripts/ci-setup.d/40-bubblewrap.sh installs bubblewrap: agents that
+    // call /usr/bin/bwrap by path get ours too.
+    assert!(std::path::Path::new("/usr/bin/bwrap").exists(), "install bubblewrap (scripts/ci-setup.d)");
+    let f = Fixture::new(Caller::Unprivileged);
+    let out = f.run(&[], &["/usr/bin/bwrap", "--version"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("tuixiu-sandbox"));
+    let out = f.run(&["--nested", "off"], &["/usr/bin/bwrap", "--version"]);
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("bubblewrap 0."), "the host's own");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("tuixiu-sandbox"));
+}
+
+#[test]
+fn at_most_sixteen_nested_sandboxes_at_once() {
+    let f = Fixture::new(Caller::Root);
+    // Sixteen nested sandboxes that wait for a file, then a seventeenth.
+    let script = "for i in $(seq 16); do bwrap --ro-bind / / --bind /workspace /workspace -- sh -c \
+                  \"touch /workspace/up-$i; while [ ! -e /workspace/go ]; do sleep 0.05; done\" & done; \
+                  while [ $(ls /workspace | grep -c up-) -lt 16 ]; do sleep 0.05; done; \
+                  bwrap --ro-bind / / -- true; echo \"rc=$?\"; touch /workspace/go; wait";
+    let out = f.run(&[], &["sh", "-c", script]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("rc=1"), "{text}");
+    assert!(
+        stderr(&out).contains("bwrap: too many nested sandboxes at once (at most 16 per sandbox)"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn the_front_end_outside_a_sandbox_says_so() {
+    let f = Fixture::new(Caller::Root);
+    let out = f.command(&["bwrap", "--ro-bind", "/", "/", "true"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.starts_with("bwrap: nested sandboxes are not available here (/run/tuixiu/nested.sock: "),
+        "{err}"
+    );
+    // --help works anywhere.
+    let out = f.command(&["bwrap", "--help"]).output().unwrap();
+    assert!(out.status.success());
+    assert!(
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .starts_with("usage: bwrap [OPTIONS...] [--] COMMAND [ARGS...]")
+    );
+}
+
+/// `pid` and every process below it, by parent pid.
+fn descendants(pid: u32) -> Vec<u32> {
+    let parent_of = |p: u32| -> Option<u32> {
+        let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
+        stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+    };
+    let all: Vec<u32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    let mut found = vec![pid];
+    let mut i = 0;
+    while i < found.len() {
+        let p = found[i];
+        let children: Vec<u32> =
+            all.iter().copied().filter(|&c| parent_of(c) == Some(p) && !found.contains(&c)).collect();
+        found.extend(children);
+        i += 1;
+    }
+    found
+}
+
+/// Whether `pid` has ended (gone, or a zombie waiting for its reaper).
+fn ended(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        Err(_) => true,
+    }
+}
+
+// The caller's lifeline (`__exec --lifeline-fd`, how the daemon's sandboxes
+// die with it) ends the nested sandboxes too: its hang-up kills PID 1, the
+// sandbox's pid namespace (the portal's acceptor and workers, the nested
+// sandboxes) goes with it, and the launcher ends the portal's server.
+for_each_caller!(the_lifeline_ends_nested_sandboxes_too, |caller: Caller| {
+    use std::io::Write;
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::unix::process::CommandExt;
+
+    let f = Fixture::new(caller);
+    let token = format!("lifeline-nested-{}-{caller:?}", std::process::id());
+    let script = format!("bwrap --ro-bind / / -- sh -c 'sleep 300; :' {token}; echo not-killed");
+    let spec = sandbox::SandboxBuilder::new("sh").args(["-c", &script]).build().unwrap();
+    let pipe = || {
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 fills two descriptors that we then own.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        // SAFETY: both were just created and are ours alone.
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+    };
+    let ((spec_r, spec_w), (life_r, life_w)) = (pipe(), pipe());
+    let mut cmd = f.command(&["__exec", "--spec-fd", "3", "--lifeline-fd", "4"]);
+    cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    let (spec_raw, life_raw) = (spec_r.as_raw_fd(), life_r.as_raw_fd());
+    // SAFETY: only fcntl/dup2 (async-signal-safe) run between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            // Out of the way first (close-on-exec copies), then onto 3 and 4.
+            let spec = libc::fcntl(spec_raw, libc::F_DUPFD_CLOEXEC, 10);
+            let life = libc::fcntl(life_raw, libc::F_DUPFD_CLOEXEC, 10);
+            if spec < 0 || life < 0 || libc::dup2(spec, 3) < 0 || libc::dup2(life, 4) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().unwrap();
+    drop((spec_r, life_r));
+    std::fs::File::from(spec_w).write_all(&spec.to_json()).unwrap();
+
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while nested_support::processes_with(&token).is_empty() {
+        assert!(std::time::Instant::now() < deadline, "the nested sandbox did not start");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // The launcher, PID 1, the command, the portal's server, acceptor and
+    // worker, the nested PID 1 and its command.
+    let tree = descendants(child.id());
+    assert!(tree.len() >= 7, "{tree:?}");
+
+    drop(life_w);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(137), "{}", stderr(&out));
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("not-killed"));
+    nested_support::assert_nothing_left_running(&token);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !tree.iter().all(|&p| ended(p)) {
+        let left: Vec<u32> = tree.iter().copied().filter(|&p| !ended(p)).collect();
+        assert!(std::time::Instant::now() < deadline, "still running: {left:?}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+});
