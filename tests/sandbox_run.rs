@@ -450,3 +450,15 @@ fn sandbox_init_holds_no_inherited_descriptors() {
     assert!(targets.iter().all(|t| t.starts_with("pipe:")), "PID 1 holds {targets:?}");
     child.0.kill().unwrap();
 }
+
+// While the command runs, the launcher's only child is the sandbox's PID 1:
+// no helper it started during setup (the idmap helper of a root caller)
+// lingers as a zombie until the sandbox ends.
+for_each_caller!(launcher_leaves_no_zombie_child, |caller: Caller| {
+    let fx = Fixture::new(caller);
+    let started = fx.start(&[], &["sleep", "30"], &[]);
+    // The helper is killed during setup; give a zombie time to show.
+    std::thread::sleep(Duration::from_millis(200));
+    let children = common::children(started.launcher);
+    assert_eq!(children, [(started.pid1, 'S')], "children of the launcher (pid, state)");
+});

@@ -67,8 +67,10 @@ extern "C" fn helper(_: *mut libc::c_void) -> libc::c_int {
 }
 
 /// The helper process behind [`nobody_userns`]: killed at once, reaped on
-/// drop (after the sandbox ended), so the launcher never waits for it to be
-/// scheduled.
+/// drop. The launcher drops it once the sandbox's child is released, while
+/// the child builds its root (the helper has long been killed by then, and
+/// the launcher has nothing else to do), so it is neither a zombie for the
+/// sandbox's whole life nor a wait on the way to the command.
 pub(crate) struct Helper {
     pid: libc::pid_t,
     _stack: std::sync::MutexGuard<'static, [u8; 4096]>,

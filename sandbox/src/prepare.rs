@@ -166,8 +166,9 @@ pub(crate) struct Plan {
     /// Limits: the cgroup (removed when the plan is dropped), rlimits for
     /// PID 2, the timeout the launcher keeps.
     pub limits: limits::Prepared,
-    /// The idmap helper process, reaped when the plan is dropped.
-    pub _idmap_helper: Option<idmap::Helper>,
+    /// The idmap helper process (already killed): the launcher reaps it
+    /// once the sandbox's child runs, or the plan's drop does.
+    pub idmap_helper: Option<idmap::Helper>,
     /// Descriptors the child must keep open (the idmapped trees).
     pub kept_fds: Vec<std::os::fd::RawFd>,
     /// The stack PID 2 starts on (it shares PID 1's memory until `execve`).
@@ -314,7 +315,7 @@ impl Plan {
         Ok(Plan {
             command_stack,
             kept_fds,
-            _idmap_helper: plan.hiding.take_helper(),
+            idmap_helper: plan.hiding.take_helper(),
             seccomp,
             landlock,
             limits,
