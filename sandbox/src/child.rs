@@ -180,6 +180,10 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
     //     command runs: no_new_privs, then empty bounding, ambient,
     //     effective, permitted and inheritable capability sets.
     drop_privileges().map_err(|(call, e)| fail("drop privileges", call, c"", e))?;
+    // PID 1 holds the launcher's memory: out of the command's reach from
+    // here on, whether Landlock is enforced or not (confine.rs).
+    crate::confine::make_undumpable()
+        .map_err(|e| fail("keep PID 1 out of the command's reach", "prctl(PR_SET_DUMPABLE, 0)", c"", e))?;
 
     // 13. Start the command (PID 2), which shares our memory until its
     //     `execve` while we wait; this process then becomes the reaper.
@@ -206,7 +210,8 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
             libc::close(fds.ack);
         }
     }
-    crate::init::reap(pid, fds.exit)
+    crate::confine::forget(plan);
+    crate::init::reap(pid, fds.exit, &plan.reaper_filter.filter)
 }
 
 /// no_new_privs and no capabilities at all, in this process and whatever

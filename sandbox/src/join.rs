@@ -6,7 +6,8 @@
 //! ```text
 //! joiner (caller's namespaces, single-threaded)
 //!  │  prepare (argv/envp, PATH candidates, seccomp, Landlock: all allocation)
-//!  │  pidfd_open(PID 1); setns(pidfd, USER|MNT|IPC|UTS|PID[|NET]) at once
+//!  │  pidfd_open(PID 1, or the command for an unprivileged owner: reach.rs);
+//!  │  setns(pidfd, USER|MNT|IPC|UTS|PID[|NET]) at once
 //!  │    (one call: the pid namespace is checked with the sandbox user's
 //!  │    capabilities, which an unprivileged caller has only there)
 //!  │  fork ─▶ child (in the sandbox's pid namespace)
@@ -23,7 +24,7 @@
 
 use std::ffi::CString;
 use std::fmt::Write as _;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 
 use nix::errno::Errno;
 
@@ -103,23 +104,17 @@ pub fn join(
 ) -> Result<crate::ExitStatus, LaunchError> {
     crate::launch::ensure_single_threaded()?;
     let plan = prepare(spec)?;
-    // SAFETY: pidfd_open returns a new descriptor or -1.
-    let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if raw < 0 {
-        return Err(
-            SyscallError::new(format!("find the sandbox (pid {pid})"), "pidfd_open", Errno::last()).into()
-        );
-    }
-    // SAFETY: the kernel just gave us this descriptor.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(raw as RawFd) };
-    if same_ns(pid, "user") {
+    // PID 1, or for an unprivileged owner the command (reach.rs): the same
+    // namespaces either way.
+    let crate::reach::Entry { pid: through, pidfd } = crate::reach::entry(pid)?;
+    if same_ns(through, "user") {
         return Err(SpecError::new(format!(
             "pid {pid} is not a sandbox: it shares this process's user namespace"
         ))
         .into());
     }
     let mut flags = libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
-    if !same_ns(pid, "net") {
+    if !same_ns(through, "net") {
         flags |= libc::CLONE_NEWNET;
     }
     // A root caller's supplementary groups would show up as nogroup inside.

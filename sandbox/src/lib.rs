@@ -22,6 +22,7 @@
 mod apply;
 mod builder;
 mod child;
+mod confine;
 pub mod error;
 pub mod guest_path;
 pub mod idmap;
@@ -32,6 +33,7 @@ mod launch;
 pub mod limits;
 mod mounts;
 mod prepare;
+pub mod reach;
 mod report;
 pub mod seccomp;
 mod secrets;

@@ -119,9 +119,10 @@ pub(crate) struct ExecPlan {
     pub program: String,
     pub candidates: Vec<CString>,
     pub search_path: String,
-    // The pointer arrays point into these; CString heap buffers never move.
+    // The pointer arrays point into these; their buffers never move.
     _argv: Vec<CString>,
-    _envp: Vec<CString>,
+    /// The environment strings, wiped by PID 1 once the command runs.
+    pub envp: crate::confine::EnvBlock,
     pub argv_ptrs: Vec<*const c_char>,
     pub envp_ptrs: Vec<*const c_char>,
 }
@@ -173,6 +174,8 @@ pub(crate) struct Plan {
     pub kept_fds: Vec<std::os::fd::RawFd>,
     /// The stack PID 2 starts on (it shares PID 1's memory until `execve`).
     pub command_stack: crate::sys::ChildStack,
+    /// PID 1's own seccomp filter, installed once the command runs.
+    pub reaper_filter: seccomp::Program,
 }
 
 fn cstring(what: &str, s: impl Into<Vec<u8>>) -> Result<CString, SpecError> {
@@ -314,6 +317,7 @@ impl Plan {
             .map_err(|e| SpecError::new(format!("allocate the command's stack: mmap => {e}")))?;
         Ok(Plan {
             command_stack,
+            reaper_filter: seccomp::reaper(),
             kept_fds,
             idmap_helper: plan.hiding.take_helper(),
             seccomp,
@@ -749,12 +753,16 @@ impl ExecPlan {
         }
         let argv: Vec<CString> =
             spec.argv.iter().map(|a| cstring("command argument", a.as_str())).collect::<Result<_, _>>()?;
-        let mut envp = Vec::with_capacity(spec.env.len());
+        let mut env_strings = Vec::with_capacity(spec.env.len());
         for (k, v) in &spec.env {
             if k.is_empty() || k.contains('=') {
                 return Err(SpecError::new(format!("environment variable name {k:?} is invalid")));
             }
-            envp.push(cstring(&format!("environment variable {k}"), format!("{k}={v}"))?);
+            let pair = format!("{k}={v}");
+            if pair.contains('\0') {
+                return Err(SpecError::new(format!("environment variable {k} contains a NUL byte")));
+            }
+            env_strings.push(pair.into_bytes());
         }
         let search_path = spec
             .env
@@ -774,9 +782,9 @@ impl ExecPlan {
         };
         let mut argv_ptrs: Vec<*const c_char> = argv.iter().map(|a| a.as_ptr()).collect();
         argv_ptrs.push(std::ptr::null());
-        let mut envp_ptrs: Vec<*const c_char> = envp.iter().map(|e| e.as_ptr()).collect();
+        let (envp, mut envp_ptrs) = crate::confine::EnvBlock::new(&env_strings);
         envp_ptrs.push(std::ptr::null());
-        Ok(ExecPlan { program, candidates, search_path, _argv: argv, _envp: envp, argv_ptrs, envp_ptrs })
+        Ok(ExecPlan { program, candidates, search_path, _argv: argv, envp, argv_ptrs, envp_ptrs })
     }
 }
 

@@ -46,6 +46,14 @@ impl Secret {
     }
 }
 
+impl Drop for Secret {
+    /// A forked sandbox PID 1 keeps a copy of this process's memory: leave
+    /// no token in freed memory.
+    fn drop(&mut self) {
+        zeroize::Zeroize::zeroize(&mut self.0);
+    }
+}
+
 impl std::fmt::Debug for Secret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("[REDACTED]")
