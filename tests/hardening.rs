@@ -512,3 +512,25 @@ fn hardening_flags_are_refused_where_they_would_be_ignored() {
         assert!(stderr(&out).contains("applies to the plain native sandbox only"), "{}", stderr(&out));
     }
 }
+
+// Every private tmpfs is sized: 1 GiB by default, `--tmpfs-size` to choose;
+// writing past it fails with ENOSPC instead of taking the host's memory.
+for_each_caller!(private_tmpfs_mounts_are_sized, |caller: Caller| {
+    let f = Fixture::new(caller);
+    let sizes =
+        f.sh(&["--tmpfs", "/extra"], "for d in /tmp /dev/shm $HOME /extra; do stat -f -c '%b %S' $d; done");
+    for line in sizes.lines() {
+        let (blocks, block_size) = line.split_once(' ').unwrap();
+        let bytes: u64 = blocks.parse::<u64>().unwrap() * block_size.parse::<u64>().unwrap();
+        assert_eq!(bytes, 1 << 30, "{sizes}");
+    }
+    let script = "for d in /tmp /dev/shm $HOME /extra; do \
+                  head -c 5000000 /dev/zero > $d/fill 2>/dev/null; echo $d $?; rm -f $d/fill; done; \
+                  head -c 3000000 /dev/zero > /tmp/fits && echo fits";
+    let out = f.sh(&["--tmpfs", "/extra", "--tmpfs-size", "4M"], script);
+    let home = "/home/agent";
+    assert_eq!(out, format!("/tmp 1\n/dev/shm 1\n{home} 1\n/extra 1\nfits\n"));
+    // The error the writer sees is ENOSPC.
+    let err = f.run(&["--tmpfs-size", "1M"], &["sh", "-c", "head -c 2000000 /dev/zero > /tmp/big"]);
+    assert!(stderr(&err).contains("No space left on device"), "{}", stderr(&err));
+});

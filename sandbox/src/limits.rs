@@ -43,6 +43,31 @@ pub struct Limits {
     pub timeout_ms: Option<u64>,
     /// After the timeout's SIGTERM, how long before SIGKILL (default 5 s).
     pub kill_after_ms: Option<u64>,
+    /// Bytes of each private tmpfs that does not give its own size (`/tmp`,
+    /// `/dev/shm`, a tmpfs home, `/scratch`, extra tmpfs mounts); `None` for
+    /// [`DEFAULT_TMPFS_SIZE`].
+    pub tmpfs_size: Option<u64>,
+}
+
+/// The default size of each private tmpfs. Without it each could take half
+/// of the host's RAM, and a memory limit that falls back to `RLIMIT_AS`
+/// does not count tmpfs pages.
+pub const DEFAULT_TMPFS_SIZE: u64 = 1 << 30;
+
+/// Bytes per inode a sized tmpfs allows: as many files as pages fit, so
+/// empty files cannot exhaust kernel memory past the size either.
+const TMPFS_BYTES_PER_INODE: u64 = 4096;
+
+impl Limits {
+    /// `(size, nr_inodes)` for a tmpfs without its own size.
+    pub(crate) fn tmpfs_options(&self) -> (u64, u64) {
+        tmpfs_sized(self.tmpfs_size.unwrap_or(DEFAULT_TMPFS_SIZE))
+    }
+}
+
+/// `(size, nr_inodes)` of a tmpfs of `size` bytes (at least one page).
+pub(crate) fn tmpfs_sized(size: u64) -> (u64, u64) {
+    (size.max(TMPFS_BYTES_PER_INODE), (size / TMPFS_BYTES_PER_INODE).max(1024))
 }
 
 impl Limits {

@@ -229,6 +229,7 @@ impl Plan {
             staged: Vec::new(),
             hiding: SecretHiding::decide(spec, root_uid, root_gid),
             user_is_host_root: root_uid,
+            tmpfs: spec.security.limits.tmpfs_options(),
         };
         let last_system = spec.mounts.iter().rposition(|op| matches!(op, MountOp::SystemBind { .. }));
         for (i, op) in spec.mounts.iter().enumerate() {
@@ -360,6 +361,8 @@ struct Expansion<'a> {
     hiding: SecretHiding,
     /// The sandbox user maps onto host root.
     user_is_host_root: bool,
+    /// `(size, nr_inodes)` of a tmpfs that gives no size of its own.
+    tmpfs: (u64, u64),
 }
 
 impl Expansion<'_> {
@@ -419,9 +422,7 @@ impl Expansion<'_> {
             }
             MountOp::Tmpfs { mode, owned_by_user, size, .. } => {
                 let mut options = vec![option("mode", &format!("{mode:o}"))?];
-                if let Some(size) = size {
-                    options.push(option("size", &size.to_string())?);
-                }
+                options.extend(self.tmpfs_size_options(size.map(limits::tmpfs_sized))?);
                 if *owned_by_user {
                     // Interpreted in the sandbox's user namespace, where these ids are mapped.
                     options.push(option("uid", &self.user.uid.to_string())?);
@@ -551,6 +552,15 @@ impl Expansion<'_> {
     }
 
     /// The minimal `/dev`, as bubblewrap's `--dev` builds it.
+    /// `size` and `nr_inodes` options: the mount's own, else the limit's.
+    fn tmpfs_size_options(
+        &self,
+        own: Option<(u64, u64)>,
+    ) -> Result<[(CString, Option<CString>); 2], SpecError> {
+        let (size, inodes) = own.unwrap_or(self.tmpfs);
+        Ok([option("size", &size.to_string())?, option("nr_inodes", &inodes.to_string())?])
+    }
+
     fn expand_dev(&mut self, dst_text: &str) -> Result<(), SpecError> {
         let at = |entry: &str| cstring("dev path", child_rel(dst_text, entry));
         let tmpfs = |dst: CString, mode: &str, attrs: u64| -> Result<Action, SpecError> {
@@ -607,10 +617,11 @@ impl Expansion<'_> {
                 dst: at("pts")?,
             },
         );
-        self.push(
-            format!("mount tmpfs on {dst_text}/shm"),
-            tmpfs(at("shm")?, "1777", MOUNT_NOSUID | MOUNT_NODEV)?,
-        );
+        let mut shm = tmpfs(at("shm")?, "1777", MOUNT_NOSUID | MOUNT_NODEV)?;
+        if let Action::Fs { options, .. } = &mut shm {
+            options.extend(self.tmpfs_size_options(None)?);
+        }
+        self.push(format!("mount tmpfs on {dst_text}/shm"), shm);
         self.push(
             format!("make {dst_text} read-only"),
             Action::Remount { dst: at("")?, attrs: MOUNT_RDONLY },

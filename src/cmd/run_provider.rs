@@ -83,9 +83,10 @@ fn run(args: &RunArgs, matches: &ArgMatches) -> Result<u8, String> {
     if p.run_id.is_some() && p.instance_name.is_none() && p.provider != ProviderArg::Docker {
         return Err("--run-id: only meaningful with --instance-name (or --provider docker)".into());
     }
-    // Seccomp, Landlock, --nofile and --timeout are the plain native
-    // sandbox's; ignoring them here would be a weaker sandbox than asked for.
-    for id in ["seccomp", "allow_ptrace", "landlock", "nofile", "timeout", "kill_after"] {
+    // Seccomp, Landlock, --nofile, --timeout and --tmpfs-size are the plain
+    // native sandbox's; ignoring them here would be a weaker sandbox than
+    // asked for.
+    for id in ["seccomp", "allow_ptrace", "landlock", "nofile", "timeout", "kill_after", "tmpfs_size"] {
         if matches.value_source(id) == Some(ValueSource::CommandLine) {
             return Err(format!(
                 "--{}: applies to the plain native sandbox only (without --provider docker/host \

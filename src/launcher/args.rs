@@ -51,6 +51,12 @@ pub struct RunArgs {
     #[arg(long, value_name = "DEST", action = clap::ArgAction::Append)]
     pub tmpfs: Vec<String>,
 
+    /// Size of each private tmpfs: /tmp, /dev/shm, a tmpfs home, /scratch and
+    /// every --tmpfs (K, M, G suffixes); writing past it fails with ENOSPC
+    /// [default: 1G]
+    #[arg(long, value_name = "SIZE")]
+    pub tmpfs_size: Option<String>,
+
     /// Set an environment variable inside (repeatable; part of init.env, so it
     /// passes only keys the allowlist lets through, see --env-allow)
     #[arg(long = "env", value_name = "KEY=VALUE", action = clap::ArgAction::Append)]

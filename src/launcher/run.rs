@@ -224,6 +224,7 @@ fn security(args: &RunArgs) -> Result<Security, String> {
             }
             None => None,
         },
+        tmpfs_size: args.tmpfs_size.as_deref().map(|s| flag("--tmpfs-size", parse_size(s))).transpose()?,
     };
     if l.pids == Some(0) || args.nofile == Some(0) {
         return Err("--pids/--nofile: must be more than 0".into());
