@@ -194,6 +194,20 @@ impl Plan {
     }
 }
 
+/// The cache `plan`'s downloads need: `None` without downloads; `dir` when
+/// one is configured (an unusable one fails as the first download item's
+/// `AGENT_INPUTS_CACHE` error); else [`Cache::default_location`], which
+/// never fails.
+pub fn cache_for(plan: &Plan, dir: Option<&std::path::Path>) -> Result<Option<Cache>, InputError> {
+    let Some(first) = plan.items().iter().find(|p| matches!(p.step, Step::Download { .. })) else {
+        return Ok(None);
+    };
+    match dir {
+        Some(dir) => Cache::open(dir).map(Some).map_err(|e| InputError::new(Code::Cache, &first.item.id, e)),
+        None => Ok(Some(Cache::default_location())),
+    }
+}
+
 fn need_cache<'o>(options: &'o FetchOptions, item: &str) -> Result<&'o Cache, InputError> {
     options.cache.as_ref().ok_or_else(|| InputError::new(Code::Cache, item, "no input cache is configured"))
 }

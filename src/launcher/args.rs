@@ -352,8 +352,9 @@ pub struct InputArgs {
     #[arg(long, value_name = "FILE")]
     pub inputs_token_file: Option<PathBuf>,
 
-    /// Cache of downloaded archives, by verified sha256
-    /// [default: $XDG_CACHE_HOME or ~/.cache/tuixiu-sandbox/inputs]
+    /// Cache of downloaded archives, by verified sha256 [default: the first
+    /// usable of $XDG_CACHE_HOME/tuixiu-sandbox/inputs, ~/.cache/tuixiu-sandbox/inputs,
+    /// $TMPDIR/tuixiu-sandbox-UID/inputs; else no cache, with a warning]
     #[arg(long, value_name = "DIR")]
     pub inputs_cache: Option<PathBuf>,
 

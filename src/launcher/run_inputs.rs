@@ -14,8 +14,8 @@ use super::run::{Built, report_launch};
 use super::{EXIT_TOOL_ERROR, report_error};
 use crate::env::{self, Allowlist, Redactor, UserVars};
 use crate::inputs::{
-    self, ApplyOptions, Audit, Cache, Config, DownloadOptions, FetchOptions, GitCredentials, GitOptions,
-    HostAllowlist, Layout, Plan, SandboxDest, Secret, Step, ZipLimits,
+    self, ApplyOptions, Audit, Config, DownloadOptions, FetchOptions, GitCredentials, GitOptions,
+    HostAllowlist, Layout, Plan, SandboxDest, Secret, ZipLimits,
 };
 use crate::manifest::{self, EnvPatch, SCRATCH_DIR};
 
@@ -272,13 +272,7 @@ pub fn fetch_options(
         }
         None => std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty()),
     };
-    let needs_cache = plan.items().iter().any(|p| matches!(p.step, Step::Download { .. }));
-    let cache = if needs_cache {
-        let dir = args.inputs.inputs_cache.clone().unwrap_or_else(Cache::default_dir);
-        Some(Cache::open(&dir)?)
-    } else {
-        None
-    };
+    let cache = inputs::cache_for(plan, args.inputs.inputs_cache.as_deref()).map_err(|e| e.to_string())?;
 
     // Git credentials: init.env first, then this process's own variables.
     let mut git_env: Vec<(String, String)> = init_env.to_vec();

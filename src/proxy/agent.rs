@@ -175,12 +175,8 @@ impl Lane {
         if plan.items().iter().all(|p| matches!(p.step, inputs::Step::Workspace { .. })) {
             return Ok(());
         }
-        let needs_cache = plan.items().iter().any(|p| matches!(p.step, inputs::Step::Download { .. }));
-        let cache = if needs_cache {
-            Some(inputs::Cache::open(&d.cfg.state_dir.join("inputs-cache"))?)
-        } else {
-            None
-        };
+        let cache = inputs::cache_for(&plan, Some(&d.cfg.state_dir.join("inputs-cache")))
+            .map_err(|e| e.to_string())?;
         let token = d.cfg.auth_token.as_ref().map(|t| inputs::Secret::new(t.expose().to_string()));
         let redactor = d.redactor.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let git_env: Vec<(String, String)> = state
