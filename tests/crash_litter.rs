@@ -82,7 +82,7 @@ crate::for_each_caller!(a_run_killed_mid_extraction_leaves_litter_the_next_run_r
     unsafe { libc::kill(run.id() as i32, libc::SIGKILL) };
     run.wait().unwrap();
     assert!(!t.f.workspace.join("big").exists(), "the half-extracted tree was renamed into place");
-    assert_eq!(litter(&t.f.workspace), [staging.clone()], "what the killed run left");
+    assert_eq!(litter(&t.f.workspace), [staging], "what the killed run left");
 
     // A user's file with a similar name is not ours to remove.
     std::fs::write(t.f.workspace.join(".tuixiu-stage-notes"), "mine").unwrap();
