@@ -424,6 +424,49 @@ fn env_patch_merges_and_moves_the_user_view() {
     assert!(err.contains("envPatch.HOME \"/home/bob\" conflicts with --home-path"), "{err}");
 }
 
+// `manifest check` refuses what `run` refuses: a home over a system
+// directory or in the workspace, and envPatch conflicts with the flags.
+for_each_caller!(manifest_check_refuses_what_run_refuses, |caller: Caller| {
+    let t = Inputs::new(caller);
+    let m = t.manifest.to_str().unwrap();
+    let check = |extra: &[&str]| {
+        let out = Command::new(common::binary()).args(["manifest", "check", m]).args(extra).output().unwrap();
+        (out.status.code(), stderr(&out))
+    };
+    for (patch, flags, why) in [
+        (json!({"HOME": "/etc"}), &[][..], "envPatch: home path \"/etc\" must not be /etc or inside it"),
+        (
+            json!({"HOME": "/usr/bin"}),
+            &[][..],
+            "envPatch: home path \"/usr/bin\" must not be /usr or inside it",
+        ),
+        (json!({"HOME": "/proc/self"}), &[][..], "must not be /proc or inside it"),
+        (json!({"HOME": "/workspace/h"}), &[][..], "must not be /workspace or inside it"),
+        (
+            json!({"USER": "alice"}),
+            &["--user", "bob"][..],
+            "envPatch.USER \"alice\" conflicts with --user \"bob\"",
+        ),
+        (
+            json!({"HOME": "/home/x"}),
+            &["--home-path", "/home/y"][..],
+            "envPatch.HOME \"/home/x\" conflicts with --home-path",
+        ),
+    ] {
+        t.write_full(json!({"version": 1, "envPatch": patch, "items": []}));
+        let (code, err) = check(flags);
+        assert_eq!(code, Some(1), "manifest check accepted {patch} {flags:?}: {err}");
+        assert!(err.contains(why), "{patch}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        let err = t.refused(flags);
+        assert!(err.contains(why), "run with {patch}: {err}");
+    }
+    // And both accept an ordinary home.
+    t.write_full(json!({"version": 1, "envPatch": {"HOME": "/srv/agent"}, "items": []}));
+    assert_eq!(check(&[]).0, Some(0));
+    assert_eq!(t.ok(&[], "echo $HOME"), "/srv/agent\n");
+});
+
 #[test]
 fn env_allowlist_names_dropped_keys_never_values() {
     let t = Inputs::new(Caller::Root);
