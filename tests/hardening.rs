@@ -534,3 +534,78 @@ for_each_caller!(private_tmpfs_mounts_are_sized, |caller: Caller| {
     let err = f.run(&["--tmpfs-size", "1M"], &["sh", "-c", "head -c 2000000 /dev/zero > /tmp/big"]);
     assert!(stderr(&err).contains("No space left on device"), "{}", stderr(&err));
 });
+
+/// `check --json` as `caller`, with `env` and an optional wrapper between
+/// the user switch and the binary (e.g. `prlimit`).
+fn check_json(caller: Caller, env: &[(&str, &str)], wrapper: &[&str]) -> (Option<i32>, serde_json::Value) {
+    let bin = common::binary().to_str().unwrap().to_string();
+    let mut args: Vec<&str> = wrapper.to_vec();
+    args.extend([bin.as_str(), "check", "--json"]);
+    let mut cmd = if wrapper.is_empty() {
+        caller.command(common::binary(), &["check", "--json"])
+    } else {
+        caller.command(std::path::Path::new(args[0]), &args[1..])
+    };
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    let v = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", stderr(&out)));
+    (out.status.code(), v)
+}
+
+fn check_row<'a>(v: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["check"] == name)
+        .unwrap_or_else(|| panic!("no {name} row"))
+}
+
+// When `check` cannot even fork its probe, the user namespace row must not
+// say ok. (RLIMIT_NPROC does not bind root, so root is not tried.)
+#[test]
+fn check_reports_a_probe_it_could_not_run() {
+    for caller in [Caller::Unprivileged, Caller::Nested] {
+        let (code, v) = check_json(caller, &[], &["prlimit", "--nproc=1:1", "--"]);
+        let row = check_row(&v, "user namespaces");
+        assert_eq!(row["status"], "fail", "{caller:?}: {row}");
+        assert!(row["detail"].as_str().unwrap().contains("fork() => EAGAIN"), "{caller:?}: {row}");
+        assert_eq!(code, Some(1), "{caller:?}: {v}");
+    }
+}
+
+// The sandbox row says what the throwaway sandbox really had: no Landlock
+// when the kernel has none.
+for_each_caller!(check_sandbox_row_claims_only_the_landlock_it_had, |caller: Caller| {
+    let (_, v) = check_json(caller, &[(sandbox::landlock::TEST_ABI_ENV, "0")], &[]);
+    let detail = check_row(&v, "sandbox")["detail"].as_str().unwrap().to_string();
+    assert!(detail.ends_with("without Landlock (unavailable)"), "{detail}");
+    let (_, v) = check_json(caller, &[], &[]);
+    let detail = check_row(&v, "sandbox")["detail"].as_str().unwrap().to_string();
+    let abi = sandbox::landlock::probe_abi().unwrap();
+    assert!(detail.ends_with(&format!("Landlock (ABI {abi})")), "{detail}");
+});
+
+// Without a pids controller, `--pids` falls back to RLIMIT_NPROC, except
+// for a sandbox user that maps onto host root (a root caller's default),
+// whom the kernel exempts: check must say so rather than claim the fallback.
+for_each_caller!(check_tells_the_pids_fallback_truthfully, |caller: Caller| {
+    let (_, v) = check_json(caller, &[], &[]);
+    let row = check_row(&v, "cgroup v2 delegation");
+    if row["status"] == "ok" {
+        return; // every controller is delegated here: no fallback to describe
+    }
+    let hint = row["hint"].as_str().unwrap();
+    // "DIR: only memory, cpu" lists what is usable; other details say why
+    // none is.
+    let detail = row["detail"].as_str().unwrap();
+    let pids_missing = !detail.split_once(": only ").is_some_and(|(_, usable)| usable.contains("pids"));
+    if caller == Caller::Root && pids_missing {
+        assert!(hint.contains("--pids is not applied"), "{hint}");
+        assert!(!hint.contains("--pids falls back"), "{hint}");
+    } else if pids_missing {
+        assert!(hint.contains("--pids falls back to RLIMIT_NPROC"), "{hint}");
+    }
+});

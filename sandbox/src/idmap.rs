@@ -46,7 +46,7 @@ fn is_host_root(id: u32, map: &str) -> bool {
 /// Whether `uid` and `gid` (in the launcher's user namespace) are host
 /// root's, from `/proc/self/{uid,gid}_map` (which also answers for nested
 /// user namespaces).
-pub(crate) fn host_root(uid: u32, gid: u32) -> (bool, bool) {
+pub fn host_root(uid: u32, gid: u32) -> (bool, bool) {
     let read = |f| std::fs::read_to_string(f).unwrap_or_default();
     (is_host_root(uid, &read("/proc/self/uid_map")), is_host_root(gid, &read("/proc/self/gid_map")))
 }
