@@ -745,3 +745,44 @@ fn root_caller_mapping_the_user_onto_other_ids() {
         assert_eq!(std::fs::metadata(t.f.workspace.join(p)).unwrap().uid(), 4321, "{p}");
     }
 }
+
+// Item ids and targets may hold Unicode format characters (U+202E
+// RIGHT-TO-LEFT OVERRIDE, zero-width ones): log and error lines show them
+// escaped, as control characters are, so a line reads as what it is.
+#[test]
+fn format_characters_in_ids_are_escaped_in_log_lines() {
+    let t = Inputs::new(Caller::Root);
+    let id = "skill\u{202e}txt.exe";
+    let shown = "skill\\u{202e}txt.exe";
+    let raw = |s: &str| s.contains(['\u{202e}', '\u{200b}', '\u{2028}']);
+    t.write(json!([{"id": id, "apply": "writeFile", "source": {"type": "inlineText", "text": "x"},
+        "target": {"root": "SCRATCH", "path": "a\u{200b}b\u{2028}c"}}]));
+    let out = t.run(&["-v"], "true");
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("input applied"), "{err}");
+    assert!(!raw(&err), "raw format characters in: {err}");
+    assert!(err.contains(shown), "{err}");
+    assert!(err.contains("a\\u{200b}b\\u{2028}c"), "{err}");
+
+    // The one error line of a failing item.
+    t.write(
+        json!([{"id": id, "apply": "copy", "source": {"type": "hostPath", "path": "/nonexistent-source"},
+        "target": {"root": "SCRATCH", "path": "x"}}]),
+    );
+    let err = t.refused(&[]);
+    assert!(!raw(&err), "raw format characters in: {err}");
+    assert!(err.contains(&format!(":{shown}: ")), "{err}");
+
+    // A manifest error naming the id, and `manifest check`'s plan.
+    let m = t.manifest.to_str().unwrap();
+    t.write(json!([{"id": id, "apply": "writeFile", "source": {"type": "inlineText", "text": "x"},
+        "target": {"root": "SCRATCH", "path": "../x"}}]));
+    let out = Command::new(common::binary()).args(["manifest", "check", m]).output().unwrap();
+    assert!(!raw(&stderr(&out)) && stderr(&out).contains(shown), "{}", stderr(&out));
+    t.write(json!([{"id": id, "apply": "writeFile", "source": {"type": "inlineText", "text": "x"},
+        "target": {"root": "SCRATCH", "path": "x"}}]));
+    let out = Command::new(common::binary()).args(["manifest", "check", m]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!raw(&stdout) && stdout.contains(shown), "{stdout}");
+}

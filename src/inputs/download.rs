@@ -467,7 +467,7 @@ async fn download(
         }
         None => (unnamed_file().map_err(|e| fail(Code::Cache, e))?, None),
     };
-    let progress = progress_bar(options.progress, declared, job.item);
+    let progress = progress_bar(options.progress, declared, &crate::manifest::shown(job.item));
     let mut hasher = Sha256::new();
     let mut received: u64 = 0;
     loop {
