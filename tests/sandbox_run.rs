@@ -462,3 +462,27 @@ for_each_caller!(launcher_leaves_no_zombie_child, |caller: Caller| {
     let children = common::children(started.launcher);
     assert_eq!(children, [(started.pid1, 'S')], "children of the launcher (pid, state)");
 });
+
+// A variable typed on the command line with --env reaches the command,
+// whatever the allowlist says (README's `--env RUST_LOG=info`); the
+// allowlist still filters --env-file, and nothing else of the caller's
+// environment is inherited.
+for_each_caller!(typed_env_reaches_the_command, |caller: Caller| {
+    let fx = Fixture::new(caller);
+    let env_file = fx.home.join("vars.env");
+    std::fs::write(&env_file, "RUST_LOG=debug\nFROM_FILE=file-value\n").unwrap();
+    let ef = env_file.to_str().unwrap();
+    let script = "env | grep -E '^(RUST_LOG|MY_SETTING|FROM_FILE|TUIXIU_TEST_LEAK_MARKER)=' | sort";
+    let out = fx.run(
+        &["--env-file", ef, "--env", "RUST_LOG=info", "--env", "MY_SETTING=a=b c", "--no-default-env-allow"],
+        &["sh", "-c", script],
+    );
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "MY_SETTING=a=b c\nRUST_LOG=info\n");
+    assert!(
+        err.contains("env: not in the allowlist, dropped: FROM_FILE (allow with --env-allow KEY)"),
+        "{err}"
+    );
+    assert!(!err.contains("RUST_LOG"), "{err}");
+});

@@ -57,8 +57,9 @@ pub struct RunArgs {
     #[arg(long, value_name = "SIZE")]
     pub tmpfs_size: Option<String>,
 
-    /// Set an environment variable inside (repeatable; part of init.env, so it
-    /// passes only keys the allowlist lets through, see --env-allow)
+    /// Set an environment variable inside (repeatable). Typed here, it always
+    /// reaches the command; the allowlist (--env-allow) filters --env-file
+    /// and manifests
     #[arg(long = "env", value_name = "KEY=VALUE", action = clap::ArgAction::Append)]
     pub env: Vec<String>,
 
@@ -396,7 +397,7 @@ pub struct EnvArgs {
     #[arg(long, value_name = "FILE", action = clap::ArgAction::Append)]
     pub env_file: Vec<PathBuf>,
 
-    /// Let KEY from --env/--env-file through the allowlist (repeatable; adds
+    /// Let KEY from --env-file through the allowlist (repeatable; adds
     /// to the default list of the acp-proxy: HOME, USER, LOGNAME, USER_HOME,
     /// TUIXIU_*, GH_TOKEN...; see docs/manifest.md)
     #[arg(long, value_name = "KEY", action = clap::ArgAction::Append)]

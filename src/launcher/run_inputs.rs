@@ -56,9 +56,13 @@ pub fn environment(
     patch: Option<&EnvPatch>,
     init: &[(String, String)],
 ) -> Result<Vec<(String, String)>, String> {
+    // A variable the caller typed with --env is theirs to give, as with
+    // --pass-env: it passes. The allowlist is for what arrives in bulk:
+    // --env-file, manifests, the backend's init.env.
+    let typed = args.env.iter().filter_map(|pair| pair.split_once('=')).map(|(key, _)| key);
     let allow = Allowlist::new(
         !args.env_pipeline.no_default_env_allow,
-        args.env_pipeline.env_allow.iter().map(String::as_str),
+        args.env_pipeline.env_allow.iter().map(String::as_str).chain(typed.filter(|k| env::is_name(k))),
     )
     .map_err(|e| e.to_string())?;
     let patch_pairs = patch.map(EnvPatch::pairs).unwrap_or_default();
