@@ -21,6 +21,7 @@
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::os::fd::AsFd;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -29,6 +30,7 @@ use sha2::{Digest, Sha256};
 use url::Url;
 
 use super::error::{Code, InputError};
+use super::fsx;
 use super::plan::display_url;
 use crate::env::Redactor;
 
@@ -68,10 +70,6 @@ const MAX_REDIRECTS: usize = 10;
 /// The name prefix of a download in progress in the cache's `tmp/`.
 const TMP_PREFIX: &str = "download-";
 
-/// How long a download's temporary file may go unwritten before the next
-/// [`Cache::open`] takes it for the leftover of a killed process.
-const STALE_DOWNLOAD: Duration = Duration::from_secs(24 * 3600);
-
 /// How downloads are made.
 #[derive(Clone, Debug)]
 pub struct DownloadOptions {
@@ -110,9 +108,8 @@ pub struct Zip {
 /// The private cache directory: `zips/` holds verified archives by hash,
 /// `tmp/` downloads in progress. A download's temporary file is removed
 /// when it ends, even on error; one left by a killed process is removed by
-/// the next [`Cache::open`] once nothing has written to it for
-/// [`STALE_DOWNLOAD`] (other processes may be downloading into the same
-/// cache right now, and their files' mtimes move with every chunk).
+/// the next [`Cache::open`]: a live download holds its file locked (other
+/// processes may be downloading into the same cache right now).
 /// Without a usable directory ([`Cache::none`]) archives are downloaded into
 /// unnamed temporary files and nothing is kept.
 #[derive(Clone, Debug)]
@@ -180,25 +177,16 @@ impl Cache {
         Ok(cache)
     }
 
-    /// Removes the `download-*` files in `tmp/` untouched for
-    /// [`STALE_DOWNLOAD`]. Best effort: a file that cannot be removed only
-    /// costs disk space, so failures are logged at debug level.
+    /// Removes the `download-*` files in `tmp/` that no live download
+    /// holds locked: what killed runs left.
     fn remove_stale_downloads(&self) {
         let Some(root) = &self.root else { return };
-        let tmp = root.join("tmp");
-        let Ok(entries) = std::fs::read_dir(&tmp) else { return };
-        let now = std::time::SystemTime::now();
-        for entry in entries.filter_map(Result::ok) {
-            let stale = entry.file_name().to_string_lossy().starts_with(TMP_PREFIX)
-                && entry.metadata().is_ok_and(|m| {
-                    m.file_type().is_file()
-                        && m.modified()
-                            .is_ok_and(|t| now.duration_since(t).is_ok_and(|age| age >= STALE_DOWNLOAD))
-                });
-            if stale && let Err(e) = std::fs::remove_file(entry.path()) {
-                tracing::debug!("input cache: removing {}: {e}", entry.path().display());
-            }
-        }
+        let Ok(tmp) =
+            nix::fcntl::open(&root.join("tmp"), fsx::dir_read_flags(), nix::sys::stat::Mode::empty())
+        else {
+            return;
+        };
+        fsx::sweep_unlocked(tmp.as_fd(), |name| name.starts_with(TMP_PREFIX.as_bytes()), None);
     }
 
     /// The directory, unless downloads are not cached.
@@ -457,14 +445,20 @@ async fn download(
     }
 
     let (mut file, tmp_path) = match &cache.root {
-        Some(root) => {
+        Some(root) => loop {
             let tmp = tempfile::Builder::new()
                 .prefix(TMP_PREFIX)
                 .tempfile_in(root.join("tmp"))
                 .map_err(|e| fail(Code::Cache, format!("input cache {}: {e}", root.join("tmp").display())))?;
-            let (file, path) = tmp.into_parts();
-            (file, Some(path))
-        }
+            // Locked while we write it: a file nobody holds is a killed
+            // download's, which the next `Cache::open` removes.
+            if fsx::lock_new(tmp.as_file().as_fd(), c"download")
+                .map_err(|e| fail(Code::Cache, format!("input cache: {e}")))?
+            {
+                let (file, path) = tmp.into_parts();
+                break (file, Some(path));
+            }
+        },
         None => (unnamed_file().map_err(|e| fail(Code::Cache, e))?, None),
     };
     let progress = progress_bar(options.progress, declared, &crate::manifest::shown(job.item));
@@ -595,17 +589,9 @@ impl reqwest::dns::Resolve for InlineResolver {
 mod tests {
     use super::*;
 
-    fn aged(path: &Path, age: Duration) {
-        File::options()
-            .write(true)
-            .open(path)
-            .unwrap()
-            .set_modified(std::time::SystemTime::now() - age)
-            .unwrap();
-    }
-
     #[test]
     fn open_removes_only_downloads_a_killed_process_left_behind() {
+        use std::os::fd::AsRawFd;
         let root = tempfile::tempdir().unwrap();
         let tmp = root.path().join("tmp");
         Cache::open(root.path()).unwrap();
@@ -615,19 +601,22 @@ mod tests {
         for f in [&stale, &live, &other] {
             std::fs::write(f, b"partial").unwrap();
         }
-        aged(&stale, STALE_DOWNLOAD + Duration::from_secs(60));
-        aged(&other, STALE_DOWNLOAD + Duration::from_secs(60));
-        aged(&live, Duration::from_secs(5));
+        // A download in progress holds its file locked.
+        let holder = File::open(&live).unwrap();
+        // SAFETY: flock on a descriptor we own.
+        assert_eq!(unsafe { libc::flock(holder.as_raw_fd(), libc::LOCK_EX) }, 0);
         let outside = root.path().join("outside");
         std::fs::write(&outside, b"keep").unwrap();
-        aged(&outside, STALE_DOWNLOAD + Duration::from_secs(60));
         std::os::unix::fs::symlink(&outside, tmp.join("download-link")).unwrap();
 
         Cache::open(root.path()).unwrap();
-        assert!(!stale.exists(), "a download untouched for a day is removed");
+        assert!(!stale.exists(), "a download nobody holds is removed");
         assert!(live.exists(), "a download in progress stays");
         assert!(other.exists(), "only download-* files are ours to remove");
         assert!(tmp.join("download-link").symlink_metadata().is_ok(), "symlinks are not followed or removed");
         assert!(outside.exists());
+        drop(holder);
+        Cache::open(root.path()).unwrap();
+        assert!(!live.exists(), "a download whose process is gone is removed");
     }
 }

@@ -123,37 +123,53 @@ fn is_staging_name(name: &[u8]) -> bool {
 /// so pick another name. The lock lives as long as the descriptor, i.e.
 /// as long as this process works on the entry, and goes with the process:
 /// that is how [`sweep_stale`] tells live entries from a killed run's.
-fn lock_fresh(fd: OwnedFd, what: &CStr) -> FsResult<Option<OwnedFd>> {
-    match flock_exclusive(&fd) {
-        Ok(()) => {}
-        // A sweeper holds it: it will be gone in a moment.
-        Err(Errno::EWOULDBLOCK) => return Ok(None),
-        // No locks on this filesystem: nothing can sweep it either.
-        Err(Errno::ENOLCK | Errno::EOPNOTSUPP | Errno::EINVAL) => return Ok(Some(fd)),
-        Err(e) => return Err(fs_err("flock", what.to_bytes(), e)),
-    }
-    let st = nix::sys::stat::fstat(&fd).map_err(|e| fs_err("fstat", what.to_bytes(), e))?;
-    Ok((st.st_nlink > 0).then_some(fd))
+pub(crate) fn lock_fresh(fd: OwnedFd, what: &CStr) -> FsResult<Option<OwnedFd>> {
+    Ok(lock_new(fd.as_fd(), what)?.then_some(fd))
 }
 
-fn flock_exclusive(fd: &OwnedFd) -> Result<(), Errno> {
+/// [`lock_fresh`] on a descriptor someone else owns: `true` when locked
+/// (or when this filesystem has no locks, so nothing can sweep it either).
+pub(crate) fn lock_new(fd: BorrowedFd<'_>, what: &CStr) -> FsResult<bool> {
+    match flock_exclusive(fd) {
+        Ok(()) => {}
+        // A sweeper holds it: it will be gone in a moment.
+        Err(Errno::EWOULDBLOCK) => return Ok(false),
+        // No locks on this filesystem: nothing can sweep it either.
+        Err(Errno::ENOLCK | Errno::EOPNOTSUPP | Errno::EINVAL) => return Ok(true),
+        Err(e) => return Err(fs_err("flock", what.to_bytes(), e)),
+    }
+    let st = nix::sys::stat::fstat(fd).map_err(|e| fs_err("fstat", what.to_bytes(), e))?;
+    Ok(st.st_nlink > 0)
+}
+
+fn flock_exclusive(fd: BorrowedFd<'_>) -> Result<(), Errno> {
     use std::os::fd::AsRawFd;
-    // SAFETY: flock on a descriptor we own.
+    // SAFETY: flock on a descriptor the caller holds open.
     Errno::result(unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) }).map(drop)
 }
 
 /// Removes what killed runs left in `dir`: staging entries ([`is_staging_name`])
-/// that nobody holds locked. A live writer holds its entry's lock for as
-/// long as it works on it, and the kernel drops the lock when the writer
-/// dies, so an entry we can lock is litter, and holding the lock while we
-/// remove it keeps a writer from reusing it meanwhile. Best effort: litter
-/// that cannot be removed costs space, not correctness.
+/// that nobody holds locked ([`sweep_unlocked`]).
 pub fn sweep_stale(dir: BorrowedFd<'_>) {
+    sweep_unlocked(dir, is_staging_name, None);
+}
+
+/// Removes the entries of `dir` whose name `ours` recognises (and, with
+/// `owner`, that belong to that uid) and that nobody holds locked. A live
+/// writer holds its entry's lock for as long as it works on it, and the
+/// kernel drops the lock when the writer dies, so an entry we can lock is
+/// litter; holding the lock while we remove it keeps a writer from taking
+/// it meanwhile ([`lock_fresh`] then sees it unlinked). Best effort:
+/// litter that cannot be removed costs space, not correctness.
+pub(crate) fn sweep_unlocked(dir: BorrowedFd<'_>, ours: impl Fn(&[u8]) -> bool, owner: Option<u32>) {
     let Ok(names) = list_dir(dir) else { return };
-    for name in names.iter().filter(|n| is_staging_name(n.to_bytes())) {
+    for name in names.iter().filter(|n| ours(n.to_bytes())) {
         let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK;
         let Ok(fd) = openat(dir, name.as_c_str(), flags, Mode::empty()) else { continue };
-        if flock_exclusive(&fd).is_err() {
+        if owner.is_some_and(|uid| nix::sys::stat::fstat(&fd).map_or(true, |st| st.st_uid != uid)) {
+            continue;
+        }
+        if flock_exclusive(fd.as_fd()).is_err() {
             continue;
         }
         match remove_tree(dir, name) {
