@@ -210,7 +210,7 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
             libc::close(fds.ack);
         }
     }
-    crate::confine::forget(plan);
+    crate::confine::forget(&plan.exec.envp, &plan.command_stack);
     crate::init::reap(pid, fds.exit, &plan.reaper_filter.filter)
 }
 

@@ -29,7 +29,6 @@ use std::os::fd::AsRawFd;
 use nix::errno::Errno;
 use zeroize::Zeroize;
 
-use crate::prepare::Plan;
 use crate::sys;
 
 /// The name `/proc/1/cmdline` shows once the arguments are wiped.
@@ -46,16 +45,18 @@ pub(crate) fn make_undumpable() -> Result<(), Errno> {
 /// PID 1, once PID 2 has executed: forget what only setup needed.
 /// Allocates nothing; best effort, as nothing can read this memory any more
 /// (the process is not dumpable): this is depth, not the barrier.
-pub(crate) fn forget(plan: &Plan) {
+/// `env` and `stack` are the command's environment block and the stack
+/// PID 2 started on.
+pub(crate) fn forget(env: &EnvBlock, stack: &sys::ChildStack) {
     match inherited_block() {
         Some(block) => wipe_inherited(block),
         None => wipe_environ(),
     }
     // SAFETY: PID 2 has executed; nothing reads its environment block or
-    // its stack in this process any more.
+    // its stack in this process any more, and PID 1 never drops its plan.
     unsafe {
-        plan.exec.envp.wipe();
-        plan.command_stack.release();
+        env.wipe();
+        stack.release();
     }
     #[cfg(target_env = "gnu")]
     // SAFETY: glibc's own trimming of its free lists; no allocation is live
