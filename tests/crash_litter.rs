@@ -48,22 +48,7 @@ crate::for_each_caller!(a_run_killed_mid_extraction_leaves_litter_the_next_run_r
     t.write(json!([t.workspace_item(), {"id": "big", "apply": "downloadExtract",
         "source": {"type": "httpZip", "uri": server.url("/big.zip")},
         "target": {"root": "WORKSPACE", "path": "big"}}]));
-    let (m, c, h) = (t.manifest.to_str().unwrap(), t.cache.to_str().unwrap(), t.host.to_str().unwrap());
-    let ws = t.f.workspace.to_str().unwrap();
-    let args = [
-        "run",
-        "--workspace",
-        ws,
-        "--manifest",
-        m,
-        "--inputs-cache",
-        c,
-        "--allow-host-path",
-        h,
-        "--",
-        "true",
-    ];
-    let mut run = t.f.command(&args).spawn().unwrap();
+    let mut run = t.command(&[], &["true"]).spawn().unwrap();
 
     // Kill the launcher once the staging directory is filling up.
     let deadline = Instant::now() + Duration::from_secs(30);

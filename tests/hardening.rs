@@ -93,11 +93,7 @@ fn probe(f: &Fixture, extra: &[&str]) -> BTreeMap<String, String> {
     std::fs::write(f.workspace.join("probe.py"), PROBE).unwrap();
     let out = f.run(extra, &["python3", "probe.py"]);
     assert!(out.status.success(), "probe failed: {}", stderr(&out));
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .filter_map(|l| l.split_once(' ').map(|(a, b)| (a.to_string(), b.to_string())))
-        .collect()
+    common::pairs(&out.stdout).into_iter().collect()
 }
 
 fn status_field<'a>(status: &'a str, field: &str) -> &'a str {

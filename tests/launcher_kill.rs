@@ -19,7 +19,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{Caller, stderr};
-use inputs_support::{HttpServer, Inputs, Reply, ZipEntry, zip};
+use inputs_support::{HttpServer, Inputs, Reply, ZipEntry, git, zip};
 use serde_json::json;
 
 /// xorshift64*: enough randomness for delays, reproducible from the seed.
@@ -32,19 +32,6 @@ impl Rng {
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n.max(1)
     }
-}
-
-fn git(dir: &Path, args: &[&str]) {
-    let out = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@example.org")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@example.org")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
 }
 
 /// Every process whose parent is this process (any of its threads).
@@ -147,23 +134,7 @@ fn setup(caller: Caller) -> Setup {
 }
 
 fn run_command(s: &Setup) -> Command {
-    let t = &s.t;
-    let ws = t.f.workspace.to_str().unwrap();
-    let (m, c, h) = (t.manifest.to_str().unwrap(), t.cache.to_str().unwrap(), t.host.to_str().unwrap());
-    let args = [
-        "run",
-        "--workspace",
-        ws,
-        "--manifest",
-        m,
-        "--inputs-cache",
-        c,
-        "--allow-host-path",
-        h,
-        "--",
-        "true",
-    ];
-    let mut cmd = t.f.command(&args);
+    let mut cmd = s.t.command(&[], &["true"]);
     cmd.env("TMPDIR", &s.tmpdir);
     cmd
 }

@@ -9,7 +9,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 
 use common::{Caller, stderr};
-use inputs_support::{HttpServer, Inputs, Reply, ZipEntry, sha256_hex, zip};
+use inputs_support::{HttpServer, Inputs, Reply, ZipEntry, git, sha256_hex, zip};
 use serde_json::json;
 
 fn skill_zip(text: &str) -> Vec<u8> {
@@ -298,22 +298,6 @@ fn manifest_workspace_replaces_the_workspace_flag() {
 }
 
 // ------------------------------------------------------------ checkout
-
-fn git(dir: &std::path::Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("HOME", dir)
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@example.org")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@example.org")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
-}
 
 /// A bare repository with two commits on `main` and a branch `feature`;
 /// returns (bare path, first commit id).

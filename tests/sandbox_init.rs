@@ -77,11 +77,7 @@ fn probe(f: &Fixture, extra: &[&str], target: &str) -> Vec<(String, String)> {
     args.extend(["--", "sh", "-c", &script]);
     let out = f.command(&args).env(SECRET.0, SECRET.1).output().unwrap();
     assert!(out.status.success(), "probe failed: {}", stderr(&out));
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .filter_map(|l| l.split_once(' ').map(|(a, b)| (a.to_string(), b.to_string())))
-        .collect()
+    common::pairs(&out.stdout)
 }
 
 fn expect(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -141,12 +137,7 @@ for_each_caller!(pid1_is_out_of_reach_when_landlock_is_unavailable, |caller: Cal
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stderr(&out).contains("Landlock"), "no Landlock warning: {}", stderr(&out));
-    let got: Vec<(String, String)> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .filter_map(|l| l.split_once(' ').map(|(a, b)| (a.to_string(), b.to_string())))
-        .collect();
-    assert_eq!(got, expect(DENIED));
+    assert_eq!(common::pairs(&out.stdout), expect(DENIED));
 });
 
 // PID 1 runs under a seccomp filter of its own and keeps no privilege.

@@ -242,3 +242,11 @@ pub fn children(pid: u32) -> Vec<(u32, char)> {
         })
         .collect()
 }
+
+/// `name value` lines (a probe's output) as pairs.
+pub fn pairs(stdout: &[u8]) -> Vec<(String, String)> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .filter_map(|l| l.split_once(' ').map(|(a, b)| (a.to_string(), b.to_string())))
+        .collect()
+}
