@@ -551,7 +551,6 @@ impl Expansion<'_> {
         Ok(path)
     }
 
-    /// The minimal `/dev`, as bubblewrap's `--dev` builds it.
     /// `size` and `nr_inodes` options: the mount's own, else the limit's.
     fn tmpfs_size_options(
         &self,
@@ -561,6 +560,7 @@ impl Expansion<'_> {
         Ok([option("size", &size.to_string())?, option("nr_inodes", &inodes.to_string())?])
     }
 
+    /// The minimal `/dev`, as bubblewrap's `--dev` builds it.
     fn expand_dev(&mut self, dst_text: &str) -> Result<(), SpecError> {
         let at = |entry: &str| cstring("dev path", child_rel(dst_text, entry));
         let tmpfs = |dst: CString, mode: &str, attrs: u64| -> Result<Action, SpecError> {
