@@ -404,14 +404,7 @@ impl Inputs {
 
     /// `run` with extra environment variables for the tool itself.
     pub fn run_with_env(&self, extra: &[&str], script: &str, vars: &[(&str, &str)]) -> Output {
-        let ws = self.f.workspace.to_str().unwrap();
-        let (m, c, h) =
-            (self.manifest.to_str().unwrap(), self.cache.to_str().unwrap(), self.host.to_str().unwrap());
-        let mut args =
-            vec!["run", "--workspace", ws, "--manifest", m, "--inputs-cache", c, "--allow-host-path", h];
-        args.extend_from_slice(extra);
-        args.extend_from_slice(&["--", "sh", "-c", script]);
-        let mut cmd = self.f.command(&args);
+        let mut cmd = self.command(extra, &["sh", "-c", script]);
         for (k, v) in vars {
             cmd.env(k, v);
         }
