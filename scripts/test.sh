@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 if [ "$(id -u)" != 0 ]; then
-    echo "scripts/test.sh: run as root (the tests switch users and nest namespaces): sudo $0" >&2
+    echo "scripts/test.sh: run it as root (the tests switch users and nest namespaces), e.g. sudo $0" >&2
     exit 1
 fi
 

@@ -190,9 +190,9 @@ pub struct ManifestCheckArgs {
     #[arg(long, value_name = "DIR")]
     pub workspace: Option<PathBuf>,
 
-    /// As for `run`: the user whose home USER_HOME is
-    #[arg(long, value_name = "NAME", default_value = "agent")]
-    pub user: String,
+    /// As for `run`: the user whose home USER_HOME is [default: agent]
+    #[arg(long, value_name = "NAME")]
+    pub user: Option<String>,
 
     /// As for `run`: guest path of the home [default: /home/NAME]
     #[arg(long, value_name = "PATH")]

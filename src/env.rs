@@ -6,7 +6,8 @@
 //! 2. the user view: `HOME`, `USER`, `LOGNAME` of the sandbox user;
 //! 3. the manifest's `envPatch` (only `HOME`, `USER`, `LOGNAME`);
 //! 4. the allowlist: only keys in [`DEFAULT_ALLOWLIST`] (unless disabled)
-//!    and those added with `--env-allow` survive. Dropped keys are reported
+//!    and those added with `--env-allow` survive (`run` adds the keys typed
+//!    with `--env`: the caller's explicit choice). Dropped keys are reported
 //!    by name, never with their values.
 //!
 //! [`Redactor`] replaces secret values (tokens, API keys) with

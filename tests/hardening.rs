@@ -93,11 +93,7 @@ fn probe(f: &Fixture, extra: &[&str]) -> BTreeMap<String, String> {
     std::fs::write(f.workspace.join("probe.py"), PROBE).unwrap();
     let out = f.run(extra, &["python3", "probe.py"]);
     assert!(out.status.success(), "probe failed: {}", stderr(&out));
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .filter_map(|l| l.split_once(' ').map(|(a, b)| (a.to_string(), b.to_string())))
-        .collect()
+    common::pairs(&out.stdout).into_iter().collect()
 }
 
 fn status_field<'a>(status: &'a str, field: &str) -> &'a str {
@@ -512,3 +508,100 @@ fn hardening_flags_are_refused_where_they_would_be_ignored() {
         assert!(stderr(&out).contains("applies to the plain native sandbox only"), "{}", stderr(&out));
     }
 }
+
+// Every private tmpfs is sized: 1 GiB by default, `--tmpfs-size` to choose;
+// writing past it fails with ENOSPC instead of taking the host's memory.
+for_each_caller!(private_tmpfs_mounts_are_sized, |caller: Caller| {
+    let f = Fixture::new(caller);
+    let sizes =
+        f.sh(&["--tmpfs", "/extra"], "for d in /tmp /dev/shm $HOME /extra; do stat -f -c '%b %S' $d; done");
+    for line in sizes.lines() {
+        let (blocks, block_size) = line.split_once(' ').unwrap();
+        let bytes: u64 = blocks.parse::<u64>().unwrap() * block_size.parse::<u64>().unwrap();
+        assert_eq!(bytes, 1 << 30, "{sizes}");
+    }
+    let script = "for d in /tmp /dev/shm $HOME /extra; do \
+                  head -c 5000000 /dev/zero > $d/fill 2>/dev/null; echo $d $?; rm -f $d/fill; done; \
+                  head -c 3000000 /dev/zero > /tmp/fits && echo fits";
+    let out = f.sh(&["--tmpfs", "/extra", "--tmpfs-size", "4M"], script);
+    let home = "/home/agent";
+    assert_eq!(out, format!("/tmp 1\n/dev/shm 1\n{home} 1\n/extra 1\nfits\n"));
+    // The error the writer sees is ENOSPC.
+    let err = f.run(&["--tmpfs-size", "1M"], &["sh", "-c", "head -c 2000000 /dev/zero > /tmp/big"]);
+    assert!(stderr(&err).contains("No space left on device"), "{}", stderr(&err));
+});
+
+/// `check --json` as `caller`, with `env` and an optional wrapper between
+/// the user switch and the binary (e.g. `prlimit`).
+fn check_json(caller: Caller, env: &[(&str, &str)], wrapper: &[&str]) -> (Option<i32>, serde_json::Value) {
+    let bin = common::binary().to_str().unwrap().to_string();
+    let mut args: Vec<&str> = wrapper.to_vec();
+    args.extend([bin.as_str(), "check", "--json"]);
+    let mut cmd = if wrapper.is_empty() {
+        caller.command(common::binary(), &["check", "--json"])
+    } else {
+        caller.command(std::path::Path::new(args[0]), &args[1..])
+    };
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    let v = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", stderr(&out)));
+    (out.status.code(), v)
+}
+
+fn check_row<'a>(v: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["check"] == name)
+        .unwrap_or_else(|| panic!("no {name} row"))
+}
+
+// When `check` cannot even fork its probe, the user namespace row must not
+// say ok. (RLIMIT_NPROC does not bind root, so root is not tried.)
+#[test]
+fn check_reports_a_probe_it_could_not_run() {
+    for caller in [Caller::Unprivileged, Caller::Nested] {
+        let (code, v) = check_json(caller, &[], &["prlimit", "--nproc=1:1", "--"]);
+        let row = check_row(&v, "user namespaces");
+        assert_eq!(row["status"], "fail", "{caller:?}: {row}");
+        assert!(row["detail"].as_str().unwrap().contains("fork() => EAGAIN"), "{caller:?}: {row}");
+        assert_eq!(code, Some(1), "{caller:?}: {v}");
+    }
+}
+
+// The sandbox row says what the throwaway sandbox really had: no Landlock
+// when the kernel has none.
+for_each_caller!(check_sandbox_row_claims_only_the_landlock_it_had, |caller: Caller| {
+    let (_, v) = check_json(caller, &[(sandbox::landlock::TEST_ABI_ENV, "0")], &[]);
+    let detail = check_row(&v, "sandbox")["detail"].as_str().unwrap().to_string();
+    assert!(detail.ends_with("without Landlock (unavailable)"), "{detail}");
+    let (_, v) = check_json(caller, &[], &[]);
+    let detail = check_row(&v, "sandbox")["detail"].as_str().unwrap().to_string();
+    let abi = sandbox::landlock::probe_abi().unwrap();
+    assert!(detail.ends_with(&format!("Landlock (ABI {abi})")), "{detail}");
+});
+
+// Without a pids controller, `--pids` falls back to RLIMIT_NPROC, except
+// for a sandbox user that maps onto host root (a root caller's default),
+// whom the kernel exempts: check must say so rather than claim the fallback.
+for_each_caller!(check_tells_the_pids_fallback_truthfully, |caller: Caller| {
+    let (_, v) = check_json(caller, &[], &[]);
+    let row = check_row(&v, "cgroup v2 delegation");
+    if row["status"] == "ok" {
+        return; // every controller is delegated here: no fallback to describe
+    }
+    let hint = row["hint"].as_str().unwrap();
+    // "DIR: only memory, cpu" lists what is usable; other details say why
+    // none is.
+    let detail = row["detail"].as_str().unwrap();
+    let pids_missing = !detail.split_once(": only ").is_some_and(|(_, usable)| usable.contains("pids"));
+    if caller == Caller::Root && pids_missing {
+        assert!(hint.contains("--pids is not applied"), "{hint}");
+        assert!(!hint.contains("--pids falls back"), "{hint}");
+    } else if pids_missing {
+        assert!(hint.contains("--pids falls back to RLIMIT_NPROC"), "{hint}");
+    }
+});

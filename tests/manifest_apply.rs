@@ -9,7 +9,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 
 use common::{Caller, stderr};
-use inputs_support::{HttpServer, Inputs, Reply, ZipEntry, sha256_hex, zip};
+use inputs_support::{HttpServer, Inputs, Reply, ZipEntry, git, sha256_hex, zip};
 use serde_json::json;
 
 fn skill_zip(text: &str) -> Vec<u8> {
@@ -299,22 +299,6 @@ fn manifest_workspace_replaces_the_workspace_flag() {
 
 // ------------------------------------------------------------ checkout
 
-fn git(dir: &std::path::Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("HOME", dir)
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@example.org")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@example.org")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
-}
-
 /// A bare repository with two commits on `main` and a branch `feature`;
 /// returns (bare path, first commit id).
 fn bare_repo(t: &Inputs) -> (std::path::PathBuf, String) {
@@ -424,6 +408,49 @@ fn env_patch_merges_and_moves_the_user_view() {
     assert!(err.contains("envPatch.HOME \"/home/bob\" conflicts with --home-path"), "{err}");
 }
 
+// `manifest check` refuses what `run` refuses: a home over a system
+// directory or in the workspace, and envPatch conflicts with the flags.
+for_each_caller!(manifest_check_refuses_what_run_refuses, |caller: Caller| {
+    let t = Inputs::new(caller);
+    let m = t.manifest.to_str().unwrap();
+    let check = |extra: &[&str]| {
+        let out = Command::new(common::binary()).args(["manifest", "check", m]).args(extra).output().unwrap();
+        (out.status.code(), stderr(&out))
+    };
+    for (patch, flags, why) in [
+        (json!({"HOME": "/etc"}), &[][..], "envPatch: home path \"/etc\" must not be /etc or inside it"),
+        (
+            json!({"HOME": "/usr/bin"}),
+            &[][..],
+            "envPatch: home path \"/usr/bin\" must not be /usr or inside it",
+        ),
+        (json!({"HOME": "/proc/self"}), &[][..], "must not be /proc or inside it"),
+        (json!({"HOME": "/workspace/h"}), &[][..], "must not be /workspace or inside it"),
+        (
+            json!({"USER": "alice"}),
+            &["--user", "bob"][..],
+            "envPatch.USER \"alice\" conflicts with --user \"bob\"",
+        ),
+        (
+            json!({"HOME": "/home/x"}),
+            &["--home-path", "/home/y"][..],
+            "envPatch.HOME \"/home/x\" conflicts with --home-path",
+        ),
+    ] {
+        t.write_full(json!({"version": 1, "envPatch": patch, "items": []}));
+        let (code, err) = check(flags);
+        assert_eq!(code, Some(1), "manifest check accepted {patch} {flags:?}: {err}");
+        assert!(err.contains(why), "{patch}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        let err = t.refused(flags);
+        assert!(err.contains(why), "run with {patch}: {err}");
+    }
+    // And both accept an ordinary home.
+    t.write_full(json!({"version": 1, "envPatch": {"HOME": "/srv/agent"}, "items": []}));
+    assert_eq!(check(&[]).0, Some(0));
+    assert_eq!(t.ok(&[], "echo $HOME"), "/srv/agent\n");
+});
+
 #[test]
 fn env_allowlist_names_dropped_keys_never_values() {
     let t = Inputs::new(Caller::Root);
@@ -441,8 +468,9 @@ fn env_allowlist_names_dropped_keys_never_values() {
     );
     let (stdout, err) = (String::from_utf8_lossy(&out.stdout), stderr(&out));
     assert!(out.status.success(), "{err}");
-    assert_eq!(stdout, "TUIXIU_RUN_ID=run-7\n");
-    assert!(err.contains("env: not in the allowlist, dropped: EXTRA, FROM_FLAG, OPENAI_API_KEY"), "{err}");
+    // A variable typed with --env is the caller's own choice: it passes.
+    assert_eq!(stdout, "FROM_FLAG=flag-secret-123\nTUIXIU_RUN_ID=run-7\n");
+    assert!(err.contains("env: not in the allowlist, dropped: EXTRA, OPENAI_API_KEY"), "{err}");
     assert!(!err.contains("sk-very-secret-value") && !err.contains("flag-secret-123"), "{err}");
 
     let out = t.ok(
@@ -701,4 +729,45 @@ fn root_caller_mapping_the_user_onto_other_ids() {
     for p in ["note", "src", "src/README.md", "src/.git"] {
         assert_eq!(std::fs::metadata(t.f.workspace.join(p)).unwrap().uid(), 4321, "{p}");
     }
+}
+
+// Item ids and targets may hold Unicode format characters (U+202E
+// RIGHT-TO-LEFT OVERRIDE, zero-width ones): log and error lines show them
+// escaped, as control characters are, so a line reads as what it is.
+#[test]
+fn format_characters_in_ids_are_escaped_in_log_lines() {
+    let t = Inputs::new(Caller::Root);
+    let id = "skill\u{202e}txt.exe";
+    let shown = "skill\\u{202e}txt.exe";
+    let raw = |s: &str| s.contains(['\u{202e}', '\u{200b}', '\u{2028}']);
+    t.write(json!([{"id": id, "apply": "writeFile", "source": {"type": "inlineText", "text": "x"},
+        "target": {"root": "SCRATCH", "path": "a\u{200b}b\u{2028}c"}}]));
+    let out = t.run(&["-v"], "true");
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("input applied"), "{err}");
+    assert!(!raw(&err), "raw format characters in: {err}");
+    assert!(err.contains(shown), "{err}");
+    assert!(err.contains("a\\u{200b}b\\u{2028}c"), "{err}");
+
+    // The one error line of a failing item.
+    t.write(
+        json!([{"id": id, "apply": "copy", "source": {"type": "hostPath", "path": "/nonexistent-source"},
+        "target": {"root": "SCRATCH", "path": "x"}}]),
+    );
+    let err = t.refused(&[]);
+    assert!(!raw(&err), "raw format characters in: {err}");
+    assert!(err.contains(&format!(":{shown}: ")), "{err}");
+
+    // A manifest error naming the id, and `manifest check`'s plan.
+    let m = t.manifest.to_str().unwrap();
+    t.write(json!([{"id": id, "apply": "writeFile", "source": {"type": "inlineText", "text": "x"},
+        "target": {"root": "SCRATCH", "path": "../x"}}]));
+    let out = Command::new(common::binary()).args(["manifest", "check", m]).output().unwrap();
+    assert!(!raw(&stderr(&out)) && stderr(&out).contains(shown), "{}", stderr(&out));
+    t.write(json!([{"id": id, "apply": "writeFile", "source": {"type": "inlineText", "text": "x"},
+        "target": {"root": "SCRATCH", "path": "x"}}]));
+    let out = Command::new(common::binary()).args(["manifest", "check", m]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!raw(&stdout) && stdout.contains(shown), "{stdout}");
 }

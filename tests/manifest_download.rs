@@ -207,3 +207,84 @@ crate::for_each_caller!(download_then_launch_for_every_caller, |caller: Caller| 
     assert_eq!(t.ok(&[], "cat /scratch/f/data.txt"), "fresh\n");
     assert_eq!(server.seen_path("/f.zip").len(), 1);
 });
+
+// The default input cache when the home cannot hold one (uid 65534 with
+// HOME=/nonexistent, as in CI user namespaces): a private per-user
+// directory in TMPDIR, with one warning line; when that directory is not
+// ours either, the download works without a cache. Never a failure.
+crate::for_each_caller!(unwritable_home_falls_back_for_the_input_cache, |caller: Caller| {
+    let t = Inputs::new(caller);
+    let server = HttpServer::start();
+    let body = archive("skill");
+    let hash = sha256_hex(&body);
+    server.route("/s.zip", Reply::Body(body));
+    t.write(json!([item("skill-zip", &server.url("/s.zip"), Some(&hash))]));
+    let tmpdir = t.f.dir.join("tmpdir");
+    std::fs::create_dir(&tmpdir).unwrap();
+    std::fs::set_permissions(&tmpdir, std::os::unix::fs::PermissionsExt::from_mode(0o1777)).unwrap();
+    // Root could create /nonexistent; nothing can be created under /proc.
+    let home = if caller == Caller::Root { "/proc/no-home" } else { "/nonexistent" };
+    // The launcher's own uid: nested, it is root of its user namespace.
+    let uid = if caller == Caller::Unprivileged { 65534 } else { 0 };
+    let per_user = tmpdir.join(format!("tuixiu-sandbox-{uid}"));
+    let run = || {
+        let ws = t.f.workspace.to_str().unwrap();
+        let m = t.manifest.to_str().unwrap();
+        let args = ["run", "--workspace", ws, "--manifest", m, "--", "cat", "/scratch/skill-zip/data.txt"];
+        t.f.command(&args).env("HOME", home).env("TMPDIR", &tmpdir).output().unwrap()
+    };
+    let cache_lines = |err: &str| err.lines().filter(|l| l.contains("input cache")).count();
+
+    let out = run();
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "skill\n");
+    assert_eq!(cache_lines(&err), 1, "{err}");
+    assert!(err.contains(&format!("input cache {home}/.cache/tuixiu-sandbox/inputs: ")), "{err}");
+    assert!(err.contains(&format!("using {}/inputs instead", per_user.display())), "{err}");
+    assert!(per_user.join(format!("inputs/zips/{hash}.zip")).is_file());
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&per_user).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o700);
+
+    // Someone else's directory in its place: not used, and no failure.
+    std::fs::remove_dir_all(&per_user).unwrap();
+    std::fs::create_dir(&per_user).unwrap();
+    std::os::unix::fs::chown(&per_user, Some(4321), Some(4321)).unwrap();
+    let out = run();
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "skill\n");
+    assert_eq!(cache_lines(&err), 1, "{err}");
+    assert!(err.contains("downloading without a cache"), "{err}");
+    assert_eq!(std::fs::read_dir(&per_user).unwrap().count(), 0);
+    assert_eq!(server.seen_path("/s.zip").len(), 2);
+});
+
+// An `--inputs-cache` that cannot be used fails as the first download
+// item's `AGENT_INPUTS_CACHE` error, naming the directory.
+crate::for_each_caller!(unusable_inputs_cache_names_code_and_item, |caller: Caller| {
+    let t = Inputs::new(caller);
+    let server = HttpServer::start();
+    server.route("/s.zip", Reply::Body(archive("x")));
+    t.write(json!([item("the-skill", &server.url("/s.zip"), None)]));
+    let cache = t.cache.display().to_string();
+    // Writable by others.
+    std::fs::set_permissions(&t.cache, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let err = t.refused(&[]);
+    assert!(
+        err.contains(&format!(
+            "AGENT_INPUTS_CACHE:the-skill: input cache {cache} must be a directory owned by"
+        )),
+        "{err}"
+    );
+    // Someone else's.
+    std::fs::set_permissions(&t.cache, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    std::os::unix::fs::chown(&t.cache, Some(4321), Some(4321)).unwrap();
+    let err = t.refused(&[]);
+    assert!(err.contains("AGENT_INPUTS_CACHE:the-skill: input cache "), "{err}");
+    // Not a directory at all.
+    std::fs::remove_dir_all(&t.cache).unwrap();
+    std::fs::write(&t.cache, "").unwrap();
+    let err = t.refused(&[]);
+    assert!(err.contains(&format!("AGENT_INPUTS_CACHE:the-skill: input cache {cache}")), "{err}");
+});

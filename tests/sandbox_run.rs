@@ -96,10 +96,13 @@ for_each_caller!(environment_is_built_not_inherited, |caller: Caller| {
     let out = fx.sh(&["--pass-env", "PATH", "--nested", "off"], "echo \"$PATH\"");
     assert_eq!(out.trim_end(), path);
 
-    // --env is init.env: a key the allowlist does not name is dropped, and
-    // named (never its value) on stderr.
+    // --env-file is init.env: a key the allowlist does not name is dropped,
+    // and named (never its value) on stderr. (A key typed with --env is the
+    // caller's explicit choice and passes: typed_env_reaches_the_command.)
+    let env_file = fx.home.join("secret.env");
+    std::fs::write(&env_file, "SECRET_TOKEN=s3cr3t-value\n").unwrap();
     let dropped =
-        fx.run(&["--env", "SECRET_TOKEN=s3cr3t-value"], &["sh", "-c", "echo ${SECRET_TOKEN:-unset}"]);
+        fx.run(&["--env-file", env_file.to_str().unwrap()], &["sh", "-c", "echo ${SECRET_TOKEN:-unset}"]);
     assert_eq!(String::from_utf8_lossy(&dropped.stdout), "unset\n");
     let err = stderr(&dropped);
     assert!(err.contains("SECRET_TOKEN") && !err.contains("s3cr3t-value"), "{err}");
@@ -471,3 +474,39 @@ fn sandbox_init_holds_no_inherited_descriptors() {
     assert!(targets.iter().all(|t| t.starts_with("pipe:")), "PID 1 holds {targets:?}");
     child.0.kill().unwrap();
 }
+
+// While the command runs, the launcher's only child is the sandbox's PID 1:
+// no helper it started during setup (the idmap helper of a root caller)
+// lingers as a zombie until the sandbox ends.
+for_each_caller!(launcher_leaves_no_zombie_child, |caller: Caller| {
+    let fx = Fixture::new(caller);
+    let started = fx.start(&[], &["sleep", "30"], &[]);
+    // The helper is killed during setup; give a zombie time to show.
+    std::thread::sleep(Duration::from_millis(200));
+    let children = common::children(started.launcher);
+    assert_eq!(children, [(started.pid1, 'S')], "children of the launcher (pid, state)");
+});
+
+// A variable typed on the command line with --env reaches the command,
+// whatever the allowlist says (README's `--env RUST_LOG=info`); the
+// allowlist still filters --env-file, and nothing else of the caller's
+// environment is inherited.
+for_each_caller!(typed_env_reaches_the_command, |caller: Caller| {
+    let fx = Fixture::new(caller);
+    let env_file = fx.home.join("vars.env");
+    std::fs::write(&env_file, "RUST_LOG=debug\nFROM_FILE=file-value\n").unwrap();
+    let ef = env_file.to_str().unwrap();
+    let script = "env | grep -E '^(RUST_LOG|MY_SETTING|FROM_FILE|TUIXIU_TEST_LEAK_MARKER)=' | sort";
+    let out = fx.run(
+        &["--env-file", ef, "--env", "RUST_LOG=info", "--env", "MY_SETTING=a=b c", "--no-default-env-allow"],
+        &["sh", "-c", script],
+    );
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "MY_SETTING=a=b c\nRUST_LOG=info\n");
+    assert!(
+        err.contains("env: not in the allowlist, dropped: FROM_FILE (allow with --env-allow KEY)"),
+        "{err}"
+    );
+    assert!(!err.contains("RUST_LOG"), "{err}");
+});

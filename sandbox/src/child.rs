@@ -5,7 +5,7 @@
 //! as one line on the report pipe, then exits 125. After setup this process
 //! forks the command (PID 2) and stays behind as the reaper ([`crate::init`]).
 
-use std::ffi::CStr;
+use std::ffi::{CStr, CString};
 use std::fmt::Write as _;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::panic::AssertUnwindSafe;
@@ -140,7 +140,7 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
     // 7. A fresh tmpfs, stacked on top of `/` in our namespace, becomes the
     //    new root; build it step by step, in the planned order, through its
     //    descriptor.
-    let mut new = new_root().map_err(|(call, e)| fail(root_what, call, c"tmpfs", e))?;
+    let mut new = new_root(&plan.root_tmpfs).map_err(|(call, e)| fail(root_what, call, c"tmpfs", e))?;
     sys::move_mount_fd(new.as_fd(), host.as_fd()).map_err(|e| fail(root_what, "move_mount", c"/", e))?;
     // `host` still names the caller's tree below the new root: a mount on
     // `/` replaces the new root there, and a bind of the caller's /proc is
@@ -215,6 +215,12 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
     //     effective, permitted and inheritable capability sets (a nested
     //     command's `--cap-add`s are kept, inside its own user namespace).
     drop_privileges_keeping(keep_caps).map_err(|(call, e)| fail("drop privileges", call, c"", e))?;
+    // PID 1 holds the launcher's memory: out of the command's reach from
+    // here on, whether Landlock is enforced or not (confine.rs). After the
+    // last credential change (a nested sandbox's user namespace, above),
+    // which would make it dumpable again.
+    crate::confine::make_undumpable()
+        .map_err(|e| fail("keep PID 1 out of the command's reach", "prctl(PR_SET_DUMPABLE, 0)", c"", e))?;
 
     // 13. Start the command (PID 2), which shares our memory until its
     //     `execve` while we wait; this process then becomes the reaper.
@@ -252,7 +258,10 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
             let _ = drop_privileges();
         }
     }
-    crate::init::reap(pid, fds.exit)
+    // Everything PID 1 does besides reaping is done by now: the reaper's
+    // own seccomp filter (init.rs) allows nothing else.
+    crate::confine::forget(&plan.exec.envp, &plan.command_stack);
+    crate::init::reap(pid, fds.exit, &plan.reaper_filter.filter)
 }
 
 /// no_new_privs and no capabilities at all, in this process and whatever
@@ -357,10 +366,13 @@ fn private_proc(host: std::os::fd::BorrowedFd<'_>) -> Result<OwnedFd, (&'static 
 }
 
 /// A detached tmpfs for the new root: `(failing call, errno)` on failure.
-fn new_root() -> Result<OwnedFd, (&'static str, Errno)> {
+fn new_root(options: &[(CString, Option<CString>)]) -> Result<OwnedFd, (&'static str, Errno)> {
     let fs = sys::fsopen(c"tmpfs").map_err(|e| ("fsopen", e))?;
     sys::fsconfig_set(fs.as_fd(), c"source", Some(c"tmpfs")).map_err(|e| ("fsconfig", e))?;
     sys::fsconfig_set(fs.as_fd(), c"mode", Some(c"755")).map_err(|e| ("fsconfig", e))?;
+    for (key, value) in options {
+        sys::fsconfig_set(fs.as_fd(), key, value.as_deref()).map_err(|e| ("fsconfig", e))?;
+    }
     sys::fsconfig_create(fs.as_fd()).map_err(|e| ("fsconfig(FSCONFIG_CMD_CREATE)", e))?;
     sys::fsmount(fs.as_fd(), libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV).map_err(|e| ("fsmount", e))
 }

@@ -46,7 +46,7 @@ fn is_host_root(id: u32, map: &str) -> bool {
 /// Whether `uid` and `gid` (in the launcher's user namespace) are host
 /// root's, from `/proc/self/{uid,gid}_map` (which also answers for nested
 /// user namespaces).
-pub(crate) fn host_root(uid: u32, gid: u32) -> (bool, bool) {
+pub fn host_root(uid: u32, gid: u32) -> (bool, bool) {
     let read = |f| std::fs::read_to_string(f).unwrap_or_default();
     (is_host_root(uid, &read("/proc/self/uid_map")), is_host_root(gid, &read("/proc/self/gid_map")))
 }
@@ -57,7 +57,19 @@ pub(crate) fn host_root(uid: u32, gid: u32) -> (bool, bool) {
 /// we hold the namespace's descriptor. If it does run, it only blocks.
 static HELPER_STACK: std::sync::Mutex<[u8; 4096]> = std::sync::Mutex::new([0; 4096]);
 
-extern "C" fn helper(_: *mut libc::c_void) -> libc::c_int {
+extern "C" fn helper(launcher: *mut libc::c_void) -> libc::c_int {
+    // Die with the launcher: killed between this clone and its kill, it
+    // would otherwise be orphaned, blocked for good. After setting the
+    // signal, check the parent is still the launcher (it may have died
+    // before). Raw syscalls that cannot fail here: nothing touches the
+    // errno this shares with the launcher's thread.
+    // SAFETY: prctl and getppid with valid arguments; exit ends this task.
+    unsafe {
+        libc::syscall(libc::SYS_prctl, libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+        if libc::syscall(libc::SYS_getppid) != launcher as usize as libc::c_long {
+            libc::syscall(libc::SYS_exit, 0);
+        }
+    }
     loop {
         // SAFETY: ppoll with no descriptors and no timeout blocks until a
         // signal; only SIGKILL is ever sent, so it never returns and never
@@ -67,8 +79,10 @@ extern "C" fn helper(_: *mut libc::c_void) -> libc::c_int {
 }
 
 /// The helper process behind [`nobody_userns`]: killed at once, reaped on
-/// drop (after the sandbox ended), so the launcher never waits for it to be
-/// scheduled.
+/// drop. The launcher drops it once the sandbox's child is released, while
+/// the child builds its root (the helper has long been killed by then, and
+/// the launcher has nothing else to do), so it is neither a zombie for the
+/// sandbox's whole life nor a wait on the way to the command.
 pub(crate) struct Helper {
     pid: libc::pid_t,
     _stack: std::sync::MutexGuard<'static, [u8; 4096]>,
@@ -93,7 +107,7 @@ pub(crate) fn nobody_userns() -> Result<(OwnedFd, Helper), (&'static str, Errno)
             helper,
             top as *mut libc::c_void,
             libc::CLONE_NEWUSER | libc::CLONE_VM | libc::SIGCHLD,
-            std::ptr::null_mut(),
+            libc::getpid() as usize as *mut libc::c_void,
         )
     };
     if pid < 0 {

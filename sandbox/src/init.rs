@@ -31,7 +31,10 @@ extern "C" fn relay(sig: libc::c_int) {
     }
 }
 
-pub(crate) fn reap(command: libc::pid_t, exit_fd: libc::c_int) -> ! {
+/// The reaper's loop, under `filter` (installed here, once everything else
+/// it needs is set up: from then on it may only wait, signal, write its
+/// status and exit).
+pub(crate) fn reap(command: libc::pid_t, exit_fd: libc::c_int, filter: &[libc::sock_filter]) -> ! {
     COMMAND_PID.store(command, Ordering::Relaxed);
     // Nothing in here reads stdin or writes stdout; holding them would keep
     // a pipe open after the command closed its end.
@@ -42,6 +45,22 @@ pub(crate) fn reap(command: libc::pid_t, exit_fd: libc::c_int) -> ! {
     }
     for sig in FORWARDED_SIGNALS {
         let _ = sys::set_signal_handler(sig, relay);
+    }
+    if let Err(e) = sys::seccomp_set_filter(filter) {
+        // The command already runs; it must not run beside an unconfined
+        // PID 1. Stop it, say why on the caller's stderr, and fail.
+        let _ = sys::kill(-1, libc::SIGKILL);
+        let mut report = crate::report::Report::new();
+        let _ = std::fmt::Write::write_fmt(
+            &mut report,
+            format_args!(
+                "tuixiu-sandbox: confine the sandbox's PID 1: seccomp(SECCOMP_SET_MODE_FILTER) => {}; the command was stopped\n",
+                crate::error::ErrnoText(e)
+            ),
+        );
+        let _ = sys::write_all(2, report.text());
+        while sys::waitpid(-1, 0).is_ok() {}
+        sys::exit_now(crate::error::EXIT_SETUP_FAILED as i32);
     }
     // Signals blocked since before clone are delivered now, to `relay`.
     let _ = sys::set_sigmask(libc::SIG_SETMASK, &sys::empty_sigset());

@@ -6,7 +6,8 @@
 //! ```text
 //! joiner (caller's namespaces, single-threaded)
 //!  │  prepare (argv/envp, PATH candidates, seccomp, Landlock: all allocation)
-//!  │  pidfd_open(PID 1); setns(pidfd, USER|MNT|IPC|UTS|PID[|NET]) at once
+//!  │  pidfd_open(PID 1, or the command for an unprivileged owner: reach.rs);
+//!  │  setns(pidfd, USER|MNT|IPC|UTS|PID[|NET]) at once
 //!  │    (one call: the pid namespace is checked with the sandbox user's
 //!  │    capabilities, which an unprivileged caller has only there)
 //!  │  fork ─▶ child (in the sandbox's pid namespace)
@@ -23,7 +24,7 @@
 
 use std::ffi::CString;
 use std::fmt::Write as _;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 
 use nix::errno::Errno;
 
@@ -188,25 +189,19 @@ pub fn join(
 /// it has its own) for this process, with `children_pid` its pid namespace
 /// for its children. One `setns` call: the pid namespace is checked with
 /// the sandbox user's capabilities, which an unprivileged caller has only
-/// there.
+/// there. Through PID 1, or for an unprivileged owner (PID 1 is not
+/// dumpable) through the command (reach.rs): the same namespaces either
+/// way. Used by `join` and by the nested-sandbox portal's server.
 pub(crate) fn enter(pid: i32, children_pid: bool) -> Result<(), LaunchError> {
-    // SAFETY: pidfd_open returns a new descriptor or -1.
-    let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if raw < 0 {
-        return Err(
-            SyscallError::new(format!("find the sandbox (pid {pid})"), "pidfd_open", Errno::last()).into()
-        );
-    }
-    // SAFETY: the kernel just gave us this descriptor.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(raw as RawFd) };
-    if same_ns(pid, "user") {
+    let crate::reach::Entry { pid: through, pidfd } = crate::reach::entry(pid)?;
+    if same_ns(through, "user") {
         return Err(SpecError::new(format!(
             "pid {pid} is not a sandbox: it shares this process's user namespace"
         ))
         .into());
     }
     let mut flags = libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
-    if !same_ns(pid, "net") {
+    if !same_ns(through, "net") {
         flags |= libc::CLONE_NEWNET;
     }
     if children_pid {

@@ -190,6 +190,9 @@ pub(crate) fn execute(
     }
     sys::write_all(sync_w.as_raw_fd(), &[1])
         .map_err(|e| SyscallError::new("release the sandbox child", "write", e))?;
+    // Reap the (killed) idmap helper now, while the child builds its root,
+    // rather than leave a zombie beside the sandbox for its whole life.
+    drop(plan.idmap_helper.take());
 
     if let (Some(apply), Some(ack_r)) = (apply, ack_r) {
         // A child that fails setup exits instead of saying READY; the

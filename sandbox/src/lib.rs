@@ -22,6 +22,7 @@
 mod apply;
 mod builder;
 mod child;
+mod confine;
 pub mod error;
 pub mod guest_path;
 pub mod idmap;
@@ -35,6 +36,7 @@ pub mod nested;
 mod portal;
 mod prepare;
 mod procfs;
+pub mod reach;
 mod report;
 pub mod seccomp;
 mod secrets;

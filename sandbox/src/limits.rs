@@ -43,6 +43,31 @@ pub struct Limits {
     pub timeout_ms: Option<u64>,
     /// After the timeout's SIGTERM, how long before SIGKILL (default 5 s).
     pub kill_after_ms: Option<u64>,
+    /// Bytes of each private tmpfs that does not give its own size (`/tmp`,
+    /// `/dev/shm`, a tmpfs home, `/scratch`, extra tmpfs mounts); `None` for
+    /// [`DEFAULT_TMPFS_SIZE`].
+    pub tmpfs_size: Option<u64>,
+}
+
+/// The default size of each private tmpfs. Without it each could take half
+/// of the host's RAM, and a memory limit that falls back to `RLIMIT_AS`
+/// does not count tmpfs pages.
+pub const DEFAULT_TMPFS_SIZE: u64 = 1 << 30;
+
+/// Bytes per inode a sized tmpfs allows: as many files as pages fit, so
+/// empty files cannot exhaust kernel memory past the size either.
+const TMPFS_BYTES_PER_INODE: u64 = 4096;
+
+impl Limits {
+    /// `(size, nr_inodes)` for a tmpfs without its own size.
+    pub(crate) fn tmpfs_options(&self) -> (u64, u64) {
+        tmpfs_sized(self.tmpfs_size.unwrap_or(DEFAULT_TMPFS_SIZE))
+    }
+}
+
+/// `(size, nr_inodes)` of a tmpfs of `size` bytes (at least one page).
+pub(crate) fn tmpfs_sized(size: u64) -> (u64, u64) {
+    (size.max(TMPFS_BYTES_PER_INODE), (size / TMPFS_BYTES_PER_INODE).max(1024))
 }
 
 impl Limits {
@@ -283,16 +308,78 @@ pub fn delegation(wanted: &[&str]) -> Result<(PathBuf, Vec<String>), String> {
     Err(reasons.join("; "))
 }
 
+/// Removes the cgroups of killed launchers in `parent`: a
+/// `tuixiu-sandbox-<pid>` whose launcher is gone (the pid names no
+/// process). The kernel removes only an empty cgroup, so one that still
+/// holds a process stays; a live launcher's is never touched, and one of
+/// a pid that was reused by another process stays until that ends.
+fn remove_stale_cgroups(parent: &Path) {
+    let Ok(entries) = std::fs::read_dir(parent) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) =
+            name.to_str().and_then(|n| n.strip_prefix(CGROUP_PREFIX)).and_then(|p| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        // SAFETY: signal 0 only asks whether the pid names a process.
+        let gone = pid > 0
+            && unsafe { libc::kill(pid, 0) } != 0
+            && nix::errno::Errno::last() == nix::errno::Errno::ESRCH;
+        if gone && std::fs::remove_dir(entry.path()).is_ok() {
+            tracing::info!("removed the cgroup {} of a killed sandbox", entry.path().display());
+        }
+    }
+}
+
 fn access_w(dir: &Path) -> bool {
     let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else { return false };
     // SAFETY: valid C string.
     unsafe { libc::access(c.as_ptr(), libc::W_OK) == 0 }
 }
 
+/// The name prefix of a sandbox's cgroup; the launcher's pid follows.
+const CGROUP_PREFIX: &str = "tuixiu-sandbox-";
+
 fn create_cgroup(wanted: &[&str]) -> Result<(Cgroup, Vec<&'static str>), String> {
     let (parent, usable) = delegation(wanted)?;
-    let dir = parent.join(format!("tuixiu-sandbox-{}", std::process::id()));
+    remove_stale_cgroups(&parent);
+    let dir = parent.join(format!("{CGROUP_PREFIX}{}", std::process::id()));
     std::fs::create_dir(&dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
     let usable = ["memory", "cpu", "pids"].into_iter().filter(|c| usable.iter().any(|u| u == c)).collect();
     Ok((Cgroup { dir }, usable))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stale_cgroups_are_those_of_launchers_that_are_gone() {
+        let parent = std::env::temp_dir().join(format!("tuixiu-cgroup-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&parent);
+        std::fs::create_dir(&parent).unwrap();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let names = [
+            format!("{CGROUP_PREFIX}{dead}"),
+            format!("{CGROUP_PREFIX}{}", std::process::id()),
+            format!("{CGROUP_PREFIX}notes"),
+            "other".to_string(),
+        ];
+        for n in &names {
+            std::fs::create_dir(parent.join(n)).unwrap();
+        }
+        remove_stale_cgroups(&parent);
+        let mut left: Vec<String> = std::fs::read_dir(&parent)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        let mut want = names[1..].to_vec();
+        want.sort();
+        assert_eq!(left, want);
+        std::fs::remove_dir_all(&parent).unwrap();
+    }
 }

@@ -139,9 +139,10 @@ pub(crate) struct ExecPlan {
     pub program: String,
     pub candidates: Vec<CString>,
     pub search_path: String,
-    // The pointer arrays point into these; CString heap buffers never move.
+    // The pointer arrays point into these; their buffers never move.
     _argv: Vec<CString>,
-    _envp: Vec<CString>,
+    /// The environment strings, wiped by PID 1 once the command runs.
+    pub envp: crate::confine::EnvBlock,
     pub argv_ptrs: Vec<*const c_char>,
     pub envp_ptrs: Vec<*const c_char>,
 }
@@ -188,17 +189,25 @@ pub(crate) struct Plan {
     /// Limits: the cgroup (removed when the plan is dropped), rlimits for
     /// PID 2, the timeout the launcher keeps.
     pub limits: limits::Prepared,
-    /// The idmap helper process, reaped when the plan is dropped.
-    pub _idmap_helper: Option<idmap::Helper>,
+    /// The idmap helper process (already killed): the launcher reaps it
+    /// once the sandbox's child runs, or the plan's drop does. A cell: the
+    /// launcher starts the sandbox from a shared plan (the nested-sandbox
+    /// portal borrows it too).
+    pub idmap_helper: std::cell::Cell<Option<idmap::Helper>>,
     /// Descriptors the child must keep open (the idmapped trees).
     pub kept_fds: Vec<std::os::fd::RawFd>,
     /// The stack PID 2 starts on (it shares PID 1's memory until `execve`).
     pub command_stack: crate::sys::ChildStack,
+    /// PID 1's own seccomp filter, installed once the command runs.
+    pub reaper_filter: seccomp::Program,
     /// The nested-sandbox portal's listening socket (bound and listened on
     /// by the child during setup, served by the launcher).
     pub portal: Option<OwnedFd>,
     /// What PID 1 of a nested sandbox does besides the checklist.
     pub nested: Option<NestedChild>,
+    /// Options of the new root's tmpfs besides its mode (`size`,
+    /// `nr_inodes` for a nested sandbox, whose root stays writable).
+    pub root_tmpfs: Vec<(CString, Option<CString>)>,
 }
 
 /// What [`Plan::prepare_nested`] takes besides the spec.
@@ -283,6 +292,7 @@ impl Plan {
             hiding: SecretHiding::decide(spec, root_uid, root_gid),
             user_is_host_root: root_uid,
             splicer: Splicer::default(),
+            tmpfs: spec.security.limits.tmpfs_options(),
         };
         let portal = match front_end.filter(|_| spec.nested) {
             Some(exe) => Some((crate::portal::socket()?, exe)),
@@ -390,8 +400,9 @@ impl Plan {
             .map_err(|e| SpecError::new(format!("allocate the command's stack: mmap => {e}")))?;
         Ok(Plan {
             command_stack,
+            reaper_filter: seccomp::reaper(),
             kept_fds,
-            _idmap_helper: plan.hiding.take_helper(),
+            idmap_helper: std::cell::Cell::new(plan.hiding.take_helper()),
             seccomp,
             landlock,
             limits,
@@ -411,6 +422,9 @@ impl Plan {
             apply_phase: false,
             portal,
             nested: None,
+            // Read-only once built: nothing is written there but the
+            // generated files.
+            root_tmpfs: Vec::new(),
         })
     }
 
@@ -435,6 +449,8 @@ impl Plan {
             // Nothing to splice: a nested request has no system view, and a
             // target missing under a read-only bind fails as in bubblewrap.
             splicer: Splicer::default(),
+            // The outer sandbox's size for every tmpfs without its own.
+            tmpfs: spec.security.limits.tmpfs_options(),
         };
         for (i, op) in spec.mounts.iter().enumerate() {
             plan.expand(op)?;
@@ -449,6 +465,8 @@ impl Plan {
             }
         }
         plan.finish()?;
+        // bubblewrap's root stays writable: sized like every private tmpfs.
+        let root_tmpfs = plan.tmpfs_size_options(None)?.to_vec();
         let security = &spec.security;
         let (landlock, _) = landlock::plan(security.landlock, &landlock_paths(spec)?, security.no_ip)?;
         let cwd = parts
@@ -474,12 +492,14 @@ impl Plan {
             seccomp: outer.seccomp.clone(),
             landlock,
             limits: limits::Prepared { rlimits: outer.limits.rlimits.clone(), ..limits::Prepared::default() },
-            _idmap_helper: None,
+            idmap_helper: std::cell::Cell::new(None),
+            reaper_filter: seccomp::reaper(),
             kept_fds: Vec::new(),
             command_stack: crate::sys::ChildStack::new()
                 .map_err(|e| SpecError::new(format!("allocate the command's stack: mmap => {e}")))?,
             portal: None,
             nested: Some(parts.child),
+            root_tmpfs,
         })
     }
 
@@ -505,6 +525,8 @@ struct Expansion<'a> {
     user_is_host_root: bool,
     /// Destinations missing inside the read-only system view (splice.rs).
     splicer: Splicer,
+    /// `(size, nr_inodes)` of a tmpfs that gives no size of its own.
+    tmpfs: (u64, u64),
 }
 
 impl Expansion<'_> {
@@ -670,9 +692,7 @@ impl Expansion<'_> {
             }
             MountOp::Tmpfs { mode, owned_by_user, size, .. } => {
                 let mut options = vec![option("mode", &format!("{mode:o}"))?];
-                if let Some(size) = size {
-                    options.push(option("size", &size.to_string())?);
-                }
+                options.extend(self.tmpfs_size_options(size.map(limits::tmpfs_sized))?);
                 if *owned_by_user {
                     // Interpreted in the sandbox's user namespace, where these ids are mapped.
                     options.push(option("uid", &self.user.uid.to_string())?);
@@ -786,6 +806,15 @@ impl Expansion<'_> {
         Ok(path)
     }
 
+    /// `size` and `nr_inodes` options: the mount's own, else the limit's.
+    fn tmpfs_size_options(
+        &self,
+        own: Option<(u64, u64)>,
+    ) -> Result<[(CString, Option<CString>); 2], SpecError> {
+        let (size, inodes) = own.unwrap_or(self.tmpfs);
+        Ok([option("size", &size.to_string())?, option("nr_inodes", &inodes.to_string())?])
+    }
+
     /// The minimal `/dev`, as bubblewrap's `--dev` builds it.
     fn expand_dev(&mut self, dst_text: &str) -> Result<(), SpecError> {
         let at = |entry: &str| cstring("dev path", child_rel(dst_text, entry));
@@ -843,10 +872,11 @@ impl Expansion<'_> {
                 dst: at("pts")?,
             },
         );
-        self.push(
-            format!("mount tmpfs on {dst_text}/shm"),
-            tmpfs(at("shm")?, "1777", MOUNT_NOSUID | MOUNT_NODEV)?,
-        );
+        let mut shm = tmpfs(at("shm")?, "1777", MOUNT_NOSUID | MOUNT_NODEV)?;
+        if let Action::Fs { options, .. } = &mut shm {
+            options.extend(self.tmpfs_size_options(None)?);
+        }
+        self.push(format!("mount tmpfs on {dst_text}/shm"), shm);
         self.push(
             format!("make {dst_text} read-only"),
             Action::Remount { dst: at("")?, attrs: MOUNT_RDONLY },
@@ -1011,12 +1041,16 @@ impl ExecPlan {
         }
         let argv: Vec<CString> =
             argv.iter().map(|a| cstring("command argument", a.as_str())).collect::<Result<_, _>>()?;
-        let mut envp = Vec::with_capacity(env.len());
+        let mut env_strings = Vec::with_capacity(env.len());
         for (k, v) in env {
             if k.is_empty() || k.contains('=') {
                 return Err(SpecError::new(format!("environment variable name {k:?} is invalid")));
             }
-            envp.push(cstring(&format!("environment variable {k}"), format!("{k}={v}"))?);
+            let pair = format!("{k}={v}");
+            if pair.contains('\0') {
+                return Err(SpecError::new(format!("environment variable {k} contains a NUL byte")));
+            }
+            env_strings.push(pair.into_bytes());
         }
         let search_path =
             env.iter().rev().find(|(k, _)| k == "PATH").map_or(DEFAULT_PATH, |(_, v)| v.as_str()).to_string();
@@ -1031,9 +1065,9 @@ impl ExecPlan {
         };
         let mut argv_ptrs: Vec<*const c_char> = argv.iter().map(|a| a.as_ptr()).collect();
         argv_ptrs.push(std::ptr::null());
-        let mut envp_ptrs: Vec<*const c_char> = envp.iter().map(|e| e.as_ptr()).collect();
+        let (envp, mut envp_ptrs) = crate::confine::EnvBlock::new(&env_strings);
         envp_ptrs.push(std::ptr::null());
-        Ok(ExecPlan { program, candidates, search_path, _argv: argv, _envp: envp, argv_ptrs, envp_ptrs })
+        Ok(ExecPlan { program, candidates, search_path, _argv: argv, envp, argv_ptrs, envp_ptrs })
     }
 }
 

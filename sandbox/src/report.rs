@@ -37,6 +37,11 @@ impl Report {
         self.len += n;
     }
 
+    /// The message so far.
+    pub(crate) fn text(&self) -> &[u8] {
+        &self.buf[HEADER..HEADER + self.len]
+    }
+
     /// Sends the record with `code` on `fd`. Errors are ignored: the only
     /// reader is the launcher, and if it is gone there is nobody to tell.
     pub(crate) fn send(&mut self, fd: RawFd, code: u8) {

@@ -101,6 +101,18 @@ impl ChildStack {
         Ok(stack)
     }
 
+    /// Unmaps the stack in this process: PID 1, once PID 2 has executed
+    /// (PID 1 never drops its copy of the plan; it leaves with `_exit`).
+    ///
+    /// # Safety
+    /// Nothing may run on or read this stack any more, and the stack must
+    /// not be dropped afterwards in this process.
+    pub unsafe fn release(&self) {
+        // SAFETY: exactly the mapping made in `new`; the caller guarantees
+        // it is unused. munmap of an unmapped range is not an error.
+        unsafe { libc::munmap(self.base, self.len) };
+    }
+
     /// The initial stack pointer: the (16-byte aligned) top of the stack.
     fn top(&self) -> *mut c_void {
         (self.base as usize + self.len) as *mut c_void

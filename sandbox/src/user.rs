@@ -9,6 +9,15 @@ use crate::spec::UserView;
 /// files owned by unmapped host ids have a name.
 pub const NOBODY_ID: u32 = 65534;
 
+/// Guest directories a home may be neither nor lie in: the system view and
+/// the kernel's and the sandbox's own mounts. A home mounted there would
+/// hide or replace what they hold (`/etc`, the binaries in `/usr/bin`,
+/// `/dev/null`), with a directory the home's owner can write.
+pub const SYSTEM_DIRS: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/proc", "/dev", "/sys",
+    "/run", "/boot",
+];
+
 impl UserView {
     /// A user named `name` with the given ids, home `/home/<name>` and `/bin/sh`.
     pub fn new(name: impl Into<String>, uid: u32, gid: u32) -> Self {
@@ -31,6 +40,14 @@ impl UserView {
         }
         if home == "/" {
             return Err(SpecError::new("home path must not be \"/\""));
+        }
+        if let Some(system) = SYSTEM_DIRS.iter().find(|dir| guest_path::is_within(&home, dir)) {
+            return Err(SpecError::new(format!(
+                "home path {:?} must not be {system} or inside it: the home is mounted over it \
+                 (system directories: {})",
+                self.home,
+                SYSTEM_DIRS.join(" ")
+            )));
         }
         if guest_path::is_within(&home, crate::WORKSPACE) {
             return Err(SpecError::new(format!(
@@ -155,5 +172,19 @@ mod tests {
         u.validate().unwrap();
         u.home = "/workspace2".into();
         u.validate().unwrap();
+    }
+
+    #[test]
+    fn home_must_not_cover_a_system_directory() {
+        let mut u = UserView::new("agent", 1000, 1000);
+        for bad in ["/etc", "/usr/bin", "/usr", "/dev", "/proc/self", "/lib64", "/run/secrets", "/sys/fs"] {
+            u.home = bad.into();
+            let err = u.validate().unwrap_err().to_string();
+            assert!(err.contains("must not be /"), "{bad:?}: {err}");
+        }
+        for good in ["/root", "/srv/builder", "/home/agent", "/var/lib/agent", "/usrlocal", "/etcetera"] {
+            u.home = good.into();
+            u.validate().unwrap();
+        }
     }
 }

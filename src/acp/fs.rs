@@ -5,7 +5,8 @@
 //! Paths are resolved by walking them one component at a time under a
 //! descriptor of the sandbox's filesystem:
 //!
-//! * native: `/proc/<pid>/root` of the sandbox's PID 1, i.e. the agent's
+//! * native: the `/` of the sandbox (`/proc/<pid>/root` of its PID 1, or
+//!   of the agent for an unprivileged daemon: `sandbox::reach`), i.e. the agent's
 //!   own mount tree (its binds, its home, everything mounted in it);
 //! * docker and host: the host directories behind `/workspace` and the
 //!   home (nothing else of the container is reachable).
@@ -108,10 +109,10 @@ struct Walked {
 }
 
 impl GuestFs {
-    /// The sandbox's whole tree, from the `/` of process `pid` (the
-    /// sandbox's PID 1); reads and writes stay in `allowed`.
+    /// The sandbox's whole tree, from the `/` of the sandbox whose PID 1 is
+    /// `pid` (`sandbox::reach`); reads and writes stay in `allowed`.
     pub fn sandbox_root(pid: u32, allowed: &[&str]) -> Result<GuestFs, String> {
-        let root = open_dir(Path::new(&format!("/proc/{pid}/root")))?;
+        let root = sandbox::reach::open_root(pid as i32).map_err(|e| e.to_string())?;
         Ok(GuestFs {
             mounts: vec![(Vec::new(), root)],
             allowed: allowed.iter().map(|a| components(a)).collect(),

@@ -41,13 +41,14 @@ fn row(check: &'static str, status: Status, detail: impl Into<String>, hint: Opt
 
 pub fn main(args: CheckArgs) -> u8 {
     let mut rows = vec![kernel(), userns_sysctls(), apparmor(), userns_probe()];
-    let (sandbox_row, proc) = throwaway_sandbox();
+    let landlock_abi = sandbox::landlock::probe_abi();
+    let (sandbox_row, proc) = throwaway_sandbox(landlock_abi);
     let run_works = sandbox_row.iter().all(|r| r.status != Status::Fail);
-    rows.push(landlock());
+    rows.push(landlock(landlock_abi));
     rows.push(seccomp());
     rows.extend(sandbox_row);
-    if run_works {
-        rows.push(nested());
+    if let Some(proc) = proc.filter(|_| run_works) {
+        rows.push(nested(proc));
     }
     rows.push(cgroups());
     rows.extend(docker());
@@ -168,6 +169,15 @@ fn userns_probe() -> Row {
     // SAFETY: `check` is single-threaded; the child only makes syscalls and
     // `_exit`s with a code that says which one failed.
     let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        let errno = nix::errno::Errno::last();
+        return row(
+            "user namespaces",
+            Status::Fail,
+            format!("not probed: fork() => {errno:?} ({})", errno.desc()),
+            Some("this process cannot start another (RLIMIT_NPROC, pids.max or memory): run cannot either"),
+        );
+    }
     if pid == 0 {
         // SAFETY: plain syscalls in the forked child, then _exit.
         unsafe {
@@ -182,7 +192,15 @@ fn userns_probe() -> Row {
     }
     let mut status = 0;
     // SAFETY: waiting for the child we forked.
-    unsafe { libc::waitpid(pid, &mut status, 0) };
+    if unsafe { libc::waitpid(pid, &mut status, 0) } != pid {
+        let errno = nix::errno::Errno::last();
+        return row(
+            "user namespaces",
+            Status::Fail,
+            format!("not probed: waitpid() => {errno:?} ({})", errno.desc()),
+            None,
+        );
+    }
     let code = if libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { 1 };
     match code {
         0 => row("user namespaces", Status::Ok, "unshare(CLONE_NEWUSER) and a uid map work", None),
@@ -207,8 +225,8 @@ fn userns_probe() -> Row {
     }
 }
 
-fn landlock() -> Row {
-    match sandbox::landlock::probe_abi() {
+fn landlock(abi: Result<i32, nix::errno::Errno>) -> Row {
+    match abi {
         Ok(abi) if abi >= 6 => row("Landlock", Status::Ok, format!("ABI {abi}: fully enforced"), None),
         Ok(abi) if abi >= 2 => row(
             "Landlock",
@@ -254,10 +272,21 @@ fn seccomp() -> Row {
     }
 }
 
+/// What the default `--landlock best-effort` enforces with this ABI, as the
+/// sandbox row says it (the Landlock row has the details).
+fn landlock_words(abi: Result<i32, nix::errno::Errno>) -> String {
+    match abi {
+        Ok(abi) if abi >= 6 => format!("Landlock (ABI {abi})"),
+        Ok(abi) if abi >= 2 => format!("Landlock partially enforced (ABI {abi})"),
+        Ok(abi) => format!("without Landlock (ABI {abi} is not used)"),
+        Err(_) => "without Landlock (unavailable)".into(),
+    }
+}
+
 /// The real thing: the default sandbox with the default hardening, first
 /// with a fresh /proc, then (where that is refused) with the outer /proc
 /// bound, as `--proc auto` would.
-fn throwaway_sandbox() -> (Vec<Row>, Option<ProcMode>) {
+fn throwaway_sandbox(landlock_abi: Result<i32, nix::errno::Errno>) -> (Vec<Row>, Option<ProcMode>) {
     let (program, args) = trivial_command();
     let launch = |mode: ProcMode| {
         let spec = SandboxBuilder::new(program.clone())
@@ -276,8 +305,9 @@ fn throwaway_sandbox() -> (Vec<Row>, Option<ProcMode>) {
             "sandbox",
             Status::Ok,
             format!(
-                "a throwaway sandbox ran {} with the default seccomp profile and Landlock ({mode})",
-                shown(&program, args)
+                "a throwaway sandbox ran {} ({mode}) with the default seccomp profile and {}",
+                shown(&program, args),
+                landlock_words(landlock_abi)
             ),
             None,
         )
@@ -391,12 +421,20 @@ fn daemon(dir: &Path) -> Row {
     }
 }
 
-/// A throwaway sandbox whose command runs codex's bwrap probe: nested
-/// sandboxes (served by the launcher) work here.
-fn nested() -> Row {
-    const PROBE: &str = "bwrap --ro-bind / / --dev /dev --unshare-user --unshare-pid --unshare-net --proc /proc \
-                         -- /bin/true 2>/dev/null";
-    let spec = match SandboxBuilder::new("/bin/sh").args(["-c", PROBE]).build() {
+/// A throwaway sandbox whose command is codex's bwrap probe (the front end
+/// itself, so no shell is needed): nested sandboxes (served by the
+/// launcher) work here. `proc` is how the throwaway sandbox got its /proc,
+/// which the nested one follows.
+fn nested(proc: ProcMode) -> Row {
+    let (program, args) = trivial_command();
+    let probe = ["--ro-bind", "/", "/", "--dev", "/dev", "--unshare-user", "--unshare-pid", "--unshare-net"];
+    let spec = SandboxBuilder::new(sandbox::nested::PORTAL_BIN)
+        .args(
+            probe.into_iter().chain(["--proc", "/proc", "--", program.as_str()]).chain(args.iter().copied()),
+        )
+        .proc(proc)
+        .build();
+    let spec = match spec {
         Ok(spec) => spec,
         Err(e) => return row("nested sandboxes", Status::Warn, e.to_string(), None),
     };
@@ -406,11 +444,19 @@ fn nested() -> Row {
     };
     let hint = "run `tuixiu-sandbox run -- bwrap --ro-bind / / --unshare-user --unshare-pid --proc /proc true` \
                 to see bwrap's error; agents that sandbox their tools with bwrap (codex-acp) need this";
-    match sandbox::launch(&spec, &options) {
+    match quietly(|| sandbox::launch(&spec, &options)) {
         Ok(status) if status.success() => row(
             "nested sandboxes",
             Status::Ok,
-            "`bwrap` inside a sandbox built a nested one with a fresh /proc (--nested off disables it)",
+            match proc {
+                ProcMode::Bind => {
+                    "`bwrap` inside a sandbox built a nested one, with the outer /proc bound as the sandbox's \
+                     (--nested off disables it)"
+                }
+                _ => {
+                    "`bwrap` inside a sandbox built a nested one with a fresh /proc (--nested off disables it)"
+                }
+            },
             None,
         ),
         Ok(status) => row(
@@ -424,28 +470,43 @@ fn nested() -> Row {
 }
 
 fn cgroups() -> Row {
-    match sandbox::limits::delegation(&["memory", "cpu", "pids"]) {
-        Ok((dir, usable)) if usable.len() == 3 => {
-            row("cgroup v2 delegation", Status::Ok, format!("{}: memory, cpu, pids", dir.display()), None)
+    const ALL: [&str; 3] = ["memory", "cpu", "pids"];
+    // SAFETY: geteuid/getegid cannot fail.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    // `run`'s sandbox user maps onto the caller's ids by default.
+    let host_root = sandbox::idmap::host_root(uid, gid).0;
+    let (detail, usable) = match sandbox::limits::delegation(&ALL) {
+        Ok((dir, usable)) if usable.len() == ALL.len() => {
+            return row(
+                "cgroup v2 delegation",
+                Status::Ok,
+                format!("{}: memory, cpu, pids", dir.display()),
+                None,
+            );
         }
-        Ok((dir, usable)) => row(
-            "cgroup v2 delegation",
-            Status::Warn,
-            format!("{}: only {}", dir.display(), usable.join(", ")),
-            Some(
-                "limits without a controller fall back to rlimits or are not applied (see docs/security.md)",
-            ),
-        ),
-        Err(why) => row(
-            "cgroup v2 delegation",
-            Status::Warn,
-            why,
-            Some(
-                "--memory falls back to RLIMIT_AS, --pids to RLIMIT_NPROC, --cpus is not applied; \
-                 run under a delegated cgroup v2 (systemd-run --user --scope -p Delegate=yes) for real limits",
-            ),
-        ),
-    }
+        Ok((dir, usable)) => (format!("{}: only {}", dir.display(), usable.join(", ")), usable),
+        Err(why) => (why, Vec::new()),
+    };
+    let fallbacks: Vec<&str> = ALL
+        .iter()
+        .filter(|c| !usable.iter().any(|u| u == *c))
+        .map(|c| match *c {
+            "memory" => "--memory falls back to RLIMIT_AS",
+            "cpu" => "--cpus is not applied",
+            // The kernel exempts root's processes from RLIMIT_NPROC.
+            _ if host_root => {
+                "--pids is not applied (the sandbox user maps onto host root, which RLIMIT_NPROC \
+                 does not limit; --map-uid maps it elsewhere)"
+            }
+            _ => "--pids falls back to RLIMIT_NPROC",
+        })
+        .collect();
+    let hint = format!(
+        "{}; run under a delegated cgroup v2 (systemd-run --user --scope -p Delegate=yes) for real limits \
+         (see docs/security.md)",
+        fallbacks.join(", ")
+    );
+    row("cgroup v2 delegation", Status::Warn, detail, Some(&hint))
 }
 
 fn docker() -> Vec<Row> {

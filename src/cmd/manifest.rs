@@ -1,11 +1,12 @@
 //! `manifest check`: validate a manifest and print its plan, running nothing.
 
-use sandbox::UserView;
-
 use crate::cli::{ExtractArgs, ManifestCheckArgs, ManifestCommand};
 use crate::inputs::{Layout, Plan, ZipLimits, fsx, zip};
 use crate::{EXIT_TOOL_ERROR, report_error};
 use tuixiu_sandbox::launcher::run_inputs;
+
+/// `run`'s default `--user`.
+const DEFAULT_USER: &str = "agent";
 
 /// Exit status of `manifest check` for an invalid manifest.
 const EXIT_INVALID: u8 = 1;
@@ -43,18 +44,15 @@ fn plan(args: &ManifestCheckArgs) -> Result<Vec<String>, String> {
     let count = manifest.items.len();
     let plan = Plan::new(manifest, &config).map_err(|e| e.to_string())?;
 
-    let mut user = UserView::new(args.user.clone(), 1000, 1000);
-    if let Some(home) = &args.home_path {
-        user.home = home.clone();
-    }
-    if let Some(name) = &plan.env_patch().user
-        && args.home_path.is_none()
-    {
-        user.home = format!("/home/{name}");
-    }
-    if let Some(home) = &plan.env_patch().home {
-        user.home = home.clone();
-    }
+    // The user view as `run` makes it (with its refusals).
+    let flags = run_inputs::UserFlags {
+        name: args.user.as_deref().unwrap_or(DEFAULT_USER),
+        name_given: args.user.is_some(),
+        uid: 1000,
+        gid: 1000,
+        home_path: args.home_path.as_deref(),
+    };
+    let user = run_inputs::user_view(&flags, Some(plan.env_patch()))?;
     let layout = Layout::new(user.home);
 
     let mut lines = vec![format!("{}: valid agentInputs v1 manifest, {count} item(s)", args.file.display())];

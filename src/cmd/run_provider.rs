@@ -30,7 +30,7 @@ use crate::inputs::{self, HostDirs, Layout, Plan};
 use crate::manifest::Root;
 use crate::{EXIT_TOOL_ERROR, report_error};
 use tuixiu_sandbox::launcher::args::RunGiven;
-use tuixiu_sandbox::launcher::run::{check_dir, environment, extra_mounts, launch_and_report, user_view};
+use tuixiu_sandbox::launcher::run::{check_dir, environment, extra_mounts, launch_and_report};
 use tuixiu_sandbox::launcher::run_inputs;
 use tuixiu_sandbox::launcher::units::parse_size;
 
@@ -59,11 +59,8 @@ fn run(args: &RunArgs, matches: &ArgMatches) -> Result<u8, String> {
     let given = RunGiven::from_matches(matches);
     let init_env = run_inputs::init_env(args)?;
     let plan = run_inputs::load_plan(args)?;
-    let mut user = user_view(args)?;
-    if let Some(plan) = &plan {
-        run_inputs::patch_user_view(&mut user, plan.env_patch(), args, &given)?;
-        user.validate().map_err(|e| format!("envPatch: {e}"))?;
-    }
+    let user =
+        run_inputs::user_view(&run_inputs::UserFlags::of(args, &given), plan.as_ref().map(Plan::env_patch))?;
     let mut env = environment(args)?;
     env.extend(run_inputs::environment(args, &user, plan.as_ref().map(Plan::env_patch), &init_env)?);
     let process =
@@ -83,9 +80,10 @@ fn run(args: &RunArgs, matches: &ArgMatches) -> Result<u8, String> {
     if p.run_id.is_some() && p.instance_name.is_none() && p.provider != ProviderArg::Docker {
         return Err("--run-id: only meaningful with --instance-name (or --provider docker)".into());
     }
-    // Seccomp, Landlock, --nofile and --timeout are the plain native
-    // sandbox's; ignoring them here would be a weaker sandbox than asked for.
-    for id in ["seccomp", "allow_ptrace", "landlock", "nofile", "timeout", "kill_after"] {
+    // Seccomp, Landlock, --nofile, --timeout and --tmpfs-size are the plain
+    // native sandbox's; ignoring them here would be a weaker sandbox than
+    // asked for.
+    for id in ["seccomp", "allow_ptrace", "landlock", "nofile", "timeout", "kill_after", "tmpfs_size"] {
         if matches.value_source(id) == Some(ValueSource::CommandLine) {
             return Err(format!(
                 "--{}: applies to the plain native sandbox only (without --provider docker/host \

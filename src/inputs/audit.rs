@@ -10,6 +10,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
+use crate::manifest::Shown;
+
 /// One applied (or failed) item.
 #[derive(Clone, Debug, Serialize)]
 pub struct Record {
@@ -79,18 +81,24 @@ impl Audit {
     pub fn record(&mut self, r: &Record) {
         if r.outcome == "applied" {
             tracing::info!(
-                id = %r.id,
+                id = %Shown(&r.id),
                 apply = r.apply,
                 access = r.access,
-                source = %r.source,
-                target = %r.target,
+                source = %Shown(&r.source),
+                target = %Shown(&r.target),
                 bytes = r.bytes,
                 sha256 = r.sha256.as_deref().unwrap_or("-"),
                 duration_ms = r.duration_ms,
                 "input applied"
             );
         } else {
-            tracing::info!(id = %r.id, apply = r.apply, target = %r.target, error = r.error.as_deref().unwrap_or(""), "input failed");
+            tracing::info!(
+                id = %Shown(&r.id),
+                apply = r.apply,
+                target = %Shown(&r.target),
+                error = %Shown(r.error.as_deref().unwrap_or("")),
+                "input failed"
+            );
         }
         if let Some(file) = &mut self.file {
             let mut line = serde_json::to_vec(r).expect("a record always serializes");

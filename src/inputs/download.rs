@@ -21,6 +21,7 @@
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::os::fd::AsFd;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -29,6 +30,7 @@ use sha2::{Digest, Sha256};
 use url::Url;
 
 use super::error::{Code, InputError};
+use super::fsx;
 use super::plan::display_url;
 use crate::env::Redactor;
 
@@ -46,6 +48,14 @@ impl Secret {
     }
 }
 
+impl Drop for Secret {
+    /// A forked sandbox PID 1 keeps a copy of this process's memory: leave
+    /// no token in freed memory.
+    fn drop(&mut self) {
+        zeroize::Zeroize::zeroize(&mut self.0);
+    }
+}
+
 impl std::fmt::Debug for Secret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("[REDACTED]")
@@ -59,10 +69,6 @@ const MAX_REDIRECTS: usize = 10;
 
 /// The name prefix of a download in progress in the cache's `tmp/`.
 const TMP_PREFIX: &str = "download-";
-
-/// How long a download's temporary file may go unwritten before the next
-/// [`Cache::open`] takes it for the leftover of a killed process.
-const STALE_DOWNLOAD: Duration = Duration::from_secs(24 * 3600);
 
 /// How downloads are made.
 #[derive(Clone, Debug)]
@@ -102,28 +108,62 @@ pub struct Zip {
 /// The private cache directory: `zips/` holds verified archives by hash,
 /// `tmp/` downloads in progress. A download's temporary file is removed
 /// when it ends, even on error; one left by a killed process is removed by
-/// the next [`Cache::open`] once nothing has written to it for
-/// [`STALE_DOWNLOAD`] (other processes may be downloading into the same
-/// cache right now, and their files' mtimes move with every chunk).
+/// the next [`Cache::open`]: a live download holds its file locked (other
+/// processes may be downloading into the same cache right now).
+/// Without a usable directory ([`Cache::none`]) archives are downloaded into
+/// unnamed temporary files and nothing is kept.
 #[derive(Clone, Debug)]
 pub struct Cache {
-    root: PathBuf,
+    root: Option<PathBuf>,
 }
 
 impl Cache {
-    /// `$XDG_CACHE_HOME/tuixiu-sandbox/inputs`, else `$HOME/.cache/...`,
-    /// else `$TMPDIR/tuixiu-sandbox-<uid>/inputs`.
-    pub fn default_dir() -> PathBuf {
+    /// The default location, if one is usable: `$XDG_CACHE_HOME/tuixiu-sandbox/inputs`,
+    /// else `$HOME/.cache/...`, else a private per-user directory in the
+    /// temporary directory (`$TMPDIR/tuixiu-sandbox-<uid>/inputs`, 0700 and
+    /// ours), else none. Never an error: one warning line says which was
+    /// unusable and what is used instead.
+    pub fn default_location() -> Cache {
         let nonempty = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
-        if let Some(xdg) = nonempty("XDG_CACHE_HOME") {
-            return xdg.join("tuixiu-sandbox/inputs");
+        let mut first_failure: Option<String> = None;
+        let candidates = [
+            nonempty("XDG_CACHE_HOME").map(|d| d.join("tuixiu-sandbox/inputs")),
+            nonempty("HOME").map(|d| d.join(".cache/tuixiu-sandbox/inputs")),
+        ];
+        for dir in candidates.into_iter().flatten() {
+            match Cache::open(&dir) {
+                Ok(cache) => return cache.noting(first_failure),
+                Err(e) => {
+                    first_failure.get_or_insert(e);
+                }
+            }
         }
-        if let Some(home) = nonempty("HOME") {
-            return home.join(".cache/tuixiu-sandbox/inputs");
+        match per_user_temp_dir().and_then(|dir| Cache::open(&dir.join("inputs"))) {
+            Ok(cache) => cache.noting(first_failure),
+            Err(e) => {
+                tracing::warn!(
+                    "{}; downloading without a cache (choose one with --inputs-cache or XDG_CACHE_HOME)",
+                    first_failure.unwrap_or(e)
+                );
+                Cache::none()
+            }
         }
-        // SAFETY: geteuid cannot fail.
-        let uid = unsafe { libc::geteuid() };
-        std::env::temp_dir().join(format!("tuixiu-sandbox-{uid}/inputs"))
+    }
+
+    /// Downloads without keeping anything.
+    pub fn none() -> Cache {
+        Cache { root: None }
+    }
+
+    /// The one warning of a fallback.
+    fn noting(self, failure: Option<String>) -> Cache {
+        if let (Some(failure), Some(root)) = (failure, &self.root) {
+            tracing::warn!(
+                "{failure}; using {} instead (choose one with --inputs-cache or XDG_CACHE_HOME)",
+                root.display()
+            );
+        }
+        self
     }
 
     /// Opens (creating it, mode 0700) a cache directory that must belong to
@@ -132,44 +172,37 @@ impl Cache {
         for dir in [root.to_path_buf(), root.join("zips"), root.join("tmp")] {
             private_dir(&dir)?;
         }
-        let cache = Cache { root: root.to_path_buf() };
+        let cache = Cache { root: Some(root.to_path_buf()) };
         cache.remove_stale_downloads();
         Ok(cache)
     }
 
-    /// Removes the `download-*` files in `tmp/` untouched for
-    /// [`STALE_DOWNLOAD`]. Best effort: a file that cannot be removed only
-    /// costs disk space, so failures are logged at debug level.
+    /// Removes the `download-*` files in `tmp/` that no live download
+    /// holds locked: what killed runs left.
     fn remove_stale_downloads(&self) {
-        let tmp = self.root.join("tmp");
-        let Ok(entries) = std::fs::read_dir(&tmp) else { return };
-        let now = std::time::SystemTime::now();
-        for entry in entries.filter_map(Result::ok) {
-            let stale = entry.file_name().to_string_lossy().starts_with(TMP_PREFIX)
-                && entry.metadata().is_ok_and(|m| {
-                    m.file_type().is_file()
-                        && m.modified()
-                            .is_ok_and(|t| now.duration_since(t).is_ok_and(|age| age >= STALE_DOWNLOAD))
-                });
-            if stale && let Err(e) = std::fs::remove_file(entry.path()) {
-                tracing::debug!("input cache: removing {}: {e}", entry.path().display());
-            }
-        }
+        let Some(root) = &self.root else { return };
+        let Ok(tmp) =
+            nix::fcntl::open(&root.join("tmp"), fsx::dir_read_flags(), nix::sys::stat::Mode::empty())
+        else {
+            return;
+        };
+        fsx::sweep_unlocked(tmp.as_fd(), |name| name.starts_with(TMP_PREFIX.as_bytes()), None);
     }
 
+    /// The directory, unless downloads are not cached.
     #[allow(dead_code)] // for providers
-    pub fn root(&self) -> &Path {
-        &self.root
+    pub fn root(&self) -> Option<&Path> {
+        self.root.as_deref()
     }
 
-    fn zip_path(&self, sha256: &str) -> PathBuf {
+    fn zip_path(&self, sha256: &str) -> Option<PathBuf> {
         // `sha256` was validated as 64 hex digits by the manifest parser.
-        self.root.join("zips").join(format!("{sha256}.zip"))
+        Some(self.root.as_ref()?.join("zips").join(format!("{sha256}.zip")))
     }
 
     /// The cached archive with this hash, re-verified, if present.
     pub fn lookup(&self, sha256: &str) -> Option<Zip> {
-        let path = self.zip_path(sha256);
+        let path = self.zip_path(sha256)?;
         let mut file =
             std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(&path).ok()?;
         match hash_file(&mut file) {
@@ -185,6 +218,30 @@ impl Cache {
             }
         }
     }
+}
+
+/// `$TMPDIR/tuixiu-sandbox-<uid>`: created 0700, and used only if it is a
+/// directory of ours that nobody else may enter (the temporary directory
+/// is shared: another user could have made it first, or a link in its place).
+fn per_user_temp_dir() -> Result<PathBuf, String> {
+    // SAFETY: geteuid cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    let dir = std::env::temp_dir().join(format!("tuixiu-sandbox-{uid}"));
+    let shown =
+        |e: &std::io::Error| format!("input cache {}: {}", dir.display(), sandbox::error::io_error_text(e));
+    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(shown(&e)),
+    }
+    let meta = std::fs::symlink_metadata(&dir).map_err(|e| shown(&e))?;
+    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
+        return Err(format!(
+            "input cache {} must be a directory owned by uid {uid} with mode 0700 (it is not ours)",
+            dir.display()
+        ));
+    }
+    Ok(dir)
 }
 
 fn private_dir(dir: &Path) -> Result<(), String> {
@@ -387,12 +444,24 @@ async fn download(
         ));
     }
 
-    let tmp = tempfile::Builder::new()
-        .prefix(TMP_PREFIX)
-        .tempfile_in(cache.root.join("tmp"))
-        .map_err(|e| fail(Code::Cache, format!("input cache: {e}")))?;
-    let (mut file, tmp_path) = tmp.into_parts();
-    let progress = progress_bar(options.progress, declared, job.item);
+    let (mut file, tmp_path) = match &cache.root {
+        Some(root) => loop {
+            let tmp = tempfile::Builder::new()
+                .prefix(TMP_PREFIX)
+                .tempfile_in(root.join("tmp"))
+                .map_err(|e| fail(Code::Cache, format!("input cache {}: {e}", root.join("tmp").display())))?;
+            // Locked while we write it: a file nobody holds is a killed
+            // download's, which the next `Cache::open` removes.
+            if fsx::lock_new(tmp.as_file().as_fd(), c"download")
+                .map_err(|e| fail(Code::Cache, format!("input cache: {e}")))?
+            {
+                let (file, path) = tmp.into_parts();
+                break (file, Some(path));
+            }
+        },
+        None => (unnamed_file().map_err(|e| fail(Code::Cache, e))?, None),
+    };
+    let progress = progress_bar(options.progress, declared, &crate::manifest::shown(job.item));
     let mut hasher = Sha256::new();
     let mut received: u64 = 0;
     loop {
@@ -428,10 +497,11 @@ async fn download(
             ),
         )),
         Some(_) => {
-            let dest = cache.zip_path(&sha256);
-            tmp_path
-                .persist(&dest)
-                .map_err(|e| fail(Code::Cache, format!("input cache: {}: {}", dest.display(), e.error)))?;
+            if let (Some(dest), Some(tmp_path)) = (cache.zip_path(&sha256), tmp_path) {
+                tmp_path
+                    .persist(&dest)
+                    .map_err(|e| fail(Code::Cache, format!("input cache {}: {}", dest.display(), e.error)))?;
+            }
             file.seek(SeekFrom::Start(0)).map_err(|e| fail(Code::Cache, format!("input cache: {e}")))?;
             Ok(Zip { file, sha256, bytes: received, cached: false })
         }
@@ -439,9 +509,25 @@ async fn download(
             // Nothing to key a cache entry by: the archive lives as an open,
             // already unlinked file until it is extracted.
             drop(tmp_path);
+            file.seek(SeekFrom::Start(0)).map_err(|e| fail(Code::Cache, format!("input cache: {e}")))?;
             Ok(Zip { file, sha256, bytes: received, cached: false })
         }
     }
+}
+
+/// Where a download goes without a cache: an unnamed file in the temporary
+/// directory, else in memory (bounded by the download's size cap).
+fn unnamed_file() -> Result<File, String> {
+    tempfile::tempfile().or_else(|e| {
+        nix::sys::memfd::memfd_create(c"tuixiu-download", nix::sys::memfd::MFdFlags::MFD_CLOEXEC)
+            .map(File::from)
+            .map_err(|m| {
+                format!(
+                    "no place to download to: {}: {e}; memfd_create => {m}",
+                    std::env::temp_dir().display()
+                )
+            })
+    })
 }
 
 fn progress_bar(enabled: bool, length: Option<u64>, item: &str) -> indicatif::ProgressBar {
@@ -503,17 +589,9 @@ impl reqwest::dns::Resolve for InlineResolver {
 mod tests {
     use super::*;
 
-    fn aged(path: &Path, age: Duration) {
-        File::options()
-            .write(true)
-            .open(path)
-            .unwrap()
-            .set_modified(std::time::SystemTime::now() - age)
-            .unwrap();
-    }
-
     #[test]
     fn open_removes_only_downloads_a_killed_process_left_behind() {
+        use std::os::fd::AsRawFd;
         let root = tempfile::tempdir().unwrap();
         let tmp = root.path().join("tmp");
         Cache::open(root.path()).unwrap();
@@ -523,19 +601,22 @@ mod tests {
         for f in [&stale, &live, &other] {
             std::fs::write(f, b"partial").unwrap();
         }
-        aged(&stale, STALE_DOWNLOAD + Duration::from_secs(60));
-        aged(&other, STALE_DOWNLOAD + Duration::from_secs(60));
-        aged(&live, Duration::from_secs(5));
+        // A download in progress holds its file locked.
+        let holder = File::open(&live).unwrap();
+        // SAFETY: flock on a descriptor we own.
+        assert_eq!(unsafe { libc::flock(holder.as_raw_fd(), libc::LOCK_EX) }, 0);
         let outside = root.path().join("outside");
         std::fs::write(&outside, b"keep").unwrap();
-        aged(&outside, STALE_DOWNLOAD + Duration::from_secs(60));
         std::os::unix::fs::symlink(&outside, tmp.join("download-link")).unwrap();
 
         Cache::open(root.path()).unwrap();
-        assert!(!stale.exists(), "a download untouched for a day is removed");
+        assert!(!stale.exists(), "a download nobody holds is removed");
         assert!(live.exists(), "a download in progress stays");
         assert!(other.exists(), "only download-* files are ours to remove");
         assert!(tmp.join("download-link").symlink_metadata().is_ok(), "symlinks are not followed or removed");
         assert!(outside.exists());
+        drop(holder);
+        Cache::open(root.path()).unwrap();
+        assert!(!live.exists(), "a download whose process is gone is removed");
     }
 }

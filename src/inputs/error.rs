@@ -4,6 +4,8 @@
 
 use std::fmt;
 
+use crate::manifest::Shown;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Code {
     /// A hostPath outside every `--allow-host-path` root.
@@ -78,6 +80,7 @@ impl InputError {
 
 impl fmt::Display for InputError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}: {}", self.code.as_str(), self.item, self.message)
+        // Ids and messages may quote the manifest: one line, as it is.
+        write!(f, "{}:{}: {}", self.code.as_str(), Shown(&self.item), Shown(&self.message))
     }
 }

@@ -91,6 +91,10 @@ pub fn parent_of(root: BorrowedFd<'_>, rel: &str) -> FsResult<(OwnedFd, CString)
     Ok((mkdir_p(root, parent)?, cstr(name)?))
 }
 
+/// The kinds of staging entry: a directory tree, a file.
+const STAGE: &str = "stage";
+const WRITE: &str = "write";
+
 /// A fresh name for a staging entry; never a name a manifest could mean.
 pub fn staging_name(what: &str) -> CString {
     static NEXT: AtomicU64 = AtomicU64::new(0);
@@ -98,6 +102,84 @@ pub fn staging_name(what: &str) -> CString {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     CString::new(format!(".tuixiu-{what}-{}-{nanos:x}-{n}", std::process::id())).expect("no NUL")
+}
+
+/// Whether `name` is one [`staging_name`] makes: `.tuixiu-stage-` or
+/// `.tuixiu-write-`, then decimal, hex and decimal numbers.
+fn is_staging_name(name: &[u8]) -> bool {
+    let Ok(name) = std::str::from_utf8(name) else { return false };
+    let Some(rest) = name.strip_prefix(".tuixiu-").and_then(|r| r.split_once('-')) else { return false };
+    let parts: Vec<&str> = rest.1.split('-').collect();
+    let digits = |s: &str, radix: u32| !s.is_empty() && s.chars().all(|c| c.is_digit(radix));
+    (rest.0 == STAGE || rest.0 == WRITE)
+        && parts.len() == 3
+        && digits(parts[0], 10)
+        && digits(parts[1], 16)
+        && digits(parts[2], 10)
+}
+
+/// Takes the writer's lock on a staging entry we just created. `Ok(None)`:
+/// it was removed before we had the lock (a sweeper took it for litter),
+/// so pick another name. The lock lives as long as the descriptor, i.e.
+/// as long as this process works on the entry, and goes with the process:
+/// that is how [`sweep_stale`] tells live entries from a killed run's.
+pub(crate) fn lock_fresh(fd: OwnedFd, what: &CStr) -> FsResult<Option<OwnedFd>> {
+    Ok(lock_new(fd.as_fd(), what)?.then_some(fd))
+}
+
+/// [`lock_fresh`] on a descriptor someone else owns: `true` when locked
+/// (or when this filesystem has no locks, so nothing can sweep it either).
+pub(crate) fn lock_new(fd: BorrowedFd<'_>, what: &CStr) -> FsResult<bool> {
+    match flock_exclusive(fd) {
+        Ok(()) => {}
+        // A sweeper holds it: it will be gone in a moment.
+        Err(Errno::EWOULDBLOCK) => return Ok(false),
+        // No locks on this filesystem: nothing can sweep it either.
+        Err(Errno::ENOLCK | Errno::EOPNOTSUPP | Errno::EINVAL) => return Ok(true),
+        Err(e) => return Err(fs_err("flock", what.to_bytes(), e)),
+    }
+    let st = nix::sys::stat::fstat(fd).map_err(|e| fs_err("fstat", what.to_bytes(), e))?;
+    Ok(st.st_nlink > 0)
+}
+
+fn flock_exclusive(fd: BorrowedFd<'_>) -> Result<(), Errno> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on a descriptor the caller holds open.
+    Errno::result(unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) }).map(drop)
+}
+
+/// Removes what killed runs left in `dir`: staging entries ([`is_staging_name`])
+/// that nobody holds locked ([`sweep_unlocked`]).
+pub fn sweep_stale(dir: BorrowedFd<'_>) {
+    sweep_unlocked(dir, is_staging_name, None);
+}
+
+/// Removes the entries of `dir` whose name `ours` recognises (and, with
+/// `owner`, that belong to that uid) and that nobody holds locked. A live
+/// writer holds its entry's lock for as long as it works on it, and the
+/// kernel drops the lock when the writer dies, so an entry we can lock is
+/// litter; holding the lock while we remove it keeps a writer from taking
+/// it meanwhile ([`lock_fresh`] then sees it unlinked). Best effort:
+/// litter that cannot be removed costs space, not correctness.
+pub(crate) fn sweep_unlocked(dir: BorrowedFd<'_>, ours: impl Fn(&[u8]) -> bool, owner: Option<u32>) {
+    let Ok(names) = list_dir(dir) else { return };
+    for name in names.iter().filter(|n| ours(n.to_bytes())) {
+        let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK;
+        let Ok(fd) = openat(dir, name.as_c_str(), flags, Mode::empty()) else { continue };
+        if owner.is_some_and(|uid| nix::sys::stat::fstat(&fd).map_or(true, |st| st.st_uid != uid)) {
+            continue;
+        }
+        if flock_exclusive(fd.as_fd()).is_err() {
+            continue;
+        }
+        match remove_tree(dir, name) {
+            Ok(()) => tracing::info!("removed {} left by a killed run", name.to_string_lossy()),
+            Err(e) => {
+                tracing::debug!("could not remove {} left by a killed run: {e}", name.to_string_lossy())
+            }
+        }
+        drop(fd);
+    }
 }
 
 /// What is at `name` in `dir`, without following a symlink.
@@ -109,19 +191,28 @@ pub fn kind_at(dir: BorrowedFd<'_>, name: &CStr) -> FsResult<Option<SFlag>> {
     }
 }
 
-/// Creates a staging directory in `parent`; returns its name and a
-/// readable descriptor.
+/// Creates a staging directory in `parent` (after sweeping what killed
+/// runs left there); returns its name and a readable descriptor that holds
+/// its lock.
 pub fn make_staging_dir(parent: BorrowedFd<'_>) -> FsResult<(CString, OwnedFd)> {
+    sweep_stale(parent);
     loop {
-        let name = staging_name("stage");
+        let name = staging_name(STAGE);
         match mkdirat(parent, name.as_c_str(), Mode::from_bits_truncate(0o755)) {
             Ok(()) => {}
             Err(Errno::EEXIST) => continue,
             Err(e) => return Err(fs_err("mkdirat", name.to_bytes(), e)),
         }
-        let fd = openat(parent, name.as_c_str(), dir_read_flags(), Mode::empty())
-            .map_err(|e| fs_err("openat", name.to_bytes(), e))?;
-        return Ok((name, fd));
+        let fd = match openat(parent, name.as_c_str(), dir_read_flags(), Mode::empty()) {
+            Ok(fd) => fd,
+            // Swept between mkdirat and openat.
+            Err(Errno::ENOENT) => continue,
+            Err(e) => return Err(fs_err("openat", name.to_bytes(), e)),
+        };
+        match lock_fresh(fd, &name)? {
+            Some(fd) => return Ok((name, fd)),
+            None => continue,
+        }
     }
 }
 
@@ -146,8 +237,14 @@ pub fn replace_file(
     fill: impl FnOnce(&mut File) -> std::io::Result<u64>,
 ) -> FsResult<u64> {
     let (parent, name) = parent_of(root, rel)?;
-    let staging = staging_name("write");
-    let mut file = create_file(parent.as_fd(), &staging, mode)?;
+    sweep_stale(parent.as_fd());
+    let (staging, mut file) = loop {
+        let staging = staging_name(WRITE);
+        let file = create_file(parent.as_fd(), &staging, mode)?;
+        if let Some(fd) = lock_fresh(OwnedFd::from(file), &staging)? {
+            break (staging, File::from(fd));
+        }
+    };
     let written = fill(&mut file).and_then(|n| file.flush().map(|()| n));
     drop(file);
     let outcome = written
@@ -214,7 +311,8 @@ fn swap_into_place(parent: BorrowedFd<'_>, staging: &CStr, name: &CStr, rel: &st
     renameat2(parent, staging, parent, name, RenameFlags::RENAME_EXCHANGE)
         .map_err(|e| fs_err("renameat2(RENAME_EXCHANGE)", rel, e))?;
     // `staging` now names the previous target. The new tree is in place,
-    // so a leftover is worth a warning, not a failed item.
+    // so a leftover is worth a warning, not a failed item. It is unlocked
+    // now: a sweeper may take it first, which is as good.
     if let Err(e) = remove_tree(parent, staging) {
         tracing::warn!(
             "{rel}: the replaced content could not be removed ({e}); it is left at {}",
@@ -300,4 +398,28 @@ pub fn remove_tree(parent: BorrowedFd<'_>, name: &CStr) -> FsResult<()> {
 /// `true` when the directory holds no entries.
 pub fn is_empty_dir(dir: BorrowedFd<'_>) -> FsResult<bool> {
     Ok(list_dir(dir)?.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn staging_names_are_recognised_and_nothing_else() {
+        for what in [STAGE, WRITE] {
+            assert!(is_staging_name(staging_name(what).to_bytes()));
+        }
+        assert!(is_staging_name(b".tuixiu-stage-123-abc0-7"));
+        for other in [
+            ".tuixiu-stage-notes",
+            ".tuixiu-stage-1-2",
+            ".tuixiu-stage-1-xyz-3",
+            ".tuixiu-staging",
+            ".tuixiu-other-1-a-2",
+            "tuixiu-stage-1-a-2",
+            ".tuixiu-stage-1-a-2-4",
+        ] {
+            assert!(!is_staging_name(other.as_bytes()), "{other}");
+        }
+    }
 }

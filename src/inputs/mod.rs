@@ -10,9 +10,9 @@
 //!     // plan.uses(Root::Scratch) tell a provider what to mount.
 //! let fetched = plan.fetch(&inputs::FetchOptions {..})?;
 //!     // the slow part, before any sandbox exists: downloads into the
-//!     // cache (verified by sha256), git clones into private temp dirs.
-//!     // Leaves the process single-threaded. No directory stays open (the
-//!     // sandbox's PID 1 would inherit it); drop `fetched` after `apply`.
+//!     // cache (verified by sha256), git clones into private temp dirs
+//!     // (held locked, so that a killed run's are swept by the next).
+//!     // Leaves the process single-threaded; drop `fetched` after `apply`.
 //! inputs::apply(&fetched, &mut dest, &inputs::ApplyOptions {..}, &mut audit)?;
 //!     // strictly in manifest order; the first failure stops.
 //! ```
@@ -88,8 +88,9 @@ pub struct FetchOptions {
 pub struct Fetched {
     plan: Plan,
     resources: Vec<Resource>,
-    /// Checkouts live here until the fetched inputs are dropped.
-    _temp: Vec<tempfile::TempDir>,
+    /// Checkouts live here until the fetched inputs are dropped, each
+    /// held locked so that a later run knows it is not litter.
+    _temp: Vec<(tempfile::TempDir, std::os::fd::OwnedFd)>,
 }
 
 #[allow(dead_code)] // for providers
@@ -155,16 +156,7 @@ impl Plan {
                 // Checked now (exists, allowed); opened at its turn.
                 Step::Copy { .. } => Resource::None,
                 Step::Checkout { repo, git_ref } => {
-                    // A private directory (0700) in the system's temporary
-                    // directory, reachable by the ids the apply phase uses.
-                    let scratch =
-                        tempfile::Builder::new().prefix("tuixiu-checkout-").tempdir().map_err(|e| {
-                            InputError::new(
-                                Code::GitFailed,
-                                id,
-                                format!("checkout: temporary directory: {e}"),
-                            )
-                        })?;
+                    let (scratch, lock) = checkout_dir(id)?;
                     let dir = scratch.path().join("repo");
                     git::checkout(
                         repo,
@@ -183,7 +175,7 @@ impl Plan {
                             InputError::new(Code::GitFailed, id, format!("checkout: chown: {e}"))
                         })?;
                     }
-                    temp.push(scratch);
+                    temp.push((scratch, lock));
                     Resource::Tree(dir)
                 }
                 Step::Workspace { .. } | Step::Bind { .. } | Step::WriteFile { .. } => Resource::None,
@@ -191,6 +183,58 @@ impl Plan {
             resources.push(resource);
         }
         Ok(Fetched { plan: self, resources, _temp: temp })
+    }
+}
+
+/// The name prefix of checkout directories in the temporary directory.
+const CHECKOUT_PREFIX: &str = "tuixiu-checkout-";
+
+/// A private directory (0700) in the system's temporary directory for one
+/// checkout, reachable by the ids the apply phase uses, and held locked
+/// (the descriptor; the sandbox's PID 1 closes its copy first thing). The
+/// first one of a run sweeps what killed runs of this user left there.
+fn checkout_dir(id: &str) -> Result<(tempfile::TempDir, std::os::fd::OwnedFd), InputError> {
+    use std::os::fd::AsFd;
+    let fail = |what: &str, e: &dyn std::fmt::Display| {
+        InputError::new(Code::GitFailed, id, format!("checkout: temporary directory: {what}{e}"))
+    };
+    static SWEPT: std::sync::Once = std::sync::Once::new();
+    SWEPT.call_once(|| {
+        if let Ok(tmp) =
+            nix::fcntl::open(&std::env::temp_dir(), fsx::dir_read_flags(), nix::sys::stat::Mode::empty())
+        {
+            // SAFETY: geteuid cannot fail.
+            let uid = unsafe { libc::geteuid() };
+            fsx::sweep_unlocked(tmp.as_fd(), is_checkout_name, Some(uid));
+        }
+    });
+    loop {
+        let scratch = tempfile::Builder::new().prefix(CHECKOUT_PREFIX).tempdir().map_err(|e| fail("", &e))?;
+        let fd = nix::fcntl::open(scratch.path(), fsx::dir_read_flags(), nix::sys::stat::Mode::empty())
+            .map_err(|e| fail(&format!("{}: ", scratch.path().display()), &e))?;
+        if fsx::lock_new(fd.as_fd(), c"checkout").map_err(|e| fail("", &e))? {
+            return Ok((scratch, fd));
+        }
+    }
+}
+
+/// `tuixiu-checkout-` and the six random characters `tempfile` adds.
+fn is_checkout_name(name: &[u8]) -> bool {
+    name.strip_prefix(CHECKOUT_PREFIX.as_bytes())
+        .is_some_and(|rest| rest.len() == 6 && rest.iter().all(u8::is_ascii_alphanumeric))
+}
+
+/// The cache `plan`'s downloads need: `None` without downloads; `dir` when
+/// one is configured (an unusable one fails as the first download item's
+/// `AGENT_INPUTS_CACHE` error); else [`Cache::default_location`], which
+/// never fails.
+pub fn cache_for(plan: &Plan, dir: Option<&std::path::Path>) -> Result<Option<Cache>, InputError> {
+    let Some(first) = plan.items().iter().find(|p| matches!(p.step, Step::Download { .. })) else {
+        return Ok(None);
+    };
+    match dir {
+        Some(dir) => Cache::open(dir).map(Some).map_err(|e| InputError::new(Code::Cache, &first.item.id, e)),
+        None => Ok(Some(Cache::default_location())),
     }
 }
 
@@ -235,6 +279,20 @@ pub fn wait_single_threaded() -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn checkout_directory_names_are_recognised_and_nothing_else() {
+        assert!(is_checkout_name(b"tuixiu-checkout-Ab3xY9"));
+        for other in [
+            "tuixiu-checkout-",
+            "tuixiu-checkout-abc",
+            "tuixiu-checkout-abcdefg",
+            "tuixiu-checkout-ab.d-f",
+            "x-checkout-abcdef",
+        ] {
+            assert!(!is_checkout_name(other.as_bytes()), "{other}");
+        }
+    }
     use crate::manifest::parse_value;
     use serde_json::json;
 

@@ -9,6 +9,7 @@ use url::Url;
 
 use super::error::{Code, InputError};
 use super::hostpath::{HostAllowlist, HostPath};
+use crate::manifest::Shown;
 use crate::manifest::{Access, Apply, EnvPatch, Item, Manifest, Root, SCRATCH_DIR, Source};
 
 /// What planning needs to know about the host.
@@ -257,11 +258,12 @@ impl Plan {
                     _ => p.item.apply.as_str().to_string(),
                 };
                 format!(
-                    "{:>3}. {}: {action} {} -> {target} ({})",
+                    "{:>3}. {}: {action} {} -> {} ({})",
                     i + 1,
-                    p.item.id,
-                    describe_source(p),
-                    p.item.target.display()
+                    Shown(&p.item.id),
+                    Shown(&describe_source(p)),
+                    Shown(&target),
+                    Shown(&p.item.target.display())
                 )
             })
             .collect()

@@ -51,8 +51,15 @@ pub struct RunArgs {
     #[arg(long, value_name = "DEST", action = clap::ArgAction::Append)]
     pub tmpfs: Vec<String>,
 
-    /// Set an environment variable inside (repeatable; part of init.env, so it
-    /// passes only keys the allowlist lets through, see --env-allow)
+    /// Size of each private tmpfs: /tmp, /dev/shm, a tmpfs home, /scratch and
+    /// every --tmpfs (K, M, G suffixes); writing past it fails with ENOSPC
+    /// [default: 1G]
+    #[arg(long, value_name = "SIZE")]
+    pub tmpfs_size: Option<String>,
+
+    /// Set an environment variable inside (repeatable). Typed here, it always
+    /// reaches the command; the allowlist (--env-allow) filters --env-file
+    /// and manifests
     #[arg(long = "env", value_name = "KEY=VALUE", action = clap::ArgAction::Append)]
     pub env: Vec<String>,
 
@@ -397,8 +404,9 @@ pub struct InputArgs {
     #[arg(long, value_name = "FILE")]
     pub inputs_token_file: Option<PathBuf>,
 
-    /// Cache of downloaded archives, by verified sha256
-    /// [default: $XDG_CACHE_HOME or ~/.cache/tuixiu-sandbox/inputs]
+    /// Cache of downloaded archives, by verified sha256 [default: the first
+    /// usable of $XDG_CACHE_HOME/tuixiu-sandbox/inputs, ~/.cache/tuixiu-sandbox/inputs,
+    /// $TMPDIR/tuixiu-sandbox-UID/inputs; else no cache, with a warning]
     #[arg(long, value_name = "DIR")]
     pub inputs_cache: Option<PathBuf>,
 
@@ -440,7 +448,7 @@ pub struct EnvArgs {
     #[arg(long, value_name = "FILE", action = clap::ArgAction::Append)]
     pub env_file: Vec<PathBuf>,
 
-    /// Let KEY from --env/--env-file through the allowlist (repeatable; adds
+    /// Let KEY from --env-file through the allowlist (repeatable; adds
     /// to the default list of the acp-proxy: HOME, USER, LOGNAME, USER_HOME,
     /// TUIXIU_*, GH_TOKEN...; see docs/manifest.md)
     #[arg(long, value_name = "KEY", action = clap::ArgAction::Append)]

@@ -81,6 +81,7 @@ pub fn parse_run(args: &[OsString]) -> Option<(RunArgs, RunGiven, u8)> {
                 p.tmpfs.push(value()?);
                 given.mount_order.push(MountFlag::Tmpfs);
             }
+            "tmpfs-size" => once(&mut p.tmpfs_size, value()?)?,
             "env" => p.env.push(value()?),
             "pass-env" => p.pass_env.push(value()?),
             "network" => once(
@@ -164,6 +165,7 @@ struct Parsed {
     ro_bind: Vec<String>,
     bind: Vec<String>,
     tmpfs: Vec<String>,
+    tmpfs_size: Option<String>,
     env: Vec<String>,
     pass_env: Vec<String>,
     network: Option<NetworkArg>,
@@ -204,6 +206,7 @@ impl Parsed {
             ro_bind: self.ro_bind,
             bind: self.bind,
             tmpfs: self.tmpfs,
+            tmpfs_size: self.tmpfs_size,
             env: self.env,
             pass_env: self.pass_env,
             network: self.network.unwrap_or(NetworkArg::On),
@@ -338,6 +341,8 @@ mod tests {
         ],
         &["--ro-bind", "/a", "/b", "--tmpfs", "/t", "--bind", "/c", "/d", "--ro-bind", "/e", "/f", "--", "x"],
         &["--tmpfs=/t1", "--tmpfs", "/t2", "cmd"],
+        &["--tmpfs-size", "64M", "--tmpfs", "/t", "--", "x"],
+        &["--tmpfs-size=2G", "x"],
         &["--env", "A=1", "--env=B=2", "--pass-env", "TERM", "--pass-env=HOME", "--", "env"],
         &["--network", "off", "--seccomp", "strict", "--allow-ptrace", "--landlock", "require", "--", "x"],
         &["--network=none", "--landlock=off", "--seccomp=unconfined", "x"],
@@ -372,6 +377,7 @@ mod tests {
         &["--uid", "1", "--uid", "2", "x"],
         &["--keep-session", "--keep-session", "x"],
         &["--keep-session=true", "x"],
+        &["--tmpfs-size", "1G", "--tmpfs-size", "2G", "x"],
         &["--network", "OFF", "x"],
         &["--landlock", "maybe", "x"],
         &["--proc", "host", "x"],

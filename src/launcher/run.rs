@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use sandbox::{
     Access, ExitStatus, Home, LandlockMode, LaunchError, LaunchOptions, Limits, MountOp, Network,
-    SandboxBuilder, SandboxSpec, SeccompPolicy, Security, UserView,
+    SandboxBuilder, SandboxSpec, SeccompPolicy, Security,
 };
 
 use super::args::{LandlockArg, MountFlag, NestedArg, NetworkArg, RunArgs, RunGiven};
@@ -123,17 +123,7 @@ pub fn build_spec(
     plan: Option<&Plan>,
     init_env: &[(String, String)],
 ) -> Result<Built, String> {
-    let mut user = UserView::new(args.user.clone(), args.uid, args.gid.unwrap_or(args.uid));
-    if let Some(home_path) = &args.home_path {
-        if !home_path.starts_with('/') {
-            return Err(format!("--home-path {home_path:?}: must be an absolute path"));
-        }
-        user.home = home_path.clone();
-    }
-    if let Some(plan) = plan {
-        run_inputs::patch_user_view(&mut user, plan.env_patch(), args, given)?;
-    }
-    user.validate().map_err(|e| format!("{}: {e}", user_flag(args)))?;
+    let user = run_inputs::user_view(&run_inputs::UserFlags::of(args, given), plan.map(Plan::env_patch))?;
     let layout = Layout::new(user.home.clone());
 
     // The manifest's WORKSPACE "." bind, when there is one, decides the workspace.
@@ -200,19 +190,6 @@ pub fn build_spec(
     Ok(Built { spec, layout, binds })
 }
 
-/// The user view from `--user`, `--uid`, `--gid` and `--home-path`.
-pub fn user_view(args: &RunArgs) -> Result<UserView, String> {
-    let mut user = UserView::new(args.user.clone(), args.uid, args.gid.unwrap_or(args.uid));
-    if let Some(home_path) = &args.home_path {
-        if !home_path.starts_with('/') {
-            return Err(format!("--home-path {home_path:?}: must be an absolute path"));
-        }
-        user.home = home_path.clone();
-    }
-    user.validate().map_err(|e| format!("{}: {e}", user_flag(args)))?;
-    Ok(user)
-}
-
 /// `--seccomp`, `--landlock`, `--network none` and the limits.
 fn security(args: &RunArgs) -> Result<Security, String> {
     let seccomp = SeccompPolicy::parse(&args.seccomp).map_err(|e| format!("--seccomp: {e}"))?;
@@ -234,6 +211,7 @@ fn security(args: &RunArgs) -> Result<Security, String> {
             }
             None => None,
         },
+        tmpfs_size: args.tmpfs_size.as_deref().map(|s| flag("--tmpfs-size", parse_size(s))).transpose()?,
     };
     if l.pids == Some(0) || args.nofile == Some(0) {
         return Err("--pids/--nofile: must be more than 0".into());
@@ -249,10 +227,6 @@ fn security(args: &RunArgs) -> Result<Security, String> {
         no_ip: args.network == NetworkArg::None,
         limits,
     })
-}
-
-fn user_flag(args: &RunArgs) -> &'static str {
-    if args.home_path.is_some() { "--home-path" } else { "--user" }
 }
 
 pub fn check_dir(flag: &str, dir: &PathBuf) -> Result<(), String> {

@@ -14,8 +14,8 @@ use super::run::{Built, report_launch};
 use super::{EXIT_TOOL_ERROR, report_error};
 use crate::env::{self, Allowlist, Redactor, UserVars};
 use crate::inputs::{
-    self, ApplyOptions, Audit, Cache, Config, DownloadOptions, FetchOptions, GitCredentials, GitOptions,
-    HostAllowlist, Layout, Plan, SandboxDest, Secret, Step, ZipLimits,
+    self, ApplyOptions, Audit, Config, DownloadOptions, FetchOptions, GitCredentials, GitOptions,
+    HostAllowlist, Layout, Plan, SandboxDest, Secret, ZipLimits,
 };
 use crate::manifest::{self, EnvPatch, SCRATCH_DIR};
 
@@ -56,9 +56,13 @@ pub fn environment(
     patch: Option<&EnvPatch>,
     init: &[(String, String)],
 ) -> Result<Vec<(String, String)>, String> {
+    // A variable the caller typed with --env is theirs to give, as with
+    // --pass-env: it passes. The allowlist is for what arrives in bulk:
+    // --env-file, manifests, the backend's init.env.
+    let typed = args.env.iter().filter_map(|pair| pair.split_once('=')).map(|(key, _)| key);
     let allow = Allowlist::new(
         !args.env_pipeline.no_default_env_allow,
-        args.env_pipeline.env_allow.iter().map(String::as_str),
+        args.env_pipeline.env_allow.iter().map(String::as_str).chain(typed.filter(|k| env::is_name(k))),
     )
     .map_err(|e| e.to_string())?;
     let patch_pairs = patch.map(EnvPatch::pairs).unwrap_or_default();
@@ -134,29 +138,66 @@ pub fn plan_config(manifest: &Path, allowed: &[PathBuf], base_url: Option<&str>)
     Ok(Config { host_paths, base_dir, base_url })
 }
 
+/// The user flags of `run` and `manifest check`.
+pub struct UserFlags<'a> {
+    pub name: &'a str,
+    /// `--user` was given (not defaulted).
+    pub name_given: bool,
+    pub uid: u32,
+    pub gid: u32,
+    pub home_path: Option<&'a str>,
+}
+
+impl<'a> UserFlags<'a> {
+    pub fn of(args: &'a RunArgs, given: &RunGiven) -> UserFlags<'a> {
+        UserFlags {
+            name: &args.user,
+            name_given: given.user,
+            uid: args.uid,
+            gid: args.gid.unwrap_or(args.uid),
+            home_path: args.home_path.as_deref(),
+        }
+    }
+}
+
+/// The user view of a run: the flags, then the manifest's envPatch, each
+/// checked as the sandbox will check it. Every provider's `run` and
+/// `manifest check` go through here, so check refuses what run refuses.
+pub fn user_view(flags: &UserFlags<'_>, patch: Option<&EnvPatch>) -> Result<UserView, String> {
+    let mut user = UserView::new(flags.name, flags.uid, flags.gid);
+    if let Some(home) = flags.home_path {
+        if !home.starts_with('/') {
+            return Err(format!("--home-path {home:?}: must be an absolute path"));
+        }
+        user.home = home.to_string();
+    }
+    let flag = if flags.home_path.is_some() { "--home-path" } else { "--user" };
+    user.validate().map_err(|e| format!("{flag}: {e}"))?;
+    if let Some(patch) = patch {
+        patch_user_view(&mut user, patch, flags)?;
+        user.validate().map_err(|e| format!("envPatch: {e}"))?;
+    }
+    Ok(user)
+}
+
 /// envPatch's HOME and USER move the user view too, so that `~` and
 /// USER_HOME stay one directory; a conflict with an explicit flag is an error.
-pub fn patch_user_view(
-    user: &mut UserView,
-    patch: &EnvPatch,
-    args: &RunArgs,
-    given: &RunGiven,
-) -> Result<(), String> {
+fn patch_user_view(user: &mut UserView, patch: &EnvPatch, flags: &UserFlags<'_>) -> Result<(), String> {
     if let Some(name) = &patch.user
         && *name != user.name
     {
-        if given.user {
+        if flags.name_given {
             return Err(format!("envPatch.USER {name:?} conflicts with --user {:?}", user.name));
         }
         user.name = name.clone();
-        if args.home_path.is_none() {
+        if flags.home_path.is_none() {
             user.home = format!("/home/{name}");
         }
     }
     if let Some(home) = &patch.home
         && *home != user.home
     {
-        if args.home_path.is_some() {
+        if flags.home_path.is_some() {
             return Err(format!("envPatch.HOME {home:?} conflicts with --home-path {:?}", user.home));
         }
         user.home = home.clone();
@@ -272,13 +313,7 @@ pub fn fetch_options(
         }
         None => std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty()),
     };
-    let needs_cache = plan.items().iter().any(|p| matches!(p.step, Step::Download { .. }));
-    let cache = if needs_cache {
-        let dir = args.inputs.inputs_cache.clone().unwrap_or_else(Cache::default_dir);
-        Some(Cache::open(&dir)?)
-    } else {
-        None
-    };
+    let cache = inputs::cache_for(plan, args.inputs.inputs_cache.as_deref()).map_err(|e| e.to_string())?;
 
     // Git credentials: init.env first, then this process's own variables.
     let mut git_env: Vec<(String, String)> = init_env.to_vec();

@@ -8,6 +8,8 @@
 
 use std::fmt;
 
+use super::Shown;
+
 /// The stable error codes of manifest parsing. The string forms are part of
 /// the interface (the backend and users match on them); never rename one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,9 +94,10 @@ impl ManifestError {
 
 impl fmt::Display for ManifestError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Subjects and messages may quote the manifest: one line, as it is.
         match &self.subject {
-            Some(subject) => write!(f, "{}:{}: {}", self.code, subject, self.message),
-            None => write!(f, "{}: {}", self.code, self.message),
+            Some(subject) => write!(f, "{}:{}: {}", self.code, Shown(subject), Shown(&self.message)),
+            None => write!(f, "{}: {}", self.code, Shown(&self.message)),
         }
     }
 }

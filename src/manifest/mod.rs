@@ -21,6 +21,7 @@
 
 mod error;
 mod parse;
+mod shown;
 
 use serde::Serialize;
 
@@ -28,6 +29,7 @@ use serde::Serialize;
 pub use error::{Code, ManifestError};
 #[allow(unused_imports)]
 pub use parse::{MAX_ITEMS, parse, parse_value};
+pub use shown::{Shown, shown};
 
 /// A validated `agentInputs` manifest.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

@@ -192,12 +192,8 @@ impl Lane {
         if !manifest.items.iter().any(landed::lands) {
             return Ok(Default::default());
         }
-        let needs_cache = plan.items().iter().any(|p| matches!(p.step, inputs::Step::Download { .. }));
-        let cache = if needs_cache {
-            Some(inputs::Cache::open(&d.cfg.state_dir.join("inputs-cache"))?)
-        } else {
-            None
-        };
+        let cache = inputs::cache_for(&plan, Some(&d.cfg.state_dir.join("inputs-cache")))
+            .map_err(|e| e.to_string())?;
         let token = d.cfg.auth_token.as_ref().map(|t| inputs::Secret::new(t.expose().to_string()));
         let redactor = d.redactor.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let git_env: Vec<(String, String)> = state

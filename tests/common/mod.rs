@@ -170,3 +170,83 @@ macro_rules! for_each_caller {
         }
     };
 }
+
+/// A sandbox started in the background with `--json-status-fd`: the
+/// launcher's pid and the host pid of the sandbox's PID 1. Killed on drop.
+pub struct Started {
+    pub child: std::process::Child,
+    /// The launcher (the shell wrapper execs it, so it keeps the pid).
+    pub launcher: u32,
+    pub pid1: u32,
+}
+
+impl Fixture {
+    /// `run --workspace WS --json-status-fd 3 EXTRA... -- COMMAND...` in the
+    /// background, with `env` added to the caller's environment; returns once
+    /// the command runs.
+    pub fn start(&self, extra: &[&str], command: &[&str], env: &[(&str, &str)]) -> Started {
+        // In the caller's own directory: the shell runs as the caller.
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let status = self.home.join(format!("status-{}.json", NEXT.fetch_add(1, Ordering::Relaxed)));
+        let quote = |s: &str| format!("'{}'", s.replace('\'', "'\\''"));
+        let mut line = format!(
+            "exec 3>{} && exec {} run --workspace {} --json-status-fd 3",
+            quote(status.to_str().unwrap()),
+            quote(binary().to_str().unwrap()),
+            quote(self.workspace.to_str().unwrap())
+        );
+        for a in extra.iter().chain(["--"].iter()).chain(command) {
+            line.push(' ');
+            line.push_str(&quote(a));
+        }
+        let mut cmd = self.caller.command(Path::new("/bin/sh"), &["-c", &line]);
+        cmd.current_dir(&self.dir).stdin(Stdio::null());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let pid1 = loop {
+            let text = std::fs::read_to_string(&status).unwrap_or_default();
+            if let Some(line) = text.lines().next() {
+                let v: serde_json::Value = serde_json::from_str(line).unwrap();
+                break v["child-pid"].as_u64().unwrap() as u32;
+            }
+            if let Ok(Some(st)) = child.try_wait() {
+                panic!("the sandbox ended before it started: {st:?}");
+            }
+            assert!(std::time::Instant::now() < deadline, "the sandbox never started");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        };
+        let launcher = child.id();
+        Started { child, launcher, pid1 }
+    }
+}
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The children of `pid`, with their state letters (`S`, `Z`, ...).
+pub fn children(pid: u32) -> Vec<(u32, char)> {
+    let list = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    list.split_whitespace()
+        .filter_map(|c| c.parse::<u32>().ok())
+        .map(|c| {
+            let stat = std::fs::read_to_string(format!("/proc/{c}/stat")).unwrap_or_default();
+            let state = stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next()).unwrap_or('?');
+            (c, state)
+        })
+        .collect()
+}
+
+/// `name value` lines (a probe's output) as pairs.
+pub fn pairs(stdout: &[u8]) -> Vec<(String, String)> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .filter_map(|l| l.split_once(' ').map(|(a, b)| (a.to_string(), b.to_string())))
+        .collect()
+}

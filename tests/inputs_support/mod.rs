@@ -388,16 +388,23 @@ impl Inputs {
         self.f.run(&args, &["sh", "-c", script])
     }
 
-    /// `run` with extra environment variables for the tool itself.
-    pub fn run_with_env(&self, extra: &[&str], script: &str, vars: &[(&str, &str)]) -> Output {
+    /// `run --workspace WS --manifest M --inputs-cache C --allow-host-path H
+    /// EXTRA -- COMMAND...`, not started.
+    pub fn command(&self, extra: &[&str], command: &[&str]) -> std::process::Command {
         let ws = self.f.workspace.to_str().unwrap();
         let (m, c, h) =
             (self.manifest.to_str().unwrap(), self.cache.to_str().unwrap(), self.host.to_str().unwrap());
         let mut args =
             vec!["run", "--workspace", ws, "--manifest", m, "--inputs-cache", c, "--allow-host-path", h];
         args.extend_from_slice(extra);
-        args.extend_from_slice(&["--", "sh", "-c", script]);
-        let mut cmd = self.f.command(&args);
+        args.push("--");
+        args.extend_from_slice(command);
+        self.f.command(&args)
+    }
+
+    /// `run` with extra environment variables for the tool itself.
+    pub fn run_with_env(&self, extra: &[&str], script: &str, vars: &[(&str, &str)]) -> Output {
+        let mut cmd = self.command(extra, &["sh", "-c", script]);
         for (k, v) in vars {
             cmd.env(k, v);
         }
@@ -431,4 +438,22 @@ impl Inputs {
         );
         err
     }
+}
+
+/// `git ARGS` in `dir` with a fixed identity and no system or user config;
+/// returns stdout, trimmed.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("HOME", dir)
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@example.org")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@example.org")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
 }

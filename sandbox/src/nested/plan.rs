@@ -44,6 +44,10 @@ pub(crate) fn prepare(
         })
         .unwrap_or_default();
 
+    // No nested tmpfs may be larger than the outer sandbox's own (each is
+    // memory the outer limits may not count, docs/security.md).
+    let tmpfs_cap = outer_spec.security.limits.tmpfs_size.unwrap_or(crate::limits::DEFAULT_TMPFS_SIZE);
+
     let mut mounts = Vec::with_capacity(req.ops.len());
     let mut detach = Vec::new();
     for op in &req.ops {
@@ -65,9 +69,14 @@ pub(crate) fn prepare(
                 }
             }
             Op::RemountRo { .. } => MountOp::RemountRo { dst },
-            Op::Tmpfs { mode, size, .. } => {
-                MountOp::Tmpfs { dst, mode: *mode, owned_by_user: false, size: *size }
-            }
+            // bubblewrap's `--size`, at most the outer sandbox's tmpfs size;
+            // without it, that size (Plan::prepare_nested).
+            Op::Tmpfs { mode, size, .. } => MountOp::Tmpfs {
+                dst,
+                mode: *mode,
+                owned_by_user: false,
+                size: size.map(|s| s.min(tmpfs_cap)),
+            },
             Op::Dir { mode, .. } => MountOp::Dir { dst, mode: *mode },
             Op::Symlink { target, .. } => MountOp::Symlink { target: target.clone(), dst },
             Op::Proc { .. } => MountOp::Proc { dst, mode: proc_mode },

@@ -2,10 +2,15 @@
 //! itself: at the first connection it forks the portal's server (see
 //! `worker`), which leaves the host and accepts every connection from then
 //! on, in the sandbox's namespaces; the launcher stops watching the socket
-//! until that server ends (then the next connection starts a new one).
+//! until that server ends. A server lives as long as the sandbox, so one
+//! that ends before failed (it could not enter the sandbox, say): the
+//! launcher then answers the connections waiting for it with an error,
+//! rather than fork servers for them in a loop, and the connection after
+//! those starts a new server.
 
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 
+use super::wire::{self, Reply};
 use super::{Context, worker};
 use crate::launch::Portal;
 use crate::prepare::Plan;
@@ -18,12 +23,14 @@ pub(crate) struct Server<'a> {
     plan: &'a Plan,
     /// The portal's server process, while it runs.
     server: Option<libc::pid_t>,
+    /// The last server ended early: refuse the connections waiting now.
+    failed: bool,
 }
 
 impl<'a> Server<'a> {
     /// Serves `listener` for the sandbox of `spec`, prepared as `plan`.
     pub(crate) fn new(listener: &'a OwnedFd, spec: &'a SandboxSpec, plan: &'a Plan) -> Self {
-        Server { listener: listener.as_raw_fd(), spec, plan, server: None }
+        Server { listener: listener.as_raw_fd(), spec, plan, server: None, failed: false }
     }
 }
 
@@ -33,6 +40,15 @@ impl Portal for Server<'_> {
     }
 
     fn accept(&mut self, pid1: libc::pid_t) {
+        if std::mem::take(&mut self.failed) {
+            // The listening socket is non-blocking: this takes what waits.
+            while let Ok(conn) = sys::accept(self.listener) {
+                let text = "the nested-sandbox server could not start in this sandbox (the launcher's \
+                            stderr says why)";
+                wire::send_reply(conn.as_fd(), &Reply::Error(text.into()));
+            }
+            return;
+        }
         // SAFETY: getpid cannot fail.
         let monitor = unsafe { libc::getpid() };
         let ctx = Context { spec: self.spec, plan: self.plan, pid1 };
@@ -48,9 +64,15 @@ impl Portal for Server<'_> {
 
     fn reap(&mut self) {
         if let Some(pid) = self.server
-            && matches!(sys::waitpid(pid, libc::WNOHANG), Ok((p, _)) if p == pid)
+            && let Ok((p, status)) = sys::waitpid(pid, libc::WNOHANG)
+            && p == pid
         {
             self.server = None;
+            self.failed = true;
+            tracing::warn!(
+                "nested sandboxes: the portal's server ended (status {}); the waiting requests are refused",
+                sys::exit_code_of(status)
+            );
         }
     }
 }

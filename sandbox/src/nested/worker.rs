@@ -48,10 +48,11 @@ pub(crate) fn server(listener: RawFd, ctx: &Context<'_>, monitor: libc::pid_t) -
 }
 
 fn serve(listener: RawFd, ctx: &Context<'_>, monitor: libc::pid_t) -> i32 {
-    if leave_host(listener, ctx, monitor).is_err() {
-        // Nothing to tell anyone: the front end that woke the launcher
-        // finds the connection refused or unanswered, and the launcher
-        // forks a server again at the next request.
+    if let Err(e) = leave_host(listener, ctx, monitor) {
+        // On the launcher's stderr (ours until leave_host replaced it), as
+        // the launcher logs; the launcher answers the waiting front ends
+        // once it has reaped this process.
+        tracing::warn!("nested sandboxes: the portal's server cannot enter the sandbox: {e}");
         return 1;
     }
     // The pipe's write end is this process's life: the acceptor checks it

@@ -173,6 +173,40 @@ pub(crate) fn compile(
     Ok(Some(Program { filter }))
 }
 
+/// What the sandbox's PID 1 calls once the command runs: waiting, relaying
+/// signals, the exit pipe's write, leaving. Anything else kills it (and
+/// with it the whole sandbox): whatever made it call something else is not
+/// the reaper any more.
+const REAPER_SYSCALLS: &[&str] = &[
+    "wait4",
+    "waitid",
+    "kill",
+    "write",
+    "rt_sigreturn",
+    "rt_sigprocmask",
+    "restart_syscall",
+    "exit",
+    "exit_group",
+];
+
+/// PID 1's own filter: an allowlist of [`REAPER_SYSCALLS`], stricter than
+/// any profile the command may run under.
+pub(crate) fn reaper() -> Program {
+    let arch = profile::Arch::NATIVE;
+    let rules: Vec<Rule> = REAPER_SYSCALLS
+        .iter()
+        .filter_map(|name| arch.syscall_nr(name))
+        .map(|nr| Rule { nr, conds: Vec::new(), ret: bpf::RET_ALLOW })
+        .collect();
+    let filter = bpf::compile(&bpf::Filter {
+        audit_arch: arch.audit(),
+        reject_x32: arch == profile::Arch::X86_64,
+        rules: &rules,
+        default: bpf::RET_KILL_PROCESS,
+    });
+    Program { filter }
+}
+
 fn socket_rules(sockets: Sockets, arch: profile::Arch) -> Vec<Rule> {
     let allowed: &[u64] = match sockets {
         Sockets::Profile => return Vec::new(),
@@ -299,6 +333,17 @@ mod tests {
         assert_eq!(run(&p, "socket", [libc::AF_INET as u64, 1, 0, 0, 0, 0]), eaf);
         assert_eq!(run(&p, "socket", [libc::AF_INET6 as u64, 1, 0, 0, 0, 0]), eaf);
         assert_eq!(run(&p, "socket", [libc::AF_UNIX as u64, 1, 0, 0, 0, 0]), bpf::RET_ALLOW);
+    }
+
+    #[test]
+    fn the_reaper_filter_allows_only_the_reaper_loop() {
+        let p = reaper().filter;
+        for name in REAPER_SYSCALLS.iter().filter(|n| Arch::NATIVE.syscall_nr(n).is_some()) {
+            assert_eq!(run(&p, name, [0; 6]), bpf::RET_ALLOW, "{name}");
+        }
+        for name in ["read", "openat", "mmap", "mprotect", "ptrace", "unshare", "mount", "execve", "clone"] {
+            assert_eq!(run(&p, name, [0; 6]), bpf::RET_KILL_PROCESS, "{name}");
+        }
     }
 
     #[test]
