@@ -49,6 +49,88 @@ for_each_caller!(nested_commands_run_under_the_outer_seccomp_profile, |caller: C
     }
 });
 
+/// Starts nested sandboxes and, meanwhile, opens the `environ`, `maps` and
+/// `mem` of every process that appears next to them and reads them for the
+/// caller's secret (whose two halves are its first arguments, so that its
+/// own command line, in every copy of the launcher, does not hold it).
+const STEAL: &str = r#"
+import os, subprocess, sys
+secret = (sys.argv[1] + sys.argv[2]).encode()
+opened, found = 0, set()
+def scan(env, maps, mem):
+    hits = set()
+    if secret in os.read(env, 1 << 20):
+        hits.add("environ")
+    text = b""
+    while chunk := os.read(maps, 65536):
+        text += chunk
+    for line in text.decode().splitlines():
+        (lo, hi), perms = line.split()[0].split("-"), line.split()[1]
+        lo, hi = int(lo, 16), int(hi, 16)
+        if "r" in perms and hi - lo <= 64 << 20:
+            try:
+                os.lseek(mem, lo, 0)
+                if secret in os.read(mem, hi - lo):
+                    hits.add("mem")
+            except OSError:
+                pass
+    return hits
+for _ in range(int(sys.argv[3])):
+    p = subprocess.Popen(["bwrap", "--ro-bind", "/", "/", "--unshare-user", "--", "/bin/true"])
+    while p.poll() is None:
+        for pid in range(p.pid + 1, p.pid + 6):
+            try:
+                fds = [os.open(f"/proc/{pid}/{n}", os.O_RDONLY) for n in ("environ", "maps", "mem")]
+            except OSError:
+                continue
+            opened += 1
+            try:
+                found |= scan(*fds)
+            except OSError:
+                pass
+            for fd in fds:
+                os.close(fd)
+    p.wait()
+print("found=" + ",".join(sorted(found)))
+"#;
+
+// Without Landlock nothing but dumpability keeps the outer command out of
+// the portal's processes, each a copy of the launcher's memory with the
+// caller's environment: a nested sandbox's PID 1 that was dumpable while it
+// wrote its id maps showed it (`environ`) to a command racing it.
+for_each_caller!(nested_sandboxes_show_the_command_nothing_of_the_callers_environment, |caller: Caller| {
+    let f = Fixture::new(caller);
+    std::fs::write(f.workspace.join("steal.py"), STEAL).unwrap();
+    let (head, tail) = common::LEAK_MARKER.1.split_at(6);
+    let out = f.run(&["--landlock", "off"], &["python3", "/workspace/steal.py", head, tail, "100"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "found=\n", "{}", stderr(&out));
+});
+
+// A nested sandbox's tmpfs, and its root, which stays writable, are memory
+// like the sandbox's own: no larger than `--tmpfs-size`, whatever `--size`
+// asks for (a smaller one is kept).
+#[test]
+fn nested_tmpfs_are_no_larger_than_the_sandboxs() {
+    let f = Fixture::new(Caller::Unprivileged);
+    let fill = |path: &str| format!("head -c 20000000 /dev/zero > {path} 2>/dev/null; stat -c %s {path}");
+    let root = "--ro-bind /usr /usr --dev /dev --symlink usr/bin /bin --symlink usr/lib /lib \
+                --symlink usr/lib64 /lib64";
+    let script = [
+        format!("bwrap --ro-bind / / --dev /dev --size 67108864 --tmpfs /tmp -- sh -c '{}'", fill("/tmp/f")),
+        format!("bwrap --ro-bind / / --dev /dev --size 1000000 --tmpfs /tmp -- sh -c '{}'", fill("/tmp/f")),
+        format!("bwrap --ro-bind / / --dev /dev --tmpfs /tmp -- sh -c '{}'", fill("/tmp/f")),
+        format!("bwrap {root} -- sh -c '{}'", fill("/big")),
+    ]
+    .join("; ");
+    // Landlock would keep the nested command from writing to its root.
+    let out = f.run(&["--tmpfs-size", "8M", "--landlock", "off"], &["sh", "-c", &script]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let pages = |n: u64| n.div_ceil(4096) * 4096;
+    let want = [8 << 20, pages(1_000_000), 8 << 20, 8 << 20].map(|n: u64| n.to_string()).join("\n") + "\n";
+    assert_eq!(String::from_utf8_lossy(&out.stdout), want, "{}", stderr(&out));
+}
+
 #[test]
 fn nested_off_leaves_bwrap_out() {
     let f = Fixture::new(Caller::Root);

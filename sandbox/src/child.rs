@@ -313,15 +313,37 @@ fn enter_userns<'a>(
     let Some((uid_map, gid_map)) = &nested.userns else { return Ok(()) };
     let what = "create the user namespace";
     sys::unshare(libc::CLONE_NEWUSER).map_err(|e| fail(what, "unshare(CLONE_NEWUSER)", c"", e))?;
-    // Our /proc files belong to us only while we are dumpable (the launcher's
-    // worker was not); COMMAND's exec decides for itself again anyway.
-    sys::prctl(libc::PR_SET_DUMPABLE, 1).map_err(|e| fail(what, "prctl(PR_SET_DUMPABLE)", c"", e))?;
-    for (name, contents) in [
+    let files = [
         (c"self/setgroups", c"deny"),
         (c"self/uid_map", uid_map.as_c_str()),
         (c"self/gid_map", gid_map.as_c_str()),
-    ] {
-        let file = sys::openat(proc, name, libc::O_WRONLY, 0).map_err(|e| fail(what, "open", name, e))?;
+    ];
+    let open_all = || -> Result<[OwnedFd; 3], (&'static CStr, Errno)> {
+        let open = |(name, _): (&'static CStr, &CStr)| {
+            sys::openat(proc, name, libc::O_WRONLY, 0).map_err(|e| (name, e))
+        };
+        Ok([open(files[0])?, open(files[1])?, open(files[2])?])
+    };
+    // This process is not dumpable (the portal's worker was not), so its
+    // /proc files belong to the root of the launcher's user namespace:
+    // ours to open when that is who we are (a root or nested-root owner).
+    // Otherwise they are ours only while we are dumpable, and then the
+    // outer sandbox's processes may open them too, Landlock aside, and
+    // read this copy of the launcher's memory: dumpable for the opens
+    // alone, never while anything else happens (the writes only need the
+    // open descriptors).
+    let opened = match open_all() {
+        Err((_, Errno::EACCES)) => {
+            sys::prctl(libc::PR_SET_DUMPABLE, 1)
+                .map_err(|e| fail(what, "prctl(PR_SET_DUMPABLE, 1)", c"", e))?;
+            let opened = open_all();
+            crate::confine::make_undumpable().map_err(|e| fail(what, "prctl(PR_SET_DUMPABLE, 0)", c"", e))?;
+            opened
+        }
+        other => other,
+    };
+    let opened = opened.map_err(|(name, e)| fail(what, "open", name, e))?;
+    for (file, (name, contents)) in opened.iter().zip(files) {
         sys::write_all(file.as_raw_fd(), contents.to_bytes()).map_err(|e| fail(what, "write", name, e))?;
     }
     let (uid, gid) = nested.inner_ids;

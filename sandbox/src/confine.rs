@@ -22,6 +22,12 @@
 //!   allocator's free pages (glibc's `malloc_trim`);
 //! * then the reaper installs its own seccomp filter
 //!   ([`crate::seccomp::reaper`]), an allowlist of what its loop calls.
+//!
+//! The nested-sandbox portal's server is a copy of the launcher too, and
+//! so is every process it forks, down to a nested sandbox's PID 1, which
+//! must be dumpable for an instant to open its id-map files (child.rs):
+//! the server wipes the caller's environment from its copy first
+//! ([`forget_inherited`]).
 
 use std::ffi::c_char;
 use std::os::fd::AsRawFd;
@@ -48,19 +54,32 @@ pub(crate) fn make_undumpable() -> Result<(), Errno> {
 /// `env` and `stack` are the command's environment block and the stack
 /// PID 2 started on.
 pub(crate) fn forget(env: &EnvBlock, stack: &sys::ChildStack) {
-    match inherited_block() {
-        Some(block) => wipe_inherited(block),
-        None => wipe_environ(),
-    }
+    forget_inherited(Some(INIT_NAME));
     // SAFETY: PID 2 has executed; nothing reads its environment block or
     // its stack in this process any more, and PID 1 never drops its plan.
     unsafe {
         env.wipe();
         stack.release();
     }
+    trim_heap();
+}
+
+/// Wipes the environment block this process inherited from the caller
+/// (every copy of the launcher has it) and, given a `name` for
+/// `/proc/PID/cmdline`, the arguments too. Nothing may read the process's
+/// environment (or arguments) afterwards: `std::env::var` finds nothing.
+pub(crate) fn forget_inherited(name: Option<&[u8]>) {
+    match inherited_block() {
+        Some(block) => wipe_inherited(block, name),
+        None => wipe_environ(),
+    }
+}
+
+/// Returns the allocator's free pages (best effort).
+pub(crate) fn trim_heap() {
     #[cfg(target_env = "gnu")]
     // SAFETY: glibc's own trimming of its free lists; no allocation is live
-    // in another thread (this process has one).
+    // in another thread (the callers are single-threaded).
     unsafe {
         libc::malloc_trim(0);
     }
@@ -97,18 +116,20 @@ fn parse_stat(stat: &[u8]) -> Option<[usize; 4]> {
     (arg_start < arg_end && arg_end <= env_start && env_start <= env_end).then_some(out)
 }
 
-fn wipe_inherited([arg_start, arg_end, env_start, env_end]: [usize; 4]) {
+fn wipe_inherited([arg_start, arg_end, env_start, env_end]: [usize; 4], name: Option<&[u8]>) {
     // SAFETY: the kernel's bounds of the argument and environment strings
     // it copied onto this process's initial stack (writable memory that
-    // stays mapped). Nothing in PID 1 reads its arguments or environment
-    // again, and no Rust reference to these bytes is alive here.
+    // stays mapped). Nothing in the caller reads what it wipes again, and
+    // no Rust reference to these bytes is alive here.
     unsafe {
-        let args = std::slice::from_raw_parts_mut(arg_start as *mut u8, arg_end - arg_start);
-        args.zeroize();
-        // A name for `ps`; the last byte stays NUL, so the kernel shows
-        // exactly this area as the command line.
-        let n = INIT_NAME.len().min(args.len() - 1);
-        args[..n].copy_from_slice(&INIT_NAME[..n]);
+        if let Some(name) = name {
+            let args = std::slice::from_raw_parts_mut(arg_start as *mut u8, arg_end - arg_start);
+            args.zeroize();
+            // A name for `ps`; the last byte stays NUL, so the kernel shows
+            // exactly this area as the command line.
+            let n = name.len().min(args.len() - 1);
+            args[..n].copy_from_slice(&name[..n]);
+        }
         std::slice::from_raw_parts_mut(env_start as *mut u8, env_end - env_start).zeroize();
     }
 }
@@ -120,7 +141,7 @@ unsafe extern "C" {
 /// Without `/proc`: the strings `environ` points to.
 fn wipe_environ() {
     // SAFETY: `environ` is a NULL-terminated array of NUL-terminated
-    // strings (libc's contract); nothing in PID 1 reads the environment
+    // strings (libc's contract); nothing in this process reads the environment
     // again. The strings may be the initial stack's or the allocator's,
     // both writable.
     unsafe {

@@ -76,14 +76,19 @@ impl std::fmt::Display for Enforcement {
 
 /// Kernel ABI version, or the errno of the probe (ENOSYS: not built,
 /// EOPNOTSUPP: built but not enabled at boot).
+/// Probed once per process: a nested sandbox's worker decides as its
+/// launcher did, after its copy of the launcher's environment is wiped.
 pub fn probe_abi() -> Result<i32, Errno> {
-    if let Ok(v) = std::env::var(TEST_ABI_ENV) {
-        return match v.parse::<i32>() {
-            Ok(n) if n > 0 => Ok(n),
-            _ => Err(Errno::EOPNOTSUPP),
-        };
-    }
-    sys::landlock_abi_version()
+    static ABI: std::sync::OnceLock<Result<i32, Errno>> = std::sync::OnceLock::new();
+    *ABI.get_or_init(|| {
+        if let Ok(v) = std::env::var(TEST_ABI_ENV) {
+            return match v.parse::<i32>() {
+                Ok(n) if n > 0 => Ok(n),
+                _ => Err(Errno::EOPNOTSUPP),
+            };
+        }
+        sys::landlock_abi_version()
+    })
 }
 
 /// Why a probe failed, for messages.

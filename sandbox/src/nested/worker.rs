@@ -209,6 +209,13 @@ fn serve_one(conn: &OwnedFd, ctx: &Context<'_>, life: OwnedFd) -> i32 {
 
 /// Everything the worker gives up before it reads the request.
 fn leave_host(listener: RawFd, ctx: &Context<'_>, monitor: libc::pid_t) -> Result<(), String> {
+    // This process and every one it forks (down to a nested sandbox's
+    // PID 1, dumpable for an instant: child.rs) are copies of the
+    // launcher's memory: the caller's whole environment goes first (found
+    // through the host's /proc, before the sandbox's mount namespace hides
+    // this process's pid). Its arguments are anyone's to read in /proc.
+    crate::confine::forget_inherited(None);
+    crate::confine::trim_heap();
     // Not in the launcher's session or process group (the caller's
     // terminal), and gone with the launcher.
     let _ = sys::setsid();
