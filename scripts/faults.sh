@@ -20,6 +20,8 @@ tests=(
     "proxy_link:reconnect_delivers_queued_replies_in_order backoff_is_reset_only_by_a_registered_connection second_daemon_with_the_same_state_refuses_to_start"
     "proxy_runs:malformed_controls_are_refused_and_touch_nothing idle_runs_expire_only_when_configured keepalive_expiry_removes_the_native_instance"
     "proxy_acp:native_agent_end_to_end"
+    "launcher_kill:"
+    "crash_litter:a_run_killed_mid_extraction_leaves_litter_the_next_run_removes a_live_writers_staging_entry_is_left_alone"
 )
 
 cargo build --tests --locked -q
