@@ -15,12 +15,14 @@
 # (an earlier commit, same archive), and `unzip -q` (the anchor). One
 # warm-up round; the trees are compared with `diff -r` at the end.
 # Prints the machine, a Markdown table (median, p10, p90, peak RSS from
-# wait4) and each median over unzip's (target: <= 0.5, twice its speed).
+# GNU time) and each median over unzip's (target: <= 0.5, twice its speed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs="${1:-15}"
 
-command -v unzip >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq unzip; }
+for tool in unzip:unzip /usr/bin/time:time; do
+    command -v "${tool%%:*}" >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${tool##*:}"; }
+done
 cargo build --release --quiet --bin tuixiu-sandbox-full
 bin="$PWD/target/release/tuixiu-sandbox-full"
 
@@ -46,12 +48,15 @@ def once(cmd, d):
     shutil.rmtree(d, ignore_errors=True)
     os.mkdir(d)
     subprocess.run(["sync"], check=True)
+    # GNU time reports the command's peak RSS (a child forked from this
+    # Python would carry Python's own into its ru_maxrss); it adds the
+    # same small start to every command.
+    rss = os.path.join(work, "rss")
     t = time.perf_counter()
-    p = subprocess.Popen(cmd)
-    _, status, usage = os.wait4(p.pid, 0)
+    subprocess.run(["/usr/bin/time", "-f", "%M", "-o", rss] + cmd, check=True)
     elapsed = time.perf_counter() - t
-    assert os.waitstatus_to_exitcode(status) == 0, cmd
-    return elapsed, usage.ru_maxrss
+    with open(rss) as f:
+        return elapsed, int(f.read().split()[-1])
 
 samples = {name: [] for name, _, _ in commands}
 rss = {name: 0 for name, _, _ in commands}

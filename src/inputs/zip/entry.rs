@@ -126,7 +126,8 @@ pub(super) fn write_entry(
     s: &mut Scratch,
     stop: &AtomicUsize,
 ) -> Result<u64, Failed> {
-    let corrupt = |e: &dyn std::fmt::Display| ZipError::Invalid(format!("zip entry corrupt: {}: {e}", entry.shown));
+    let corrupt =
+        |e: &dyn std::fmt::Display| ZipError::Invalid(format!("zip entry corrupt: {}: {e}", entry.shown));
     let mut raw = zip
         .by_index_raw(entry.index)
         .map_err(|e| ZipError::Invalid(format!("zip entry unreadable: {}: {e}", entry.shown)))?;
@@ -212,7 +213,11 @@ pub(super) fn size_lie(entry: &Entry) -> ZipError {
 fn flush(file: &mut File, bytes: &[u8], crc: &mut crc32fast::Hasher, entry: &Entry) -> Result<(), ZipError> {
     crc.update(bytes);
     file.write_all(bytes).map_err(|e| {
-        ZipError::Fs(fsx::fs_err("write", &entry.path, Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO))))
+        ZipError::Fs(fsx::fs_err(
+            "write",
+            &entry.path,
+            Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
+        ))
     })
 }
 

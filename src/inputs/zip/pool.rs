@@ -59,9 +59,8 @@ pub(super) fn run(
     std::thread::scope(|scope| {
         for _ in 1..workers {
             // A thread that cannot be started leaves its share to the others.
-            let started = std::thread::Builder::new()
-                .name("zip-extract".into())
-                .spawn_scoped(scope, || work(&shared));
+            let started =
+                std::thread::Builder::new().name("zip-extract".into()).spawn_scoped(scope, || work(&shared));
             if started.is_err() {
                 break;
             }
