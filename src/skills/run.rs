@@ -303,6 +303,7 @@ pub async fn execute(
         format!("cannot start {} __exec: {}", launcher.display(), sandbox::error::io_error_text(&e))
     })?;
     drop(spec_fd);
+    tracing::debug!("{}: the launcher was started in {:?}", paths.dir.display(), started.elapsed());
     let pid = child.id().map(|p| p as libc::pid_t);
     let signal = |sig: libc::c_int| {
         if let Some(pid) = pid {
