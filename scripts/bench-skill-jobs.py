@@ -17,6 +17,13 @@ Starts `tuixiu-sandbox skills serve` on a free port with the test skill
 
     bench-skill-jobs.py [--bin target/release/tuixiu-sandbox] [-n 40]
 
+Where the overhead goes, per job: run the server with
+`TUIXIU_LOG=tuixiu_sandbox=debug` (KEEP_SERVER_LOG=FILE keeps its log):
+it logs the upload's extraction and run creation, the run's prepare,
+engine and finish phases, how long starting the launcher took, and when
+the launcher started and was reaped in ns since the epoch (the stub's
+report.json has its own start and end on the same clock).
+
 Prints a Markdown table for docs/benchmarks.md. Run as root (the server
 maps the sandbox user onto the caller, any caller works).
 """
@@ -38,6 +45,7 @@ import zipfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
+TARGET = 0.025  # overhead median, seconds (issue 18; issue 8 asked for 50 ms)
 
 
 def http(addr, method, path, body=None, content_type=None):
@@ -181,10 +189,11 @@ def main():
                         ("anchor: the stub as a plain host subprocess", a)]:
             print(f"| {name} | {ms(s['median'])} | {ms(s['p10'])} | {ms(s['p90'])} | {ms(s['mean'])} |")
         print(f"\nratio job total / anchor (medians): {t['median'] / a['median']:.2f}")
-        print(f"overhead median {ms(o['median'])} ms: {'PASS' if o['median'] < 0.050 else 'FAIL'} (target < 50 ms)")
+        print(f"overhead median {ms(o['median'])} ms: {'PASS' if o['median'] < TARGET else 'FAIL'} "
+              f"(target < {TARGET * 1000:.0f} ms, issue 18)")
         print(f"\n{opts.concurrent} concurrent jobs (8 engines at a time): {succeeded}/{opts.concurrent} succeeded, "
               f"none lost: {'PASS' if succeeded == opts.concurrent else 'FAIL'}; wall {wall:.2f} s")
-        return 0 if o["median"] < 0.050 and succeeded == opts.concurrent else 1
+        return 0 if o["median"] < TARGET and succeeded == opts.concurrent else 1
     finally:
         if os.environ.get("KEEP_SERVER_LOG"):
             shutil.copy(os.path.join(tmp, "server.log"), os.environ["KEEP_SERVER_LOG"])

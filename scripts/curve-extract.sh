@@ -5,6 +5,7 @@
 #
 #   scripts/curve-extract.sh            (about 10 minutes on 2 cores)
 #   ROUNDS=3 MAX_MB=256 scripts/curve-extract.sh   (more rounds, smaller top)
+#   PLOT_ONLY=1 scripts/curve-extract.sh        (redraw the SVGs from the CSV)
 #
 # Size sweep: 64 files of text-like data (scripts/make-zip.py, level 6)
 # sized so the archive is about 1, 4, 16, 64, 256, 1024 MB. Count sweep:
@@ -18,6 +19,8 @@ cd "$(dirname "$0")/.."
 rounds="${ROUNDS:-2}"
 max_mb="${MAX_MB:-1024}"
 
+csv=docs/plots/extract.csv
+if [ -z "${PLOT_ONLY:-}" ]; then
 for tool in unzip:unzip /usr/bin/time:time; do
     command -v "${tool%%:*}" >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${tool##*:}"; }
 done
@@ -26,7 +29,6 @@ bin="$PWD/target/release/tuixiu-sandbox-full"
 work="$(mktemp -d /dev/shm/tuixiu-curve-extract.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
 mkdir -p docs/plots
-csv=docs/plots/extract.csv
 
 python3 - "$bin" "$work" "$rounds" "$max_mb" "$csv" <<'PY'
 import csv, os, shutil, statistics, subprocess, sys, time
@@ -83,6 +85,7 @@ with open(out_csv, "w", newline="") as f:
     w.writeheader()
     w.writerows(rows)
 PY
+fi
 
 plot() { python3 scripts/plot.py "$csv" --label ours_ms=tuixiu-sandbox --label unzip_ms="unzip -q" \
     --label ours_rss_mib=tuixiu-sandbox --label unzip_rss_mib="unzip -q" "$@"; }

@@ -4,6 +4,7 @@
 #
 #   scripts/curve-manifest.sh            (a few minutes on 2 cores)
 #   ROUNDS=20 scripts/curve-manifest.sh  (more rounds per point)
+#   PLOT_ONLY=1 scripts/curve-manifest.sh  (redraw the SVGs from the CSV)
 #
 # Items: N `writeFile` items of 1 KiB each into the sandbox's tmpfs home
 # (`notes/dK/fNNNN.md`, 10 directories). Bytes: one `copy` of a host
@@ -17,12 +18,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds="${ROUNDS:-10}"
 
+csv=docs/plots/manifest.csv
+if [ -z "${PLOT_ONLY:-}" ]; then
 cargo build --release --quiet
 bin="$PWD/target/release/tuixiu-sandbox"
 work="$(mktemp -d /tmp/tuixiu-curve-manifest.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
 mkdir -p docs/plots "$work/ws"
-csv=docs/plots/manifest.csv
 
 python3 - "$bin" "$work" "$rounds" "$csv" <<'PY'
 import csv, json, os, shutil, statistics, subprocess, sys, time
@@ -74,6 +76,7 @@ with open(out_csv, "w", newline="") as f:
     w.writeheader()
     w.writerows(rows)
 PY
+fi
 
 plot() { python3 scripts/plot.py "$csv" --label apply_ms="added by the manifest" \
     --label run_ms="run -- true (anchor)" --label manifest_run_ms="run --manifest" "$@"; }

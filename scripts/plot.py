@@ -19,8 +19,8 @@ import csv
 import math
 import sys
 
-W, H = 720, 440
-LEFT, RIGHT, TOP, BOTTOM = 78, 170, 40, 58
+W, H = 780, 440
+LEFT, RIGHT, TOP, BOTTOM = 78, 230, 40, 58
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
 
 
