@@ -27,6 +27,7 @@ case "$1" in
   stop) echo "Error response from daemon: cannot stop container: boom" >&2; exit 1 ;;
   ps) ;;
   run) exit 0 ;;
+  version) echo 20.10.24 ;;
   *) echo "fake docker: unexpected $1" >&2; exit 1 ;;
 esac
 "#;
@@ -204,7 +205,9 @@ fn variables_travel_only_in_the_env_file() {
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     let calls = fake.calls();
-    assert_eq!(calls.len(), 1, "{calls:?}");
+    // The run, then the check that the engine is still there.
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert_eq!(calls[1], ["version", "--format", "{{.Server.Version}}"]);
     let argv = &calls[0];
     assert!(argv.iter().all(|a| !a.contains("sk-fake")), "{argv:?}");
     assert!(argv.iter().any(|a| a.starts_with("--env-file=/dev/fd/")), "{argv:?}");

@@ -394,3 +394,41 @@ async fn malformed_messages_are_dropped_or_answered() {
     assert!(log.contains("not JSON") && log.contains("unknown message type \"bogus\""), "{log}");
     assert!(daemon.stop().success());
 }
+
+/// A backend that accepts the WebSocket but closes it before `register_ack`
+/// does not reset the reconnect backoff: the delays grow. Once a connection
+/// is registered, the next reconnect starts from the shortest delay again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backoff_is_reset_only_by_a_registered_connection() {
+    let backend = Backend::start().await;
+    backend.set_on_register(OnRegister::Close(1011, "try again later".into()));
+    let s = Scratch::new("backoff");
+    let cfg = s.config(&backend.url, "reconnect_max_seconds = 8", "");
+    let mut daemon = Daemon::start(&s, "proxy", &cfg);
+    backend.registered(0, 20 * SECS).await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let starts: Vec<std::time::Instant> =
+        backend.received().iter().filter(|r| r.msg["type"] == "register_agent").map(|r| r.at).collect();
+    // Delays of [d/2, d] for d = 1, 2, 4, 8 s: at most 4 connections in
+    // 6 s (a reset after every connect would make one every 0.5 s at most).
+    assert!((2..=4).contains(&starts.len()), "{} connections in 6 s: the backoff was reset", starts.len());
+    let gaps: Vec<Duration> = starts.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(gaps.windows(2).all(|g| g[1] >= g[0] / 2), "the delays do not grow: {gaps:?}");
+    assert!(gaps.last().unwrap() >= &Duration::from_millis(900), "{gaps:?}");
+    // A registered connection resets it: after a drop, it is back at once.
+    backend.set_on_register(OnRegister::Ack);
+    let n = backend.connections();
+    backend
+        .wait_for("a registered connection", 20 * SECS, |r| r.conn >= n && r.msg["type"] == "register_agent")
+        .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let dropped_at = std::time::Instant::now();
+    backend.drop_conn();
+    backend
+        .wait_for("the reconnect after the drop", 10 * SECS, |r| {
+            r.conn > n && r.msg["type"] == "register_agent"
+        })
+        .await;
+    assert!(dropped_at.elapsed() < Duration::from_secs(2), "not reset: {:?}", dropped_at.elapsed());
+    assert!(daemon.stop().success());
+}

@@ -274,20 +274,34 @@ async fn keepalive_expiry_removes_the_native_instance() {
             statuses(&backend, "tuixiu-run-k1").last().map(String::as_str) == Some("missing")
         })
         .await;
-    assert!(!s.state.join("runs/k1.json").exists());
     assert!(!s.state.join("native/tuixiu-run-k1").exists(), "instance record removed");
+    // The run is kept (tests/proxy_acp.rs resumes one after expiry).
+    let kept: Value = serde_json::from_slice(&std::fs::read(s.state.join("runs/k1.json")).unwrap()).unwrap();
+    assert_eq!(kept["init"]["env"]["OPENAI_API_KEY"], SECRET, "the run's init is kept");
+    assert_eq!(kept["expires_at_ms"], Value::Null);
     let r = backend.control(json!({"action":"inspect","run_id":"k1"})).await;
     assert_eq!(r["status"], "missing");
+    // `remove` forgets it.
+    let r = backend.control(json!({"action":"remove","run_id":"k1"})).await;
+    assert_eq!(r["ok"], true, "{r}");
+    assert!(!s.state.join("runs/k1.json").exists());
     assert!(daemon.stop().success());
 }
 
+/// By default (as the Node proxy) an idle run never expires; with
+/// `expire_idle_runs = true` its instance goes after the TTL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn idle_runs_expire_without_acp_close() {
+async fn idle_runs_expire_only_when_configured() {
     let backend = Backend::start().await;
     let s = Scratch::new("idle");
-    let cfg = s.config(&backend.url, "", "");
-    let _daemon = Daemon::start(&s, "proxy", &cfg);
+    let default = Daemon::start(&s, "default", &s.config(&backend.url, "", ""));
     backend.registered(0, 20 * SECS).await;
+    open(&backend, "i0", 1).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(statuses(&backend, "tuixiu-run-i0"), ["running"], "an idle run expired by default");
+    drop(default);
+    let _daemon = Daemon::start(&s, "expiring", &s.config(&backend.url, "expire_idle_runs = true", ""));
+    backend.registered(1, 20 * SECS).await;
     open(&backend, "i1", 2).await;
     backend
         .wait_for("missing after the idle TTL", 15 * SECS, |_| {
@@ -601,5 +615,141 @@ async fn windows_host_paths_are_mapped_before_any_check() {
     let bad = backend.wait_type("acp_opened", "run_id", &json!("w2"), 60 * SECS).await;
     assert_eq!(bad["ok"], false);
     assert!(bad["error"].as_str().unwrap().contains("agentInputs item ws: source.path"), "{bad}");
+    assert!(daemon.stop().success());
+}
+
+/// A control whose required fields are missing or malformed is refused,
+/// naming the field, and touches nothing: every action, and the shapes of
+/// `expected_instances` that once read as "none expected" and removed
+/// every instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_controls_are_refused_and_touch_nothing() {
+    let backend = Backend::start().await;
+    let s = Scratch::new("malformed-controls");
+    let cfg = s.config(&backend.url, "", "");
+    let mut daemon = Daemon::start(&s, "proxy", &cfg);
+    backend.registered(0, 20 * SECS).await;
+    for run in ["m1", "m2"] {
+        open(&backend, run, 600).await;
+    }
+    let intact = |what: &str| {
+        for run in ["m1", "m2"] {
+            assert!(s.state.join(format!("native/tuixiu-run-{run}")).is_dir(), "{what}: instance {run} gone");
+            assert!(s.state.join(format!("runs/{run}.json")).is_file(), "{what}: run {run} forgotten");
+            assert!(s.root.join(format!("run-{run}")).is_dir(), "{what}: workspace {run} gone");
+            let rec: Value = serde_json::from_slice(
+                &std::fs::read(s.state.join(format!("native/tuixiu-run-{run}/instance.json"))).unwrap(),
+            )
+            .unwrap();
+            assert_eq!(rec["stopped"], false, "{what}: instance {run} stopped");
+        }
+    };
+    let cases: Vec<(Value, &str)> = vec![
+        (json!({"action":"prune_orphans"}), "expected_instances is missing"),
+        (json!({"action":"prune_orphans","expected_instances":null}), "expected_instances is missing"),
+        (
+            json!({"action":"prune_orphans","expected_instances":"notalist"}),
+            "expected_instances must be a list",
+        ),
+        (
+            json!({"action":"prune_orphans","expected_instances":{"instance_name":"tuixiu-run-m1"}}),
+            "expected_instances must be a list",
+        ),
+        (
+            json!({"action":"prune_orphans","expected_instances":[{"bogus":1}]}),
+            "expected_instances[0].instance_name is missing",
+        ),
+        (
+            json!({"action":"prune_orphans","expected_instances":[{"instance_name":"tuixiu-run-m1"},7]}),
+            "expected_instances[1] must be an object",
+        ),
+        (
+            json!({"action":"prune_orphans","expected_instances":[{"instance_name":5}]}),
+            "expected_instances[0].instance_name must be a name",
+        ),
+        (
+            json!({"action":"prune_orphans","expected_instances":[{"instance_name":"tuixiu-run-m1","run_id":3}]}),
+            "expected_instances[0].run_id",
+        ),
+        (json!({"action":"gc","dry_run":false}), "expected_instances is missing"),
+        (
+            json!({"action":"gc","dry_run":false,"expected_instances":[{"bogus":1}]}),
+            "expected_instances[0].instance_name is missing",
+        ),
+        (json!({"action":"gc","dry_run":"false","expected_instances":[]}), "dry_run must be true or false"),
+        (
+            json!({"action":"gc","gc":{"dry_run":0},"expected_instances":[]}),
+            "gc.dry_run must be true or false",
+        ),
+        (json!({"action":"gc","gc":"all","expected_instances":[]}), "gc must be an object"),
+        (
+            json!({"action":"gc","dry_run":false,"gc":{"max_delete_count":"9"},"expected_instances":[]}),
+            "gc.max_delete_count",
+        ),
+        (
+            json!({"action":"gc","dry_run":false,"gc":{"remove_workspaces":"yes"},"expected_instances":[]}),
+            "gc.remove_workspaces",
+        ),
+        (
+            json!({"action":"report_inventory","expected_instances":"notalist"}),
+            "expected_instances must be a list",
+        ),
+        (json!({"action":"inspect"}), "instance_name"),
+        (json!({"action":"inspect","instance_name":5}), "instance_name must be a string"),
+        (json!({"action":"ensure_running","instance_name":"tuixiu-run-m1"}), "run_id is missing"),
+        (json!({"action":"ensure_running","run_id":["m1"]}), "run_id must be a string"),
+        (json!({"action":"stop"}), "instance_name"),
+        (json!({"action":"stop","instance_name":["tuixiu-run-m1"]}), "instance_name must be a string"),
+        (json!({"action":"stop","run_id":7}), "run_id must be a string"),
+        (json!({"action":"remove"}), "instance_name"),
+        (
+            json!({"action":"remove","instance_name":{"name":"tuixiu-run-m2"}}),
+            "instance_name must be a string",
+        ),
+        (json!({"action":"remove","run_id":"../m1"}), "run id"),
+        (json!({"action":"remove_workspace"}), "run_id"),
+        (json!({"action":"remove_workspace","run_id":true}), "run_id must be a string"),
+        (json!({"action":"remove_image"}), "image"),
+        (json!({"action":"remove_image","image":5}), "image must be a string"),
+        (json!({"action":"git_push","run_id":"m1"}), "branch"),
+        (json!({"action":"git_push","run_id":"m1","branch":"main","remote":5}), "remote must be a string"),
+        (
+            json!({"action":"git_push","run_id":"m1","branch":"main","timeout_seconds":"5"}),
+            "timeout_seconds must be",
+        ),
+        (json!({"action":"git_push","run_id":"m1","branch":"main","env":"A=b"}), "env must be an object"),
+    ];
+    for (msg, field) in cases {
+        let r = backend.control(msg.clone()).await;
+        assert_eq!(r["ok"], false, "{msg} was accepted: {r}");
+        let err = r["error"].as_str().unwrap_or_default();
+        assert!(err.contains(field), "{msg}: the error does not name {field:?}: {err}");
+        intact(&msg.to_string());
+    }
+    for action in [Value::Null, json!(5), json!("PRUNE_ORPHANS")] {
+        let r = backend.control(json!({"action":action})).await;
+        assert_eq!(r["error"], "unsupported_action", "{r}");
+    }
+    intact("unsupported actions");
+    assert!(
+        backend
+            .received()
+            .iter()
+            .all(|r| r.msg.get("deleted_instances").is_none() && r.msg.get("deleted_workspaces").is_none()),
+        "something was reported deleted"
+    );
+    // Well-formed, the same controls work (an empty list means none expected).
+    let r = backend
+        .control(json!({"action":"prune_orphans","expected_instances":[
+        {"instance_name":"tuixiu-run-m1","run_id":"m1"},{"instance_name":"tuixiu-run-m2","run_id":null}]}))
+        .await;
+    assert_eq!((r["ok"].clone(), r["deleted_count"].clone()), (json!(true), json!(0)), "{r}");
+    intact("a well-formed prune_orphans");
+    let r = backend
+        .control(json!({"action":"prune_orphans","expected_instances":[
+        {"instance_name":"tuixiu-run-m1","run_id":"m1"}]}))
+        .await;
+    assert_eq!(r["deleted_count"], 1, "{r}");
+    assert!(!s.state.join("native/tuixiu-run-m2").exists());
     assert!(daemon.stop().success());
 }

@@ -63,6 +63,11 @@ pub struct LaunchOptions {
     /// `run` command. Ignored when the sandbox has its own cgroup, which can
     /// only be removed once PID 1 has left it.
     pub return_before_teardown: bool,
+    /// The read end of a pipe whose write end only the caller holds. When
+    /// it reports hang-up, the caller is gone (whichever of its threads
+    /// started the launcher, unlike `PR_SET_PDEATHSIG`), and the sandbox is
+    /// killed: a daemon's sandboxes die with it.
+    pub lifeline_fd: Option<RawFd>,
 }
 
 /// How the command ended: its exit code, or 128+signal.
@@ -322,6 +327,7 @@ fn monitor(
     let mut exit_len = 0;
     let mut started = false;
     let mut killed_by: Option<i32> = None;
+    let mut lifeline = options.lifeline_fd;
     let status = 'outer: loop {
         let mut pfds = [
             libc::pollfd {
@@ -335,6 +341,7 @@ fn monitor(
                 events: libc::POLLIN,
                 revents: 0,
             },
+            libc::pollfd { fd: lifeline.unwrap_or(-1), events: libc::POLLIN, revents: 0 },
         ];
         let wait_ms = match deadline {
             None => -1,
@@ -359,13 +366,20 @@ fn monitor(
                 (at - now).as_millis().min(i32::MAX as u128) as i32 + 1
             }
         };
-        // SAFETY: three valid pollfd entries.
-        if unsafe { libc::poll(pfds.as_mut_ptr(), 3, wait_ms) } < 0 {
+        // SAFETY: four valid pollfd entries (a negative fd is ignored).
+        if unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, wait_ms) } < 0 {
             let e = Errno::last();
             if e == Errno::EINTR {
                 continue;
             }
             return Err(SyscallError::new("monitor the sandbox", "poll", e).into());
+        }
+        if pfds[3].revents != 0 {
+            // Nobody ever writes to the lifeline: any event is its hang-up.
+            tracing::warn!("the launcher's caller is gone: killing the sandbox");
+            let _ = sys::kill(child.pid, libc::SIGKILL);
+            killed_by.get_or_insert(128 + libc::SIGKILL);
+            lifeline = None;
         }
         if pfds[0].revents != 0 && read_report(&report_r, &mut report_bytes)? == 0 {
             report_open = false;

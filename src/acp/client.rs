@@ -64,6 +64,9 @@ pub struct Client {
     pub active_prompt: Mutex<Option<String>>,
     /// Called when the agent's stdout closes.
     pub on_closed: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+    /// Host pid of the sandbox's PID 1 (native), whose pid namespace holds
+    /// the agent, its children and its terminals.
+    pub sandbox_pid1: Option<u32>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -126,6 +129,7 @@ impl Client {
             permissions: Mutex::new(HashMap::new()),
             active_prompt: Mutex::new(None),
             on_closed: Mutex::new(None),
+            sandbox_pid1: None,
         }
     }
 
@@ -206,9 +210,37 @@ impl Client {
         };
         let spec =
             crate::provider::ProcessSpec { argv, env, cwd: Some(cwd), stdio: crate::provider::Stdio::Piped };
+        let slot = self.terminal_slot()?;
         let (process, killer) = (self.spawner)(spec).await.map_err(RpcError::internal)?;
-        let id = self.terminals.insert(Terminal::start(process, killer, limit));
+        let id = self.terminals.insert(slot, Terminal::start(process, killer, limit));
         Ok(json!({"terminalId": id}))
+    }
+
+    /// The run's bounds (docs/acp.md, "terminal/*"): terminals held at
+    /// once, and processes in the run's sandbox, which the daemon counts.
+    fn terminal_slot(&self) -> Result<terminal::Slot<'_>, RpcError> {
+        let max = self.d.cfg.run_max_terminals;
+        let slot = self.terminals.reserve(max).ok_or_else(|| {
+            RpcError::internal(format!(
+                "terminal/create: this run already holds {max} terminals, the daemon's limit \
+                 (run_max_terminals); release finished ones first"
+            ))
+        })?;
+        let max = self.d.cfg.run_max_processes;
+        // Native: the agent's pid namespace (the agent, everything it
+        // started, the terminals' commands); elsewhere the agent and the
+        // terminals still running.
+        let running = self
+            .sandbox_pid1
+            .and_then(terminal::processes_in_pid_ns_of)
+            .unwrap_or_else(|| self.terminals.running() + 1);
+        if running >= max {
+            return Err(RpcError::internal(format!(
+                "terminal/create: this run's sandbox already runs {running} processes, the daemon's limit \
+                 (run_max_processes)"
+            )));
+        }
+        Ok(slot)
     }
 
     async fn permission(&self, id: Value, p: Value) -> Result<Value, RpcError> {

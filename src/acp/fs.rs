@@ -399,31 +399,40 @@ impl GuestFs {
             }
             return Ok(into_text(bytes));
         }
+        // By lines: at most `max` bytes are read from the file (whatever
+        // the lines are) and only the requested lines are kept, so neither
+        // a huge line nor a huge file costs the daemon more than `max`.
         let start = line.unwrap_or(1).max(1);
         let limit = limit.unwrap_or(u64::MAX);
-        let mut reader = std::io::BufReader::with_capacity(64 * 1024, file);
+        let mut reader =
+            std::io::BufReader::with_capacity(64 * 1024, (&mut file).take(max.saturating_add(1)));
         let mut out = Vec::new();
-        let mut n = 1u64;
-        let mut taken = 0u64;
-        let mut buf = Vec::new();
+        let (mut n, mut taken, mut read) = (1u64, 0u64, 0u64);
         while taken < limit {
-            buf.clear();
-            let got = reader
-                .read_until(b'\n', &mut buf)
-                .map_err(|e| FsError::Failed(format!("read {path}: {e}")))?;
-            if got == 0 {
+            let buf = reader.fill_buf().map_err(|e| FsError::Failed(format!("read {path}: {e}")))?;
+            if buf.is_empty() {
                 break;
             }
+            let (len, line_end) = match buf.iter().position(|b| *b == b'\n') {
+                Some(i) => (i + 1, true),
+                None => (buf.len(), false),
+            };
             if n >= start {
-                if (out.len() + buf.len()) as u64 > max {
-                    return Err(FsError::Failed(format!(
-                        "{path}: the requested lines are over the daemon's read limit of {max} bytes (fs_read_max_bytes); ask for fewer lines"
-                    )));
-                }
-                out.extend_from_slice(&buf);
-                taken += 1;
+                out.extend_from_slice(&buf[..len]);
             }
-            n += 1;
+            reader.consume(len);
+            read += len as u64;
+            if line_end {
+                taken += u64::from(n >= start);
+                n += 1;
+            }
+        }
+        if read > max {
+            return Err(FsError::Failed(format!(
+                "{path}: reading lines {start}..{} would read more than the daemon's read limit of {max} bytes \
+                 (fs_read_max_bytes) from the file; ask for fewer or earlier lines",
+                start.saturating_add(limit).saturating_sub(1)
+            )));
         }
         Ok(into_text(out))
     }
@@ -571,6 +580,24 @@ mod tests {
         let e = fs.read("/workspace/src/a.txt", None, None, 4).unwrap_err();
         assert!(e.message().contains("over the daemon's read limit of 4 bytes"), "{e:?}");
         assert!(matches!(fs.read("/workspace/src", None, None, 1 << 20), Err(FsError::Failed(_))));
+    }
+
+    #[test]
+    fn line_reads_never_read_or_keep_more_than_the_limit() {
+        let (t, fs) = tree();
+        let long = format!("{}\nshort\nlast", "x".repeat(100));
+        std::fs::write(t.path().join("workspace/long.txt"), &long).unwrap();
+        let path = "/workspace/long.txt";
+        // Line 2 lies past the 100-byte first line: over a 50-byte limit.
+        let e = fs.read(path, Some(2), Some(1), 50).unwrap_err();
+        assert!(e.message().contains("fs_read_max_bytes"), "{e:?}");
+        assert_eq!(fs.read(path, Some(2), Some(1), 200).unwrap(), "short\n");
+        assert_eq!(fs.read(path, Some(3), None, 200).unwrap(), "last");
+        assert!(fs.read(path, Some(1), Some(1), 10).is_err());
+        // Exactly at the limit is fine; one byte over is not.
+        assert_eq!(fs.read(path, Some(1), Some(2), 107).unwrap(), format!("{}\nshort\n", "x".repeat(100)));
+        assert!(fs.read(path, Some(1), Some(3), 110).is_err());
+        assert_eq!(fs.read(path, Some(1), Some(3), 111).unwrap(), long);
     }
 
     #[test]

@@ -209,13 +209,45 @@ async fn pump(mut r: Box<dyn AsyncRead + Unpin + Send>, out: Arc<Mutex<OutputBuf
 pub struct Terminals {
     map: Mutex<HashMap<String, Arc<Terminal>>>,
     next: AtomicU64,
+    /// Terminals held plus those being created (see [`Terminals::reserve`]).
+    held: std::sync::atomic::AtomicUsize,
+}
+
+/// A place for one terminal, taken before it is created (so concurrent
+/// `terminal/create` calls cannot all pass the limit); given back when
+/// dropped unless the terminal was inserted.
+pub struct Slot<'a> {
+    terminals: &'a Terminals,
+    used: bool,
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        if !self.used {
+            self.terminals.held.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
 }
 
 impl Terminals {
-    pub fn insert(&self, t: Terminal) -> String {
+    /// A slot if fewer than `max` terminals are held (or being created).
+    pub fn reserve(&self, max: usize) -> Option<Slot<'_>> {
+        self.held
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < max).then_some(n + 1))
+            .ok()
+            .map(|_| Slot { terminals: self, used: false })
+    }
+
+    pub fn insert(&self, mut slot: Slot<'_>, t: Terminal) -> String {
+        slot.used = true;
         let id = format!("term-{}", self.next.fetch_add(1, Ordering::Relaxed) + 1);
         self.map.lock().unwrap_or_else(|p| p.into_inner()).insert(id.clone(), Arc::new(t));
         id
+    }
+
+    /// Terminals whose command still runs.
+    pub fn running(&self) -> usize {
+        self.map.lock().unwrap_or_else(|p| p.into_inner()).values().filter(|t| !t.exited()).count()
     }
 
     pub fn get(&self, id: &str) -> Option<Arc<Terminal>> {
@@ -223,17 +255,40 @@ impl Terminals {
     }
 
     pub fn remove(&self, id: &str) -> Option<Arc<Terminal>> {
-        self.map.lock().unwrap_or_else(|p| p.into_inner()).remove(id)
+        let t = self.map.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
+        if t.is_some() {
+            self.held.fetch_sub(1, Ordering::SeqCst);
+        }
+        t
     }
 
     /// Kills every terminal (the agent went away).
     pub async fn kill_all(&self) {
         let all: Vec<_> =
             self.map.lock().unwrap_or_else(|p| p.into_inner()).drain().map(|(_, t)| t).collect();
+        self.held.fetch_sub(all.len(), Ordering::SeqCst);
         for t in all {
             t.kill().await;
         }
     }
+}
+
+/// The processes in the pid namespace of host process `pid` (a sandbox's
+/// PID 1), counted on the host's `/proc`: the daemon counts them itself,
+/// since no kernel limit applies to a sandbox of a root daemon (rlimits
+/// exempt host root, and cgroups may not be delegated). `None` when the
+/// namespace cannot be read.
+pub fn processes_in_pid_ns_of(pid: u32) -> Option<usize> {
+    use std::os::unix::fs::MetadataExt;
+    let ns = std::fs::metadata(format!("/proc/{pid}/ns/pid")).ok()?;
+    let key = (ns.dev(), ns.ino());
+    let count = std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .filter(|e| e.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())))
+        .filter(|e| std::fs::metadata(e.path().join("ns/pid")).is_ok_and(|m| (m.dev(), m.ino()) == key))
+        .count();
+    Some(count)
 }
 
 /// The limit the agent asked for: default 2 MiB, at most 64 MiB.

@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod check;
+pub mod engine_check;
 pub mod instances;
 pub mod manifest;
 pub mod relay;

@@ -333,6 +333,7 @@ fn run_docker(
             })
             .map_err(|e| provider_spawn_error(&provider, &e))?;
             drop(env_fd);
+            check_engine_after(&cli, Some(name), status)?;
             Ok(exit_code(status))
         }
         None => {
@@ -364,9 +365,29 @@ fn run_docker(
             });
             drop(env_fd);
             files.remove();
-            Ok(exit_code(status.map_err(|e| provider_spawn_error(&provider, &e))?))
+            let status = status.map_err(|e| provider_spawn_error(&provider, &e))?;
+            check_engine_after(&cli, None, status)?;
+            Ok(exit_code(status))
         }
     }
+}
+
+/// After the container CLI returned, the engine must still be there (and,
+/// for an instance, its container run): otherwise the CLI's status and the
+/// output so far are what a broken stream left, and the run fails (125)
+/// saying so (`engine_check.rs`).
+fn check_engine_after(
+    cli: &str,
+    instance: Option<&str>,
+    status: std::process::ExitStatus,
+) -> Result<(), String> {
+    super::engine_check::engine_still_there(cli, instance).map_err(|why| {
+        format!(
+            "{cli}: the container engine was lost while the command ran ({why}): its output may be incomplete, \
+             and its exit status ({}) is not the command's",
+            exit_code(status)
+        )
+    })
 }
 
 fn provider_spawn_error(provider: &DockerProvider, e: &std::io::Error) -> String {

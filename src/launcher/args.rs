@@ -347,6 +347,10 @@ pub struct ExecArgs {
     /// As for `run`; replaces the spec's choice
     #[arg(long, value_enum, value_name = "MODE")]
     pub proc: Option<ProcArg>,
+    /// The read end of a pipe whose write end only the caller holds: when
+    /// the caller is gone (the pipe hangs up), the sandbox is killed
+    #[arg(long, value_name = "FD")]
+    pub lifeline_fd: Option<i32>,
 }
 
 /// What planning a manifest needs (shared by `run` and `manifest check`).

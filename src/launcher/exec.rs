@@ -45,6 +45,12 @@ pub fn main(args: ExecArgs) -> u8 {
             }
         }
     }
+    if let Some(fd) = args.lifeline_fd
+        && let Err(e) = super::run::check_fd(fd)
+    {
+        report_error(format!("--lifeline-fd {fd}: {}", sandbox::error::io_error_text(&e)));
+        return EXIT_TOOL_ERROR;
+    }
     match args.join_pid {
         // The status line carries the command's host pid: it leads its own
         // process group (setsid), which is how the caller kills all of it.
@@ -58,6 +64,11 @@ pub fn main(args: ExecArgs) -> u8 {
                 }
             })
         }),
-        None => super::run::launch_and_report(&spec, args.json_status_fd),
+        // A joined process lives in the sandbox of one that has the
+        // lifeline: it ends with that sandbox's PID 1.
+        None => super::run::report_launch(args.json_status_fd, |options| {
+            let options = sandbox::LaunchOptions { lifeline_fd: args.lifeline_fd, ..options.clone() };
+            sandbox::launch(&spec, &options)
+        }),
     }
 }

@@ -86,7 +86,12 @@ pub fn report_launch(
     }
     // Every caller exits right after the launch, so PID 1's teardown of
     // the namespaces need not hold up the caller of `run`/`__exec`.
-    let options = LaunchOptions { json_status_fd, release_stdio: true, return_before_teardown: true };
+    let options = LaunchOptions {
+        json_status_fd,
+        release_stdio: true,
+        return_before_teardown: true,
+        ..LaunchOptions::default()
+    };
     match launch(&options) {
         Ok(status) if status.timed_out() => {
             report_error(format!(

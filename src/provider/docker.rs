@@ -536,8 +536,12 @@ impl DockerProvider {
         drop(env_fd);
         let pid = child.id().ok_or_else(|| ProviderError::Invalid("the docker CLI exited at once".into()))?;
         if agent && let Some(start) = super::records::start_time(pid as i32) {
-            let live =
-                super::records::LiveProc { pid: pid as i32, start, kind: super::records::ProcKind::Agent };
+            let live = super::records::LiveProc {
+                pid: pid as i32,
+                start,
+                kind: super::records::ProcKind::Agent,
+                sandbox: None,
+            };
             agents.insert(name.to_string(), live);
         }
         drop(agents);

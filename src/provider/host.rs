@@ -54,6 +54,11 @@ impl HostProvider {
         self.local.check_name(name)
     }
 
+    /// See `LocalInstances::end_stale_agent`.
+    pub async fn end_stale_agent(&self, name: &str) -> bool {
+        self.local.end_stale_agent(name).await
+    }
+
     /// Records this process (which is about to `exec` the command, keeping
     /// its pid) so `stop` and `rm` reach it.
     pub fn track_self(&self, name: &str) -> Result<(), ProviderError> {

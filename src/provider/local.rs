@@ -135,7 +135,9 @@ impl LocalInstances {
 
     /// Refuses a second live agent in one instance.
     pub fn check_no_agent(&self, name: &str) -> Result<(), ProviderError> {
-        if let Some(agent) = self.records.live_procs(name).iter().find(|p| p.kind == ProcKind::Agent) {
+        if let Some(agent) =
+            self.records.live_procs(name).iter().find(|p| p.kind == ProcKind::Agent && p.alive())
+        {
             return Err(ProviderError::Conflict(format!(
                 "instance {name} already has a running agent (pid {})",
                 agent.pid
@@ -145,10 +147,15 @@ impl LocalInstances {
     }
 
     /// Ends an agent left running by a previous daemon (its stdio is gone
-    /// with that daemon, so nobody can talk to it); true if there was one.
+    /// with that daemon, so nobody can talk to it) and waits until it has
+    /// really exited, so the new one can start; true if there was one.
     pub async fn end_stale_agent(&self, name: &str) -> bool {
-        let agents: Vec<_> =
-            self.records.live_procs(name).into_iter().filter(|p| p.kind == ProcKind::Agent).collect();
+        let agents: Vec<_> = self
+            .records
+            .live_procs(name)
+            .into_iter()
+            .filter(|p| p.kind == ProcKind::Agent && p.alive())
+            .collect();
         if agents.is_empty() {
             return false;
         }
@@ -218,20 +225,79 @@ impl LocalInstances {
     }
 }
 
-/// SIGTERM to every process, SIGKILL to those still alive after the grace.
+/// How long a process may take to exit after SIGKILL (its sandbox's
+/// teardown: the kernel reaps a whole pid namespace) before we give up.
+const KILL_WAIT: Duration = Duration::from_secs(10);
+
+/// SIGTERM to every process, SIGKILL to those still alive after the grace,
+/// then waits (on pidfds) until each has really exited.
 async fn end_processes(procs: Vec<LiveProc>) {
-    if procs.is_empty() {
+    // The pidfds are opened (and checked against the recorded start
+    // times) once: every signal and wait below is about these processes,
+    // never about a recycled pid.
+    let sandboxes: Vec<(LiveProc, std::os::fd::OwnedFd)> = procs
+        .iter()
+        .filter_map(|p| p.sandbox)
+        .map(|(pid, start)| LiveProc { pid, start, kind: ProcKind::Exec, sandbox: None })
+        .filter_map(|p| p.pidfd().map(|fd| (p, fd)))
+        .collect();
+    let procs: Vec<(LiveProc, std::os::fd::OwnedFd)> =
+        procs.into_iter().filter_map(|p| p.pidfd().map(|fd| (p, fd))).collect();
+    if procs.is_empty() && sandboxes.is_empty() {
         return;
     }
-    for p in &procs {
+    for (p, _) in &procs {
         p.signal(libc::SIGTERM);
     }
-    let deadline = tokio::time::Instant::now() + STOP_GRACE;
-    while procs.iter().any(LiveProc::alive) && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    for p in procs.iter().filter(|p| p.alive()) {
+    let mut left = wait_exits(procs, STOP_GRACE).await;
+    for (p, _) in &left {
         tracing::warn!("process {} did not end within {:?} of SIGTERM: sending SIGKILL", p.pid, STOP_GRACE);
         p.signal(libc::SIGKILL);
+    }
+    left = wait_exits(left, KILL_WAIT).await;
+    // A sandbox's PID 1 dies with its launcher (parent-death signal), and
+    // its pid namespace with it; until then its processes still run.
+    let mut sandboxes = wait_exits(sandboxes, KILL_WAIT).await;
+    for (p, _) in &sandboxes {
+        tracing::warn!("the sandbox of PID 1 {} outlived its launcher: sending SIGKILL", p.pid);
+        p.signal(libc::SIGKILL);
+    }
+    sandboxes = wait_exits(sandboxes, KILL_WAIT).await;
+    for (p, _) in left.iter().chain(&sandboxes) {
+        tracing::error!("process {} is still running {:?} after SIGKILL", p.pid, KILL_WAIT);
+    }
+}
+
+/// Waits up to `bound` for the processes to exit (their pidfds become
+/// readable); returns those still running.
+async fn wait_exits(
+    procs: Vec<(LiveProc, std::os::fd::OwnedFd)>,
+    bound: Duration,
+) -> Vec<(LiveProc, std::os::fd::OwnedFd)> {
+    let deadline = tokio::time::Instant::now() + bound;
+    let mut left = Vec::new();
+    for (p, fd) in procs {
+        if !exited_by(&fd, deadline).await {
+            left.push((p, fd));
+        }
+    }
+    left
+}
+
+/// Whether the process of `pidfd` exits before `deadline`. (A pidfd is
+/// readable once its process has exited; checked every 20 ms rather than
+/// registered with the reactor, so this also works outside the daemon.)
+async fn exited_by(pidfd: &std::os::fd::OwnedFd, deadline: tokio::time::Instant) -> bool {
+    use std::os::fd::AsRawFd;
+    loop {
+        let mut pfd = libc::pollfd { fd: pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd; a zero timeout never blocks.
+        if unsafe { libc::poll(&mut pfd, 1, 0) } > 0 {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

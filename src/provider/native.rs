@@ -30,6 +30,10 @@ use super::{InstanceConfig, InstanceInfo, Mount, ProcessSpec, Provider, Provider
 pub struct NativeProvider {
     local: LocalInstances,
     launcher: PathBuf,
+    /// `(read end, write end)` of the lifeline every launcher watches
+    /// (`__exec --lifeline-fd`): only this process holds the write end, so
+    /// when it exits, however it exits, its sandboxes are killed.
+    lifeline: Option<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)>,
 }
 
 impl NativeProvider {
@@ -40,7 +44,19 @@ impl NativeProvider {
         Ok(NativeProvider {
             local: LocalInstances::new(ProviderKind::Native, state_dir, prefix)?,
             launcher: launcher.into(),
+            lifeline: None,
         })
+    }
+
+    /// Sandboxes started from now on die with this process (the daemon:
+    /// nobody could talk to an agent whose stdio went with it). A
+    /// parent-death signal would not do: it fires when the *thread* that
+    /// spawned the launcher ends, not the process.
+    pub fn with_lifeline(mut self) -> Result<Self, ProviderError> {
+        let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+            .map_err(|e| ProviderError::io("pipe2 (the sandboxes' lifeline)", &std::io::Error::from(e)))?;
+        self.lifeline = Some((r, w));
+        Ok(self)
     }
 
     /// As [`NativeProvider::new`], launching with the small launcher next
@@ -136,6 +152,14 @@ impl NativeProvider {
             }
             let v: serde_json::Value = serde_json::from_str(line.trim()).unwrap_or_default();
             if let Some(pid) = v.get("child-pid").and_then(serde_json::Value::as_u64) {
+                // A later daemon that finds this agent left over waits for
+                // its whole sandbox, not only its launcher.
+                if let Some(launcher) = proc.pid()
+                    && let Err(e) =
+                        self.local.records.note_sandbox(name, launcher, ProcKind::Agent, pid as u32)
+                {
+                    tracing::warn!("{name}: recording the agent's sandbox: {e}");
+                }
                 return Ok((proc, pid as u32));
             }
         }
@@ -216,8 +240,15 @@ impl NativeProvider {
         }
         set_stdio(&mut cmd, process.stdio);
         pass_fd(&mut cmd, spec_fd.as_raw_fd());
-        if let Some(pid) = join_pid {
-            cmd.arg(format!("--join-pid={pid}"));
+        match (join_pid, &self.lifeline) {
+            (Some(pid), _) => {
+                cmd.arg(format!("--join-pid={pid}"));
+            }
+            (None, Some((lifeline, _))) => {
+                cmd.arg(format!("--lifeline-fd={}", lifeline.as_raw_fd()));
+                pass_fd(&mut cmd, lifeline.as_raw_fd());
+            }
+            (None, None) => {}
         }
         if let Some(fd) = &status_fd {
             cmd.arg(format!("--json-status-fd={}", fd.as_raw_fd()));

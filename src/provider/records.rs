@@ -109,6 +109,10 @@ pub(crate) struct LiveProc {
     pub pid: i32,
     pub start: u64,
     pub kind: ProcKind,
+    /// The host pid and start time of the sandbox's PID 1, when the
+    /// process is a launcher that reported it: the sandbox has ended only
+    /// once that one has too.
+    pub sandbox: Option<(i32, u64)>,
 }
 
 impl LiveProc {
@@ -116,16 +120,7 @@ impl LiveProc {
     /// start time after it was opened, so a recycled pid is never hit.
     /// Returns whether the process was signalled.
     pub fn signal(&self, signal: i32) -> bool {
-        // SAFETY: pidfd_open returns a new descriptor or -1.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, self.pid, 0) };
-        if fd < 0 {
-            return false;
-        }
-        // SAFETY: the kernel just gave us this descriptor; dropping closes it.
-        let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) };
-        if start_time(self.pid) != Some(self.start) {
-            return false;
-        }
+        let Some(fd) = self.pidfd() else { return false };
         // SAFETY: a valid pidfd, no siginfo, no flags.
         let rc = unsafe {
             libc::syscall(
@@ -137,6 +132,20 @@ impl LiveProc {
             )
         };
         rc == 0
+    }
+
+    /// A pidfd of the process, checked against the recorded start time
+    /// after it was opened (so it never refers to a recycled pid); `None`
+    /// when the process is gone. It becomes readable when the process exits.
+    pub fn pidfd(&self) -> Option<std::os::fd::OwnedFd> {
+        // SAFETY: pidfd_open returns a new descriptor or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, self.pid, 0) };
+        if fd < 0 {
+            return None;
+        }
+        // SAFETY: the kernel just gave us this descriptor; dropping closes it.
+        let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) };
+        (start_time(self.pid) == Some(self.start)).then_some(fd)
     }
 
     /// Still running (a zombie waiting for its parent counts as ended).
@@ -319,7 +328,11 @@ impl Records {
             f.sync_all()?;
             fs::rename(&tmp, &path)
         };
-        write().map_err(|e| ProviderError::io(format!("write {}", path.display()), &e))
+        write().map_err(|e| {
+            // The old record stays whole; no partial temporary file beside it.
+            let _ = fs::remove_file(&tmp);
+            ProviderError::io(format!("write {}", path.display()), &e)
+        })
     }
 
     pub fn new_record(&self, config: &InstanceConfig, workspace: PathBuf, home: Option<PathBuf>) -> Record {
@@ -375,6 +388,24 @@ impl Records {
             .map_err(|e| ProviderError::io(format!("write {}", path.display()), &e))
     }
 
+    /// Adds the sandbox's PID 1 (host pid) to the record of launcher `pid`.
+    pub fn note_sandbox(&self, name: &str, pid: u32, kind: ProcKind, pid1: u32) -> Result<(), ProviderError> {
+        let path = self.dir(name).join("procs").join(pid.to_string());
+        let (Some(start), Some(start1)) = (start_time(pid as i32), start_time(pid1 as i32)) else {
+            return Ok(()); // Already gone: nothing to wait for.
+        };
+        // Only over the existing record: once reaped, the process is forgotten.
+        let written =
+            fs::OpenOptions::new().write(true).truncate(true).open(&path).and_then(|mut f| {
+                f.write_all(format!("{start} {} {pid1} {start1}\n", kind.as_str()).as_bytes())
+            });
+        match written {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(ProviderError::io(format!("write {}", path.display()), &e)),
+        }
+    }
+
     pub fn remove_proc(&self, name: &str, pid: u32) {
         let _ = fs::remove_file(self.dir(name).join("procs").join(pid.to_string()));
     }
@@ -391,15 +422,20 @@ impl Records {
             let parsed = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()).zip(
                 fs::read_to_string(&path).ok().and_then(|text| {
                     let mut it = text.split_whitespace();
-                    Some((it.next()?.parse::<u64>().ok()?, it.next()? == "agent"))
+                    let start = it.next()?.parse::<u64>().ok()?;
+                    let agent = it.next()? == "agent";
+                    let sandbox =
+                        it.next().and_then(|p| p.parse().ok()).zip(it.next().and_then(|s| s.parse().ok()));
+                    Some((start, agent, sandbox))
                 }),
             );
             match parsed {
-                Some((pid, (start, agent))) if start_time(pid) == Some(start) => {
+                Some((pid, (start, agent, sandbox))) if start_time(pid) == Some(start) => {
                     live.push(LiveProc {
                         pid,
                         start,
                         kind: if agent { ProcKind::Agent } else { ProcKind::Exec },
+                        sandbox,
                     });
                 }
                 _ => {

@@ -6,7 +6,7 @@
 //! agent directly, never queued behind a prompt.
 
 use std::collections::HashMap;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -97,6 +97,9 @@ impl Lane {
         if self.live_agent().is_some() {
             return Ok(());
         }
+        if self.d.runs.stopping() {
+            return Err("the proxy is shutting down: no agent starts now; retry after it is back".into());
+        }
         self.agent = None;
         let d = self.d.clone();
         let state = self.state.clone().ok_or("the run is not prepared")?;
@@ -128,7 +131,14 @@ impl Lane {
         self.prepare_repo(&state, &init).await?;
         // agentInputs, in order, into the host directories behind the
         // instance (binds were declared when the instance was made).
-        self.apply_inputs(&state, manifest).await?;
+        let landed = self.apply_inputs(&state, manifest).await?;
+        self.init_sent = false;
+        if let Some(st) = &mut self.state
+            && st.landed != landed
+        {
+            st.landed = landed;
+            self.persist();
+        }
         if let Some(b) = d.cfg.sandbox.bootstrap.clone() {
             self.bootstrap(&state, &env, &b).await?;
         }
@@ -164,16 +174,23 @@ impl Lane {
         super::repo::prepare(d, &req, &state.workspace, &env, owner, &step).await.map_err(fail)
     }
 
+    /// Lands the manifest's items into the host directories behind the
+    /// instance, and returns the fingerprints of what is landed now. When
+    /// the backend did not send this `init` again, items are landed only
+    /// where that cannot overwrite the agent's work (`landed.rs`); the
+    /// others are reported and left alone.
     async fn apply_inputs(
         &self,
         state: &RunState,
         manifest: crate::manifest::Manifest,
-    ) -> Result<(), String> {
+    ) -> Result<super::landed::Landed, String> {
+        use super::landed::{self, Decision};
         let d = &self.d;
         let config = inputs_config(d)?;
-        let plan = inputs::Plan::new(manifest, &config).map_err(|e| e.to_string())?;
-        if plan.items().iter().all(|p| matches!(p.step, inputs::Step::Workspace { .. })) {
-            return Ok(());
+        // The whole manifest is checked every time, whatever lands.
+        let plan = inputs::Plan::new(manifest.clone(), &config).map_err(|e| e.to_string())?;
+        if !manifest.items.iter().any(landed::lands) {
+            return Ok(Default::default());
         }
         let needs_cache = plan.items().iter().any(|p| matches!(p.step, inputs::Step::Download { .. }));
         let cache = if needs_cache {
@@ -211,9 +228,10 @@ impl Lane {
         let (ws, home) = (state.workspace.clone(), state.home.clone());
         let scratch = super::mounts::scratch_dir_of(d, &self.run_id);
         let run = self.run_id.clone();
-        // Downloads and checkouts block: off the daemon's thread.
-        tokio::task::spawn_blocking(move || {
-            let fetched = plan.fetch(&options).map_err(|e| e.to_string())?;
+        let init_sent = self.init_sent;
+        let recorded = state.landed.clone();
+        // Downloads, checkouts and tree walks block: off the daemon's thread.
+        let (landed, left_alone) = tokio::task::spawn_blocking(move || {
             // The roots by descriptors opened now, as the daemon's user:
             // the docker user writing below cannot search the (private)
             // state directory that holds the scratch.
@@ -233,27 +251,94 @@ impl Lane {
                     })
                 })
                 .collect::<Result<Vec<_>, _>>()?;
-            let by_fd = |i: usize| {
-                handles.get(i).map(|fd| PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd())))
+            let root_fd = |root: crate::manifest::Root| {
+                handles.get(match root {
+                    crate::manifest::Root::Workspace => 0,
+                    crate::manifest::Root::UserHome => 1,
+                    crate::manifest::Root::Scratch => 2,
+                })
             };
-            let mut dest = inputs::HostDirs {
-                layout,
-                workspace: by_fd(0),
-                home: by_fd(1),
-                scratch: by_fd(2),
-                binds_are_volumes: true,
+            let fingerprint = |item: &crate::manifest::Item| match root_fd(item.target.root) {
+                Some(fd) => landed::fingerprint(fd.as_fd(), &item.target.path),
+                None => Ok(None),
             };
-            let mut audit = inputs::Audit::log_only();
-            let mut apply =
-                || inputs::apply(&fetched, &mut dest, &inputs::ApplyOptions::default(), &mut audit);
-            let r = match docker_user {
-                Some((uid, gid)) => crate::provider::docker::as_user(uid, gid, apply),
-                None => apply(),
-            };
-            r.map_err(|e| e.to_string())
+            // Which items land now.
+            let mut left_alone = Vec::new();
+            let mut keep = landed::Landed::new();
+            let mut selected = manifest.clone();
+            if !init_sent {
+                selected.items.retain(|item| {
+                    if !landed::lands(item) {
+                        return true;
+                    }
+                    let recorded = recorded.get(&item.id).map(String::as_str);
+                    match landed::decide(item, recorded, &fingerprint(item)) {
+                        Decision::Land => true,
+                        Decision::AsLanded => {
+                            keep.insert(item.id.clone(), recorded.unwrap_or_default().to_string());
+                            false
+                        }
+                        Decision::LeftAlone(why) => {
+                            if let Some(r) = recorded {
+                                keep.insert(item.id.clone(), r.to_string());
+                            }
+                            left_alone.push((
+                                item.id.clone(),
+                                layout.guest(item.target.root, &item.target.path),
+                                why,
+                            ));
+                            false
+                        }
+                    }
+                });
+            }
+            let mut landed_now = keep;
+            if selected.items.iter().any(landed::lands) {
+                let plan = inputs::Plan::new(selected.clone(), &config).map_err(|e| e.to_string())?;
+                let fetched = plan.fetch(&options).map_err(|e| e.to_string())?;
+                let by_fd = |i: usize| {
+                    handles.get(i).map(|fd| PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd())))
+                };
+                let mut dest = inputs::HostDirs {
+                    layout: layout.clone(),
+                    workspace: by_fd(0),
+                    home: by_fd(1),
+                    scratch: by_fd(2),
+                    binds_are_volumes: true,
+                };
+                let mut audit = inputs::Audit::log_only();
+                let mut apply =
+                    || inputs::apply(&fetched, &mut dest, &inputs::ApplyOptions::default(), &mut audit);
+                let r = match docker_user {
+                    Some((uid, gid)) => crate::provider::docker::as_user(uid, gid, apply),
+                    None => apply(),
+                };
+                r.map_err(|e| e.to_string())?;
+                // What landed, as it is now (every item, after all of them:
+                // a later item may land inside an earlier one's tree).
+                for item in selected.items.iter().filter(|i| landed::lands(i)) {
+                    match fingerprint(item) {
+                        Ok(Some(fp)) => {
+                            landed_now.insert(item.id.clone(), fp);
+                        }
+                        Ok(None) => {}
+                        Err(e) => tracing::warn!("run {run}: item {}: fingerprint: {e}", item.id),
+                    }
+                }
+            }
+            Ok::<_, String>((landed_now, left_alone))
         })
         .await
-        .map_err(|e| format!("run {run}: agentInputs: {e}"))?
+        .map_err(|e| format!("run {}: agentInputs: {e}", self.run_id))??;
+        for (id, target, why) in left_alone {
+            let text = format!(
+                "agentInputs item {id}: {target} {why}: left as it is (inputs are applied again only \
+                 when the backend sends init)"
+            );
+            tracing::warn!("run {}: {text}", self.run_id);
+            self.text(format!("[proxy] {text}"));
+        }
+        Ok(landed)
     }
 
     /// Runs `argv` in the instance; lines go to `on_line(is_stderr, line)`.
@@ -466,6 +551,11 @@ impl Lane {
                 (process, GuestFs::sandbox_root(pid1, &allowed), Some(pid1))
             }
             other => {
+                if let AnyProvider::Host(p) = other {
+                    // Host processes do not die with the daemon: one left
+                    // running by a previous daemon is ended first.
+                    p.end_stale_agent(&name).await;
+                }
                 let process =
                     other.spawn_agent(&name, &spec).await.map_err(|e| format!("start agent_command: {e}"))?;
                 let owner = matches!(other, AnyProvider::Docker(_)).then(|| state_user(state));
@@ -485,7 +575,7 @@ impl Lane {
             }
         };
         let spawner = spawner(d.clone(), name.clone(), pid1);
-        let client = Client::new(
+        let mut client = Client::new(
             d.clone(),
             self.run_id.clone(),
             name.clone(),
@@ -494,6 +584,7 @@ impl Lane {
             env,
             state.home_guest.clone(),
         );
+        client.sandbox_pid1 = pid1;
         self.generation += 1;
         let generation = self.generation;
         let (dd, run) = (d.clone(), self.run_id.clone());
@@ -543,6 +634,7 @@ impl Lane {
                 (t.max(0.0) as u64).clamp(PROMPT_TIMEOUT_MIN, PROMPT_TIMEOUT_MAX)
             });
         self.prompts += 1;
+        d.runs.turn(true);
         tokio::spawn(async move {
             let r = agent
                 .prompt(
@@ -560,6 +652,7 @@ impl Lane {
                     "session_recreated_from": o.session_recreated_from})),
                 Err(e) => super::runs::reply_prompt(&d, &m, Err(e)),
             }
+            d.runs.turn(false);
             super::runs::send(&d, &run, Job::PromptDone);
         });
     }

@@ -60,6 +60,9 @@ const SCHEMA: &[(&str, &str, Kind)] = &[
     ("", "fs_read_max_bytes", Kind::Int),
     ("", "agent_shutdown_grace_seconds", Kind::Int),
     ("", "acp_request_timeout_seconds", Kind::Int),
+    ("", "shutdown_flush_seconds", Kind::Int),
+    ("", "run_max_terminals", Kind::Int),
+    ("", "run_max_processes", Kind::Int),
     ("agent", "id", Kind::Str),
     ("agent", "name", Kind::Str),
     ("agent", "max_concurrent", Kind::Int),
@@ -262,6 +265,12 @@ pub struct Config {
     pub agent_shutdown_grace_seconds: u64,
     /// Timeout of the daemon's own requests to the agent (not prompts).
     pub acp_request_timeout_seconds: u64,
+    /// At SIGTERM, how long the last messages may take to reach the backend.
+    pub shutdown_flush_seconds: u64,
+    /// Terminals one run's agent may hold at once (created, not released).
+    pub run_max_terminals: usize,
+    /// Processes in one run's sandbox above which no terminal starts.
+    pub run_max_processes: usize,
     pub agent: AgentConfig,
     pub sandbox: SandboxConfig,
     pub tls: TlsConfig,
@@ -505,7 +514,7 @@ impl Config {
         let outbox_max_messages = r.int("", "outbox_max_messages", 10_000, 1, 10_000_000)? as usize;
         let outbox_max_bytes = r.int("", "outbox_max_bytes", 64 * 1024 * 1024, 1024, 1 << 40)? as usize;
         let keepalive_min_seconds = r.int("", "keepalive_min_seconds", 60, 1, 86_400)?;
-        let expire_idle_runs = r.boolean("", "expire_idle_runs", true)?;
+        let expire_idle_runs = r.boolean("", "expire_idle_runs", false)?;
         let git_push_timeout_max_seconds = r.int("", "git_push_timeout_max_seconds", 3600, 5, 86_400)?;
 
         let agent = AgentConfig {
@@ -777,6 +786,9 @@ impl Config {
         let fs_read_max_bytes = r.int("", "fs_read_max_bytes", 16 * 1024 * 1024, 1, 1 << 30)?;
         let agent_shutdown_grace_seconds = r.int("", "agent_shutdown_grace_seconds", 2, 0, 600)?;
         let acp_request_timeout_seconds = r.int("", "acp_request_timeout_seconds", 300, 1, 86_400)?;
+        let shutdown_flush_seconds = r.int("", "shutdown_flush_seconds", 5, 0, 600)?;
+        let run_max_terminals = r.int("", "run_max_terminals", 32, 1, 100_000)? as usize;
+        let run_max_processes = r.int("", "run_max_processes", 512, 1, 1_000_000)? as usize;
 
         let tls = TlsConfig {
             ca_file: r.string("tls", "ca_file")?.map(|p| absolute(&r, "tls.ca_file", &p)).transpose()?,
@@ -821,6 +833,9 @@ impl Config {
             fs_read_max_bytes,
             agent_shutdown_grace_seconds,
             acp_request_timeout_seconds,
+            shutdown_flush_seconds,
+            run_max_terminals,
+            run_max_processes,
             agent,
             sandbox: SandboxConfig {
                 provider,

@@ -151,6 +151,10 @@ async fn run_action(
     if !KNOWN.contains(&action) {
         return Err(Failure::Unsupported);
     }
+    // Before anything is looked at or touched: a control whose fields are
+    // missing or malformed is refused whole (a missing list of expected
+    // instances must never read as "none expected").
+    check_fields(action, c)?;
     if is_destructive(action, c) {
         verify_signature(&d, c)?;
     }
@@ -281,8 +285,10 @@ fn instance_name(lane: &Lane, c: &SandboxControl) -> Result<String, String> {
     Ok(name)
 }
 
+/// `expected_instances` as sent: `None` when absent (or `null`), else the
+/// checked list (see [`check_fields`]).
 fn expected_instances(c: &SandboxControl) -> Option<Vec<InventoryRef>> {
-    let list = c.extra.get("expected_instances")?.as_array()?;
+    let list = c.extra.get("expected_instances").filter(|v| !v.is_null())?.as_array()?;
     Some(
         list.iter()
             .filter_map(|e| {
@@ -292,6 +298,91 @@ fn expected_instances(c: &SandboxControl) -> Option<Vec<InventoryRef>> {
             })
             .collect(),
     )
+}
+
+/// The fields each action needs, checked before the action touches
+/// anything: a missing required field or a field of the wrong shape is an
+/// error naming it. (Instance names and run ids are checked where they are
+/// resolved, also before anything is touched.)
+fn check_fields(action: &str, c: &SandboxControl) -> Result<(), String> {
+    let field = |k: &str| c.extra.get(k).filter(|v| !v.is_null());
+    match action {
+        "prune_orphans" | "gc" => {
+            let Some(list) = field("expected_instances") else {
+                return Err(format!(
+                    "expected_instances is missing: {action} removes every managed instance that is not \
+                     in it, so the list is required (send [] to mean none)"
+                ));
+            };
+            check_expected(list)?;
+        }
+        "report_inventory" => {
+            if let Some(list) = field("expected_instances") {
+                check_expected(list)?;
+            }
+        }
+        _ => {}
+    }
+    if action == "gc" {
+        check_kind("dry_run", field("dry_run"), Value::is_boolean, "true or false")?;
+        if let Some(opts) = field("gc") {
+            let Some(opts) = opts.as_object() else {
+                return Err(format!("gc must be an object, got {opts}"));
+            };
+            let get = |k: &str| opts.get(k).filter(|v| !v.is_null());
+            for k in ["remove_orphans", "remove_workspaces", "dry_run"] {
+                check_kind(&format!("gc.{k}"), get(k), Value::is_boolean, "true or false")?;
+            }
+            check_kind("gc.max_delete_count", get("max_delete_count"), is_count, "a number of deletions")?;
+        }
+        check_kind("max_delete_count", field("max_delete_count"), is_count, "a number of deletions")?;
+    }
+    if action == "git_push" {
+        check_kind("remote", field("remote"), Value::is_string, "a string")?;
+        check_kind("timeout_seconds", field("timeout_seconds"), is_count, "a number of seconds")?;
+        check_kind("env", field("env"), Value::is_object, "an object")?;
+        check_kind("cwd", field("cwd"), Value::is_string, "a string")?;
+    }
+    if action == "remove_image" {
+        check_kind("image", field("image"), Value::is_string, "a string")?;
+    }
+    Ok(())
+}
+
+fn is_count(v: &Value) -> bool {
+    v.as_f64().is_some_and(|n| n.is_finite() && n >= 0.0)
+}
+
+fn check_kind(name: &str, v: Option<&Value>, ok: fn(&Value) -> bool, want: &str) -> Result<(), String> {
+    match v {
+        Some(v) if !ok(v) => Err(format!("{name} must be {want}, got {v}")),
+        _ => Ok(()),
+    }
+}
+
+/// `expected_instances`: a list of `{instance_name: string, run_id?: string|null}`.
+fn check_expected(list: &Value) -> Result<(), String> {
+    let Some(items) = list.as_array() else {
+        return Err(format!("expected_instances must be a list of {{instance_name, run_id}}, got {list}"));
+    };
+    for (i, item) in items.iter().enumerate() {
+        let Some(obj) = item.as_object() else {
+            return Err(format!("expected_instances[{i}] must be an object, got {item}"));
+        };
+        match obj.get("instance_name") {
+            Some(Value::String(s)) if !s.trim().is_empty() => {}
+            None | Some(Value::Null) => {
+                return Err(format!("expected_instances[{i}].instance_name is missing"));
+            }
+            Some(other) => {
+                return Err(format!("expected_instances[{i}].instance_name must be a name, got {other}"));
+            }
+        }
+        if let Some(run_id) = obj.get("run_id").filter(|v| !v.is_null() && !v.is_string()) {
+            return Err(format!("expected_instances[{i}].run_id must be a string or null, got {run_id}"));
+        }
+    }
+    Ok(())
 }
 
 /// Managed instances the backend does not expect, with their run ids.

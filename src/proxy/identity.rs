@@ -147,9 +147,19 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> Result<(), IdentityError> {
         let mut f = OpenOptions::new().create(true).truncate(true).write(true).mode(0o600).open(&tmp)?;
         f.write_all(bytes)?;
         f.sync_all()?;
-        std::fs::rename(&tmp, path)
+        std::fs::rename(&tmp, path)?;
+        // The rename itself is durable once the directory is synced.
+        if let Some(dir) = path.parent() {
+            File::open(dir)?.sync_all()?;
+        }
+        Ok(())
     };
-    write().map_err(|e| io(format!("write {}", path.display()), &e))
+    write().map_err(|e| {
+        // A full or failing disk leaves the old file whole; the partial
+        // temporary file is not left beside it.
+        let _ = std::fs::remove_file(&tmp);
+        io(format!("write {}", path.display()), &e)
+    })
 }
 
 /// The host name reduced to `[a-z0-9-]` (as the Node proxy sanitizes it).

@@ -273,7 +273,24 @@ fn close_end(frame: Option<CloseFrame>) -> End {
     End::Retry { reason: format!("the backend closed the link: {code} {reason}"), healthy: true }
 }
 
-async fn session(d: &Arc<Daemon>, mut ws: Ws, shutdown: &mut tokio::sync::watch::Receiver<bool>) -> End {
+/// One registered session. Only a `register_ack` makes it count as healthy
+/// for the backoff: a backend that accepts the WebSocket and then closes it
+/// (or goes silent) before acknowledging the registration is retried with
+/// a growing delay (docs/proxy.md, "The link").
+async fn session(d: &Arc<Daemon>, ws: Ws, shutdown: &mut tokio::sync::watch::Receiver<bool>) -> End {
+    let mut acked = false;
+    match session_inner(d, ws, shutdown, &mut acked).await {
+        End::Retry { reason, .. } => End::Retry { reason, healthy: acked },
+        other => other,
+    }
+}
+
+async fn session_inner(
+    d: &Arc<Daemon>,
+    mut ws: Ws,
+    shutdown: &mut tokio::sync::watch::Receiver<bool>,
+    acked: &mut bool,
+) -> End {
     let register = register_message(d);
     if let Err(e) = send_text(&mut ws, &register).await {
         return End::Retry { reason: format!("send register_agent: {e}"), healthy: false };
@@ -285,7 +302,10 @@ async fn session(d: &Arc<Daemon>, mut ws: Ws, shutdown: &mut tokio::sync::watch:
             frame = ws.next() => match frame {
                 None => return End::Retry { reason: "closed before register_ack".into(), healthy: false },
                 Some(frame) => match on_frame(d, frame) {
-                    Rx::Ack => break,
+                    Rx::Ack => {
+                        *acked = true;
+                        break;
+                    }
                     Rx::Continue => {}
                     Rx::End(end) => return finish(ws, end).await,
                 },

@@ -18,6 +18,7 @@
 //! | [`repo`] | the workspace made a checkout of `TUIXIU_REPO_URL` (clone, or from a per-URL cache) |
 //! | [`inventory`] | `sandbox_inventory` and `workspace_inventory` |
 //! | [`status`] | `<state_dir>/status.json`, the daemon's liveness for health checks |
+//! | [`landed`] | fingerprints of landed agentInputs targets: landing again never overwrites the agent's work |
 //!
 //! Threading: one tokio current-thread runtime. Nothing here enters a
 //! namespace: sandboxes are launched by `tuixiu-sandbox __exec` through the
@@ -31,6 +32,7 @@ pub mod control;
 pub mod gitenv;
 pub mod identity;
 pub mod inventory;
+pub mod landed;
 pub mod link;
 pub mod mounts;
 pub mod outbox;
@@ -82,7 +84,9 @@ impl Daemon {
         let prefix = cfg.sandbox.instance_prefix.as_str();
         let provider = match cfg.sandbox.provider {
             ProviderChoice::Native => AnyProvider::Native(
-                NativeProvider::with_current_exe(state, prefix).map_err(|e| e.to_string())?,
+                NativeProvider::with_current_exe(state, prefix)
+                    .and_then(NativeProvider::with_lifeline)
+                    .map_err(|e| e.to_string())?,
             ),
             ProviderChoice::Docker => AnyProvider::Docker(
                 DockerProvider::new(&cfg.sandbox.runtime, state, prefix).map_err(|e| e.to_string())?,
@@ -305,22 +309,36 @@ pub fn main(opts: Options) -> u8 {
         tokio::spawn(status::keep_writing(daemon.clone()));
         runs::adopt_persisted(&daemon).await;
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let stopping = daemon.clone();
         tokio::spawn(async move {
             wait_for_signal().await;
-            tracing::info!("shutting down");
+            // While the link is still up: the agents first (their exits and
+            // the results of interrupted prompts are the last messages),
+            // then the outbox, within a bound; only then the link closes.
+            tracing::info!("shutting down: closing the agents");
+            stopping.runs.stop_starting();
+            close_agents(&stopping).await;
+            let bound = std::time::Duration::from_secs(stopping.cfg.shutdown_flush_seconds);
+            let deadline = tokio::time::Instant::now() + bound;
+            while stopping.runs.turns_in_flight() > 0 && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if !stopping.outbox.drained(left).await {
+                tracing::warn!(
+                    "shutting down: the backend did not take the last {} message(s) within {} s \
+                     (shutdown_flush_seconds)",
+                    stopping.outbox.len(),
+                    bound.as_secs()
+                );
+            }
             let _ = stop_tx.send(true);
         });
         let exit = link::run(daemon.clone(), stop_rx).await;
-        // Agents do not outlive the daemon that holds their stdio: close
-        // them all (stdin, SIGTERM, SIGKILL); instances and runs stay.
-        let agents = daemon.runs.all_agents();
-        let closing: Vec<_> = agents
-            .into_iter()
-            .map(|a| tokio::spawn(async move { a.shutdown("daemon shutting down").await }))
-            .collect();
-        for c in closing {
-            let _ = c.await;
-        }
+        // Agents do not outlive the daemon that holds their stdio (an id
+        // conflict ends the link without the signal above).
+        daemon.runs.stop_starting();
+        close_agents(&daemon).await;
         persist::Persister::flush(&daemon);
         match exit {
             link::Exit::Shutdown => {
@@ -344,6 +362,20 @@ pub fn main(opts: Options) -> u8 {
     });
     drop(identity);
     code
+}
+
+/// Closes every agent (stdin, SIGTERM, SIGKILL), concurrently; instances
+/// and runs stay.
+async fn close_agents(d: &Arc<Daemon>) {
+    let closing: Vec<_> = d
+        .runs
+        .all_agents()
+        .into_iter()
+        .map(|a| tokio::spawn(async move { a.shutdown("daemon shutting down").await }))
+        .collect();
+    for c in closing {
+        let _ = c.await;
+    }
 }
 
 async fn wait_for_signal() {

@@ -198,6 +198,23 @@ impl Outbox {
         self.lock().queue.len()
     }
 
+    /// Waits until every queued message was sent, at most `bound`; true
+    /// when the queue is empty (used at shutdown).
+    pub async fn drained(&self, bound: std::time::Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + bound;
+        loop {
+            let room = self.room.notified();
+            tokio::pin!(room);
+            room.as_mut().enable();
+            if self.is_empty() {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, room).await.is_err() {
+                return self.is_empty();
+            }
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -19,8 +19,11 @@
 //! run becomes idle (the backend never sends `acp_close`, so with the Node
 //! behaviour instances were never reclaimed: reference §3.6 [QUIRK]). New
 //! work stops the clock. On expiry the instance is removed and
-//! `sandbox_instance_status missing` reported; the workspace stays (the
-//! backend removes it with `remove_workspace` or `gc`).
+//! `sandbox_instance_status missing` reported; the run (its record and
+//! `init`) and the workspace stay, so a later prompt re-creates the
+//! instance and resumes (the backend removes runs with `remove`, workspaces
+//! with `remove_workspace` or `gc`). `expire_idle_runs` defaults to false,
+//! as the Node proxy never expired runs.
 //!
 //! The agent (docs/acp.md): the lane holds the run's agent process
 //! ([`super::agent`]: `Lane::open_agent` lands inputs, runs the init
@@ -71,6 +74,10 @@ pub struct RunState {
     pub gid: u32,
     pub created_at: String,
     pub updated_at: String,
+    /// Fingerprints of the agentInputs targets as they were landed
+    /// (`landed.rs`): landing again never overwrites the agent's work.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub landed: super::landed::Landed,
 }
 
 pub enum Job {
@@ -105,6 +112,10 @@ fn default_id() -> u32 {
 pub struct Runs {
     lanes: Mutex<HashMap<String, mpsc::UnboundedSender<Job>>>,
     agents: super::agent::Agents,
+    /// Prompt turns whose `prompt_result` is not yet queued (all runs).
+    turns: std::sync::atomic::AtomicUsize,
+    /// The daemon is shutting down: no new agent starts.
+    stopping: std::sync::atomic::AtomicBool,
 }
 
 impl Runs {
@@ -134,6 +145,29 @@ impl Runs {
     pub fn set_agent(&self, run: &str, agent: Option<Arc<crate::acp::host::Agent>>) {
         self.agents.set(run, agent)
     }
+
+    /// A prompt turn started (`true`) or queued its result (`false`).
+    pub fn turn(&self, started: bool) {
+        use std::sync::atomic::Ordering::SeqCst;
+        if started {
+            self.turns.fetch_add(1, SeqCst);
+        } else {
+            self.turns.fetch_sub(1, SeqCst);
+        }
+    }
+
+    pub fn turns_in_flight(&self) -> usize {
+        self.turns.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// From now on no agent starts (the daemon is shutting down).
+    pub fn stop_starting(&self) {
+        self.stopping.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    pub fn stopping(&self) -> bool {
+        self.stopping.load(std::sync::atomic::Ordering::SeqCst)
+    }
 }
 
 /// Queues `job` on the lane of `key`, creating the lane if needed.
@@ -153,8 +187,15 @@ fn start_lane(d: &Arc<Daemon>, lanes: &mut HashMap<String, mpsc::UnboundedSender
     let (tx, rx) = mpsc::unbounded_channel();
     tx.send(job).ok();
     lanes.insert(key.to_string(), tx);
-    let lane =
-        Lane { d: d.clone(), run_id: key.to_string(), state: None, agent: None, generation: 0, prompts: 0 };
+    let lane = Lane {
+        d: d.clone(),
+        run_id: key.to_string(),
+        state: None,
+        agent: None,
+        generation: 0,
+        prompts: 0,
+        init_sent: false,
+    };
     tokio::spawn(lane.run(rx));
 }
 
@@ -283,6 +324,9 @@ pub struct Lane {
     pub generation: u64,
     /// Prompt turns in flight (the run is not idle while any is).
     pub prompts: usize,
+    /// The backend sent `init` since inputs last landed: the next landing
+    /// is the one it asked for (else it protects the agent's work).
+    pub init_sent: bool,
 }
 
 impl Lane {
@@ -518,6 +562,7 @@ impl Lane {
             gid,
             created_at: now.clone(),
             updated_at: now.clone(),
+            landed: Default::default(),
         });
         state.keepalive_ttl_seconds = ttl;
         state.expires_at_ms = None;
@@ -528,6 +573,7 @@ impl Lane {
         state.gid = gid;
         if init.is_some() {
             state.init = init;
+            self.init_sent = true;
         }
         state.updated_at = now;
         self.persist();
@@ -565,16 +611,38 @@ impl Lane {
         Ok(name)
     }
 
-    /// Keepalive expired: remove the instance, report it missing, forget the run.
+    /// Keepalive expired: the agent is closed and the instance removed
+    /// (reported `missing`), but the run is **kept**: its record and its
+    /// last `init` stay, so a later `prompt_send` without `init` (all the
+    /// backend sends for a run it still holds open) makes a new instance
+    /// over the same workspace and home, starts the agent and resumes the
+    /// session. Only `remove` (and `prune_orphans`/`gc`) forget a run.
     async fn expire(&mut self) {
         let Some(state) = &self.state else { return };
         let name = state.instance_name.clone();
-        tracing::info!("run {}: keepalive expired, removing instance {name}", self.run_id);
+        tracing::info!("run {}: keepalive expired, removing instance {name} (the run is kept)", self.run_id);
         self.close_agent("keepalive_expired").await;
-        if let Err(e) = self.remove_instance(&name).await {
-            tracing::error!("run {}: removing expired instance {name}: {e}; retrying in 60 s", self.run_id);
-            if let Some(state) = &mut self.state {
-                state.expires_at_ms = Some(now_ms() + 60_000);
+        match self.d.provider.remove(&name).await {
+            Ok(info) => {
+                // The instance's scratch and staged secrets go with it.
+                super::mounts::discard(&self.d, &self.run_id);
+                self.d.report_status(&self.run_id, &info);
+                if let Some(state) = &mut self.state {
+                    state.expires_at_ms = None;
+                    state.updated_at = super::now_iso();
+                }
+                self.persist();
+            }
+            Err(e) => {
+                let e = e.to_string();
+                tracing::error!(
+                    "run {}: removing expired instance {name}: {e}; retrying in 60 s",
+                    self.run_id
+                );
+                self.d.report_error_status(&self.run_id, &name, &e);
+                if let Some(state) = &mut self.state {
+                    state.expires_at_ms = Some(now_ms() + 60_000);
+                }
             }
         }
     }
