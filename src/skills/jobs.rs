@@ -250,6 +250,17 @@ impl Service {
 
     /// Applies `change` to the job's record, stamps it and writes it.
     async fn update(&self, job: &Job, change: impl FnOnce(&mut JobRecord)) -> JobRecord {
+        self.update_after(job, change, None).await
+    }
+
+    /// As `update`; `first` is synced before the record is written (a
+    /// file the new record refers to), after the change is visible.
+    async fn update_after(
+        &self,
+        job: &Job,
+        change: impl FnOnce(&mut JobRecord),
+        first: Option<PathBuf>,
+    ) -> JobRecord {
         let _order = job.persist.lock().await;
         job.state.send_modify(|r| {
             change(r);
@@ -257,7 +268,15 @@ impl Service {
         });
         let record = job.record();
         let (store, copy) = (self.store.clone(), record.clone());
-        match tokio::task::spawn_blocking(move || store.save(&copy)).await {
+        let save = move || {
+            if let Some(first) = first {
+                fsio::sync_file(&first).map_err(|e| {
+                    std::io::Error::new(e.kind(), format!("cannot sync {}: {e}", first.display()))
+                })?;
+            }
+            store.save(&copy)
+        };
+        match tokio::task::spawn_blocking(save).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => tracing::error!("cannot save job {}: {e}", record.request_id),
             Err(e) => tracing::error!("cannot save job {}: {e}", record.request_id),
@@ -639,30 +658,36 @@ impl Service {
             }
         };
         self.active.fetch_sub(1, Ordering::SeqCst);
-        self.update(&job, |r| {
-            if r.cancel_requested {
-                r.status = Some(Status::Canceled);
-                r.error = Some(json!({"code": "CANCELED_BY_USER", "message": "Canceled by user request"}));
-                return;
-            }
-            match outcome {
-                Outcome::Succeeded { warnings } => {
-                    r.status = Some(Status::Succeeded);
-                    r.warnings = warnings;
-                    r.error = None;
-                }
-                Outcome::Failed { error, warnings } => {
-                    r.status = Some(Status::Failed);
-                    r.warnings = warnings;
-                    r.error = Some(error);
-                }
-                Outcome::Canceled => {
+        let result = Some(paths.result.clone());
+        self.update_after(
+            &job,
+            |r| {
+                if r.cancel_requested {
                     r.status = Some(Status::Canceled);
                     r.error =
                         Some(json!({"code": "CANCELED_BY_USER", "message": "Canceled by user request"}));
+                    return;
                 }
-            }
-        })
+                match outcome {
+                    Outcome::Succeeded { warnings } => {
+                        r.status = Some(Status::Succeeded);
+                        r.warnings = warnings;
+                        r.error = None;
+                    }
+                    Outcome::Failed { error, warnings } => {
+                        r.status = Some(Status::Failed);
+                        r.warnings = warnings;
+                        r.error = Some(error);
+                    }
+                    Outcome::Canceled => {
+                        r.status = Some(Status::Canceled);
+                        r.error =
+                            Some(json!({"code": "CANCELED_BY_USER", "message": "Canceled by user request"}));
+                    }
+                }
+            },
+            result,
+        )
         .await;
     }
 
