@@ -2,64 +2,84 @@
 # Benchmark: the safe zip extractor of downloadExtract against Info-ZIP's
 # `unzip -q`, on the same archive, alternating runs in one session.
 #
+#   scripts/bench-extract.sh [RUNS]          (default 15 runs of each)
+#   BASE_BIN=/path/to/older/tuixiu-sandbox-full scripts/bench-extract.sh
+#
 # The archive: 2 000 files of 44 KiB of text-like data each (90 MB) in 40
 # directories, deflated by Python's zipfile (level 6) into a ~50 MB zip,
-# generated deterministically. Both tools extract into a tmpfs (/dev/shm),
-# as skills land in the sandbox's private tmpfs home, so the numbers
-# measure the extractors rather than the disk's writeback.
-#
-# Usage: scripts/bench-extract.sh [RUNS]   (default 15 runs of each)
-# Prints the machine, each median, and ours/unzip (target: <= 1.0).
+# generated deterministically. Every tool extracts into a fresh directory
+# on a tmpfs (/dev/shm), as skills land in the sandbox's private tmpfs
+# home, so the numbers measure the extractors rather than the disk's
+# writeback. Commands, alternating in each round: `__extract` with its
+# default workers, `__extract --threads 1`, the build in BASE_BIN if given
+# (an earlier commit, same archive), and `unzip -q` (the anchor). One
+# warm-up round; the trees are compared with `diff -r` at the end.
+# Prints the machine, a Markdown table (median, p10, p90, peak RSS from
+# GNU time) and each median over unzip's (target: <= 0.5, twice its speed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs="${1:-15}"
 
-command -v unzip >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq unzip; }
-cargo build --release --quiet
+for tool in unzip:unzip /usr/bin/time:time; do
+    command -v "${tool%%:*}" >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${tool##*:}"; }
+done
+cargo build --release --quiet --bin tuixiu-sandbox-full
 bin="$PWD/target/release/tuixiu-sandbox-full"
 
 work="$(mktemp -d /dev/shm/tuixiu-bench-extract.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
 
-python3 - "$work/bench.zip" <<'PY'
-import random, sys, zipfile
-rng = random.Random(42)
-words = [''.join(rng.choice('abcdefghijklmnopqrstuvwxyz') for _ in range(rng.randint(2, 9))) for _ in range(5000)]
-with zipfile.ZipFile(sys.argv[1], 'w', zipfile.ZIP_DEFLATED, compresslevel=6) as z:
-    for i in range(2000):
-        out, size = [], 0
-        while size < 44 * 1024:
-            w = rng.choice(words) + (' ' if rng.random() > 0.1 else '\n')
-            out.append(w); size += len(w)
-        z.writestr(f"dir{i % 40:02d}/file{i:04d}.txt", ''.join(out)[:44 * 1024])
-PY
+python3 scripts/make-zip.py "$work/bench.zip" --files 2000 --file-bytes 45056 --dirs 40
 
-python3 - "$bin" "$work" "$runs" <<'PY'
+python3 - "$bin" "$work" "$runs" "${BASE_BIN:-}" <<'PY'
 import os, shutil, statistics, subprocess, sys, time
-bin, work, runs = sys.argv[1], sys.argv[2], int(sys.argv[3])
+bin, work, runs, base = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 archive = os.path.join(work, "bench.zip")
-def once(cmd, out):
-    shutil.rmtree(out, ignore_errors=True)
-    os.mkdir(out)
+out = lambda name: os.path.join(work, name)
+commands = [
+    ("`__extract` (default workers)", lambda d: [bin, "__extract", archive, d], "ours"),
+    ("`__extract --threads 1`", lambda d: [bin, "__extract", "--threads", "1", archive, d], "ours1"),
+]
+if base:
+    commands.append((f"`__extract`, {os.path.basename(base)}", lambda d: [base, "__extract", archive, d], "base"))
+commands.append(("`unzip -q` (anchor)", lambda d: ["unzip", "-q", archive, "-d", d], "unzip"))
+
+def once(cmd, d):
+    shutil.rmtree(d, ignore_errors=True)
+    os.mkdir(d)
     subprocess.run(["sync"], check=True)
+    # GNU time reports the command's peak RSS (a child forked from this
+    # Python would carry Python's own into its ru_maxrss); it adds the
+    # same small start to every command.
+    rss = os.path.join(work, "rss")
     t = time.perf_counter()
-    subprocess.run(cmd, check=True)
-    return time.perf_counter() - t
-ours, theirs = [], []
+    subprocess.run(["/usr/bin/time", "-f", "%M", "-o", rss] + cmd, check=True)
+    elapsed = time.perf_counter() - t
+    with open(rss) as f:
+        return elapsed, int(f.read().split()[-1])
+
+samples = {name: [] for name, _, _ in commands}
+rss = {name: 0 for name, _, _ in commands}
 for i in range(runs + 1):
-    a = once([bin, "__extract", archive, os.path.join(work, "ours")], os.path.join(work, "ours"))
-    b = once(["unzip", "-q", archive, "-d", os.path.join(work, "unzip")], os.path.join(work, "unzip"))
-    if i:  # the first pair warms the page cache
-        ours.append(a); theirs.append(b)
-# Same tree?
-diff = subprocess.run(["diff", "-r", os.path.join(work, "ours"), os.path.join(work, "unzip")], capture_output=True)
-assert diff.returncode == 0, diff.stdout[:500]
-mo, mt = statistics.median(ours), statistics.median(theirs)
+    for name, cmd, d in commands:
+        t, m = once(cmd(out(d)), out(d))
+        if i:  # the first round warms the page cache
+            samples[name].append(t)
+            rss[name] = max(rss[name], m)
+for _, _, d in commands[:-1]:
+    diff = subprocess.run(["diff", "-r", out(d), out("unzip")], capture_output=True)
+    assert diff.returncode == 0, diff.stdout[:500]
 size = os.path.getsize(archive)
-total = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(os.path.join(work, "ours")) for f in fs)
-print(f"archive: {size / 1e6:.1f} MB, 2000 files, {total / 1e6:.1f} MB extracted")
-print(f"tuixiu-sandbox __extract: median {mo * 1000:.1f} ms (min {min(ours) * 1000:.1f}, max {max(ours) * 1000:.1f}) over {runs} runs")
-print(f"unzip -q:                 median {mt * 1000:.1f} ms (min {min(theirs) * 1000:.1f}, max {max(theirs) * 1000:.1f}) over {runs} runs")
-print(f"ratio ours/unzip: {mo / mt:.2f} (target <= 1.00)")
+total = sum(os.path.getsize(os.path.join(p, f)) for p, _, fs in os.walk(out("ours")) for f in fs)
+print(f"archive: {size / 1e6:.1f} MB, 2000 files, {total / 1e6:.1f} MB extracted; {runs} rounds after one warm-up; "
+      f"load average {os.getloadavg()[0]:.1f}")
+anchor = statistics.median(samples[commands[-1][0]])
+print("| command | median ms | p10 | p90 | peak RSS | time / unzip |")
+print("|---|---|---|---|---|---|")
+for name, _, _ in commands:
+    xs = sorted(samples[name])
+    med = statistics.median(xs)
+    print(f"| {name} | {med * 1000:.1f} | {xs[len(xs) // 10] * 1000:.1f} | {xs[(len(xs) * 9) // 10] * 1000:.1f} "
+          f"| {rss[name] / 1024:.1f} MiB | **{med / anchor:.2f}** |")
 PY
 echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p' | head -1), kernel $(uname -r), $(unzip -v | head -1 | cut -d' ' -f1-2)"

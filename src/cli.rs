@@ -171,6 +171,23 @@ pub struct ExtractArgs {
     /// An existing, empty directory to extract into
     #[arg(value_name = "DIR")]
     pub dir: PathBuf,
+
+    /// Worker threads (default: as downloadExtract, one below 1 MiB of
+    /// content, else the CPUs available up to 4)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub threads: Option<u16>,
+
+    /// Most entries the zip may have
+    #[arg(long, value_name = "N", default_value_t = 5000)]
+    pub zip_max_entries: u64,
+
+    /// Largest file the zip may extract (K, M, G suffixes)
+    #[arg(long, value_name = "SIZE", default_value = "20M", value_parser = tuixiu_sandbox::launcher::units::parse_size)]
+    pub zip_max_file_bytes: u64,
+
+    /// Most bytes the zip may extract in total (K, M, G suffixes)
+    #[arg(long, value_name = "SIZE", default_value = "100M", value_parser = tuixiu_sandbox::launcher::units::parse_size)]
+    pub zip_max_total_bytes: u64,
 }
 
 #[derive(Debug, Subcommand)]

@@ -244,3 +244,31 @@ crate::for_each_caller!(seed000_malicious_zip_cannot_escape_target_directory, |c
     assert_eq!(tree(&t.f.home), before);
     assert!(!t.f.dir.join("evil").exists());
 });
+
+#[test]
+fn a_large_archive_lands_whole_and_owned_by_the_mapped_user() {
+    // Above 1 MiB the extractor's workers write the files: on other threads
+    // than the one the apply phase switched to the mapped ids (setfsuid).
+    // Every file must still belong to the sandbox user and be complete.
+    let t = Inputs::new(Caller::Root);
+    let server = HttpServer::start();
+    let mut entries = vec![skill_md()];
+    let mut expected = String::new();
+    for i in 0..48 {
+        let text = format!("file {i}: {}\n", "words of a skill ".repeat(4000));
+        expected.push_str(&text);
+        entries.push(ZipEntry::file(&format!("d{}/f{i:02}.txt", i % 4), text.as_bytes()));
+    }
+    let archive = zip(&entries);
+    server.route("/big.zip", Reply::Body(archive));
+    t.write(json!([{"id": "skill:big", "apply": "downloadExtract", "source": {"type": "httpZip", "uri": "/big.zip"},
+                    "target": {"root": "USER_HOME", "path": ".codex/skills/big"}}]));
+    let base = server.origin();
+    let out = t.ok(
+        &["--inputs-base-url", &base, "--map-uid", "4321", "--map-gid", "4321"],
+        "cd ~/.codex/skills/big && find . -type f -exec stat -c '%U:%G' {} + | sort | uniq -c; \
+         for i in $(seq -w 0 47); do cat d*/f$i.txt; done | sha256sum",
+    );
+    let sha = inputs_support::sha256_hex(expected.as_bytes());
+    assert_eq!(out, format!("     49 agent:agent\n{sha}  -\n"));
+}

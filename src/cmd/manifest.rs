@@ -68,8 +68,9 @@ fn plan(args: &ManifestCheckArgs) -> Result<Vec<String>, String> {
     Ok(lines)
 }
 
-/// `__extract ZIP DIR`: the downloadExtract extractor on its own, with the
-/// default limits, for benchmarks and debugging.
+/// `__extract ZIP DIR [--threads N] [--zip-max-*]`: the downloadExtract
+/// extractor on its own (downloadExtract's default limits), for benchmarks
+/// and debugging.
 pub fn extract(args: ExtractArgs) -> u8 {
     let run = || -> Result<zip::Extracted, String> {
         let archive = std::fs::File::open(&args.archive)
@@ -80,7 +81,13 @@ pub fn extract(args: ExtractArgs) -> u8 {
         if !fsx::is_empty_dir(dir.as_fd()).map_err(|e| e.to_string())? {
             return Err(format!("{}: not empty", args.dir.display()));
         }
-        zip::extract(&archive, dir.as_fd(), &ZipLimits::default()).map_err(|e| e.to_string())
+        let workers = args.threads.map(usize::from);
+        let limits = ZipLimits {
+            max_entries: args.zip_max_entries,
+            max_file_bytes: args.zip_max_file_bytes,
+            max_total_bytes: args.zip_max_total_bytes,
+        };
+        zip::extract_with(&archive, dir.as_fd(), &limits, workers).map_err(|e| e.to_string())
     };
     match run() {
         Ok(done) => {

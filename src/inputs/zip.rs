@@ -9,17 +9,21 @@
 //! cap. While extracting, the bytes actually produced are counted, and an
 //! entry that yields more (or fewer) bytes than it declared is refused the
 //! moment it does, so a header that lies about sizes cannot get past the
-//! caps. Files are created with `O_CREAT|O_EXCL|O_NOFOLLOW` relative to
-//! directory descriptors inside the destination, which this extractor
-//! created itself.
+//! caps. Directories are created first (collisions between entries, a
+//! file where a directory is needed, are found from the names before
+//! anything is written); files are created with `O_CREAT|O_EXCL|O_NOFOLLOW`
+//! relative to directory descriptors inside the destination, which this
+//! extractor created itself. Files are then filled by a few workers at once
+//! (`pool`), with the error of the earliest failing entry, as one worker
+//! would have it; `entry` reads, inflates and checks one entry.
 //!
 //! The messages keep the Node proxy's wording (`zip entry path is not
 //! allowed: ../x`, `zip too many entries: maxEntries=5000`, ...).
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry as Slot;
 use std::ffi::CString;
 use std::fs::File;
-use std::io::{BufReader, Read, Seek, SeekFrom, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use nix::errno::Errno;
@@ -27,6 +31,11 @@ use nix::fcntl::{OFlag, openat};
 use nix::sys::stat::{Mode, mkdirat};
 
 use super::fsx;
+
+mod entry;
+mod pool;
+
+use entry::ArchiveAt;
 
 /// Caps on what one archive may produce.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,7 +81,6 @@ const S_IFMT: u32 = 0o170000;
 const S_IFREG: u32 = 0o100000;
 const S_IFDIR: u32 = 0o040000;
 const S_IFLNK: u32 = 0o120000;
-const COPY_BUF: usize = 256 * 1024;
 
 /// A checked entry: where it goes and what it is.
 struct Entry {
@@ -87,88 +95,66 @@ struct Entry {
 }
 
 /// Extracts `archive` into the directory `into`, which should be empty and
-/// private to the caller until the extraction is complete.
+/// private to the caller until the extraction is complete. Large archives
+/// are extracted by up to [`default_workers`] threads; the result, error
+/// included, is the same as with one.
 pub fn extract(archive: &File, into: BorrowedFd<'_>, limits: &ZipLimits) -> Result<Extracted, ZipError> {
-    let mut reader = BufReader::with_capacity(64 * 1024, archive);
-    reader.seek(SeekFrom::Start(0)).map_err(|e| ZipError::Invalid(format!("zip read failed: {e}")))?;
-    let mut zip = ::zip::ZipArchive::new(reader)
-        .map_err(|e| ZipError::Invalid(format!("not a valid zip archive: {e}")))?;
-    let entries = check(&zip, limits)?;
+    extract_with(archive, into, limits, None)
+}
 
-    let mut dirs: HashMap<String, OwnedFd> = HashMap::new();
+/// Archives that declare less than this are extracted on the calling
+/// thread alone (starting a thread costs more than it saves).
+const PARALLEL_MIN_BYTES: u64 = 1 << 20;
+
+/// The most worker threads an extraction uses: the CPUs this process may
+/// run on, at most 4.
+pub fn default_workers() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
+}
+
+/// As [`extract`], with `workers` threads (`None`: [`default_workers`]
+/// for archives of at least 1 MiB, else one).
+pub fn extract_with(
+    archive: &File,
+    into: BorrowedFd<'_>,
+    limits: &ZipLimits,
+    workers: Option<usize>,
+) -> Result<Extracted, ZipError> {
+    let zip = ::zip::ZipArchive::new(ArchiveAt::new(archive))
+        .map_err(|e| ZipError::Invalid(format!("not a valid zip archive: {e}")))?;
+    let checked = check(&zip, limits)?;
+
     let mut out = Extracted::default();
-    let mut buf = vec![0u8; COPY_BUF];
-    for entry in &entries {
-        if entry.dir {
-            dir_fd(into, &mut dirs, &entry.path)?;
-            out.dirs += 1;
-            continue;
-        }
-        let (parent, name) = match entry.path.rsplit_once('/') {
-            Some((parent, name)) => (dir_fd(into, &mut dirs, parent)?, name),
-            None => (into, entry.path.as_str()),
-        };
-        let name = CString::new(name).expect("names were checked for NUL");
-        let mode = if entry.executable { 0o755 } else { 0o644 };
-        let mut file = fsx::create_file(parent, &name, mode).map_err(|e| match e.errno {
-            Errno::EEXIST | Errno::ENOTDIR | Errno::EISDIR => {
-                ZipError::Unsafe(format!("zip entry conflicts with another entry: {}", entry.shown))
-            }
-            _ => ZipError::Fs(fsx::FsError { path: entry.path.clone(), ..e }),
-        })?;
-        let mut data = zip
-            .by_index(entry.index)
-            .map_err(|e| ZipError::Invalid(format!("zip entry unreadable: {}: {e}", entry.shown)))?;
-        let mut produced: u64 = 0;
-        loop {
-            // Never ask for more than was declared; once it is all there,
-            // a 1-byte read must find the end of the entry.
-            let remaining = entry.size - produced;
-            let want = if remaining == 0 { 1 } else { remaining.min(buf.len() as u64) as usize };
-            let n = match data.read(&mut buf[..want]) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                // The reader counts too and refuses data past the declared
-                // size; a checksum failure at the end is corruption.
-                Err(e) if remaining == 0 && !e.to_string().contains("checksum") => {
-                    return Err(size_lie(entry));
-                }
-                Err(e) => return Err(ZipError::Invalid(format!("zip entry corrupt: {}: {e}", entry.shown))),
-            };
-            produced += n as u64;
-            if produced > entry.size {
-                return Err(size_lie(entry));
-            }
-            file.write_all(&buf[..n]).map_err(|e| {
-                ZipError::Fs(fsx::fs_err(
-                    "write",
-                    &entry.path,
-                    Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
-                ))
-            })?;
-        }
-        if produced != entry.size {
-            return Err(ZipError::Unsafe(format!(
-                "zip entry size mismatch: {} declared={} actual={produced}",
-                entry.shown, entry.size
-            )));
-        }
-        out.files += 1;
-        out.bytes += produced;
+    let mut dirs: HashMap<String, OwnedFd> = HashMap::new();
+    for dir in &checked.dirs {
+        make_dir(into, &mut dirs, dir)?;
     }
+    let files: Vec<&Entry> = checked.entries.iter().filter(|e| !e.dir).collect();
+    out.dirs = (checked.entries.len() - files.len()) as u64;
+    let workers = match workers {
+        Some(n) => n,
+        None if checked.total < PARALLEL_MIN_BYTES => 1,
+        None => default_workers(),
+    };
+    out.bytes = pool::run(&zip, &files, into, &dirs, workers.clamp(1, files.len().max(1)))?;
+    out.files = files.len() as u64;
     Ok(out)
 }
 
-fn size_lie(entry: &Entry) -> ZipError {
-    ZipError::Unsafe(format!(
-        "zip entry size mismatch: {} declared={} actual>{}",
-        entry.shown, entry.size, entry.size
-    ))
+/// The checked central directory.
+struct Checked {
+    entries: Vec<Entry>,
+    /// Every directory to create (entries and parents), parents first.
+    dirs: Vec<String>,
+    /// The declared bytes of all files.
+    total: u64,
 }
 
 /// Validates the whole central directory; nothing is written.
-fn check<R: Read + Seek>(zip: &::zip::ZipArchive<R>, limits: &ZipLimits) -> Result<Vec<Entry>, ZipError> {
+fn check<R: std::io::Read + std::io::Seek>(
+    zip: &::zip::ZipArchive<R>,
+    limits: &ZipLimits,
+) -> Result<Checked, ZipError> {
     let count = zip.len() as u64;
     if count > limits.max_entries {
         return Err(ZipError::Limit(format!("zip too many entries: maxEntries={}", limits.max_entries)));
@@ -242,7 +228,42 @@ fn check<R: Read + Seek>(zip: &::zip::ZipArchive<R>, limits: &ZipLimits) -> Resu
             size: if dir { 0 } else { e.size() },
         });
     }
-    Ok(entries)
+    let dirs = plan_dirs(&entries)?;
+    Ok(Checked { entries, dirs, total })
+}
+
+/// The directories the entries need, parents first, and the first entry
+/// (in archive order) that would collide with an earlier one: a file where
+/// a directory is needed, or a name taken. Names were normalized, so this
+/// is what creating them one by one in an empty directory would find.
+fn plan_dirs(entries: &[Entry]) -> Result<Vec<String>, ZipError> {
+    let conflict = |name: &str| ZipError::Unsafe(format!("zip entry conflicts with another entry: {name}"));
+    // true: a directory.
+    let mut seen: HashMap<&str, bool> = HashMap::new();
+    let mut dirs = Vec::new();
+    for e in entries {
+        let parents = e.path.match_indices('/').map(|(i, _)| &e.path[..i]);
+        let own = e.dir.then_some(e.path.as_str());
+        for dir in parents.chain(own) {
+            match seen.entry(dir) {
+                Slot::Occupied(o) if !*o.get() => return Err(conflict(dir)),
+                Slot::Occupied(_) => {}
+                Slot::Vacant(v) => {
+                    v.insert(true);
+                    dirs.push(dir.to_string());
+                }
+            }
+        }
+        if !e.dir {
+            match seen.entry(&e.path) {
+                Slot::Occupied(_) => return Err(conflict(&e.shown)),
+                Slot::Vacant(v) => {
+                    v.insert(false);
+                }
+            }
+        }
+    }
+    Ok(dirs)
 }
 
 /// The entry's path as normalized components, or `None` when it may not
@@ -286,43 +307,28 @@ fn shown_name(raw: &[u8]) -> String {
     out
 }
 
-/// The descriptor of directory `path` inside the extraction root, creating
-/// it and its parents as needed. Each component is opened with
-/// `O_NOFOLLOW` relative to its parent's descriptor.
-fn dir_fd<'a>(
-    root: BorrowedFd<'a>,
-    dirs: &'a mut HashMap<String, OwnedFd>,
-    path: &str,
-) -> Result<BorrowedFd<'a>, ZipError> {
-    if !dirs.contains_key(path) {
-        let mut end = 0;
-        for component in path.split('/') {
-            end += component.len();
-            let prefix = &path[..end];
-            end += 1;
-            if dirs.contains_key(prefix) {
-                continue;
-            }
-            let parent = match prefix.rsplit_once('/') {
-                Some((up, _)) => dirs.get(up).expect("parents are opened first").as_fd(),
-                None => root,
-            };
-            let name = CString::new(component).expect("names were checked for NUL");
-            match mkdirat(parent, name.as_c_str(), Mode::from_bits_truncate(0o755)) {
-                Ok(()) | Err(Errno::EEXIST) => {}
-                Err(e) => return Err(fsx::fs_err("mkdirat", prefix, e).into()),
-            }
-            let flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-            let fd = openat(parent, name.as_c_str(), flags, Mode::empty()).map_err(|e| match e {
-                Errno::ENOTDIR | Errno::ELOOP => {
-                    ZipError::Unsafe(format!("zip entry conflicts with another entry: {prefix}"))
-                }
-                e => fsx::fs_err("openat", prefix, e).into(),
-            })?;
-            dirs.insert(prefix.to_string(), fd);
-        }
+/// Creates directory `path` inside the extraction root (its parent was
+/// created before it) and keeps its descriptor, opened with `O_NOFOLLOW`
+/// relative to the parent's.
+fn make_dir(root: BorrowedFd<'_>, dirs: &mut HashMap<String, OwnedFd>, path: &str) -> Result<(), ZipError> {
+    let (parent, component) = match path.rsplit_once('/') {
+        Some((up, name)) => (dirs.get(up).expect("parents are created first").as_fd(), name),
+        None => (root, path),
+    };
+    let name = CString::new(component).expect("names were checked for NUL");
+    match mkdirat(parent, name.as_c_str(), Mode::from_bits_truncate(0o755)) {
+        Ok(()) | Err(Errno::EEXIST) => {}
+        Err(e) => return Err(fsx::fs_err("mkdirat", path, e).into()),
     }
-    Ok(dirs[path].as_fd())
+    let flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let fd = openat(parent, name.as_c_str(), flags, Mode::empty()).map_err(|e| match e {
+        Errno::ENOTDIR | Errno::ELOOP => {
+            ZipError::Unsafe(format!("zip entry conflicts with another entry: {path}"))
+        }
+        e => ZipError::from(fsx::fs_err("openat", path, e)),
+    })?;
+    dirs.insert(path.to_string(), fd);
+    Ok(())
 }
 
 #[cfg(test)]

@@ -117,12 +117,35 @@ pub enum ReadError {
 /// directory, written and synced, then renamed over it. A crash leaves the
 /// old content or the new, never a torn file.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    replace(path, bytes, true)
+}
+
+/// As `write_atomic` without the sync: readers see the old content or the
+/// new, but a machine crash may lose it unless `sync_file` ran since.
+pub fn write_replace(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    replace(path, bytes, false)
+}
+
+fn replace(path: &Path, bytes: &[u8], sync: bool) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let mut tmp = tempfile::Builder::new().prefix(".tmp-").tempfile_in(dir)?;
     tmp.write_all(bytes)?;
-    tmp.as_file().sync_data()?;
+    if sync {
+        tmp.as_file().sync_data()?;
+    }
     tmp.persist(path).map_err(|e| e.error)?;
     Ok(())
+}
+
+/// Makes a file written by `write_replace` durable: its data, then its
+/// directory entry. A missing file is not an error (nothing to keep).
+pub fn sync_file(path: &Path) -> std::io::Result<()> {
+    match std::fs::File::open(path) {
+        Ok(f) => f.sync_data()?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    }
+    std::fs::File::open(path.parent().unwrap_or(Path::new(".")))?.sync_all()
 }
 
 /// Whether `name` is one plain path component a client may use as a key

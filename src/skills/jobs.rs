@@ -250,6 +250,17 @@ impl Service {
 
     /// Applies `change` to the job's record, stamps it and writes it.
     async fn update(&self, job: &Job, change: impl FnOnce(&mut JobRecord)) -> JobRecord {
+        self.update_after(job, change, None).await
+    }
+
+    /// As `update`; `first` is synced before the record is written (a
+    /// file the new record refers to), after the change is visible.
+    async fn update_after(
+        &self,
+        job: &Job,
+        change: impl FnOnce(&mut JobRecord),
+        first: Option<PathBuf>,
+    ) -> JobRecord {
         let _order = job.persist.lock().await;
         job.state.send_modify(|r| {
             change(r);
@@ -257,7 +268,15 @@ impl Service {
         });
         let record = job.record();
         let (store, copy) = (self.store.clone(), record.clone());
-        match tokio::task::spawn_blocking(move || store.save(&copy)).await {
+        let save = move || {
+            if let Some(first) = first {
+                fsio::sync_file(&first).map_err(|e| {
+                    std::io::Error::new(e.kind(), format!("cannot sync {}: {e}", first.display()))
+                })?;
+            }
+            store.save(&copy)
+        };
+        match tokio::task::spawn_blocking(save).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => tracing::error!("cannot save job {}: {e}", record.request_id),
             Err(e) => tracing::error!("cannot save job {}: {e}", record.request_id),
@@ -556,9 +575,16 @@ impl Service {
     }
 
     async fn take_upload(self: &Arc<Self>, job: &Arc<Job>, archive: std::fs::File) -> ApiResult<Value> {
+        let t0 = std::time::Instant::now();
         let (uploads, files) = self.admit_with_uploads(job, Some(archive)).await?;
+        let t_extracted = t0.elapsed();
         self.start(Arc::clone(job), Some(uploads)).await?;
         let record = job.record();
+        tracing::debug!(
+            "job {}: upload extracted in {t_extracted:?}, run created and queued in {:?}",
+            record.request_id,
+            t0.elapsed() - t_extracted
+        );
         Ok(json!({
             "request_id": record.request_id,
             "cache_hit": false,
@@ -622,53 +648,70 @@ impl Service {
             None => run::write_canceled(&paths),
             Some(_permit) if record.cancel_requested => run::write_canceled(&paths),
             Some(_permit) => {
-                self.update(&job, |r| {
+                let running = self.update(&job, |r| {
                     if r.status == Some(Status::Queued) {
                         r.status = Some(Status::Running);
                     }
-                })
-                .await;
+                });
                 let skill = job.skill.lock().unwrap().clone();
-                self.execute(&record, skill, &paths, cancel).await
+                self.execute(&record, skill, &paths, cancel, running).await
             }
         };
         self.active.fetch_sub(1, Ordering::SeqCst);
-        self.update(&job, |r| {
-            if r.cancel_requested {
-                r.status = Some(Status::Canceled);
-                r.error = Some(json!({"code": "CANCELED_BY_USER", "message": "Canceled by user request"}));
-                return;
-            }
-            match outcome {
-                Outcome::Succeeded { warnings } => {
-                    r.status = Some(Status::Succeeded);
-                    r.warnings = warnings;
-                    r.error = None;
-                }
-                Outcome::Failed { error, warnings } => {
-                    r.status = Some(Status::Failed);
-                    r.warnings = warnings;
-                    r.error = Some(error);
-                }
-                Outcome::Canceled => {
+        let result = Some(paths.result.clone());
+        self.update_after(
+            &job,
+            |r| {
+                if r.cancel_requested {
                     r.status = Some(Status::Canceled);
                     r.error =
                         Some(json!({"code": "CANCELED_BY_USER", "message": "Canceled by user request"}));
+                    return;
                 }
-            }
-        })
+                match outcome {
+                    Outcome::Succeeded { warnings } => {
+                        r.status = Some(Status::Succeeded);
+                        r.warnings = warnings;
+                        r.error = None;
+                    }
+                    Outcome::Failed { error, warnings } => {
+                        r.status = Some(Status::Failed);
+                        r.warnings = warnings;
+                        r.error = Some(error);
+                    }
+                    Outcome::Canceled => {
+                        r.status = Some(Status::Canceled);
+                        r.error =
+                            Some(json!({"code": "CANCELED_BY_USER", "message": "Canceled by user request"}));
+                    }
+                }
+            },
+            result,
+        )
         .await;
     }
 
+    /// Runs the job's engine. `running` records the job as running; the
+    /// engine starts only once it is on disk (a restart must not run it a
+    /// second time), but the run is prepared while it is being written.
     async fn execute(
         &self,
         record: &JobRecord,
         skill: Option<Arc<Skill>>,
         paths: &RunPaths,
         cancel: watch::Receiver<bool>,
+        running: impl std::future::Future<Output = JobRecord>,
     ) -> Outcome {
         let failed = |m: String| Outcome::Failed { error: json!({"message": m}), warnings: vec![] };
         let t0 = std::time::Instant::now();
+        let (running, skill) = match skill {
+            Some(skill) => (Some(running), Some(skill)),
+            // Loading the package again (after a restart) is rare: in turn.
+            None => {
+                running.await;
+                (None, None)
+            }
+        };
         let skill = match skill {
             Some(s) => s,
             None if record.temp => {
@@ -689,11 +732,14 @@ impl Service {
             },
         };
         let Some(engine) = self.cfg.engines.get(&record.engine).cloned() else {
+            if let Some(running) = running {
+                running.await;
+            }
             return failed(format!("engine '{}' is not configured on this server", record.engine));
         };
         let (cfg, record2, paths2, skill2, engine2) =
             (self.cfg.clone(), record.clone(), paths.clone(), skill.clone(), engine.clone());
-        let prepared = tokio::task::spawn_blocking(move || {
+        let prepare = tokio::task::spawn_blocking(move || {
             let cx = RunContext {
                 skill: &skill2,
                 engine: &engine2,
@@ -703,8 +749,11 @@ impl Service {
                 host_ids: cfg.host_ids,
             };
             run::prepare(&cx)
-        })
-        .await;
+        });
+        let prepared = match running {
+            Some(running) => tokio::join!(running, prepare).1,
+            None => prepare.await,
+        };
         let prepared = match prepared {
             Ok(Ok(p)) => p,
             Ok(Err(outcome)) => {
@@ -714,9 +763,19 @@ impl Service {
             Err(e) => return failed(e.to_string()),
         };
         let t_prepared = t0.elapsed();
+        let epoch_ns =
+            || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        let spawn_ns = epoch_ns();
         let stop =
             run::execute(&self.cfg.launcher, paths, &prepared, self.cfg.limits.kill_grace, cancel).await;
         let t_ran = t0.elapsed();
+        // On the engine's clock too (`date +%s%N`): what the sandbox's start
+        // and end add around the engine (docs/benchmarks.md).
+        tracing::debug!(
+            "job {}: launcher started at {spawn_ns} and reaped at {} (ns since the epoch)",
+            record.request_id,
+            epoch_ns()
+        );
         let (cfg, record2, paths2) = (self.cfg.clone(), record.clone(), paths.clone());
         let outcome = match stop {
             Err(e) => failed(e),

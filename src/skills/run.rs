@@ -303,6 +303,7 @@ pub async fn execute(
         format!("cannot start {} __exec: {}", launcher.display(), sandbox::error::io_error_text(&e))
     })?;
     drop(spec_fd);
+    tracing::debug!("{}: the launcher was started in {:?}", paths.dir.display(), started.elapsed());
     let pid = child.id().map(|p| p as libc::pid_t);
     let signal = |sig: libc::c_int| {
         if let Some(pid) = pid {
@@ -412,7 +413,10 @@ pub fn finish(cx: &RunContext<'_>, stop: Stop, timeout: Duration) -> Outcome {
         "validation_warnings": warnings,
         "error": error,
     });
-    if let Err(e) = fsio::write_atomic(&p.result, &serde_json::to_vec_pretty(&result).expect("plain data")) {
+    // Not synced here: the client may see the outcome as soon as it is
+    // written, and the job's task syncs it before the terminal record
+    // (`Service::run_job`), which is what must never point at a lost file.
+    if let Err(e) = fsio::write_replace(&p.result, &serde_json::to_vec_pretty(&result).expect("plain data")) {
         return Outcome::Failed {
             error: json!({"message": format!("cannot write result.json: {e}")}),
             warnings,

@@ -173,6 +173,10 @@ pub struct ZipEntry {
     pub unix_mode: Option<u32>,
     /// Uncompressed size written in the headers, instead of the real one.
     pub declared_size: Option<u32>,
+    /// CRC-32 written in the headers, instead of the real one.
+    pub declared_crc: Option<u32>,
+    /// The compressed bytes end this many bytes early (headers agree).
+    pub truncate: usize,
 }
 
 impl ZipEntry {
@@ -183,6 +187,8 @@ impl ZipEntry {
             deflate: true,
             unix_mode: Some(0o100644),
             declared_size: None,
+            declared_crc: None,
+            truncate: 0,
         }
     }
 
@@ -193,6 +199,8 @@ impl ZipEntry {
             deflate: false,
             unix_mode: Some(0o040755),
             declared_size: None,
+            declared_crc: None,
+            truncate: 0,
         }
     }
 
@@ -203,6 +211,8 @@ impl ZipEntry {
             deflate: false,
             unix_mode: Some(0o120777),
             declared_size: None,
+            declared_crc: None,
+            truncate: 0,
         }
     }
 }
@@ -228,8 +238,9 @@ pub fn zip(entries: &[ZipEntry]) -> Vec<u8> {
     let mut out = Vec::new();
     let mut central = Vec::new();
     for e in entries {
-        let (method, payload) = if e.deflate { (8u16, deflate(&e.data)) } else { (0u16, e.data.clone()) };
-        let crc = crc32fast::hash(&e.data);
+        let (method, mut payload) = if e.deflate { (8u16, deflate(&e.data)) } else { (0u16, e.data.clone()) };
+        payload.truncate(payload.len().saturating_sub(e.truncate));
+        let crc = e.declared_crc.unwrap_or_else(|| crc32fast::hash(&e.data));
         let declared = e.declared_size.unwrap_or(e.data.len() as u32);
         let offset = out.len() as u32;
         local_header(&mut out, e.name.as_bytes(), method, crc, payload.len() as u32, declared);
