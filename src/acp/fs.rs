@@ -111,7 +111,14 @@ impl GuestFs {
     /// The sandbox's whole tree, from the `/` of process `pid` (the
     /// sandbox's PID 1); reads and writes stay in `allowed`.
     pub fn sandbox_root(pid: u32, allowed: &[&str]) -> Result<GuestFs, String> {
-        let root = open_dir(Path::new(&format!("/proc/{pid}/root")))?;
+        Self::tree_root(Path::new(&format!("/proc/{pid}/root")), allowed)
+    }
+
+    /// As [`GuestFs::sandbox_root`], with the sandbox's `/` at `root` (the
+    /// unit tests and the `acp_fs` fuzz target use a tree on the host).
+    #[doc(hidden)]
+    pub fn tree_root(root: &Path, allowed: &[&str]) -> Result<GuestFs, String> {
+        let root = open_dir(root)?;
         Ok(GuestFs {
             mounts: vec![(Vec::new(), root)],
             allowed: allowed.iter().map(|a| components(a)).collect(),
@@ -538,12 +545,7 @@ mod tests {
         std::os::unix::fs::symlink("src/a.txt", r.join("workspace/rel-link")).unwrap();
         std::os::unix::fs::symlink("../../etc/passwd", r.join("workspace/src/up-link")).unwrap();
         std::os::unix::fs::symlink("/proc/self/root/etc", r.join("workspace/magic")).unwrap();
-        let root = open_dir(r).unwrap();
-        let fs = GuestFs {
-            mounts: vec![(Vec::new(), root)],
-            allowed: vec![components("/workspace"), components("/home/agent")],
-            owner: None,
-        };
+        let fs = GuestFs::tree_root(r, &["/workspace", "/home/agent"]).unwrap();
         (t, fs)
     }
 
