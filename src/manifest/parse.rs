@@ -299,6 +299,11 @@ pub(crate) fn normalize_target_path(raw: &str) -> std::result::Result<String, &'
     if path.contains('\0') {
         return Err("target.path must not contain NUL");
     }
+    // The target is shown in log lines and the plan, one line each; ids,
+    // host paths and URIs refuse control characters too.
+    if path.chars().any(char::is_control) {
+        return Err("target.path must not contain control characters");
+    }
     let bytes = path.as_bytes();
     let drive = bytes.len() >= 2 && bytes[0].is_ascii_alphabetic() && bytes[1] == b':';
     if path.starts_with('/') || drive {

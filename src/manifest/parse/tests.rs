@@ -322,6 +322,14 @@ fn target_path_escapes_are_refused() {
         o.insert("target".into(), json!({"root": "WORKSPACE", "path": "a\u{0}b"}));
     }));
     assert_eq!(e, "INVALID_AGENT_INPUTS_ITEM_TARGET:a: target.path must not contain NUL");
+    // Found by the `manifest` fuzz target: a newline in the path split the
+    // plan's and the audit's lines.
+    for path in [".cod\nex/skills", "a\u{1b}[31mb", "x\ty"] {
+        let e = rejected(item_with(|o| {
+            o.insert("target".into(), json!({"root": "USER_HOME", "path": path}));
+        }));
+        assert_eq!(e, "INVALID_AGENT_INPUTS_ITEM_TARGET:a: target.path must not contain control characters");
+    }
     let e = rejected(item_with(|o| {
         o.insert("target".into(), json!({"root": "WORKSPACE", "path": "x".repeat(256)}));
     }));
