@@ -80,7 +80,12 @@ fuzz_target!(|data: &[u8]| {
                 sent.extend(batch.iter().map(|(_, t)| t.as_str().to_string()));
                 d.outbox.pop_through(batch.last().unwrap().0);
             }
-            let have = answers.lock().unwrap().iter().filter(|l| response_id(l).is_some()).count();
+            let have = answers
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|l| response_id(l).is_some_and(|id| id != "null"))
+                .count();
             if have >= wanted || Instant::now() > deadline {
                 break;
             }
@@ -111,8 +116,14 @@ fuzz_target!(|data: &[u8]| {
     }
     for text in &sent {
         assert!(!text.contains(&secret), "a message to the backend holds the secret: {text}");
-        let v: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"));
-        assert!(v.get("type").and_then(Value::as_str).is_some(), "no type: {text}");
+        // Read as the backend would; numbers out of f64's range are valid
+        // JSON (the agent's text is relayed as written), so no tree.
+        #[derive(serde::Deserialize)]
+        struct Head {
+            #[serde(rename = "type")]
+            _kind: String,
+        }
+        serde_json::from_str::<Head>(text).unwrap_or_else(|e| panic!("not JSON with a type ({e}): {text}"));
     }
     assert_eq!(outside_allowed(&tree), before, "something outside the workspace and home changed");
 });
