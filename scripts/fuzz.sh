@@ -5,11 +5,14 @@
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET...]
 #
-# Needs the nightly toolchain and cargo-fuzz (scripts/ci-setup.d/40-fuzz.sh
-# installs cargo-fuzz). Inputs found are kept in fuzz/corpus/<target>
-# (not committed); the seeds in fuzz/seeds/<target> are read, never
-# written. A crashing input is saved as fuzz/artifacts/<target>/crash-*;
-# reproduce it with
+# Needs cargo-fuzz (scripts/ci-setup.d/40-fuzz.sh installs it from
+# crates.io) and no nightly toolchain: the machine's one (stable) toolchain
+# builds the targets, with RUSTC_BOOTSTRAP=1 so that rustc takes the few
+# unstable flags cargo-fuzz passes (-Zsanitizer=address and the like).
+# FUZZ_TOOLCHAIN=nightly builds with an installed nightly instead.
+# Inputs found are kept in fuzz/corpus/<target> (not committed); the
+# seeds in fuzz/seeds/<target> are read, never written. A crashing input
+# is saved as fuzz/artifacts/<target>/crash-*; reproduce it with
 #   fuzz/target/x86_64-unknown-linux-gnu/release/<target> <file>
 # Logs: $FUZZ_LOG_DIR (default fuzz/logs). FUZZ_JOBS=N runs N targets at a
 # time (default 1).
@@ -22,10 +25,15 @@ case $seconds in
     '' | *[!0-9]*) echo "scripts/fuzz.sh: SECONDS must be a number, got '$seconds'" >&2; exit 2 ;;
 esac
 
-if ! cargo +nightly --version >/dev/null 2>&1; then
-    echo "scripts/fuzz.sh: the nightly toolchain is missing (rustup toolchain install nightly)" >&2
-    exit 2
+cargo=(cargo)
+if [ -n "${FUZZ_TOOLCHAIN:-}" ]; then
+    cargo+=("+$FUZZ_TOOLCHAIN")
+    if ! "${cargo[@]}" --version >/dev/null 2>&1; then
+        echo "scripts/fuzz.sh: the toolchain FUZZ_TOOLCHAIN=$FUZZ_TOOLCHAIN is not installed" >&2
+        exit 2
+    fi
 fi
+export RUSTC_BOOTSTRAP=1
 if ! cargo fuzz --version >/dev/null 2>&1; then
     echo "scripts/fuzz.sh: cargo-fuzz is missing (cargo install cargo-fuzz --locked)" >&2
     exit 2
@@ -33,15 +41,15 @@ fi
 
 targets=("$@")
 if [ "${#targets[@]}" -eq 0 ]; then
-    mapfile -t targets < <(cd fuzz && cargo +nightly fuzz list)
+    mapfile -t targets < <(cd fuzz && "${cargo[@]}" fuzz list)
 fi
 
 # The lock file is committed: refuse to build with other versions.
-(cd fuzz && cargo +nightly metadata --locked --format-version 1 >/dev/null)
+(cd fuzz && "${cargo[@]}" metadata --locked --format-version 1 >/dev/null)
 echo "==> building ${#targets[@]} fuzz targets"
 build_args=(build --codegen-units "${FUZZ_CODEGEN_UNITS:-16}")
 if [ "${#targets[@]}" -eq 1 ]; then build_args+=("${targets[0]}"); fi
-(cd fuzz && cargo +nightly fuzz "${build_args[@]}")
+(cd fuzz && "${cargo[@]}" fuzz "${build_args[@]}")
 bin_dir=fuzz/target/x86_64-unknown-linux-gnu/release
 
 log_dir=${FUZZ_LOG_DIR:-fuzz/logs}
