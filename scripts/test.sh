@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs the whole test suite: formatting, clippy, unit and integration tests.
+# Runs the whole test suite: formatting, clippy, unit and integration tests,
+# then every fuzz target briefly (FUZZ_SECONDS each, default 15; 0 skips).
 #
 # The integration tests run the real binary in real namespaces (as root, as
 # uid 65534, and nested in `unshare -U -r`), so run this as root. Before the
@@ -34,3 +35,8 @@ echo "==> cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "==> cargo test"
 cargo test --workspace --locked "$@"
+fuzz_seconds=${FUZZ_SECONDS:-15}
+if [ "$fuzz_seconds" != 0 ]; then
+    echo "==> fuzz targets, ${fuzz_seconds}s each"
+    scripts/fuzz.sh "$fuzz_seconds"
+fi

@@ -364,6 +364,23 @@ struct UpdateParams<'a> {
     update: Option<&'a RawValue>,
 }
 
+/// `acp_message {run_id, message}`, a notification other than
+/// `session/update` relayed with its params as the agent wrote them.
+#[derive(serde::Serialize)]
+struct AcpMessage<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    run_id: &'a str,
+    message: RawNotification<'a>,
+}
+
+#[derive(serde::Serialize)]
+struct RawNotification<'a> {
+    jsonrpc: &'static str,
+    method: &'a str,
+    params: Option<&'a RawValue>,
+}
+
 impl Client {
     /// `acp_update {run_id, prompt_id, session_id, update}` with the
     /// agent's `sessionId` and `update` JSON copied in as they are: no tree
@@ -396,8 +413,13 @@ impl Handler for Client {
         if method == "session/update" {
             self.relay_update(params);
         } else {
-            self.d.outbox.push(&json!({"type": "acp_message", "run_id": self.run_id,
-                "message": {"jsonrpc": "2.0", "method": method, "params": params}}));
+            // The params stay the agent's text: a tree (`json!`) cannot hold
+            // every number JSON allows (`1e999`), and the relay drops nothing.
+            self.d.outbox.push(&AcpMessage {
+                kind: "acp_message",
+                run_id: &self.run_id,
+                message: RawNotification { jsonrpc: "2.0", method, params },
+            });
         }
     }
 
@@ -462,5 +484,53 @@ impl Handler for Client {
         if let Some(f) = lock(&self.on_closed).take() {
             f();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::proxy::config::Config;
+
+    // Found by the acp_transport fuzz target: `json!` turned the params
+    // into a tree, which has no place for 1e9990, and the unwrap in the
+    // macro took the daemon down.
+    #[tokio::test]
+    async fn notifications_keep_params_as_written() {
+        let dir = std::env::temp_dir().join(format!("tuixiu-client-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("ws")).unwrap();
+        let text = format!(
+            "orchestrator_url = \"ws://127.0.0.1:1/ws/agent\"\nstate_dir = \"{0}/state\"\n\
+             [sandbox]\nprovider = \"host\"\nnoIsolationAcknowledged = true\nworkspaceHostRoot = \"{0}/ws\"\n",
+            dir.display()
+        );
+        let (cfg, _) =
+            Config::from_table("t.toml", toml::from_str(&text).unwrap(), &BTreeMap::new()).unwrap();
+        let d = Arc::new(Daemon::new(cfg, "p".into()).unwrap());
+        let spawner: Spawner = Arc::new(|_| Box::pin(async { Err("no processes".to_string()) }));
+        let client = Client::new(
+            d.clone(),
+            "r1".into(),
+            "i".into(),
+            Err("no fs".into()),
+            spawner,
+            vec![],
+            "/h".into(),
+        );
+        let params = RawValue::from_string(r#"{"x": 1e9990, "y": [1, "z"]}"#.into()).unwrap();
+        client.notification("_vendor/notice", Some(&params));
+        client.notification("_vendor/bare", None);
+        let sent: Vec<String> =
+            d.outbox.peek_batch(2).await.iter().map(|(_, t)| t.as_str().to_string()).collect();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(
+            sent,
+            [
+                r#"{"type":"acp_message","run_id":"r1","message":{"jsonrpc":"2.0","method":"_vendor/notice","params":{"x": 1e9990, "y": [1, "z"]}}}"#,
+                r#"{"type":"acp_message","run_id":"r1","message":{"jsonrpc":"2.0","method":"_vendor/bare","params":null}}"#,
+            ]
+        );
     }
 }

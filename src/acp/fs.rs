@@ -113,11 +113,22 @@ impl GuestFs {
     /// `pid` (`sandbox::reach`); reads and writes stay in `allowed`.
     pub fn sandbox_root(pid: u32, allowed: &[&str]) -> Result<GuestFs, String> {
         let root = sandbox::reach::open_root(pid as i32).map_err(|e| e.to_string())?;
-        Ok(GuestFs {
+        Ok(Self::over_root(root, allowed))
+    }
+
+    /// As [`GuestFs::sandbox_root`], with the sandbox's `/` at `root` (the
+    /// unit tests and the `acp_fs` fuzz target use a tree on the host).
+    #[doc(hidden)]
+    pub fn tree_root(root: &Path, allowed: &[&str]) -> Result<GuestFs, String> {
+        Ok(Self::over_root(open_dir(root)?, allowed))
+    }
+
+    fn over_root(root: OwnedFd, allowed: &[&str]) -> GuestFs {
+        GuestFs {
             mounts: vec![(Vec::new(), root)],
             allowed: allowed.iter().map(|a| components(a)).collect(),
             owner: None,
-        })
+        }
     }
 
     /// Host directories shown at guest paths (docker volumes, the host
@@ -548,12 +559,7 @@ mod tests {
         std::os::unix::fs::symlink("src/a.txt", r.join("workspace/rel-link")).unwrap();
         std::os::unix::fs::symlink("../../etc/passwd", r.join("workspace/src/up-link")).unwrap();
         std::os::unix::fs::symlink("/proc/self/root/etc", r.join("workspace/magic")).unwrap();
-        let root = open_dir(r).unwrap();
-        let fs = GuestFs {
-            mounts: vec![(Vec::new(), root)],
-            allowed: vec![components("/workspace"), components("/home/agent")],
-            owner: None,
-        };
+        let fs = GuestFs::tree_root(r, &["/workspace", "/home/agent"]).unwrap();
         (t, fs)
     }
 

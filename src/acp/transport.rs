@@ -16,7 +16,8 @@
 //!   `terminal/wait_for_exit` or a pending permission never holds up the
 //!   requests behind it (the Node proxy served them one at a time).
 //!   `$/cancel_request` aborts the task and answers `-32800`; every
-//!   request gets exactly one response.
+//!   request gets exactly one response (a request reusing the id of one
+//!   still being served is answered `-32600` at once).
 //! * Notifications are handed over in order, on the reader task.
 //! * Writes go through one writer task: lines never interleave.
 
@@ -242,6 +243,14 @@ impl Transport {
         // Registered before the task can finish: the task removes its own
         // entry, under the same lock, to decide who responds.
         let mut map = lock(&self.serving);
+        if map.contains_key(&key) {
+            // Two requests in flight under one id could not both be
+            // answered (nor one of them cancelled): the second is refused.
+            drop(map);
+            let message = format!("request id {key} is in use by a request still being served");
+            self.respond(&id, Err(RpcError::new(code::INVALID_REQUEST, message)));
+            return;
+        }
         let task = tokio::spawn(async move {
             let result = handler.request(id.clone(), method, params).await;
             let still_ours = lock(&serving).remove(&k).is_some();
@@ -589,5 +598,34 @@ mod tests {
         drop(agent_out);
         assert_eq!(call.await.unwrap(), Err(CallError::Closed));
         assert!(t.is_closed());
+    }
+
+    /// Found by the `acp_transport` fuzz target: a second request under the
+    /// id of one still being served took over its slot, and one of the two
+    /// was never answered.
+    #[tokio::test]
+    async fn a_reused_id_in_flight_is_refused_and_both_are_answered() {
+        let (agent_out, ours_in) = tokio::io::duplex(1 << 16);
+        let (ours_out, agent_in) = tokio::io::duplex(1 << 16);
+        let h = Arc::new(Echo { notes: Mutex::new(Vec::new()) });
+        let _t = Transport::start(ours_in, ours_out, h);
+        let mut agent_in = BufReader::new(agent_in);
+        let mut agent_out = agent_out;
+        agent_out
+            .write_all(
+                b"{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"slow\"}\n\
+                  {\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"fast\",\"params\":1}\n\
+                  {\"jsonrpc\":\"2.0\",\"method\":\"$/cancel_request\",\"params\":{\"requestId\":3}}\n",
+            )
+            .await
+            .unwrap();
+        let got = lines(&mut agent_in, 2).await;
+        assert_eq!(got[0]["error"]["code"], -32600, "{got:?}");
+        assert_eq!(got[0]["id"], 3);
+        // The first request, still in flight, is the one the cancel reaches.
+        assert_eq!(
+            got[1],
+            json!({"jsonrpc":"2.0","id":3,"error":{"code":-32800,"message":"request cancelled"}})
+        );
     }
 }

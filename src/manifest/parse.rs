@@ -125,7 +125,7 @@ fn env_patch(map: &Map<String, Value>) -> Result<EnvPatch> {
             _ => {
                 return Err(ManifestError::new(
                     Code::InvalidEnvPatchKey,
-                    Some(key),
+                    Some(&key.escape_debug().to_string()),
                     "envPatch may only set HOME, USER, LOGNAME",
                 ));
             }
@@ -264,7 +264,7 @@ fn target(id: &str, raw: Option<&Value>) -> Result<Target> {
             return Err(ManifestError::new(
                 Code::InvalidItemTarget,
                 Some(id),
-                format!("unknown key target.{key} (a target has root and path)"),
+                format!("unknown key target.{} (a target has root and path)", key.escape_debug()),
             ));
         }
     }
@@ -298,6 +298,11 @@ pub(crate) fn normalize_target_path(raw: &str) -> std::result::Result<String, &'
     let path = unified.trim();
     if path.contains('\0') {
         return Err("target.path must not contain NUL");
+    }
+    // The target is shown in log lines and the plan, one line each; ids,
+    // host paths and URIs refuse control characters too.
+    if path.chars().any(char::is_control) {
+        return Err("target.path must not contain control characters");
     }
     let bytes = path.as_bytes();
     let drive = bytes.len() >= 2 && bytes[0].is_ascii_alphabetic() && bytes[1] == b':';
@@ -348,7 +353,11 @@ fn source(id: &str, raw: Option<&Value>) -> Result<Source> {
         if !allowed.contains(&key.as_str()) {
             return Err(err(
                 Code::InvalidItemSource,
-                format!("unknown key source.{key} for a {kind} source (it has {})", allowed[1..].join(", ")),
+                format!(
+                    "unknown key source.{} for a {kind} source (it has {})",
+                    key.escape_debug(),
+                    allowed[1..].join(", ")
+                ),
             ));
         }
     }

@@ -436,7 +436,10 @@ impl Config {
         Self::from_table(&origin, doc, &env)
     }
 
-    fn from_table(
+    /// [`Config::load`] after the file was read and parsed as TOML (the
+    /// `proxy_config` fuzz target starts here).
+    #[doc(hidden)]
+    pub fn from_table(
         origin: &str,
         doc: toml::Table,
         env: &BTreeMap<String, String>,

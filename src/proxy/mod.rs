@@ -96,6 +96,14 @@ impl Daemon {
                     .map_err(|e| e.to_string())?,
             ),
         };
+        Ok(Self::with_provider(cfg, proxy_id, provider))
+    }
+
+    /// As [`Daemon::new`], with `provider` instead of the configured one
+    /// (the `proxy_messages` and `acp_transport` fuzz targets pass a native
+    /// provider whose launcher does not exist: instances, but no process).
+    #[doc(hidden)]
+    pub fn with_provider(cfg: Config, proxy_id: String, provider: AnyProvider) -> Daemon {
         let mut redactor = Redactor::default();
         for s in cfg.secrets() {
             redactor.add(s);
@@ -108,8 +116,8 @@ impl Daemon {
         for secret in mounts::secret_values(&cfg.sandbox.secret_files) {
             redactor.add(&secret);
         }
-        let runs_dir = state.join("runs");
-        Ok(Daemon {
+        let runs_dir = cfg.state_dir.join("runs");
+        Daemon {
             outbox: outbox::Outbox::new(cfg.outbox_max_messages, cfg.outbox_max_bytes),
             cfg,
             proxy_id,
@@ -119,7 +127,7 @@ impl Daemon {
             connected: AtomicBool::new(false),
             runs_dir,
             persister: persist::Persister::default(),
-        })
+        }
     }
 
     /// Routes a decoded message to its lane (never blocks).

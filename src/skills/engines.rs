@@ -351,13 +351,19 @@ pub fn extract_json(text: &str) -> Option<(Value, bool)> {
 }
 
 /// The first `{...}` whose braces balance, strings and escapes respected.
+/// Each `{` is tried in turn, so an output full of unmatched braces would
+/// cost time quadratic in its length (16 MiB are read back): the search
+/// gives up once it has looked at 8 times the text's bytes (at least
+/// 1 MiB).
 fn first_balanced_object(text: &str) -> Option<&str> {
     let bytes = text.as_bytes();
+    let mut budget = text.len().saturating_mul(8).max(1 << 20);
     let mut from = 0;
     while let Some(pos) = text[from..].find('{') {
         let start = from + pos;
         let (mut depth, mut in_str, mut escaped) = (0usize, false, false);
         for (i, &b) in bytes.iter().enumerate().skip(start) {
+            budget = budget.checked_sub(1)?;
             if in_str {
                 match (escaped, b) {
                     (true, _) => escaped = false,
@@ -374,6 +380,7 @@ fn first_balanced_object(text: &str) -> Option<&str> {
                     depth -= 1;
                     if depth == 0 {
                         let candidate = &text[start..=i];
+                        budget = budget.checked_sub(candidate.len())?;
                         if serde_json::from_str::<Value>(candidate).is_ok() {
                             return Some(candidate);
                         }
@@ -400,6 +407,15 @@ mod tests {
         assert_eq!(extract_json("x {\"a\": {\"b\": \"{\"}} y"), Some((json!({"a": {"b": "{"}}), true)));
         assert_eq!(extract_json("[1]"), None);
         assert_eq!(extract_json("nothing"), None);
+    }
+
+    /// Every `{` was scanned to the end of the text: 64 KiB of them took
+    /// 27 s in the `skills_answer` fuzz target, 16 MiB would take days.
+    #[test]
+    fn unmatched_braces_end_the_search() {
+        assert_eq!(extract_json(&"{".repeat(1 << 20)), None);
+        let text = format!("{}{{\"a\": 1}}", "x{".repeat(500));
+        assert_eq!(extract_json(&text), Some((json!({"a": 1}), true)));
     }
 
     #[test]

@@ -30,10 +30,16 @@ pub const BUILTIN_ENGINES: [&str; 3] = ["codex", "gemini", "iflow"];
 /// Largest runner.json or schema file read.
 const MAX_DOC_BYTES: u64 = 1 << 20;
 
-/// Why a package is invalid: one line, upstream's wording.
+/// Why a package is invalid: one line, upstream's wording. Paths and
+/// values from the package are in it as written, so control characters
+/// are shown escaped.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
+#[error("{}", escape_controls(.0))]
 pub struct PackageError(pub String);
+
+fn escape_controls(text: &str) -> String {
+    text.chars().flat_map(|c| if c.is_control() { c.escape_default().collect() } else { vec![c] }).collect()
+}
 
 fn err<T>(message: impl Into<String>) -> Result<T, PackageError> {
     Err(PackageError(message.into()))
@@ -706,6 +712,22 @@ mod tests {
 
     fn manifest_msg(m: Value) -> Option<String> {
         manifest_error(&m, &known())
+    }
+
+    /// Found by the `skills_request` fuzz target: a schema path from
+    /// runner.json with a newline split the error line.
+    #[test]
+    fn errors_are_one_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let pkg = dir.path().join("s");
+        std::fs::create_dir_all(pkg.join("assets")).unwrap();
+        std::fs::write(pkg.join("SKILL.md"), "---\nname: s\n---\n").unwrap();
+        let runner = json!({"id": "s", "execution_modes": ["auto"],
+            "schemas": {"input": "assets/i\nput.json", "parameter": "p.json", "output": "o.json"}});
+        std::fs::write(pkg.join("assets/runner.json"), runner.to_string()).unwrap();
+        let e = load(&pkg, &known()).unwrap_err().to_string();
+        assert!(e.starts_with("Skill package missing required files: assets/i\\nput.json"), "{e:?}");
+        assert!(!e.contains('\n'), "{e:?}");
     }
 
     #[test]

@@ -636,57 +636,54 @@ fn is_conditional(code: u16) -> bool {
     code & 0x07 == BPF_JMP && code != BPF_JMP | BPF_JA
 }
 
-/// Runs a program the way the kernel does, for tests: returns the action.
-#[cfg(test)]
-pub fn run(prog: &[sock_filter], arch: u32, nr: u32, args: [u64; 6]) -> u32 {
-    let mut data = [0u8; 64];
-    data[0..4].copy_from_slice(&nr.to_le_bytes());
-    data[4..8].copy_from_slice(&arch.to_le_bytes());
-    for (i, a) in args.iter().enumerate() {
-        data[16 + 8 * i..24 + 8 * i].copy_from_slice(&a.to_le_bytes());
-    }
-    let mut acc: u32 = 0;
-    let mut pc = 0usize;
-    loop {
-        let ins = prog[pc];
-        match ins.code {
-            c if c == BPF_LD | BPF_W | BPF_ABS => {
-                let o = ins.k as usize;
-                acc = u32::from_le_bytes(data[o..o + 4].try_into().unwrap());
-            }
-            c if c == BPF_ALU | BPF_AND | BPF_K => acc &= ins.k,
-            c if c == BPF_JMP | BPF_JA => pc += ins.k as usize,
-            c if c & 0x07 == BPF_JMP => {
-                let taken = match c & 0xf0 {
-                    BPF_JEQ => acc == ins.k,
-                    BPF_JGT => acc > ins.k,
-                    BPF_JGE => acc >= ins.k,
-                    BPF_JSET => acc & ins.k != 0,
-                    _ => panic!("unexpected jump {c:#x}"),
-                };
-                pc += usize::from(if taken { ins.jt } else { ins.jf });
-            }
-            c if c == BPF_RET | BPF_K => return ins.k,
-            c => panic!("unexpected opcode {c:#x}"),
-        }
-        pc += 1;
-    }
-}
-
-#[cfg(test)]
-mod tests {
+/// The program checker of the unit tests and the `seccomp_profile` fuzz
+/// target (fuzz/): an interpreter, the plain meaning of a filter, and the
+/// comparison of both over the inputs that tell rules apart.
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod check {
     use super::*;
 
-    const ARCH: u32 = 0xC000_003E;
     /// AUDIT_ARCH_I386, for the architecture check.
-    const OTHER_ARCH: u32 = 0x4000_0003;
+    pub const OTHER_ARCH: u32 = 0x4000_0003;
 
-    fn prog(rules: &[Rule]) -> Vec<sock_filter> {
-        compile(&Filter { audit_arch: ARCH, reject_x32: true, rules, default: RET_ALLOW })
+    /// Runs a program the way the kernel does: returns the action.
+    pub fn run(prog: &[sock_filter], arch: u32, nr: u32, args: [u64; 6]) -> u32 {
+        let mut data = [0u8; 64];
+        data[0..4].copy_from_slice(&nr.to_le_bytes());
+        data[4..8].copy_from_slice(&arch.to_le_bytes());
+        for (i, a) in args.iter().enumerate() {
+            data[16 + 8 * i..24 + 8 * i].copy_from_slice(&a.to_le_bytes());
+        }
+        let mut acc: u32 = 0;
+        let mut pc = 0usize;
+        loop {
+            let ins = prog[pc];
+            match ins.code {
+                c if c == BPF_LD | BPF_W | BPF_ABS => {
+                    let o = ins.k as usize;
+                    acc = u32::from_le_bytes(data[o..o + 4].try_into().unwrap());
+                }
+                c if c == BPF_ALU | BPF_AND | BPF_K => acc &= ins.k,
+                c if c == BPF_JMP | BPF_JA => pc += ins.k as usize,
+                c if c & 0x07 == BPF_JMP => {
+                    let taken = match c & 0xf0 {
+                        BPF_JEQ => acc == ins.k,
+                        BPF_JGT => acc > ins.k,
+                        BPF_JGE => acc >= ins.k,
+                        BPF_JSET => acc & ins.k != 0,
+                        _ => panic!("unexpected jump {c:#x}"),
+                    };
+                    pc += usize::from(if taken { ins.jt } else { ins.jf });
+                }
+                c if c == BPF_RET | BPF_K => return ins.k,
+                c => panic!("unexpected opcode {c:#x}"),
+            }
+            pc += 1;
+        }
     }
 
     /// What a filter means, written as plainly as possible.
-    fn reference(filter: &Filter<'_>, arch: u32, nr: u32, args: [u64; 6]) -> u32 {
+    pub fn reference(filter: &Filter<'_>, arch: u32, nr: u32, args: [u64; 6]) -> u32 {
         if arch != filter.audit_arch {
             return RET_KILL_PROCESS;
         }
@@ -713,7 +710,7 @@ mod tests {
     }
 
     /// What the kernel checks before it accepts a classic BPF program.
-    fn assert_loadable(prog: &[sock_filter]) {
+    pub fn assert_loadable(prog: &[sock_filter]) {
         assert!(!prog.is_empty() && prog.len() <= 4096, "{} instructions", prog.len());
         assert_eq!(prog.last().unwrap().code, BPF_RET | BPF_K, "the last instruction returns");
         for (pc, ins) in prog.iter().enumerate() {
@@ -730,7 +727,7 @@ mod tests {
     /// `conds` and its neighbours, and (for flag tests) ORs of pairs and of
     /// all of them. `all` adds 0, ~0, every bit alone and high words set,
     /// and variants of each constant with its high or low word changed.
-    fn values<'a>(conds: impl Iterator<Item = &'a Cond>, all: bool) -> Vec<u64> {
+    pub fn values<'a>(conds: impl Iterator<Item = &'a Cond>, all: bool) -> Vec<u64> {
         let mut constants: Vec<u64> = Vec::new();
         for c in conds {
             match c.op {
@@ -765,7 +762,7 @@ mod tests {
     /// Argument vectors for `nr`: each of [`values`] of the conditions on
     /// an argument in that argument alone and in all of them, and, when
     /// the rules look at several arguments, the pairs of their constants.
-    fn arg_vectors(filter: &Filter<'_>, nr: u32) -> Vec<[u64; 6]> {
+    pub fn arg_vectors(filter: &Filter<'_>, nr: u32) -> Vec<[u64; 6]> {
         let rules: Vec<&Rule> = filter.rules.iter().filter(|r| r.nr == nr).collect();
         let conds =
             |arg: usize| rules.iter().flat_map(|r| &r.conds).filter(move |c| usize::from(c.arg) == arg);
@@ -797,7 +794,7 @@ mod tests {
     /// up to 20 past the highest with a rule (with the argument values its
     /// rules care about), the same numbers with the x32 bit, a few extreme
     /// numbers, and a foreign architecture. Returns the program.
-    fn assert_matches_reference(filter: &Filter<'_>) -> Vec<sock_filter> {
+    pub fn assert_matches_reference(filter: &Filter<'_>) -> Vec<sock_filter> {
         let p = compile(filter);
         assert_loadable(&p);
         let top = filter.rules.iter().map(|r| r.nr).filter(|&n| n < X32_SYSCALL_BIT).max().unwrap_or(0) + 20;
@@ -815,6 +812,18 @@ mod tests {
             assert_eq!(run(&p, OTHER_ARCH, nr, [0; 6]), RET_KILL_PROCESS, "nr {nr:#x} of another arch");
         }
         p
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check::{OTHER_ARCH, assert_matches_reference, run};
+    use super::*;
+
+    const ARCH: u32 = 0xC000_003E;
+
+    fn prog(rules: &[Rule]) -> Vec<sock_filter> {
+        compile(&Filter { audit_arch: ARCH, reject_x32: true, rules, default: RET_ALLOW })
     }
 
     fn count(p: &[sock_filter], code: u16) -> usize {

@@ -148,21 +148,8 @@ pub(crate) fn compile(
             (source, profile)
         }
     };
-    if allow_ptrace {
-        for name in PTRACE_SYSCALLS {
-            if let Some(nr) = arch.syscall_nr(name) {
-                profile::allow(&mut profile, nr);
-            }
-        }
-    }
-    let mut rules = socket_rules(sockets, arch);
-    rules.extend(profile.rules);
-    let filter = bpf::compile(&bpf::Filter {
-        audit_arch: arch.audit(),
-        reject_x32: arch == profile::Arch::X86_64,
-        rules: &rules,
-        default: profile.default.ret(),
-    });
+    let rules = assemble(&mut profile, allow_ptrace, sockets, arch);
+    let filter = bpf::compile(&native_filter(&rules, profile.default.ret()));
     // The kernel's limit (BPF_MAXINSNS).
     if filter.len() > 4096 {
         return Err(SpecError::new(format!(
@@ -192,19 +179,64 @@ const REAPER_SYSCALLS: &[&str] = &[
 /// PID 1's own filter: an allowlist of [`REAPER_SYSCALLS`], stricter than
 /// any profile the command may run under.
 pub(crate) fn reaper() -> Program {
-    let arch = profile::Arch::NATIVE;
     let rules: Vec<Rule> = REAPER_SYSCALLS
         .iter()
-        .filter_map(|name| arch.syscall_nr(name))
+        .filter_map(|name| profile::Arch::NATIVE.syscall_nr(name))
         .map(|nr| Rule { nr, conds: Vec::new(), ret: bpf::RET_ALLOW })
         .collect();
-    let filter = bpf::compile(&bpf::Filter {
-        audit_arch: arch.audit(),
-        reject_x32: arch == profile::Arch::X86_64,
-        rules: &rules,
-        default: bpf::RET_KILL_PROCESS,
-    });
-    Program { filter }
+    Program { filter: bpf::compile(&native_filter(&rules, bpf::RET_KILL_PROCESS)) }
+}
+
+/// The rules of the program: the network policy's socket rules in front of
+/// the profile's, with the ptrace syscalls allowed when asked.
+fn assemble(
+    profile: &mut profile::Profile,
+    allow_ptrace: bool,
+    sockets: Sockets,
+    arch: profile::Arch,
+) -> Vec<Rule> {
+    if allow_ptrace {
+        for name in PTRACE_SYSCALLS {
+            if let Some(nr) = arch.syscall_nr(name) {
+                profile::allow(profile, nr);
+            }
+        }
+    }
+    let mut rules = socket_rules(sockets, arch);
+    rules.append(&mut profile.rules);
+    rules
+}
+
+fn native_filter(rules: &[Rule], default: u32) -> bpf::Filter<'_> {
+    let arch = profile::Arch::NATIVE;
+    bpf::Filter { audit_arch: arch.audit(), reject_x32: arch == profile::Arch::X86_64, rules, default }
+}
+
+/// For the `seccomp_profile` fuzz target (fuzz/): a profile file's JSON
+/// through `compile`'s steps (parse for `target`, assemble, compile), with
+/// the filter the program was made from, for `bpf::check`. `sockets` picks
+/// the network policy (0: the profile's, 1: local and inet, 2: unix only).
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub fn compile_for_check(
+    json: &str,
+    target: &Target,
+    allow_ptrace: bool,
+    sockets: u8,
+) -> Result<(Vec<Rule>, u32, Vec<libc::sock_filter>), String> {
+    let mut profile = profile::parse("fuzz.json", json, target)?;
+    let sockets = [Sockets::Profile, Sockets::LocalAndInet, Sockets::UnixOnly][usize::from(sockets % 3)];
+    let rules = assemble(&mut profile, allow_ptrace, sockets, profile::Arch::NATIVE);
+    let default = profile.default.ret();
+    let program = bpf::compile(&native_filter(&rules, default));
+    Ok((rules, default, program))
+}
+
+/// The [`bpf::Filter`] `compile` builds for these rules on this machine.
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub fn native_filter_for_check(rules: &[Rule], default: u32) -> bpf::Filter<'_> {
+    native_filter(rules, default)
 }
 
 fn socket_rules(sockets: Sockets, arch: profile::Arch) -> Vec<Rule> {
@@ -248,7 +280,7 @@ mod tests {
     }
 
     fn run(p: &[libc::sock_filter], name: &str, args: [u64; 6]) -> u32 {
-        bpf::run(p, Arch::NATIVE.audit(), nr(name), args)
+        bpf::check::run(p, Arch::NATIVE.audit(), nr(name), args)
     }
 
     const EPERM: u32 = bpf::RET_ERRNO | libc::EPERM as u32;
@@ -384,10 +416,21 @@ mod tests {
                 "unknown field `bogus`",
             ),
             (r#"{"defaultAction":"SCMP_ACT_NOTIFY"}"#, "needs a supervisor"),
+            // Found by the `seccomp_profile` fuzz target: a name as written
+            // must not split the line.
+            (
+                "{\"defaultAction\":\"SCMP_ACT_ALLOW\",\"syscalls\":[{\"names\":[\"read\"],\"action\":\"SCMP_ACT_ERRNO\",\"\\re\":1}]}",
+                "unknown field `\\re`",
+            ),
+            (
+                "{\"defaultAction\":\"SCMP_ACT_LOG\\n\",\"defaultErrnoRet\":1}",
+                "errnoRet is only valid with SCMP_ACT_ERRNO, not SCMP_ACT_LOG\\n",
+            ),
         ];
         for (json, want) in cases {
             let err = parse("/p.json", json, &target).unwrap_err();
             assert!(err.starts_with("seccomp profile /p.json: "), "{err}");
+            assert!(!err.contains(['\n', '\r']), "{err:?} is not one line");
             assert!(err.contains(want), "{err:?} lacks {want:?}");
         }
     }

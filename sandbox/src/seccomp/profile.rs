@@ -186,8 +186,11 @@ pub struct Profile {
 
 /// Parses `json` (from `source`, used in messages) for `target`.
 pub fn parse(source: &str, json: &str, target: &Target) -> Result<Profile, String> {
-    let file: File =
-        serde_json::from_str(json).map_err(|e| format!("seccomp profile {source}: invalid JSON: {e}"))?;
+    // serde names an unknown field as it was written: escaped, so the
+    // error stays one line.
+    let file: File = serde_json::from_str(json).map_err(|e| {
+        format!("seccomp profile {source}: invalid JSON: {}", escape_controls(&e.to_string()))
+    })?;
     let at = |what: String| format!("seccomp profile {source}: {what}");
     let default = action(&file.default_action, file.default_errno_ret, None)
         .map_err(|e| at(format!("defaultAction: {e}")))?;
@@ -227,6 +230,11 @@ pub fn parse(source: &str, json: &str, target: &Target) -> Result<Profile, Strin
     Ok(Profile { default, rules })
 }
 
+/// `text` with its control characters escaped (`\n`, `\u{1b}`).
+fn escape_controls(text: &str) -> String {
+    text.chars().flat_map(|c| if c.is_control() { c.escape_default().collect() } else { vec![c] }).collect()
+}
+
 fn action(name: &str, errno_ret: Option<u32>, fallback_errno: Option<u32>) -> Result<Action, String> {
     let errno = |n: Option<u32>| -> Result<u16, String> {
         match n {
@@ -236,7 +244,7 @@ fn action(name: &str, errno_ret: Option<u32>, fallback_errno: Option<u32>) -> Re
         }
     };
     if errno_ret.is_some() && name != "SCMP_ACT_ERRNO" {
-        return Err(format!("errnoRet is only valid with SCMP_ACT_ERRNO, not {name}"));
+        return Err(format!("errnoRet is only valid with SCMP_ACT_ERRNO, not {}", name.escape_debug()));
     }
     Ok(match name {
         "SCMP_ACT_ALLOW" => Action::Allow,

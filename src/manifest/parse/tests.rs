@@ -258,6 +258,22 @@ fn item_access() {
     assert_eq!(e, "INVALID_AGENT_INPUTS_ITEM_ACCESS:a: access must be \"ro\" or \"rw\"");
 }
 
+/// Keys are the sender's text: a control character in one must not
+/// split the error line (found by the `manifest` fuzz target).
+#[test]
+fn keys_in_errors_are_escaped_to_one_line() {
+    let e = rejected(json!({"version": 1, "items": [], "envPatch": {"A\nB": "x"}}));
+    assert_eq!(e, "INVALID_AGENT_INPUTS_ENV_PATCH_KEY:A\\nB: envPatch may only set HOME, USER, LOGNAME");
+    let e = rejected(item_with(|o| {
+        o.insert("target".into(), json!({"root": "WORKSPACE", "path": "x", "m\rode": 7}));
+    }));
+    assert!(e.starts_with("INVALID_AGENT_INPUTS_ITEM_TARGET:a: unknown key target.m\\rode ("), "{e}");
+    let e = rejected(item_with(|o| {
+        o.insert("source".into(), json!({"type": "inlineText", "text": "t", "p\nh": 1}));
+    }));
+    assert!(e.starts_with("INVALID_AGENT_INPUTS_ITEM_SOURCE:a: unknown key source.p\\nh for"), "{e}");
+}
+
 #[test]
 fn target_must_be_object() {
     let e = rejected(item_with(|o| {
@@ -306,6 +322,14 @@ fn target_path_escapes_are_refused() {
         o.insert("target".into(), json!({"root": "WORKSPACE", "path": "a\u{0}b"}));
     }));
     assert_eq!(e, "INVALID_AGENT_INPUTS_ITEM_TARGET:a: target.path must not contain NUL");
+    // Found by the `manifest` fuzz target: a newline in the path split the
+    // plan's and the audit's lines.
+    for path in [".cod\nex/skills", "a\u{1b}[31mb", "x\ty"] {
+        let e = rejected(item_with(|o| {
+            o.insert("target".into(), json!({"root": "USER_HOME", "path": path}));
+        }));
+        assert_eq!(e, "INVALID_AGENT_INPUTS_ITEM_TARGET:a: target.path must not contain control characters");
+    }
     let e = rejected(item_with(|o| {
         o.insert("target".into(), json!({"root": "WORKSPACE", "path": "x".repeat(256)}));
     }));
