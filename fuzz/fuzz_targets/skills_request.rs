@@ -84,6 +84,7 @@ fuzz_target!(|data: &[u8]| {
             max_upload_bytes: 1 << 20,
             zip: Default::default(),
             host_ids: None,
+            temp_skills: false,
         };
         let svc = Service::open(cfg).await.expect("the service opens");
         let _ = svc.create_with(&body, true).await;
