@@ -315,6 +315,11 @@ async fn read_loop<R: AsyncRead + Unpin>(
             return;
         }
         match serde_json::from_slice::<Envelope<'_>>(text) {
+            // A request named `session/update` (answered -32601) keeps its
+            // params whole: the general path.
+            Ok(env) if env.update.is_some() && env.id.is_some() => {
+                dispatch_value(text, &transport, &pending, &handler)
+            }
             Ok(env) => dispatch(env, &transport, &pending, &handler),
             // Not a plain JSON-RPC object (a batch, a duplicate member, not
             // JSON at all): the general path says what it is.
