@@ -2,7 +2,7 @@
 //!
 //! This program is the backend: a WebSocket server on loopback that the
 //! real daemon (`tuixiu-sandbox proxy`, release build, native provider)
-//! connects to; the agent is examples/acp_bench_agent.py (stdlib only). It
+//! connects to. It
 //! measures, in order:
 //!
 //! 1. `acp_open` → `acp_opened`: N fresh runs one after another (each a
@@ -20,10 +20,15 @@
 //!    (VmHWM reset through `/proc/<pid>/clear_refs` first).
 //!
 //! The backend runs on its own 2-thread runtime and classifies the flood
-//! by a substring search, so it is not the bottleneck (it is checked: the
-//! daemon's CPU time over the relay is reported next to the wall time).
+//! by a substring search. Neither end is the bottleneck, which is checked:
+//! the daemon's CPU time over the relay is reported next to the wall time,
+//! and at the end the agent floods a pipe alone and the backend takes a
+//! pre-built flood of masked frames over loopback alone.
 //!
-//! Usage: acp_bench <tuixiu-sandbox binary> <scratch dir> <agent.py> [OPENS] [FLOOD]
+//! The agent is examples/acp_bench_agent.rs (a compiled minimal agent) or,
+//! given a `.py` file, examples/acp_bench_agent.py (run as `python3 -S`).
+//!
+//! Usage: acp_bench <tuixiu-sandbox binary> <scratch dir> <agent> [OPENS] [FLOOD]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -34,29 +39,11 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio_tungstenite::tungstenite::Message;
 
+#[path = "common/procstat.rs"]
+mod procstat;
+use procstat::{cpu_ms, status_kib};
+
 type Ws = tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>;
-
-fn status_kib(pid: u32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix(field).map(|v| v.trim().trim_end_matches(" kB").trim().parse().unwrap_or(0))
-        })
-        .unwrap_or(0)
-}
-
-/// utime + stime of `pid`, in milliseconds.
-fn cpu_ms(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let after = &stat[stat.rfind(')').map_or(0, |i| i + 2)..];
-    let f: Vec<&str> = after.split_whitespace().collect();
-    let ticks: f64 = f.get(11).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0)
-        + f.get(12).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    ticks * 1000.0 / hz
-}
 
 fn sorted(mut v: Vec<f64>) -> Vec<f64> {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
@@ -132,13 +119,14 @@ fn agent_alone(agent: &Path, rounds: usize) -> Vec<f64> {
     let mut out = Vec::new();
     for _ in 0..rounds {
         let t = Instant::now();
-        let mut child = Command::new("/usr/bin/python3")
-            .arg("-S")
-            .arg(agent)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("python3");
+        let mut cmd = if is_python(agent) {
+            let mut c = Command::new("/usr/bin/python3");
+            c.arg("-S").arg(agent);
+            c
+        } else {
+            Command::new(agent)
+        };
+        let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("the agent");
         let mut stdin = child.stdin.take().unwrap();
         stdin
             .write_all(
@@ -154,10 +142,211 @@ fn agent_alone(agent: &Path, rounds: usize) -> Vec<f64> {
     out
 }
 
+/// The sequence number of a flood text: `"text":"m<seq>:`, searched from
+/// the end (the text member comes last; `str::find` built a two-way
+/// searcher per message and was a tenth of this backend's time).
+fn flood_seq(text: &[u8]) -> Option<usize> {
+    const KEY: &[u8] = b"\"text\":\"m";
+    let mut end = text.len();
+    while let Some(i) = text[..end].iter().rposition(|&b| b == b'm') {
+        if i + 1 >= KEY.len() && &text[i + 1 - KEY.len()..=i] == KEY {
+            let digits = &text[i + 1..];
+            let n = digits.iter().take_while(|b| b.is_ascii_digit()).count();
+            return std::str::from_utf8(&digits[..n]).ok()?.parse().ok();
+        }
+        end = i;
+    }
+    None
+}
+
+/// Receives one prompt's flood: every `acp_update` of `prompt_id` must
+/// carry the next sequence number; ends at its `prompt_result`. Returns
+/// (count, in order, first update and `prompt_result` arrival after `t`,
+/// bytes, result).
+async fn receive_flood<S>(
+    ws: &mut tokio_tungstenite::WebSocketStream<S>,
+    run_id: &str,
+    prompt_id: &str,
+    t: Instant,
+) -> (usize, bool, Duration, Duration, usize, Value)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let tag = format!("\"prompt_id\":\"{prompt_id}\"");
+    // The daemon's own member order: checked with one comparison (other
+    // texts take the general test below).
+    let prefix = format!("{{\"type\":\"acp_update\",\"run_id\":\"{run_id}\",{tag},");
+    let mut first = None;
+    let mut next = 0usize;
+    let mut bytes = 0usize;
+    let mut in_order = true;
+    let (last, result) = loop {
+        let text = match ws.next().await.expect("the link closed").expect("read") {
+            Message::Text(t) => t,
+            _ => continue,
+        };
+        let fast = text.starts_with(prefix.as_str());
+        if fast
+            || (text.contains("\"acp_update\"")
+                && text.contains(tag.as_str())
+                && text.contains("agent_message_chunk"))
+        {
+            if first.is_none() {
+                first = Some(t.elapsed());
+            }
+            bytes += text.len();
+            let seq = flood_seq(text.as_bytes());
+            if seq != Some(next) {
+                in_order = false;
+            }
+            next += 1;
+        } else if text.contains("\"prompt_result\"") && text.contains(tag.as_str()) {
+            // The turn ends right after its last update: the clock is read
+            // here rather than at each of a million updates.
+            break (t.elapsed(), serde_json::from_str::<Value>(&text).unwrap());
+        }
+    };
+    (next, in_order, first.unwrap_or_default(), last, bytes, result)
+}
+
+/// A masked client text frame, as the daemon's WebSocket client writes it.
+fn client_frame(payload: &[u8], mask: [u8; 4], out: &mut Vec<u8>) {
+    out.push(0x81);
+    match payload.len() {
+        n if n < 126 => out.push(0x80 | n as u8),
+        n if n <= 0xffff => {
+            out.push(0x80 | 126);
+            out.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        n => {
+            out.push(0x80 | 127);
+            out.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+    }
+    out.extend_from_slice(&mask);
+    out.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+}
+
+/// The backend alone: the same receiving code fed over loopback by a plain
+/// thread that writes pre-built masked frames of the flood (the daemon's
+/// `acp_update` texts, sequence numbers in order) in 256 KiB writes. Its
+/// rate is the most this backend can take, whoever sends.
+async fn backend_alone(n: usize) -> f64 {
+    use std::io::{Read, Write};
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let writer = std::thread::spawn(move || {
+        let mut tcp = std::net::TcpStream::connect(addr).unwrap();
+        tcp.set_nodelay(true).unwrap();
+        write!(
+            tcp,
+            "GET /ws/agent HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+             Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        )
+        .unwrap();
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            tcp.read_exact(&mut byte).unwrap();
+            head.push(byte[0]);
+        }
+        // One masked frame as a template; each frame patches its sequence
+        // number in (masked), so the writer costs next to nothing.
+        let mask = [0x37, 0xfa, 0x21, 0x3d];
+        // As long as the daemon's (201 bytes for a 200-byte notification).
+        let frame_text = |pad: usize| {
+            format!(
+                r#"{{"type":"acp_update","run_id":"reads","prompt_id":"solo","session_id":"s1","update":{{"sessionUpdate":"agent_message_chunk","content":{{"type":"text","text":"m0:{}"}}}}}}"#,
+                "x".repeat(pad)
+            )
+        };
+        let text = frame_text(201 - frame_text(0).len());
+        let mut template = Vec::new();
+        client_frame(text.as_bytes(), mask, &mut template);
+        let at = template.len() - text.len() + text.find("\"text\":\"m").unwrap() + 9;
+        let mask_at = template.len() - text.len();
+        let mut buf = Vec::with_capacity(300 * 1024);
+        for i in 0..n {
+            let start = buf.len();
+            buf.extend_from_slice(&template);
+            let digits = format!("{i}:");
+            for (k, b) in digits.bytes().enumerate() {
+                let pos = at + k;
+                buf[start + pos] = b ^ mask[(pos - mask_at) % 4];
+            }
+            if buf.len() >= 256 * 1024 {
+                tcp.write_all(&buf).unwrap();
+                buf.clear();
+            }
+        }
+        client_frame(
+            br#"{"type":"prompt_result","run_id":"reads","prompt_id":"solo","ok":true}"#,
+            mask,
+            &mut buf,
+        );
+        tcp.write_all(&buf).unwrap();
+        // Held open until the receiver is done.
+        let _ = tcp.read(&mut byte);
+    });
+    let (tcp, _) = listener.accept().await.unwrap();
+    tcp.set_nodelay(true).unwrap();
+    let mut ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
+    let t = Instant::now();
+    let (got, in_order, _, last, _, _) = receive_flood(&mut ws, "reads", "solo", t).await;
+    assert!(got == n && in_order, "backend alone: {got} of {n}, in order {in_order}");
+    drop(ws);
+    writer.join().unwrap();
+    n as f64 / last.as_secs_f64()
+}
+
+/// The agent alone: its flood written into a pipe that this process reads
+/// (256 KiB reads, lines counted); `None` for the Python agent.
+fn agent_alone_flood(agent: &Path, n: usize) -> Option<f64> {
+    use std::io::Read;
+    if is_python(agent) {
+        return None;
+    }
+    let t = Instant::now();
+    let mut child =
+        Command::new(agent).args(["--flood-only", &n.to_string()]).stdout(Stdio::piped()).spawn().unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut lines = 0;
+    loop {
+        let k = out.read(&mut buf).unwrap();
+        if k == 0 {
+            break;
+        }
+        lines += buf[..k].iter().filter(|&&b| b == b'\n').count();
+    }
+    let rate = n as f64 / t.elapsed().as_secs_f64();
+    let _ = child.wait();
+    assert_eq!(lines, n);
+    Some(rate)
+}
+
+fn is_python(agent: &Path) -> bool {
+    agent.extension().is_some_and(|e| e == "py")
+}
+
+/// The agent's command line inside the sandbox (it is bound at /bench).
+fn agent_argv(agent: &Path) -> (&'static str, &'static str) {
+    if is_python(agent) {
+        ("agent.py", r#"["/usr/bin/python3", "-S", "/bench/agent.py"]"#)
+    } else {
+        ("agent", r#"["/bench/agent"]"#)
+    }
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: acp_bench BINARY SCRATCH AGENT.py [OPENS] [FLOOD]";
+    if args.get(1).map(String::as_str) == Some("--backend-alone") {
+        let n = args.get(2).and_then(|v| v.parse().ok()).unwrap_or(1_000_000);
+        println!("backend alone: {:.0} notifications/s over loopback", backend_alone(n).await);
+        return;
+    }
+    let usage = "usage: acp_bench BINARY SCRATCH AGENT [OPENS] [FLOOD]";
     let bin = PathBuf::from(args.get(1).expect(usage));
     let scratch = PathBuf::from(args.get(2).expect(usage));
     let agent = PathBuf::from(args.get(3).expect(usage));
@@ -168,7 +357,8 @@ async fn main() {
     let agent_dir = scratch.join("agent");
     std::fs::create_dir_all(&root).unwrap();
     std::fs::create_dir_all(&agent_dir).unwrap();
-    std::fs::copy(&agent, agent_dir.join("agent.py")).unwrap();
+    let (agent_file, agent_command) = agent_argv(&agent);
+    std::fs::copy(&agent, agent_dir.join(agent_file)).unwrap();
 
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -177,7 +367,7 @@ async fn main() {
         &config,
         format!(
             "orchestrator_url = \"ws://127.0.0.1:{port}/ws/agent\"\nstate_dir = \"{}\"\n\
-             agent_command = [\"/usr/bin/python3\", \"-S\", \"/bench/agent.py\"]\nagent_shutdown_grace_seconds = 1\n\
+             agent_command = {agent_command}\nagent_shutdown_grace_seconds = 1\n\
              [agent]\nid = \"bench\"\n[sandbox]\nworkspaceHostRoot = \"{}\"\n\
              [[sandbox.volumes]]\nhostPath = \"{}\"\nguestPath = \"/bench\"\nreadOnly = true\n",
             scratch.join("state").display(),
@@ -265,34 +455,8 @@ async fn main() {
     let cpu_before = cpu_ms(pid);
     prompt(&mut ws, run, "f1", &format!("flood {flood}")).await;
     let t = Instant::now();
-    let (mut first, mut last) = (None, None);
-    let mut next = 0usize;
-    let mut bytes = 0usize;
-    let mut in_order = true;
-    let result = loop {
-        let text = recv_text(&mut ws).await;
-        if text.contains("\"acp_update\"")
-            && text.contains("\"prompt_id\":\"f1\"")
-            && text.contains("agent_message_chunk")
-        {
-            let at = t.elapsed();
-            first.get_or_insert(at);
-            last = Some(at);
-            bytes += text.len();
-            // "text":"m<seq>:xxx
-            let seq = text
-                .find("\"text\":\"m")
-                .and_then(|i| text[i + 9..].split(':').next().and_then(|n| n.parse::<usize>().ok()));
-            if seq != Some(next) {
-                in_order = false;
-            }
-            next += 1;
-        } else if text.contains("\"prompt_result\"") && text.contains("\"f1\"") {
-            break serde_json::from_str::<Value>(&text).unwrap();
-        }
-    };
+    let (next, in_order, first, last, bytes, result) = receive_flood(&mut ws, run, "f1", t).await;
     let cpu = cpu_ms(pid) - cpu_before;
-    let (first, last) = (first.unwrap_or_default(), last.unwrap_or_default());
     assert_eq!(result["ok"], true, "{result}");
     println!(
         "relay: {next} of {flood} acp_update received, in order: {}, none lost: {}",
@@ -300,7 +464,7 @@ async fn main() {
         next == flood
     );
     println!(
-        "relay rate: {:.0} notifications/s (prompt_send -> last update {:.1} ms; first -> last {:.1} ms; {:.1} MB to the backend)",
+        "relay rate: {:.0} notifications/s (prompt_send -> prompt_result {:.1} ms; first update -> prompt_result {:.1} ms; {:.1} MB to the backend)",
         flood as f64 / last.as_secs_f64(),
         last.as_secs_f64() * 1000.0,
         (last - first).as_secs_f64() * 1000.0,
@@ -320,4 +484,10 @@ async fn main() {
     unsafe { libc::kill(pid as i32, libc::SIGTERM) };
     let _ = child.wait();
     let _ = std::fs::remove_dir_all(&scratch);
+
+    // 4. The two ends alone: neither may be what limits the relay.
+    if let Some(rate) = agent_alone_flood(&agent, flood) {
+        println!("agent alone: {rate:.0} notifications/s into a pipe");
+    }
+    println!("backend alone: {:.0} notifications/s over loopback", backend_alone(flood).await);
 }

@@ -22,28 +22,9 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio_tungstenite::tungstenite::Message;
 
-fn rss_kib(pid: u32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix(field).map(|v| v.trim().trim_end_matches(" kB").trim().parse().unwrap_or(0))
-        })
-        .unwrap_or(0)
-}
-
-/// utime + stime of `pid`, in milliseconds.
-fn cpu_ms(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let after = &stat[stat.rfind(')').map_or(0, |i| i + 2)..];
-    let f: Vec<&str> = after.split_whitespace().collect();
-    // Fields 14 and 15 (utime, stime) are at 11 and 12 after the name.
-    let ticks: f64 = f.get(11).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0)
-        + f.get(12).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    ticks * 1000.0 / hz
-}
+#[path = "common/procstat.rs"]
+mod procstat;
+use procstat::{cpu_ms, status_kib};
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
@@ -114,7 +95,7 @@ async fn main() {
     let mut ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
     until(&mut ws, |m| m["type"] == "workspace_inventory").await;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let idle = rss_kib(pid, "VmRSS:");
+    let idle = status_kib(pid, "VmRSS:");
     let threads = std::fs::read_dir(format!("/proc/{pid}/task")).map(|d| d.count()).unwrap_or(0);
 
     // 100 idle runs.
@@ -134,7 +115,7 @@ async fn main() {
         }
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let with_runs = rss_kib(pid, "VmRSS:");
+    let with_runs = status_kib(pid, "VmRSS:");
     let per_run = (with_runs.saturating_sub(idle)) as f64 / runs as f64;
 
     // Bursts of 1 000 inspects, BURSTS of them (default 10) one after the
@@ -203,7 +184,7 @@ async fn main() {
         seq.push(t0.elapsed().as_secs_f64() * 1000.0);
     }
     seq.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    let peak = rss_kib(pid, "VmHWM:");
+    let peak = status_kib(pid, "VmHWM:");
 
     // SAFETY: signalling our own child.
     unsafe { libc::kill(pid as i32, libc::SIGTERM) };

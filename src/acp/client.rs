@@ -21,7 +21,7 @@ use tokio::sync::oneshot;
 
 use super::fs::{FsError, GuestFs};
 use super::terminal::{self, Terminal, Terminals};
-use super::transport::{BoxFuture, Handler, RpcError, code};
+use super::transport::{BoxFuture, Handler, RpcError, UpdateParams, code};
 use crate::proxy::Daemon;
 use crate::proxy::config::PermissionPolicy;
 use crate::proxy::protocol::proxy_update;
@@ -354,16 +354,6 @@ fn request_key(id: &Value) -> String {
     }
 }
 
-/// The two members of `session/update` params that the relay needs, as
-/// the agent wrote them.
-#[derive(serde::Deserialize)]
-struct UpdateParams<'a> {
-    #[serde(rename = "sessionId", borrow)]
-    session_id: Option<&'a RawValue>,
-    #[serde(borrow)]
-    update: Option<&'a RawValue>,
-}
-
 /// `acp_message {run_id, message}`, a notification other than
 /// `session/update` relayed with its params as the agent wrote them.
 #[derive(serde::Serialize)]
@@ -385,20 +375,30 @@ impl Client {
     /// `acp_update {run_id, prompt_id, session_id, update}` with the
     /// agent's `sessionId` and `update` JSON copied in as they are: no tree
     /// is built, and nothing the agent sent is re-typed or dropped.
-    fn relay_update(&self, params: Option<&RawValue>) {
-        let (session_id, update) = params
-            .and_then(|p| serde_json::from_str::<UpdateParams<'_>>(p.get()).ok())
-            .map_or(("null", "null"), |p| {
-                (p.session_id.map_or("null", RawValue::get), p.update.map_or("null", RawValue::get))
-            });
-        let prompt_id = serde_json::to_string(&*lock(&self.active_prompt)).unwrap_or_else(|_| "null".into());
-        let mut text = String::with_capacity(
-            72 + self.run_id_json.len() + prompt_id.len() + session_id.len() + update.len(),
-        );
+    fn relay_update(&self, params: Option<UpdateParams<'_>>) {
+        let (session_id, update) = params.map_or(("null", "null"), |p| {
+            (p.session_id.map_or("null", RawValue::get), p.update.map_or("null", RawValue::get))
+        });
+        let active = lock(&self.active_prompt);
+        // Exactly as long as the message: the outbox then shares this
+        // buffer with the frame without another allocation.
+        let prompt_len = active.as_deref().map_or(4, |p| json_str_len(p).unwrap_or(0));
+        let mut text =
+            String::with_capacity(67 + self.run_id_json.len() + prompt_len + session_id.len() + update.len());
         text.push_str(r#"{"type":"acp_update","run_id":"#);
         text.push_str(&self.run_id_json);
         text.push_str(r#","prompt_id":"#);
-        text.push_str(&prompt_id);
+        match active.as_deref() {
+            None => text.push_str("null"),
+            // Ids are plain text in practice; anything else is escaped.
+            Some(p) if json_str_len(p).is_some() => {
+                text.push('"');
+                text.push_str(p);
+                text.push('"');
+            }
+            Some(p) => text.push_str(&serde_json::to_string(p).expect("a string")),
+        }
+        drop(active);
         text.push_str(r#","session_id":"#);
         text.push_str(session_id);
         text.push_str(r#","update":"#);
@@ -408,10 +408,15 @@ impl Client {
     }
 }
 
+/// The length of `s` as a JSON string when it needs no escapes.
+fn json_str_len(s: &str) -> Option<usize> {
+    s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\').then_some(s.len() + 2)
+}
+
 impl Handler for Client {
     fn notification(&self, method: &str, params: Option<&RawValue>) {
         if method == "session/update" {
-            self.relay_update(params);
+            self.relay_update(params.and_then(|p| serde_json::from_str::<UpdateParams<'_>>(p.get()).ok()));
         } else {
             // The params stay the agent's text: a tree (`json!`) cannot hold
             // every number JSON allows (`1e999`), and the relay drops nothing.
@@ -421,6 +426,10 @@ impl Handler for Client {
                 message: RawNotification { jsonrpc: "2.0", method, params },
             });
         }
+    }
+
+    fn session_update(&self, params: UpdateParams<'_>) {
+        self.relay_update(Some(params));
     }
 
     fn backpressure(&self) -> Option<BoxFuture<()>> {

@@ -50,6 +50,10 @@ pub mod code {
 /// (it cannot be a well-formed ACP message the daemon could relay anyway).
 pub const MAX_LINE: usize = 256 * 1024 * 1024;
 
+/// The agent's stdout is read in pieces of up to this size (a pipe holds
+/// 64 KiB unless the daemon enlarged it).
+const READ_BUFFER: usize = 256 * 1024;
+
 /// A JSON-RPC error, ours or the agent's.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RpcError {
@@ -116,6 +120,10 @@ pub trait Handler: Send + Sync + 'static {
     /// A notification, in arrival order (on the reader task: keep it
     /// quick). `params` is the agent's JSON text, untouched.
     fn notification(&self, method: &str, params: Option<&RawValue>);
+    /// A `session/update` notification whose params were split while its
+    /// line was read (the usual member order, `method` before `params`);
+    /// otherwise it arrives through [`Handler::notification`].
+    fn session_update(&self, params: UpdateParams<'_>);
     /// Awaited by the reader before it reads on: lets the owner slow a
     /// fast agent down to the pace its messages leave at.
     fn backpressure(&self) -> Option<BoxFuture<()>> {
@@ -306,30 +314,63 @@ async fn read_loop<R: AsyncRead + Unpin>(
     closed: Arc<AtomicBool>,
     handler: Arc<dyn Handler>,
 ) {
-    let mut reader = BufReader::with_capacity(256 * 1024, stdout);
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        match read_line(&mut reader, &mut line).await {
-            Ok(true) => {}
-            Ok(false) => break,
-            Err(e) => {
-                tracing::warn!("agent stdout: {e}; closing the connection");
-                break;
-            }
-        }
-        let text = trim_line(&line);
+    let mut reader = BufReader::with_capacity(READ_BUFFER, stdout);
+    // A line that began in an earlier read; complete lines are handled
+    // where they lie in the reader's buffer, without a copy.
+    let mut partial = Vec::new();
+    let on_line = |line: &[u8]| {
+        let text = trim_line(line);
         if text.is_empty() {
-            continue;
+            return;
         }
         match serde_json::from_slice::<Envelope<'_>>(text) {
+            // A request named `session/update` (answered -32601) keeps its
+            // params whole: the general path.
+            Ok(env) if env.update.is_some() && env.id.is_some() => {
+                dispatch_value(text, &transport, &pending, &handler)
+            }
             Ok(env) => dispatch(env, &transport, &pending, &handler),
             // Not a plain JSON-RPC object (a batch, a duplicate member, not
             // JSON at all): the general path says what it is.
             Err(_) => dispatch_value(text, &transport, &pending, &handler),
         }
-        if let Some(wait) = handler.backpressure() {
-            wait.await;
+    };
+    loop {
+        let buf = match reader.fill_buf().await {
+            Ok(buf) => buf,
+            Err(e) => {
+                tracing::warn!("agent stdout: {e}; closing the connection");
+                break;
+            }
+        };
+        if buf.is_empty() {
+            // End of file: a last line without its newline still counts.
+            if !partial.is_empty() {
+                on_line(&partial);
+            }
+            break;
+        }
+        let mut at = 0;
+        while let Some(i) = memchr::memchr(b'\n', &buf[at..]) {
+            let line = &buf[at..at + i];
+            if partial.is_empty() {
+                on_line(line);
+            } else {
+                partial.extend_from_slice(line);
+                on_line(&partial);
+                partial.clear();
+            }
+            at += i + 1;
+            if let Some(wait) = handler.backpressure() {
+                wait.await;
+            }
+        }
+        partial.extend_from_slice(&buf[at..]);
+        let n = buf.len();
+        reader.consume(n);
+        if partial.len() > MAX_LINE {
+            tracing::warn!("agent stdout: a line longer than {MAX_LINE} bytes; closing the connection");
+            break;
         }
     }
     closed.store(true, Ordering::SeqCst);
@@ -344,18 +385,150 @@ async fn read_loop<R: AsyncRead + Unpin>(
 }
 
 /// A JSON-RPC message with its members still raw text.
-#[derive(Deserialize)]
 struct Envelope<'a> {
-    #[serde(borrow)]
     method: Option<std::borrow::Cow<'a, str>>,
-    #[serde(borrow)]
     id: Option<&'a RawValue>,
-    #[serde(borrow)]
     params: Option<&'a RawValue>,
-    #[serde(borrow)]
+    /// The params of a `session/update` whose `method` came before them,
+    /// split in the same pass (reading the params whole and then again
+    /// for their members was a third of the relay's time).
+    update: Option<UpdateParams<'a>>,
     result: Option<&'a RawValue>,
-    #[serde(borrow)]
     error: Option<&'a RawValue>,
+}
+
+/// The two members of `session/update` params that the relay needs, as
+/// the agent wrote them.
+#[derive(Deserialize)]
+pub struct UpdateParams<'a> {
+    #[serde(rename = "sessionId", borrow)]
+    pub session_id: Option<&'a RawValue>,
+    #[serde(borrow)]
+    pub update: Option<&'a RawValue>,
+}
+
+/// The envelope's member names (no allocation per key).
+enum Member {
+    Method,
+    Id,
+    Params,
+    Result,
+    Error,
+    Other,
+}
+
+impl<'de> Deserialize<'de> for Member {
+    fn deserialize<D: serde::Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        struct Name;
+        impl serde::de::Visitor<'_> for Name {
+            type Value = Member;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a member name")
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Member, E> {
+                Ok(match v {
+                    "method" => Member::Method,
+                    "id" => Member::Id,
+                    "params" => Member::Params,
+                    "result" => Member::Result,
+                    "error" => Member::Error,
+                    _ => Member::Other,
+                })
+            }
+        }
+        de.deserialize_identifier(Name)
+    }
+}
+
+/// A string borrowed from the line unless it had escapes (`Cow<str>`
+/// alone always allocates).
+struct Text<'a>(std::borrow::Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        struct Str<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Str<'a> {
+            type Value = Text<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Text<'a>, E> {
+                Ok(Text(std::borrow::Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Text<'a>, E> {
+                Ok(Text(std::borrow::Cow::Owned(v.to_string())))
+            }
+        }
+        de.deserialize_str(Str(std::marker::PhantomData))
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Envelope<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        struct Members<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Members<'a> {
+            type Value = Envelope<'a>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON-RPC object")
+            }
+
+            fn visit_map<M: serde::de::MapAccess<'de>>(self, mut map: M) -> Result<Envelope<'a>, M::Error> {
+                use serde::de::Error;
+                let mut env = Envelope {
+                    method: None,
+                    id: None,
+                    params: None,
+                    update: None,
+                    result: None,
+                    error: None,
+                };
+                let mut params_seen = false;
+                // As the derived form did: a repeated member is an error
+                // (the general path then says what the line is), and a
+                // `null` one counts as absent (`"id": null` is a
+                // notification).
+                fn once<T, E: Error>(
+                    slot: &mut Option<T>,
+                    v: Option<T>,
+                    name: &'static str,
+                ) -> Result<(), E> {
+                    if let Some(v) = v
+                        && slot.replace(v).is_some()
+                    {
+                        return Err(E::duplicate_field(name));
+                    }
+                    Ok(())
+                }
+                while let Some(key) = map.next_key::<Member>()? {
+                    match key {
+                        Member::Method => {
+                            let method: Option<Text<'a>> = map.next_value()?;
+                            once(&mut env.method, method.map(|t| t.0), "method")?
+                        }
+                        Member::Id => once(&mut env.id, map.next_value()?, "id")?,
+                        Member::Params => {
+                            if std::mem::replace(&mut params_seen, true) {
+                                return Err(M::Error::duplicate_field("params"));
+                            }
+                            if env.method.as_deref() == Some("session/update") {
+                                env.update = Some(map.next_value()?);
+                            } else {
+                                env.params = map.next_value()?;
+                            }
+                        }
+                        Member::Result => once(&mut env.result, map.next_value()?, "result")?,
+                        Member::Error => once(&mut env.error, map.next_value()?, "error")?,
+                        Member::Other => {
+                            map.next_value::<serde::de::IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(env)
+            }
+        }
+        de.deserialize_map(Members(std::marker::PhantomData))
+    }
 }
 
 fn to_value(raw: Option<&RawValue>) -> Value {
@@ -381,6 +554,8 @@ fn dispatch(
                 if let (Some(t), Some(id)) = (transport.upgrade(), params.get("requestId")) {
                     t.cancel_incoming(id);
                 }
+            } else if let Some(update) = env.update {
+                handler.session_update(update);
             } else {
                 handler.notification(&method, env.params);
             }
@@ -468,34 +643,6 @@ fn dispatch_value(
     }
 }
 
-/// Reads one line (without its limit being exceeded); `false` at end-of-file.
-async fn read_line<R: AsyncRead + Unpin>(
-    reader: &mut BufReader<R>,
-    line: &mut Vec<u8>,
-) -> std::io::Result<bool> {
-    loop {
-        let buf = reader.fill_buf().await?;
-        if buf.is_empty() {
-            return Ok(!line.is_empty());
-        }
-        match buf.iter().position(|&b| b == b'\n') {
-            Some(i) => {
-                line.extend_from_slice(&buf[..i]);
-                reader.consume(i + 1);
-                return Ok(true);
-            }
-            None => {
-                let n = buf.len();
-                line.extend_from_slice(buf);
-                reader.consume(n);
-                if line.len() > MAX_LINE {
-                    return Err(std::io::Error::other(format!("a line longer than {MAX_LINE} bytes")));
-                }
-            }
-        }
-    }
-}
-
 fn trim_line(line: &[u8]) -> &[u8] {
     let mut s = line;
     while let [rest @ .., last] = s
@@ -517,6 +664,9 @@ mod tests {
     impl Handler for Echo {
         fn notification(&self, method: &str, _params: Option<&RawValue>) {
             lock(&self.notes).push(method.to_string());
+        }
+        fn session_update(&self, _params: UpdateParams<'_>) {
+            lock(&self.notes).push("session/update (split)".to_string());
         }
         fn request(
             self: Arc<Self>,
@@ -542,7 +692,7 @@ mod tests {
         let mut out = Vec::new();
         for _ in 0..n {
             let mut l = Vec::new();
-            assert!(read_line(r, &mut l).await.unwrap());
+            assert!(r.read_until(b'\n', &mut l).await.unwrap() > 0);
             out.push(serde_json::from_slice(&l).unwrap());
         }
         out
@@ -562,6 +712,7 @@ mod tests {
                   {\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"fast\",\"params\":{\"x\":1}}\n\
                   {\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"_vendor/thing\"}\n\
                   {\"jsonrpc\":\"2.0\",\"method\":\"session/update\",\"params\":{}}\n\
+                  {\"params\":{\"sessionId\":\"s\"},\"jsonrpc\":\"2.0\",\"method\":\"session/update\"}\n\
                   {\"jsonrpc\":\"2.0\",\"method\":\"$/cancel_request\",\"params\":{\"requestId\":\"a\"}}\n",
             )
             .await
@@ -575,7 +726,9 @@ mod tests {
             by_id(json!("a")),
             json!({"jsonrpc":"2.0","id":"a","error":{"code":-32800,"message":"request cancelled"}})
         );
-        assert_eq!(*lock(&h.notes), vec!["session/update".to_string()]);
+        // Params after the method are split while the line is read; before
+        // it, they reach the handler whole.
+        assert_eq!(*lock(&h.notes), vec!["session/update (split)".to_string(), "session/update".to_string()]);
         // Our own call, answered by the agent.
         let call = {
             let t = t.clone();

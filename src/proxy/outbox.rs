@@ -168,15 +168,26 @@ impl Outbox {
         }
     }
 
-    /// Up to `max` of the oldest messages as `(seq, text)`, waiting until
-    /// there is one.
-    pub async fn peek_batch(&self, max: usize) -> Vec<(u64, Utf8Bytes)> {
+    /// The oldest messages as `(seq, text)`, at most `max` of them and
+    /// about `max_bytes` (always at least one), waiting until there is one.
+    pub async fn peek_batch(&self, max: usize, max_bytes: usize) -> Vec<(u64, Utf8Bytes)> {
         loop {
             let notified = self.notify.notified();
             {
                 let st = self.lock();
                 if !st.queue.is_empty() {
-                    return st.queue.iter().take(max).map(|i| (i.seq, i.text.clone())).collect();
+                    let mut bytes = 0;
+                    return st
+                        .queue
+                        .iter()
+                        .take(max)
+                        .take_while(|i| {
+                            let first = bytes == 0;
+                            bytes += i.text.len().max(1);
+                            first || bytes <= max_bytes
+                        })
+                        .map(|i| (i.seq, i.text.clone()))
+                        .collect();
                 }
             }
             notified.await;
@@ -249,13 +260,13 @@ mod tests {
         let o = Outbox::new(10, 1 << 20);
         o.push(&json!({"type":"a","run_id":"r"}));
         o.push_text(r#"{"type":"b","run_id":"r"}"#.into(), "b", &Arc::from("r"));
-        let first = o.peek_batch(1).await;
+        let first = o.peek_batch(1, 1 << 20).await;
         let text: serde_json::Value = serde_json::from_str(first[0].1.as_str()).unwrap();
         assert_eq!(text, json!({"type":"a","run_id":"r"}));
         // Not popped yet: a failed send keeps it.
-        assert_eq!(o.peek_batch(5).await.len(), 2);
+        assert_eq!(o.peek_batch(5, 1 << 20).await.len(), 2);
         o.pop_through(first[0].0);
-        assert_eq!(o.peek_batch(5).await[0].1.as_str(), r#"{"type":"b","run_id":"r"}"#);
+        assert_eq!(o.peek_batch(5, 1 << 20).await[0].1.as_str(), r#"{"type":"b","run_id":"r"}"#);
     }
 
     #[tokio::test]
@@ -273,7 +284,7 @@ mod tests {
         };
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         assert!(!waiting.is_finished(), "half full: the producer waits");
-        let batch = o.peek_batch(1).await;
+        let batch = o.peek_batch(1, 1 << 20).await;
         o.pop_through(batch[0].0);
         tokio::time::timeout(std::time::Duration::from_secs(5), waiting).await.unwrap().unwrap();
         // Going down releases a waiter too.
