@@ -73,6 +73,10 @@ pub enum Kind {
     Perms,
     Size,
     Chmod,
+    /// Ours: `--tx-seccomp PROFILE`.
+    TxSeccomp,
+    /// Ours: `--tx-landlock`.
+    TxLandlock,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -327,9 +331,28 @@ pub const OPTIONS: &[Opt] = &[
     opt("--chmod", &["OCTAL", "PATH"], Kind::Chmod, "Change permissions of PATH (must already exist)"),
 ];
 
+/// tuixiu-sandbox's own options, beyond bubblewrap's (none of them
+/// changes what bubblewrap's options do; each adds confinement).
+pub const EXTRAS: &[Opt] = &[
+    opt(
+        "--tx-seccomp",
+        &["PROFILE"],
+        Kind::TxSeccomp,
+        "Also apply the runtime's seccomp profile: a built-in name (default)\n\
+         or an OCI/Docker JSON file (tuixiu-sandbox)",
+    ),
+    opt(
+        "--tx-landlock",
+        &[],
+        Kind::TxLandlock,
+        "Also confine COMMAND with Landlock to the sandbox's view: write only\n\
+         where it is mounted writable (tuixiu-sandbox)",
+    ),
+];
+
 /// The option named exactly `name`.
 pub fn find(name: &str) -> Option<&'static Opt> {
-    OPTIONS.iter().find(|o| o.name == name)
+    OPTIONS.iter().chain(EXTRAS).find(|o| o.name == name)
 }
 
 impl Opt {
@@ -350,8 +373,17 @@ impl Opt {
 /// The usage text, as bubblewrap prints it: `usage: ARGV0 ...`, an empty
 /// line, then one line per option with descriptions from column 34.
 pub fn usage(argv0: &str) -> String {
-    let mut out = format!("usage: {argv0} [OPTIONS...] [--] COMMAND [ARGS...]\n\n");
-    for o in OPTIONS {
+    let out = format!("usage: {argv0} [OPTIONS...] [--] COMMAND [ARGS...]\n\n");
+    table(out, OPTIONS)
+}
+
+/// `--help`: bubblewrap's usage, then our extras.
+pub fn help(argv0: &str) -> String {
+    table(usage(argv0) + "\ntuixiu-sandbox's own options (docs/bwrap.md):\n", EXTRAS)
+}
+
+fn table(mut out: String, options: &[Opt]) -> String {
+    for o in options {
         let mut left = o.name.to_string();
         for a in o.args {
             left.push(' ');

@@ -79,6 +79,10 @@ pub struct Parsed {
     /// Options given, in order (each name once), for [`Parsed::unsupported`].
     pub given: Vec<&'static str>,
     pub command: Vec<String>,
+    /// `--tx-seccomp PROFILE` (ours).
+    pub tx_seccomp: Option<String>,
+    /// `--tx-landlock` (ours).
+    pub tx_landlock: bool,
 }
 
 /// How parsing ended, besides a command line to run.
@@ -410,6 +414,8 @@ impl Parser<'_> {
                     return Err(self.error("--size given twice for the same action"));
                 }
             }
+            Kind::TxSeccomp => p.tx_seccomp = Some(v[0].clone()),
+            Kind::TxLandlock => p.tx_landlock = true,
             Kind::Chmod => {
                 let mode = parse_octal(&v[0])
                     .ok_or_else(|| self.error("--chmod takes an octal argument <= 07777"))?;
@@ -488,61 +494,25 @@ impl Parser<'_> {
 }
 
 impl Parsed {
-    /// The first option given that the runtime does not serve yet.
-    pub fn unsupported(&self) -> Option<&'static str> {
-        const SERVED: &[&str] = &[
-            "--help",
-            "--version",
-            "--args",
-            "--argv0",
-            "--level-prefix",
-            "--unshare-all",
-            "--share-net",
-            "--unshare-user",
-            "--unshare-user-try",
-            "--unshare-ipc",
-            "--unshare-pid",
-            "--unshare-net",
-            "--unshare-uts",
-            "--unshare-cgroup",
-            "--unshare-cgroup-try",
-            "--uid",
-            "--gid",
-            "--hostname",
-            "--chdir",
-            "--clearenv",
-            "--setenv",
-            "--unsetenv",
-            "--bind",
-            "--bind-try",
-            "--dev-bind",
-            "--dev-bind-try",
-            "--ro-bind",
-            "--ro-bind-try",
-            "--remount-ro",
-            "--proc",
-            "--dev",
-            "--tmpfs",
-            "--dir",
-            "--symlink",
-            "--new-session",
-            "--die-with-parent",
-            "--cap-add",
-            "--cap-drop",
-            "--perms",
-            "--size",
-        ];
-        self.given.iter().copied().find(|name| !SERVED.contains(name))
+    /// The first option given that is not served where this runs: on the
+    /// host every option is; a nested sandbox is started by the outer
+    /// launcher, which cannot serve the ones about the caller's own
+    /// namespaces and status descriptors.
+    pub fn unsupported(&self, nested: bool) -> Option<&'static str> {
+        const HOST_ONLY: &[&str] =
+            &["--userns", "--userns2", "--pidns", "--userns-block-fd", "--info-fd", "--json-status-fd"];
+        const NOWHERE: &[&str] = &["--userns2"];
+        self.given.iter().copied().find(|name| NOWHERE.contains(name) || (nested && HOST_ONLY.contains(name)))
     }
 
     /// The capability set COMMAND keeps (bwrap starts from nothing inside
     /// a user namespace, and from the caller's effective set, which in a
     /// sandbox is empty, outside one); `None` without `--cap-*`.
-    pub fn caps(&self) -> Option<u64> {
+    pub fn caps(&self, from: u64) -> Option<u64> {
         if self.caps.is_empty() {
             return None;
         }
-        Some(self.caps.iter().fold(0, |set, &(add, mask)| if add { set | mask } else { set & !mask }))
+        Some(self.caps.iter().fold(from, |set, &(add, mask)| if add { set | mask } else { set & !mask }))
     }
 }
 

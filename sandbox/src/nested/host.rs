@@ -1,0 +1,89 @@
+//! bwrap on the host: `tuixiu-sandbox bwrap ...` (or the launcher called
+//! `bwrap`) outside any sandbox of ours runs the request itself, with the
+//! runtime's plan, child and monitor, as bubblewrap would: its namespaces,
+//! its id map, its capabilities, and no seccomp filter or Landlock unless
+//! asked for (`--tx-seccomp`, `--tx-landlock`).
+
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+
+use super::plan::{self, HostOptions};
+use super::request::{Request, RequestError};
+use crate::error::{EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND, LaunchError};
+use crate::launch::{self, BwrapStatus, ExitStatus, LaunchOptions, Watch};
+
+/// Why a bwrap run failed: bubblewrap's message (after `bwrap: `).
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    #[error("{0}")]
+    Request(#[from] RequestError),
+    #[error("{0}")]
+    Launch(String),
+}
+
+/// Runs `req` on the host and returns COMMAND's status. The caller's
+/// descriptors named in `req.fds` pass to COMMAND at the same numbers.
+pub fn run_on_host(req: &Request, host: &HostOptions, status: BwrapStatus) -> Result<ExitStatus, HostError> {
+    launch::ensure_single_threaded().map_err(|e| HostError::Launch(e.to_string()))?;
+    if let Some(fd) = host.userns_fd {
+        // SAFETY: setns on a descriptor the caller named; no memory involved.
+        if unsafe { libc::setns(fd, libc::CLONE_NEWUSER) } != 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(HostError::Launch(if e.raw_os_error() == Some(libc::EINVAL) {
+                "Joining the specified user namespace failed, it might not be a descendant of the current user namespace.".into()
+            } else {
+                format!("Joining specified user namespace failed: {}", crate::error::io_error_text(&e))
+            }));
+        }
+    }
+    if let Some(fd) = host.pidns_fd {
+        // SAFETY: as above; our children start in that pid namespace.
+        if unsafe { libc::setns(fd, libc::CLONE_NEWPID) } != 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(HostError::Launch(format!(
+                "Setting pidns failed: {}",
+                crate::error::io_error_text(&e)
+            )));
+        }
+    }
+    let mut fds = Vec::with_capacity(req.fds.len());
+    for &fd in &req.fds {
+        // SAFETY: F_DUPFD_CLOEXEC makes a new descriptor that we own.
+        let copy = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+        if copy < 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(HostError::Launch(format!("descriptor {fd}: {}", crate::error::io_error_text(&e))));
+        }
+        // SAFETY: just created, ours alone.
+        fds.push(unsafe { OwnedFd::from_raw_fd(copy) });
+    }
+    let floor = highest_open_fd();
+    let plan = plan::prepare_host(req, fds, floor, host)?;
+    let options = LaunchOptions {
+        return_before_teardown: true,
+        bwrap_status: Some(status),
+        ..LaunchOptions::default()
+    };
+    launch::execute(&plan, &options, None, Watch::Nothing)
+        .map_err(|e| HostError::Launch(bwrap_message(e, &plan.exec.program)))
+}
+
+/// bubblewrap's words for a launch failure.
+pub(crate) fn bwrap_message(e: LaunchError, program: &str) -> String {
+    match e {
+        LaunchError::Child { code: EXIT_NOT_FOUND, .. } => {
+            format!("execvp {program}: {}", crate::error::strerror(libc::ENOENT))
+        }
+        LaunchError::Child { code: EXIT_CANNOT_EXECUTE, message } => {
+            let why = if message.contains("EACCES") { crate::error::strerror(libc::EACCES) } else { message };
+            format!("execvp {program}: {why}")
+        }
+        e => e.to_string(),
+    }
+}
+
+/// The highest descriptor number open in this process.
+fn highest_open_fd() -> RawFd {
+    std::fs::read_dir("/proc/self/fd")
+        .map(|dir| dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).max().unwrap_or(2))
+        .unwrap_or(1023)
+}
