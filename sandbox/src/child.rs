@@ -52,6 +52,10 @@ pub(crate) fn main(plan: &Plan, fds: &ChildFds) -> ! {
     let mut report = Report::new();
     match outcome {
         Ok(Ok(never)) => match never {},
+        // bubblewrap's words: the step says it all, then the error's text.
+        Ok(Err(f)) if f.fail.call.is_empty() => {
+            let _ = write!(report, "{}: {}", f.what, f.fail.errno.desc());
+        }
         Ok(Err(f)) => {
             let _ = write!(report, "{}: {}", f.what, f.fail.call);
             if let Some(arg) = f.fail.arg {
@@ -172,10 +176,10 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
     // 8b. bubblewrap's `--lock-file`s, held by this process for the
     //     sandbox's life (a read lock, as bubblewrap takes).
     if let Some(nested) = &plan.nested {
-        for path in &nested.lock_files {
-            let what = "take the lock file";
-            let fd = sys::open(path, libc::O_RDONLY, 0).map_err(|e| fail(what, "open", path, e))?;
-            sys::read_lock(fd.as_raw_fd()).map_err(|e| fail(what, "fcntl(F_SETLK)", path, e))?;
+        for lock in &nested.lock_files {
+            let fd =
+                sys::open(&lock.path, libc::O_RDONLY, 0).map_err(|e| fail(&lock.open_fail, "", c"", e))?;
+            sys::read_lock(fd.as_raw_fd()).map_err(|e| fail(&lock.lock_fail, "", c"", e))?;
             // Held until this process exits.
             std::mem::forget(fd);
         }
@@ -248,9 +252,14 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
     // PID 1 holds the launcher's memory: out of the command's reach from
     // here on, whether Landlock is enforced or not (confine.rs). After the
     // last credential change (a nested sandbox's user namespace, above),
-    // which would make it dumpable again.
-    crate::confine::make_undumpable()
-        .map_err(|e| fail("keep PID 1 out of the command's reach", "prctl(PR_SET_DUMPABLE, 0)", c"", e))?;
+    // which would make it dumpable again. A bwrap run on the host leaves
+    // it as bubblewrap does: its caller reads `/proc/PID/ns` of the
+    // `child-pid` it reports, and the command is the caller's anyway.
+    if !plan.nested.as_ref().is_some_and(|n| n.dumpable) {
+        crate::confine::make_undumpable().map_err(|e| {
+            fail("keep PID 1 out of the command's reach", "prctl(PR_SET_DUMPABLE, 0)", c"", e)
+        })?;
+    }
 
     // 13. Start the command (PID 2), which shares our memory until its
     //     `execve` while we wait; this process then becomes the reaper.

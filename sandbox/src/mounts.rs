@@ -330,6 +330,19 @@ pub(crate) fn run<'a>(
             sys::write_all(std::os::fd::AsRawFd::as_raw_fd(&fd), contents)
                 .map_err(|e| Fail::rooted("write", dst, e))
         }
+        Action::BindData { dst, contents, mode, attrs } => {
+            let fs = sys::fsopen(c"tmpfs").map_err(|e| Fail::new("fsopen", c"tmpfs", e))?;
+            sys::fsconfig_create(fs.as_fd())
+                .map_err(|e| Fail::new("fsconfig(FSCONFIG_CMD_CREATE)", c"tmpfs", e))?;
+            let tmp = sys::fsmount(fs.as_fd(), 0).map_err(|e| Fail::new("fsmount", c"tmpfs", e))?;
+            let flags = libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY;
+            let file = sys::openat(tmp.as_fd(), c"data", flags, *mode)
+                .map_err(|e| Fail::rooted("openat", dst, e))?;
+            sys::write_all(std::os::fd::AsRawFd::as_raw_fd(&file), contents)
+                .map_err(|e| Fail::rooted("write", dst, e))?;
+            let copy = clone_tree(tmp.as_fd(), c"data", RESOLVE_IN_ROOT, *attrs)?;
+            attach_owned(copy, new, host, dirs, dst, Kind::File)
+        }
         Action::Chmod { dst, mode } => {
             let target = resolve(root, dst, None)?;
             sys::fchmod_path(target.as_fd(), *mode).map_err(|e| Fail::rooted("fchmodat2", dst, e))

@@ -79,6 +79,15 @@ pub(crate) enum Action {
         contents: Vec<u8>,
         mode: u32,
     },
+    /// A private file with these bytes on a tmpfs of its own, bound at
+    /// `dst` with `attrs` (bubblewrap's `--bind-data`: nothing is written
+    /// into the new root, which may be a host directory).
+    BindData {
+        dst: CString,
+        contents: Vec<u8>,
+        mode: u32,
+        attrs: u64,
+    },
     /// Change the mode of what `dst` names.
     Chmod {
         dst: CString,
@@ -257,6 +266,13 @@ pub(crate) struct NestedParts {
     pub overlay_userxattr: bool,
 }
 
+/// A `--lock-file` and bubblewrap's words for its failures.
+pub(crate) struct LockFile {
+    pub path: CString,
+    pub open_fail: String,
+    pub lock_fail: String,
+}
+
 /// The parts of a nested sandbox's setup that an outer one has not.
 pub(crate) struct NestedChild {
     /// After the mounts, enter a new user namespace with these one-line
@@ -281,12 +297,14 @@ pub(crate) struct NestedChild {
     /// `--block-fd` (its number here): COMMAND waits for it.
     pub block_fd: Option<std::os::fd::RawFd>,
     /// `--lock-file` paths, read-locked by PID 1 for the sandbox's life.
-    pub lock_files: Vec<CString>,
+    pub lock_files: Vec<LockFile>,
     /// `--disable-userns`: `user.max_user_namespaces` = 1 in the sandbox's
     /// user namespace, then one more (`userns`): none can be made inside.
     pub disable_userns: bool,
     /// `--assert-userns-disabled`.
     pub assert_userns_disabled: bool,
+    /// PID 1 stays dumpable (a bwrap run on the host, as bubblewrap's).
+    pub dumpable: bool,
 }
 
 fn cstring(what: &str, s: impl Into<Vec<u8>>) -> Result<CString, SpecError> {
@@ -808,14 +826,14 @@ impl Expansion<'_> {
                 Action::CreateFile { dst, contents: contents.clone(), mode: *mode },
             ),
             MountOp::BindData { contents, mode, access, .. } => {
-                let path = self.stage(&format!("the contents of {dst_text}"), contents.clone(), *mode)?;
                 let ro = if *access == Access::Ro { MOUNT_RDONLY } else { 0 };
                 self.push(
                     format!("bind the data for {dst_text}"),
-                    Action::Bind {
-                        source: Source::New { path, attrs: ro | MOUNT_NOSUID | MOUNT_NODEV, optional: false },
+                    Action::BindData {
                         dst,
-                        kind: Kind::File,
+                        contents: contents.clone(),
+                        mode: *mode,
+                        attrs: ro | MOUNT_NOSUID | MOUNT_NODEV,
                     },
                 );
             }

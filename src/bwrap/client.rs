@@ -58,12 +58,12 @@ pub fn request(parsed: &Parsed, caps_from: u64) -> Result<Request, String> {
                 Op::Bind { src: src.clone(), dst: dst.clone(), mode: *mode, optional: *optional }
             }
             parse::Op::BindFd { fd, dst, ro } => {
-                let src = std::fs::read_link(format!("/proc/self/fd/{fd}"))
-                    .ok()
-                    .and_then(|p| p.into_os_string().into_string().ok())
-                    .ok_or_else(|| {
-                        format!("Can't find source path for fd {fd}: {}", strerror(libc::EBADF))
-                    })?;
+                let link = format!("/proc/self/fd/{fd}");
+                let src = std::fs::read_link(&link)
+                    .map_err(|e| format!("Can't find source path {link}: {}", io_text(&e)))?
+                    .into_os_string()
+                    .into_string()
+                    .map_err(|_| format!("Can't find source path {link}: not UTF-8"))?;
                 let mode = if *ro { BindMode::Ro } else { BindMode::Rw };
                 Op::Bind { src, dst: dst.clone(), mode, optional: false }
             }
@@ -78,13 +78,13 @@ pub fn request(parsed: &Parsed, caps_from: u64) -> Result<Request, String> {
             parse::Op::Mqueue { dst } => Op::Mqueue { dst: dst.clone() },
             parse::Op::File { fd, dst, perms } => Op::Data {
                 dst: dst.clone(),
-                contents: read_data(*fd)?,
+                contents: read_data(*fd, dst)?,
                 mode: perms.unwrap_or(0o666),
                 how: DataKind::File,
             },
             parse::Op::BindData { fd, dst, perms, ro } => Op::Data {
                 dst: dst.clone(),
-                contents: read_data(*fd)?,
+                contents: read_data(*fd, dst)?,
                 mode: perms.unwrap_or(0o600),
                 how: if *ro { DataKind::RoBind } else { DataKind::Bind },
             },
@@ -116,7 +116,7 @@ pub fn request(parsed: &Parsed, caps_from: u64) -> Result<Request, String> {
     let mut seccomp = parsed.seccomp_programs.clone();
     if let Some(&fd) = parsed.fds.get("--seccomp") {
         let data =
-            read_data(fd).map_err(|_| format!("Can't read seccomp data: {}", strerror(libc::EBADF)))?;
+            read_data(fd, "").map_err(|_| format!("Can't read seccomp data: {}", strerror(libc::EBADF)))?;
         if data.len() % 8 != 0 {
             return Err("Invalid seccomp data, must be multiple of 8".into());
         }
@@ -147,17 +147,17 @@ pub fn request(parsed: &Parsed, caps_from: u64) -> Result<Request, String> {
     })
 }
 
-/// Reads a data descriptor to its end and closes it.
-fn read_data(fd: i32) -> Result<Vec<u8>, String> {
+/// Reads a data descriptor (for `dst`) to its end and closes it.
+fn read_data(fd: i32, dst: &str) -> Result<Vec<u8>, String> {
     use std::io::Read;
     // SAFETY: F_GETFD only inspects the descriptor table.
     if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
-        return Err(format!("Can't read data from fd {fd}: {}", strerror(libc::EBADF)));
+        return Err(format!("Can't write data to file {dst}: {}", strerror(libc::EBADF)));
     }
     // SAFETY: bubblewrap consumes (and closes) the data descriptors.
     let mut file = std::fs::File::from(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) });
     let mut data = Vec::new();
-    file.read_to_end(&mut data).map_err(|e| format!("Can't read data from fd {fd}: {}", io_text(&e)))?;
+    file.read_to_end(&mut data).map_err(|e| format!("Can't write data to file {dst}: {}", io_text(&e)))?;
     Ok(data)
 }
 

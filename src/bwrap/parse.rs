@@ -712,7 +712,8 @@ mod tests {
         assert_eq!(p.ops[5], Op::RemountRo { dst: "/ws/.codex".into() });
         assert_eq!(p.command[0], "/h/codex-linux-sandbox");
         assert_eq!(p.command.len(), 6);
-        assert_eq!(p.unsupported(), None);
+        assert_eq!(p.unsupported(true), None);
+        assert_eq!(p.unsupported(false), None);
     }
 
     #[test]
@@ -851,10 +852,13 @@ mod tests {
     #[test]
     fn capabilities_in_order() {
         let p = parsed(&["--cap-drop", "ALL", "--cap-add", "cap_net_admin", "true"]);
-        assert_eq!(p.caps(), Some(1 << 12));
+        assert_eq!(p.caps(0), Some(1 << 12));
         let p = parsed(&["--cap-add", "CAP_SYS_ADMIN", "--cap-drop", "sys_admin", "true"]);
-        assert_eq!(p.caps(), Some(0));
-        assert_eq!(parsed(&["true"]).caps(), None);
+        assert_eq!(p.caps(0), Some(0));
+        assert_eq!(parsed(&["true"]).caps(0), None);
+        // Root outside a user namespace starts from its own set.
+        let p = parsed(&["--cap-drop", "CAP_KILL", "true"]);
+        assert_eq!(p.caps(u64::MAX), Some(!(1 << 5)));
     }
 
     #[test]

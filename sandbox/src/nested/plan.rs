@@ -12,7 +12,7 @@ use libc::c_ulong;
 use super::PORTAL_DIR;
 use super::request::{BindMode, DataKind, Op, OverlayKind, Request, RequestError, dest};
 use crate::guest_path;
-use crate::prepare::{NestedChild, NestedParts, Plan};
+use crate::prepare::{LockFile, NestedChild, NestedParts, Plan};
 use crate::spec::{Access, MountOp, Network, SandboxSpec};
 
 /// Builds the nested sandbox's plan. `fds` came with the request; they are
@@ -87,6 +87,7 @@ pub(crate) fn prepare(
             lock_files: lock_files(req)?,
             disable_userns: req.disable_userns,
             assert_userns_disabled: req.assert_userns_disabled,
+            dumpable: false,
         },
     };
     Plan::prepare_nested(&spec, parts).map_err(|e| RequestError::Invalid(e.to_string()))
@@ -184,6 +185,7 @@ pub(crate) fn prepare_host(
             lock_files: lock_files(req)?,
             disable_userns: req.disable_userns,
             assert_userns_disabled: req.assert_userns_disabled,
+            dumpable: true,
         },
     };
     Plan::prepare_nested(&spec, parts).map_err(invalid)
@@ -353,12 +355,17 @@ fn programs(req: &Request) -> Vec<crate::seccomp::Program> {
         .collect()
 }
 
-fn lock_files(req: &Request) -> Result<Vec<std::ffi::CString>, RequestError> {
+fn lock_files(req: &Request) -> Result<Vec<LockFile>, RequestError> {
     req.lock_files
         .iter()
         .map(|p| {
-            std::ffi::CString::new(absolute(&req.cwd, p))
-                .map_err(|_| RequestError::Invalid(format!("lock file {p:?}")))
+            let path = absolute(&req.cwd, p);
+            Ok(LockFile {
+                open_fail: format!("Unable to open lock file {path}"),
+                lock_fail: format!("Unable to lock file {path}"),
+                path: std::ffi::CString::new(path)
+                    .map_err(|_| RequestError::Invalid(format!("lock file {p:?}")))?,
+            })
         })
         .collect()
 }
