@@ -368,16 +368,23 @@ pub(crate) fn run<'a>(
                 Err(Errno::EEXIST) => {
                     // bubblewrap's words, with what is there instead.
                     let mut buf = [0u8; PATH_BUF];
-                    let n = sys::readlinkat(dir, name, &mut buf).unwrap_or(0);
                     let mut report = crate::report::Report::new();
-                    let _ = std::fmt::Write::write_fmt(
-                        &mut report,
-                        format_args!(
-                            "Can't make symlink at /{}: existing destination is {}",
-                            crate::report::Lossy(dst.to_bytes()),
-                            crate::report::Lossy(&buf[..n])
+                    let at = crate::report::Lossy(dst.to_bytes());
+                    let _ = match sys::readlinkat(dir, name, &mut buf) {
+                        Ok(n) => std::fmt::Write::write_fmt(
+                            &mut report,
+                            format_args!(
+                                "Can't make symlink at /{at}: existing destination is {}",
+                                crate::report::Lossy(&buf[..n])
+                            ),
                         ),
-                    );
+                        Err(_) => std::fmt::Write::write_fmt(
+                            &mut report,
+                            format_args!(
+                                "Can't make symlink at /{at}: destination exists and is not a symlink"
+                            ),
+                        ),
+                    };
                     report.send(notices, crate::error::EXIT_SETUP_FAILED);
                     sys::exit_now(crate::error::EXIT_SETUP_FAILED as i32)
                 }

@@ -165,8 +165,9 @@ fn strerror(errno: i32) -> String {
     sandbox::error::strerror(errno)
 }
 
+/// The C library's text for an I/O error, as bubblewrap prints it.
 fn io_text(e: &std::io::Error) -> String {
-    sandbox::error::io_error_text(e)
+    strerror(e.raw_os_error().unwrap_or(libc::EIO))
 }
 
 /// Every descriptor this process has open but `skip`: bwrap's COMMAND
