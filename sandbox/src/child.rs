@@ -220,6 +220,10 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
     //      now, so that every mount above (a fresh /proc included) was made
     //      in the outer sandbox's user namespace, where nothing is locked.
     let keep_caps = plan.nested.as_ref().map_or(0, |n| n.keep_caps);
+    // bubblewrap's `--userns2`: the caller's other user namespace.
+    if let Some(fd) = plan.nested.as_ref().and_then(|n| n.userns2_fd) {
+        sys::setns(fd, libc::CLONE_NEWUSER).map_err(|e| fail("Setting userns2 failed", "", c"", e))?;
+    }
     if let (Some(nested), Some(proc_self)) = (&plan.nested, &proc_self) {
         enter_userns(nested, proc_self.as_fd(), fds.sync)?;
     }

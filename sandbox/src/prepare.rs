@@ -294,6 +294,8 @@ pub(crate) struct NestedChild {
     /// `--as-pid-1` (or no new pid namespace): PID 1 executes COMMAND
     /// itself, without a reaper.
     pub exec_in_pid1: bool,
+    /// `--userns2` (its number here): switched to after setup.
+    pub userns2_fd: Option<std::os::fd::RawFd>,
     /// `--block-fd` (its number here): COMMAND waits for it.
     pub block_fd: Option<std::os::fd::RawFd>,
     /// `--lock-file` paths, read-locked by PID 1 for the sandbox's life.

@@ -733,6 +733,11 @@ pub fn accept(fd: RawFd) -> SysResult<OwnedFd> {
     owned(unsafe { libc::accept4(fd, ptr::null_mut(), ptr::null_mut(), libc::SOCK_CLOEXEC) } as c_long)
 }
 
+pub fn setns(fd: RawFd, nstype: c_int) -> SysResult<()> {
+    // SAFETY: setns with a descriptor number and flags; no memory involved.
+    check(unsafe { libc::setns(fd, nstype) }).map(drop)
+}
+
 pub fn unshare(flags: c_int) -> SysResult<()> {
     // SAFETY: integer arguments only.
     check(unsafe { libc::unshare(flags) }).map(drop)

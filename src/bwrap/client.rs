@@ -142,6 +142,7 @@ pub fn request(parsed: &Parsed, caps_from: u64) -> Result<Request, String> {
         seccomp,
         lock_files: parsed.lock_files.clone(),
         block_fd: parsed.fds.get("--block-fd").copied(),
+        userns2_fd: parsed.fds.get("--userns2").copied(),
         disable_userns: parsed.disable_userns,
         assert_userns_disabled: parsed.assert_userns_disabled,
     })

@@ -57,7 +57,8 @@ pub(crate) fn prepare(
     let userns = (req.unshare.user || req.disable_userns).then(|| id_maps(inner, (outer_uid, outer_gid)));
     let (targets, fd_base) =
         renumber(&req.fds, fds, floor).map_err(|e| RequestError::Invalid(format!("descriptors: {e}")))?;
-    let block_fd = block_source(req, &targets);
+    let block_fd = source_of(req.block_fd, &targets);
+    let userns2_fd = source_of(req.userns2_fd, &targets);
 
     let mut spec = spec(req, mounts, outer_spec.user.clone());
     spec.security = outer_spec.security.clone();
@@ -84,6 +85,7 @@ pub(crate) fn prepare(
             extra_filters: programs(req),
             exec_in_pid1: req.as_pid_1,
             block_fd,
+            userns2_fd,
             lock_files: lock_files(req)?,
             disable_userns: req.disable_userns,
             assert_userns_disabled: req.assert_userns_disabled,
@@ -141,7 +143,8 @@ pub(crate) fn prepare_host(
     }
     let (targets, fd_base) =
         renumber(&req.fds, fds, floor).map_err(|e| RequestError::Invalid(format!("descriptors: {e}")))?;
-    let block_fd = block_source(req, &targets);
+    let block_fd = source_of(req.block_fd, &targets);
+    let userns2_fd = source_of(req.userns2_fd, &targets);
     let seccomp = match &host.seccomp {
         Some(policy) => {
             crate::seccomp::compile(policy, false, crate::seccomp::Sockets::Profile).map_err(invalid)?
@@ -182,6 +185,7 @@ pub(crate) fn prepare_host(
             extra_filters: programs(req),
             exec_in_pid1: req.as_pid_1 || !new_pid,
             block_fd,
+            userns2_fd,
             lock_files: lock_files(req)?,
             disable_userns: req.disable_userns,
             assert_userns_disabled: req.assert_userns_disabled,
@@ -370,9 +374,9 @@ fn lock_files(req: &Request) -> Result<Vec<LockFile>, RequestError> {
         .collect()
 }
 
-/// The number `--block-fd` has after renumbering.
-fn block_source(req: &Request, targets: &[(RawFd, RawFd)]) -> Option<RawFd> {
-    let fd = req.block_fd?;
+/// The number a passed descriptor has after renumbering.
+fn source_of(fd: Option<i32>, targets: &[(RawFd, RawFd)]) -> Option<RawFd> {
+    let fd = fd?;
     targets.iter().find(|(t, _)| *t == fd).map(|&(_, s)| s)
 }
 

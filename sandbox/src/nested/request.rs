@@ -62,6 +62,10 @@ pub struct Request {
     /// end-of-file) can be read from it.
     #[serde(default)]
     pub block_fd: Option<i32>,
+    /// `--userns2`: one of `fds`, the user namespace to switch to once
+    /// the sandbox is set up (on the host only).
+    #[serde(default)]
+    pub userns2_fd: Option<i32>,
     /// `--disable-userns`: COMMAND cannot make user namespaces.
     #[serde(default)]
     pub disable_userns: bool,
@@ -241,8 +245,8 @@ impl Request {
         if self.lock_files.iter().any(|p| p.is_empty() || p.contains('\0')) {
             return bad("lock file path".into());
         }
-        if self.block_fd.is_some_and(|fd| !self.fds.contains(&fd)) {
-            return bad("the block descriptor is not passed".into());
+        if self.block_fd.iter().chain(&self.userns2_fd).any(|fd| !self.fds.contains(fd)) {
+            return bad("a descriptor named by an option is not passed".into());
         }
         if !self.unshare.user {
             for (name, id) in [("uid", self.uid), ("gid", self.gid)] {
