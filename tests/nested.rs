@@ -203,3 +203,43 @@ for_each_caller!(the_lifeline_ends_nested_sandboxes_too, |caller: Caller| {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 });
+
+// The options issue 15 added are served nested too, through the portal.
+for_each_caller!(data_overlay_seccomp_and_pid_1_options_nested, |caller: Caller| {
+    let f = Fixture::new(caller);
+    let bpf = "import errno, seccomp\n\
+               f = seccomp.SyscallFilter(seccomp.ALLOW)\n\
+               f.add_rule(seccomp.ERRNO(errno.EACCES), 'mkdir')\n\
+               f.add_rule(seccomp.ERRNO(errno.EACCES), 'mkdirat')\n\
+               f.export_bpf(open('deny-mkdir.bpf', 'wb'))\n";
+    let out = std::process::Command::new("/usr/bin/python3")
+        .args(["-c", bpf])
+        .current_dir(&f.workspace)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "python3-seccomp: {}", stderr(&out));
+    std::fs::create_dir_all(f.workspace.join("lower")).unwrap();
+    std::fs::write(f.workspace.join("lower/a"), "lower\n").unwrap();
+    std::fs::write(f.workspace.join("data"), "payload\n").unwrap();
+    // The caller's, as its own files would be (overlayfs copies a file up
+    // with its owner, which must be mapped in the sandbox).
+    for path in ["lower", "lower/a", "data", "deny-mkdir.bpf"] {
+        let uid = Some(caller.host_uid());
+        std::os::unix::fs::chown(f.workspace.join(path), uid, uid).unwrap();
+    }
+    let script = "cd /workspace; \
+        bwrap --ro-bind / / --tmpfs /tmp --file 3 /tmp/f --perms 0640 --ro-bind-data 4 /tmp/r --dir /tmp/d \
+          --chmod 0700 /tmp/d --overlay-src /workspace/lower --tmp-overlay /tmp/o --unshare-ipc --mqueue /tmp/mq \
+          --lock-file /tmp/f -- sh -c 'stat -c \"%n %a\" /tmp/f /tmp/r /tmp/d; cat /tmp/f /tmp/o/a; \
+          echo up > /tmp/o/a; cat /tmp/o/a; grep -c \" /tmp/mq \" /proc/self/mountinfo' 3<data 4<data; \
+        cat lower/a; \
+        bwrap --ro-bind / / --tmpfs /tmp --seccomp 3 -- mkdir /tmp/x 3<deny-mkdir.bpf 2>&1; echo rc=$?; \
+        bwrap --ro-bind / / --unshare-pid --as-pid-1 -- sh -c 'echo pid=$$'; \
+        { sleep 0.3; echo go; } | bwrap --ro-bind / / --block-fd 0 -- echo unblocked";
+    let text = f.sh(&[], script);
+    assert_eq!(
+        text,
+        "/tmp/f 666\n/tmp/r 640\n/tmp/d 700\npayload\nlower\nup\n1\nlower\n\
+         mkdir: cannot create directory '/tmp/x': Permission denied\nrc=1\npid=1\nunblocked\n"
+    );
+});
