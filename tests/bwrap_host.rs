@@ -320,8 +320,8 @@ for_each_caller!(bad_input_gets_bubblewraps_messages_and_leaves_nothing_mounted,
     assert_eq!(mounts(&f), before);
 });
 
-/// The same command lines through the host's bubblewrap (Debian's 0.8,
-/// scripts/ci-setup.d/40-bubblewrap.sh) and ours: same output, same status.
+// The same command lines through the host's bubblewrap (Debian's 0.8,
+// scripts/ci-setup.d/40-bubblewrap.sh) and ours: same output, same status.
 for_each_caller!(side_by_side_with_the_hosts_bubblewrap, |caller: Caller| {
     let f = Fixture::new(caller);
     assert!(Path::new("/usr/bin/bwrap").exists(), "install bubblewrap (scripts/ci-setup.d)");

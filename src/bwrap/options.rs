@@ -579,7 +579,7 @@ mod tests {
         let (begin, end) = ("<!-- options: generated -->\n", "<!-- options: end -->");
         let at = doc.find(begin).expect("docs/bwrap.md has the generated block") + begin.len();
         let to = doc[at..].find(end).expect("the block ends") + at;
-        if &doc[at..to] != doc_table() && std::env::var_os("UPDATE_DOCS").is_some() {
+        if doc[at..to] != doc_table() && std::env::var_os("UPDATE_DOCS").is_some() {
             std::fs::write(path, format!("{}{}{}", &doc[..at], doc_table(), &doc[to..])).unwrap();
             return;
         }

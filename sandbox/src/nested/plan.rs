@@ -208,9 +208,12 @@ struct View {
     portal: bool,
 }
 
+/// After mount number `.0`, detach the portal at guest path `.1`.
+type Detach = Vec<(usize, String)>;
+
 /// The request's operations as the runtime's mount operations, in order,
 /// and where the portal must be detached again (nested only).
-fn mounts(req: &Request, view: &View) -> Result<(Vec<MountOp>, Vec<(usize, String)>), RequestError> {
+fn mounts(req: &Request, view: &View) -> Result<(Vec<MountOp>, Detach), RequestError> {
     let mut mounts = Vec::with_capacity(req.ops.len());
     let mut detach = Vec::new();
     for op in &req.ops {
