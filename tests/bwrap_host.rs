@@ -271,6 +271,19 @@ for_each_caller!(pid_1_locks_overlays_and_nested_userns, |caller: Caller| {
         "$BWRAP --ro-bind / / --dev /dev --unshare-user --disable-userns -- sh -c 'unshare -U true 2>/dev/null; echo rc=$?'",
     );
     assert_eq!(text, "rc=1\n");
+    // Where user namespaces cannot be made: bubblewrap's words and our hint.
+    let out = sh(
+        &f,
+        "$BWRAP --ro-bind / / --dev /dev --unshare-user --disable-userns -- $BWRAP --ro-bind / / --unshare-user true",
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.starts_with(
+            "bwrap: Creating new namespace failed: nesting depth or /proc/sys/user/max_*_namespaces exceeded (ENOSPC)"
+        ) && err.contains("`tuixiu-sandbox check`"),
+        "{err}"
+    );
     let out = sh(&f, "$BWRAP --ro-bind / / --assert-userns-disabled true");
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(stderr(&out), "bwrap: creation of new user namespaces was not disabled as requested\n");

@@ -49,23 +49,7 @@ pub fn run(parsed: &Parsed) -> Result<u8, String> {
     }
     match sandbox::nested::run_on_host(&request, &host, status) {
         Ok(status) => Ok(status.code().clamp(0, 255) as u8),
-        Err(e) => Err(with_hint(e.to_string())),
-    }
-}
-
-/// Where user namespaces are off, bubblewrap's own words and our check.
-fn with_hint(message: String) -> String {
-    if message.contains("clone(CLONE_NEWUSER") && message.contains("EPERM")
-        || message.contains("EUSERS")
-        || message.contains("ENOSPC")
-    {
-        format!(
-            "No permissions to create a new namespace, likely because the kernel does not allow non-privileged \
-             user namespaces. On e.g. debian this can be enabled with 'sysctl kernel.unprivileged_userns_clone=1'. \
-             ({message}; `tuixiu-sandbox check` tells what this host allows; tuixiu-sandbox has no setuid mode)"
-        )
-    } else {
-        message
+        Err(e) => Err(e.to_string()),
     }
 }
 

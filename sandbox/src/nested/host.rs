@@ -77,6 +77,30 @@ pub(crate) fn bwrap_message(e: LaunchError, program: &str) -> String {
             let why = if message.contains("EACCES") { crate::error::strerror(libc::EACCES) } else { message };
             format!("execvp {program}: {why}")
         }
+        // bubblewrap's words where the namespaces cannot be made, and
+        // where to look.
+        LaunchError::Syscall(e) if e.call.starts_with("clone(") => {
+            let why = match e.errno {
+                nix::errno::Errno::EINVAL => {
+                    "Creating new namespace failed, likely because the kernel does not support \
+                     user namespaces.  bwrap must be installed setuid on such systems."
+                        .to_string()
+                }
+                nix::errno::Errno::EPERM => {
+                    "No permissions to create a new namespace, likely because the kernel does \
+                     not allow non-privileged user namespaces. On e.g. debian this can be enabled with \
+                     'sysctl kernel.unprivileged_userns_clone=1'."
+                        .to_string()
+                }
+                nix::errno::Errno::ENOSPC => "Creating new namespace failed: nesting depth or \
+                     /proc/sys/user/max_*_namespaces exceeded (ENOSPC)"
+                    .to_string(),
+                errno => format!("Creating new namespace failed: {}", errno.desc()),
+            };
+            format!(
+                "{why} (tuixiu-sandbox has no setuid mode; `tuixiu-sandbox check` tells what this host allows)"
+            )
+        }
         e => e.to_string(),
     }
 }
