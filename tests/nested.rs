@@ -187,8 +187,13 @@ for_each_caller!(the_lifeline_ends_nested_sandboxes_too, |caller: Caller| {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     // The launcher, PID 1, the command, the portal's server, acceptor and
-    // worker, the nested PID 1 and its command.
-    let tree = descendants(child.id());
+    // worker, the nested PID 1 and its command. (The token shows in the
+    // front end's arguments before the worker has forked: wait for them.)
+    let mut tree = descendants(child.id());
+    while tree.len() < 7 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        tree = descendants(child.id());
+    }
     assert!(tree.len() >= 7, "{tree:?}");
 
     drop(life_w);
