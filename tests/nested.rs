@@ -248,3 +248,16 @@ for_each_caller!(data_overlay_seccomp_and_pid_1_options_nested, |caller: Caller|
          mkdir: cannot create directory '/tmp/x': Permission denied\nrc=1\npid=1\nunblocked\n"
     );
 });
+
+// Inside a nested sandbox there is no portal: the front end (bound over
+// the host's /usr/bin/bwrap) tries to build the sandbox itself, as on the
+// host, and says why the sandbox's seccomp profile refuses it.
+#[test]
+fn a_bwrap_without_portal_says_a_seccomp_filter_refused() {
+    assert!(std::path::Path::new("/usr/bin/bwrap").exists(), "install bubblewrap (scripts/ci-setup.d)");
+    let f = Fixture::new(Caller::Unprivileged);
+    let text = f.sh(&[], "bwrap --ro-bind / / -- /usr/bin/bwrap --ro-bind / / true 2>&1; echo rc=$?");
+    assert!(text.starts_with("bwrap: No permissions to create a new namespace"), "{text}");
+    assert!(text.contains("this process runs under a seccomp filter"), "{text}");
+    assert!(text.ends_with("rc=1\n"), "{text}");
+}
