@@ -417,7 +417,7 @@ pub const NOTES: &[(&str, &str)] = &[
     ("--overlay-src", "bubblewrap's rules and messages"),
     (
         "--overlay",
-        "overlayfs (`userxattr` in a user namespace) made while the caller's tree is visible; layers from the caller's view",
+        "overlayfs (`userxattr` in a user namespace) made while the caller's tree is visible; layers from the caller's view; Linux 6.8 (`lowerdir+`)",
     ),
     ("--tmp-overlay", "as `--overlay`, the upper layer on a private tmpfs"),
     ("--ro-overlay", "as `--overlay`, read-only, at least two sources"),
