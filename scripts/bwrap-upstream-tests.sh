@@ -37,7 +37,9 @@ for tool in meson ninja gcc; do
 done
 
 work=$(mktemp -d /tmp/bwrap-upstream-XXXXXX)
-trap 'rm -rf "$work"' EXIT
+# test-run.sh leaves a mktemp file in /tmp per run ("bind-mount of / exposes
+# real /tmp"): those made during this run go with the work directory.
+trap 'find /tmp -maxdepth 1 -name "bwrap-test-*" -type f -newer "$work" -delete; rm -rf "$work"' EXIT
 chmod 755 "$work"
 if [ -d "$src/tests" ]; then
     cp -a "$src/." "$work/src"
