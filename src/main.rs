@@ -32,8 +32,12 @@ extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> lib
 
 fn launch() -> u8 {
     let argv: Vec<OsString> = std::env::args_os().collect();
-    // Bound as `bwrap` inside a sandbox: bubblewrap's command line.
-    if tuixiu_sandbox::bwrap::called_as_bwrap(argv.first()) {
+    // Bound as `bwrap` inside a sandbox, or called with bubblewrap's
+    // options (as `/proc/self/exe --unshare-all ...` from inside a bwrap
+    // sandbox): bubblewrap's command line.
+    if tuixiu_sandbox::bwrap::called_as_bwrap(argv.first())
+        || tuixiu_sandbox::bwrap::bwrap_arguments(&argv[1.min(argv.len())..])
+    {
         return tuixiu_sandbox::bwrap::main(&argv);
     }
     let (verbose, skipped) = launcher::leading_verbose(&argv[1..]);

@@ -179,23 +179,17 @@ fn at_most_sixteen_nested_sandboxes_at_once() {
 }
 
 #[test]
-fn the_front_end_outside_a_sandbox_says_so() {
+fn the_front_end_outside_a_sandbox_runs_it_on_the_host() {
+    // No portal: the launcher runs the request itself (tests/bwrap_host.rs).
     let f = Fixture::new(Caller::Root);
-    let out = f.command(&["bwrap", "--ro-bind", "/", "/", "true"]).output().unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let err = stderr(&out);
-    assert!(
-        err.starts_with("bwrap: nested sandboxes are not available here (/run/tuixiu/nested.sock: "),
-        "{err}"
-    );
-    // --help works anywhere.
+    let out = f.command(&["bwrap", "--ro-bind", "/", "/", "--", "sh", "-c", "exit 3"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    // --help works anywhere, bubblewrap's then ours.
     let out = f.command(&["bwrap", "--help"]).output().unwrap();
     assert!(out.status.success());
-    assert!(
-        String::from_utf8(out.stdout)
-            .unwrap()
-            .starts_with("usage: bwrap [OPTIONS...] [--] COMMAND [ARGS...]")
-    );
+    let help = String::from_utf8(out.stdout).unwrap();
+    assert!(help.starts_with("usage: bwrap [OPTIONS...] [--] COMMAND [ARGS...]"), "{help}");
+    assert!(help.contains("\n    --tx-seccomp PROFILE "), "{help}");
 }
 
 /// `pid` and every process below it, by parent pid.
@@ -275,8 +269,13 @@ for_each_caller!(the_lifeline_ends_nested_sandboxes_too, |caller: Caller| {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     // The launcher, PID 1, the command, the portal's server, acceptor and
-    // worker, the nested PID 1 and its command.
-    let tree = descendants(child.id());
+    // worker, the nested PID 1 and its command. (The token shows in the
+    // front end's arguments before the worker has forked: wait for them.)
+    let mut tree = descendants(child.id());
+    while tree.len() < 7 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        tree = descendants(child.id());
+    }
     assert!(tree.len() >= 7, "{tree:?}");
 
     drop(life_w);
@@ -291,3 +290,56 @@ for_each_caller!(the_lifeline_ends_nested_sandboxes_too, |caller: Caller| {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 });
+
+// The options issue 15 added are served nested too, through the portal.
+for_each_caller!(data_overlay_seccomp_and_pid_1_options_nested, |caller: Caller| {
+    let f = Fixture::new(caller);
+    let bpf = "import errno, seccomp\n\
+               f = seccomp.SyscallFilter(seccomp.ALLOW)\n\
+               f.add_rule(seccomp.ERRNO(errno.EACCES), 'mkdir')\n\
+               f.add_rule(seccomp.ERRNO(errno.EACCES), 'mkdirat')\n\
+               f.export_bpf(open('deny-mkdir.bpf', 'wb'))\n";
+    let out = std::process::Command::new("/usr/bin/python3")
+        .args(["-c", bpf])
+        .current_dir(&f.workspace)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "python3-seccomp: {}", stderr(&out));
+    std::fs::create_dir_all(f.workspace.join("lower")).unwrap();
+    std::fs::write(f.workspace.join("lower/a"), "lower\n").unwrap();
+    std::fs::write(f.workspace.join("data"), "payload\n").unwrap();
+    // The caller's, as its own files would be (overlayfs copies a file up
+    // with its owner, which must be mapped in the sandbox).
+    for path in ["lower", "lower/a", "data", "deny-mkdir.bpf"] {
+        let uid = Some(caller.host_uid());
+        std::os::unix::fs::chown(f.workspace.join(path), uid, uid).unwrap();
+    }
+    let script = "cd /workspace; \
+        bwrap --ro-bind / / --tmpfs /tmp --file 3 /tmp/f --perms 0640 --ro-bind-data 4 /tmp/r --dir /tmp/d \
+          --chmod 0700 /tmp/d --overlay-src /workspace/lower --tmp-overlay /tmp/o --unshare-ipc --mqueue /tmp/mq \
+          --lock-file /tmp/f -- sh -c 'stat -c \"%n %a\" /tmp/f /tmp/r /tmp/d; cat /tmp/f /tmp/o/a; \
+          echo up > /tmp/o/a; cat /tmp/o/a; grep -c \" /tmp/mq \" /proc/self/mountinfo' 3<data 4<data; \
+        cat lower/a; \
+        bwrap --ro-bind / / --tmpfs /tmp --seccomp 3 -- mkdir /tmp/x 3<deny-mkdir.bpf 2>&1; echo rc=$?; \
+        bwrap --ro-bind / / --unshare-pid --as-pid-1 -- sh -c 'echo pid=$$'; \
+        { sleep 0.3; echo go; } | bwrap --ro-bind / / --block-fd 0 -- echo unblocked";
+    let text = f.sh(&[], script);
+    assert_eq!(
+        text,
+        "/tmp/f 666\n/tmp/r 640\n/tmp/d 700\npayload\nlower\nup\n1\nlower\n\
+         mkdir: cannot create directory '/tmp/x': Permission denied\nrc=1\npid=1\nunblocked\n"
+    );
+});
+
+// Inside a nested sandbox there is no portal: the front end (bound over
+// the host's /usr/bin/bwrap) tries to build the sandbox itself, as on the
+// host, and says why the sandbox's seccomp profile refuses it.
+#[test]
+fn a_bwrap_without_portal_says_a_seccomp_filter_refused() {
+    assert!(std::path::Path::new("/usr/bin/bwrap").exists(), "install bubblewrap (scripts/ci-setup.d)");
+    let f = Fixture::new(Caller::Unprivileged);
+    let text = f.sh(&[], "bwrap --ro-bind / / -- /usr/bin/bwrap --ro-bind / / true 2>&1; echo rc=$?");
+    assert!(text.starts_with("bwrap: No permissions to create a new namespace"), "{text}");
+    assert!(text.contains("this process runs under a seccomp filter"), "{text}");
+    assert!(text.ends_with("rc=1\n"), "{text}");
+}

@@ -52,6 +52,10 @@ pub(crate) fn main(plan: &Plan, fds: &ChildFds) -> ! {
     let mut report = Report::new();
     match outcome {
         Ok(Ok(never)) => match never {},
+        // bubblewrap's words: the step says it all, then the error's text.
+        Ok(Err(f)) if f.fail.call.is_empty() => {
+            let _ = write!(report, "{}: {}", f.what, f.fail.errno.desc());
+        }
         Ok(Err(f)) => {
             let _ = write!(report, "{}: {}", f.what, f.fail.call);
             if let Some(arg) = f.fail.arg {
@@ -169,6 +173,18 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
     sys::umount2(c".", libc::MNT_DETACH).map_err(|e| fail(enter_what, "umount2(MNT_DETACH)", c".", e))?;
     sys::chdir(c"/").map_err(|e| fail(enter_what, "chdir", c"/", e))?;
 
+    // 8b. bubblewrap's `--lock-file`s, held by this process for the
+    //     sandbox's life (a read lock, as bubblewrap takes).
+    if let Some(nested) = &plan.nested {
+        for lock in &nested.lock_files {
+            let fd =
+                sys::open(&lock.path, libc::O_RDONLY, 0).map_err(|e| fail(&lock.open_fail, "", c"", e))?;
+            sys::read_lock(fd.as_raw_fd()).map_err(|e| fail(&lock.lock_fail, "", c"", e))?;
+            // Held until this process exits.
+            std::mem::forget(fd);
+        }
+    }
+
     // 9. Hostname and, in a private network namespace, loopback.
     if let Some(hostname) = &plan.hostname {
         sys::sethostname(hostname).map_err(|e| fail("set the hostname", "sethostname", hostname, e))?;
@@ -204,6 +220,10 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
     //      now, so that every mount above (a fresh /proc included) was made
     //      in the outer sandbox's user namespace, where nothing is locked.
     let keep_caps = plan.nested.as_ref().map_or(0, |n| n.keep_caps);
+    // bubblewrap's `--userns2`: the caller's other user namespace.
+    if let Some(fd) = plan.nested.as_ref().and_then(|n| n.userns2_fd) {
+        sys::setns(fd, libc::CLONE_NEWUSER).map_err(|e| fail("Setting userns2 failed", "", c"", e))?;
+    }
     if let (Some(nested), Some(proc_self)) = (&plan.nested, &proc_self) {
         enter_userns(nested, proc_self.as_fd(), fds.sync)?;
     }
@@ -214,19 +234,47 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
     //     command runs: no_new_privs, then empty bounding, ambient,
     //     effective, permitted and inheritable capability sets (a nested
     //     command's `--cap-add`s are kept, inside its own user namespace).
-    drop_privileges_keeping(keep_caps).map_err(|(call, e)| fail("drop privileges", call, c"", e))?;
+    match &plan.nested {
+        Some(n) if n.caps_untouched => {
+            keep_callers_caps(keep_caps).map_err(|(call, e)| fail("drop privileges", call, c"", e))?
+        }
+        _ => drop_privileges_keeping(keep_caps).map_err(|(call, e)| fail("drop privileges", call, c"", e))?,
+    }
+    if let Some(n) = &plan.nested {
+        if (n.disable_userns || n.assert_userns_disabled) && sys::unshare(libc::CLONE_NEWUSER).is_ok() {
+            let mut report = Report::new();
+            let _ = write!(report, "creation of new user namespaces was not disabled as requested");
+            report.send(fds.report, EXIT_SETUP_FAILED);
+            sys::exit_now(EXIT_SETUP_FAILED as i32);
+        }
+        // `--block-fd`: wait for the caller's go.
+        if let Some(fd) = n.block_fd {
+            let mut byte = [0u8; 1];
+            let _ = sys::read(fd, &mut byte);
+        }
+    }
     // PID 1 holds the launcher's memory: out of the command's reach from
     // here on, whether Landlock is enforced or not (confine.rs). After the
     // last credential change (a nested sandbox's user namespace, above),
-    // which would make it dumpable again.
-    crate::confine::make_undumpable()
-        .map_err(|e| fail("keep PID 1 out of the command's reach", "prctl(PR_SET_DUMPABLE, 0)", c"", e))?;
+    // which would make it dumpable again. A bwrap run on the host leaves
+    // it as bubblewrap does: its caller reads `/proc/PID/ns` of the
+    // `child-pid` it reports, and the command is the caller's anyway.
+    if !plan.nested.as_ref().is_some_and(|n| n.dumpable) {
+        crate::confine::make_undumpable().map_err(|e| {
+            fail("keep PID 1 out of the command's reach", "prctl(PR_SET_DUMPABLE, 0)", c"", e)
+        })?;
+    }
 
     // 13. Start the command (PID 2), which shares our memory until its
     //     `execve` while we wait; this process then becomes the reaper.
     //     From here on the launcher relays signals instead of ending the
     //     setup; they stay blocked here until the reaper relays them.
     let _ = sys::write_all(fds.exit, &[crate::init::EXIT_STARTING]);
+    if plan.nested.as_ref().is_some_and(|n| n.exec_in_pid1) {
+        // bubblewrap's `--as-pid-1`: no reaper; the launcher waits for this
+        // process itself. Every pipe of ours is close-on-exec.
+        exec_command(plan, fds.report, caller_umask);
+    }
     let start = CommandStart { plan, report: fds.report, umask: caller_umask };
     // SAFETY: `command_main` only execs or `_exit`s, and changes nothing we
     // use afterwards (it resets its own signal dispositions, umask and
@@ -301,6 +349,21 @@ pub(crate) fn drop_privileges_keeping(keep: u64) -> Result<(), (&'static str, Er
     Ok(())
 }
 
+/// bubblewrap run by root: no_new_privs, and the capabilities it has made
+/// ambient where the kernel lets it (it does not where the caller's
+/// inheritable set lacks them, which bubblewrap ignores too).
+fn keep_callers_caps(keep: u64) -> Result<(), (&'static str, Errno)> {
+    sys::prctl5(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0).map_err(|e| ("prctl(PR_SET_NO_NEW_PRIVS)", e))?;
+    for cap in (0..64u64).filter(|c| keep & (1 << c) != 0) {
+        let raise = libc::PR_CAP_AMBIENT_RAISE as libc::c_ulong;
+        match sys::prctl5(libc::PR_CAP_AMBIENT, raise, cap as libc::c_ulong, 0, 0) {
+            Ok(_) | Err(Errno::EPERM | Errno::EINVAL) => {}
+            Err(e) => return Err(("prctl(PR_CAP_AMBIENT_RAISE)", e)),
+        }
+    }
+    Ok(())
+}
+
 /// A nested sandbox's own user namespace: unshare, write this process's
 /// maps through `proc` (a procfs of the nested pid namespace),
 /// become the inner ids, and re-arm the parent-death signal, which the
@@ -311,6 +374,12 @@ fn enter_userns<'a>(
     sync: RawFd,
 ) -> Result<(), StepFail<'a>> {
     let Some((uid_map, gid_map)) = &nested.userns else { return Ok(()) };
+    if nested.disable_userns {
+        let what = "disable user namespaces";
+        let name = c"sys/user/max_user_namespaces";
+        let file = sys::openat(proc, name, libc::O_WRONLY, 0).map_err(|e| fail(what, "open", name, e))?;
+        sys::write_all(file.as_raw_fd(), b"1").map_err(|e| fail(what, "write", name, e))?;
+    }
     let what = "create the user namespace";
     sys::unshare(libc::CLONE_NEWUSER).map_err(|e| fail(what, "unshare(CLONE_NEWUSER)", c"", e))?;
     let files = [
@@ -447,6 +516,7 @@ fn exec_command(plan: &Plan, report_fd: RawFd, caller_umask: libc::mode_t) -> ! 
             fds: plan.nested.as_ref().map_or(&[], |n| &n.fds),
             landlock: plan.landlock.as_ref(),
             seccomp: plan.seccomp.as_ref(),
+            extra_filters: plan.nested.as_ref().map_or(&[], |n| &n.extra_filters),
             exec: &plan.exec,
         },
         report_fd,
@@ -463,6 +533,8 @@ pub(crate) struct Hardening<'a> {
     pub fds: &'a [(RawFd, RawFd)],
     pub landlock: Option<&'a crate::landlock::Plan>,
     pub seccomp: Option<&'a crate::seccomp::Program>,
+    /// bubblewrap's `--seccomp` programs, after the runtime's own.
+    pub extra_filters: &'a [crate::seccomp::Program],
     pub exec: &'a crate::prepare::ExecPlan,
 }
 
@@ -530,6 +602,14 @@ pub(crate) fn harden_and_exec(plan: &Hardening<'_>, report_fd: RawFd) -> ! {
         );
         report.send(report_fd, EXIT_SETUP_FAILED);
         sys::exit_now(EXIT_SETUP_FAILED as i32);
+    }
+
+    for program in plan.extra_filters {
+        if let Err(e) = sys::seccomp_prctl_filter(&program.filter) {
+            let _ = write!(report, "prctl(PR_SET_SECCOMP): {}", e.desc());
+            report.send(report_fd, EXIT_SETUP_FAILED);
+            sys::exit_now(EXIT_SETUP_FAILED as i32);
+        }
     }
 
     let exec = plan.exec;

@@ -264,6 +264,7 @@ fn joined_child(plan: &JoinPlan, report_fd: RawFd, life: RawFd) -> ! {
             fds: &[],
             landlock: plan.landlock.as_ref(),
             seccomp: plan.seccomp.as_ref(),
+            extra_filters: &[],
             exec: &plan.exec,
         },
         report_fd,

@@ -71,6 +71,70 @@ pub struct LaunchOptions {
     /// started the launcher, unlike `PR_SET_PDEATHSIG`), and the sandbox is
     /// killed: a daemon's sandboxes die with it.
     pub lifeline_fd: Option<RawFd>,
+    /// bubblewrap's `--info-fd`, `--json-status-fd` and `--userns-block-fd`.
+    pub bwrap_status: Option<BwrapStatus>,
+}
+
+/// bubblewrap's reports on a sandbox, in its formats: once the namespaces
+/// exist, `--info-fd` gets `{"child-pid": N, "<ns>-namespace": ID, ...}`
+/// (pretty-printed, then closed) and `--json-status-fd` the same on one
+/// line; when COMMAND (once executed) ends, `{ "exit-code": N }` on the
+/// latter. `--userns-block-fd` is read before the sandbox goes on.
+#[derive(Clone, Debug, Default)]
+pub struct BwrapStatus {
+    pub info_fd: Option<RawFd>,
+    pub json_status_fd: Option<RawFd>,
+    pub userns_block_fd: Option<RawFd>,
+}
+
+impl BwrapStatus {
+    /// The namespace lines for the child `pid` made with `flags`.
+    fn announce(&self, pid: libc::pid_t, flags: libc::c_ulong) -> Result<(), SyscallError> {
+        use std::os::unix::fs::MetadataExt;
+        let mut ids = String::new();
+        let mut pretty = String::new();
+        for (name, flag) in [
+            ("cgroup", libc::CLONE_NEWCGROUP),
+            ("ipc", libc::CLONE_NEWIPC),
+            ("mnt", libc::CLONE_NEWNS),
+            ("net", libc::CLONE_NEWNET),
+            ("pid", libc::CLONE_NEWPID),
+            ("uts", libc::CLONE_NEWUTS),
+        ] {
+            if flags & flag as libc::c_ulong == 0 {
+                continue;
+            }
+            if let Ok(meta) = fs::metadata(format!("/proc/{}/ns/{name}", proc_pid(pid))) {
+                ids.push_str(&format!(", \"{name}-namespace\": {}", meta.ino()));
+                pretty.push_str(&format!(",\n    \"{name}-namespace\": {}", meta.ino()));
+            }
+        }
+        let write = |fd: RawFd, text: &str| {
+            sys::write_all(fd, text.as_bytes()).map_err(|e| SyscallError::new("Write to info_fd", "write", e))
+        };
+        if let Some(fd) = self.info_fd {
+            write(fd, &format!("{{\n    \"child-pid\": {pid}{pretty}\n}}\n"))?;
+            // SAFETY: bubblewrap closes the info descriptor once written;
+            // it is the caller's to give away.
+            unsafe { libc::close(fd) };
+        }
+        if let Some(fd) = self.json_status_fd {
+            write(fd, &format!("{{ \"child-pid\": {pid}{ids} }}\n"))?;
+        }
+        if let Some(fd) = self.userns_block_fd {
+            let mut byte = [0u8; 1];
+            let _ = sys::read(fd, &mut byte);
+            // SAFETY: as for the info descriptor.
+            unsafe { libc::close(fd) };
+        }
+        Ok(())
+    }
+
+    fn exited(&self, code: i32) {
+        if let Some(fd) = self.json_status_fd {
+            let _ = sys::write_all(fd, format!("{{ \"exit-code\": {code} }}\n").as_bytes());
+        }
+    }
 }
 
 /// How the command ended: its exit code, or 128+signal.
@@ -187,6 +251,9 @@ pub(crate) fn execute(
 
     if plan.clone_flags & libc::CLONE_NEWUSER as libc::c_ulong != 0 {
         write_id_maps(pid, plan)?;
+    }
+    if let Some(status) = &options.bwrap_status {
+        status.announce(pid, plan.clone_flags)?;
     }
     sys::write_all(sync_w.as_raw_fd(), &[1])
         .map_err(|e| SyscallError::new("release the sandbox child", "write", e))?;
@@ -489,6 +556,9 @@ fn monitor(
         (None, None) => sys::exit_code_of(status),
     };
     write_status(options.json_status_fd, &format!("{{\"exit-code\": {code}}}"));
+    if let Some(bwrap) = options.bwrap_status.as_ref().filter(|_| started) {
+        bwrap.exited(code);
+    }
     Ok(ExitStatus { code, timed_out })
 }
 
@@ -546,8 +616,32 @@ pub(crate) fn drop_supplementary_groups() {
     let _ = unsafe { libc::setgroups(0, std::ptr::null()) };
 }
 
+/// `pid` (of our pid namespace) as the mounted `/proc` numbers it: the
+/// same unless that `/proc` is another pid namespace's (a bwrap sandbox
+/// given the host's `--bind /proc /proc`), where a pidfd's `fdinfo`,
+/// which procfs writes in its own namespace's numbers, tells.
+fn proc_pid(pid: libc::pid_t) -> libc::pid_t {
+    // SAFETY: getpid cannot fail.
+    let me = unsafe { libc::getpid() };
+    let ours = fs::read_link("/proc/self").ok().and_then(|p| p.to_str()?.parse::<libc::pid_t>().ok());
+    if ours == Some(me) {
+        return pid;
+    }
+    // SAFETY: pidfd_open with a pid and no flags; the result is ours.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as RawFd;
+    if fd < 0 {
+        return pid;
+    }
+    // SAFETY: just opened, ours alone.
+    let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    fs::read_to_string(format!("/proc/self/fdinfo/{}", fd.as_raw_fd()))
+        .ok()
+        .and_then(|info| info.lines().find_map(|l| l.strip_prefix("Pid:")?.trim().parse().ok()))
+        .unwrap_or(pid)
+}
+
 fn write_proc_file(pid: libc::pid_t, name: &str, contents: &str) -> Result<(), SyscallError> {
-    let path = format!("/proc/{pid}/{name}");
+    let path = format!("/proc/{}/{name}", proc_pid(pid));
     let step = format!("write the sandbox's {name}");
     let mut file = fs::OpenOptions::new().write(true).open(&path).map_err(|e| {
         SyscallError::new(

@@ -23,7 +23,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use nix::errno::Errno;
 
-use crate::prepare::{Action, HostSource, Kind, MAX_HOST_SOURCES, Source};
+use crate::prepare::{Action, HostSource, Kind, MAX_HOST_SOURCES, OverlayFs, Source};
 use crate::procfs;
 use crate::sys;
 
@@ -49,7 +49,10 @@ impl Clones {
     ) -> std::result::Result<Clones, (usize, Fail<'a>)> {
         let mut fds = [const { None }; MAX_HOST_SOURCES];
         for (i, source) in sources.iter().enumerate() {
-            let copy = clone_tree(host, &source.src, RESOLVE_CANONICAL, source.attrs).map_err(|f| (i, f))?;
+            let copy = match &source.overlay {
+                Some(overlay) => overlay_fs(overlay, source.attrs, host).map_err(|f| (i, f))?,
+                None => clone_tree(host, &source.src, RESOLVE_CANONICAL, source.attrs).map_err(|f| (i, f))?,
+            };
             fds[i] = Some(copy);
         }
         Ok(Clones { fds })
@@ -59,6 +62,51 @@ impl Clones {
     pub(crate) fn take(&mut self, index: usize) -> Option<OwnedFd> {
         self.fds.get_mut(index).and_then(Option::take)
     }
+}
+
+/// A detached overlay of host directories (`host`'s tree is our root).
+/// A `tmp` one writes to a private tmpfs, which overlayfs wants attached
+/// while it is made: on `/tmp` of this namespace's copy of the host's tree
+/// for that moment, named relative to it (overlayfs resolves its paths
+/// from the working directory), and detached again right after.
+fn overlay_fs<'a>(overlay: &'a OverlayFs, attrs: u64, host: BorrowedFd<'_>) -> Result<'a, OwnedFd> {
+    let fs = sys::fsopen(c"overlay").map_err(|e| Fail::new("fsopen", c"overlay", e))?;
+    sys::fsconfig_set(fs.as_fd(), c"source", Some(c"overlay"))
+        .map_err(|e| Fail::new("fsconfig", c"source", e))?;
+    for (key, value) in &overlay.options {
+        sys::fsconfig_set(fs.as_fd(), key, value.as_deref()).map_err(|e| match value {
+            Some(v) => Fail::new("fsconfig", v, e),
+            None => Fail::new("fsconfig", key, e),
+        })?;
+    }
+    if !overlay.tmp {
+        sys::fsconfig_create(fs.as_fd())
+            .map_err(|e| Fail::new("fsconfig(FSCONFIG_CMD_CREATE)", c"overlay", e))?;
+        return sys::fsmount(fs.as_fd(), attrs).map_err(|e| Fail::new("fsmount", c"overlay", e));
+    }
+    let tmp = sys::fsopen(c"tmpfs").map_err(|e| Fail::new("fsopen", c"tmpfs", e))?;
+    sys::fsconfig_set(tmp.as_fd(), c"mode", Some(c"755")).map_err(|e| Fail::new("fsconfig", c"mode", e))?;
+    sys::fsconfig_create(tmp.as_fd()).map_err(|e| Fail::new("fsconfig(FSCONFIG_CMD_CREATE)", c"tmpfs", e))?;
+    let tmp = sys::fsmount(tmp.as_fd(), 0).map_err(|e| Fail::new("fsmount", c"tmpfs", e))?;
+    for dir in [c"upper", c"work"] {
+        sys::mkdirat(tmp.as_fd(), dir, 0o755).map_err(|e| Fail::new("mkdirat", dir, e))?;
+    }
+    let how = libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
+    let at = sys::openat2(host, c"tmp", libc::O_PATH | libc::O_DIRECTORY, 0, how)
+        .map_err(|e| Fail::new("openat2", c"/tmp", e))?;
+    sys::move_mount_fd(tmp.as_fd(), at.as_fd()).map_err(|e| Fail::new("move_mount", c"/tmp", e))?;
+    sys::fchdir(tmp.as_fd()).map_err(|e| Fail::new("fchdir", c"tmpfs", e))?;
+    let made = (|| {
+        for (key, value) in [(c"upperdir", c"upper"), (c"workdir", c"work")] {
+            sys::fsconfig_set(fs.as_fd(), key, Some(value)).map_err(|e| Fail::new("fsconfig", key, e))?;
+        }
+        sys::fsconfig_create(fs.as_fd())
+            .map_err(|e| Fail::new("fsconfig(FSCONFIG_CMD_CREATE)", c"overlay", e))?;
+        sys::fsmount(fs.as_fd(), attrs).map_err(|e| Fail::new("fsmount", c"overlay", e))
+    })();
+    // The overlay keeps its own private copy of the tmpfs.
+    sys::umount2(c".", libc::MNT_DETACH).map_err(|e| Fail::new("umount2(MNT_DETACH)", c"/tmp", e))?;
+    made
 }
 
 /// A failed syscall during setup, borrowing its argument from the plan.
@@ -156,13 +204,24 @@ fn target<'a>(root: BorrowedFd<'_>, dirs: &mut Dirs, dst: &'a CStr, kind: Kind) 
 /// directory `O_PATH`. The error says which step failed: `Err((false, _))`
 /// the creation, `Err((true, _))` opening what was created.
 fn create(dir: BorrowedFd<'_>, name: &CStr, kind: Kind) -> std::result::Result<OwnedFd, (bool, Errno)> {
+    create_mode(dir, name, kind, 0o755)
+}
+
+/// [`create`], a new directory with mode `dir_mode`.
+fn create_mode(
+    dir: BorrowedFd<'_>,
+    name: &CStr,
+    kind: Kind,
+    dir_mode: u32,
+) -> std::result::Result<OwnedFd, (bool, Errno)> {
     match kind {
         Kind::File => {
             let flags = libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_NOFOLLOW;
-            sys::openat(dir, name, flags, 0o644).map_err(|e| (false, e))
+            // bubblewrap's mode for a file made as a mount point.
+            sys::openat(dir, name, flags, 0o444).map_err(|e| (false, e))
         }
         Kind::Dir => {
-            sys::mkdirat(dir, name, 0o755).map_err(|e| (false, e))?;
+            sys::mkdirat(dir, name, dir_mode).map_err(|e| (false, e))?;
             let flags = libc::O_PATH | libc::O_NOFOLLOW | libc::O_DIRECTORY;
             sys::openat(dir, name, flags, 0).map_err(|e| (true, e))
         }
@@ -260,6 +319,34 @@ pub(crate) fn run<'a>(
             sys::write_all(std::os::fd::AsRawFd::as_raw_fd(&fd), contents)
                 .map_err(|e| Fail::rooted("write", path, e))
         }
+        Action::CreateFile { dst, contents, mode } => {
+            let mut parent_buf = [0u8; PATH_BUF];
+            let mut name_buf = [0u8; 256];
+            let (parent, name) =
+                split_last(dst, &mut parent_buf, &mut name_buf).map_err(|e| Fail::rooted("split", dst, e))?;
+            let dir = dirs.get(root, parent).map_err(|f| Fail::rooted(f.call, dst, f.errno))?;
+            let flags = libc::O_CREAT | libc::O_TRUNC | libc::O_WRONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+            let fd = sys::openat(dir, name, flags, *mode).map_err(|e| Fail::rooted("openat", dst, e))?;
+            sys::write_all(std::os::fd::AsRawFd::as_raw_fd(&fd), contents)
+                .map_err(|e| Fail::rooted("write", dst, e))
+        }
+        Action::BindData { dst, contents, mode, attrs } => {
+            let fs = sys::fsopen(c"tmpfs").map_err(|e| Fail::new("fsopen", c"tmpfs", e))?;
+            sys::fsconfig_create(fs.as_fd())
+                .map_err(|e| Fail::new("fsconfig(FSCONFIG_CMD_CREATE)", c"tmpfs", e))?;
+            let tmp = sys::fsmount(fs.as_fd(), 0).map_err(|e| Fail::new("fsmount", c"tmpfs", e))?;
+            let flags = libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY;
+            let file = sys::openat(tmp.as_fd(), c"data", flags, *mode)
+                .map_err(|e| Fail::rooted("openat", dst, e))?;
+            sys::write_all(std::os::fd::AsRawFd::as_raw_fd(&file), contents)
+                .map_err(|e| Fail::rooted("write", dst, e))?;
+            let copy = clone_tree(tmp.as_fd(), c"data", RESOLVE_IN_ROOT, *attrs)?;
+            attach_owned(copy, new, host, dirs, dst, Kind::File)
+        }
+        Action::Chmod { dst, mode } => {
+            let target = resolve(root, dst, None)?;
+            sys::fchmod_path(target.as_fd(), *mode).map_err(|e| Fail::rooted("fchmodat2", dst, e))
+        }
         Action::RemoveStaging { files, dir } => {
             dirs.fd = None;
             for file in files {
@@ -278,6 +365,29 @@ pub(crate) fn run<'a>(
                 Ok(()) => Ok(()),
                 // Idempotent, as in bubblewrap: an identical link is fine.
                 Err(Errno::EEXIST) if same_link(dir, name, target) => Ok(()),
+                Err(Errno::EEXIST) => {
+                    // bubblewrap's words, with what is there instead.
+                    let mut buf = [0u8; PATH_BUF];
+                    let mut report = crate::report::Report::new();
+                    let at = crate::report::Lossy(dst.to_bytes());
+                    let _ = match sys::readlinkat(dir, name, &mut buf) {
+                        Ok(n) => std::fmt::Write::write_fmt(
+                            &mut report,
+                            format_args!(
+                                "Can't make symlink at /{at}: existing destination is {}",
+                                crate::report::Lossy(&buf[..n])
+                            ),
+                        ),
+                        Err(_) => std::fmt::Write::write_fmt(
+                            &mut report,
+                            format_args!(
+                                "Can't make symlink at /{at}: destination exists and is not a symlink"
+                            ),
+                        ),
+                    };
+                    report.send(notices, crate::error::EXIT_SETUP_FAILED);
+                    sys::exit_now(crate::error::EXIT_SETUP_FAILED as i32)
+                }
                 Err(e) => Err(Fail::rooted("symlinkat", dst, e)),
             }
         }
@@ -286,7 +396,18 @@ pub(crate) fn run<'a>(
             let mut name_buf = [0u8; 256];
             let (parent, name) =
                 split_last(dst, &mut parent_buf, &mut name_buf).map_err(|e| Fail::rooted("split", dst, e))?;
-            let dir = dirs.get(root, parent).map_err(|f| Fail::rooted(f.call, dst, f.errno))?;
+            // Missing parents as bubblewrap makes them: no access for
+            // group or others where the directory itself gives none.
+            let parents =
+                0o700 | if mode & 0o070 != 0 { 0o050 } else { 0 } | if mode & 0o007 != 0 { 0o005 } else { 0 };
+            let own;
+            let dir = if parents == 0o755 || parent.is_empty() {
+                dirs.get(root, parent).map_err(|f| Fail::rooted(f.call, dst, f.errno))?
+            } else {
+                own = resolve_mode(root, parent, Some(Kind::Dir), parents)
+                    .map_err(|f| Fail::rooted(f.call, dst, f.errno))?;
+                own.as_fd()
+            };
             match sys::mkdirat(dir, name, *mode) {
                 Ok(()) | Err(Errno::EEXIST) => Ok(()),
                 Err(e) => Err(Fail::rooted("mkdirat", dst, e)),
@@ -424,6 +545,16 @@ fn split_last<'b>(
 /// resolving symlinks as if `root` were `/`. With `create`, missing
 /// components are created as directories, and the last one as `create` says.
 pub(crate) fn resolve<'a>(root: BorrowedFd<'_>, rel: &'a CStr, create: Option<Kind>) -> Result<'a, OwnedFd> {
+    resolve_mode(root, rel, create, 0o755)
+}
+
+/// [`resolve`], creating missing directories with mode `dir_mode`.
+fn resolve_mode<'a>(
+    root: BorrowedFd<'_>,
+    rel: &'a CStr,
+    create: Option<Kind>,
+    dir_mode: u32,
+) -> Result<'a, OwnedFd> {
     let whole = if rel.is_empty() { c"." } else { rel };
     match sys::openat2(root, whole, libc::O_PATH, 0, RESOLVE_IN_ROOT) {
         Ok(fd) => return Ok(fd),
@@ -469,7 +600,7 @@ pub(crate) fn resolve<'a>(root: BorrowedFd<'_>, rel: &'a CStr, create: Option<Ki
             Err(Errno::ENOENT) => {
                 let dir = parent.as_ref().map_or(root, |p| p.as_fd());
                 let kind = if last && create == Some(Kind::File) { Kind::File } else { Kind::Dir };
-                match self::create(dir, name, kind) {
+                match self::create_mode(dir, name, kind, dir_mode) {
                     Ok(fd) => {
                         fresh = true;
                         fd

@@ -9,7 +9,7 @@
 use std::ffi::CString;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::FileTypeExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use libc::{c_char, c_ulong};
 
@@ -41,6 +41,13 @@ pub(crate) const MAX_HOST_SOURCES: usize = 128;
 /// Most deferred binds one sandbox may hold.
 pub(crate) const MAX_DEFERRED: usize = 64;
 
+/// An overlay filesystem's `fsconfig` options (absolute host paths); a
+/// `tmp` one gets its upper and work directories on a private tmpfs.
+pub(crate) struct OverlayFs {
+    pub options: Vec<(CString, Option<CString>)>,
+    pub tmp: bool,
+}
+
 /// What to create at a bind destination that does not exist yet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {
@@ -65,6 +72,26 @@ pub(crate) enum Action {
         source: Source,
         dst: CString,
         kind: Kind,
+    },
+    /// Create the file `dst` with these bytes (bubblewrap's `--file`).
+    CreateFile {
+        dst: CString,
+        contents: Vec<u8>,
+        mode: u32,
+    },
+    /// A private file with these bytes on a tmpfs of its own, bound at
+    /// `dst` with `attrs` (bubblewrap's `--bind-data`: nothing is written
+    /// into the new root, which may be a host directory).
+    BindData {
+        dst: CString,
+        contents: Vec<u8>,
+        mode: u32,
+        attrs: u64,
+    },
+    /// Change the mode of what `dst` names.
+    Chmod {
+        dst: CString,
+        mode: u32,
     },
     /// Mount a fresh filesystem at `dst` (created as a directory).
     Fs {
@@ -150,6 +177,9 @@ pub(crate) struct ExecPlan {
 /// A host bind source, checked and canonicalized before clone.
 pub(crate) struct HostSource {
     pub what: String,
+    /// An overlay made of host directories instead of a copy of `src`,
+    /// set up while the host's tree is still the child's root.
+    pub overlay: Option<OverlayFs>,
     /// Canonical path relative to the host root ("." for `/`).
     pub src: CString,
     pub kind: Kind,
@@ -221,6 +251,26 @@ pub(crate) struct NestedParts {
     pub detach: Vec<(usize, String)>,
     pub portal_dev: u64,
     pub child: NestedChild,
+    /// `setsid` before COMMAND.
+    pub new_session: bool,
+    /// `(uid, gid, host uid, host gid)` when `clone_flags` make the user
+    /// namespace (a bwrap run on the host): the launcher maps the first
+    /// onto the second.
+    pub ids: Option<(u32, u32, u32, u32)>,
+    /// The runtime's filter and rlimits for COMMAND (an outer sandbox's).
+    pub seccomp: Option<seccomp::Program>,
+    pub rlimits: Vec<(libc::c_int, u64)>,
+    /// Landlock on the nested view.
+    pub landlock: crate::LandlockMode,
+    /// Overlays need `userxattr` (made inside a user namespace).
+    pub overlay_userxattr: bool,
+}
+
+/// A `--lock-file` and bubblewrap's words for its failures.
+pub(crate) struct LockFile {
+    pub path: CString,
+    pub open_fail: String,
+    pub lock_fail: String,
 }
 
 /// The parts of a nested sandbox's setup that an outer one has not.
@@ -236,6 +286,27 @@ pub(crate) struct NestedChild {
     /// caller passed; the sources are numbered from `fd_base` up.
     pub fds: Vec<(std::os::fd::RawFd, std::os::fd::RawFd)>,
     pub fd_base: std::os::fd::RawFd,
+    /// Leave the capability sets alone (bwrap run by root without
+    /// `--cap-add`/`--cap-drop`: COMMAND keeps what the caller has).
+    pub caps_untouched: bool,
+    /// `--seccomp`/`--add-seccomp-fd` programs, installed after the runtime's.
+    pub extra_filters: Vec<seccomp::Program>,
+    /// `--as-pid-1` (or no new pid namespace): PID 1 executes COMMAND
+    /// itself, without a reaper.
+    pub exec_in_pid1: bool,
+    /// `--userns2` (its number here): switched to after setup.
+    pub userns2_fd: Option<std::os::fd::RawFd>,
+    /// `--block-fd` (its number here): COMMAND waits for it.
+    pub block_fd: Option<std::os::fd::RawFd>,
+    /// `--lock-file` paths, read-locked by PID 1 for the sandbox's life.
+    pub lock_files: Vec<LockFile>,
+    /// `--disable-userns`: `user.max_user_namespaces` = 1 in the sandbox's
+    /// user namespace, then one more (`userns`): none can be made inside.
+    pub disable_userns: bool,
+    /// `--assert-userns-disabled`.
+    pub assert_userns_disabled: bool,
+    /// PID 1 stays dumpable (a bwrap run on the host, as bubblewrap's).
+    pub dumpable: bool,
 }
 
 fn cstring(what: &str, s: impl Into<Vec<u8>>) -> Result<CString, SpecError> {
@@ -285,6 +356,7 @@ impl Plan {
         // the initial user namespace): secrets and RLIMIT_NPROC depend on it.
         let (root_uid, root_gid) = idmap::host_root(host_uid, host_gid);
         let mut plan = Expansion {
+            overlay_userxattr: true,
             user: &spec.user,
             steps: Vec::new(),
             host_sources: Vec::new(),
@@ -433,12 +505,9 @@ impl Plan {
     /// and rlimits (`outer`), Landlock rules made from the nested view's
     /// own mounts, and no final read-only `/` (bubblewrap's root stays
     /// writable). The spec's other fields are ignored: `parts` says the rest.
-    pub(crate) fn prepare_nested(
-        spec: &SandboxSpec,
-        outer: &Plan,
-        parts: NestedParts,
-    ) -> Result<Plan, SpecError> {
+    pub(crate) fn prepare_nested(spec: &SandboxSpec, parts: NestedParts) -> Result<Plan, SpecError> {
         let (own_uid, own_gid) = own_ids();
+        let (uid, gid, host_uid, host_gid) = parts.ids.unwrap_or((own_uid, own_gid, own_uid, own_gid));
         let mut plan = Expansion {
             user: &spec.user,
             steps: Vec::new(),
@@ -451,6 +520,7 @@ impl Plan {
             splicer: Splicer::default(),
             // The outer sandbox's size for every tmpfs without its own.
             tmpfs: spec.security.limits.tmpfs_options(),
+            overlay_userxattr: parts.overlay_userxattr,
         };
         for (i, op) in spec.mounts.iter().enumerate() {
             plan.expand(op)?;
@@ -467,8 +537,7 @@ impl Plan {
         plan.finish()?;
         // bubblewrap's root stays writable: sized like every private tmpfs.
         let root_tmpfs = plan.tmpfs_size_options(None)?.to_vec();
-        let security = &spec.security;
-        let (landlock, _) = landlock::plan(security.landlock, &landlock_paths(spec)?, security.no_ip)?;
+        let (landlock, _) = landlock::plan(parts.landlock, &landlock_paths(spec)?, false)?;
         let cwd = parts
             .cwd
             .iter()
@@ -476,22 +545,22 @@ impl Plan {
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Plan {
             clone_flags: parts.clone_flags,
-            uid: own_uid,
-            gid: own_gid,
-            host_uid: own_uid,
-            host_gid: own_gid,
+            uid,
+            gid,
+            host_uid,
+            host_gid,
             host_sources: plan.host_sources,
             steps: plan.steps,
             hostname: parts.hostname.map(|h| cstring("hostname", h)).transpose()?,
             network_off: parts.clone_flags & libc::CLONE_NEWNET as c_ulong != 0,
             cwd,
-            new_session: true,
+            new_session: parts.new_session,
             exec: ExecPlan::new(&parts.program, &spec.argv, &spec.env)?,
             deferred: Vec::new(),
             apply_phase: false,
-            seccomp: outer.seccomp.clone(),
+            seccomp: parts.seccomp,
             landlock,
-            limits: limits::Prepared { rlimits: outer.limits.rlimits.clone(), ..limits::Prepared::default() },
+            limits: limits::Prepared { rlimits: parts.rlimits, ..limits::Prepared::default() },
             idmap_helper: std::cell::Cell::new(None),
             reaper_filter: seccomp::reaper(),
             kept_fds: Vec::new(),
@@ -514,6 +583,8 @@ impl Plan {
 
 /// The spec's mount operations being turned into primitive steps.
 struct Expansion<'a> {
+    /// Overlays are made inside a user namespace (`userxattr`).
+    overlay_userxattr: bool,
     user: &'a UserView,
     steps: Vec<Step>,
     host_sources: Vec<HostSource>,
@@ -599,6 +670,7 @@ impl Expansion<'_> {
             .trim_start_matches('/');
         self.host_sources.push(HostSource {
             what,
+            overlay: None,
             src: cstring("bind source", if rel.is_empty() { "." } else { rel })?,
             kind: if meta.is_dir() { Kind::Dir } else { Kind::File },
             attrs,
@@ -742,6 +814,37 @@ impl Expansion<'_> {
                 let (what, kind) = (source.what.clone(), source.kind);
                 self.push(what, Action::Bind { source: Source::Host(index), dst, kind });
             }
+            MountOp::Mqueue { .. } => self.push(
+                format!("mount mqueue on {dst_text}"),
+                Action::Fs {
+                    fstype: cstring("fstype", "mqueue")?,
+                    options: Vec::new(),
+                    attrs: MOUNT_NOSUID | MOUNT_NODEV | MOUNT_NOEXEC,
+                    dst,
+                },
+            ),
+            MountOp::CreateFile { contents, mode, .. } => self.push(
+                format!("create file {dst_text}"),
+                Action::CreateFile { dst, contents: contents.clone(), mode: *mode },
+            ),
+            MountOp::BindData { contents, mode, access, .. } => {
+                let ro = if *access == Access::Ro { MOUNT_RDONLY } else { 0 };
+                self.push(
+                    format!("bind the data for {dst_text}"),
+                    Action::BindData {
+                        dst,
+                        contents: contents.clone(),
+                        mode: *mode,
+                        attrs: ro | MOUNT_NOSUID | MOUNT_NODEV,
+                    },
+                );
+            }
+            MountOp::Chmod { mode, .. } => {
+                self.push(format!("chmod {mode:o} {dst_text}"), Action::Chmod { dst, mode: *mode })
+            }
+            MountOp::Overlay { lower, upper, tmp, .. } => {
+                self.overlay(lower, upper.as_ref(), *tmp, dst, &dst_text)?
+            }
             MountOp::RemountRo { .. } => self.push(
                 format!("remount {dst_text} read-only"),
                 Action::Remount { dst, attrs: MOUNT_RDONLY | MOUNT_NOSUID | MOUNT_NODEV },
@@ -792,6 +895,59 @@ impl Expansion<'_> {
         Ok(())
     }
 
+    /// An overlay of host directories, made with the host sources.
+    fn overlay(
+        &mut self,
+        lower: &[PathBuf],
+        upper: Option<&(PathBuf, PathBuf)>,
+        tmp: bool,
+        dst: CString,
+        dst_text: &str,
+    ) -> Result<(), SpecError> {
+        let path = |p: &Path| -> Result<String, SpecError> {
+            let real = std::fs::canonicalize(p).map_err(|e| {
+                SpecError::new(format!("overlay source {}: {}", p.display(), io_error_text(&e)))
+            })?;
+            let real = real
+                .into_os_string()
+                .into_string()
+                .map_err(|_| SpecError::new(format!("overlay source {}: path is not UTF-8", p.display())))?;
+            Ok(real)
+        };
+        // overlayfs unescapes these (`\` before any byte), not `lowerdir+`.
+        let escaped = |p: &Path| path(p).map(|p| p.replace('\\', "\\\\"));
+        let mut options = Vec::new();
+        for dir in lower {
+            options.push(option("lowerdir+", &path(dir)?)?);
+        }
+        if let Some((up, work)) = upper {
+            options.push(option("upperdir", &escaped(up)?)?);
+            options.push(option("workdir", &escaped(work)?)?);
+        }
+        if self.overlay_userxattr {
+            options.push((cstring("overlay option", "userxattr")?, None));
+        }
+        let kind = if tmp {
+            "tmp-overlay"
+        } else if upper.is_some() {
+            "overlay"
+        } else {
+            "ro-overlay"
+        };
+        let what = format!("mount {kind} on {dst_text}");
+        let attrs = MOUNT_NOSUID | MOUNT_NODEV | if upper.is_none() && !tmp { MOUNT_RDONLY } else { 0 };
+        self.host_sources.push(HostSource {
+            what: what.clone(),
+            overlay: Some(OverlayFs { options, tmp }),
+            src: CString::default(),
+            kind: Kind::Dir,
+            attrs,
+        });
+        let index = self.host_sources.len() - 1;
+        self.push(what, Action::Bind { source: Source::Host(index), dst, kind: Kind::Dir });
+        Ok(())
+    }
+
     /// Writes a generated file into the staging directory; returns its path.
     fn stage(&mut self, what: &str, contents: Vec<u8>, mode: u32) -> Result<CString, SpecError> {
         if self.staged.is_empty() {
@@ -834,6 +990,7 @@ impl Expansion<'_> {
                 continue;
             }
             self.host_sources.push(HostSource {
+                overlay: None,
                 what: format!("bind {host} -> {dst_text}/{dev}"),
                 src: cstring("device", format!("dev/{dev}"))?,
                 kind: Kind::File,
@@ -978,7 +1135,12 @@ pub(crate) fn landlock_paths(spec: &SandboxSpec) -> Result<Vec<(String, Grant)>,
         match op {
             MountOp::Bind { dst, access: Access::Rw, .. }
             | MountOp::DevBind { dst, .. }
-            | MountOp::Tmpfs { dst, .. } => paths.push((norm(dst)?, Grant::Write)),
+            | MountOp::Tmpfs { dst, .. }
+            | MountOp::Mqueue { dst }
+            | MountOp::CreateFile { dst, .. }
+            | MountOp::BindData { dst, access: Access::Rw, .. }
+            | MountOp::Overlay { dst, upper: Some(_), .. }
+            | MountOp::Overlay { dst, tmp: true, .. } => paths.push((norm(dst)?, Grant::Write)),
             MountOp::Dev { dst } => {
                 let dst = norm(dst)?;
                 paths.push((format!("{}/shm", dst.trim_end_matches('/')), Grant::Write));

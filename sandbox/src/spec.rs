@@ -216,6 +216,21 @@ pub enum MountOp {
     /// world-readable stays unreadable even when the sandbox user maps onto
     /// host root (an idmapped mount, or masks where that is impossible).
     SystemBind { src: PathBuf, dst: String },
+    /// A POSIX message queue filesystem (bubblewrap's `--mqueue`).
+    Mqueue { dst: String },
+    /// A file with these bytes created at `dst` itself, writable by its
+    /// mode (bubblewrap's `--file`).
+    CreateFile { dst: String, contents: Vec<u8>, mode: u32 },
+    /// A private file with these bytes, bound over `dst` (bubblewrap's
+    /// `--bind-data` and `--ro-bind-data`).
+    BindData { dst: String, contents: Vec<u8>, mode: u32, access: Access },
+    /// Change the mode of what `dst` names (bubblewrap's `--chmod`).
+    Chmod { dst: String, mode: u32 },
+    /// An overlay filesystem of host directories (bubblewrap's `--overlay`,
+    /// `--tmp-overlay`, `--ro-overlay`): `lower` from the top down;
+    /// `upper` the writable layer and its work directory, none for a
+    /// read-only overlay, or a private tmpfs's (`tmp`).
+    Overlay { lower: Vec<PathBuf>, upper: Option<(PathBuf, PathBuf)>, tmp: bool, dst: String },
 }
 
 impl MountOp {
@@ -231,7 +246,12 @@ impl MountOp {
             | MountOp::Dir { dst, .. }
             | MountOp::DevBind { dst, .. }
             | MountOp::RemountRo { dst }
-            | MountOp::SystemBind { dst, .. } => dst,
+            | MountOp::SystemBind { dst, .. }
+            | MountOp::Mqueue { dst }
+            | MountOp::CreateFile { dst, .. }
+            | MountOp::BindData { dst, .. }
+            | MountOp::Chmod { dst, .. }
+            | MountOp::Overlay { dst, .. } => dst,
         }
     }
 }

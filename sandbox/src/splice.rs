@@ -93,7 +93,7 @@ impl Splicer {
     pub(crate) fn planned(&mut self, op: &MountOp) {
         let cover = match op {
             MountOp::SystemBind { src, .. } => Cover::System(src.clone()),
-            MountOp::Symlink { .. } | MountOp::Dir { .. } => return,
+            MountOp::Symlink { .. } | MountOp::Dir { .. } | MountOp::Chmod { .. } => return,
             _ => Cover::Other,
         };
         if let Ok(dst) = guest_path::normalize(op.dst()) {

@@ -308,6 +308,28 @@ pub fn openat(dirfd: BorrowedFd<'_>, path: &CStr, flags: c_int, mode: u32) -> Sy
         as c_long)
 }
 
+/// `fchmodat2(fd, "", mode, AT_EMPTY_PATH)`: the mode of what an `O_PATH`
+/// descriptor names (Linux 6.6).
+pub fn fchmod_path(fd: BorrowedFd<'_>, mode: u32) -> SysResult<()> {
+    const SYS_FCHMODAT2: libc::c_long = 452;
+    // SAFETY: a valid descriptor, an empty C string, plain integers.
+    check_long(unsafe {
+        libc::syscall(SYS_FCHMODAT2, fd.as_raw_fd(), c"".as_ptr(), mode as libc::c_uint, libc::AT_EMPTY_PATH)
+    })
+    .map(drop)
+}
+
+/// A whole-file read lock (`fcntl(F_SETLK, F_RDLCK)`), as bubblewrap's
+/// `--lock-file` takes; held until this process closes the file or exits.
+pub fn read_lock(fd: RawFd) -> SysResult<()> {
+    // SAFETY: flock is plain data; zeroed means from offset 0 to the end.
+    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+    lock.l_type = libc::F_RDLCK as libc::c_short;
+    lock.l_whence = libc::SEEK_SET as libc::c_short;
+    // SAFETY: a valid flock for F_SETLK.
+    check(unsafe { libc::fcntl(fd, libc::F_SETLK, &lock) }).map(drop)
+}
+
 pub fn mkdirat(dirfd: BorrowedFd<'_>, name: &CStr, mode: u32) -> SysResult<()> {
     // SAFETY: valid descriptor and C string.
     check(unsafe { libc::mkdirat(dirfd.as_raw_fd(), name.as_ptr(), mode as libc::mode_t) }).map(drop)
@@ -711,6 +733,11 @@ pub fn accept(fd: RawFd) -> SysResult<OwnedFd> {
     owned(unsafe { libc::accept4(fd, ptr::null_mut(), ptr::null_mut(), libc::SOCK_CLOEXEC) } as c_long)
 }
 
+pub fn setns(fd: RawFd, nstype: c_int) -> SysResult<()> {
+    // SAFETY: setns with a descriptor number and flags; no memory involved.
+    check(unsafe { libc::setns(fd, nstype) }).map(drop)
+}
+
 pub fn unshare(flags: c_int) -> SysResult<()> {
     // SAFETY: integer arguments only.
     check(unsafe { libc::unshare(flags) }).map(drop)
@@ -765,6 +792,19 @@ pub fn capset_to(caps: u64) -> SysResult<()> {
 }
 
 /// Installs a seccomp filter (no_new_privs must be set).
+/// As [`seccomp_set_filter`], through `prctl(PR_SET_SECCOMP)`, as
+/// bubblewrap installs its callers' programs (a program installed before
+/// may allow `prctl` and not `seccomp`).
+pub fn seccomp_prctl_filter(filter: &[libc::sock_filter]) -> SysResult<()> {
+    let prog =
+        libc::sock_fprog { len: filter.len() as u16, filter: filter.as_ptr() as *mut libc::sock_filter };
+    // SAFETY: `prog` points at `filter`, which outlives the call; the kernel copies it.
+    check(unsafe {
+        libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER, &prog as *const libc::sock_fprog)
+    })
+    .map(drop)
+}
+
 pub fn seccomp_set_filter(filter: &[libc::sock_filter]) -> SysResult<()> {
     let prog =
         libc::sock_fprog { len: filter.len() as u16, filter: filter.as_ptr() as *mut libc::sock_filter };

@@ -5,14 +5,16 @@
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 
 use sandbox::nested::wire::{self, Reply};
-use sandbox::nested::{Op, Request, SOCKET, Unshare};
+use std::os::fd::FromRawFd;
+
+use sandbox::nested::{BindMode, DataKind, Op, OverlayKind, Request, SOCKET, Unshare};
 
 use super::parse::{self, Parsed};
 
 /// Sends the request and waits for the nested command; its exit status,
 /// or bubblewrap's message for a failure.
 pub fn run(parsed: &Parsed) -> Result<u8, String> {
-    let request = request(parsed)?;
+    let request = request(parsed, 0)?;
     if parsed.die_with_parent {
         // The connection dies with us, and the nested sandbox with it.
         // SAFETY: prctl with integer arguments.
@@ -25,7 +27,7 @@ pub fn run(parsed: &Parsed) -> Result<u8, String> {
             sandbox::error::io_error_text(&e)
         )
     })?;
-    let fds = open_fds(conn.as_raw_fd())?;
+    let fds = open_fds(&[conn.as_raw_fd()])?;
     let request = Request { fds: fds.clone(), ..request };
     let body = serde_json::to_vec(&request).map_err(|e| format!("cannot encode the request: {e}"))?;
     // A launcher that refuses at once (too many nested sandboxes) closes
@@ -43,13 +45,27 @@ pub fn run(parsed: &Parsed) -> Result<u8, String> {
     }
 }
 
-/// The request for a parsed command line (descriptors are added by [`run`]).
-fn request(parsed: &Parsed) -> Result<Request, String> {
+/// The request for a parsed command line (descriptors are added by the
+/// caller). `caps_from` is the set `--cap-add`/`--cap-drop` start from.
+/// The data of `--file`, `--bind-data` and `--ro-bind-data` is read (and
+/// its descriptor closed) here; `--bind-fd` names what its descriptor is
+/// open on.
+pub fn request(parsed: &Parsed, caps_from: u64) -> Result<Request, String> {
     let mut ops = Vec::with_capacity(parsed.ops.len());
     for op in &parsed.ops {
         ops.push(match op {
             parse::Op::Bind { src, dst, mode, optional } => {
                 Op::Bind { src: src.clone(), dst: dst.clone(), mode: *mode, optional: *optional }
+            }
+            parse::Op::BindFd { fd, dst, ro } => {
+                let link = format!("/proc/self/fd/{fd}");
+                let src = std::fs::read_link(&link)
+                    .map_err(|e| format!("Can't find source path {link}: {}", io_text(&e)))?
+                    .into_os_string()
+                    .into_string()
+                    .map_err(|_| format!("Can't find source path {link}: not UTF-8"))?;
+                let mode = if *ro { BindMode::Ro } else { BindMode::Rw };
+                Op::Bind { src, dst: dst.clone(), mode, optional: false }
             }
             parse::Op::RemountRo { dst } => Op::RemountRo { dst: dst.clone() },
             parse::Op::Tmpfs { dst, perms, size } => {
@@ -59,8 +75,32 @@ fn request(parsed: &Parsed) -> Result<Request, String> {
             parse::Op::Symlink { target, dst } => Op::Symlink { target: target.clone(), dst: dst.clone() },
             parse::Op::Proc { dst } => Op::Proc { dst: dst.clone() },
             parse::Op::Dev { dst } => Op::Dev { dst: dst.clone() },
-            // Refused before (Parsed::unsupported), kept exhaustive here.
-            other => return Err(format!("{other:?} is not supported yet by tuixiu-sandbox's bwrap")),
+            parse::Op::Mqueue { dst } => Op::Mqueue { dst: dst.clone() },
+            parse::Op::File { fd, dst, perms } => Op::Data {
+                dst: dst.clone(),
+                contents: read_data(*fd, dst)?,
+                mode: perms.unwrap_or(0o666),
+                how: DataKind::File,
+            },
+            parse::Op::BindData { fd, dst, perms, ro } => Op::Data {
+                dst: dst.clone(),
+                contents: read_data(*fd, dst)?,
+                mode: perms.unwrap_or(0o600),
+                how: if *ro { DataKind::RoBind } else { DataKind::Bind },
+            },
+            parse::Op::Chmod { mode, path } => Op::Chmod { dst: path.clone(), mode: *mode },
+            parse::Op::Overlay { sources, kind, dst } => Op::Overlay {
+                // overlayfs lists layers from the top: the last given first.
+                sources: sources.iter().rev().cloned().collect(),
+                dst: dst.clone(),
+                kind: match kind {
+                    parse::OverlayKind::Rw { upper, work } => {
+                        OverlayKind::Rw { upper: upper.clone(), work: work.clone() }
+                    }
+                    parse::OverlayKind::Tmp => OverlayKind::Tmp,
+                    parse::OverlayKind::Ro => OverlayKind::Ro,
+                },
+            },
         });
     }
     let cwd = std::env::current_dir()
@@ -73,6 +113,15 @@ fn request(parsed: &Parsed) -> Result<Request, String> {
         libc::umask(old);
         old
     };
+    let mut seccomp = parsed.seccomp_programs.clone();
+    if let Some(&fd) = parsed.fds.get("--seccomp") {
+        let data =
+            read_data(fd, "").map_err(|_| format!("Can't read seccomp data: {}", strerror(libc::EBADF)))?;
+        if data.len() % 8 != 0 {
+            return Err("Invalid seccomp data, must be multiple of 8".into());
+        }
+        seccomp.push(data);
+    }
     let u = &parsed.unshare;
     Ok(Request {
         command: parsed.command.clone(),
@@ -82,18 +131,49 @@ fn request(parsed: &Parsed) -> Result<Request, String> {
         chdir: parsed.chdir.clone(),
         umask: umask as u32,
         ops,
-        unshare: Unshare { user: u.user, ipc: u.ipc, net: u.net, uts: u.uts, cgroup: u.cgroup },
+        unshare: Unshare { user: u.user, pid: u.pid, ipc: u.ipc, net: u.net, uts: u.uts, cgroup: u.cgroup },
         uid: parsed.uid,
         gid: parsed.gid,
         hostname: parsed.hostname.clone(),
-        caps: parsed.caps(),
+        caps: parsed.caps(caps_from),
         fds: Vec::new(),
+        new_session: parsed.new_session,
+        as_pid_1: parsed.as_pid_1,
+        seccomp,
+        lock_files: parsed.lock_files.clone(),
+        block_fd: parsed.fds.get("--block-fd").copied(),
+        userns2_fd: parsed.fds.get("--userns2").copied(),
+        disable_userns: parsed.disable_userns,
+        assert_userns_disabled: parsed.assert_userns_disabled,
     })
+}
+
+/// Reads a data descriptor (for `dst`) to its end and closes it.
+fn read_data(fd: i32, dst: &str) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    // SAFETY: F_GETFD only inspects the descriptor table.
+    if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+        return Err(format!("Can't write data to file {dst}: {}", strerror(libc::EBADF)));
+    }
+    // SAFETY: bubblewrap consumes (and closes) the data descriptors.
+    let mut file = std::fs::File::from(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) });
+    let mut data = Vec::new();
+    file.read_to_end(&mut data).map_err(|e| format!("Can't write data to file {dst}: {}", io_text(&e)))?;
+    Ok(data)
+}
+
+fn strerror(errno: i32) -> String {
+    sandbox::error::strerror(errno)
+}
+
+/// The C library's text for an I/O error, as bubblewrap prints it.
+fn io_text(e: &std::io::Error) -> String {
+    strerror(e.raw_os_error().unwrap_or(libc::EIO))
 }
 
 /// Every descriptor this process has open but `skip`: bwrap's COMMAND
 /// inherits them all, at the same numbers.
-fn open_fds(skip: RawFd) -> Result<Vec<RawFd>, String> {
+pub fn open_fds(skip: &[RawFd]) -> Result<Vec<RawFd>, String> {
     let listed: Vec<RawFd> = match std::fs::read_dir("/proc/self/fd") {
         Ok(dir) => dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect(),
         // No /proc: probe the usual range.
@@ -102,8 +182,9 @@ fn open_fds(skip: RawFd) -> Result<Vec<RawFd>, String> {
     // The listing's own descriptor is closed by now; F_GETFD drops it.
     let mut fds: Vec<RawFd> = listed
         .into_iter()
+        .filter(|fd| !skip.contains(fd))
         // SAFETY: F_GETFD only inspects the descriptor table.
-        .filter(|&fd| fd != skip && unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0)
+        .filter(|&fd| unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0)
         .collect();
     fds.sort_unstable();
     if fds.len() > wire::MAX_FDS {

@@ -11,6 +11,7 @@
 //! `bwrap: ...` on stderr, exit 1.
 
 pub mod client;
+pub mod host;
 pub mod options;
 pub mod parse;
 
@@ -24,7 +25,7 @@ use parse::{Io, Outcome};
 pub const VERSION: &str = concat!(
     "bubblewrap 0.11.1 (tuixiu-sandbox ",
     env!("CARGO_PKG_VERSION"),
-    "; nested sandboxes served by the launcher, no setuid mode)"
+    "; runs on the runtime of tuixiu-sandbox, no setuid mode)"
 );
 
 /// Runs the front end with `argv` (`argv[0]` as invoked); returns the exit status.
@@ -49,7 +50,7 @@ pub fn main(argv: &[OsString]) -> u8 {
     let parsed = match parse::parse(&args, env, &mut SystemIo) {
         Ok(Outcome::Run(parsed)) => parsed,
         Ok(Outcome::Help) => {
-            let _ = std::io::stdout().write_all(options::usage(&argv0).as_bytes());
+            let _ = std::io::stdout().write_all(options::help(&argv0).as_bytes());
             return 0;
         }
         Ok(Outcome::Version) => {
@@ -62,13 +63,18 @@ pub fn main(argv: &[OsString]) -> u8 {
         }
         Err(e) => return fail(&e.message, e.prefixed),
     };
-    if let Some(name) = parsed.unsupported() {
+    // Inside a sandbox of ours the outer launcher serves the request
+    // (nested); anywhere else this process runs it itself.
+    let nested = std::path::Path::new(sandbox::nested::SOCKET).exists();
+    if let Some(name) = parsed.unsupported(nested) {
+        let where_ = if nested { " inside a sandbox" } else { "" };
         return fail(
-            &format!("{name} is not supported yet by tuixiu-sandbox's bwrap (see docs/bwrap.md)"),
+            &format!("{name} is not supported by tuixiu-sandbox's bwrap{where_} (see docs/bwrap.md)"),
             parsed.level_prefix,
         );
     }
-    match client::run(&parsed) {
+    let outcome = if nested { client::run(&parsed) } else { host::run(&parsed) };
+    match outcome {
         Ok(code) => code,
         Err(message) => fail(&message, parsed.level_prefix),
     }
@@ -110,4 +116,12 @@ impl Io for SystemIo {
 /// Whether this process was called as `bwrap` (the basename of `argv[0]`).
 pub fn called_as_bwrap(argv0: Option<&OsString>) -> bool {
     argv0.and_then(|a| std::path::Path::new(a).file_name()).is_some_and(|n| n == "bwrap")
+}
+
+/// Whether the arguments start with one of bubblewrap's options that is
+/// none of ours (`--help`, `--version` and `-v` stay the launcher's).
+pub fn bwrap_arguments(args: &[OsString]) -> bool {
+    args.first()
+        .and_then(|a| a.to_str())
+        .is_some_and(|a| !matches!(a, "--help" | "--version") && options::find(a).is_some())
 }

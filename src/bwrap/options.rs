@@ -73,6 +73,10 @@ pub enum Kind {
     Perms,
     Size,
     Chmod,
+    /// Ours: `--tx-seccomp PROFILE`.
+    TxSeccomp,
+    /// Ours: `--tx-landlock`.
+    TxLandlock,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -327,9 +331,169 @@ pub const OPTIONS: &[Opt] = &[
     opt("--chmod", &["OCTAL", "PATH"], Kind::Chmod, "Change permissions of PATH (must already exist)"),
 ];
 
+/// tuixiu-sandbox's own options, beyond bubblewrap's (none of them
+/// changes what bubblewrap's options do; each adds confinement).
+pub const EXTRAS: &[Opt] = &[
+    opt(
+        "--tx-seccomp",
+        &["PROFILE"],
+        Kind::TxSeccomp,
+        "Also apply the runtime's seccomp profile: a built-in name (default)\n\
+         or an OCI/Docker JSON file (tuixiu-sandbox)",
+    ),
+    opt(
+        "--tx-landlock",
+        &[],
+        Kind::TxLandlock,
+        "Also confine COMMAND with Landlock to the sandbox's view: write only\n\
+         where it is mounted writable (tuixiu-sandbox)",
+    ),
+];
+
+/// How tuixiu-sandbox serves each option, for docs/bwrap.md's option
+/// table (generated from this and [`OPTIONS`]: `UPDATE_DOCS=1 cargo test
+/// -p tuixiu-sandbox --lib bwrap::options`). "Host" is a run outside any
+/// sandbox of ours, "nested" one inside (served by the outer launcher).
+pub const NOTES: &[(&str, &str)] = &[
+    ("--help", "bubblewrap's text, then our extras"),
+    ("--version", "`bubblewrap 0.11.1 (tuixiu-sandbox X; ..., no setuid mode)`"),
+    (
+        "--args",
+        "read at parse time, NUL-separated, spliced in place; never supplies COMMAND; not inside itself",
+    ),
+    ("--argv0", "as bubblewrap"),
+    ("--level-prefix", "`<3>`/`<4>` before later messages"),
+    ("--unshare-all", "as bubblewrap (user and cgroup as `-try`)"),
+    ("--share-net", "as bubblewrap"),
+    (
+        "--unshare-user",
+        "host: a new user namespace mapping `--uid`/`--gid` (default: the caller's ids) onto the caller's (one line); implied for a caller that is not uid 0; nested: made after the mounts",
+    ),
+    ("--unshare-user-try", "a user namespace is always possible without setuid: as `--unshare-user`"),
+    ("--unshare-ipc", "as bubblewrap"),
+    (
+        "--unshare-pid",
+        "a new pid namespace is made **always** (our PID 1 reaps); only `--pidns` makes this option matter",
+    ),
+    ("--unshare-net", "as bubblewrap: loopback only, up"),
+    ("--unshare-uts", "as bubblewrap"),
+    ("--unshare-cgroup", "as bubblewrap"),
+    ("--unshare-cgroup-try", "as bubblewrap"),
+    ("--userns", "host: joined before the sandbox is made; nested: refused"),
+    ("--userns2", "host: switched to after setup; nested: refused"),
+    (
+        "--disable-userns",
+        "`user.max_user_namespaces` = 1 in the sandbox's user namespace, then one more nested user namespace, as bubblewrap",
+    ),
+    (
+        "--assert-userns-disabled",
+        "fails with bubblewrap's message where `unshare(CLONE_NEWUSER)` still works",
+    ),
+    (
+        "--pidns",
+        "host: joined; COMMAND runs as its PID 1's sibling, no reaper, unless `--unshare-pid`; nested: refused",
+    ),
+    ("--uid", "needs a new user namespace, bubblewrap's message otherwise"),
+    ("--gid", "as `--uid`"),
+    ("--hostname", "needs `--unshare-uts`, bubblewrap's message otherwise"),
+    ("--chdir", "as bubblewrap; without it the caller's directory, else `$HOME`, else `/`"),
+    ("--clearenv", "as bubblewrap (`PWD` is set)"),
+    ("--setenv", "applied in order with `--unsetenv`/`--clearenv`; values must be UTF-8"),
+    ("--unsetenv", "as `--setenv`"),
+    ("--lock-file", "read-locked (`F_SETLK`) by our PID 1 for the sandbox's life"),
+    ("--sync-fd", "passed into the sandbox, open as long as COMMAND holds it"),
+    (
+        "--bind",
+        "recursive, `nosuid`, `nodev`; sources resolved in the caller's view, destinations inside the new root",
+    ),
+    ("--bind-try", "as `--bind`, a missing source skipped"),
+    ("--dev-bind", "as `--bind`, devices usable"),
+    ("--dev-bind-try", "as `--dev-bind`, a missing source skipped"),
+    ("--ro-bind", "as `--bind`, read-only on every submount"),
+    ("--ro-bind-try", "as `--ro-bind`, a missing source skipped"),
+    ("--bind-fd", "the path the descriptor is open on (`/proc/self/fd/FD`), bound as `--bind`"),
+    ("--ro-bind-fd", "as `--bind-fd`, read-only"),
+    ("--remount-ro", "the single mount at DEST, as bubblewrap"),
+    ("--overlay-src", "bubblewrap's rules and messages"),
+    (
+        "--overlay",
+        "overlayfs (`userxattr` in a user namespace) made while the caller's tree is visible; layers from the caller's view; Linux 6.8 (`lowerdir+`)",
+    ),
+    ("--tmp-overlay", "as `--overlay`, the upper layer on a private tmpfs"),
+    ("--ro-overlay", "as `--overlay`, read-only, at least two sources"),
+    (
+        "--exec-label",
+        "`labeling not supported on this system` without SELinux; with SELinux parsed and not applied",
+    ),
+    ("--file-label", "as `--exec-label`"),
+    (
+        "--proc",
+        "a fresh procfs of the sandbox's pid namespace (`sys`, `sysrq-trigger`, `irq`, `bus` read-only); nested: per the outer sandbox's `--proc`",
+    ),
+    ("--dev", "the runtime's minimal `/dev` (nodes, private `pts`, `shm`, fd links)"),
+    ("--tmpfs", "as bubblewrap; with `--perms`, `--size`"),
+    ("--mqueue", "as bubblewrap (needs `--unshare-ipc` without root)"),
+    ("--dir", "as bubblewrap, missing parents with bubblewrap's modes"),
+    ("--file", "the bytes read from FD, written to a new file at DEST (mode 0666 or `--perms`)"),
+    ("--bind-data", "the bytes on a private tmpfs, bound read-write at DEST (0600 or `--perms`)"),
+    ("--ro-bind-data", "as `--bind-data`, read-only"),
+    ("--symlink", "idempotent; a different link or another file there is bubblewrap's error"),
+    (
+        "--seccomp",
+        "the program installed last before exec with `prctl(PR_SET_SECCOMP)`, as bubblewrap; nested: after the outer sandbox's filter",
+    ),
+    ("--add-seccomp-fd", "as `--seccomp`, in order"),
+    ("--block-fd", "our PID 1 reads one byte (or end of file) before COMMAND starts"),
+    (
+        "--userns-block-fd",
+        "host: read before the sandbox goes on, after the info descriptor; nested: refused",
+    ),
+    (
+        "--info-fd",
+        "host: bubblewrap's JSON (`child-pid`, namespace ids) once the namespaces exist; nested: refused",
+    ),
+    (
+        "--json-status-fd",
+        "host: bubblewrap's JSON lines (`child-pid` and ids, then `exit-code` if COMMAND was executed); nested: refused",
+    ),
+    ("--new-session", "host: as bubblewrap; nested: always"),
+    ("--die-with-parent", "as bubblewrap; COMMAND also dies with the launcher without it"),
+    ("--as-pid-1", "COMMAND is the pid namespace's PID 1, no reaper"),
+    (
+        "--cap-add",
+        "root without a user namespace keeps its set, as bubblewrap; otherwise only inside a new user namespace",
+    ),
+    ("--cap-drop", "as `--cap-add`"),
+    ("--perms", "bubblewrap's rules (for `--dir`, `--tmpfs`, `--file`, `--bind-data`)"),
+    ("--size", "bubblewrap's rules (for `--tmpfs`); nested: at most the outer sandbox's tmpfs size"),
+    ("--chmod", "`fchmodat2` on what PATH names inside the new root (Linux 6.6)"),
+    ("--tx-seccomp", "ours: the runtime's built-in profile (`default`, `strict`) or an OCI/Docker JSON file"),
+    (
+        "--tx-landlock",
+        "ours: Landlock on the sandbox's view, required (fails where the kernel cannot enforce it)",
+    ),
+];
+
+/// docs/bwrap.md's option table: every option, its arguments, bubblewrap's
+/// description and how it is served.
+pub fn doc_table() -> String {
+    let mut out = String::from("| option | bubblewrap's description | tuixiu-sandbox |\n|---|---|---|\n");
+    for o in OPTIONS.iter().chain(EXTRAS) {
+        let mut name = format!("`{}", o.name);
+        for a in o.args {
+            name.push(' ');
+            name.push_str(a);
+        }
+        name.push('`');
+        let note = NOTES.iter().find(|(n, _)| *n == o.name).map_or("", |(_, t)| *t);
+        out.push_str(&format!("| {name} | {} | {note} |\n", o.help.replace('\n', " ")));
+    }
+    out
+}
+
 /// The option named exactly `name`.
 pub fn find(name: &str) -> Option<&'static Opt> {
-    OPTIONS.iter().find(|o| o.name == name)
+    OPTIONS.iter().chain(EXTRAS).find(|o| o.name == name)
 }
 
 impl Opt {
@@ -350,8 +514,17 @@ impl Opt {
 /// The usage text, as bubblewrap prints it: `usage: ARGV0 ...`, an empty
 /// line, then one line per option with descriptions from column 34.
 pub fn usage(argv0: &str) -> String {
-    let mut out = format!("usage: {argv0} [OPTIONS...] [--] COMMAND [ARGS...]\n\n");
-    for o in OPTIONS {
+    let out = format!("usage: {argv0} [OPTIONS...] [--] COMMAND [ARGS...]\n\n");
+    table(out, OPTIONS)
+}
+
+/// `--help`: bubblewrap's usage, then our extras.
+pub fn help(argv0: &str) -> String {
+    table(usage(argv0) + "\ntuixiu-sandbox's own options (docs/bwrap.md):\n", EXTRAS)
+}
+
+fn table(mut out: String, options: &[Opt]) -> String {
+    for o in options {
         let mut left = o.name.to_string();
         for a in o.args {
             left.push(' ');
@@ -393,6 +566,24 @@ mod tests {
                 "    --chmod OCTAL PATH           Change permissions of PATH (must already exist)\n"
             )
         );
+    }
+
+    #[test]
+    fn every_option_has_a_note_and_the_docs_table_is_generated() {
+        for o in OPTIONS.iter().chain(EXTRAS) {
+            assert!(NOTES.iter().any(|(n, _)| *n == o.name), "no note for {}", o.name);
+        }
+        assert_eq!(NOTES.len(), OPTIONS.len() + EXTRAS.len());
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/bwrap.md");
+        let doc = std::fs::read_to_string(path).unwrap();
+        let (begin, end) = ("<!-- options: generated -->\n", "<!-- options: end -->");
+        let at = doc.find(begin).expect("docs/bwrap.md has the generated block") + begin.len();
+        let to = doc[at..].find(end).expect("the block ends") + at;
+        if doc[at..to] != doc_table() && std::env::var_os("UPDATE_DOCS").is_some() {
+            std::fs::write(path, format!("{}{}{}", &doc[..at], doc_table(), &doc[to..])).unwrap();
+            return;
+        }
+        assert_eq!(&doc[at..to], doc_table(), "regenerate: UPDATE_DOCS=1 cargo test --lib bwrap::options");
     }
 
     #[test]

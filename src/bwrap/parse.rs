@@ -79,6 +79,10 @@ pub struct Parsed {
     /// Options given, in order (each name once), for [`Parsed::unsupported`].
     pub given: Vec<&'static str>,
     pub command: Vec<String>,
+    /// `--tx-seccomp PROFILE` (ours).
+    pub tx_seccomp: Option<String>,
+    /// `--tx-landlock` (ours).
+    pub tx_landlock: bool,
 }
 
 /// How parsing ended, besides a command line to run.
@@ -410,6 +414,8 @@ impl Parser<'_> {
                     return Err(self.error("--size given twice for the same action"));
                 }
             }
+            Kind::TxSeccomp => p.tx_seccomp = Some(v[0].clone()),
+            Kind::TxLandlock => p.tx_landlock = true,
             Kind::Chmod => {
                 let mode = parse_octal(&v[0])
                     .ok_or_else(|| self.error("--chmod takes an octal argument <= 07777"))?;
@@ -488,61 +494,24 @@ impl Parser<'_> {
 }
 
 impl Parsed {
-    /// The first option given that the runtime does not serve yet.
-    pub fn unsupported(&self) -> Option<&'static str> {
-        const SERVED: &[&str] = &[
-            "--help",
-            "--version",
-            "--args",
-            "--argv0",
-            "--level-prefix",
-            "--unshare-all",
-            "--share-net",
-            "--unshare-user",
-            "--unshare-user-try",
-            "--unshare-ipc",
-            "--unshare-pid",
-            "--unshare-net",
-            "--unshare-uts",
-            "--unshare-cgroup",
-            "--unshare-cgroup-try",
-            "--uid",
-            "--gid",
-            "--hostname",
-            "--chdir",
-            "--clearenv",
-            "--setenv",
-            "--unsetenv",
-            "--bind",
-            "--bind-try",
-            "--dev-bind",
-            "--dev-bind-try",
-            "--ro-bind",
-            "--ro-bind-try",
-            "--remount-ro",
-            "--proc",
-            "--dev",
-            "--tmpfs",
-            "--dir",
-            "--symlink",
-            "--new-session",
-            "--die-with-parent",
-            "--cap-add",
-            "--cap-drop",
-            "--perms",
-            "--size",
-        ];
-        self.given.iter().copied().find(|name| !SERVED.contains(name))
+    /// The first option given that is not served where this runs: on the
+    /// host every option is; a nested sandbox is started by the outer
+    /// launcher, which cannot serve the ones about the caller's own
+    /// namespaces and status descriptors.
+    pub fn unsupported(&self, nested: bool) -> Option<&'static str> {
+        const HOST_ONLY: &[&str] =
+            &["--userns", "--userns2", "--pidns", "--userns-block-fd", "--info-fd", "--json-status-fd"];
+        self.given.iter().copied().find(|name| nested && HOST_ONLY.contains(name))
     }
 
     /// The capability set COMMAND keeps (bwrap starts from nothing inside
     /// a user namespace, and from the caller's effective set, which in a
     /// sandbox is empty, outside one); `None` without `--cap-*`.
-    pub fn caps(&self) -> Option<u64> {
+    pub fn caps(&self, from: u64) -> Option<u64> {
         if self.caps.is_empty() {
             return None;
         }
-        Some(self.caps.iter().fold(0, |set, &(add, mask)| if add { set | mask } else { set & !mask }))
+        Some(self.caps.iter().fold(from, |set, &(add, mask)| if add { set | mask } else { set & !mask }))
     }
 }
 
@@ -742,7 +711,8 @@ mod tests {
         assert_eq!(p.ops[5], Op::RemountRo { dst: "/ws/.codex".into() });
         assert_eq!(p.command[0], "/h/codex-linux-sandbox");
         assert_eq!(p.command.len(), 6);
-        assert_eq!(p.unsupported(), None);
+        assert_eq!(p.unsupported(true), None);
+        assert_eq!(p.unsupported(false), None);
     }
 
     #[test]
@@ -881,18 +851,27 @@ mod tests {
     #[test]
     fn capabilities_in_order() {
         let p = parsed(&["--cap-drop", "ALL", "--cap-add", "cap_net_admin", "true"]);
-        assert_eq!(p.caps(), Some(1 << 12));
+        assert_eq!(p.caps(0), Some(1 << 12));
         let p = parsed(&["--cap-add", "CAP_SYS_ADMIN", "--cap-drop", "sys_admin", "true"]);
-        assert_eq!(p.caps(), Some(0));
-        assert_eq!(parsed(&["true"]).caps(), None);
+        assert_eq!(p.caps(0), Some(0));
+        assert_eq!(parsed(&["true"]).caps(0), None);
+        // Root outside a user namespace starts from its own set.
+        let p = parsed(&["--cap-drop", "CAP_KILL", "true"]);
+        assert_eq!(p.caps(u64::MAX), Some(!(1 << 5)));
     }
 
     #[test]
-    fn unsupported_options_are_named() {
-        assert_eq!(parsed(&["--info-fd", "3", "true"]).unsupported(), Some("--info-fd"));
-        assert_eq!(
-            parsed(&["--mqueue", "/mq", "--chmod", "0755", "/x", "true"]).unsupported(),
-            Some("--mqueue")
-        );
+    fn only_a_nested_sandbox_refuses_the_callers_own_namespaces_and_status() {
+        for opt in
+            [&["--info-fd", "3"][..], &["--json-status-fd", "3"], &["--userns", "3"], &["--pidns", "3"]]
+        {
+            let mut args = opt.to_vec();
+            args.push("true");
+            let p = parsed(&args);
+            assert_eq!(p.unsupported(true), Some(opt[0]));
+            assert_eq!(p.unsupported(false), None);
+        }
+        let p = parsed(&["--mqueue", "/mq", "--chmod", "0755", "/x", "--as-pid-1", "--unshare-pid", "true"]);
+        assert_eq!(p.unsupported(true), None);
     }
 }

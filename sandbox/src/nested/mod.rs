@@ -34,14 +34,18 @@
 //!
 //! The trust argument is in docs/security.md.
 
+mod host;
 mod plan;
 pub mod request;
 mod server;
 pub mod wire;
 mod worker;
 
+pub use crate::launch::BwrapStatus;
 pub use crate::portal::{PORTAL_BIN, PORTAL_DIR, SOCKET, SOCKET_NAME};
-pub use request::{BindMode, Op, Request, RequestError, Unshare};
+pub use host::{HostError, run_on_host};
+pub use plan::HostOptions;
+pub use request::{BindMode, DataKind, Op, OverlayKind, Request, RequestError, Unshare};
 pub(crate) use server::Server;
 pub(crate) use worker::Context;
 

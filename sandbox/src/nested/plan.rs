@@ -10,9 +10,9 @@ use std::path::{Path, PathBuf};
 use libc::c_ulong;
 
 use super::PORTAL_DIR;
-use super::request::{BindMode, Op, Request, RequestError, dest};
+use super::request::{BindMode, DataKind, Op, OverlayKind, Request, RequestError, dest};
 use crate::guest_path;
-use crate::prepare::{NestedChild, NestedParts, Plan};
+use crate::prepare::{LockFile, NestedChild, NestedParts, Plan};
 use crate::spec::{Access, MountOp, Network, SandboxSpec};
 
 /// Builds the nested sandbox's plan. `fds` came with the request; they are
@@ -26,8 +26,7 @@ pub(crate) fn prepare(
     outer_spec: &SandboxSpec,
     outer: &Plan,
 ) -> Result<Plan, RequestError> {
-    req.check(fds.len())?;
-    let invalid = |e: crate::SpecError| RequestError::Invalid(e.to_string());
+    req.check_nested(fds.len())?;
     let portal_dev =
         std::fs::metadata(PORTAL_DIR).map(|m| std::os::unix::fs::MetadataExt::dev(&m)).unwrap_or(0);
 
@@ -47,18 +46,187 @@ pub(crate) fn prepare(
     // No nested tmpfs may be larger than the outer sandbox's own (each is
     // memory the outer limits may not count, docs/security.md).
     let tmpfs_cap = outer_spec.security.limits.tmpfs_size.unwrap_or(crate::limits::DEFAULT_TMPFS_SIZE);
+    let view = View { proc_mode, tmpfs_cap: Some(tmpfs_cap), portal: true };
+    let (mounts, detach) = mounts(req, &view)?;
 
+    let mut flags = (libc::CLONE_NEWNS | libc::CLONE_NEWPID) as c_ulong;
+    flags |= unshare_flags(req);
+    // Inside the outer sandbox's user namespace we are its user.
+    let (outer_uid, outer_gid) = (outer_spec.user.uid, outer_spec.user.gid);
+    let inner = (req.uid.unwrap_or(outer_uid), req.gid.unwrap_or(outer_gid));
+    let userns = (req.unshare.user || req.disable_userns).then(|| id_maps(inner, (outer_uid, outer_gid)));
+    let (targets, fd_base) =
+        renumber(&req.fds, fds, floor).map_err(|e| RequestError::Invalid(format!("descriptors: {e}")))?;
+    let block_fd = source_of(req.block_fd, &targets);
+    let userns2_fd = source_of(req.userns2_fd, &targets);
+
+    let mut spec = spec(req, mounts, outer_spec.user.clone());
+    spec.security = outer_spec.security.clone();
+    let parts = NestedParts {
+        clone_flags: flags,
+        program: req.command[0].clone(),
+        hostname: req.hostname.clone(),
+        cwd: cwd(req),
+        detach,
+        portal_dev,
+        new_session: true,
+        ids: None,
+        seccomp: outer.seccomp.clone(),
+        rlimits: outer.limits.rlimits.clone(),
+        landlock: outer_spec.security.landlock,
+        overlay_userxattr: true,
+        child: NestedChild {
+            userns,
+            inner_ids: if req.unshare.user { inner } else { (outer_uid, outer_gid) },
+            keep_caps: req.caps.unwrap_or(0),
+            caps_untouched: false,
+            fds: targets,
+            fd_base,
+            extra_filters: programs(req),
+            exec_in_pid1: req.as_pid_1,
+            block_fd,
+            userns2_fd,
+            lock_files: lock_files(req)?,
+            disable_userns: req.disable_userns,
+            assert_userns_disabled: req.assert_userns_disabled,
+            dumpable: false,
+        },
+    };
+    Plan::prepare_nested(&spec, parts).map_err(|e| RequestError::Invalid(e.to_string()))
+}
+
+/// What a bwrap run on the host (`tuixiu-sandbox bwrap` outside any
+/// sandbox of ours) takes besides the request: bubblewrap's options that
+/// only the process starting the sandbox can serve, and our extras.
+#[derive(Clone, Debug, Default)]
+pub struct HostOptions {
+    /// `--userns FD`: use this user namespace instead of making one.
+    pub userns_fd: Option<RawFd>,
+    /// `--pidns FD`: start in this pid namespace (a new one inside it
+    /// only with `--unshare-pid`).
+    pub pidns_fd: Option<RawFd>,
+    /// `--tx-seccomp`: the runtime's seccomp profile for COMMAND (none
+    /// by default, as bubblewrap).
+    pub seccomp: Option<crate::SeccompPolicy>,
+    /// `--tx-landlock`: Landlock on the sandbox's view (off by default).
+    pub landlock: crate::LandlockMode,
+    /// The capability set to keep when `Request::caps` is not given; the
+    /// caller's effective set for root without a new user namespace,
+    /// which is then left untouched.
+    pub root_caps: Option<u64>,
+}
+
+/// The plan of a bwrap run on the host: the request's view from the
+/// caller's own, bubblewrap's namespaces and id map, no hardening beyond
+/// bubblewrap's unless asked. `fds` are the caller's descriptors COMMAND
+/// gets (`req.fds`, same order), `floor` the highest other one open.
+pub(crate) fn prepare_host(
+    req: &Request,
+    fds: Vec<OwnedFd>,
+    floor: RawFd,
+    host: &HostOptions,
+) -> Result<Plan, RequestError> {
+    req.check(fds.len())?;
+    let view = View { proc_mode: crate::ProcMode::Fresh, tmpfs_cap: None, portal: false };
+    let (mounts, _) = mounts(req, &view)?;
+
+    let (own_uid, own_gid) = crate::prepare::own_ids();
+    let mut flags = libc::CLONE_NEWNS as c_ulong | unshare_flags(req);
+    let new_pid = host.pidns_fd.is_none() || req.unshare.pid;
+    if new_pid {
+        flags |= libc::CLONE_NEWPID as c_ulong;
+    }
+    let new_user = req.unshare.user && host.userns_fd.is_none();
+    let inner = (req.uid.unwrap_or(own_uid), req.gid.unwrap_or(own_gid));
+    if new_user {
+        flags |= libc::CLONE_NEWUSER as c_ulong;
+    }
+    let (targets, fd_base) =
+        renumber(&req.fds, fds, floor).map_err(|e| RequestError::Invalid(format!("descriptors: {e}")))?;
+    let block_fd = source_of(req.block_fd, &targets);
+    let userns2_fd = source_of(req.userns2_fd, &targets);
+    let seccomp = match &host.seccomp {
+        Some(policy) => {
+            crate::seccomp::compile(policy, false, crate::seccomp::Sockets::Profile).map_err(invalid)?
+        }
+        None => None,
+    };
+    let user = crate::UserView {
+        name: "bwrap".into(),
+        uid: inner.0,
+        gid: inner.1,
+        home: "/".into(),
+        shell: "/bin/sh".into(),
+    };
+    let spec = spec(req, mounts, user);
+    let caps_untouched = req.caps.is_none() && !new_user && host.root_caps.is_some();
+    let parts = NestedParts {
+        clone_flags: flags,
+        program: req.command[0].clone(),
+        hostname: req.hostname.clone(),
+        cwd: cwd(req),
+        detach: Vec::new(),
+        portal_dev: 0,
+        new_session: req.new_session,
+        ids: new_user.then_some((inner.0, inner.1, own_uid, own_gid)),
+        seccomp,
+        rlimits: Vec::new(),
+        landlock: host.landlock,
+        overlay_userxattr: new_user || !in_initial_userns(),
+        child: NestedChild {
+            // `--disable-userns`: one more user namespace, mapping the
+            // sandbox's ids onto themselves, once the limit is set.
+            userns: req.disable_userns.then(|| id_maps(inner, inner)),
+            inner_ids: inner,
+            keep_caps: req.caps.or(host.root_caps.filter(|_| !new_user)).unwrap_or(0),
+            caps_untouched,
+            fds: targets,
+            fd_base,
+            extra_filters: programs(req),
+            exec_in_pid1: req.as_pid_1 || !new_pid,
+            block_fd,
+            userns2_fd,
+            lock_files: lock_files(req)?,
+            disable_userns: req.disable_userns,
+            assert_userns_disabled: req.assert_userns_disabled,
+            dumpable: true,
+        },
+    };
+    Plan::prepare_nested(&spec, parts).map_err(invalid)
+}
+
+fn invalid(e: crate::SpecError) -> RequestError {
+    RequestError::Invalid(e.to_string())
+}
+
+/// Where the request's view comes from.
+struct View {
+    proc_mode: crate::ProcMode,
+    /// The largest tmpfs allowed (an outer sandbox's own size).
+    tmpfs_cap: Option<u64>,
+    /// Sources are the outer sandbox's, whose portal stays out.
+    portal: bool,
+}
+
+/// After mount number `.0`, detach the portal at guest path `.1`.
+type Detach = Vec<(usize, String)>;
+
+/// The request's operations as the runtime's mount operations, in order,
+/// and where the portal must be detached again (nested only).
+fn mounts(req: &Request, view: &View) -> Result<(Vec<MountOp>, Detach), RequestError> {
     let mut mounts = Vec::with_capacity(req.ops.len());
     let mut detach = Vec::new();
     for op in &req.ops {
         let dst = dest(op.dst())?;
         let mount = match op {
             Op::Bind { src, mode, optional, .. } => {
-                let Some(real) = source(&req.cwd, src, *optional)? else { continue };
+                let Some(real) = source(&req.cwd, src, *optional, view.portal)? else { continue };
                 // A bind of the portal's parent (`/`, `/run`) carries the
                 // portal along; it is detached again right after.
-                if let Some(rest) =
-                    Path::new(PORTAL_DIR).strip_prefix(&real).ok().filter(|r| !r.as_os_str().is_empty())
+                if let Some(rest) = Path::new(PORTAL_DIR)
+                    .strip_prefix(&real)
+                    .ok()
+                    .filter(|r| view.portal && !r.as_os_str().is_empty())
                 {
                     detach.push((mounts.len(), join(&dst, rest)));
                 }
@@ -75,34 +243,49 @@ pub(crate) fn prepare(
                 dst,
                 mode: *mode,
                 owned_by_user: false,
-                size: size.map(|s| s.min(tmpfs_cap)),
+                size: match view.tmpfs_cap {
+                    Some(cap) => size.map(|s| s.min(cap)),
+                    None => *size,
+                },
             },
             Op::Dir { mode, .. } => MountOp::Dir { dst, mode: *mode },
             Op::Symlink { target, .. } => MountOp::Symlink { target: target.clone(), dst },
-            Op::Proc { .. } => MountOp::Proc { dst, mode: proc_mode },
+            Op::Proc { .. } => MountOp::Proc { dst, mode: view.proc_mode },
             Op::Dev { .. } => MountOp::Dev { dst },
+            Op::Mqueue { .. } => MountOp::Mqueue { dst },
+            Op::Data { contents, mode, how, .. } => match how {
+                DataKind::File => MountOp::CreateFile { dst, contents: contents.clone(), mode: *mode },
+                DataKind::Bind | DataKind::RoBind => MountOp::BindData {
+                    dst,
+                    contents: contents.clone(),
+                    mode: *mode,
+                    access: if *how == DataKind::Bind { Access::Rw } else { Access::Ro },
+                },
+            },
+            Op::Chmod { mode, .. } => MountOp::Chmod { dst, mode: *mode },
+            Op::Overlay { sources, kind, .. } => {
+                let mut lower = Vec::with_capacity(sources.len());
+                for src in sources {
+                    lower.extend(source(&req.cwd, src, false, view.portal)?);
+                }
+                let upper = match kind {
+                    OverlayKind::Rw { upper, work } => Some((
+                        source(&req.cwd, upper, false, view.portal)?.unwrap_or_default(),
+                        source(&req.cwd, work, false, view.portal)?.unwrap_or_default(),
+                    )),
+                    _ => None,
+                };
+                MountOp::Overlay { lower, upper, tmp: *kind == OverlayKind::Tmp, dst }
+            }
         };
         mounts.push(mount);
     }
+    Ok((mounts, detach))
+}
 
-    // The working directory: --chdir, else the caller's own when the new
-    // root has it, else $HOME, else /.
-    let home = req.env.iter().rev().find(|(k, _)| k == "HOME").map(|(_, v)| v.clone());
-    let cwd: Vec<String> = match &req.chdir {
-        Some(dir) => vec![absolute(&req.cwd, dir)],
-        None => [Some(req.cwd.clone()), home.filter(|h| h.starts_with('/')), Some("/".into())]
-            .into_iter()
-            .flatten()
-            .collect(),
-    };
-    let mut env = req.env.clone();
-    crate::builder::set_var(&mut env, "PWD".into(), cwd[0].clone());
-    let mut argv = req.command.clone();
-    if let Some(argv0) = &req.argv0 {
-        argv[0] = argv0.clone();
-    }
-
-    let mut flags = (libc::CLONE_NEWNS | libc::CLONE_NEWPID) as c_ulong;
+/// The namespaces asked for besides mount, pid and user.
+fn unshare_flags(req: &Request) -> c_ulong {
+    let mut flags = 0;
     for (wanted, flag) in [
         (req.unshare.net, libc::CLONE_NEWNET),
         (req.unshare.ipc, libc::CLONE_NEWIPC),
@@ -113,52 +296,102 @@ pub(crate) fn prepare(
             flags |= flag as c_ulong;
         }
     }
-    // Inside the outer sandbox's user namespace we are its user.
-    let (outer_uid, outer_gid) = (outer_spec.user.uid, outer_spec.user.gid);
-    let inner = (req.uid.unwrap_or(outer_uid), req.gid.unwrap_or(outer_gid));
-    let userns = req.unshare.user.then(|| {
-        let line =
-            |inner: u32, outer: u32| std::ffi::CString::new(format!("{inner} {outer} 1\n")).expect("digits");
-        (line(inner.0, outer_uid), line(inner.1, outer_gid))
-    });
-    let (targets, fd_base) =
-        renumber(&req.fds, fds, floor).map_err(|e| RequestError::Invalid(format!("descriptors: {e}")))?;
+    flags
+}
 
-    let spec = SandboxSpec {
+/// One-line `uid_map` and `gid_map` contents: `inner` onto `outer`.
+fn id_maps(inner: (u32, u32), outer: (u32, u32)) -> (std::ffi::CString, std::ffi::CString) {
+    let line =
+        |inner: u32, outer: u32| std::ffi::CString::new(format!("{inner} {outer} 1\n")).expect("digits");
+    (line(inner.0, outer.0), line(inner.1, outer.1))
+}
+
+/// The working directory candidates: --chdir, else the caller's own when
+/// the new root has it, else $HOME, else /.
+fn cwd(req: &Request) -> Vec<String> {
+    let home = req.env.iter().rev().find(|(k, _)| k == "HOME").map(|(_, v)| v.clone());
+    match &req.chdir {
+        Some(dir) => vec![absolute(&req.cwd, dir)],
+        None => [Some(req.cwd.clone()), home.filter(|h| h.starts_with('/')), Some("/".into())]
+            .into_iter()
+            .flatten()
+            .collect(),
+    }
+}
+
+/// The spec the plan is made from: COMMAND, its environment (`PWD` set)
+/// and the mounts.
+fn spec(req: &Request, mounts: Vec<MountOp>, user: crate::UserView) -> SandboxSpec {
+    let cwd = cwd(req);
+    let mut env = req.env.clone();
+    crate::builder::set_var(&mut env, "PWD".into(), cwd[0].clone());
+    let mut argv = req.command.clone();
+    if let Some(argv0) = &req.argv0 {
+        argv[0] = argv0.clone();
+    }
+    SandboxSpec {
         argv,
         env,
         cwd: cwd[0].clone(),
-        user: outer_spec.user.clone(),
+        user,
         host_ids: None,
         network: if req.unshare.net { Network::Off } else { Network::On },
         hostname: req.hostname.clone().unwrap_or_default(),
         mounts,
-        new_session: true,
+        new_session: req.new_session,
         deferred_binds: Vec::new(),
-        security: outer_spec.security.clone(),
+        security: crate::Security::default(),
         nested: false,
-    };
-    let parts = NestedParts {
-        clone_flags: flags,
-        program: req.command[0].clone(),
-        hostname: req.hostname.clone(),
-        cwd,
-        detach,
-        portal_dev,
-        child: NestedChild {
-            userns,
-            inner_ids: if req.unshare.user { inner } else { (outer_uid, outer_gid) },
-            keep_caps: req.caps.unwrap_or(0),
-            fds: targets,
-            fd_base,
-        },
-    };
-    Plan::prepare_nested(&spec, outer, parts).map_err(invalid)
+    }
+}
+
+fn programs(req: &Request) -> Vec<crate::seccomp::Program> {
+    req.seccomp
+        .iter()
+        .map(|bytes| crate::seccomp::Program {
+            filter: bytes
+                .chunks_exact(8)
+                .map(|c| libc::sock_filter {
+                    code: u16::from_ne_bytes([c[0], c[1]]),
+                    jt: c[2],
+                    jf: c[3],
+                    k: u32::from_ne_bytes([c[4], c[5], c[6], c[7]]),
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+fn lock_files(req: &Request) -> Result<Vec<LockFile>, RequestError> {
+    req.lock_files
+        .iter()
+        .map(|p| {
+            let path = absolute(&req.cwd, p);
+            Ok(LockFile {
+                open_fail: format!("Unable to open lock file {path}"),
+                lock_fail: format!("Unable to lock file {path}"),
+                path: std::ffi::CString::new(path)
+                    .map_err(|_| RequestError::Invalid(format!("lock file {p:?}")))?,
+            })
+        })
+        .collect()
+}
+
+/// The number a passed descriptor has after renumbering.
+fn source_of(fd: Option<i32>, targets: &[(RawFd, RawFd)]) -> Option<RawFd> {
+    let fd = fd?;
+    targets.iter().find(|(t, _)| *t == fd).map(|&(_, s)| s)
+}
+
+/// Whether this process is in the initial user namespace.
+fn in_initial_userns() -> bool {
+    std::fs::read_to_string("/proc/self/uid_map")
+        .is_ok_and(|m| m.split_whitespace().collect::<Vec<_>>() == ["0", "0", "4294967295"])
 }
 
 /// A bind source in the outer view, canonical; `None` for a missing
 /// optional one. The portal itself is never a source.
-fn source(cwd: &str, src: &str, optional: bool) -> Result<Option<PathBuf>, RequestError> {
+fn source(cwd: &str, src: &str, optional: bool, portal: bool) -> Result<Option<PathBuf>, RequestError> {
     let path = absolute(cwd, src);
     let real = match std::fs::canonicalize(&path) {
         Ok(real) => real,
@@ -168,7 +401,7 @@ fn source(cwd: &str, src: &str, optional: bool) -> Result<Option<PathBuf>, Reque
             return Err(RequestError::Source { src: src.to_string(), reason });
         }
     };
-    if real.starts_with(PORTAL_DIR) {
+    if portal && real.starts_with(PORTAL_DIR) {
         let reason = crate::error::strerror(libc::EACCES);
         return Err(RequestError::Source { src: src.to_string(), reason });
     }

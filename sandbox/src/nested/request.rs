@@ -9,6 +9,8 @@ use serde::{Deserialize, Serialize};
 pub const MAX_ARGS: usize = 9000;
 /// Most environment variables.
 pub const MAX_ENV: usize = 8192;
+/// The kernel's cap on one BPF program (`BPF_MAXINSNS`).
+pub const MAX_BPF_INSNS: usize = 4096;
 
 /// One nested sandbox, as the front end parsed it from bwrap's options.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -42,6 +44,34 @@ pub struct Request {
     /// The caller's descriptor numbers passed along (SCM_RIGHTS, same
     /// order): COMMAND gets each at the same number.
     pub fds: Vec<i32>,
+    /// `--new-session` (a nested sandbox always gets one).
+    #[serde(default)]
+    pub new_session: bool,
+    /// `--as-pid-1`: COMMAND is the new pid namespace's PID 1, no reaper.
+    #[serde(default)]
+    pub as_pid_1: bool,
+    /// `--seccomp`/`--add-seccomp-fd`: classic BPF programs (8-byte
+    /// `sock_filter`s), installed in order after the runtime's own.
+    #[serde(default)]
+    pub seccomp: Vec<Vec<u8>>,
+    /// `--lock-file`: paths in the new root that PID 1 holds a read lock
+    /// on for the sandbox's life.
+    #[serde(default)]
+    pub lock_files: Vec<String>,
+    /// `--block-fd`: one of `fds`; COMMAND starts once a byte (or
+    /// end-of-file) can be read from it.
+    #[serde(default)]
+    pub block_fd: Option<i32>,
+    /// `--userns2`: one of `fds`, the user namespace to switch to once
+    /// the sandbox is set up (on the host only).
+    #[serde(default)]
+    pub userns2_fd: Option<i32>,
+    /// `--disable-userns`: COMMAND cannot make user namespaces.
+    #[serde(default)]
+    pub disable_userns: bool,
+    /// `--assert-userns-disabled`: fail unless user namespaces are off.
+    #[serde(default)]
+    pub assert_userns_disabled: bool,
 }
 
 /// Namespaces beyond the mount and pid ones every nested sandbox has.
@@ -49,6 +79,10 @@ pub struct Request {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Unshare {
     pub user: bool,
+    /// `--unshare-pid`: a nested sandbox always gets a new pid namespace;
+    /// on the host, only `--pidns` makes this matter.
+    #[serde(default)]
+    pub pid: bool,
     pub ipc: bool,
     pub net: bool,
     pub uts: bool,
@@ -87,6 +121,41 @@ pub enum Op {
     Proc { dst: String },
     /// `--dev`.
     Dev { dst: String },
+    /// `--mqueue`.
+    Mqueue { dst: String },
+    /// `--file`, `--bind-data`, `--ro-bind-data` (with `--perms`): the
+    /// bytes read from the descriptor.
+    Data { dst: String, contents: Vec<u8>, mode: u32, how: DataKind },
+    /// `--chmod MODE PATH`.
+    Chmod { dst: String, mode: u32 },
+    /// `--overlay`, `--tmp-overlay`, `--ro-overlay` with their
+    /// `--overlay-src`s (lowest last, as overlayfs lists them: bwrap's
+    /// order reversed).
+    Overlay { sources: Vec<String>, dst: String, kind: OverlayKind },
+}
+
+/// How `Op::Data` lands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum DataKind {
+    /// `--file`: a new file at the destination.
+    File,
+    /// `--bind-data`: a private file bound read-write.
+    Bind,
+    /// `--ro-bind-data`: a private file bound read-only.
+    RoBind,
+}
+
+/// Which overlay.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum OverlayKind {
+    /// `--overlay RWSRC WORKDIR`.
+    Rw { upper: String, work: String },
+    /// `--tmp-overlay`: writes go to an invisible tmpfs.
+    Tmp,
+    /// `--ro-overlay`.
+    Ro,
 }
 
 /// Why a request is refused; the text follows `bwrap: `.
@@ -109,6 +178,16 @@ pub enum RequestError {
 }
 
 impl Request {
+    /// Checks a nested request: as [`Request::check`], and capabilities
+    /// only inside a new user namespace (the outer sandbox has none to give).
+    pub fn check_nested(&self, received: usize) -> Result<(), RequestError> {
+        self.check(received)?;
+        if !self.unshare.user && self.caps.is_some_and(|c| c != 0) {
+            return Err(RequestError::CapsWithoutUserns);
+        }
+        Ok(())
+    }
+
     /// Checks everything that does not need the filesystem; `received` is
     /// how many descriptors came with the request.
     pub fn check(&self, received: usize) -> Result<(), RequestError> {
@@ -158,14 +237,22 @@ impl Request {
         for op in &self.ops {
             op.check()?;
         }
+        for program in &self.seccomp {
+            if program.is_empty() || program.len() % 8 != 0 || program.len() / 8 > MAX_BPF_INSNS {
+                return bad(format!("seccomp program of {} bytes", program.len()));
+            }
+        }
+        if self.lock_files.iter().any(|p| p.is_empty() || p.contains('\0')) {
+            return bad("lock file path".into());
+        }
+        if self.block_fd.iter().chain(&self.userns2_fd).any(|fd| !self.fds.contains(fd)) {
+            return bad("a descriptor named by an option is not passed".into());
+        }
         if !self.unshare.user {
             for (name, id) in [("uid", self.uid), ("gid", self.gid)] {
                 if id.is_some() {
                     return Err(RequestError::IdWithoutUserns(name));
                 }
-            }
-            if self.caps.is_some_and(|c| c != 0) {
-                return Err(RequestError::CapsWithoutUserns);
             }
         }
         if let Some(name) = &self.hostname {
@@ -193,7 +280,11 @@ impl Op {
             | Op::Dir { dst, .. }
             | Op::Symlink { dst, .. }
             | Op::Proc { dst }
-            | Op::Dev { dst } => dst,
+            | Op::Dev { dst }
+            | Op::Mqueue { dst }
+            | Op::Data { dst, .. }
+            | Op::Chmod { dst, .. }
+            | Op::Overlay { dst, .. } => dst,
         }
     }
 
@@ -205,7 +296,25 @@ impl Op {
             Op::Symlink { target, .. } if target.is_empty() || target.contains('\0') => {
                 bad(format!("symlink target {target:?}"))
             }
-            Op::Tmpfs { mode, .. } | Op::Dir { mode, .. } if *mode > 0o7777 => bad(format!("mode {mode:o}")),
+            Op::Tmpfs { mode, .. }
+            | Op::Dir { mode, .. }
+            | Op::Data { mode, .. }
+            | Op::Chmod { mode, .. }
+                if *mode > 0o7777 =>
+            {
+                bad(format!("mode {mode:o}"))
+            }
+            Op::Overlay { sources, kind, .. } => {
+                let extra = match kind {
+                    OverlayKind::Rw { upper, work } => vec![upper, work],
+                    _ => vec![],
+                };
+                if sources.is_empty() || sources.iter().chain(extra).any(|s| s.is_empty() || s.contains('\0'))
+                {
+                    return bad("overlay sources".into());
+                }
+                Ok(())
+            }
             Op::Tmpfs { size: Some(0), .. } => bad("tmpfs size 0".into()),
             _ => Ok(()),
         }
@@ -269,9 +378,10 @@ mod tests {
         assert_eq!(r.check(0), Err(RequestError::HostnameWithoutUts));
         let mut r = request();
         r.caps = Some(1 << 12);
-        assert_eq!(r.check(0), Err(RequestError::CapsWithoutUserns));
+        assert_eq!(r.check_nested(0), Err(RequestError::CapsWithoutUserns));
+        assert_eq!(r.check(0), Ok(()), "on the host, root keeps capabilities");
         r.caps = Some(0);
-        assert_eq!(r.check(0), Ok(()));
+        assert_eq!(r.check_nested(0), Ok(()));
     }
 
     #[test]

@@ -23,7 +23,6 @@ use super::MAX_WORKERS;
 use super::plan;
 use super::request::Request;
 use super::wire::{self, Reply};
-use crate::error::{EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND, LaunchError};
 use crate::launch::{self, LaunchOptions, Watch};
 use crate::prepare::Plan;
 use crate::spec::SandboxSpec;
@@ -195,15 +194,7 @@ fn serve_one(conn: &OwnedFd, ctx: &Context<'_>, life: OwnedFd) -> i32 {
             wire::send_reply(conn.as_fd(), &Reply::Exit(status.code()));
             0
         }
-        // bubblewrap's words for a command that cannot be executed.
-        Err(LaunchError::Child { code: EXIT_NOT_FOUND, .. }) => {
-            fail(format!("execvp {}: {}", nested.exec.program, crate::error::strerror(libc::ENOENT)))
-        }
-        Err(LaunchError::Child { code: EXIT_CANNOT_EXECUTE, message }) => {
-            let why = if message.contains("EACCES") { crate::error::strerror(libc::EACCES) } else { message };
-            fail(format!("execvp {}: {why}", nested.exec.program))
-        }
-        Err(e) => fail(e.to_string()),
+        Err(e) => fail(super::host::bwrap_message(e, &nested.exec.program)),
     }
 }
 

@@ -1,0 +1,124 @@
+//! bwrap on the host: `tuixiu-sandbox bwrap ...` (or the launcher called
+//! `bwrap`) outside any sandbox of ours runs the request itself, with the
+//! runtime's plan, child and monitor, as bubblewrap would: its namespaces,
+//! its id map, its capabilities, and no seccomp filter or Landlock unless
+//! asked for (`--tx-seccomp`, `--tx-landlock`).
+
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+
+use super::plan::{self, HostOptions};
+use super::request::{Request, RequestError};
+use crate::error::{EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND, LaunchError};
+use crate::launch::{self, BwrapStatus, ExitStatus, LaunchOptions, Watch};
+
+/// Why a bwrap run failed: bubblewrap's message (after `bwrap: `).
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    #[error("{0}")]
+    Request(#[from] RequestError),
+    #[error("{0}")]
+    Launch(String),
+}
+
+/// Runs `req` on the host and returns COMMAND's status. The caller's
+/// descriptors named in `req.fds` pass to COMMAND at the same numbers.
+pub fn run_on_host(req: &Request, host: &HostOptions, status: BwrapStatus) -> Result<ExitStatus, HostError> {
+    launch::ensure_single_threaded().map_err(|e| HostError::Launch(e.to_string()))?;
+    if let Some(fd) = host.userns_fd {
+        // SAFETY: setns on a descriptor the caller named; no memory involved.
+        if unsafe { libc::setns(fd, libc::CLONE_NEWUSER) } != 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(HostError::Launch(if e.raw_os_error() == Some(libc::EINVAL) {
+                "Joining the specified user namespace failed, it might not be a descendant of the current user namespace.".into()
+            } else {
+                format!("Joining specified user namespace failed: {}", crate::error::io_error_text(&e))
+            }));
+        }
+    }
+    if let Some(fd) = host.pidns_fd {
+        // SAFETY: as above; our children start in that pid namespace.
+        if unsafe { libc::setns(fd, libc::CLONE_NEWPID) } != 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(HostError::Launch(format!(
+                "Setting pidns failed: {}",
+                crate::error::io_error_text(&e)
+            )));
+        }
+    }
+    let mut fds = Vec::with_capacity(req.fds.len());
+    for &fd in &req.fds {
+        // SAFETY: F_DUPFD_CLOEXEC makes a new descriptor that we own.
+        let copy = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+        if copy < 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(HostError::Launch(format!("descriptor {fd}: {}", crate::error::io_error_text(&e))));
+        }
+        // SAFETY: just created, ours alone.
+        fds.push(unsafe { OwnedFd::from_raw_fd(copy) });
+    }
+    let floor = highest_open_fd();
+    let plan = plan::prepare_host(req, fds, floor, host)?;
+    let options = LaunchOptions {
+        return_before_teardown: true,
+        bwrap_status: Some(status),
+        ..LaunchOptions::default()
+    };
+    launch::execute(&plan, &options, None, Watch::Nothing)
+        .map_err(|e| HostError::Launch(bwrap_message(e, &plan.exec.program)))
+}
+
+/// bubblewrap's words for a launch failure.
+pub(crate) fn bwrap_message(e: LaunchError, program: &str) -> String {
+    match e {
+        LaunchError::Child { code: EXIT_NOT_FOUND, .. } => {
+            format!("execvp {program}: {}", crate::error::strerror(libc::ENOENT))
+        }
+        LaunchError::Child { code: EXIT_CANNOT_EXECUTE, message } => {
+            let why = if message.contains("EACCES") { crate::error::strerror(libc::EACCES) } else { message };
+            format!("execvp {program}: {why}")
+        }
+        // bubblewrap's words where the namespaces cannot be made, and
+        // where to look.
+        LaunchError::Syscall(e) if e.call.starts_with("clone(") => {
+            let why = match e.errno {
+                nix::errno::Errno::EINVAL => {
+                    "Creating new namespace failed, likely because the kernel does not support \
+                     user namespaces.  bwrap must be installed setuid on such systems."
+                        .to_string()
+                }
+                nix::errno::Errno::EPERM => {
+                    "No permissions to create a new namespace, likely because the kernel does \
+                     not allow non-privileged user namespaces. On e.g. debian this can be enabled with \
+                     'sysctl kernel.unprivileged_userns_clone=1'."
+                        .to_string()
+                }
+                nix::errno::Errno::ENOSPC => "Creating new namespace failed: nesting depth or \
+                     /proc/sys/user/max_*_namespaces exceeded (ENOSPC)"
+                    .to_string(),
+                errno => format!("Creating new namespace failed: {}", errno.desc()),
+            };
+            // Inside a sandbox without its portal (`--nested off`, the
+            // docker provider) a seccomp filter is what refuses.
+            let filtered = std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
+                s.lines().any(|l| l.split_whitespace().collect::<Vec<_>>() == ["Seccomp:", "2"])
+            });
+            let inside = if filtered && e.errno == nix::errno::Errno::EPERM {
+                "; this process runs under a seccomp filter: inside a tuixiu-sandbox sandbox, `bwrap` needs \
+                 `--nested on`"
+            } else {
+                ""
+            };
+            format!(
+                "{why} (tuixiu-sandbox has no setuid mode; `tuixiu-sandbox check` tells what this host allows{inside})"
+            )
+        }
+        e => e.to_string(),
+    }
+}
+
+/// The highest descriptor number open in this process.
+fn highest_open_fd() -> RawFd {
+    std::fs::read_dir("/proc/self/fd")
+        .map(|dir| dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).max().unwrap_or(2))
+        .unwrap_or(1023)
+}
