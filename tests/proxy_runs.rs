@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use proxy_support::{Backend, Daemon, SECS, Scratch};
+use proxy_support::{Backend, Daemon, SECS, Scratch, persisted, unpersisted};
 use serde_json::{Value, json};
 
 const SECRET: &str = "sk-test-secret-value-42";
@@ -77,12 +77,12 @@ async fn native_run_lifecycle_and_controls() {
     assert_eq!(status["content"]["runtime"], Value::Null);
     assert!(status["content"]["last_seen_at"].as_str().unwrap().ends_with('Z'));
     let state_file = s.state.join("runs/r1.json");
+    let record = persisted(&state_file, "r1 opened", |_| true).await;
     assert_eq!(mode(&s.state.join("runs")), 0o700);
     assert_eq!(mode(&state_file), 0o600);
-    let persisted: Value = serde_json::from_slice(&std::fs::read(&state_file).unwrap()).unwrap();
-    assert_eq!(persisted["instance_name"], "tuixiu-run-r1");
-    assert_eq!(persisted["keepalive_ttl_seconds"], 600);
-    assert_eq!(persisted["init"]["env"]["OPENAI_API_KEY"], SECRET);
+    assert_eq!(record["instance_name"], "tuixiu-run-r1");
+    assert_eq!(record["keepalive_ttl_seconds"], 600);
+    assert_eq!(record["init"]["env"]["OPENAI_API_KEY"], SECRET);
     assert!(s.root.join("run-r1").is_dir() && s.root.join("home-r1").is_dir());
 
     // A different instance name for an existing run is an error.
@@ -170,7 +170,7 @@ async fn native_run_lifecycle_and_controls() {
         json!([{"instance_name":"tuixiu-run-r2","run_id":"r2","reason":"prune_orphans"}])
     );
     assert_eq!(statuses(&backend, "tuixiu-run-r2").last().unwrap(), "missing");
-    assert!(!s.state.join("runs/r2.json").exists(), "the run was forgotten");
+    unpersisted(&s.state.join("runs/r2.json"), "the run was forgotten").await;
     let r = backend.control(json!({"action":"inspect","instance_name":"tuixiu-run-r2"})).await;
     assert_eq!(r["status"], "missing");
 
@@ -212,9 +212,7 @@ async fn native_run_lifecycle_and_controls() {
     {
         backend.send(&json!({"type":"acp_open","run_id":run,"keepalive_ttl_seconds":ttl}));
         backend.wait_type("acp_opened", "run_id", &json!(run), 30 * SECS).await;
-        let st: Value =
-            serde_json::from_slice(&std::fs::read(s.state.join(format!("runs/{run}.json"))).unwrap())
-                .unwrap();
+        let st = persisted(&s.state.join(format!("runs/{run}.json")), run, |_| true).await;
         assert_eq!(st["keepalive_ttl_seconds"], want, "{run}");
         assert_eq!(st["instance_name"], format!("tuixiu-run-{run}"), "default instance name");
     }
@@ -245,6 +243,7 @@ async fn unprivileged_and_nested_daemons_run_native_instances() {
         );
         assert_eq!(statuses(&backend, "tuixiu-run-u1"), ["running"]);
         let state_file = s.state.join("runs/u1.json");
+        persisted(&state_file, "u1 opened", |_| true).await;
         let meta = std::fs::metadata(&state_file).unwrap();
         assert_eq!(std::os::unix::fs::MetadataExt::uid(&meta), 65534);
         assert_eq!(mode(&state_file), 0o600);
@@ -276,15 +275,15 @@ async fn keepalive_expiry_removes_the_native_instance() {
         .await;
     assert!(!s.state.join("native/tuixiu-run-k1").exists(), "instance record removed");
     // The run is kept (tests/proxy_acp.rs resumes one after expiry).
-    let kept: Value = serde_json::from_slice(&std::fs::read(s.state.join("runs/k1.json")).unwrap()).unwrap();
+    let kept =
+        persisted(&s.state.join("runs/k1.json"), "k1 after expiry", |v| v["expires_at_ms"].is_null()).await;
     assert_eq!(kept["init"]["env"]["OPENAI_API_KEY"], SECRET, "the run's init is kept");
-    assert_eq!(kept["expires_at_ms"], Value::Null);
     let r = backend.control(json!({"action":"inspect","run_id":"k1"})).await;
     assert_eq!(r["status"], "missing");
     // `remove` forgets it.
     let r = backend.control(json!({"action":"remove","run_id":"k1"})).await;
     assert_eq!(r["ok"], true, "{r}");
-    assert!(!s.state.join("runs/k1.json").exists());
+    unpersisted(&s.state.join("runs/k1.json"), "k1 removed").await;
     assert!(daemon.stop().success());
 }
 

@@ -795,3 +795,30 @@ pub fn binary() -> &'static Path {
 pub fn position(msgs: &[Value], pred: impl Fn(&Value) -> bool) -> Option<usize> {
     msgs.iter().position(pred)
 }
+
+/// The run state file at `path` once it satisfies `pred`. Lanes hand run
+/// state to a background writer (src/proxy/persist.rs) and reply without
+/// waiting for it, so a reply can reach the backend before the file is
+/// replaced: wait (bounded) for the write rather than racing it.
+pub async fn persisted(path: &Path, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let now: Option<Value> = std::fs::read(path).ok().and_then(|b| serde_json::from_slice(&b).ok());
+        match now {
+            Some(v) if pred(&v) => return v,
+            _ if Instant::now() > deadline => {
+                panic!("{what}: {} never reached the expected state (now: {now:?})", path.display())
+            }
+            _ => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+}
+
+/// Waits (bounded) until the run state file at `path` is gone.
+pub async fn unpersisted(path: &Path, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while path.exists() {
+        assert!(Instant::now() < deadline, "{what}: {} still exists", path.display());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
