@@ -76,7 +76,7 @@ fuzz_target!(|data: &[u8]| {
             std::thread::sleep(Duration::from_micros(50));
             let n = d.outbox.len();
             if n > 0 {
-                let batch = d.outbox.peek_batch(n).await;
+                let batch = d.outbox.peek_batch(n, usize::MAX).await;
                 sent.extend(batch.iter().map(|(_, t)| t.as_str().to_string()));
                 d.outbox.pop_through(batch.last().unwrap().0);
             }
