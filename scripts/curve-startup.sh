@@ -33,26 +33,20 @@ trap 'rm -rf "$work"' EXIT
 mkdir -p docs/plots "$work/ws"
 
 python3 - "$bin" "$work" "$rounds" "$csv" <<'PY'
-import csv, json, os, statistics, subprocess, sys, time
+import csv, json, os, statistics, sys
+sys.path.insert(0, "scripts")
+from abbench import run_once  # times one run; a failing run ends the sweep
+
 bin, work, rounds, out_csv = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 base = [bin, "run", "--workspace", os.path.join(work, "ws")]
 anchor = base + ["--", "/bin/true"]
-
-def once(cmd):
-    t = time.perf_counter()
-    subprocess.run(cmd, check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-    return (time.perf_counter() - t) * 1000
+WARMUP = 5
 
 def point(sweep, n, cmd):
-    a, b = [], []
-    for i in range(rounds + 5):
-        x, y = once(anchor), once(cmd)
-        if i >= 5:
-            a.append(x); b.append(y)
-    row = {"sweep": sweep, "n": n, "run_ms": round(statistics.median(b), 3),
-           "anchor_ms": round(statistics.median(a), 3),
-           "added_ms": round(statistics.median(b) - statistics.median(a), 3),
-           "load": round(os.getloadavg()[0], 1)}
+    pairs = [(run_once(anchor), run_once(cmd)) for _ in range(rounds + WARMUP)][WARMUP:]
+    a, b = statistics.median(x for x, _ in pairs), statistics.median(y for _, y in pairs)
+    row = {"sweep": sweep, "n": n, "run_ms": round(b, 3), "anchor_ms": round(a, 3),
+           "added_ms": round(b - a, 3), "load": round(os.getloadavg()[0], 1)}
     print(row, flush=True)
     return row
 

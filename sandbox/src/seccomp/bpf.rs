@@ -380,10 +380,10 @@ fn cond_set(conds: &[Cond]) -> Vec<Cond> {
 }
 
 /// Whether an earlier kept rule's conditions are a subset of `conds` (so
-/// that rule matches first whenever this one would). By looking up each
-/// subset of `conds` among the earlier sets (a rule has a handful of
-/// conditions) rather than comparing with every earlier rule, which made
-/// a profile of a thousand rules on one syscall take milliseconds.
+/// that rule matches first whenever this one would). Each subset of
+/// `conds` is looked up among the earlier sets (a rule has a handful of
+/// conditions); comparing with every earlier rule instead made a profile
+/// of a thousand rules on one syscall take milliseconds.
 fn hidden(conds: &[Cond], kept: &[(Vec<Cond>, u32)], kept_sets: &HashSet<Vec<Cond>>) -> bool {
     const MAX_ENUMERATED: usize = 10;
     let set = cond_set(conds);
