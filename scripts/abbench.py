@@ -38,6 +38,8 @@ def parse(argv):
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--json", action="store_true", help="print results as JSON too")
     ap.add_argument("--as-user", metavar="USER", help="run every command as USER (needs root)")
+    ap.add_argument("--vs", metavar="NAME", action="append", default=[],
+                    help="also print each median's ratio to command NAME's (repeatable)")
     ap.add_argument("--serve", metavar="DIR", help="time the commands sent to DIR/req, answer on DIR/rep")
     opts, rest = ap.parse_known_args(argv)
     if opts.serve:
@@ -57,6 +59,10 @@ def parse(argv):
         rest = rest[end:]
     if len(commands) < 2:
         ap.error("need at least two commands")
+    names = [name for name, _ in commands]
+    for name in opts.vs:
+        if name not in names:
+            ap.error(f"--vs {name}: no command of that name")
     return opts, commands
 
 
@@ -141,9 +147,11 @@ def main():
             samples[name].append(run_once(cmd))
     anchor = commands[-1][0]
     anchor_median = statistics.median(samples[anchor])
+    others = [(name, statistics.median(samples[name])) for name in opts.vs if name != anchor]
     print(f"machine: {machine()}")
     print(f"runs: {opts.runs} each, alternating, after {opts.warmup} warm-up rounds")
-    print(f"{'command':<22} {'median ms':>10} {'p10':>8} {'p90':>8} {'mean':>8} {'vs ' + anchor:>14}")
+    print(f"{'command':<22} {'median ms':>10} {'p10':>8} {'p90':>8} {'mean':>8} {'vs ' + anchor:>14}"
+          + "".join(f" {'vs ' + name:>14}" for name, _ in others))
     result = {}
     for name, _ in commands:
         xs = sorted(samples[name])
@@ -153,7 +161,10 @@ def main():
         mean = statistics.fmean(xs)
         ratio = med / anchor_median
         result[name] = {"median_ms": med, "p10_ms": p10, "p90_ms": p90, "mean_ms": mean, "ratio": ratio}
-        print(f"{name:<22} {med:>10.3f} {p10:>8.3f} {p90:>8.3f} {mean:>8.3f} {ratio:>13.2f}x")
+        for other, other_median in others:
+            result[name][f"ratio_{other}"] = med / other_median
+        print(f"{name:<22} {med:>10.3f} {p10:>8.3f} {p90:>8.3f} {mean:>8.3f} {ratio:>13.2f}x"
+              + "".join(f" {med / m:>13.2f}x" for _, m in others))
     if opts.json:
         print(json.dumps(result))
 

@@ -5,14 +5,17 @@
 # idmapped system view; against bubblewrap with the closest equivalent
 # flags (bwrap has neither seccomp nor Landlock), alternating in one run.
 # A third column runs tuixiu-sandbox with seccomp and Landlock off, to show
-# what the hardening itself costs.
+# what the hardening itself costs. The last column, the anchor of issue 18,
+# is the bare-namespace floor: `unshare -Urmpf --mount-proc /bin/true`
+# (user, mount and pid namespaces and a fresh /proc, nothing else).
 #
 #   scripts/bench-startup.sh            # 300 runs each, as the current user
 #   RUNS=500 scripts/bench-startup.sh
 #   AS_USER=nobody scripts/bench-startup.sh   # unprivileged (needs root)
 #
-# Needs bubblewrap (apt-get install bubblewrap). Target: the hardened
-# median <= 0.8x bwrap's.
+# Needs bubblewrap (apt-get install bubblewrap) and util-linux's unshare.
+# Targets: the hardened median <= 0.8x bwrap's (issue 3) and <= 1.2x
+# unshare's (issue 18).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-300}
@@ -49,10 +52,11 @@ ours=("$bin_dir/tuixiu-sandbox" run --workspace "$ws")
 echo "tuixiu-sandbox $("$bin_dir/tuixiu-sandbox" --version | cut -d' ' -f2), $(bwrap --version)"
 echo "$("${wrap[@]}" "${ours[@]}" -v -- /bin/true 2>&1 | grep -o "landlock: .*" || echo "landlock: ?")"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-python3 scripts/abbench.py -n "$RUNS" "${as_user[@]}" \
+python3 scripts/abbench.py -n "$RUNS" "${as_user[@]}" --vs bwrap \
     --name hardened -- "${ours[@]}" -- /bin/true \
     --name no-seccomp-landlock -- "${ours[@]}" --seccomp unconfined --landlock off -- /bin/true \
     --name bwrap -- bwrap --unshare-user --uid 1000 --gid 1000 --unshare-pid --unshare-ipc --unshare-uts \
         "${bwrap_view[@]}" --proc /proc --dev /dev --tmpfs /tmp --bind "$ws" /workspace --tmpfs /home/agent \
-        --chdir /workspace --die-with-parent --new-session /bin/true
+        --chdir /workspace --die-with-parent --new-session /bin/true \
+    --name unshare -- unshare -Urmpf --mount-proc /bin/true
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -27,7 +27,7 @@
 //! machine is 32-bit); a mask expresses a deliberate 32-bit compare, e.g.
 //! `ioctl` requests, whose upper half the kernel ignores (CVE-2019-10063).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use libc::sock_filter;
 
@@ -62,7 +62,7 @@ pub const RET_ALLOW: u32 = 0x7fff_0000;
 pub const X32_SYSCALL_BIT: u32 = 0x4000_0000;
 
 /// A 64-bit comparison of one syscall argument (libseccomp's operators).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Op {
     Eq(u64),
     Ne(u64),
@@ -77,7 +77,7 @@ pub enum Op {
     },
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Cond {
     pub arg: u8,
     pub op: Op,
@@ -269,30 +269,32 @@ impl Test {
         }
     }
 
-    /// The single test equivalent to `self || other` (`negated` false) or
-    /// `self && other` (`negated` true), when both have that polarity and a
-    /// common form.
-    fn merge(&self, other: &Test, negated: bool) -> Option<Test> {
+    /// Turns `self` into the single test equivalent to `self || other`
+    /// (`negated` false) or `self && other` (`negated` true), when both
+    /// have that polarity and a common form; false (and `self` unchanged)
+    /// when they have not. In place: a profile of many adjacent rules
+    /// grows one test instead of copying it once per rule.
+    fn absorb(&mut self, other: &Test, negated: bool) -> bool {
         match (self, other) {
             (
                 Test::OneOf { arg, hi, los, negated: n1 },
                 Test::OneOf { arg: arg2, hi: hi2, los: los2, negated: n2 },
             ) if arg == arg2 && hi == hi2 && *n1 == negated && *n2 == negated => {
-                let mut los = los.clone();
                 for v in los2 {
                     if !los.contains(v) {
                         los.push(*v);
                     }
                 }
-                Some(Test::OneOf { arg: *arg, hi: *hi, los, negated })
+                true
             }
             (
                 Test::AnyBit { offset, bits, negated: n1 },
                 Test::AnyBit { offset: offset2, bits: bits2, negated: n2 },
             ) if offset == offset2 && *n1 == negated && *n2 == negated => {
-                Some(Test::AnyBit { offset: *offset, bits: bits | bits2, negated })
+                *bits |= bits2;
+                true
             }
-            _ => None,
+            _ => false,
         }
     }
 }
@@ -322,6 +324,7 @@ fn constant(op: Op) -> Option<bool> {
 /// the outcome, with adjacent tests merged (see [`Test`]).
 fn clauses(rules: &[&Rule], default: u32) -> Vec<Clause> {
     let mut kept: Vec<(Vec<Cond>, u32)> = Vec::new();
+    let mut kept_sets: HashSet<Vec<Cond>> = HashSet::new();
     for rule in rules {
         // Conditions that always hold are left out; a rule with one that
         // never holds never matches.
@@ -334,9 +337,10 @@ fn clauses(rules: &[&Rule], default: u32) -> Vec<Clause> {
         // An earlier rule whose conditions are a subset of these matches
         // first whenever this one would (in particular, a rule without
         // conditions hides everything after it).
-        if kept.iter().any(|(earlier, _)| earlier.iter().all(|c| conds.contains(c))) {
+        if hidden(&conds, &kept, &kept_sets) {
             continue;
         }
+        kept_sets.insert(cond_set(&conds));
         kept.push((conds, rule.ret));
     }
     // Rules at the end that return the default change nothing.
@@ -349,24 +353,48 @@ fn clauses(rules: &[&Rule], default: u32) -> Vec<Clause> {
         let mut tests: Vec<Test> = Vec::new();
         for test in conds.into_iter().map(Test::new) {
             // A rule's conditions are ANDed ("none of these domains").
-            match tests.last().and_then(|last| last.merge(&test, true)) {
-                Some(both) => *tests.last_mut().unwrap() = both,
-                None => tests.push(test),
+            if !tests.last_mut().is_some_and(|last| last.absorb(&test, true)) {
+                tests.push(test);
             }
         }
         // Adjacent rules with the same action are ORed: whichever of them
         // matches, the result is the same (clone's CLONE_NEW* rules).
         if let Some(prev) = clauses.last_mut()
             && prev.ret == ret
-            && let ([a], [b]) = (prev.tests.as_slice(), tests.as_slice())
-            && let Some(either) = a.merge(b, false)
+            && let ([a], [b]) = (prev.tests.as_mut_slice(), tests.as_slice())
+            && a.absorb(b, false)
         {
-            prev.tests = vec![either];
             continue;
         }
         clauses.push(Clause { tests, ret });
     }
     clauses
+}
+
+/// `conds` as a set: sorted, without repeats.
+fn cond_set(conds: &[Cond]) -> Vec<Cond> {
+    let mut set = conds.to_vec();
+    set.sort_unstable();
+    set.dedup();
+    set
+}
+
+/// Whether an earlier kept rule's conditions are a subset of `conds` (so
+/// that rule matches first whenever this one would). Each subset of
+/// `conds` is looked up among the earlier sets (a rule has a handful of
+/// conditions); comparing with every earlier rule instead made a profile
+/// of a thousand rules on one syscall take milliseconds.
+fn hidden(conds: &[Cond], kept: &[(Vec<Cond>, u32)], kept_sets: &HashSet<Vec<Cond>>) -> bool {
+    const MAX_ENUMERATED: usize = 10;
+    let set = cond_set(conds);
+    if set.len() > MAX_ENUMERATED {
+        return kept.iter().any(|(earlier, _)| earlier.iter().all(|c| set.contains(c)));
+    }
+    (0u32..1 << set.len()).any(|mask| {
+        let subset: Vec<Cond> =
+            set.iter().enumerate().filter(|(i, _)| mask & (1 << i) != 0).map(|(_, c)| *c).collect();
+        kept_sets.contains(&subset)
+    })
 }
 
 /// Emits a body: each clause's tests, jumping to its `ret` when all hold,
@@ -579,20 +607,31 @@ impl Asm {
                     })
                     .collect();
             }
-            // Back to front, so that the indices still to handle stay valid.
-            for (i, t, f) in far.into_iter().rev() {
-                self.trampoline(i, t, f);
+            // One pass that copies every item once: inserting each
+            // trampoline in place moved the whole tail each time, which
+            // made a long profile's assembly quadratic.
+            let mut far = far.into_iter().peekable();
+            let old = std::mem::take(&mut self.items);
+            self.items.reserve(old.len() + 3 * far.len());
+            for (i, mut item) in old.into_iter().enumerate() {
+                let after = match far.next_if(|&(j, _, _)| j == i) {
+                    Some((_, t, f)) => self.trampoline(&mut item, t, f),
+                    None => Vec::new(),
+                };
+                self.items.push(item);
+                self.items.extend(after);
             }
         }
     }
 
-    /// Redirects the jump at `i` (its true branch if `t`, false if `f`)
-    /// through a `ja` placed right after it.
-    fn trampoline(&mut self, i: usize, t: bool, f: bool) {
+    /// Redirects the conditional jump `item` (its true branch if `t`,
+    /// false if `f`) through a `ja`; returns the items to place right
+    /// after it.
+    fn trampoline(&mut self, item: &mut Item, t: bool, f: bool) -> Vec<Item> {
         let mut after = Vec::new();
-        let Item::Insn { jt, jf, .. } = &mut self.items[i] else { unreachable!() };
+        let Item::Insn { jt, jf, .. } = item else { unreachable!() };
         let mut fresh = self.labels;
-        for (branch, far) in [(jt, t), (jf, f)] {
+        for (branch, far) in [(&mut *jt, t), (&mut *jf, f)] {
             if far && let To::Label(target) = *branch {
                 after.push(Item::Label(fresh));
                 after.push(Item::Insn { code: BPF_JMP | BPF_JA, k: 0, jt: To::Label(target), jf: To::Next });
@@ -601,7 +640,6 @@ impl Asm {
             }
         }
         // A branch to the next instruction now has to skip the `ja`s.
-        let Item::Insn { jt, jf, .. } = &mut self.items[i] else { unreachable!() };
         if *jt == To::Next || *jf == To::Next {
             after.push(Item::Label(fresh));
             for branch in [jt, jf] {
@@ -612,7 +650,7 @@ impl Asm {
             fresh += 1;
         }
         self.labels = fresh;
-        self.items.splice(i + 1..i + 1, after);
+        after
     }
 
     /// The program counter of every item (a label's is that of the
