@@ -906,14 +906,23 @@ fn queue_limits_and_cancel_while_queued() {
     let env = Env::new(Caller::Root);
     let server = env.serve(&["--max-concurrent", "1", "--max-queue", "1", "--kill-grace", "1s"]);
     let marker = format!("queue-marker-{}", std::process::id());
+    // The upload is answered once the job's record is on disk: with a free
+    // slot it is `running` there (never recorded as queued), without one
+    // `queued` (a restart queues it again).
+    let on_disk = |id: &str| -> Value {
+        let bytes = std::fs::read(env.data.join("jobs").join(format!("{id}.json"))).unwrap();
+        serde_json::from_slice::<Value>(&bytes).unwrap()["status"].clone()
+    };
     let running = server.create_demo("sleep", &marker);
     assert_eq!(server.upload(&running, &input_zip()).status, 200);
+    assert_eq!(on_disk(&running), "running");
     server.wait_artifact(&running, "artifacts/started");
 
     // One slot busy, one place in the queue.
     let queued = server.create_demo("ok", "queued");
     let r = server.upload(&queued, &input_zip());
     assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(on_disk(&queued), "queued");
     assert_eq!(server.get(&format!("/v1/jobs/{queued}")).json()["status"], "queued");
 
     let refused = server.create_demo("ok", "refused");

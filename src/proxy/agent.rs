@@ -536,6 +536,7 @@ impl Lane {
         };
         let name = state.instance_name.clone();
         let allowed = [sandbox::WORKSPACE, state.home_guest.as_str()];
+        let t0 = std::time::Instant::now();
         let (process, fs, pid1) = match &d.provider {
             AnyProvider::Native(p) => {
                 // This lane has no agent: one still recorded is stale.
@@ -585,11 +586,17 @@ impl Lane {
         let generation = self.generation;
         let (dd, run) = (d.clone(), self.run_id.clone());
         let on_exit = Box::new(move |_status| super::runs::send(&dd, &run, Job::AgentExited { generation }));
+        let spawned = t0.elapsed();
         let agent = Agent::attach(d.clone(), &self.run_id, &name, process, client, on_exit)?;
         if let Err(e) = agent.initialize().await {
             agent.shutdown("initialize failed").await;
             return Err(e);
         }
+        tracing::debug!(
+            "run {}: agent spawned in {spawned:?} (launcher started, sandbox made), initialize answered after {:?}",
+            self.run_id,
+            t0.elapsed()
+        );
         d.runs.set_agent(&self.run_id, Some(agent.clone()));
         self.agent = Some(agent);
         if let Ok(info) = d.provider.inspect(&name).await {

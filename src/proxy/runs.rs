@@ -356,15 +356,24 @@ impl Lane {
     async fn handle(&mut self, job: Job) {
         match job {
             Job::Open(mut m) => {
+                let t0 = std::time::Instant::now();
                 let result = self.d.cfg.sandbox.path_mapping.apply(&mut m);
                 let result = match result {
                     Ok(()) => self.prepare(&m.instance_name, &m.keepalive_ttl_seconds, &m.init).await,
                     Err(e) => Err(e),
                 };
+                let prepared = t0.elapsed();
                 let result = match result {
                     Ok(()) => self.open_agent(&m.cwd).await,
                     Err(e) => Err(e),
                 };
+                // The open path's own share against the agent's start
+                // (docs/benchmarks.md, issue 18); `start_agent` logs its part.
+                tracing::debug!(
+                    "run {}: acp_open: instance ready in {prepared:?}, answered after {:?}",
+                    self.run_id,
+                    t0.elapsed()
+                );
                 reply_open(&self.d, &m.run_id, result);
                 self.idle();
             }

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use sandbox::HostIds;
 use serde_json::{Map, Value, json};
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot, watch};
 
 use super::artifacts::{self, BundleKind, DownloadError};
 use super::engines::Engines;
@@ -131,6 +131,13 @@ impl Job {
     }
 }
 
+/// A job that found a free slot when it started: its task records it as
+/// running and says so through `saved`.
+struct Direct {
+    permit: OwnedSemaphorePermit,
+    saved: oneshot::Sender<()>,
+}
+
 pub struct Service {
     cfg: Config,
     store: Store,
@@ -200,7 +207,7 @@ impl Service {
             let job = svc.job(&id).expect("just inserted");
             svc.active.fetch_add(1, Ordering::SeqCst);
             tracing::info!("job {id} was queued when the server stopped: queued again");
-            tokio::spawn(Arc::clone(&svc).run_job(job));
+            tokio::spawn(Arc::clone(&svc).run_job(job, None));
         }
         Ok(svc)
     }
@@ -390,22 +397,25 @@ impl Service {
         }
         let job = Job::new(record.clone());
         *job.skill.lock().unwrap() = Some(Arc::new(skill));
-        {
+        // A job that starts now is recorded once, by `start`, before the
+        // answer; one that waits for its upload is recorded here.
+        if needs_upload {
             let (store, copy) = (self.store.clone(), record);
             tokio::task::spawn_blocking(move || store.save(&copy))
                 .await
                 .map_err(|e| ApiError::new(500, e.to_string()))?
-                .map_err(|e| {
-                    self.active.fetch_sub(usize::from(!needs_upload), Ordering::SeqCst);
-                    ApiError::new(500, format!("cannot record the job: {e}"))
-                })?;
+                .map_err(|e| ApiError::new(500, format!("cannot record the job: {e}")))?;
         }
         self.jobs.lock().unwrap().insert(request_id.clone(), Arc::clone(&job));
         if needs_upload {
             return Ok(json!({"request_id": request_id, "cache_hit": false, "status": null}));
         }
         job.started.store(true, Ordering::SeqCst);
-        self.start(job, None).await?;
+        if let Err(e) = self.start(job, None).await {
+            // Never recorded: the request does not exist.
+            self.jobs.lock().unwrap().remove(&request_id);
+            return Err(e);
+        }
         Ok(json!({"request_id": request_id, "cache_hit": false, "status": "queued"}))
     }
 
@@ -483,7 +493,9 @@ impl Service {
         let (uploads, files) = self.admit_with_uploads(job, inputs).await?;
         let skill_id = skill.id.clone();
         *job.skill.lock().unwrap() = Some(Arc::new(skill));
-        self.update(job, |r| r.skill_id = skill_id).await;
+        // Written with the run's record by `start` (one synced write): a
+        // restart before it sees the request still waiting for its package.
+        job.state.send_modify(|r| r.skill_id = skill_id);
         self.start(Arc::clone(job), Some(uploads)).await?;
         let record = job.record();
         Ok(json!({
@@ -531,17 +543,23 @@ impl Service {
         if admitted { Ok(()) } else { Err(ApiError::new(429, "Job queue is full")) }
     }
 
-    /// Creates the run (moving in `uploads` when given), marks it queued
-    /// and starts its task. The job was admitted.
+    /// Creates the run (moving in `uploads` when given), records it and
+    /// starts its task; returns once the record is on disk. The job was
+    /// admitted. With a free slot the job is recorded once, as `running`,
+    /// by its task, while the run is prepared (the engine waits for that
+    /// record); otherwise as `queued` here, and as `running` once a slot
+    /// frees. Either way the answer follows a synced record, and a restart
+    /// requeues only a job whose engine cannot have started.
     async fn start(self: &Arc<Self>, job: Arc<Job>, uploads: Option<PathBuf>) -> ApiResult<()> {
         let run_id = uuid::Uuid::new_v4().to_string();
         let paths = RunPaths::new(&self.cfg.data_dir, &run_id);
+        // The rest of the run directory is made by `run::prepare`.
         let prepared = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
             std::fs::create_dir_all(&paths.workspace)?;
             if let Some(src) = uploads {
                 std::fs::rename(&src, &paths.uploads)?;
             }
-            paths.create()
+            Ok(())
         })
         .await
         .map_err(|e| ApiError::new(500, e.to_string()));
@@ -552,12 +570,27 @@ impl Service {
             job.started.store(false, Ordering::SeqCst);
             return Err(e);
         }
-        self.update(&job, |r| {
-            r.run_id = Some(run_id);
-            r.status = Some(Status::Queued);
-        })
-        .await;
-        tokio::spawn(Arc::clone(self).run_job(job));
+        match Arc::clone(&self.slots).try_acquire_owned() {
+            Ok(permit) => {
+                job.state.send_modify(|r| {
+                    r.run_id = Some(run_id);
+                    r.status = Some(Status::Running);
+                });
+                let (saved, recorded) = oneshot::channel();
+                tokio::spawn(Arc::clone(self).run_job(job, Some(Direct { permit, saved })));
+                // Dropped unsent only when the job ended first (a cancel
+                // recorded it).
+                let _ = recorded.await;
+            }
+            Err(_) => {
+                self.update(&job, |r| {
+                    r.run_id = Some(run_id);
+                    r.status = Some(Status::Queued);
+                })
+                .await;
+                tokio::spawn(Arc::clone(self).run_job(job, None));
+            }
+        }
         Ok(())
     }
 
@@ -635,12 +668,19 @@ impl Service {
         Ok(json!({"request_id": request_id, "status": "queued"}))
     }
 
-    /// The job's task: wait for a slot, run, record the outcome.
-    async fn run_job(self: Arc<Self>, job: Arc<Job>) {
+    /// The job's task: wait for a slot (unless `direct` brings one), run,
+    /// record the outcome.
+    async fn run_job(self: Arc<Self>, job: Arc<Job>, direct: Option<Direct>) {
         let mut cancel = job.cancel.subscribe();
-        let permit = tokio::select! {
-            permit = Arc::clone(&self.slots).acquire_owned() => permit.ok(),
-            _ = cancel.wait_for(|c| *c) => None,
+        let (permit, saved) = match direct {
+            Some(Direct { permit, saved }) => (Some(permit), Some(saved)),
+            None => {
+                let permit = tokio::select! {
+                    permit = Arc::clone(&self.slots).acquire_owned() => permit.ok(),
+                    _ = cancel.wait_for(|c| *c) => None,
+                };
+                (permit, None)
+            }
         };
         let record = job.record();
         let paths = RunPaths::new(&self.cfg.data_dir, record.run_id.as_deref().unwrap_or("missing"));
@@ -648,11 +688,19 @@ impl Service {
             None => run::write_canceled(&paths),
             Some(_permit) if record.cancel_requested => run::write_canceled(&paths),
             Some(_permit) => {
-                let running = self.update(&job, |r| {
-                    if r.status == Some(Status::Queued) {
-                        r.status = Some(Status::Running);
+                let running = async {
+                    let r = self
+                        .update(&job, |r| {
+                            if r.status == Some(Status::Queued) {
+                                r.status = Some(Status::Running);
+                            }
+                        })
+                        .await;
+                    if let Some(saved) = saved {
+                        let _ = saved.send(());
                     }
-                });
+                    r
+                };
                 let skill = job.skill.lock().unwrap().clone();
                 self.execute(&record, skill, &paths, cancel, running).await
             }
