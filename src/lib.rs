@@ -4,6 +4,7 @@
 pub mod acp;
 pub mod bwrap;
 pub mod env;
+pub mod exe;
 pub mod inputs;
 pub mod launcher;
 pub mod manifest;

@@ -62,8 +62,8 @@ impl NativeProvider {
     /// As [`NativeProvider::new`], launching with the small launcher next
     /// to this executable (or this executable itself).
     pub fn with_current_exe(state_dir: &Path, prefix: &str) -> Result<Self, ProviderError> {
-        let exe = crate::launcher::launcher_exe()
-            .map_err(|e| ProviderError::io("find the launcher executable", &e))?;
+        let exe =
+            crate::exe::launcher_exe().map_err(|e| ProviderError::io("find the launcher executable", &e))?;
         Self::new(state_dir, exe, prefix)
     }
 

@@ -571,8 +571,9 @@ impl Lane {
             }
         };
         let spawner = spawner(d.clone(), name.clone(), pid1);
+        let cx = d.acp_context();
         let mut client = Client::new(
-            d.clone(),
+            cx.clone(),
             self.run_id.clone(),
             name.clone(),
             fs,
@@ -585,7 +586,7 @@ impl Lane {
         let generation = self.generation;
         let (dd, run) = (d.clone(), self.run_id.clone());
         let on_exit = Box::new(move |_status| super::runs::send(&dd, &run, Job::AgentExited { generation }));
-        let agent = Agent::attach(d.clone(), &self.run_id, &name, process, client, on_exit)?;
+        let agent = Agent::attach(cx, &self.run_id, &name, process, client, on_exit)?;
         if let Err(e) = agent.initialize().await {
             agent.shutdown("initialize failed").await;
             return Err(e);
