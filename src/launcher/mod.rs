@@ -13,6 +13,7 @@
 pub mod args;
 pub mod exec;
 pub mod fast_args;
+pub mod launch;
 pub mod log;
 pub mod run;
 pub mod run_inputs;

@@ -10,7 +10,7 @@ use std::time::Duration;
 use sandbox::{Access, DeferredBind, MountOp, SandboxBuilder, UserView};
 
 use super::args::{RunArgs, RunGiven};
-use super::run::{Built, report_launch};
+use super::launch::{Built, report_launch};
 use super::{EXIT_TOOL_ERROR, report_error};
 use crate::env::{self, Allowlist, Redactor, UserVars};
 use crate::inputs::{

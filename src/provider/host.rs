@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use sandbox::{DEFAULT_PATH, Network, UserView, set_var};
 
 use super::local::LocalInstances;
-use super::native::set_stdio;
+use super::process::set_stdio;
 use super::process::{Killer, Process};
 use super::records::{ProcKind, make_private_dir};
 use super::{InstanceConfig, InstanceInfo, ProcessSpec, Provider, ProviderError, ProviderKind};

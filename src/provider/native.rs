@@ -23,9 +23,9 @@ use std::path::{Path, PathBuf};
 use sandbox::{Home, MountOp, SandboxBuilder, SandboxSpec};
 
 use super::local::LocalInstances;
-use super::process::{Killer, Process, memfd_with, pass_fd};
+use super::process::{Killer, Process, memfd_with, pass_fd, set_stdio};
 use super::records::{ProcKind, Record};
-use super::{InstanceConfig, InstanceInfo, Mount, ProcessSpec, Provider, ProviderError, ProviderKind, Stdio};
+use super::{InstanceConfig, InstanceInfo, Mount, ProcessSpec, Provider, ProviderError, ProviderKind};
 
 pub struct NativeProvider {
     local: LocalInstances,
@@ -263,18 +263,6 @@ impl NativeProvider {
         let pid = child.id().ok_or_else(|| ProviderError::Invalid("the launcher exited at once".into()))?;
         let forget = self.local.track(name, pid, kind)?;
         Ok(Process::new(child, Killer::for_pid(pid, false), Some(forget)))
-    }
-}
-
-pub(crate) fn set_stdio(cmd: &mut std::process::Command, stdio: Stdio) {
-    use std::process::Stdio as S;
-    match stdio {
-        Stdio::Piped => {
-            cmd.stdin(S::piped()).stdout(S::piped()).stderr(S::piped());
-        }
-        Stdio::Inherit => {
-            cmd.stdin(S::inherit()).stdout(S::inherit()).stderr(S::inherit());
-        }
     }
 }
 

@@ -168,7 +168,7 @@ impl Killer {
                 signal_pidfd(pidfd.as_ref(), signal)
             }
             KillTarget::Container { cli, container, user, exec_id, cli_pidfd } => {
-                let mut cmd = tokio::process::Command::from(super::docker::kill_command(
+                let mut cmd = tokio::process::Command::from(super::docker::argv::kill_command(
                     cli,
                     container,
                     user.as_deref(),
@@ -281,4 +281,17 @@ pub(crate) fn random_hex() -> String {
         }
     }
     buf.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The standard streams of a started process: all piped, or all inherited.
+pub(crate) fn set_stdio(cmd: &mut std::process::Command, stdio: super::Stdio) {
+    use std::process::Stdio as S;
+    match stdio {
+        super::Stdio::Piped => {
+            cmd.stdin(S::piped()).stdout(S::piped()).stderr(S::piped());
+        }
+        super::Stdio::Inherit => {
+            cmd.stdin(S::inherit()).stdout(S::inherit()).stderr(S::inherit());
+        }
+    }
 }
