@@ -30,9 +30,9 @@ use sha2::{Digest, Sha256};
 use url::Url;
 
 use super::error::{Code, InputError};
-use super::fsx;
 use super::plan::display_url;
 use crate::env::Redactor;
+use crate::hostfs::root as fsx;
 
 /// A value that must never be printed (`Debug` shows `[REDACTED]`).
 #[derive(Clone, PartialEq, Eq)]

@@ -41,7 +41,7 @@ mod audit;
 mod dest;
 mod download;
 mod error;
-pub mod fsx;
+pub use crate::hostfs::root as fsx;
 mod git;
 mod hostpath;
 mod plan;

@@ -38,11 +38,11 @@ use serde_json::{Value, json};
 
 use super::artifacts;
 use super::engines::{self, Engine, NetworkChoice};
-use super::fsio;
 use super::inputs::{self, Contexts};
 use super::package::Skill;
 use super::prompt;
 use super::store::JobRecord;
+use crate::hostfs::beneath as fsio;
 
 /// Where the run directory appears in the sandbox.
 pub const GUEST_RUN_DIR: &str = "/workspace";
