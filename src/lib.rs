@@ -9,6 +9,7 @@ pub mod hostfs;
 pub mod inputs;
 pub mod launcher;
 pub mod manifest;
+pub mod pidfd;
 pub mod provider;
 pub mod proxy;
 pub mod skills;

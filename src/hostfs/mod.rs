@@ -18,3 +18,4 @@
 
 pub mod beneath;
 pub mod root;
+pub mod under_root;

@@ -277,27 +277,9 @@ async fn wait_exits(
     let deadline = tokio::time::Instant::now() + bound;
     let mut left = Vec::new();
     for (p, fd) in procs {
-        if !exited_by(&fd, deadline).await {
+        if !crate::pidfd::exited_by(&fd, deadline).await {
             left.push((p, fd));
         }
     }
     left
-}
-
-/// Whether the process of `pidfd` exits before `deadline`. (A pidfd is
-/// readable once its process has exited; checked every 20 ms rather than
-/// registered with the reactor, so this also works outside the daemon.)
-async fn exited_by(pidfd: &std::os::fd::OwnedFd, deadline: tokio::time::Instant) -> bool {
-    use std::os::fd::AsRawFd;
-    loop {
-        let mut pfd = libc::pollfd { fd: pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        // SAFETY: one valid pollfd; a zero timeout never blocks.
-        if unsafe { libc::poll(&mut pfd, 1, 0) } > 0 {
-            return true;
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
