@@ -251,8 +251,7 @@ fn guest_rel(what: &str, path: &str) -> Result<(String, CString), SpecError> {
 
 /// The `(uid, gid)` the launcher runs as.
 pub(crate) fn own_ids() -> (u32, u32) {
-    // SAFETY: geteuid/getegid cannot fail.
-    unsafe { (libc::geteuid(), libc::getegid()) }
+    (nix::unistd::geteuid().as_raw(), nix::unistd::getegid().as_raw())
 }
 
 impl Plan {

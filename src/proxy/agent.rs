@@ -167,8 +167,7 @@ impl Lane {
         else {
             return Ok(());
         };
-        // SAFETY: geteuid cannot fail.
-        let root = unsafe { libc::geteuid() } == 0;
+        let root = nix::unistd::geteuid().is_root();
         let owner = (d.cfg.sandbox.provider == ProviderChoice::Docker && root).then(|| state_user(state));
         let step = |stage: &str, status: &str, message: Option<String>| self.step(stage, status, message);
         super::repo::prepare(d, &req, &state.workspace, &env, owner, &step).await.map_err(fail)
@@ -555,8 +554,7 @@ impl Lane {
                 let process =
                     other.spawn_agent(&name, &spec).await.map_err(|e| format!("start agent_command: {e}"))?;
                 let owner = matches!(other, AnyProvider::Docker(_)).then(|| state_user(state));
-                // SAFETY: geteuid cannot fail.
-                let owner = owner.filter(|_| unsafe { libc::geteuid() } == 0);
+                let owner = owner.filter(|_| nix::unistd::geteuid().is_root());
                 let mut fs = GuestFs::host_dirs(
                     &[(sandbox::WORKSPACE, &state.workspace), (&state.home_guest, &state.home)],
                     owner,

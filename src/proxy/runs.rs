@@ -880,8 +880,7 @@ fn user_view(env: &HashMap<String, String>, home: &str) -> Result<sandbox::UserV
 /// Gives a directory the daemon just created to the container user (docker
 /// runs processes as that uid, unlike the native sandbox's id map).
 pub(super) fn chown_new(dir: &Path, user: &sandbox::UserView) {
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
+    if !nix::unistd::geteuid().is_root() {
         return;
     }
     if let Ok(meta) = std::fs::metadata(dir)
