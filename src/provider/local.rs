@@ -283,3 +283,66 @@ async fn wait_exits(
     }
     left
 }
+
+/// `Provider` for a provider whose instances are [`LocalInstances`]
+/// (native, host): `ensure_blocking`, `spawn` and the shared life cycle.
+macro_rules! local_provider {
+    ($ty:ty, $kind:expr) => {
+        impl $crate::provider::Provider for $ty {
+            fn kind(&self) -> $crate::provider::ProviderKind {
+                $kind
+            }
+
+            async fn ensure(
+                &self,
+                config: &$crate::provider::InstanceConfig,
+            ) -> Result<$crate::provider::InstanceInfo, $crate::provider::ProviderError> {
+                self.ensure_blocking(config)
+            }
+
+            async fn inspect(
+                &self,
+                name: &str,
+            ) -> Result<$crate::provider::InstanceInfo, $crate::provider::ProviderError> {
+                self.local.inspect(name)
+            }
+
+            async fn spawn_agent(
+                &self,
+                name: &str,
+                spec: &$crate::provider::ProcessSpec,
+            ) -> Result<$crate::provider::Process, $crate::provider::ProviderError> {
+                self.spawn(name, spec, $crate::provider::records::ProcKind::Agent)
+            }
+
+            async fn exec(
+                &self,
+                name: &str,
+                spec: &$crate::provider::ProcessSpec,
+            ) -> Result<$crate::provider::Process, $crate::provider::ProviderError> {
+                self.spawn(name, spec, $crate::provider::records::ProcKind::Exec)
+            }
+
+            async fn stop(
+                &self,
+                name: &str,
+            ) -> Result<$crate::provider::InstanceInfo, $crate::provider::ProviderError> {
+                self.local.stop(name).await
+            }
+
+            async fn remove(
+                &self,
+                name: &str,
+            ) -> Result<$crate::provider::InstanceInfo, $crate::provider::ProviderError> {
+                self.local.remove(name).await
+            }
+
+            async fn list(
+                &self,
+            ) -> Result<Vec<$crate::provider::InstanceInfo>, $crate::provider::ProviderError> {
+                self.local.list()
+            }
+        }
+    };
+}
+pub(crate) use local_provider;

@@ -25,7 +25,7 @@ use sandbox::{Home, MountOp, SandboxBuilder, SandboxSpec};
 use super::local::LocalInstances;
 use super::process::{Killer, Process, memfd_with, pass_fd, set_stdio};
 use super::records::{ProcKind, Record};
-use super::{InstanceConfig, InstanceInfo, Mount, ProcessSpec, Provider, ProviderError, ProviderKind};
+use super::{InstanceConfig, InstanceInfo, Mount, ProcessSpec, ProviderError, ProviderKind};
 
 pub struct NativeProvider {
     local: LocalInstances,
@@ -317,36 +317,4 @@ fn build_spec(record: &Record, process: &ProcessSpec) -> Result<SandboxSpec, Pro
     builder.build().map_err(|e| ProviderError::Invalid(e.to_string()))
 }
 
-impl Provider for NativeProvider {
-    fn kind(&self) -> ProviderKind {
-        ProviderKind::Native
-    }
-
-    async fn ensure(&self, config: &InstanceConfig) -> Result<InstanceInfo, ProviderError> {
-        self.ensure_blocking(config)
-    }
-
-    async fn inspect(&self, name: &str) -> Result<InstanceInfo, ProviderError> {
-        self.local.inspect(name)
-    }
-
-    async fn spawn_agent(&self, name: &str, spec: &ProcessSpec) -> Result<Process, ProviderError> {
-        self.spawn(name, spec, ProcKind::Agent)
-    }
-
-    async fn exec(&self, name: &str, spec: &ProcessSpec) -> Result<Process, ProviderError> {
-        self.spawn(name, spec, ProcKind::Exec)
-    }
-
-    async fn stop(&self, name: &str) -> Result<InstanceInfo, ProviderError> {
-        self.local.stop(name).await
-    }
-
-    async fn remove(&self, name: &str) -> Result<InstanceInfo, ProviderError> {
-        self.local.remove(name).await
-    }
-
-    async fn list(&self) -> Result<Vec<InstanceInfo>, ProviderError> {
-        self.local.list()
-    }
-}
+super::local::local_provider!(NativeProvider, ProviderKind::Native);
