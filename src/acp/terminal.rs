@@ -278,9 +278,16 @@ impl Terminals {
 /// since no kernel limit applies to a sandbox of a root daemon (rlimits
 /// exempt host root, and cgroups may not be delegated). `None` when the
 /// namespace cannot be read.
+///
+/// PID 1 is not dumpable: an unprivileged daemon may not look at its
+/// `ns/pid`, and reads the namespace through the command's process
+/// (`sandbox::reach`), then counts PID 1 itself. (The nested-sandbox
+/// portal's processes in there are not dumpable either, and go uncounted
+/// by such a daemon.)
 pub fn processes_in_pid_ns_of(pid: u32) -> Option<usize> {
     use std::os::unix::fs::MetadataExt;
-    let ns = std::fs::metadata(format!("/proc/{pid}/ns/pid")).ok()?;
+    let through = sandbox::reach::entry(pid as i32).ok()?;
+    let ns = std::fs::metadata(format!("/proc/{}/ns/pid", through.pid)).ok()?;
     let key = (ns.dev(), ns.ino());
     let count = std::fs::read_dir("/proc")
         .ok()?
@@ -288,7 +295,8 @@ pub fn processes_in_pid_ns_of(pid: u32) -> Option<usize> {
         .filter(|e| e.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())))
         .filter(|e| std::fs::metadata(e.path().join("ns/pid")).is_ok_and(|m| (m.dev(), m.ino()) == key))
         .count();
-    Some(count)
+    let pid1_unseen = through.pid != pid as i32;
+    Some(count + usize::from(pid1_unseen))
 }
 
 /// The limit the agent asked for: default 2 MiB, at most 64 MiB.
