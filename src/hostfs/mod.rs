@@ -1,7 +1,9 @@
-//! The host-side filesystem layer: every host-side consumer (the input
-//! applier, the ACP host's `fs/*`, skill jobs, the daemon's control
-//! actions) resolves paths inside a root, writes atomically and creates
-//! directories through here.
+//! The host-side filesystem layer: the input applier, skill jobs and the
+//! daemon's control actions resolve paths inside a root, write atomically
+//! and create directories through here. The ACP host's `fs/*`
+//! (`acp/fs.rs`) still walks on its own (component by component, for the
+//! guest mounts and the allowed prefixes it checks on the way): moving it
+//! here is left for issue 16.
 //!
 //! | module | job |
 //! |---|---|
