@@ -4,9 +4,12 @@
 pub mod acp;
 pub mod bwrap;
 pub mod env;
+pub mod exe;
+pub mod hostfs;
 pub mod inputs;
 pub mod launcher;
 pub mod manifest;
+pub mod pidfd;
 pub mod provider;
 pub mod proxy;
 pub mod skills;

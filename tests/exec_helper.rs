@@ -21,6 +21,7 @@ fn exec_spec_with(fx: &Fixture, spec_json: &[u8], options: &[&str]) -> std::proc
     let mut fds = [0; 2];
     // SAFETY: pipe2 fills two descriptors that we then own.
     assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: pipe2 just returned these two descriptors, owned by nobody else.
     let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
     let mut args = vec!["__exec", "--spec-fd", "3"];
     args.extend_from_slice(options);

@@ -89,8 +89,11 @@ fn ticks(b: &Backend, n: usize) -> Vec<(String, Instant)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_daemons_on_three_hosts_under_one_backend() {
-    // SAFETY: geteuid cannot fail.
-    assert_eq!(unsafe { libc::geteuid() }, 0, "the network namespaces need root (CI runs the suite as root)");
+    assert_eq!(
+        nix::unistd::geteuid().as_raw(),
+        0,
+        "the network namespaces need root (CI runs the suite as root)"
+    );
     let hosts: Vec<NetHolder> = (0..HOSTS).map(|_| NetHolder::start()).collect();
     let listener = private_network(&hosts.iter().map(NetHolder::pid).collect::<Vec<_>>(), 0);
     let port = listener.local_addr().unwrap().port();

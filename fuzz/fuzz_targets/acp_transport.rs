@@ -45,7 +45,7 @@ fuzz_target!(|data: &[u8]| {
         let fs = GuestFs::tree_root(&tree, ALLOWED);
         let spawner: Spawner = Arc::new(|_spec| Box::pin(async { Err("fuzz: no processes".to_string()) }));
         let client = Arc::new(Client::new(
-            d.clone(),
+            d.acp_context(),
             "run-fuzz".into(),
             "tuixiu-run-run-fuzz".into(),
             fs,

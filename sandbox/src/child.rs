@@ -276,13 +276,13 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
         exec_command(plan, fds.report, caller_umask);
     }
     let start = CommandStart { plan, report: fds.report, umask: caller_umask };
+    let start = &start as *const CommandStart as *mut _;
     // SAFETY: `command_main` only execs or `_exit`s, and changes nothing we
     // use afterwards (it resets its own signal dispositions, umask and
     // descriptors, which are its own: no CLONE_SIGHAND/FS/FILES). This
     // process is single-threaded and starts PID 2 once, on the stack the
     // plan holds for it; `start` outlives the child's use of it, since we
     // are suspended until the child execs or exits.
-    let start = &start as *const CommandStart as *mut _;
     let pid = unsafe { sys::spawn_vfork(&plan.command_stack, command_main, start) }
         .map_err(|e| fail("start the command", "clone(CLONE_VM|CLONE_VFORK)", c"", e))?;
     // The report pipe now belongs to the command: its close-on-exec end is

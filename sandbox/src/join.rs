@@ -149,6 +149,7 @@ pub fn join(
     on_started(child);
     // Relay signals to the command's process group until it ends.
     let status = loop {
+        // SAFETY: siginfo_t is plain data, for which all zeroes is a value.
         let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
         // SAFETY: a valid blocked set and an out pointer.
         let sig = unsafe { libc::sigwaitinfo(&watched, &mut info) };

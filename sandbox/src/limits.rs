@@ -275,8 +275,7 @@ pub fn delegation(wanted: &[&str]) -> Result<(PathBuf, Vec<String>), String> {
     if let Some(own) = own_cgroup_dir() {
         candidates.push(own);
     }
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } == 0 && !candidates.contains(&mount) {
+    if nix::unistd::geteuid().is_root() && !candidates.contains(&mount) {
         candidates.push(mount.clone());
     }
     let mut reasons = Vec::new();

@@ -322,8 +322,7 @@ fn guest_rel(what: &str, path: &str) -> Result<(String, CString), SpecError> {
 
 /// The `(uid, gid)` the launcher runs as.
 pub(crate) fn own_ids() -> (u32, u32) {
-    // SAFETY: geteuid/getegid cannot fail.
-    unsafe { (libc::geteuid(), libc::getegid()) }
+    (nix::unistd::geteuid().as_raw(), nix::unistd::getegid().as_raw())
 }
 
 impl Plan {
@@ -1235,7 +1234,86 @@ impl ExecPlan {
 
 #[cfg(test)]
 mod tests {
-    use super::child_rel;
+    use super::*;
+    use crate::builder::{Home, SandboxBuilder};
+
+    /// `sh` in a sandbox with this workspace, planned (not run).
+    fn plan_of(builder: impl FnOnce(SandboxBuilder) -> SandboxBuilder) -> Result<Plan, SpecError> {
+        let ws = std::env::temp_dir();
+        let spec = builder(SandboxBuilder::new("sh").arg("-c").arg("true").workspace(&ws).home(Home::Tmpfs))
+            .build()?;
+        Plan::prepare(&spec, None)
+    }
+
+    fn dsts(plan: &Plan) -> Vec<String> {
+        plan.steps
+            .iter()
+            .filter_map(|s| match &s.action {
+                Action::Bind { dst, .. } | Action::Fs { dst, .. } | Action::Dir { dst, .. } => {
+                    Some(dst.to_string_lossy().into_owned())
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_standard_layout_is_planned_in_order() {
+        let plan = plan_of(|b| b).unwrap();
+        let dsts = dsts(&plan);
+        let at =
+            |d: &str| dsts.iter().position(|x| x == d).unwrap_or_else(|| panic!("no step for {d}: {dsts:?}"));
+        // builder.rs's order: /dev, /tmp, /workspace, the home, then the
+        // generated passwd and group (the system view comes before them as
+        // binds or, for a root-mapped user, idmapped trees).
+        assert!(at("dev") < at("tmp") && at("tmp") < at("workspace"), "{dsts:?}");
+        assert!(at("workspace") < at("home/agent") && at("home/agent") < at("etc/passwd"), "{dsts:?}");
+        assert!(plan.clone_flags & libc::CLONE_NEWUSER as c_ulong != 0);
+        assert!(plan.clone_flags & libc::CLONE_NEWPID as c_ulong != 0);
+        // The workspace bind's source is the canonical host directory.
+        let ws = std::fs::canonicalize(std::env::temp_dir()).unwrap();
+        let rel = ws.strip_prefix("/").unwrap().to_str().unwrap();
+        assert!(plan.host_sources.iter().any(|h| h.src.to_str() == Ok(rel)), "no host source {rel}");
+        assert!(plan.portal.is_none() && plan.nested.is_none());
+    }
+
+    #[test]
+    fn network_off_adds_a_network_namespace() {
+        // One plan at a time: a plan owns launcher-side resources (the
+        // idmap helper) meant for one launch.
+        let on = plan_of(|b| b.network(Network::On)).unwrap();
+        assert_eq!(on.clone_flags & libc::CLONE_NEWNET as c_ulong, 0);
+        assert!(!on.network_off);
+        drop(on);
+        let off = plan_of(|b| b.network(Network::Off)).unwrap();
+        assert_ne!(off.clone_flags & libc::CLONE_NEWNET as c_ulong, 0);
+        assert!(off.network_off);
+    }
+
+    #[test]
+    fn the_command_is_looked_up_on_the_sandbox_path() {
+        let plan = plan_of(|b| b.cwd("/workspace")).unwrap();
+        assert_eq!(plan.exec.program, "sh");
+        assert!(
+            plan.exec.candidates.iter().any(|c| c.to_bytes().ends_with(b"/bin/sh")),
+            "{:?}",
+            plan.exec.candidates
+        );
+        // The argv array ends with a null pointer.
+        assert_eq!(plan.exec.argv_ptrs.len(), 4);
+        assert!(plan.exec.argv_ptrs[3].is_null());
+    }
+
+    #[test]
+    fn a_missing_bind_source_fails_before_clone_with_its_path() {
+        let missing = std::env::temp_dir().join(format!("tuixiu-prepare-missing-{}", std::process::id()));
+        let err = plan_of(|b| {
+            b.mount(MountOp::Bind { src: missing.clone(), dst: "/data".into(), access: Access::Ro })
+        })
+        .err()
+        .expect("a missing source is refused");
+        assert!(err.to_string().contains(&missing.display().to_string()), "{err}");
+    }
 
     #[test]
     fn child_rel_joins_without_stray_slashes() {

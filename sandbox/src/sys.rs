@@ -215,7 +215,12 @@ pub fn mount_clearattr(fd: BorrowedFd<'_>, clear: u64) -> SysResult<()> {
 }
 
 fn mount_setattr_both(fd: BorrowedFd<'_>, set: u64, clear: u64, recursive: bool) -> SysResult<()> {
-    let mut attr = libc::mount_attr { attr_set: set, attr_clr: clear, propagation: 0, userns_fd: 0 };
+    let attr = libc::mount_attr { attr_set: set, attr_clr: clear, propagation: 0, userns_fd: 0 };
+    mount_setattr_raw(fd, attr, recursive)
+}
+
+/// The one raw `mount_setattr` (`AT_EMPTY_PATH`, `AT_RECURSIVE` with `recursive`).
+fn mount_setattr_raw(fd: BorrowedFd<'_>, mut attr: libc::mount_attr, recursive: bool) -> SysResult<()> {
     let mut flags = libc::AT_EMPTY_PATH as c_uint;
     if recursive {
         flags |= libc::AT_RECURSIVE as c_uint;
@@ -829,23 +834,11 @@ pub fn setrlimit(resource: c_int, value: u64) -> SysResult<()> {
 /// Recursive `mount_setattr` that adds `attrs` and an idmap (the user
 /// namespace `userns_fd`) to every mount of the detached tree `fd`.
 pub fn mount_setattr_idmap(fd: BorrowedFd<'_>, attrs: u64, userns_fd: RawFd) -> SysResult<()> {
-    let mut attr = libc::mount_attr {
+    let attr = libc::mount_attr {
         attr_set: attrs | libc::MOUNT_ATTR_IDMAP,
         attr_clr: 0,
         propagation: 0,
         userns_fd: userns_fd as u64,
     };
-    let flags = (libc::AT_EMPTY_PATH | libc::AT_RECURSIVE) as c_uint;
-    // SAFETY: `attr` is a valid, initialized mount_attr and its size is passed.
-    check_long(unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            fd.as_raw_fd(),
-            c"".as_ptr(),
-            flags,
-            &mut attr as *mut libc::mount_attr,
-            std::mem::size_of::<libc::mount_attr>(),
-        )
-    })
-    .map(drop)
+    mount_setattr_raw(fd, attr, true)
 }

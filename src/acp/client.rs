@@ -13,18 +13,15 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
 use super::fs::{FsError, GuestFs};
+use super::port::{Context, PermissionPolicy};
 use super::terminal::{self, Terminal, Terminals};
 use super::transport::{BoxFuture, Handler, RpcError, UpdateParams, code};
-use crate::proxy::Daemon;
-use crate::proxy::config::PermissionPolicy;
-use crate::proxy::protocol::proxy_update;
 
 /// Starts a terminal's process in the run's sandbox.
 pub type Spawner = Arc<
@@ -44,7 +41,7 @@ struct Pending {
 
 /// The client side of one agent process.
 pub struct Client {
-    pub d: Arc<Daemon>,
+    pub cx: Context,
     pub run_id: String,
     /// `run_id` as a JSON string, and shared, for the update relay.
     run_id_json: String,
@@ -100,7 +97,7 @@ fn opt_u64(params: &Value, key: &str) -> Result<Option<u64>, RpcError> {
 impl Client {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
-        d: Arc<Daemon>,
+        cx: Context,
         run_id: String,
         instance: String,
         fs: Result<GuestFs, String>,
@@ -108,13 +105,13 @@ impl Client {
         env: Vec<(String, String)>,
         home_guest: String,
     ) -> Client {
-        let policy = d.cfg.permission_policy;
+        let policy = cx.settings.permission_policy;
         let (fs, fs_error) = match fs {
             Ok(fs) => (Some(fs), String::new()),
             Err(e) => (None, e),
         };
         Client {
-            d,
+            cx,
             run_id_json: serde_json::to_string(&run_id).expect("a string"),
             run_id_shared: Arc::from(run_id.as_str()),
             run_id,
@@ -146,7 +143,8 @@ impl Client {
     async fn read(&self, p: Value) -> Result<Value, RpcError> {
         let path = str_param(&p, "path")?;
         let (line, limit) = (opt_u64(&p, "line")?, opt_u64(&p, "limit")?);
-        let content = self.fs()?.read(path, line, limit, self.d.cfg.fs_read_max_bytes).map_err(fs_error)?;
+        let content =
+            self.fs()?.read(path, line, limit, self.cx.settings.fs_read_max_bytes).map_err(fs_error)?;
         Ok(json!({"content": content}))
     }
 
@@ -219,14 +217,14 @@ impl Client {
     /// The run's bounds (docs/acp.md, "terminal/*"): terminals held at
     /// once, and processes in the run's sandbox, which the daemon counts.
     fn terminal_slot(&self) -> Result<terminal::Slot<'_>, RpcError> {
-        let max = self.d.cfg.run_max_terminals;
+        let max = self.cx.settings.run_max_terminals;
         let slot = self.terminals.reserve(max).ok_or_else(|| {
             RpcError::internal(format!(
                 "terminal/create: this run already holds {max} terminals, the daemon's limit \
                  (run_max_terminals); release finished ones first"
             ))
         })?;
-        let max = self.d.cfg.run_max_processes;
+        let max = self.cx.settings.run_max_processes;
         // Native: the agent's pid namespace (the agent, everything it
         // started, the terminals' commands); elsewhere the agent and the
         // terminals still running.
@@ -283,13 +281,13 @@ impl Client {
                     }
                 }
                 let _forget = Forget(self, key.clone());
-                self.d.outbox.push(&proxy_update(
+                self.cx.sink.update(
                     &self.run_id,
                     json!({"type": "permission_request", "request_id": key, "session_id": session_id,
                            "prompt_id": self.prompt_id(), "tool_call": p.get("toolCall").cloned().unwrap_or(Value::Null),
                            "options": p.get("options").cloned().unwrap_or(json!([]))}),
-                ));
-                let timeout = Duration::from_secs(self.d.cfg.permission_timeout_seconds);
+                );
+                let timeout = self.cx.settings.permission_timeout;
                 match tokio::time::timeout(timeout, rx).await {
                     Ok(Ok(outcome)) => Ok(outcome),
                     Ok(Err(_)) => Ok(cancelled),
@@ -404,7 +402,7 @@ impl Client {
         text.push_str(r#","update":"#);
         text.push_str(update);
         text.push('}');
-        self.d.outbox.push_text(text, "acp_update", &self.run_id_shared);
+        self.cx.sink.message_text(text, "acp_update", &self.run_id_shared);
     }
 }
 
@@ -420,11 +418,15 @@ impl Handler for Client {
         } else {
             // The params stay the agent's text: a tree (`json!`) cannot hold
             // every number JSON allows (`1e999`), and the relay drops nothing.
-            self.d.outbox.push(&AcpMessage {
+            let msg = AcpMessage {
                 kind: "acp_message",
                 run_id: &self.run_id,
                 message: RawNotification { jsonrpc: "2.0", method, params },
-            });
+            };
+            match serde_json::to_string(&msg) {
+                Ok(text) => self.cx.sink.message_text(text, "acp_message", &self.run_id_shared),
+                Err(e) => tracing::error!("run {}: {method} could not be relayed: {e}", self.run_id),
+            }
         }
     }
 
@@ -433,11 +435,10 @@ impl Handler for Client {
     }
 
     fn backpressure(&self) -> Option<BoxFuture<()>> {
-        if !self.d.outbox.is_backed_up() {
+        if !self.cx.sink.is_backed_up() {
             return None;
         }
-        let d = self.d.clone();
-        Some(Box::pin(async move { d.outbox.wait_for_room().await }))
+        Some(self.cx.sink.clone().wait_for_room())
     }
 
     fn request(
@@ -455,7 +456,7 @@ impl Handler for Client {
                     ),
                 ))
             };
-            let terminals = self.d.cfg.sandbox.terminal_enabled;
+            let terminals = self.cx.settings.terminal_enabled;
             match method.as_str() {
                 "fs/read_text_file" => self.read(params).await,
                 "fs/write_text_file" => self.write(params).await,
@@ -501,6 +502,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
+    use crate::proxy::Daemon;
     use crate::proxy::config::Config;
 
     // Found by the acp_transport fuzz target: `json!` turned the params
@@ -520,7 +522,7 @@ mod tests {
         let d = Arc::new(Daemon::new(cfg, "p".into()).unwrap());
         let spawner: Spawner = Arc::new(|_| Box::pin(async { Err("no processes".to_string()) }));
         let client = Client::new(
-            d.clone(),
+            d.acp_context(),
             "r1".into(),
             "i".into(),
             Err("no fs".into()),

@@ -509,8 +509,7 @@ impl GuestFs {
             file.write_all(content.as_bytes()).map_err(|e| FsError::Failed(format!("write {path}: {e}")))?;
             nix::sys::stat::fchmod(file.as_fd(), Mode::from_bits_truncate(mode))
                 .map_err(|e| sys("fchmod", path, e))?;
-            // SAFETY: geteuid cannot fail.
-            if unsafe { libc::geteuid() } == 0
+            if nix::unistd::geteuid().is_root()
                 && let Some((uid, gid)) = owner
             {
                 let _ = nix::unistd::fchown(file.as_fd(), Some(uid.into()), Some(gid.into()));

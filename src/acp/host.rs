@@ -15,10 +15,9 @@ use tokio::io::AsyncBufReadExt;
 use tokio::sync::watch;
 
 use super::client::Client;
+use super::port::Context;
 use super::transport::{CallError, Transport, code};
 use crate::provider::{ExitStatus, Killer, Process};
-use crate::proxy::Daemon;
-use crate::proxy::protocol::proxy_update;
 
 /// The protocol version this client speaks.
 pub const PROTOCOL_VERSION: u64 = 1;
@@ -46,7 +45,7 @@ pub struct Agent {
     exited: watch::Receiver<Option<ExitStatus>>,
     /// Set when the daemon itself shuts the agent down (no `acp_exit`).
     pub closing: Arc<AtomicBool>,
-    d: Arc<Daemon>,
+    cx: Context,
     run_id: String,
 }
 
@@ -67,7 +66,7 @@ impl Agent {
     /// its exit calls `on_exit` (after `transport_disconnected` and, unless
     /// the daemon closed it, `acp_exit`).
     pub fn attach(
-        d: Arc<Daemon>,
+        cx: Context,
         run_id: &str,
         instance: &str,
         mut process: Process,
@@ -78,18 +77,15 @@ impl Agent {
             return Err("the agent process has no stdio pipes".into());
         };
         if let Some(stderr) = process.stderr.take() {
-            let (d, run) = (d.clone(), run_id.to_string());
+            let (sink, run) = (cx.sink.clone(), run_id.to_string());
             tokio::spawn(async move {
                 let mut lines = tokio::io::BufReader::new(stderr).split(b'\n');
                 while let Ok(Some(line)) = lines.next_segment().await {
                     let text = String::from_utf8_lossy(&line);
                     let text = text.trim_end();
                     if !text.is_empty() {
-                        let text = d.redact(text);
-                        d.outbox.push(&proxy_update(
-                            &run,
-                            json!({"type": "text", "text": format!("[agent:stderr] {text}")}),
-                        ));
+                        let text = sink.redact(text);
+                        sink.update(&run, json!({"type": "text", "text": format!("[agent:stderr] {text}")}));
                     }
                 }
             });
@@ -100,8 +96,8 @@ impl Agent {
         let (tx, rx) = watch::channel(None);
         let closing = Arc::new(AtomicBool::new(false));
         {
-            let (d, run, instance, closing, client) =
-                (d.clone(), run_id.to_string(), instance.to_string(), closing.clone(), client.clone());
+            let (sink, run, instance, closing, client) =
+                (cx.sink.clone(), run_id.to_string(), instance.to_string(), closing.clone(), client.clone());
             tokio::spawn(async move {
                 let status = match process.wait().await {
                     Ok(s) => s,
@@ -113,20 +109,13 @@ impl Agent {
                 client.terminals.kill_all().await;
                 let signal = status.signal.map(super::terminal::signal_name);
                 tracing::info!("run {run}: agent exited (code {:?}, signal {:?})", status.code, signal);
-                d.outbox.push(&proxy_update(&run, json!({"type": "transport_disconnected", "instance_name": instance,
-                    "code": status.code, "signal": signal, "at": crate::proxy::now_iso(), "reason": "agent_exit"})));
-                if !closing.load(Ordering::SeqCst) {
-                    d.outbox.push(&json!({"type": "acp_exit", "run_id": run, "instance_name": instance,
-                        "code": status.code, "signal": signal}));
-                }
+                let report_exit = !closing.load(Ordering::SeqCst);
+                sink.agent_exited(&run, &instance, status.code, signal.as_deref(), report_exit);
                 let _ = tx.send(Some(status));
                 on_exit(status);
             });
         }
-        d.outbox.push(&proxy_update(
-            run_id,
-            json!({"type": "transport_connected", "instance_name": instance, "at": crate::proxy::now_iso()}),
-        ));
+        cx.sink.agent_connected(run_id, instance);
         Ok(Arc::new(Agent {
             transport,
             client,
@@ -137,7 +126,7 @@ impl Agent {
             exited: rx,
             closing,
             run_id: run_id.to_string(),
-            d,
+            cx,
         }))
     }
 
@@ -146,7 +135,7 @@ impl Agent {
     }
 
     fn timeout(&self) -> Duration {
-        Duration::from_secs(self.d.cfg.acp_request_timeout_seconds)
+        self.cx.settings.request_timeout
     }
 
     /// `initialize` with protocol version 1 and our capabilities.
@@ -155,7 +144,7 @@ impl Agent {
             "protocolVersion": PROTOCOL_VERSION,
             "clientCapabilities": {
                 "fs": {"readTextFile": true, "writeTextFile": true},
-                "terminal": self.d.cfg.sandbox.terminal_enabled,
+                "terminal": self.cx.settings.terminal_enabled,
             },
             "clientInfo": {"name": "tuixiu-sandbox", "title": "tuixiu-sandbox proxy", "version": env!("CARGO_PKG_VERSION")},
         });
@@ -207,7 +196,7 @@ impl Agent {
         };
         lock(&self.sessions).insert(id.to_string());
         let push = |update: Value| {
-            self.d.outbox.push(
+            self.cx.sink.message(
                 &json!({"type": "acp_update", "run_id": self.run_id, "prompt_id": self.client.prompt_id(),
                 "session_id": id, "update": update}),
             );
@@ -378,7 +367,7 @@ impl Agent {
             .await
             .map_err(|e| format!("{method}: {}", call_text(&e)))?;
         if let Some(opts) = result.get("configOptions").filter(|v| v.is_array()) {
-            self.d.outbox.push(&json!({"type": "acp_update", "run_id": self.run_id, "prompt_id": self.client.prompt_id(),
+            self.cx.sink.message(&json!({"type": "acp_update", "run_id": self.run_id, "prompt_id": self.client.prompt_id(),
                 "session_id": session_id, "update": {"sessionUpdate": "config_option_update", "configOptions": opts}}));
         }
         Ok(())
@@ -390,7 +379,7 @@ impl Agent {
         self.closing.store(true, Ordering::SeqCst);
         tracing::info!("run {}: closing the agent ({reason})", self.run_id);
         self.transport.close_stdin();
-        let grace = Duration::from_secs(self.d.cfg.agent_shutdown_grace_seconds);
+        let grace = self.cx.settings.shutdown_grace;
         let mut rx = self.exited.clone();
         let wait = |rx: &mut watch::Receiver<Option<ExitStatus>>, t: Duration| {
             let mut rx = rx.clone();

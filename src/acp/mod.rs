@@ -7,11 +7,13 @@
 //! | [`client`] | the methods the agent calls: `fs/*`, `terminal/*`, `session/request_permission`; anything else `-32601` |
 //! | [`fs`] | paths resolved inside the sandbox's own tree, confined to the workspace and home |
 //! | [`terminal`] | terminal processes, their bounded output, exit status |
+//! | [`port`] | what the host needs from the daemon, and owns: [`port::Settings`], the [`port::Sink`] for its reports |
 //!
 //! See docs/acp.md.
 
 pub mod client;
 pub mod fs;
 pub mod host;
+pub mod port;
 pub mod terminal;
 pub mod transport;

@@ -471,8 +471,7 @@ fn nested(proc: ProcMode) -> Row {
 
 fn cgroups() -> Row {
     const ALL: [&str; 3] = ["memory", "cpu", "pids"];
-    // SAFETY: geteuid/getegid cannot fail.
-    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let (uid, gid) = (nix::unistd::geteuid().as_raw(), nix::unistd::getegid().as_raw());
     // `run`'s sandbox user maps onto the caller's ids by default.
     let host_root = sandbox::idmap::host_root(uid, gid).0;
     let (detail, usable) = match sandbox::limits::delegation(&ALL) {

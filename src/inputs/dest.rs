@@ -15,8 +15,8 @@ use std::path::PathBuf;
 use nix::fcntl::OFlag;
 use nix::sys::stat::{Mode, fstat};
 
-use super::fsx::{self, FsError, fs_err};
 use super::plan::Layout;
+use crate::hostfs::root::{self as fsx, FsError, fs_err};
 use crate::manifest::Root;
 
 /// What happened to a bind item.

@@ -30,9 +30,9 @@ use sha2::{Digest, Sha256};
 use url::Url;
 
 use super::error::{Code, InputError};
-use super::fsx;
 use super::plan::display_url;
 use crate::env::Redactor;
+use crate::hostfs::root as fsx;
 
 /// A value that must never be printed (`Debug` shows `[REDACTED]`).
 #[derive(Clone, PartialEq, Eq)]
@@ -224,8 +224,7 @@ impl Cache {
 /// directory of ours that nobody else may enter (the temporary directory
 /// is shared: another user could have made it first, or a link in its place).
 fn per_user_temp_dir() -> Result<PathBuf, String> {
-    // SAFETY: geteuid cannot fail.
-    let uid = unsafe { libc::geteuid() };
+    let uid = nix::unistd::geteuid().as_raw();
     let dir = std::env::temp_dir().join(format!("tuixiu-sandbox-{uid}"));
     let shown =
         |e: &std::io::Error| format!("input cache {}: {}", dir.display(), sandbox::error::io_error_text(e));
@@ -253,8 +252,7 @@ fn private_dir(dir: &Path) -> Result<(), String> {
     }
     let meta = std::fs::symlink_metadata(dir)
         .map_err(|e| format!("input cache {}: {}", dir.display(), sandbox::error::io_error_text(&e)))?;
-    // SAFETY: geteuid cannot fail.
-    let uid = unsafe { libc::geteuid() };
+    let uid = nix::unistd::geteuid().as_raw();
     if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o022 != 0 {
         return Err(format!(
             "input cache {} must be a directory owned by uid {uid} and writable only by it (choose another with --inputs-cache)",

@@ -14,7 +14,7 @@ use nix::sys::stat::{Mode, SFlag, fstat, fstatat, mkdirat};
 use nix::unistd::symlinkat;
 
 use super::error::{Code, InputError};
-use super::fsx::{self, FsError, fs_err};
+use crate::hostfs::root::{self as fsx, FsError, fs_err};
 
 /// The host directories that hostPath sources may come from (canonical).
 #[derive(Clone, Debug, Default)]

@@ -41,7 +41,7 @@ mod audit;
 mod dest;
 mod download;
 mod error;
-pub mod fsx;
+pub use crate::hostfs::root as fsx;
 mod git;
 mod hostpath;
 mod plan;
@@ -203,8 +203,7 @@ fn checkout_dir(id: &str) -> Result<(tempfile::TempDir, std::os::fd::OwnedFd), I
         if let Ok(tmp) =
             nix::fcntl::open(&std::env::temp_dir(), fsx::dir_read_flags(), nix::sys::stat::Mode::empty())
         {
-            // SAFETY: geteuid cannot fail.
-            let uid = unsafe { libc::geteuid() };
+            let uid = nix::unistd::geteuid().as_raw();
             fsx::sweep_unlocked(tmp.as_fd(), is_checkout_name, Some(uid));
         }
     });

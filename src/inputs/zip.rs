@@ -30,7 +30,7 @@ use nix::errno::Errno;
 use nix::fcntl::{OFlag, openat};
 use nix::sys::stat::{Mode, mkdirat};
 
-use super::fsx;
+use crate::hostfs::root as fsx;
 
 mod entry;
 mod pool;

@@ -213,8 +213,7 @@ impl RunArgs {
         if self.map_uid.is_none() && self.map_gid.is_none() {
             return Ok(None);
         }
-        // SAFETY: geteuid/getegid cannot fail.
-        let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        let (euid, egid) = (nix::unistd::geteuid().as_raw(), nix::unistd::getegid().as_raw());
         if euid != 0 {
             return Err(
                 "--map-uid/--map-gid: only a root caller can map the sandbox user onto other host ids".into(),

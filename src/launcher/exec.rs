@@ -18,7 +18,7 @@ pub fn main(args: ExecArgs) -> u8 {
         report_error(format!("--spec-fd {}: must be a descriptor above stderr", args.spec_fd));
         return EXIT_TOOL_ERROR;
     }
-    if let Err(e) = super::run::check_fd(args.spec_fd) {
+    if let Err(e) = super::launch::check_fd(args.spec_fd) {
         report_error(format!("--spec-fd {}: {}", args.spec_fd, sandbox::error::io_error_text(&e)));
         return EXIT_TOOL_ERROR;
     }
@@ -49,7 +49,7 @@ pub fn main(args: ExecArgs) -> u8 {
         spec.nested = nested == super::args::NestedArg::On;
     }
     if let Some(fd) = args.lifeline_fd
-        && let Err(e) = super::run::check_fd(fd)
+        && let Err(e) = super::launch::check_fd(fd)
     {
         report_error(format!("--lifeline-fd {fd}: {}", sandbox::error::io_error_text(&e)));
         return EXIT_TOOL_ERROR;
@@ -57,7 +57,7 @@ pub fn main(args: ExecArgs) -> u8 {
     match args.join_pid {
         // The status line carries the command's host pid: it leads its own
         // process group (setsid), which is how the caller kills all of it.
-        Some(pid) => super::run::report_launch(args.json_status_fd, |options| {
+        Some(pid) => super::launch::report_launch(args.json_status_fd, |options| {
             let fd = options.json_status_fd;
             sandbox::join(&spec, pid, |child| {
                 if let Some(fd) = fd {
@@ -69,7 +69,7 @@ pub fn main(args: ExecArgs) -> u8 {
         }),
         // A joined process lives in the sandbox of one that has the
         // lifeline: it ends with that sandbox's PID 1.
-        None => super::run::report_launch(args.json_status_fd, |options| {
+        None => super::launch::report_launch(args.json_status_fd, |options| {
             let options = sandbox::LaunchOptions { lifeline_fd: args.lifeline_fd, ..options.clone() };
             sandbox::launch(&spec, &options)
         }),

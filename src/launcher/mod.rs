@@ -13,6 +13,7 @@
 pub mod args;
 pub mod exec;
 pub mod fast_args;
+pub mod launch;
 pub mod log;
 pub mod run;
 pub mod run_inputs;
@@ -20,7 +21,6 @@ pub mod units;
 
 use std::ffi::OsString;
 use std::io::IsTerminal;
-use std::path::PathBuf;
 
 use args::{ProviderArg, RunArgs};
 
@@ -28,12 +28,7 @@ use args::{ProviderArg, RunArgs};
 /// as docker and podman use it.
 pub const EXIT_TOOL_ERROR: u8 = sandbox::EXIT_SETUP_FAILED;
 
-/// File name of the small launcher binary.
-pub const LAUNCHER_NAME: &str = "tuixiu-sandbox";
-/// File name of the full tool, installed next to the launcher.
-pub const FULL_NAME: &str = "tuixiu-sandbox-full";
-/// File name of the daemon's own binary (`proxy`), installed next to it.
-pub const DAEMON_NAME: &str = "tuixiu-sandbox-proxy";
+pub use crate::exe::{DAEMON_NAME, FULL_NAME, LAUNCHER_NAME, full_exe, launcher_exe};
 
 /// What the launcher needs of the set-up Rust's runtime does before `main`,
 /// for a binary that skips it (`#![no_main]`): SIGPIPE ignored, so writing
@@ -134,37 +129,12 @@ pub fn needs_full(args: &RunArgs) -> bool {
         || args.provider.instance_name.is_some()
 }
 
-/// `name` next to the running executable.
-fn sibling(name: &str) -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    Some(exe.parent()?.join(name))
-}
-
-/// The full tool, next to the running executable.
-pub fn full_exe() -> Result<PathBuf, String> {
-    sibling(FULL_NAME).ok_or_else(|| "cannot locate this executable (is /proc mounted?)".to_string())
-}
-
-/// The fast launcher for `__exec`: the small binary next to this one when
-/// it is there, else this executable (which handles `__exec` too).
-pub fn launcher_exe() -> std::io::Result<PathBuf> {
-    match sibling(LAUNCHER_NAME) {
-        Some(path) if is_executable(&path) => Ok(path),
-        _ => std::env::current_exe(),
-    }
-}
-
-fn is_executable(path: &std::path::Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-}
-
 /// Replaces this process with the daemon's binary for `proxy` (the full
 /// tool when it is not installed), same arguments. Returns only on
 /// failure, with the exit status to use.
 pub fn exec_daemon(argv: &[OsString]) -> u8 {
-    match sibling(DAEMON_NAME) {
-        Some(daemon) if is_executable(&daemon) => exec_tool(&daemon, argv),
+    match crate::exe::sibling(DAEMON_NAME) {
+        Some(daemon) if crate::exe::is_executable(&daemon) => exec_tool(&daemon, argv),
         _ => exec_full(argv),
     }
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use sandbox::{Access, DeferredBind, MountOp, SandboxBuilder, UserView};
 
 use super::args::{RunArgs, RunGiven};
-use super::run::{Built, report_launch};
+use super::launch::{Built, report_launch};
 use super::{EXIT_TOOL_ERROR, report_error};
 use crate::env::{self, Allowlist, Redactor, UserVars};
 use crate::inputs::{
@@ -333,9 +333,7 @@ pub fn fetch_options(
     if let Some(c) = &credentials {
         redactor.add(c.password.expose());
     }
-
-    // SAFETY: geteuid/getegid cannot fail.
-    let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let (euid, egid) = (nix::unistd::geteuid().as_raw(), nix::unistd::getegid().as_raw());
     let owner =
         (euid == 0 && given.map_ids).then(|| (args.map_uid.unwrap_or(euid), args.map_gid.unwrap_or(egid)));
 

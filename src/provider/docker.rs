@@ -25,6 +25,7 @@ pub mod argv;
 mod inspect;
 mod volumes;
 
+pub use argv::kill_command;
 pub use volumes::{SCRATCH, Volumes, as_container_user, as_user};
 
 use self::inspect::Inspected;
@@ -37,8 +38,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use self::argv::{AGENT_MODE_EXEC, EXEC_MARKER, InstancePaths, LABEL_AGENT_MODE, LABEL_MANAGED};
-use super::native::set_stdio;
-use super::process::{Killer, Process, memfd_with, pass_fd, random_hex};
+use super::process::{Killer, Process, memfd_with, pass_fd, random_hex, set_stdio};
 use super::records::{make_private_dir, restrict_dir};
 use super::{
     InstanceConfig, InstanceInfo, InstanceStatus, Mount, ProcessSpec, Provider, ProviderError, ProviderKind,
@@ -606,20 +606,6 @@ fn clip(text: &str) -> String {
         cut -= 1;
     }
     format!("{}…", &one_line[..cut])
-}
-
-/// The command that signals the processes of one exec inside a container.
-pub fn kill_command(
-    cli: &str,
-    container: &str,
-    user: Option<&str>,
-    exec_id: &str,
-    signal: i32,
-) -> std::process::Command {
-    let mut cmd = std::process::Command::new(cli);
-    cmd.args(argv::kill(container, user, exec_id, signal));
-    cmd.stdin(std::process::Stdio::null());
-    cmd
 }
 
 impl Provider for DockerProvider {

@@ -13,10 +13,10 @@ use std::path::{Path, PathBuf};
 use sandbox::{DEFAULT_PATH, Network, UserView, set_var};
 
 use super::local::LocalInstances;
-use super::native::set_stdio;
+use super::process::set_stdio;
 use super::process::{Killer, Process};
 use super::records::{ProcKind, make_private_dir};
-use super::{InstanceConfig, InstanceInfo, ProcessSpec, Provider, ProviderError, ProviderKind};
+use super::{InstanceConfig, InstanceInfo, ProcessSpec, ProviderError, ProviderKind};
 
 /// Printed (as a warning) every time the host provider starts a process.
 pub const WARNING: &str =
@@ -200,39 +200,7 @@ fn host_path(guest: &str, workspace: &Path, home: &Path, guest_home: &str) -> Re
     Ok(canon)
 }
 
-impl Provider for HostProvider {
-    fn kind(&self) -> ProviderKind {
-        ProviderKind::Host
-    }
-
-    async fn ensure(&self, config: &InstanceConfig) -> Result<InstanceInfo, ProviderError> {
-        self.ensure_blocking(config)
-    }
-
-    async fn inspect(&self, name: &str) -> Result<InstanceInfo, ProviderError> {
-        self.local.inspect(name)
-    }
-
-    async fn spawn_agent(&self, name: &str, spec: &ProcessSpec) -> Result<Process, ProviderError> {
-        self.spawn(name, spec, ProcKind::Agent)
-    }
-
-    async fn exec(&self, name: &str, spec: &ProcessSpec) -> Result<Process, ProviderError> {
-        self.spawn(name, spec, ProcKind::Exec)
-    }
-
-    async fn stop(&self, name: &str) -> Result<InstanceInfo, ProviderError> {
-        self.local.stop(name).await
-    }
-
-    async fn remove(&self, name: &str) -> Result<InstanceInfo, ProviderError> {
-        self.local.remove(name).await
-    }
-
-    async fn list(&self) -> Result<Vec<InstanceInfo>, ProviderError> {
-        self.local.list()
-    }
-}
+super::local::local_provider!(HostProvider, ProviderKind::Host);
 
 #[cfg(test)]
 mod tests {

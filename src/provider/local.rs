@@ -277,27 +277,72 @@ async fn wait_exits(
     let deadline = tokio::time::Instant::now() + bound;
     let mut left = Vec::new();
     for (p, fd) in procs {
-        if !exited_by(&fd, deadline).await {
+        if !crate::pidfd::exited_by(&fd, deadline).await {
             left.push((p, fd));
         }
     }
     left
 }
 
-/// Whether the process of `pidfd` exits before `deadline`. (A pidfd is
-/// readable once its process has exited; checked every 20 ms rather than
-/// registered with the reactor, so this also works outside the daemon.)
-async fn exited_by(pidfd: &std::os::fd::OwnedFd, deadline: tokio::time::Instant) -> bool {
-    use std::os::fd::AsRawFd;
-    loop {
-        let mut pfd = libc::pollfd { fd: pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        // SAFETY: one valid pollfd; a zero timeout never blocks.
-        if unsafe { libc::poll(&mut pfd, 1, 0) } > 0 {
-            return true;
+/// `Provider` for a provider whose instances are [`LocalInstances`]
+/// (native, host): `ensure_blocking`, `spawn` and the shared life cycle.
+macro_rules! local_provider {
+    ($ty:ty, $kind:expr) => {
+        impl $crate::provider::Provider for $ty {
+            fn kind(&self) -> $crate::provider::ProviderKind {
+                $kind
+            }
+
+            async fn ensure(
+                &self,
+                config: &$crate::provider::InstanceConfig,
+            ) -> Result<$crate::provider::InstanceInfo, $crate::provider::ProviderError> {
+                self.ensure_blocking(config)
+            }
+
+            async fn inspect(
+                &self,
+                name: &str,
+            ) -> Result<$crate::provider::InstanceInfo, $crate::provider::ProviderError> {
+                self.local.inspect(name)
+            }
+
+            async fn spawn_agent(
+                &self,
+                name: &str,
+                spec: &$crate::provider::ProcessSpec,
+            ) -> Result<$crate::provider::Process, $crate::provider::ProviderError> {
+                self.spawn(name, spec, $crate::provider::records::ProcKind::Agent)
+            }
+
+            async fn exec(
+                &self,
+                name: &str,
+                spec: &$crate::provider::ProcessSpec,
+            ) -> Result<$crate::provider::Process, $crate::provider::ProviderError> {
+                self.spawn(name, spec, $crate::provider::records::ProcKind::Exec)
+            }
+
+            async fn stop(
+                &self,
+                name: &str,
+            ) -> Result<$crate::provider::InstanceInfo, $crate::provider::ProviderError> {
+                self.local.stop(name).await
+            }
+
+            async fn remove(
+                &self,
+                name: &str,
+            ) -> Result<$crate::provider::InstanceInfo, $crate::provider::ProviderError> {
+                self.local.remove(name).await
+            }
+
+            async fn list(
+                &self,
+            ) -> Result<Vec<$crate::provider::InstanceInfo>, $crate::provider::ProviderError> {
+                self.local.list()
+            }
         }
-        if tokio::time::Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    };
 }
+pub(crate) use local_provider;

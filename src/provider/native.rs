@@ -23,9 +23,9 @@ use std::path::{Path, PathBuf};
 use sandbox::{Home, MountOp, SandboxBuilder, SandboxSpec};
 
 use super::local::LocalInstances;
-use super::process::{Killer, Process, memfd_with, pass_fd};
+use super::process::{Killer, Process, memfd_with, pass_fd, set_stdio};
 use super::records::{ProcKind, Record};
-use super::{InstanceConfig, InstanceInfo, Mount, ProcessSpec, Provider, ProviderError, ProviderKind, Stdio};
+use super::{InstanceConfig, InstanceInfo, Mount, ProcessSpec, ProviderError, ProviderKind};
 
 pub struct NativeProvider {
     local: LocalInstances,
@@ -62,8 +62,8 @@ impl NativeProvider {
     /// As [`NativeProvider::new`], launching with the small launcher next
     /// to this executable (or this executable itself).
     pub fn with_current_exe(state_dir: &Path, prefix: &str) -> Result<Self, ProviderError> {
-        let exe = crate::launcher::launcher_exe()
-            .map_err(|e| ProviderError::io("find the launcher executable", &e))?;
+        let exe =
+            crate::exe::launcher_exe().map_err(|e| ProviderError::io("find the launcher executable", &e))?;
         Self::new(state_dir, exe, prefix)
     }
 
@@ -266,18 +266,6 @@ impl NativeProvider {
     }
 }
 
-pub(crate) fn set_stdio(cmd: &mut std::process::Command, stdio: Stdio) {
-    use std::process::Stdio as S;
-    match stdio {
-        Stdio::Piped => {
-            cmd.stdin(S::piped()).stdout(S::piped()).stderr(S::piped());
-        }
-        Stdio::Inherit => {
-            cmd.stdin(S::inherit()).stdout(S::inherit()).stderr(S::inherit());
-        }
-    }
-}
-
 /// The sandbox of one process: the instance's template, then the process's
 /// command, environment and working directory.
 fn build_spec(record: &Record, process: &ProcessSpec) -> Result<SandboxSpec, ProviderError> {
@@ -329,36 +317,4 @@ fn build_spec(record: &Record, process: &ProcessSpec) -> Result<SandboxSpec, Pro
     builder.build().map_err(|e| ProviderError::Invalid(e.to_string()))
 }
 
-impl Provider for NativeProvider {
-    fn kind(&self) -> ProviderKind {
-        ProviderKind::Native
-    }
-
-    async fn ensure(&self, config: &InstanceConfig) -> Result<InstanceInfo, ProviderError> {
-        self.ensure_blocking(config)
-    }
-
-    async fn inspect(&self, name: &str) -> Result<InstanceInfo, ProviderError> {
-        self.local.inspect(name)
-    }
-
-    async fn spawn_agent(&self, name: &str, spec: &ProcessSpec) -> Result<Process, ProviderError> {
-        self.spawn(name, spec, ProcKind::Agent)
-    }
-
-    async fn exec(&self, name: &str, spec: &ProcessSpec) -> Result<Process, ProviderError> {
-        self.spawn(name, spec, ProcKind::Exec)
-    }
-
-    async fn stop(&self, name: &str) -> Result<InstanceInfo, ProviderError> {
-        self.local.stop(name).await
-    }
-
-    async fn remove(&self, name: &str) -> Result<InstanceInfo, ProviderError> {
-        self.local.remove(name).await
-    }
-
-    async fn list(&self) -> Result<Vec<InstanceInfo>, ProviderError> {
-        self.local.list()
-    }
-}
+super::local::local_provider!(NativeProvider, ProviderKind::Native);

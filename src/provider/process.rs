@@ -8,7 +8,7 @@
 //! carrying the exec's marker variable.
 
 use std::io::{Seek, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::sync::Arc;
 
@@ -130,7 +130,7 @@ enum KillTarget {
 impl Killer {
     pub(crate) fn for_pid(pid: u32, group: bool) -> Killer {
         let pid = pid as i32;
-        Killer { inner: Arc::new(KillTarget::Pid { pidfd: pidfd_open(pid), pid, group }) }
+        Killer { inner: Arc::new(KillTarget::Pid { pidfd: crate::pidfd::open(pid), pid, group }) }
     }
 
     pub(crate) fn for_container_exec(
@@ -146,7 +146,7 @@ impl Killer {
                 container: container.to_string(),
                 user,
                 exec_id: exec_id.to_string(),
-                cli_pidfd: pidfd_open(cli_pid as i32),
+                cli_pidfd: crate::pidfd::open(cli_pid as i32),
             }),
         }
     }
@@ -168,7 +168,7 @@ impl Killer {
                 signal_pidfd(pidfd.as_ref(), signal)
             }
             KillTarget::Container { cli, container, user, exec_id, cli_pidfd } => {
-                let mut cmd = tokio::process::Command::from(super::docker::kill_command(
+                let mut cmd = tokio::process::Command::from(super::docker::argv::kill_command(
                     cli,
                     container,
                     user.as_deref(),
@@ -203,34 +203,13 @@ fn signal_pidfd(pidfd: Option<&OwnedFd>, signal: i32) -> Result<(), ProviderErro
         // No pidfd was available (the process had already been reaped).
         return Ok(());
     };
-    // SAFETY: pidfd_send_signal with a valid pidfd, no siginfo, no flags.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_pidfd_send_signal,
-            fd.as_raw_fd(),
-            signal,
-            std::ptr::null::<libc::siginfo_t>(),
-            0,
-        )
-    };
-    if rc == 0 {
+    let Err(e) = crate::pidfd::send_signal(fd, signal) else {
         return Ok(());
-    }
-    let e = std::io::Error::last_os_error();
+    };
     if e.raw_os_error() == Some(libc::ESRCH) {
         return Ok(());
     }
     Err(ProviderError::io(format!("pidfd_send_signal(signal {signal})"), &e))
-}
-
-fn pidfd_open(pid: i32) -> Option<OwnedFd> {
-    // SAFETY: pidfd_open returns a new descriptor or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        return None;
-    }
-    // SAFETY: the kernel just gave us this descriptor.
-    Some(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
 /// An anonymous in-memory file holding `bytes`, positioned at its start,
@@ -281,4 +260,17 @@ pub(crate) fn random_hex() -> String {
         }
     }
     buf.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The standard streams of a started process: all piped, or all inherited.
+pub(crate) fn set_stdio(cmd: &mut std::process::Command, stdio: super::Stdio) {
+    use std::process::Stdio as S;
+    match stdio {
+        super::Stdio::Piped => {
+            cmd.stdin(S::piped()).stdout(S::piped()).stderr(S::piped());
+        }
+        super::Stdio::Inherit => {
+            cmd.stdin(S::inherit()).stdout(S::inherit()).stderr(S::inherit());
+        }
+    }
 }

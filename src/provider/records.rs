@@ -121,30 +121,14 @@ impl LiveProc {
     /// Returns whether the process was signalled.
     pub fn signal(&self, signal: i32) -> bool {
         let Some(fd) = self.pidfd() else { return false };
-        // SAFETY: a valid pidfd, no siginfo, no flags.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_pidfd_send_signal,
-                std::os::fd::AsRawFd::as_raw_fd(&fd),
-                signal,
-                std::ptr::null::<libc::siginfo_t>(),
-                0,
-            )
-        };
-        rc == 0
+        crate::pidfd::send_signal(&fd, signal).is_ok()
     }
 
     /// A pidfd of the process, checked against the recorded start time
     /// after it was opened (so it never refers to a recycled pid); `None`
     /// when the process is gone. It becomes readable when the process exits.
     pub fn pidfd(&self) -> Option<std::os::fd::OwnedFd> {
-        // SAFETY: pidfd_open returns a new descriptor or -1.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, self.pid, 0) };
-        if fd < 0 {
-            return None;
-        }
-        // SAFETY: the kernel just gave us this descriptor; dropping closes it.
-        let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) };
+        let fd = crate::pidfd::open(self.pid)?;
         (start_time(self.pid) == Some(self.start)).then_some(fd)
     }
 

@@ -167,8 +167,7 @@ impl Lane {
         else {
             return Ok(());
         };
-        // SAFETY: geteuid cannot fail.
-        let root = unsafe { libc::geteuid() } == 0;
+        let root = nix::unistd::geteuid().is_root();
         let owner = (d.cfg.sandbox.provider == ProviderChoice::Docker && root).then(|| state_user(state));
         let step = |stage: &str, status: &str, message: Option<String>| self.step(stage, status, message);
         super::repo::prepare(d, &req, &state.workspace, &env, owner, &step).await.map_err(fail)
@@ -556,8 +555,7 @@ impl Lane {
                 let process =
                     other.spawn_agent(&name, &spec).await.map_err(|e| format!("start agent_command: {e}"))?;
                 let owner = matches!(other, AnyProvider::Docker(_)).then(|| state_user(state));
-                // SAFETY: geteuid cannot fail.
-                let owner = owner.filter(|_| unsafe { libc::geteuid() } == 0);
+                let owner = owner.filter(|_| nix::unistd::geteuid().is_root());
                 let mut fs = GuestFs::host_dirs(
                     &[(sandbox::WORKSPACE, &state.workspace), (&state.home_guest, &state.home)],
                     owner,
@@ -572,8 +570,9 @@ impl Lane {
             }
         };
         let spawner = spawner(d.clone(), name.clone(), pid1);
+        let cx = d.acp_context();
         let mut client = Client::new(
-            d.clone(),
+            cx.clone(),
             self.run_id.clone(),
             name.clone(),
             fs,
@@ -587,7 +586,7 @@ impl Lane {
         let (dd, run) = (d.clone(), self.run_id.clone());
         let on_exit = Box::new(move |_status| super::runs::send(&dd, &run, Job::AgentExited { generation }));
         let spawned = t0.elapsed();
-        let agent = Agent::attach(d.clone(), &self.run_id, &name, process, client, on_exit)?;
+        let agent = Agent::attach(cx, &self.run_id, &name, process, client, on_exit)?;
         if let Err(e) = agent.initialize().await {
             agent.shutdown("initialize failed").await;
             return Err(e);

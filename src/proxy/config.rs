@@ -172,26 +172,9 @@ pub struct AgentConfig {
     pub state_path: Option<String>,
 }
 
-/// `permission_policy`: how `session/request_permission` is answered.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PermissionPolicy {
-    /// The `allow_once` option, else the first allow option.
-    AllowOnce,
-    /// Forward to the backend (`permission_request`) and wait.
-    Ask,
-    /// The first reject option, else cancelled.
-    Deny,
-}
-
-impl PermissionPolicy {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PermissionPolicy::AllowOnce => "allow_once",
-            PermissionPolicy::Ask => "ask",
-            PermissionPolicy::Deny => "deny",
-        }
-    }
-}
+/// `permission_policy`: how `session/request_permission` is answered
+/// (the ACP host's own type).
+pub use crate::acp::port::PermissionPolicy;
 
 /// `[sandbox.bootstrap]`: run in the instance before the agent starts.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -31,7 +31,8 @@ use super::Daemon;
 use super::gitenv::{GitEnv, check_branch};
 use super::inventory;
 use super::protocol::{ControlResult, DeletedWorkspace, InventoryRef, SandboxControl, str_field};
-use super::runs::{self, Job, Lane, resolve_under_root, valid_run_id};
+use super::runs::{self, Job, Lane, valid_run_id};
+use crate::hostfs::under_root::resolve_under_root;
 use crate::provider::{Provider, names};
 
 type HmacSha256 = hmac::Hmac<sha2::Sha256>;

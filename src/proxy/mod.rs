@@ -18,12 +18,14 @@
 //! | [`repo`] | the workspace made a checkout of `TUIXIU_REPO_URL` (clone, or from a per-URL cache) |
 //! | [`inventory`] | `sandbox_inventory` and `workspace_inventory` |
 //! | [`status`] | `<state_dir>/status.json`, the daemon's liveness for health checks |
+//! | [`acp_sink`] | the daemon's side of the ACP host's interface: its settings, its reports as wire messages |
 //! | [`landed`] | fingerprints of landed agentInputs targets: landing again never overwrites the agent's work |
 //!
 //! Threading: one tokio current-thread runtime. Nothing here enters a
 //! namespace: sandboxes are launched by `tuixiu-sandbox __exec` through the
 //! native provider, containers by the docker CLI.
 
+pub mod acp_sink;
 pub mod agent;
 pub mod auth;
 pub mod cli;

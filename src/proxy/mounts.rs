@@ -138,8 +138,7 @@ fn stage_secret(file: &Path, dst: &Path, user: &UserView) -> Result<PathBuf, Str
         .map_err(what)?;
     f.write_all(&content).map_err(what)?;
     f.set_permissions(std::fs::Permissions::from_mode(0o400)).map_err(what)?;
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } == 0 {
+    if nix::unistd::geteuid().is_root() {
         std::os::unix::fs::fchown(&f, Some(user.uid), Some(user.gid)).map_err(what)?;
     }
     Ok(dst.to_path_buf())

@@ -32,8 +32,7 @@
 //! permission answers bypass the lane and reach the agent directly.
 
 use std::collections::HashMap;
-use std::os::unix::fs::DirBuilderExt;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -43,6 +42,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::Daemon;
 use super::protocol::{Incoming, RunMessage, SandboxControl, proxy_error_text, str_field};
+use crate::hostfs::under_root::resolve_under_root;
 use crate::provider::{InstanceConfig, InstanceInfo, InstanceStatus, Mount, Provider, names};
 
 pub const DEFAULT_TTL: u64 = 1800;
@@ -889,8 +889,7 @@ fn user_view(env: &HashMap<String, String>, home: &str) -> Result<sandbox::UserV
 /// Gives a directory the daemon just created to the container user (docker
 /// runs processes as that uid, unlike the native sandbox's id map).
 pub(super) fn chown_new(dir: &Path, user: &sandbox::UserView) {
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
+    if !nix::unistd::geteuid().is_root() {
         return;
     }
     if let Ok(meta) = std::fs::metadata(dir)
@@ -901,102 +900,9 @@ pub(super) fn chown_new(dir: &Path, user: &sandbox::UserView) {
     }
 }
 
-/// Resolves `path` inside `root` (canonical), symlinks included, and with
-/// `create` makes the missing directories. Refuses anything that is or
-/// leads outside the root, and the root itself.
-pub fn resolve_under_root(root: &Path, path: &Path, create: bool) -> Result<PathBuf, String> {
-    let outside =
-        || format!("{} must be under sandbox.workspaceHostRoot ({})", path.display(), root.display());
-    if !path.is_absolute() {
-        return Err(format!("{} is not an absolute path", path.display()));
-    }
-    // Lexical first: no `..`, and under the root as written.
-    let mut lexical = PathBuf::new();
-    for c in path.components() {
-        match c {
-            Component::RootDir => lexical.push("/"),
-            Component::Normal(n) => lexical.push(n),
-            Component::CurDir => {}
-            Component::ParentDir | Component::Prefix(_) => {
-                return Err(format!("{} contains '..'", path.display()));
-            }
-        }
-    }
-    let rel = lexical.strip_prefix(root).map_err(|_| outside())?.to_path_buf();
-    if rel.as_os_str().is_empty() {
-        return Err(format!("{} is the workspace root itself", path.display()));
-    }
-    // Then walk down from the root, resolving each existing component
-    // (symlinks included) and checking it stays inside.
-    let mut cur = root.to_path_buf();
-    for c in rel.components() {
-        let next = cur.join(c);
-        match std::fs::symlink_metadata(&next) {
-            Ok(_) => {
-                let real = std::fs::canonicalize(&next)
-                    .map_err(|e| format!("{}: {}", next.display(), sandbox::error::io_error_text(&e)))?;
-                if !real.starts_with(root) || real == root {
-                    return Err(format!(
-                        "{} resolves to {}, outside the workspace root",
-                        next.display(),
-                        real.display()
-                    ));
-                }
-                cur = real;
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && create => {
-                match std::fs::DirBuilder::new().mode(0o755).create(&next) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                    Err(e) => {
-                        return Err(format!(
-                            "create {}: {}",
-                            next.display(),
-                            sandbox::error::io_error_text(&e)
-                        ));
-                    }
-                }
-                cur = std::fs::canonicalize(&next)
-                    .map_err(|e| format!("{}: {}", next.display(), sandbox::error::io_error_text(&e)))?;
-                if !cur.starts_with(root) {
-                    return Err(outside());
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                cur = next;
-            }
-            Err(e) => return Err(format!("{}: {}", next.display(), sandbox::error::io_error_text(&e))),
-        }
-    }
-    Ok(cur)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn under_root() {
-        let base = std::env::temp_dir().join(format!("tuixiu-runs-root-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&base);
-        std::fs::create_dir_all(base.join("root")).unwrap();
-        std::fs::create_dir_all(base.join("outside")).unwrap();
-        let root = std::fs::canonicalize(base.join("root")).unwrap();
-        std::os::unix::fs::symlink(base.join("outside"), root.join("link")).unwrap();
-        let ok = resolve_under_root(&root, &root.join("run-a/sub"), true).unwrap();
-        assert!(ok.is_dir() && ok.starts_with(&root));
-        for bad in [
-            root.join("link"),
-            root.join("link/x"),
-            root.join("../outside"),
-            PathBuf::from("/etc"),
-            root.clone(),
-        ] {
-            assert!(resolve_under_root(&root, &bad, true).is_err(), "{} accepted", bad.display());
-        }
-        assert!(!base.join("outside/x").exists(), "created through the symlink");
-        let _ = std::fs::remove_dir_all(&base);
-    }
 
     #[test]
     fn run_ids() {

@@ -26,9 +26,9 @@ use nix::sys::stat::{Mode, SFlag, fstatat};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use super::fsio::{self, Links, ReadError};
 use super::package::ArtifactSpec;
-use crate::inputs::fsx;
+use crate::hostfs::beneath::{self as fsio, Links, ReadError};
+use crate::hostfs::root as fsx;
 
 /// Most files listed or bundled from one tree.
 const MAX_FILES: usize = 20_000;

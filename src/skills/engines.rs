@@ -143,7 +143,7 @@ impl Engines {
             serde_json::from_slice(&text).map_err(|e| format!("engines config {}: {e}", path.display()))?;
         let mut engines = Engines::builtin();
         for (name, engine) in config.engines {
-            if !super::fsio::is_plain_name(&name) || name.contains(char::is_whitespace) {
+            if !crate::hostfs::beneath::is_plain_name(&name) || name.contains(char::is_whitespace) {
                 return Err(format!("engines config {}: invalid engine name {name:?}", path.display()));
             }
             engine.check().map_err(|e| format!("engines config {}: engine {name:?}: {e}", path.display()))?;
@@ -175,7 +175,7 @@ impl Engine {
             }
         }
         for f in &self.home_files {
-            if !super::fsio::is_plain_relative(&f.dst) {
+            if !crate::hostfs::beneath::is_plain_relative(&f.dst) {
                 return Err(format!(
                     "home_files destination {:?} must be a relative path in the home",
                     f.dst
@@ -183,7 +183,7 @@ impl Engine {
             }
         }
         if let Some(s) = &self.settings
-            && !super::fsio::is_plain_relative(&s.file)
+            && !crate::hostfs::beneath::is_plain_relative(&s.file)
         {
             return Err(format!("settings file {:?} must be a relative path in the run directory", s.file));
         }

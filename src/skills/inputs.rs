@@ -134,7 +134,7 @@ pub fn build(
 fn is_regular_file(dir: BorrowedFd<'_>, name: &str) -> bool {
     use nix::fcntl::AtFlags;
     use nix::sys::stat::fstatat;
-    if !super::fsio::is_plain_name(name) {
+    if !crate::hostfs::beneath::is_plain_name(name) {
         return false;
     }
     match fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {

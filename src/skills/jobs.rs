@@ -27,12 +27,12 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot, watch};
 
 use super::artifacts::{self, BundleKind, DownloadError};
 use super::engines::Engines;
-use super::fsio;
 use super::inputs;
 use super::package::{self, Skill};
 use super::run::{self, JobLimits, Outcome, RunContext, RunPaths};
 use super::store::{self, JobRecord, Status, Store};
 use super::temp;
+use crate::hostfs::beneath as fsio;
 use crate::inputs::zip::{ZipError, ZipLimits, extract};
 
 /// A refusal: HTTP status and the `detail` of `{"detail": ...}`.

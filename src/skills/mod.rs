@@ -16,7 +16,7 @@
 
 pub mod artifacts;
 pub mod engines;
-pub mod fsio;
+pub use crate::hostfs::beneath as fsio;
 pub mod http;
 pub mod inputs;
 pub mod jobs;

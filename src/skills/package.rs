@@ -22,8 +22,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use super::fsio::{self, Links, ReadError};
 use super::messages::{py_repr, py_str};
+use crate::hostfs::beneath::{self as fsio, Links, ReadError};
 
 /// Engines every server knows, in upstream's order.
 pub const BUILTIN_ENGINES: [&str; 3] = ["codex", "gemini", "iflow"];

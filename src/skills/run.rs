@@ -38,11 +38,11 @@ use serde_json::{Value, json};
 
 use super::artifacts;
 use super::engines::{self, Engine, NetworkChoice};
-use super::fsio;
 use super::inputs::{self, Contexts};
 use super::package::Skill;
 use super::prompt;
 use super::store::JobRecord;
+use crate::hostfs::beneath as fsio;
 
 /// Where the run directory appears in the sandbox.
 pub const GUEST_RUN_DIR: &str = "/workspace";
@@ -279,9 +279,9 @@ pub async fn execute(
     // sandbox only through the server's own shutdown.
     cmd.process_group(0);
     let raw = spec_fd.as_raw_fd();
+    let parent = nix::unistd::getpid().as_raw();
     // SAFETY: only async-signal-safe calls (dup2, fcntl, prctl, getppid,
     // _exit) run between fork and exec.
-    let parent = unsafe { libc::getpid() };
     unsafe {
         cmd.pre_exec(move || {
             let ok = if raw == 3 { libc::fcntl(3, libc::F_SETFD, 0) } else { libc::dup2(raw, 3) };

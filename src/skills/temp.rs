@@ -17,8 +17,8 @@ use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
 use super::artifacts;
-use super::fsio;
 use super::package::{self, Skill};
+use crate::hostfs::beneath as fsio;
 use crate::inputs::zip::{ZipError, ZipLimits, extract};
 
 /// macOS archivers add this top-level directory; upstream ignores it.

@@ -66,8 +66,7 @@ impl Caller {
 /// Fails loudly if the suite is not run as root: it needs root to act as
 /// the other callers (CI runs it as root; see README).
 pub fn require_root() {
-    // SAFETY: geteuid cannot fail.
-    let euid = unsafe { libc::geteuid() };
+    let euid = nix::unistd::geteuid().as_raw();
     assert_eq!(
         euid, 0,
         "the integration tests must run as root (they switch to uid 65534 and nest user namespaces)"

@@ -49,8 +49,7 @@ impl Portal for Server<'_> {
             }
             return;
         }
-        // SAFETY: getpid cannot fail.
-        let monitor = unsafe { libc::getpid() };
+        let monitor = nix::unistd::getpid().as_raw();
         let ctx = Context { spec: self.spec, plan: self.plan, pid1 };
         // SAFETY: the launcher is single-threaded (checked before the
         // sandbox started); the server never returns: it `_exit`s.

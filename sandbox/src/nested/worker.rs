@@ -212,8 +212,7 @@ fn leave_host(listener: RawFd, ctx: &Context<'_>, monitor: libc::pid_t) -> Resul
     let _ = sys::setsid();
     sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong)
         .map_err(|e| format!("prctl(PR_SET_PDEATHSIG) => {e}"))?;
-    // SAFETY: getppid cannot fail.
-    if unsafe { libc::getppid() } != monitor {
+    if nix::unistd::getppid().as_raw() != monitor {
         sys::exit_now(1);
     }
     // Counted with the sandbox, under its limits; written while the host's

@@ -203,6 +203,20 @@ pub fn env_file(env: &[(String, String)]) -> Vec<u8> {
     out
 }
 
+/// The command that signals the processes of one exec inside a container.
+pub fn kill_command(
+    cli: &str,
+    container: &str,
+    user: Option<&str>,
+    exec_id: &str,
+    signal: i32,
+) -> std::process::Command {
+    let mut cmd = std::process::Command::new(cli);
+    cmd.args(kill(container, user, exec_id, signal));
+    cmd.stdin(std::process::Stdio::null());
+    cmd
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::PathBuf;

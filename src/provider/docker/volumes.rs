@@ -61,8 +61,7 @@ pub fn as_container_user<T>(config: &InstanceConfig, f: impl FnOnce() -> T) -> T
 
 /// [`as_container_user`] with the ids given directly.
 pub fn as_user<T>(uid: u32, gid: u32, f: impl FnOnce() -> T) -> T {
-    // SAFETY: geteuid/getegid cannot fail.
-    let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let (euid, egid) = (nix::unistd::geteuid().as_raw(), nix::unistd::getegid().as_raw());
     if euid != 0 {
         return f();
     }
@@ -88,8 +87,7 @@ pub fn as_user<T>(uid: u32, gid: u32, f: impl FnOnce() -> T) -> T {
 
 /// Gives a home made by us to the container's user, as far as we may.
 pub(super) fn give_to_user(home: &Path, user: &sandbox::UserView) -> Result<(), ProviderError> {
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } == 0 {
+    if nix::unistd::geteuid().is_root() {
         std::os::unix::fs::chown(home, Some(user.uid), Some(user.gid))
             .map_err(|e| ProviderError::io(format!("chown {}", home.display()), &e))?;
     }

@@ -1,0 +1,106 @@
+//! Paths for the daemon's control actions: a host path (a string the
+//! backend sent) resolved inside the workspace root, symlinks included,
+//! checked at every existing component, and the missing directories made.
+//! The result is a path, for the docker CLI and for instance configs; the
+//! file operations themselves go through descriptors ([`super::root`]).
+
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Component, Path, PathBuf};
+
+/// Resolves `path` inside `root` (canonical), symlinks included, and with
+/// `create` makes the missing directories. Refuses anything that is or
+/// leads outside the root, and the root itself.
+pub fn resolve_under_root(root: &Path, path: &Path, create: bool) -> Result<PathBuf, String> {
+    let outside =
+        || format!("{} must be under sandbox.workspaceHostRoot ({})", path.display(), root.display());
+    if !path.is_absolute() {
+        return Err(format!("{} is not an absolute path", path.display()));
+    }
+    // Lexical first: no `..`, and under the root as written.
+    let mut lexical = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::RootDir => lexical.push("/"),
+            Component::Normal(n) => lexical.push(n),
+            Component::CurDir => {}
+            Component::ParentDir | Component::Prefix(_) => {
+                return Err(format!("{} contains '..'", path.display()));
+            }
+        }
+    }
+    let rel = lexical.strip_prefix(root).map_err(|_| outside())?.to_path_buf();
+    if rel.as_os_str().is_empty() {
+        return Err(format!("{} is the workspace root itself", path.display()));
+    }
+    // Then walk down from the root, resolving each existing component
+    // (symlinks included) and checking it stays inside.
+    let mut cur = root.to_path_buf();
+    for c in rel.components() {
+        let next = cur.join(c);
+        match std::fs::symlink_metadata(&next) {
+            Ok(_) => {
+                let real = std::fs::canonicalize(&next)
+                    .map_err(|e| format!("{}: {}", next.display(), sandbox::error::io_error_text(&e)))?;
+                if !real.starts_with(root) || real == root {
+                    return Err(format!(
+                        "{} resolves to {}, outside the workspace root",
+                        next.display(),
+                        real.display()
+                    ));
+                }
+                cur = real;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && create => {
+                match std::fs::DirBuilder::new().mode(0o755).create(&next) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                    Err(e) => {
+                        return Err(format!(
+                            "create {}: {}",
+                            next.display(),
+                            sandbox::error::io_error_text(&e)
+                        ));
+                    }
+                }
+                cur = std::fs::canonicalize(&next)
+                    .map_err(|e| format!("{}: {}", next.display(), sandbox::error::io_error_text(&e)))?;
+                if !cur.starts_with(root) {
+                    return Err(outside());
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                cur = next;
+            }
+            Err(e) => return Err(format!("{}: {}", next.display(), sandbox::error::io_error_text(&e))),
+        }
+    }
+    Ok(cur)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn under_root() {
+        let base = std::env::temp_dir().join(format!("tuixiu-runs-root-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir_all(base.join("root")).unwrap();
+        std::fs::create_dir_all(base.join("outside")).unwrap();
+        let root = std::fs::canonicalize(base.join("root")).unwrap();
+        std::os::unix::fs::symlink(base.join("outside"), root.join("link")).unwrap();
+        let ok = resolve_under_root(&root, &root.join("run-a/sub"), true).unwrap();
+        assert!(ok.is_dir() && ok.starts_with(&root));
+        for bad in [
+            root.join("link"),
+            root.join("link/x"),
+            root.join("../outside"),
+            PathBuf::from("/etc"),
+            root.clone(),
+        ] {
+            assert!(resolve_under_root(&root, &bad, true).is_err(), "{} accepted", bad.display());
+        }
+        assert!(!base.join("outside/x").exists(), "created through the symlink");
+        let _ = std::fs::remove_dir_all(&base);
+    }
+}
