@@ -374,3 +374,22 @@ for_each_caller!(side_by_side_with_the_hosts_bubblewrap, |caller: Caller| {
         assert_eq!(first(&ours), first(&theirs), "{line}");
     }
 });
+
+for_each_caller!(our_hardening_keeps_pid_1_out_of_reach, |caller: Caller| {
+    let f = Fixture::new(caller);
+    // PID 1 is a fork of the launcher, outside the command's filter: were
+    // it dumpable, COMMAND could write code into it through /proc/1/mem
+    // and so get around --tx-seccomp. (--unshare-user: root without a user
+    // namespace keeps CAP_SYS_PTRACE, as with bubblewrap, and reaches
+    // every process anyway.)
+    let probe = "sh -c '(: 3<>/proc/1/mem) 2>/dev/null && echo mem opened || echo mem refused; \
+                 (: 3</proc/1/environ) 2>/dev/null && echo environ opened || echo environ refused'";
+    for extra in ["--tx-seccomp default", "--tx-landlock"] {
+        let text = ok(&f, &format!("$BWRAP {ROOT_VIEW} --unshare-user --unshare-pid {extra} -- {probe}"));
+        assert_eq!(text, "mem refused\nenviron refused\n", "{extra}");
+    }
+    // Without our extras PID 1 stays dumpable, as bubblewrap's: its
+    // caller opens /proc/CHILD-PID/ns/*, and COMMAND reaches it too.
+    let text = ok(&f, &format!("$BWRAP {ROOT_VIEW} --unshare-user --unshare-pid -- {probe}"));
+    assert_eq!(text, "mem opened\nenviron opened\n");
+});

@@ -189,7 +189,12 @@ pub(crate) fn prepare_host(
             lock_files: lock_files(req)?,
             disable_userns: req.disable_userns,
             assert_userns_disabled: req.assert_userns_disabled,
-            dumpable: true,
+            // bubblewrap's PID 1 is dumpable: its caller opens
+            // /proc/CHILD-PID/ns/*. With our hardening asked for, a dumpable
+            // PID 1 outside the command's filter would be the way around
+            // it (its memory is writable through /proc/1/mem): not dumpable
+            // then, as in `run` (docs/security.md).
+            dumpable: host.seccomp.is_none() && host.landlock == crate::LandlockMode::Off,
         },
     };
     Plan::prepare_nested(&spec, parts).map_err(invalid)
