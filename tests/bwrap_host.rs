@@ -295,6 +295,17 @@ for_each_caller!(bad_input_gets_bubblewraps_messages_and_leaves_nothing_mounted,
     for (args, message) in [
         (
             "--ro-bind / / --bind /nonexistent /x true",
+            // Setup failures in bubblewrap's words (its Debian build, with
+            // SELinux support, on a host without SELinux for the labels).
+            "--ro-bind / / --tmpfs /nonexistent true",
+            "--ro-bind / / --dir /nonexistent/x true",
+            "--ro-bind / / --ro-bind /etc/passwd /nonexistent true",
+            "--ro-bind / / --chmod 755 /nonexistent true",
+            "--ro-bind / / --symlink x /nonexistent true",
+            "--ro-bind / / --file 3 /nonexistent true 3<data",
+            "--bind /etc/passwd /x --dir /x/y true",
+            "--exec-label system_u:system_r:container_t:s0 true",
+            "--file-label system_u:object_r:container_file_t:s0 true",
             "Can't find source path /nonexistent: No such file or directory",
         ),
         ("--args 77 true", "Can't read --args data: Bad file descriptor"),

@@ -40,6 +40,7 @@ pub mod reach;
 mod report;
 pub mod seccomp;
 mod secrets;
+pub mod selinux;
 pub mod spec;
 mod splice;
 mod start;

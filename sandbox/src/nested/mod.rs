@@ -39,6 +39,7 @@ mod plan;
 pub mod request;
 mod server;
 pub mod wire;
+pub(crate) mod words;
 mod worker;
 
 pub use crate::launch::BwrapStatus;
