@@ -295,19 +295,35 @@ for_each_caller!(bad_input_gets_bubblewraps_messages_and_leaves_nothing_mounted,
     for (args, message) in [
         (
             "--ro-bind / / --bind /nonexistent /x true",
-            // Setup failures in bubblewrap's words (its Debian build, with
-            // SELinux support, on a host without SELinux for the labels).
-            "--ro-bind / / --tmpfs /nonexistent true",
-            "--ro-bind / / --dir /nonexistent/x true",
-            "--ro-bind / / --ro-bind /etc/passwd /nonexistent true",
-            "--ro-bind / / --chmod 755 /nonexistent true",
-            "--ro-bind / / --symlink x /nonexistent true",
-            "--ro-bind / / --file 3 /nonexistent true 3<data",
-            "--bind /etc/passwd /x --dir /x/y true",
-            "--exec-label system_u:system_r:container_t:s0 true",
-            "--file-label system_u:object_r:container_file_t:s0 true",
             "Can't find source path /nonexistent: No such file or directory",
         ),
+        // Setup failures in bubblewrap's words (as its Debian build says
+        // them, SELinux support included, on a host without SELinux).
+        ("--ro-bind / / --tmpfs /nonexistent true", "Can't mkdir /nonexistent: Read-only file system"),
+        (
+            "--ro-bind / / --unshare-ipc --mqueue /nonexistent true",
+            "Can't mkdir /nonexistent: Read-only file system",
+        ),
+        (
+            "--ro-bind / / --dir /nonexistent/x true",
+            "Can't mkdir parents for /nonexistent/x: Read-only file system",
+        ),
+        (
+            "--ro-bind / / --ro-bind /etc/passwd /nonexistent true",
+            "Can't create file at /nonexistent: Read-only file system",
+        ),
+        (
+            "--ro-bind / / --chmod 755 /nonexistent true",
+            "Can't chmod 0755 /nonexistent: No such file or directory",
+        ),
+        (
+            "--ro-bind / / --symlink x /nonexistent true",
+            "Can't make symlink at /nonexistent: Read-only file system",
+        ),
+        ("--ro-bind / / --file 0 /nonexistent true", "Can't create file /nonexistent: Read-only file system"),
+        ("--bind /etc/passwd /x --dir /x/y true", "Can't mkdir parents for /x/y: Not a directory"),
+        ("--exec-label system_u:system_r:container_t:s0 true", "labeling not supported on this system"),
+        ("--file-label system_u:object_r:container_file_t:s0 true", "labeling not supported on this system"),
         ("--args 77 true", "Can't read --args data: Bad file descriptor"),
         ("--ro-bind / / --file 77 /tmp/x true", "Can't write data to file /tmp/x: Bad file descriptor"),
         (
@@ -364,6 +380,12 @@ for_each_caller!(side_by_side_with_the_hosts_bubblewrap, |caller: Caller| {
         "--ro-bind / / --dev /dev --remount-ro / -- sh -c 'touch /x 2>/dev/null || echo refused'",
         "--ro-bind / / --unshare-ipc --unshare-uts --hostname h --unshare-cgroup-try -- hostname",
         "--ro-bind / / --bind /nonexistent /x true",
+        "--ro-bind / / --tmpfs /nonexistent true",
+        "--ro-bind / / --dir /nonexistent/x true",
+        "--bind /etc/passwd /x --symlink a /x/y true",
+        "--exec-label system_u:system_r:container_t:s0 true",
+        // Not root, no new ipc namespace: the mqueue mount is refused.
+        "--ro-bind / / --tmpfs /tmp --mqueue /tmp/mq true",
         "--ro-bind / / --unshare-user --cap-add ALL --uid 0 -- sh -c 'grep CapEff /proc/self/status'",
         "--ro-bind / / --cap-drop ALL -- sh -c 'grep CapEff /proc/self/status'",
         "--bind / / --args 3 -- sh -c 'echo $A' 3<args",

@@ -1,6 +1,6 @@
 //! bubblewrap's words for a failed setup step of a bwrap sandbox (on the
 //! host and nested): `Can't mkdir /x: Read-only file system`, `Can't mount
-//! tmpfs on /x: ...`, where one of its messages says what our step did.
+//! tmpfs on /newroot/x: ...`, where one of its messages says what our step did.
 //! Runs in the sandbox's PID 1: writes into the report, allocates nothing.
 
 use std::ffi::CStr;
@@ -96,7 +96,8 @@ impl fmt::Display for Words<'_> {
             What::Chmod(0) => write!(f, "Can't chmod 0 /{dst}: {why}"),
             What::Chmod(mode) => write!(f, "Can't chmod 0{mode:o} /{dst}: {why}"),
             What::Mount(fstype) => {
-                write!(f, "Can't mount {} on /{dst}: ", Lossy(fstype.to_bytes()))?;
+                // bubblewrap names the mount point by its own path for the new root.
+                write!(f, "Can't mount {} on /newroot/{dst}: ", Lossy(fstype.to_bytes()))?;
                 // bubblewrap's mount_strerror.
                 match self.errno {
                     Errno::ENOSPC => f.write_str(
@@ -125,9 +126,12 @@ mod tests {
         let fail = Fail { parent: true, ..Fail::rooted("mkdirat", c"x/y", Errno::ENOTDIR) };
         assert_eq!(words(&tmpfs, &fail).unwrap(), "Can't mkdir parents for /x/y: Not a directory");
         let fail = Fail::new("fsconfig(FSCONFIG_CMD_CREATE)", c"tmpfs", Errno::EPERM);
-        assert_eq!(words(&tmpfs, &fail).unwrap(), "Can't mount tmpfs on /x/y: Operation not permitted");
+        assert_eq!(
+            words(&tmpfs, &fail).unwrap(),
+            "Can't mount tmpfs on /newroot/x/y: Operation not permitted"
+        );
         let fail = Fail::rooted("move_mount", c"x/y", Errno::ENOSPC);
-        assert!(words(&tmpfs, &fail).unwrap().ends_with("on /x/y: Limit exceeded (ENOSPC). (Hint: Check that /proc/sys/fs/mount-max is sufficient, typically 100000)"));
+        assert!(words(&tmpfs, &fail).unwrap().ends_with("on /newroot/x/y: Limit exceeded (ENOSPC). (Hint: Check that /proc/sys/fs/mount-max is sufficient, typically 100000)"));
         let bind =
             Action::Bind { source: crate::prepare::Source::Host(0), dst: c"etc/x".into(), kind: Kind::File };
         let fail = Fail::rooted("create", c"etc/x", Errno::EROFS);
