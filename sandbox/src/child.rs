@@ -59,7 +59,7 @@ pub(crate) fn main(plan: &Plan, fds: &ChildFds) -> ! {
             if let Some(words) = f
                 .action
                 .filter(|_| plan.nested.is_some())
-                .and_then(|action| crate::nested::words::setup_failure(action, &f.fail)) =>
+                .and_then(|action| crate::bwrap_words::setup_failure(action, &f.fail)) =>
         {
             let _ = write!(report, "{words}");
         }

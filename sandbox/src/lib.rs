@@ -21,6 +21,7 @@
 
 mod apply;
 mod builder;
+mod bwrap_words;
 mod child;
 mod confine;
 pub mod error;

@@ -39,7 +39,6 @@ mod plan;
 pub mod request;
 mod server;
 pub mod wire;
-pub(crate) mod words;
 mod worker;
 
 pub use crate::launch::BwrapStatus;
