@@ -83,7 +83,7 @@ pub fn main(argv: &[OsString]) -> u8 {
 /// One diagnostic line, as bubblewrap prints it; exit status 1.
 pub fn fail(message: &str, prefixed: bool) -> u8 {
     let level = if prefixed { "<3>" } else { "" };
-    eprintln!("{level}bwrap: {message}");
+    eprintln!("{level}bwrap: {}", parse::one_line(message));
     1
 }
 

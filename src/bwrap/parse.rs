@@ -175,7 +175,7 @@ struct Parser<'a> {
 
 impl Parser<'_> {
     fn error(&self, message: impl Into<String>) -> Error {
-        Error { message: message.into(), prefixed: self.parsed.level_prefix }
+        Error { message: one_line(&message.into()), prefixed: self.parsed.level_prefix }
     }
 
     /// Parses options from `args`; `in_file` for the contents of `--args`.
@@ -545,6 +545,18 @@ impl Parsed {
     }
 }
 
+/// A message as one line: control characters an argument brought along
+/// (`Unknown option -\n...`) escaped; bubblewrap prints them raw.
+pub fn one_line(message: &str) -> String {
+    if !message.chars().any(char::is_control) {
+        return message.to_string();
+    }
+    message
+        .chars()
+        .map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() })
+        .collect()
+}
+
 /// C's `strtol(s, &end, 10)` over the whole string, with a non-negative result.
 fn parse_long(s: &str) -> Option<i64> {
     let t = s.trim_start();
@@ -845,6 +857,8 @@ mod tests {
         assert_eq!(message(&["--exec-label", "foo", "true"]), "labeling not supported on this system");
         assert_eq!(message(&["--file-label", "foo", "true"]), "labeling not supported on this system");
         assert_eq!(message(&["--exec-label"]), "--exec-label takes an argument");
+        // Found by fuzzing (bwrap_args): a CR in an unknown option split the line.
+        assert_eq!(message(&["-\runshare-user", "true"]), "Unknown option -\\runshare-user");
         assert_eq!(message(&["--hostname", "foo", "true"]), "Specifying --hostname requires --unshare-uts");
         assert_eq!(message(&["--as-pid-1", "true"]), "Specifying --as-pid-1 requires --unshare-pid");
         assert_eq!(message(&["--disable-userns", "true"]), "--disable-userns requires --unshare-user");
