@@ -389,6 +389,42 @@ def launcher_seeds():
         put("launcher_args", f"taken-{i:02}", b"\0".join(a.encode() for a in args))
 
 
+# bubblewrap command lines as consumers write them (bwrap_args): codex's
+# sandbox and its probe, Flatpak's run line, and the rest of the options.
+BWRAP_LINES = {
+    "codex": ["--new-session", "--die-with-parent", "--ro-bind", "/", "/", "--dev", "/dev", "--bind", "/work",
+              "/work", "--ro-bind", "/work/.git", "/work/.git", "--unshare-user", "--unshare-pid",
+              "--unshare-net", "--proc", "/proc", "--", "codex-linux-sandbox", "--", "bash", "-lc", "ls"],
+    "codex-probe": ["--ro-bind", "/", "/", "--dev", "/dev", "--unshare-user", "--unshare-pid", "--unshare-net",
+                    "--proc", "/proc", "--", "true"],
+    "flatpak": ["--args", "3", "--level-prefix", "--unshare-ipc", "--unshare-pid", "--unshare-cgroup-try",
+                "--die-with-parent", "--as-pid-1", "--info-fd", "4", "--json-status-fd", "5", "--sync-fd", "6",
+                "--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib", "--symlink", "usr/bin", "/bin",
+                "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--perms", "0700", "--dir",
+                "/run/user/1000", "--setenv", "XDG_RUNTIME_DIR", "/run/user/1000", "--file", "7", "/etc/passwd",
+                "--ro-bind-data", "8", "/.flatpak-info", "--bind-data", "9", "/run/flatpak/bwrapinfo.json",
+                "--seccomp", "10", "--chdir", "/", "--", "/app/bin/app"],
+    "overlay": ["--overlay-src", "/usr", "--overlay-src", "/opt", "--ro-overlay", "/usr", "--tmp-overlay", "/opt",
+                "--size", "1000000", "--tmpfs", "/tmp", "--chmod", "0755", "/tmp", "--", "sh"],
+    "userns": ["--unshare-user", "--uid", "0", "--gid", "0", "--disable-userns", "--assert-userns-disabled",
+               "--cap-add", "CAP_NET_ADMIN", "--cap-drop", "ALL", "--hostname", "x", "--unshare-uts", "--", "id"],
+    "labels": ["--exec-label", "system_u:system_r:container_t:s0:c1,c2", "--file-label",
+               "system_u:object_r:container_file_t:s0:c1,c2", "--", "true"],
+    "tx": ["--tx-seccomp", "default", "--tx-landlock", "--ro-bind", "/", "/", "--", "true"],
+    "errors": ["--perms", "0700", "--bind", "/a", "/b", "--", "true"],
+}
+
+
+def bwrap_seeds():
+    for name, args in BWRAP_LINES.items():
+        put("bwrap_args", name, b"\0".join(a.encode() for a in args))
+    # After 0xff: what every descriptor read returns (`--args 3` here);
+    # its first byte also plays SELinux (bits: enabled, label valid,
+    # file label applied).
+    data = b"\x07" + b"\0".join([b"--unshare-net", b"--setenv", b"A", b"b", b"--ro-bind", b"/", b"/"]) + b"\0"
+    put("bwrap_args", "flatpak-args-data", b"\0".join([b"--args", b"3", b"--", b"true"]) + b"\xff" + data)
+
+
 if __name__ == "__main__":
     # Files are overwritten, never removed: seeds/<target>/crash-* are the
     # inputs of crashes found and fixed, kept as regression seeds.
@@ -399,5 +435,6 @@ if __name__ == "__main__":
     seccomp_seeds()
     skills_seeds()
     launcher_seeds()
+    bwrap_seeds()
     for t in sorted(os.listdir(SEEDS)):
         print(t, len(os.listdir(os.path.join(SEEDS, t))))

@@ -297,6 +297,33 @@ for_each_caller!(bad_input_gets_bubblewraps_messages_and_leaves_nothing_mounted,
             "--ro-bind / / --bind /nonexistent /x true",
             "Can't find source path /nonexistent: No such file or directory",
         ),
+        // Setup failures in bubblewrap's words (as its Debian build says
+        // them, SELinux support included, on a host without SELinux).
+        ("--ro-bind / / --tmpfs /nonexistent true", "Can't mkdir /nonexistent: Read-only file system"),
+        (
+            "--ro-bind / / --unshare-ipc --mqueue /nonexistent true",
+            "Can't mkdir /nonexistent: Read-only file system",
+        ),
+        (
+            "--ro-bind / / --dir /nonexistent/x true",
+            "Can't mkdir parents for /nonexistent/x: Read-only file system",
+        ),
+        (
+            "--ro-bind / / --ro-bind /etc/passwd /nonexistent true",
+            "Can't create file at /nonexistent: Read-only file system",
+        ),
+        (
+            "--ro-bind / / --chmod 755 /nonexistent true",
+            "Can't chmod 0755 /nonexistent: No such file or directory",
+        ),
+        (
+            "--ro-bind / / --symlink x /nonexistent true",
+            "Can't make symlink at /nonexistent: Read-only file system",
+        ),
+        ("--ro-bind / / --file 0 /nonexistent true", "Can't create file /nonexistent: Read-only file system"),
+        ("--bind /etc/passwd /x --dir /x/y true", "Can't mkdir parents for /x/y: Not a directory"),
+        ("--exec-label system_u:system_r:container_t:s0 true", "labeling not supported on this system"),
+        ("--file-label system_u:object_r:container_file_t:s0 true", "labeling not supported on this system"),
         ("--args 77 true", "Can't read --args data: Bad file descriptor"),
         ("--ro-bind / / --file 77 /tmp/x true", "Can't write data to file /tmp/x: Bad file descriptor"),
         (
@@ -353,6 +380,12 @@ for_each_caller!(side_by_side_with_the_hosts_bubblewrap, |caller: Caller| {
         "--ro-bind / / --dev /dev --remount-ro / -- sh -c 'touch /x 2>/dev/null || echo refused'",
         "--ro-bind / / --unshare-ipc --unshare-uts --hostname h --unshare-cgroup-try -- hostname",
         "--ro-bind / / --bind /nonexistent /x true",
+        "--ro-bind / / --tmpfs /nonexistent true",
+        "--ro-bind / / --dir /nonexistent/x true",
+        "--bind /etc/passwd /x --symlink a /x/y true",
+        "--exec-label system_u:system_r:container_t:s0 true",
+        // Not root, no new ipc namespace: the mqueue mount is refused.
+        "--ro-bind / / --tmpfs /tmp --mqueue /tmp/mq true",
         "--ro-bind / / --unshare-user --cap-add ALL --uid 0 -- sh -c 'grep CapEff /proc/self/status'",
         "--ro-bind / / --cap-drop ALL -- sh -c 'grep CapEff /proc/self/status'",
         "--bind / / --args 3 -- sh -c 'echo $A' 3<args",
@@ -373,4 +406,23 @@ for_each_caller!(side_by_side_with_the_hosts_bubblewrap, |caller: Caller| {
         let first = |o: &Output| stderr(o).lines().next().map(str::to_string);
         assert_eq!(first(&ours), first(&theirs), "{line}");
     }
+});
+
+for_each_caller!(our_hardening_keeps_pid_1_out_of_reach, |caller: Caller| {
+    let f = Fixture::new(caller);
+    // PID 1 is a fork of the launcher, outside the command's filter: were
+    // it dumpable, COMMAND could write code into it through /proc/1/mem
+    // and so get around --tx-seccomp. (--unshare-user: root without a user
+    // namespace keeps CAP_SYS_PTRACE, as with bubblewrap, and reaches
+    // every process anyway.)
+    let probe = "sh -c '(: 3<>/proc/1/mem) 2>/dev/null && echo mem opened || echo mem refused; \
+                 (: 3</proc/1/environ) 2>/dev/null && echo environ opened || echo environ refused'";
+    for extra in ["--tx-seccomp default", "--tx-landlock"] {
+        let text = ok(&f, &format!("$BWRAP {ROOT_VIEW} --unshare-user --unshare-pid {extra} -- {probe}"));
+        assert_eq!(text, "mem refused\nenviron refused\n", "{extra}");
+    }
+    // Without our extras PID 1 stays dumpable, as bubblewrap's: its
+    // caller opens /proc/CHILD-PID/ns/*, and COMMAND reaches it too.
+    let text = ok(&f, &format!("$BWRAP {ROOT_VIEW} --unshare-user --unshare-pid -- {probe}"));
+    assert_eq!(text, "mem opened\nenviron opened\n");
 });

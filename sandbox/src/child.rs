@@ -38,10 +38,12 @@ struct StepFail<'a> {
     what: &'a str,
     fail: Fail<'a>,
     hint: Option<&'static str>,
+    /// The mount step it happened in, for bubblewrap's words.
+    action: Option<&'a Action>,
 }
 
 fn fail<'a>(what: &'a str, call: &'static str, arg: &'a CStr, errno: Errno) -> StepFail<'a> {
-    StepFail { what, fail: Fail::new(call, arg, errno), hint: None }
+    StepFail { what, fail: Fail::new(call, arg, errno), hint: None, action: None }
 }
 
 /// Entry point after `clone`; never returns.
@@ -52,6 +54,15 @@ pub(crate) fn main(plan: &Plan, fds: &ChildFds) -> ! {
     let mut report = Report::new();
     match outcome {
         Ok(Ok(never)) => match never {},
+        // A bwrap sandbox's mount step: bubblewrap's message where one fits.
+        Ok(Err(f))
+            if let Some(words) = f
+                .action
+                .filter(|_| plan.nested.is_some())
+                .and_then(|action| crate::bwrap_words::setup_failure(action, &f.fail)) =>
+        {
+            let _ = write!(report, "{words}");
+        }
         // bubblewrap's words: the step says it all, then the error's text.
         Ok(Err(f)) if f.fail.call.is_empty() => {
             let _ = write!(report, "{}: {}", f.what, f.fail.errno.desc());
@@ -134,7 +145,19 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
         Some(_) => Some(private_proc(host.as_fd()).map_err(|(call, e)| fail(root_what, call, c"proc", e))?),
         None => None,
     };
+    // bubblewrap's `--exec-label`: this thread's `exec` attribute, opened
+    // while the caller's /proc is visible (the new root may have none),
+    // written before COMMAND starts (selinux.rs).
+    let exec_label = match plan.nested.as_ref().and_then(|n| n.exec_label.as_ref()) {
+        Some((label, what)) => Some((
+            crate::selinux::open_exec_attr().map_err(|e| fail(what, "", c"", e))?,
+            label.as_slice(),
+            what.as_str(),
+        )),
+        None => None,
+    };
     let mut clones = Clones::make(&plan.host_sources, host.as_fd()).map_err(|(i, f)| StepFail {
+        action: None,
         what: &plan.host_sources[i].what,
         hint: Some("the bind source disappeared or was replaced by a symlink after it was checked")
             .filter(|_| f.errno == Errno::ENOENT || f.errno == Errno::ELOOP),
@@ -151,8 +174,14 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
     // cloned from there when a fresh one is refused.
     let mut dirs = mounts::Dirs::new();
     for step in &plan.steps {
-        mounts::run(&step.action, &mut new, host.as_fd(), &mut clones, &mut dirs, fds.report)
-            .map_err(|f| StepFail { what: &step.what, hint: step_hint(&step.action, &f), fail: f })?;
+        mounts::run(&step.action, &mut new, host.as_fd(), &mut clones, &mut dirs, fds.report).map_err(
+            |f| StepFail {
+                what: &step.what,
+                hint: step_hint(&step.action, &f),
+                fail: f,
+                action: Some(&step.action),
+            },
+        )?;
     }
     drop(dirs);
     drop(host);
@@ -263,6 +292,12 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
         crate::confine::make_undumpable().map_err(|e| {
             fail("keep PID 1 out of the command's reach", "prctl(PR_SET_DUMPABLE, 0)", c"", e)
         })?;
+    }
+
+    // 12b. `--exec-label`: COMMAND inherits the attribute and is executed
+    //      in that context (bubblewrap's `setexeccon`, at the same point).
+    if let Some((attr, label, what)) = exec_label {
+        crate::selinux::set_exec(&attr, label).map_err(|e| fail(what, "", c"", e))?;
     }
 
     // 13. Start the command (PID 2), which shares our memory until its

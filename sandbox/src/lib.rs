@@ -21,6 +21,7 @@
 
 mod apply;
 mod builder;
+mod bwrap_words;
 mod child;
 mod confine;
 pub mod error;
@@ -40,6 +41,7 @@ pub mod reach;
 mod report;
 pub mod seccomp;
 mod secrets;
+pub mod selinux;
 pub mod spec;
 mod splice;
 mod start;

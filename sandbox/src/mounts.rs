@@ -116,16 +116,24 @@ pub(crate) struct Fail<'a> {
     /// `arg` is a path relative to a root; shown with a leading `/`.
     pub rooted: bool,
     pub errno: Errno,
+    /// It failed on a missing parent of the destination (bubblewrap's
+    /// `Can't mkdir parents for`).
+    pub parent: bool,
 }
 
 impl<'a> Fail<'a> {
     pub(crate) fn new(call: &'static str, arg: &'a CStr, errno: Errno) -> Self {
-        Fail { call, arg: Some(arg), rooted: false, errno }
+        Fail { call, arg: Some(arg), rooted: false, errno, parent: false }
     }
 
     /// A failure on a path inside one of the roots.
     pub(crate) fn rooted(call: &'static str, arg: &'a CStr, errno: Errno) -> Self {
-        Fail { call, arg: Some(arg), rooted: true, errno }
+        Fail { call, arg: Some(arg), rooted: true, errno, parent: false }
+    }
+
+    /// The same failure, on a parent of the destination.
+    fn in_parent(self) -> Self {
+        Fail { parent: true, ..self }
     }
 }
 
@@ -324,7 +332,7 @@ pub(crate) fn run<'a>(
             let mut name_buf = [0u8; 256];
             let (parent, name) =
                 split_last(dst, &mut parent_buf, &mut name_buf).map_err(|e| Fail::rooted("split", dst, e))?;
-            let dir = dirs.get(root, parent).map_err(|f| Fail::rooted(f.call, dst, f.errno))?;
+            let dir = dirs.get(root, parent).map_err(|f| Fail::rooted(f.call, dst, f.errno).in_parent())?;
             let flags = libc::O_CREAT | libc::O_TRUNC | libc::O_WRONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
             let fd = sys::openat(dir, name, flags, *mode).map_err(|e| Fail::rooted("openat", dst, e))?;
             sys::write_all(std::os::fd::AsRawFd::as_raw_fd(&fd), contents)
@@ -360,7 +368,7 @@ pub(crate) fn run<'a>(
             let mut name_buf = [0u8; 256];
             let (parent, name) =
                 split_last(dst, &mut parent_buf, &mut name_buf).map_err(|e| Fail::rooted("split", dst, e))?;
-            let dir = dirs.get(root, parent).map_err(|f| Fail::rooted(f.call, dst, f.errno))?;
+            let dir = dirs.get(root, parent).map_err(|f| Fail::rooted(f.call, dst, f.errno).in_parent())?;
             match sys::symlinkat(target, dir, name) {
                 Ok(()) => Ok(()),
                 // Idempotent, as in bubblewrap: an identical link is fine.
@@ -402,10 +410,10 @@ pub(crate) fn run<'a>(
                 0o700 | if mode & 0o070 != 0 { 0o050 } else { 0 } | if mode & 0o007 != 0 { 0o005 } else { 0 };
             let own;
             let dir = if parents == 0o755 || parent.is_empty() {
-                dirs.get(root, parent).map_err(|f| Fail::rooted(f.call, dst, f.errno))?
+                dirs.get(root, parent).map_err(|f| Fail::rooted(f.call, dst, f.errno).in_parent())?
             } else {
                 own = resolve_mode(root, parent, Some(Kind::Dir), parents)
-                    .map_err(|f| Fail::rooted(f.call, dst, f.errno))?;
+                    .map_err(|f| Fail::rooted(f.call, dst, f.errno).in_parent())?;
                 own.as_fd()
             };
             match sys::mkdirat(dir, name, *mode) {
@@ -559,6 +567,8 @@ fn resolve_mode<'a>(
     match sys::openat2(root, whole, libc::O_PATH, 0, RESOLVE_IN_ROOT) {
         Ok(fd) => return Ok(fd),
         Err(Errno::ENOENT) if create.is_some() => {}
+        // A component on the way is no directory.
+        Err(Errno::ENOTDIR) => return Err(Fail::rooted("openat2", rel, Errno::ENOTDIR).in_parent()),
         Err(e) => return Err(Fail::rooted("openat2", rel, e)),
     }
     let bytes = rel.to_bytes();
@@ -610,9 +620,8 @@ fn resolve_mode<'a>(
                     Err((false, Errno::EEXIST)) if !fresh => {
                         return Err(Fail::rooted("openat2", rel, Errno::ENOENT));
                     }
-                    Err((false, e)) => {
-                        return Err(Fail::rooted(if last { "create" } else { "mkdirat" }, rel, e));
-                    }
+                    Err((false, e)) if last => return Err(Fail::rooted("create", rel, e)),
+                    Err((false, e)) => return Err(Fail::rooted("mkdirat", rel, e).in_parent()),
                     Err((true, e)) => return Err(Fail::rooted("openat", rel, e)),
                 }
             }

@@ -264,6 +264,8 @@ pub(crate) struct NestedParts {
     pub landlock: crate::LandlockMode,
     /// Overlays need `userxattr` (made inside a user namespace).
     pub overlay_userxattr: bool,
+    /// bubblewrap's `--file-label` (selinux.rs).
+    pub file_label: Option<CString>,
 }
 
 /// A `--lock-file` and bubblewrap's words for its failures.
@@ -307,6 +309,9 @@ pub(crate) struct NestedChild {
     pub assert_userns_disabled: bool,
     /// PID 1 stays dumpable (a bwrap run on the host, as bubblewrap's).
     pub dumpable: bool,
+    /// bubblewrap's `--exec-label` (with its NUL, selinux.rs) and its words
+    /// for a failure (`label_exec COMMAND`).
+    pub exec_label: Option<(Vec<u8>, String)>,
 }
 
 fn cstring(what: &str, s: impl Into<Vec<u8>>) -> Result<CString, SpecError> {
@@ -364,6 +369,7 @@ impl Plan {
             user_is_host_root: root_uid,
             splicer: Splicer::default(),
             tmpfs: spec.security.limits.tmpfs_options(),
+            file_label: None,
         };
         let portal = match front_end.filter(|_| spec.nested) {
             Some(exe) => Some((crate::portal::socket()?, exe)),
@@ -520,6 +526,7 @@ impl Plan {
             // The outer sandbox's size for every tmpfs without its own.
             tmpfs: spec.security.limits.tmpfs_options(),
             overlay_userxattr: parts.overlay_userxattr,
+            file_label: parts.file_label,
         };
         for (i, op) in spec.mounts.iter().enumerate() {
             plan.expand(op)?;
@@ -597,6 +604,9 @@ struct Expansion<'a> {
     splicer: Splicer,
     /// `(size, nr_inodes)` of a tmpfs that gives no size of its own.
     tmpfs: (u64, u64),
+    /// bubblewrap's `--file-label`: the context of the tmpfs mounts made
+    /// for the sandbox's content (`--tmpfs`, `--dev` and its `shm`).
+    file_label: Option<CString>,
 }
 
 impl Expansion<'_> {
@@ -769,6 +779,7 @@ impl Expansion<'_> {
                     options.push(option("uid", &self.user.uid.to_string())?);
                     options.push(option("gid", &self.user.gid.to_string())?);
                 }
+                options.extend(self.file_label.as_ref().map(crate::selinux::mount_option));
                 self.push(
                     format!("mount tmpfs on {dst_text}"),
                     Action::Fs {
@@ -973,10 +984,11 @@ impl Expansion<'_> {
     /// The minimal `/dev`, as bubblewrap's `--dev` builds it.
     fn expand_dev(&mut self, dst_text: &str) -> Result<(), SpecError> {
         let at = |entry: &str| cstring("dev path", child_rel(dst_text, entry));
+        let label = self.file_label.as_ref().map(crate::selinux::mount_option);
         let tmpfs = |dst: CString, mode: &str, attrs: u64| -> Result<Action, SpecError> {
             Ok(Action::Fs {
                 fstype: cstring("fstype", "tmpfs")?,
-                options: vec![option("mode", mode)?],
+                options: std::iter::once(option("mode", mode)?).chain(label.clone()).collect(),
                 attrs,
                 dst,
             })

@@ -37,6 +37,8 @@ pub fn run(parsed: &Parsed) -> Result<u8, String> {
             sandbox::LandlockMode::Off
         },
         root_caps,
+        exec_label: parsed.exec_label.clone(),
+        file_label: parsed.file_label.clone(),
     };
     let status = BwrapStatus {
         info_fd: fd("--info-fd"),

@@ -83,7 +83,7 @@ pub fn main(argv: &[OsString]) -> u8 {
 /// One diagnostic line, as bubblewrap prints it; exit status 1.
 pub fn fail(message: &str, prefixed: bool) -> u8 {
     let level = if prefixed { "<3>" } else { "" };
-    eprintln!("{level}bwrap: {message}");
+    eprintln!("{level}bwrap: {}", parse::one_line(message));
     1
 }
 
@@ -109,7 +109,17 @@ impl Io for SystemIo {
     }
 
     fn selinux(&self) -> bool {
-        std::path::Path::new("/sys/fs/selinux/enforce").exists()
+        sandbox::selinux::enabled().is_some()
+    }
+
+    fn check_label(&mut self, label: &str) -> std::io::Result<()> {
+        let fs =
+            sandbox::selinux::enabled().ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOENT))?;
+        sandbox::selinux::check_context(&fs, label)
+    }
+
+    fn file_label(&mut self, label: &str) -> std::io::Result<()> {
+        sandbox::selinux::set_fscreate(label)
     }
 }
 

@@ -423,9 +423,12 @@ pub const NOTES: &[(&str, &str)] = &[
     ("--ro-overlay", "as `--overlay`, read-only, at least two sources"),
     (
         "--exec-label",
-        "`labeling not supported on this system` without SELinux; with SELinux parsed and not applied",
+        "without SELinux `labeling not supported on this system`, as Debian's and Fedora's bubblewrap; with it, checked, and COMMAND executed in it (`/proc/thread-self/attr/exec`); host only",
     ),
-    ("--file-label", "as `--exec-label`"),
+    (
+        "--file-label",
+        "without SELinux as `--exec-label`; with it, checked, files made during setup get it (`attr/fscreate`), `--tmpfs` and `--dev` mounted with `context=`; host only",
+    ),
     (
         "--proc",
         "a fresh procfs of the sandbox's pid namespace (`sys`, `sysrq-trigger`, `irq`, `bus` read-only); nested: per the outer sandbox's `--proc`",

@@ -70,7 +70,11 @@ pub struct Parsed {
     pub ops: Vec<Op>,
     /// Programs of `--add-seccomp-fd`, read at parse time.
     pub seccomp_programs: Vec<Vec<u8>>,
-    pub labels: Vec<String>,
+    /// `--exec-label`: the SELinux context COMMAND is executed in.
+    pub exec_label: Option<String>,
+    /// `--file-label`: the context of the tmpfs mounts made for the sandbox
+    /// (files created during setup get it through `Io::file_label`).
+    pub file_label: Option<String>,
     pub new_session: bool,
     pub die_with_parent: bool,
     pub as_pid_1: bool,
@@ -111,8 +115,14 @@ pub trait Io {
     /// Reads `fd` to end-of-file and closes it.
     fn read_fd(&mut self, fd: i32) -> std::io::Result<Vec<u8>>;
     fn warn(&mut self, message: &str, prefixed: bool);
-    /// Whether SELinux labels can be used on this host.
+    /// Whether SELinux is enabled (libselinux's `is_selinux_enabled`).
     fn selinux(&self) -> bool;
+    /// Whether the kernel takes `label` as a context (libselinux's
+    /// `security_check_context`).
+    fn check_label(&mut self, label: &str) -> std::io::Result<()>;
+    /// `--file-label`: files this process creates from now on get `label`
+    /// (libselinux's `setfscreatecon`; the sandbox's PID 1 inherits it).
+    fn file_label(&mut self, label: &str) -> std::io::Result<()>;
 }
 
 /// Parses bwrap's arguments (after `argv[0]`), starting from `env`.
@@ -165,7 +175,7 @@ struct Parser<'a> {
 
 impl Parser<'_> {
     fn error(&self, message: impl Into<String>) -> Error {
-        Error { message: message.into(), prefixed: self.parsed.level_prefix }
+        Error { message: one_line(&message.into()), prefixed: self.parsed.level_prefix }
     }
 
     /// Parses options from `args`; `in_file` for the contents of `--args`.
@@ -352,11 +362,23 @@ impl Parser<'_> {
                 };
                 self.parsed.ops.push(Op::Overlay { sources, kind, dst });
             }
+            // bubblewrap's order: the last one wins (with a warning), then
+            // the label is checked, and a file label applied at once.
             Kind::Label => {
+                let exec = opt.name == "--exec-label";
+                let slot = if exec { &mut p.exec_label } else { &mut p.file_label };
+                if slot.replace(v[0].clone()).is_some() {
+                    self.warn_last(opt.name);
+                }
                 if !self.io.selinux() {
                     return Err(self.error("labeling not supported on this system"));
                 }
-                self.parsed.labels.push(v[0].clone());
+                if let Err(e) = self.io.check_label(&v[0]) {
+                    return Err(self.error(format!("invalid label {}: {}", v[0], strerror(&e))));
+                }
+                if !exec && let Err(e) = self.io.file_label(&v[0]) {
+                    return Err(self.error(format!("--file-label setup failed: {}", strerror(&e))));
+                }
             }
             Kind::Proc => p.ops.push(Op::Proc { dst: v[0].clone() }),
             Kind::Dev => p.ops.push(Op::Dev { dst: v[0].clone() }),
@@ -499,8 +521,16 @@ impl Parsed {
     /// launcher, which cannot serve the ones about the caller's own
     /// namespaces and status descriptors.
     pub fn unsupported(&self, nested: bool) -> Option<&'static str> {
-        const HOST_ONLY: &[&str] =
-            &["--userns", "--userns2", "--pidns", "--userns-block-fd", "--info-fd", "--json-status-fd"];
+        const HOST_ONLY: &[&str] = &[
+            "--userns",
+            "--userns2",
+            "--pidns",
+            "--userns-block-fd",
+            "--info-fd",
+            "--json-status-fd",
+            "--exec-label",
+            "--file-label",
+        ];
         self.given.iter().copied().find(|name| nested && HOST_ONLY.contains(name))
     }
 
@@ -513,6 +543,18 @@ impl Parsed {
         }
         Some(self.caps.iter().fold(from, |set, &(add, mask)| if add { set | mask } else { set & !mask }))
     }
+}
+
+/// A message as one line: control characters an argument brought along
+/// (`Unknown option -\n...`) escaped; bubblewrap prints them raw.
+pub fn one_line(message: &str) -> String {
+    if !message.chars().any(char::is_control) {
+        return message.to_string();
+    }
+    message
+        .chars()
+        .map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() })
+        .collect()
 }
 
 /// C's `strtol(s, &end, 10)` over the whole string, with a non-negative result.
@@ -633,6 +675,10 @@ mod tests {
     struct FakeIo {
         files: BTreeMap<i32, Vec<u8>>,
         warnings: Vec<String>,
+        /// SELinux enabled, with these labels valid.
+        selinux: Option<Vec<String>>,
+        /// `--file-label`s applied, in order.
+        file_labels: Vec<String>,
     }
 
     impl Io for FakeIo {
@@ -643,7 +689,17 @@ mod tests {
             self.warnings.push(message.to_string());
         }
         fn selinux(&self) -> bool {
-            false
+            self.selinux.is_some()
+        }
+        fn check_label(&mut self, label: &str) -> std::io::Result<()> {
+            match &self.selinux {
+                Some(valid) if valid.iter().any(|v| v == label) => Ok(()),
+                _ => Err(std::io::Error::from_raw_os_error(libc::EINVAL)),
+            }
+        }
+        fn file_label(&mut self, label: &str) -> std::io::Result<()> {
+            self.file_labels.push(label.to_string());
+            Ok(())
         }
     }
 
@@ -668,6 +724,27 @@ mod tests {
             Err(e) => e.message,
             other => panic!("{args:?}: {other:?}"),
         }
+    }
+
+    #[test]
+    fn labels_where_selinux_is_enabled() {
+        const EXEC: &str = "system_u:system_r:container_t:s0:c1,c2";
+        const FILE: &str = "system_u:object_r:container_file_t:s0:c1,c2";
+        let with_selinux = || FakeIo { selinux: Some(vec![EXEC.into(), FILE.into()]), ..FakeIo::default() };
+        let mut io = with_selinux();
+        let args = ["--exec-label", "x", "--exec-label", EXEC, "--file-label", FILE, "true"];
+        // The first label is refused before the second replaces it:
+        // bubblewrap checks each one as it comes.
+        let err = parse_with(&args, &mut io).unwrap_err();
+        assert_eq!(err.message, "invalid label x: Invalid argument");
+        let mut io = with_selinux();
+        let args = ["--exec-label", EXEC, "--exec-label", EXEC, "--file-label", FILE, "true"];
+        let Ok(Outcome::Run(p)) = parse_with(&args, &mut io) else { panic!("{args:?}") };
+        assert_eq!((p.exec_label.as_deref(), p.file_label.as_deref()), (Some(EXEC), Some(FILE)));
+        assert_eq!(io.warnings, ["Only the last --exec-label option will take effect"]);
+        assert_eq!(io.file_labels, [FILE], "the file label is applied while parsing, as setfscreatecon");
+        assert_eq!(p.unsupported(true), Some("--exec-label"), "labels are the host's business");
+        assert_eq!(p.unsupported(false), None);
     }
 
     #[test]
@@ -778,6 +855,10 @@ mod tests {
             "--ro-overlay requires at least two --overlay-src"
         );
         assert_eq!(message(&["--exec-label", "foo", "true"]), "labeling not supported on this system");
+        assert_eq!(message(&["--file-label", "foo", "true"]), "labeling not supported on this system");
+        assert_eq!(message(&["--exec-label"]), "--exec-label takes an argument");
+        // Found by fuzzing (bwrap_args): a CR in an unknown option split the line.
+        assert_eq!(message(&["-\runshare-user", "true"]), "Unknown option -\\runshare-user");
         assert_eq!(message(&["--hostname", "foo", "true"]), "Specifying --hostname requires --unshare-uts");
         assert_eq!(message(&["--as-pid-1", "true"]), "Specifying --as-pid-1 requires --unshare-pid");
         assert_eq!(message(&["--disable-userns", "true"]), "--disable-userns requires --unshare-user");

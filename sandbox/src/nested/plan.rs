@@ -75,6 +75,7 @@ pub(crate) fn prepare(
         rlimits: outer.limits.rlimits.clone(),
         landlock: outer_spec.security.landlock,
         overlay_userxattr: true,
+        file_label: None,
         child: NestedChild {
             userns,
             inner_ids: if req.unshare.user { inner } else { (outer_uid, outer_gid) },
@@ -90,6 +91,7 @@ pub(crate) fn prepare(
             disable_userns: req.disable_userns,
             assert_userns_disabled: req.assert_userns_disabled,
             dumpable: false,
+            exec_label: None,
         },
     };
     Plan::prepare_nested(&spec, parts).map_err(|e| RequestError::Invalid(e.to_string()))
@@ -114,6 +116,10 @@ pub struct HostOptions {
     /// caller's effective set for root without a new user namespace,
     /// which is then left untouched.
     pub root_caps: Option<u64>,
+    /// bubblewrap's `--exec-label` and `--file-label` (SELinux contexts,
+    /// checked by the front end where SELinux is enabled, selinux.rs).
+    pub exec_label: Option<String>,
+    pub file_label: Option<String>,
 }
 
 /// The plan of a bwrap run on the host: the request's view from the
@@ -173,6 +179,11 @@ pub(crate) fn prepare_host(
         rlimits: Vec::new(),
         landlock: host.landlock,
         overlay_userxattr: new_user || !in_initial_userns(),
+        file_label: host
+            .file_label
+            .as_deref()
+            .map(|l| std::ffi::CString::new(l).map_err(|_| RequestError::Invalid("--file-label".into())))
+            .transpose()?,
         child: NestedChild {
             // `--disable-userns`: one more user namespace, mapping the
             // sandbox's ids onto themselves, once the limit is set.
@@ -189,7 +200,20 @@ pub(crate) fn prepare_host(
             lock_files: lock_files(req)?,
             disable_userns: req.disable_userns,
             assert_userns_disabled: req.assert_userns_disabled,
-            dumpable: true,
+            // bubblewrap's PID 1 is dumpable: its caller opens
+            // /proc/CHILD-PID/ns/*. With our hardening asked for, a dumpable
+            // PID 1 outside the command's filter would be the way around
+            // it (its memory is writable through /proc/1/mem): not dumpable
+            // then, as in `run` (docs/security.md).
+            dumpable: host.seccomp.is_none() && host.landlock == crate::LandlockMode::Off,
+            exec_label: match &host.exec_label {
+                Some(label) => Some((
+                    crate::selinux::attr_bytes(label)
+                        .map_err(|_| RequestError::Invalid("--exec-label".into()))?,
+                    format!("label_exec {}", req.command[0]),
+                )),
+                None => None,
+            },
         },
     };
     Plan::prepare_nested(&spec, parts).map_err(invalid)
@@ -467,6 +491,52 @@ mod tests {
             // SAFETY: the moved copies are ours to close.
             assert_eq!(unsafe { libc::close(source) }, 0);
         }
+    }
+
+    #[test]
+    fn labels_reach_the_tmpfs_mounts_and_pid_1() {
+        use crate::prepare::Action;
+        let label = "system_u:object_r:container_file_t:s0:c1,c2";
+        let req = Request {
+            command: vec!["true".into()],
+            argv0: Some("renamed".into()),
+            cwd: "/".into(),
+            umask: 0o22,
+            ops: vec![
+                Op::Tmpfs { dst: "/tmp".into(), mode: 0o700, size: None },
+                Op::Dev { dst: "/dev".into() },
+                Op::Mqueue { dst: "/mq".into() },
+            ],
+            ..Request::default()
+        };
+        let host = HostOptions {
+            exec_label: Some("system_u:system_r:container_t:s0".into()),
+            file_label: Some(label.into()),
+            ..HostOptions::default()
+        };
+        let plan = prepare_host(&req, Vec::new(), 2, &host).unwrap();
+        let context = (c"context".to_owned(), Some(std::ffi::CString::new(label).unwrap()));
+        let mut labelled = Vec::new();
+        for step in &plan.steps {
+            if let Action::Fs { fstype, options, .. } = &step.action {
+                // bubblewrap labels the tmpfs mounts it makes (`--tmpfs`,
+                // `--dev`; our `/dev/shm` too), not mqueue or devpts.
+                let has = options.contains(&context);
+                assert_eq!(has, fstype.as_c_str() == c"tmpfs", "{}", step.what);
+                if has {
+                    labelled.push(step.what.as_str());
+                }
+            }
+        }
+        assert_eq!(labelled, ["mount tmpfs on /tmp", "mount tmpfs on /dev", "mount tmpfs on /dev/shm"]);
+        let nested = plan.nested.as_ref().unwrap();
+        let (bytes, what) = nested.exec_label.as_ref().unwrap();
+        assert_eq!(bytes.as_slice(), b"system_u:system_r:container_t:s0\0");
+        assert_eq!(what, "label_exec true", "bubblewrap names COMMAND, not --argv0");
+        // Without labels nothing changes.
+        let plan = prepare_host(&req, Vec::new(), 2, &HostOptions::default()).unwrap();
+        assert!(plan.nested.as_ref().unwrap().exec_label.is_none());
+        assert!(plan.steps.iter().all(|s| !matches!(&s.action, Action::Fs { options, .. } if options.iter().any(|(k, _)| k.as_c_str() == c"context"))));
     }
 
     #[test]
