@@ -189,7 +189,7 @@ pub fn main(command: SkillsCommand) -> u8 {
 
 fn engines(args: &EngineArgs) -> Result<Engines, String> {
     match &args.engines {
-        Some(path) => Engines::load(path),
+        Some(path) => Engines::load(path).map_err(String::from),
         None => Ok(Engines::builtin()),
     }
 }

@@ -261,8 +261,8 @@ pub fn fetch_and_launch(
         Err(e) => return fail(e.to_string()),
     };
     drop(options);
-    if let Err(message) = inputs::wait_single_threaded() {
-        return fail(message);
+    if let Err(e) = inputs::wait_single_threaded() {
+        return fail(e.into());
     }
     let apply_options = apply_options(args);
     let Built { spec, layout, binds } = built;

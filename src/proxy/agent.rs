@@ -589,7 +589,7 @@ impl Lane {
         let agent = Agent::attach(cx, &self.run_id, &name, process, client, on_exit)?;
         if let Err(e) = agent.initialize().await {
             agent.shutdown("initialize failed").await;
-            return Err(e);
+            return Err(e.into());
         }
         tracing::debug!(
             "run {}: agent spawned in {spawned:?} (launcher started, sandbox made), initialize answered after {:?}",
@@ -652,7 +652,7 @@ impl Lane {
                 Ok(o) => d.outbox.push(&json!({"type": "prompt_result", "run_id": run, "prompt_id": prompt_id, "ok": true,
                     "session_id": o.session_id, "stop_reason": o.stop_reason, "session_created": o.session_created,
                     "session_recreated_from": o.session_recreated_from})),
-                Err(e) => super::runs::reply_prompt(&d, &m, Err(e)),
+                Err(e) => super::runs::reply_prompt(&d, &m, Err(e.into())),
             }
             d.runs.turn(false);
             super::runs::send(&d, &run, Job::PromptDone);
@@ -673,8 +673,7 @@ fn spawner(d: Arc<Daemon>, name: String, pid1: Option<u32>) -> Spawner {
             let process = match (&d.provider, pid1) {
                 (AnyProvider::Native(p), Some(pid)) => p.exec_joined(&name, pid, &spec).await,
                 (p, _) => p.exec(&name, &spec).await,
-            }
-            .map_err(|e| format!("terminal/create: {e}"))?;
+            }?;
             let killer = process.group_killer();
             Ok((process, killer))
         })
@@ -701,7 +700,7 @@ pub fn direct(d: &Arc<Daemon>, run_id: &str, kind: &str, msg: &RunMessage) -> bo
                 ..RunMessage::default()
             };
             tokio::spawn(async move {
-                let r = agent.control(&kind, &sid, &msg.extra).await;
+                let r = agent.control(&kind, &sid, &msg.extra).await.map_err(String::from);
                 super::runs::reply_session(&d, &msg, r);
             });
         }

@@ -679,7 +679,7 @@ async fn git_push(lane: &mut Lane, c: &SandboxControl, out: &mut Map<String, Val
     }
     let field = |k: &str| c.extra.get(k).unwrap_or(&Value::Null);
     let branch = str_field(field("branch")).ok_or("branch 为空".to_string())?.to_string();
-    check_branch(&branch)?;
+    check_branch(&branch).map_err(String::from)?;
     let remote = str_field(field("remote")).unwrap_or("origin").to_string();
     check_remote(&remote)?;
     let max = d.cfg.git_push_timeout_max_seconds;
@@ -708,12 +708,12 @@ async fn git_push(lane: &mut Lane, c: &SandboxControl, out: &mut Map<String, Val
         .as_ref()
         .map(|s| s.workspace.clone())
         .unwrap_or_else(|| root.join(format!("run-{}", lane.run_id)));
-    let ws = resolve_under_root(root, &ws, false)?;
+    let ws = resolve_under_root(root, &ws, false).map_err(String::from)?;
     if !ws.is_dir() || std::fs::symlink_metadata(ws.join(".git")).is_err() {
         return Err(format!("workspace {} is not a git checkout", ws.display()).into());
     }
 
-    let genv = GitEnv::new(&d.cfg.state_dir, &get)?;
+    let genv = GitEnv::new(&d.cfg.state_dir, &get).map_err(String::from)?;
     // The workspace is agent-writable: its config must not get to run
     // commands on the host or redirect the credentials.
     let git = |args: &[&str]| {

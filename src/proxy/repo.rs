@@ -159,7 +159,7 @@ pub async fn prepare(
     step("auth", "start", None);
     let get = |k: &str| env.get(k).filter(|v| !v.is_empty()).cloned();
     let genv =
-        GitEnv::new(&d.cfg.state_dir, &get).inspect_err(|e| step("auth", "failed", Some(e.clone())))?;
+        GitEnv::new(&d.cfg.state_dir, &get).inspect_err(|e| step("auth", "failed", Some(e.to_string())))?;
     step("auth", "done", None);
 
     if std::fs::symlink_metadata(workspace.join(".git")).is_ok() {
