@@ -374,6 +374,9 @@ impl Lane {
                     self.run_id,
                     t0.elapsed()
                 );
+                // The backend may rely on the run once it has the answer
+                // (its instance exists, ok or not): its record first.
+                self.persist_durably().await;
                 reply_open(&self.d, &m.run_id, result);
                 self.idle();
             }
@@ -703,6 +706,16 @@ impl Lane {
         let Some(state) = &self.state else { return };
         let bytes = serde_json::to_vec_pretty(state).expect("plain data");
         super::persist::Persister::write(&self.d, &self.run_id, self.state_path(), Some(bytes));
+    }
+
+    /// As [`Lane::persist`], and waits until the state is on disk.
+    pub async fn persist_durably(&mut self) {
+        let Some(state) = &self.state else { return };
+        let bytes = serde_json::to_vec_pretty(state).expect("plain data");
+        let written =
+            super::persist::Persister::write_durably(&self.d, &self.run_id, self.state_path(), Some(bytes));
+        // Err: the writer went away (the daemon is stopping); nothing to wait for.
+        let _ = written.await;
     }
 
     /// Drops the run's state, in memory and on disk, with the files the
