@@ -75,7 +75,8 @@ async fn acp_opened_goes_out_after_the_run_record_is_on_disk() {
     daemon.wait_exit(10 * SECS);
     for run in ["d1", "d2"] {
         let record: Value =
-            serde_json::from_slice(&std::fs::read(s.state.join(format!("runs/{run}.json"))).unwrap()).unwrap();
+            serde_json::from_slice(&std::fs::read(s.state.join(format!("runs/{run}.json"))).unwrap())
+                .unwrap();
         assert_eq!(record["instance_name"], format!("tuixiu-run-{run}"));
     }
 }

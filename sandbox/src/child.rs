@@ -126,8 +126,7 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
     }
 
     // 4. Files created during setup get exactly the modes we ask for.
-    //    SAFETY: umask cannot fail.
-    let caller_umask = unsafe { libc::umask(0) };
+    let caller_umask = sys::umask(0);
 
     // 5. Nothing we mount may propagate back to the host.
     let root_what = "prepare the new root";
@@ -190,7 +189,7 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
         // SAFETY: the plan's descriptors are the launcher's; this copy of
         // the plan is never dropped in the child (it leaves with `_exit`),
         // so nothing closes these numbers a second time.
-        unsafe { libc::close(fd) };
+        let _ = unsafe { sys::close(fd) };
     }
 
     // 8. Enter the new root and detach everything underneath it: the
@@ -322,12 +321,11 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
         .map_err(|e| fail("start the command", "clone(CLONE_VM|CLONE_VFORK)", c"", e))?;
     // The report pipe now belongs to the command: its close-on-exec end is
     // what tells the launcher the exec happened.
-    // SAFETY: closing descriptors we own and no longer use.
-    unsafe {
-        libc::close(fds.report);
-        libc::close(fds.sync);
-        if fds.ack >= 0 {
-            libc::close(fds.ack);
+    for fd in [fds.report, fds.sync, fds.ack] {
+        if fd >= 0 {
+            // SAFETY: descriptors this process owns (the launcher made them
+            // for it) and no longer uses; nothing else closes them.
+            let _ = unsafe { sys::close(fd) };
         }
     }
     if let Some(nested) = &plan.nested {
@@ -335,7 +333,7 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
         // neither them nor the capabilities it kept for the command.
         for &(_, source) in &nested.fds {
             // SAFETY: descriptors this process no longer uses, closed once.
-            unsafe { libc::close(source) };
+            let _ = unsafe { sys::close(source) };
         }
         if keep_caps != 0 {
             let _ = drop_privileges();
@@ -505,10 +503,7 @@ fn new_root(options: &[(CString, Option<CString>)]) -> Result<OwnedFd, (&'static
 
 /// True when the launcher's end of the sync pipe is closed.
 fn launcher_gone(sync: RawFd) -> bool {
-    let mut pfd = libc::pollfd { fd: sync, events: libc::POLLIN, revents: 0 };
-    // SAFETY: one valid pollfd, zero timeout.
-    let n = unsafe { libc::poll(&mut pfd, 1, 0) };
-    n > 0 && pfd.revents & (libc::POLLHUP | libc::POLLIN) != 0
+    sys::poll_now(sync, libc::POLLIN).is_some_and(|revents| revents & (libc::POLLHUP | libc::POLLIN) != 0)
 }
 
 /// What PID 2 needs, passed through `clone`'s argument pointer.
@@ -541,8 +536,7 @@ fn exec_command(plan: &Plan, report_fd: RawFd, caller_umask: libc::mode_t) -> ! 
         sys::reset_signal(sig);
     }
     let _ = sys::set_sigmask(libc::SIG_SETMASK, &sys::empty_sigset());
-    // SAFETY: umask cannot fail.
-    unsafe { libc::umask(caller_umask) };
+    sys::umask(caller_umask);
 
     harden_and_exec(
         &Hardening {

@@ -55,12 +55,12 @@ pub(crate) fn make_undumpable() -> Result<(), Errno> {
 /// PID 2 started on.
 pub(crate) fn forget(env: &EnvBlock, stack: &sys::ChildStack) {
     forget_inherited(Some(INIT_NAME));
-    // SAFETY: PID 2 has executed; nothing reads its environment block or
-    // its stack in this process any more, and PID 1 never drops its plan.
-    unsafe {
-        env.wipe();
-        stack.release();
-    }
+    // SAFETY: PID 2 has executed; nothing reads its environment block in
+    // this process any more.
+    unsafe { env.wipe() };
+    // SAFETY: nothing runs on or reads PID 2's stack any more, and PID 1
+    // never drops its plan, so the stack is never dropped after this.
+    unsafe { stack.release() };
     trim_heap();
 }
 
@@ -77,12 +77,7 @@ pub(crate) fn forget_inherited(name: Option<&[u8]>) {
 
 /// Returns the allocator's free pages (best effort).
 pub(crate) fn trim_heap() {
-    #[cfg(target_env = "gnu")]
-    // SAFETY: glibc's own trimming of its free lists; no allocation is live
-    // in another thread (the callers are single-threaded).
-    unsafe {
-        libc::malloc_trim(0);
-    }
+    sys::malloc_trim();
 }
 
 /// `(arg_start, arg_end, env_start, env_end)` from `/proc/self/stat`: the
@@ -117,21 +112,20 @@ fn parse_stat(stat: &[u8]) -> Option<[usize; 4]> {
 }
 
 fn wipe_inherited([arg_start, arg_end, env_start, env_end]: [usize; 4], name: Option<&[u8]>) {
-    // SAFETY: the kernel's bounds of the argument and environment strings
-    // it copied onto this process's initial stack (writable memory that
-    // stays mapped). Nothing in the caller reads what it wipes again, and
-    // no Rust reference to these bytes is alive here.
-    unsafe {
-        if let Some(name) = name {
-            let args = std::slice::from_raw_parts_mut(arg_start as *mut u8, arg_end - arg_start);
-            args.zeroize();
-            // A name for `ps`; the last byte stays NUL, so the kernel shows
-            // exactly this area as the command line.
-            let n = name.len().min(args.len() - 1);
-            args[..n].copy_from_slice(&name[..n]);
-        }
-        std::slice::from_raw_parts_mut(env_start as *mut u8, env_end - env_start).zeroize();
+    if let Some(name) = name {
+        // SAFETY: the kernel's bounds of the argument strings it copied
+        // onto this process's initial stack (writable memory that stays
+        // mapped). Nothing in the caller reads them again, and no Rust
+        // reference to these bytes is alive here.
+        let args = unsafe { std::slice::from_raw_parts_mut(arg_start as *mut u8, arg_end - arg_start) };
+        args.zeroize();
+        // A name for `ps`; the last byte stays NUL, so the kernel shows
+        // exactly this area as the command line.
+        let n = name.len().min(args.len() - 1);
+        args[..n].copy_from_slice(&name[..n]);
     }
+    // SAFETY: as above, for the environment strings.
+    unsafe { std::slice::from_raw_parts_mut(env_start as *mut u8, env_end - env_start) }.zeroize();
 }
 
 unsafe extern "C" {
@@ -140,18 +134,24 @@ unsafe extern "C" {
 
 /// Without `/proc`: the strings `environ` points to.
 fn wipe_environ() {
-    // SAFETY: `environ` is a NULL-terminated array of NUL-terminated
-    // strings (libc's contract); nothing in this process reads the environment
-    // again. The strings may be the initial stack's or the allocator's,
-    // both writable.
-    unsafe {
-        let mut entry = environ;
-        while !entry.is_null() && !(*entry).is_null() {
-            let s = *entry as *mut u8;
-            let len = libc::strlen(s as *const c_char);
-            std::slice::from_raw_parts_mut(s, len).zeroize();
-            entry = entry.add(1);
+    // SAFETY: reads the C library's `environ` pointer; nothing changes the
+    // environment meanwhile (the callers are single-threaded).
+    let mut entry = unsafe { environ };
+    while !entry.is_null() {
+        // SAFETY: `entry` points into `environ`'s NULL-terminated array
+        // (libc's contract), at or before its NULL.
+        let s = unsafe { *entry } as *mut u8;
+        if s.is_null() {
+            break;
         }
+        // SAFETY: each entry is a NUL-terminated string.
+        let len = unsafe { std::ffi::CStr::from_ptr(s as *const c_char) }.count_bytes();
+        // SAFETY: the string's `len` bytes, writable (the initial stack's
+        // or the allocator's); nothing in this process reads the
+        // environment again, and no reference to them is alive.
+        unsafe { std::slice::from_raw_parts_mut(s, len) }.zeroize();
+        // SAFETY: `entry` is not the array's NULL, so the next one is in it.
+        entry = unsafe { entry.add(1) };
     }
 }
 
@@ -194,12 +194,11 @@ impl EnvBlock {
 
 impl Drop for EnvBlock {
     fn drop(&mut self) {
+        // SAFETY: dropped, the block is read by nobody any more.
+        unsafe { self.wipe() };
         // SAFETY: `ptr`/`len` come from `Box::into_raw` of a boxed slice of
         // exactly this length, freed once, here.
-        unsafe {
-            self.wipe();
-            drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.ptr, self.len)));
-        }
+        drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.ptr, self.len)) });
     }
 }
 

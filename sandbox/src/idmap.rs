@@ -58,24 +58,20 @@ pub fn host_root(uid: u32, gid: u32) -> (bool, bool) {
 static HELPER_STACK: std::sync::Mutex<[u8; 4096]> = std::sync::Mutex::new([0; 4096]);
 
 extern "C" fn helper(launcher: *mut libc::c_void) -> libc::c_int {
+    use crate::sys::shared_task;
     // Die with the launcher: killed between this clone and its kill, it
     // would otherwise be orphaned, blocked for good. After setting the
     // signal, check the parent is still the launcher (it may have died
-    // before). Raw syscalls that cannot fail here: nothing touches the
-    // errno this shares with the launcher's thread.
-    // SAFETY: prctl and getppid with valid arguments; exit ends this task.
-    unsafe {
-        libc::syscall(libc::SYS_prctl, libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
-        if libc::syscall(libc::SYS_getppid) != launcher as usize as libc::c_long {
-            libc::syscall(libc::SYS_exit, 0);
-        }
+    // before). Only `shared_task` calls: nothing touches the errno this
+    // shares with the launcher's thread.
+    shared_task::die_with_parent();
+    if shared_task::parent_pid() != launcher as usize as libc::c_long {
+        // SAFETY: this is the task `nobody_userns` started; it leaves
+        // nothing behind that the launcher uses.
+        unsafe { shared_task::exit(0) }
     }
-    loop {
-        // SAFETY: ppoll with no descriptors and no timeout blocks until a
-        // signal; only SIGKILL is ever sent, so it never returns and never
-        // touches the errno it shares with the launcher's thread.
-        unsafe { libc::syscall(libc::SYS_ppoll, 0usize, 0usize, 0usize, 0usize, 0usize) };
-    }
+    // Only SIGKILL is ever sent.
+    shared_task::block_forever()
 }
 
 /// The helper process behind [`nobody_userns`]: killed at once, reaped on
@@ -98,21 +94,12 @@ impl Drop for Helper {
 /// A user namespace mapping 0 → 65534 (uid and gid), held by its fd.
 pub(crate) fn nobody_userns() -> Result<(OwnedFd, Helper), (&'static str, Errno)> {
     let mut stack = HELPER_STACK.lock().unwrap_or_else(|e| e.into_inner());
-    // SAFETY: the helper runs `helper` on its own stack (the top of the
-    // static buffer, 16-byte aligned, locked until the helper is reaped) in
-    // our address space; it touches nothing else.
-    let pid = unsafe {
-        let top = stack.as_mut_ptr().add(stack.len()) as usize & !15;
-        libc::clone(
-            helper,
-            top as *mut libc::c_void,
-            libc::CLONE_NEWUSER | libc::CLONE_VM | libc::SIGCHLD,
-            libc::getpid() as usize as *mut libc::c_void,
-        )
-    };
-    if pid < 0 {
-        return Err(("clone(CLONE_NEWUSER|CLONE_VM)", Errno::last()));
-    }
+    let launcher = nix::unistd::getpid().as_raw() as usize as *mut libc::c_void;
+    // SAFETY: the helper runs `helper` on its own stack (the static buffer,
+    // locked until the helper is reaped) in our address space; it touches
+    // nothing else and calls only `shared_task` functions.
+    let pid = unsafe { sys::spawn_shared(&mut stack[..], libc::CLONE_NEWUSER, helper, launcher) }
+        .map_err(|e| ("clone(CLONE_NEWUSER|CLONE_VM)", e))?;
     let helper = Helper { pid, _stack: stack };
     let line = format!("0 {NOBODY} 1");
     for (file, what) in [("uid_map", "write uid_map"), ("gid_map", "write gid_map")] {

@@ -105,8 +105,7 @@ pub fn join(
     crate::launch::ensure_single_threaded()?;
     let plan = prepare(spec)?;
     // A root caller's supplementary groups would show up as nogroup inside.
-    // SAFETY: an empty group list is a valid argument.
-    let _ = unsafe { libc::setgroups(0, std::ptr::null()) };
+    crate::launch::drop_supplementary_groups();
     let pipe = |what: &str| {
         sys::pipe().map_err(|e| SyscallError::new(format!("create the {what} pipe"), "pipe2", e))
     };
@@ -149,13 +148,7 @@ pub fn join(
     on_started(child);
     // Relay signals to the command's process group until it ends.
     let status = loop {
-        // SAFETY: siginfo_t is plain data, for which all zeroes is a value.
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        // SAFETY: a valid blocked set and an out pointer.
-        let sig = unsafe { libc::sigwaitinfo(&watched, &mut info) };
-        if sig < 0 {
-            continue;
-        }
+        let Ok(sig) = sys::sigwait(&watched) else { continue };
         if sig == libc::SIGCHLD {
             if let Ok((p, status)) = sys::waitpid(child, libc::WNOHANG)
                 && p == child
@@ -172,15 +165,10 @@ pub fn join(
         // Killed by a signal: die of the same one, so whoever waits for
         // this joiner sees a signal, not a code (ACP's exitStatus.signal).
         let sig = libc::WTERMSIG(status);
-        // SAFETY: plain process-attribute calls on ourselves.
-        unsafe {
-            let no_core = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-            libc::setrlimit(libc::RLIMIT_CORE, &no_core);
-        }
+        let _ = sys::setrlimit(libc::RLIMIT_CORE as libc::c_int, 0);
         sys::reset_signal(sig);
         let _ = sys::set_sigmask(libc::SIG_SETMASK, &sys::empty_sigset());
-        // SAFETY: raising a signal at ourselves.
-        unsafe { libc::raise(sig) };
+        let _ = sys::raise(sig);
     }
     Ok(crate::ExitStatus::from_code(sys::exit_code_of(status)))
 }
@@ -208,16 +196,10 @@ pub(crate) fn enter(pid: i32, children_pid: bool) -> Result<(), LaunchError> {
     if children_pid {
         flags |= libc::CLONE_NEWPID;
     }
-    // SAFETY: setns with a valid pidfd and namespace flags.
-    if unsafe { libc::setns(pidfd.as_raw_fd(), flags) } < 0 {
-        return Err(SyscallError::new(
-            "enter the sandbox",
-            "setns(pidfd, CLONE_NEWUSER|CLONE_NEWNS|CLONE_NEWPID|...)",
-            Errno::last(),
-        )
-        .into());
-    }
-    Ok(())
+    sys::setns(pidfd.as_raw_fd(), flags).map_err(|e| {
+        SyscallError::new("enter the sandbox", "setns(pidfd, CLONE_NEWUSER|CLONE_NEWNS|CLONE_NEWPID|...)", e)
+            .into()
+    })
 }
 
 fn joined_child(plan: &JoinPlan, report_fd: RawFd, life: RawFd) -> ! {
@@ -236,9 +218,7 @@ fn joined_child(plan: &JoinPlan, report_fd: RawFd, life: RawFd) -> ! {
     if let Err(e) = sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) {
         fail(&mut report, "die with the joiner", "prctl(PR_SET_PDEATHSIG)", e);
     }
-    let mut pfd = libc::pollfd { fd: life, events: libc::POLLIN, revents: 0 };
-    // SAFETY: one valid pollfd, zero timeout.
-    if unsafe { libc::poll(&mut pfd, 1, 0) } > 0 && pfd.revents & libc::POLLHUP != 0 {
+    if sys::poll_now(life, libc::POLLIN).is_some_and(|revents| revents & libc::POLLHUP != 0) {
         sys::exit_now(crate::EXIT_SETUP_FAILED as i32);
     }
     if let Err(e) = sys::chdir(&plan.cwd) {

@@ -31,7 +31,7 @@
 
 use std::fs;
 use std::io::Write as _;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
@@ -116,7 +116,7 @@ impl BwrapStatus {
             write(fd, &format!("{{\n    \"child-pid\": {pid}{pretty}\n}}\n"))?;
             // SAFETY: bubblewrap closes the info descriptor once written;
             // it is the caller's to give away.
-            unsafe { libc::close(fd) };
+            let _ = unsafe { sys::close(fd) };
         }
         if let Some(fd) = self.json_status_fd {
             write(fd, &format!("{{ \"child-pid\": {pid}{ids} }}\n"))?;
@@ -125,7 +125,7 @@ impl BwrapStatus {
             let mut byte = [0u8; 1];
             let _ = sys::read(fd, &mut byte);
             // SAFETY: as for the info descriptor.
-            unsafe { libc::close(fd) };
+            let _ = unsafe { sys::close(fd) };
         }
         Ok(())
     }
@@ -245,7 +245,7 @@ pub(crate) fn execute(
         // The caller's descriptors are the nested PID 1's now.
         for &(_, source) in &nested.fds {
             // SAFETY: the plan's raw copies, ours to close, closed once.
-            unsafe { libc::close(source) };
+            let _ = unsafe { sys::close(source) };
         }
     }
 
@@ -302,12 +302,10 @@ impl FsIds {
         if uid != 0 || (plan.host_uid, plan.host_gid) == (uid, gid) {
             return FsIds { restore: None };
         }
-        // SAFETY: setfsuid/setfsgid only change this (single) thread's
-        // filesystem ids; they cannot fail in a way that matters here.
-        unsafe {
-            libc::setfsgid(plan.host_gid);
-            libc::setfsuid(plan.host_uid);
-        }
+        // Only this (single) thread's filesystem ids; they cannot fail in a
+        // way that matters here.
+        nix::unistd::setfsgid(nix::unistd::Gid::from_raw(plan.host_gid));
+        nix::unistd::setfsuid(nix::unistd::Uid::from_raw(plan.host_uid));
         FsIds { restore: Some((uid, gid)) }
     }
 }
@@ -315,11 +313,8 @@ impl FsIds {
 impl Drop for FsIds {
     fn drop(&mut self) {
         if let Some((uid, gid)) = self.restore {
-            // SAFETY: as above.
-            unsafe {
-                libc::setfsuid(uid);
-                libc::setfsgid(gid);
-            }
+            nix::unistd::setfsuid(nix::unistd::Uid::from_raw(uid));
+            nix::unistd::setfsgid(nix::unistd::Gid::from_raw(gid));
         }
     }
 }
@@ -381,13 +376,7 @@ fn monitor(
     let start = Instant::now();
     let mut deadline = timeout.map(|(t, _)| start + t);
     let mut timed_out = false;
-    // SAFETY: `watched` is a valid sigset; the returned fd is ours.
-    let sfd = unsafe { libc::signalfd(-1, watched, libc::SFD_CLOEXEC) };
-    if sfd < 0 {
-        return Err(SyscallError::new("watch signals", "signalfd", Errno::last()).into());
-    }
-    // SAFETY: signalfd returned a new descriptor that we now own.
-    let sfd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(sfd) };
+    let sfd = sys::signalfd(watched, 0).map_err(|e| SyscallError::new("watch signals", "signalfd", e))?;
 
     let MonitorPipes { report: report_r, exit: exit_r, return_on_exit_status } = pipes;
     let mut report_bytes = Vec::new();
@@ -446,9 +435,8 @@ fn monitor(
                 (at - now).as_millis().min(i32::MAX as u128) as i32 + 1
             }
         };
-        // SAFETY: five valid pollfd entries (a negative fd is ignored).
-        if unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, wait_ms) } < 0 {
-            let e = Errno::last();
+        // A negative fd is ignored.
+        if let Err(e) = sys::poll(&mut pfds, wait_ms) {
             if e == Errno::EINTR {
                 continue;
             }
@@ -504,16 +492,7 @@ fn monitor(
             }
         }
         if pfds[1].revents != 0 {
-            // SAFETY: signalfd_siginfo is plain data; reading fills it.
-            let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
-            let size = std::mem::size_of::<libc::signalfd_siginfo>();
-            // SAFETY: `info` is valid for `size` bytes.
-            let n = unsafe {
-                libc::read(sfd.as_raw_fd(), (&mut info as *mut libc::signalfd_siginfo).cast(), size)
-            };
-            if n as usize != size {
-                continue;
-            }
+            let Ok(Some(info)) = sys::read_signal(sfd.as_fd()) else { continue };
             let sig = info.ssi_signo as libc::c_int;
             if sig == libc::SIGCHLD {
                 if let Watch::Portal(portal) = watch {
@@ -612,8 +591,7 @@ fn thread_count() -> Option<u64> {
 /// drop them while we still may (unprivileged callers cannot, and have
 /// `setgroups` denied in the sandbox anyway).
 pub(crate) fn drop_supplementary_groups() {
-    // SAFETY: an empty group list is a valid argument.
-    let _ = unsafe { libc::setgroups(0, std::ptr::null()) };
+    let _ = nix::unistd::setgroups(&[]);
 }
 
 /// `pid` (of our pid namespace) as the mounted `/proc` numbers it: the
@@ -621,19 +599,12 @@ pub(crate) fn drop_supplementary_groups() {
 /// given the host's `--bind /proc /proc`), where a pidfd's `fdinfo`,
 /// which procfs writes in its own namespace's numbers, tells.
 fn proc_pid(pid: libc::pid_t) -> libc::pid_t {
-    // SAFETY: getpid cannot fail.
-    let me = unsafe { libc::getpid() };
+    let me = nix::unistd::getpid().as_raw();
     let ours = fs::read_link("/proc/self").ok().and_then(|p| p.to_str()?.parse::<libc::pid_t>().ok());
     if ours == Some(me) {
         return pid;
     }
-    // SAFETY: pidfd_open with a pid and no flags; the result is ours.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as RawFd;
-    if fd < 0 {
-        return pid;
-    }
-    // SAFETY: just opened, ours alone.
-    let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    let Ok(fd) = sys::pidfd_open(pid) else { return pid };
     fs::read_to_string(format!("/proc/self/fdinfo/{}", fd.as_raw_fd()))
         .ok()
         .and_then(|info| info.lines().find_map(|l| l.strip_prefix("Pid:")?.trim().parse().ok()))

@@ -321,10 +321,8 @@ fn remove_stale_cgroups(parent: &Path) {
         else {
             continue;
         };
-        // SAFETY: signal 0 only asks whether the pid names a process.
-        let gone = pid > 0
-            && unsafe { libc::kill(pid, 0) } != 0
-            && nix::errno::Errno::last() == nix::errno::Errno::ESRCH;
+        // Signal 0 only asks whether the pid names a process.
+        let gone = pid > 0 && crate::sys::kill(pid, 0) == Err(nix::errno::Errno::ESRCH);
         if gone && std::fs::remove_dir(entry.path()).is_ok() {
             tracing::info!("removed the cgroup {} of a killed sandbox", entry.path().display());
         }
@@ -332,9 +330,7 @@ fn remove_stale_cgroups(parent: &Path) {
 }
 
 fn access_w(dir: &Path) -> bool {
-    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else { return false };
-    // SAFETY: valid C string.
-    unsafe { libc::access(c.as_ptr(), libc::W_OK) == 0 }
+    nix::unistd::access(dir, nix::unistd::AccessFlags::W_OK).is_ok()
 }
 
 /// The name prefix of a sandbox's cgroup; the launcher's pid follows.

@@ -20,11 +20,12 @@
 //! pid still named that process.
 
 use std::ffi::CString;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, OwnedFd};
 
 use nix::errno::Errno;
 
 use crate::error::SyscallError;
+use crate::sys;
 
 /// A process of the sandbox to go through: PID 1, or its oldest child.
 pub struct Entry {
@@ -36,19 +37,9 @@ impl Entry {
     /// Whether the process the pidfd pins is still alive, i.e. whether
     /// `/proc/<pid>/...` opened since [`entry`] was its.
     pub fn still_alive(&self) -> bool {
-        // SAFETY: signal 0 through our pidfd only checks existence and permission.
-        unsafe { libc::syscall(libc::SYS_pidfd_send_signal, self.pidfd.as_raw_fd(), 0, 0usize, 0) == 0 }
+        // Signal 0 through our pidfd only checks existence and permission.
+        sys::pidfd_send_signal(self.pidfd.as_fd(), 0).is_ok()
     }
-}
-
-fn pidfd_open(pid: i32) -> Result<OwnedFd, Errno> {
-    // SAFETY: pidfd_open returns a new descriptor or -1.
-    let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if raw < 0 {
-        return Err(Errno::last());
-    }
-    // SAFETY: the kernel just gave us this descriptor.
-    Ok(unsafe { OwnedFd::from_raw_fd(raw as RawFd) })
 }
 
 /// Whether this process may look into `pid` through `/proc` (its
@@ -61,12 +52,12 @@ fn may_inspect(pid: i32) -> bool {
 /// join the sandbox through.
 pub fn entry(pid1: i32) -> Result<Entry, SyscallError> {
     let find = format!("find the sandbox (pid {pid1})");
-    let pidfd = pidfd_open(pid1).map_err(|e| SyscallError::new(find.clone(), "pidfd_open", e))?;
+    let pidfd = sys::pidfd_open(pid1).map_err(|e| SyscallError::new(find.clone(), "pidfd_open", e))?;
     if may_inspect(pid1) {
         return Ok(Entry { pid: pid1, pidfd });
     }
     for child in children(pid1) {
-        let Ok(pidfd) = pidfd_open(child) else { continue };
+        let Ok(pidfd) = sys::pidfd_open(child) else { continue };
         // The pidfd pins the process; if `child` is PID 1's child now, it
         // is the process the pidfd refers to (pids are not reused while the
         // process lives, and `still_alive` tells whether it still does).

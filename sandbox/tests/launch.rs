@@ -4,6 +4,8 @@
 //! integration tests in `tests/` cover the user-facing behaviour for every
 //! caller (root, unprivileged, nested).
 
+#![warn(clippy::multiple_unsafe_ops_per_block)]
+
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd};
 use std::path::{Path, PathBuf};

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 
 use super::error::RunError;
-use super::units::{UnitError, parse_size};
+use super::units::{UnitError, parse_size, parse_size_or_unlimited};
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -413,7 +413,7 @@ pub struct InputArgs {
     pub download_timeout: f64,
 
     /// Size cap of each download (bytes; K, M, G suffixes; 0 = no cap)
-    #[arg(long, value_name = "SIZE", default_value = "200M", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", default_value = "200M", value_parser = parse_size_or_unlimited)]
     pub download_max_bytes: u64,
 
     /// Most entries one zip may have

@@ -49,6 +49,14 @@ pub fn parse_size(text: &str) -> Result<u64, UnitError> {
     Ok(bytes)
 }
 
+/// As [`parse_size`], where `0` is allowed and means "no cap".
+pub fn parse_size_or_unlimited(text: &str) -> Result<u64, UnitError> {
+    match parse_size(text) {
+        Err(UnitError::SizeZero(_)) => Ok(0),
+        other => other,
+    }
+}
+
 /// `500ms`, `30s`, `10m`, `1h`, or plain seconds (`30`, `2.5`).
 pub fn parse_duration(text: &str) -> Result<Duration, UnitError> {
     let t = text.trim();
@@ -82,6 +90,15 @@ pub fn parse_cpus(text: &str) -> Result<u64, UnitError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn zero_means_unlimited_only_where_asked() {
+        assert_eq!(parse_size_or_unlimited("0").unwrap(), 0);
+        assert_eq!(parse_size_or_unlimited("0MiB").unwrap(), 0);
+        assert_eq!(parse_size_or_unlimited("2K").unwrap(), 2048);
+        assert!(parse_size_or_unlimited("x").is_err());
+        assert!(parse_size("0").is_err());
+    }
 
     #[test]
     fn sizes() {

@@ -4,7 +4,7 @@
 //! its id map, its capabilities, and no seccomp filter or Landlock unless
 //! asked for (`--tx-seccomp`, `--tx-landlock`).
 
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::RawFd;
 
 use super::plan::{self, HostOptions};
 use super::request::{Request, RequestError};
@@ -25,9 +25,8 @@ pub enum HostError {
 pub fn run_on_host(req: &Request, host: &HostOptions, status: BwrapStatus) -> Result<ExitStatus, HostError> {
     launch::ensure_single_threaded().map_err(|e| HostError::Launch(e.to_string()))?;
     if let Some(fd) = host.userns_fd {
-        // SAFETY: setns on a descriptor the caller named; no memory involved.
-        if unsafe { libc::setns(fd, libc::CLONE_NEWUSER) } != 0 {
-            let e = std::io::Error::last_os_error();
+        if let Err(e) = crate::sys::setns(fd, libc::CLONE_NEWUSER) {
+            let e = std::io::Error::from(e);
             return Err(HostError::Launch(if e.raw_os_error() == Some(libc::EINVAL) {
                 "Joining the specified user namespace failed, it might not be a descendant of the current user namespace.".into()
             } else {
@@ -36,9 +35,9 @@ pub fn run_on_host(req: &Request, host: &HostOptions, status: BwrapStatus) -> Re
         }
     }
     if let Some(fd) = host.pidns_fd {
-        // SAFETY: as above; our children start in that pid namespace.
-        if unsafe { libc::setns(fd, libc::CLONE_NEWPID) } != 0 {
-            let e = std::io::Error::last_os_error();
+        // Our children start in that pid namespace.
+        if let Err(e) = crate::sys::setns(fd, libc::CLONE_NEWPID) {
+            let e = std::io::Error::from(e);
             return Err(HostError::Launch(format!(
                 "Setting pidns failed: {}",
                 crate::error::io_error_text(&e)
@@ -47,14 +46,10 @@ pub fn run_on_host(req: &Request, host: &HostOptions, status: BwrapStatus) -> Re
     }
     let mut fds = Vec::with_capacity(req.fds.len());
     for &fd in &req.fds {
-        // SAFETY: F_DUPFD_CLOEXEC makes a new descriptor that we own.
-        let copy = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
-        if copy < 0 {
-            let e = std::io::Error::last_os_error();
-            return Err(HostError::Launch(format!("descriptor {fd}: {}", crate::error::io_error_text(&e))));
-        }
-        // SAFETY: just created, ours alone.
-        fds.push(unsafe { OwnedFd::from_raw_fd(copy) });
+        let copy = crate::sys::dup_cloexec(fd, 0).map_err(|e| {
+            HostError::Launch(format!("descriptor {fd}: {}", crate::error::io_error_text(&e.into())))
+        })?;
+        fds.push(copy);
     }
     let floor = highest_open_fd();
     let plan = plan::prepare_host(req, fds, floor, host)?;

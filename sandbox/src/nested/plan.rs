@@ -4,7 +4,7 @@
 //! outer sandbox's view (the worker has entered its mount namespace), so a
 //! path that the outer sandbox does not show does not exist for a nested one.
 
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 
 use libc::c_ulong;
@@ -464,13 +464,11 @@ fn renumber(
     let mut pairs = Vec::with_capacity(fds.len());
     for (i, (fd, &target)) in fds.into_iter().zip(targets).enumerate() {
         let want = base + i as RawFd;
-        let moved = nix::fcntl::fcntl(&fd, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(want))?;
-        if moved != want {
-            // SAFETY: `moved` was just created by fcntl and is ours alone.
-            drop(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(moved) });
+        let moved = crate::sys::dup_cloexec(fd.as_raw_fd(), want)?;
+        if moved.as_raw_fd() != want {
             return Err(nix::errno::Errno::EBADF);
         }
-        pairs.push((target, moved));
+        pairs.push((target, moved.into_raw_fd()));
         // `fd`, the received number, closes here.
     }
     Ok((pairs, base))
@@ -488,8 +486,8 @@ mod tests {
         assert!(base > 1000 && base >= floor + 33, "{base}");
         assert_eq!(pairs, [(0, base), (1000, base + 1)]);
         for (_, source) in pairs {
-            // SAFETY: the moved copies are ours to close.
-            assert_eq!(unsafe { libc::close(source) }, 0);
+            // SAFETY: the moved copies are ours to close, closed once.
+            assert_eq!(unsafe { crate::sys::close(source) }, Ok(()));
         }
     }
 

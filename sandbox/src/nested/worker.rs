@@ -16,7 +16,7 @@
 //! be traced or have their /proc entries opened by the sandbox's
 //! processes, which lack those capabilities.
 
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::panic::AssertUnwindSafe;
 
 use super::MAX_WORKERS;
@@ -70,8 +70,9 @@ fn serve(listener: RawFd, ctx: &Context<'_>, monitor: libc::pid_t) -> i32 {
         Err(_) => return 1,
     };
     drop(life_r);
-    // SAFETY: the listening socket is the acceptor's now.
-    unsafe { libc::close(listener) };
+    // SAFETY: the listening socket is the acceptor's now; this process
+    // never uses the number again.
+    let _ = unsafe { sys::close(listener) };
     loop {
         match sys::waitpid(child, 0) {
             Ok((_, status)) => return sys::exit_code_of(status),
@@ -87,9 +88,7 @@ fn die_with_parent(life: OwnedFd) -> bool {
     if sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong).is_err() {
         return false;
     }
-    let mut pfd = libc::pollfd { fd: life.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-    // SAFETY: one valid pollfd, zero timeout.
-    unsafe { libc::poll(&mut pfd, 1, 0) == 0 }
+    sys::poll_now(life.as_raw_fd(), libc::POLLIN) == Some(0)
 }
 
 /// The acceptor, in the sandbox's pid namespace: a worker per connection,
@@ -100,13 +99,7 @@ fn accept_forever(listener: RawFd, ctx: &Context<'_>, life: OwnedFd) -> i32 {
     }
     let sigchld = sys::sigset_of(&[libc::SIGCHLD]);
     let _ = sys::set_sigmask(libc::SIG_BLOCK, &sigchld);
-    // SAFETY: a valid blocked set; the returned descriptor is ours.
-    let sfd = unsafe { libc::signalfd(-1, &sigchld, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK) };
-    if sfd < 0 {
-        return 1;
-    }
-    // SAFETY: signalfd returned a new descriptor that we now own.
-    let sfd = unsafe { OwnedFd::from_raw_fd(sfd) };
+    let Ok(sfd) = sys::signalfd(&sigchld, libc::SFD_NONBLOCK) else { return 1 };
     // The workers' lifeline: its write end lives as long as this process.
     let Ok((life_r, life_w)) = sys::pipe() else { return 1 };
     let mut workers: Vec<libc::pid_t> = Vec::new();
@@ -115,8 +108,7 @@ fn accept_forever(listener: RawFd, ctx: &Context<'_>, life: OwnedFd) -> i32 {
             libc::pollfd { fd: listener, events: libc::POLLIN, revents: 0 },
             libc::pollfd { fd: sfd.as_raw_fd(), events: libc::POLLIN, revents: 0 },
         ];
-        // SAFETY: two valid pollfd entries.
-        if unsafe { libc::poll(pfds.as_mut_ptr(), 2, -1) } < 0 {
+        if sys::poll(&mut pfds, -1).is_err() {
             continue;
         }
         if pfds[1].revents != 0 {
@@ -137,8 +129,9 @@ fn accept_forever(listener: RawFd, ctx: &Context<'_>, life: OwnedFd) -> i32 {
             match unsafe { sys::fork() } {
                 Ok(0) => {
                     // SAFETY: the listening socket and the signalfd are
-                    // the acceptor's, not the worker's.
-                    unsafe { libc::close(listener) };
+                    // the acceptor's, not the worker's: the worker never
+                    // uses this number again.
+                    let _ = unsafe { sys::close(listener) };
                     drop(sfd);
                     let _ = sys::set_sigmask(libc::SIG_UNBLOCK, &sigchld);
                     drop(life_w);
@@ -186,8 +179,8 @@ fn serve_one(conn: &OwnedFd, ctx: &Context<'_>, life: OwnedFd) -> i32 {
         Ok(plan) => plan,
         Err(e) => return fail(e.to_string()),
     };
-    // SAFETY: umask cannot fail; the nested PID 1 restores this one for COMMAND.
-    unsafe { libc::umask(request.umask as libc::mode_t) };
+    // The nested PID 1 restores this one for COMMAND.
+    sys::umask(request.umask as libc::mode_t);
     let options = LaunchOptions { return_before_teardown: true, ..LaunchOptions::default() };
     match launch::execute(&nested, &options, None, Watch::Caller(conn.as_raw_fd())) {
         Ok(status) => {
