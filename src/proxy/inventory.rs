@@ -10,7 +10,7 @@ use super::Daemon;
 use super::protocol::{
     DeletedWorkspace, InventoryInstance, InventoryRef, SandboxInventory, WorkspaceEntry, WorkspaceInventory,
 };
-use crate::provider::{InstanceInfo, Provider, names};
+use crate::provider::{InstanceInfo, Provider, ProviderError, names};
 
 pub fn run_id_of(name: &str) -> Option<String> {
     names::run_id_from_name(name).map(str::to_string)
@@ -44,8 +44,8 @@ pub fn entries(list: &[InstanceInfo], captured_at: &str) -> Vec<InventoryInstanc
 }
 
 /// A full inventory, plus `missing_instances` when `expected` is given.
-pub async fn full(d: &Daemon, expected: Option<&[InventoryRef]>) -> Result<SandboxInventory, String> {
-    let list = d.provider.list().await.map_err(|e| e.to_string())?;
+pub async fn full(d: &Daemon, expected: Option<&[InventoryRef]>) -> Result<SandboxInventory, ProviderError> {
+    let list = d.provider.list().await?;
     let mut inv = empty(d);
     inv.instances = Some(entries(&list, &inv.captured_at));
     if let Some(expected) = expected {

@@ -141,7 +141,7 @@ fn shown(url: &str) -> &str {
 async fn open(d: &Arc<Daemon>, tokens: &mut TokenSource) -> Result<Ws, End> {
     let url = d.cfg.orchestrator_url.clone();
     let shown = shown(&url);
-    let parts = url_parts(&url).map_err(|e| End::Retry { reason: e, healthy: false })?;
+    let parts = url_parts(&url).map_err(|e| End::Retry { reason: e.to_string(), healthy: false })?;
     let tls = if parts.scheme == "wss" {
         Some(
             super::tls::client_config(&d.cfg.tls)

@@ -32,7 +32,25 @@ use sandbox::{Access, UserView};
 
 use super::Daemon;
 use super::config::ProviderChoice;
+use super::identity::IdentityError;
 use crate::provider::Mount;
+use sandbox::error::io_error_text;
+
+/// Why the host side of an instance's mounts could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum MountError {
+    #[error(transparent)]
+    Dir(#[from] IdentityError),
+    #[error(
+        "agent.statePath {guest} would hide the run's home {home}: \
+         mount it below the home (e.g. {home}/.codex/sessions) or elsewhere"
+    )]
+    StateOverHome { guest: String, home: String },
+    #[error("secret file {}: {}", .file.display(), io_error_text(.source))]
+    ReadSecret { file: PathBuf, source: std::io::Error },
+    #[error("staging secret {}: {}", .dst.display(), io_error_text(.source))]
+    StageSecret { dst: PathBuf, source: std::io::Error },
+}
 
 /// Guest directory of the secret files.
 pub const SECRETS_DIR: &str = "/run/secrets";
@@ -61,14 +79,33 @@ pub fn agent_state_dir(d: &Daemon) -> PathBuf {
     d.cfg.state_dir.join("agents").join(&d.proxy_id).join("state")
 }
 
-fn private_dir(dir: &Path) -> Result<(), String> {
-    super::identity::private_dir(dir).map_err(|e| e.to_string())
+fn private_dir(dir: &Path) -> Result<(), MountError> {
+    Ok(super::identity::private_dir(dir)?)
+}
+
+/// Gives a directory the daemon just created to the container user (docker
+/// runs processes as that uid, unlike the native sandbox's id map).
+pub fn chown_new(dir: &Path, user: &UserView) {
+    if !nix::unistd::geteuid().is_root() {
+        return;
+    }
+    if let Ok(meta) = std::fs::metadata(dir)
+        && std::os::unix::fs::MetadataExt::uid(&meta) == 0
+        && let Err(e) = std::os::unix::fs::chown(dir, Some(user.uid), Some(user.gid))
+    {
+        tracing::warn!("chown {} to {}:{}: {e}", dir.display(), user.uid, user.gid);
+    }
 }
 
 /// Makes the host directories and files and returns the mounts for the
 /// run's instance. `home_guest` is the run's home: the state directory
 /// must lie below it or elsewhere, never over it.
-pub fn prepare(d: &Daemon, run_id: &str, user: &UserView, home_guest: &str) -> Result<Vec<Mount>, String> {
+pub fn prepare(
+    d: &Daemon,
+    run_id: &str,
+    user: &UserView,
+    home_guest: &str,
+) -> Result<Vec<Mount>, MountError> {
     let provider = d.cfg.sandbox.provider;
     if provider == ProviderChoice::Host {
         // No mount namespace: nothing can be shown at a guest path (the
@@ -81,21 +118,18 @@ pub fn prepare(d: &Daemon, run_id: &str, user: &UserView, home_guest: &str) -> R
     let scratch = scratch_dir(d, run_id);
     private_dir(&scratch)?;
     if docker {
-        super::runs::chown_new(&scratch, user);
+        chown_new(&scratch, user);
     }
     mounts.push(Mount::Bind { src: scratch.clone(), dst: SCRATCH_DIR.into(), access: Access::Rw });
 
     if let Some(guest) = &d.cfg.agent.state_path {
         if sandbox::guest_path::is_within(home_guest, guest) {
-            return Err(format!(
-                "agent.statePath {guest} would hide the run's home {home_guest}: \
-                     mount it below the home (e.g. {home_guest}/.codex/sessions) or elsewhere"
-            ));
+            return Err(MountError::StateOverHome { guest: guest.clone(), home: home_guest.to_string() });
         }
         let host = agent_state_dir(d);
         private_dir(&host)?;
         if docker {
-            super::runs::chown_new(&host, user);
+            chown_new(&host, user);
         }
         mounts.push(Mount::Bind { src: host, dst: guest.clone(), access: Access::Rw });
     }
@@ -118,15 +152,13 @@ pub fn prepare(d: &Daemon, run_id: &str, user: &UserView, home_guest: &str) -> R
 /// original, often root's 0600, would be unreadable inside). Rewritten in
 /// place when the original changed, so the bind (of this inode) shows the
 /// new content.
-fn stage_secret(file: &Path, dst: &Path, user: &UserView) -> Result<PathBuf, String> {
-    let content = std::fs::read(file)
-        .map_err(|e| format!("secret file {}: {}", file.display(), sandbox::error::io_error_text(&e)))?;
+fn stage_secret(file: &Path, dst: &Path, user: &UserView) -> Result<PathBuf, MountError> {
+    let content =
+        std::fs::read(file).map_err(|source| MountError::ReadSecret { file: file.to_path_buf(), source })?;
     if std::fs::read(dst).is_ok_and(|old| old == content) {
         return Ok(dst.to_path_buf());
     }
-    let what = |e: std::io::Error| {
-        format!("staging secret {}: {}", dst.display(), sandbox::error::io_error_text(&e))
-    };
+    let what = |source: std::io::Error| MountError::StageSecret { dst: dst.to_path_buf(), source };
     let _ = std::fs::set_permissions(dst, std::fs::Permissions::from_mode(0o600));
     let mut f = std::fs::OpenOptions::new()
         .create(true)
