@@ -220,7 +220,9 @@ impl Lane {
         let root = nix::unistd::geteuid().is_root();
         let owner = (d.cfg.sandbox.provider == ProviderChoice::Docker && root).then(|| state_user(state));
         let step = |stage: &str, status: &str, message: Option<String>| self.step(stage, status, message);
-        super::repo::prepare(d, &req, &state.workspace, &env, owner, &step).await.map_err(fail)
+        let redact = |text: &str| d.redact(text);
+        let host = super::repo::Host { state_dir: &d.cfg.state_dir, redact: &redact };
+        super::repo::prepare(host, &req, &state.workspace, &env, owner, &step).await.map_err(fail)
     }
 
     /// Lands the manifest's items into the host directories behind the
@@ -270,7 +272,7 @@ impl Lane {
         let docker_user = (d.cfg.sandbox.provider == ProviderChoice::Docker).then(|| state_user(state));
         let layout = inputs::Layout::new(state.home_guest.clone());
         let (ws, home) = (state.workspace.clone(), state.home.clone());
-        let scratch = super::mounts::scratch_dir_of(d, &self.run_id);
+        let scratch = d.mounts.scratch_dir_of(&self.run_id);
         let run = self.run_id.clone();
         let init_sent = self.init_sent;
         let recorded = state.landed.clone();
@@ -610,7 +612,7 @@ impl Lane {
                 // The agent's state directory is mounted over part of its
                 // home (usually): fs/* must see what the agent sees there.
                 if let (Some(guest), AnyProvider::Docker(_)) = (&d.cfg.agent.state_path, other) {
-                    let host = super::mounts::agent_state_dir(&d);
+                    let host = d.mounts.agent_state_dir();
                     fs = fs.and_then(|fs| fs.with_mount(guest, &host));
                 }
                 (process, fs, None)

@@ -296,19 +296,19 @@ async fn run_action(
                 lane.close_agent("removed").await;
             }
             lane.remove_instance(&name).await?;
-            if let Ok(inv) = inventory::full(&d, None).await {
+            if let Ok(inv) = inventory::full(&d.provider, None).await {
                 d.outbox.push(&inv);
             }
             let run_id = if lane.run_id.is_empty() { None } else { Some(lane.run_id.clone()) };
             d.outbox.push(&inventory::deleted_instances(
-                &d,
+                &d.provider,
                 vec![InventoryRef { instance_name: name, run_id, reason: Some("sandbox_control_remove") }],
             ));
             out.insert("status".into(), json!("missing"));
         }
         "report_inventory" => {
             let expected = expected_instances(c);
-            let inv = inventory::full(&d, expected.as_deref()).await?;
+            let inv = inventory::full(&d.provider, expected.as_deref()).await?;
             d.outbox.push(&inv);
         }
         "prune_orphans" => {
@@ -327,7 +327,7 @@ async fn run_action(
             }
             out.insert("deleted_count".into(), json!(deleted.len()));
             if !deleted.is_empty() {
-                d.outbox.push(&inventory::deleted_instances(&d, deleted));
+                d.outbox.push(&inventory::deleted_instances(&d.provider, deleted));
             }
             if !errors.is_empty() {
                 return Err(ControlError::Partial(errors.join("; ")));
@@ -343,7 +343,7 @@ async fn run_action(
             let extra = lane.state.as_ref().map(|s| s.workspace.clone());
             remove_workspace(&d, &run_id, extra.as_deref())?;
             d.outbox.push(&inventory::deleted_workspaces(
-                &d,
+                &d.provider,
                 vec![DeletedWorkspace {
                     instance_name: None,
                     run_id,
@@ -576,12 +576,12 @@ async fn gc(d: &Arc<Daemon>, c: &SandboxControl, out: &mut Map<String, Value>) -
         json!({"instances": deleted_instances.len(), "workspaces": deleted_workspaces.len()}),
     );
     if !deleted_instances.is_empty() {
-        d.outbox.push(&inventory::deleted_instances(d, deleted_instances));
+        d.outbox.push(&inventory::deleted_instances(&d.provider, deleted_instances));
     }
     if !deleted_workspaces.is_empty() {
-        d.outbox.push(&inventory::deleted_workspaces(d, deleted_workspaces));
+        d.outbox.push(&inventory::deleted_workspaces(&d.provider, deleted_workspaces));
     }
-    if let Ok(inv) = inventory::full(d, None).await {
+    if let Ok(inv) = inventory::full(&d.provider, None).await {
         d.outbox.push(&inv);
     }
     let failed = !errors.is_empty();

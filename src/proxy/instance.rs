@@ -154,7 +154,7 @@ impl Lane {
             Some(init) => manifest_binds(&self.d, init, &home_guest)?,
             None => (false, Vec::new()),
         };
-        let run_mounts = super::mounts::prepare(&self.d, &self.run_id, &user, &home_guest)?;
+        let run_mounts = self.d.mounts.prepare(&self.run_id, &user, &home_guest)?;
         let mut mounts: Vec<Mount> = self
             .d
             .cfg

@@ -301,7 +301,7 @@ impl Lane {
     /// daemon kept for its instance (scratch, staged secrets).
     pub fn forget(&mut self) {
         self.state = None;
-        super::mounts::discard(&self.d, &self.run_id);
+        self.d.mounts.discard(&self.run_id);
         super::persist::Persister::write(&self.d, &self.run_id, self.state_path(), None);
     }
 }

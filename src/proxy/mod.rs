@@ -89,6 +89,8 @@ pub struct Daemon {
     pub runs_dir: PathBuf,
     /// Writes run states off the daemon's thread.
     pub persister: persist::Persister,
+    /// What instances get besides workspace and home (`mounts.rs`).
+    pub mounts: mounts::Mounts,
 }
 
 impl Daemon {
@@ -128,6 +130,7 @@ impl Daemon {
         }
         let runs_dir = cfg.state_dir.join("runs");
         Daemon {
+            mounts: mounts::Mounts::new(&cfg, &proxy_id),
             outbox: outbox::Outbox::new(cfg.outbox_max_messages, cfg.outbox_max_bytes),
             cfg,
             proxy_id,
@@ -316,7 +319,7 @@ pub fn main(opts: Options) -> u8 {
             report(&format!("proxy: {e}"));
             return sandbox::EXIT_SETUP_FAILED;
         }
-        mounts::sweep_leftovers(&daemon);
+        daemon.mounts.sweep_leftovers();
         tracing::info!(
             "proxy {} starting: provider {}, state {}, workspaces {}",
             daemon.proxy_id,

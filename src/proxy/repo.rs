@@ -42,9 +42,9 @@ use std::time::Duration;
 
 use sha2::Digest;
 
+use super::Cause;
 use super::gitenv::{self, GitEnv};
 use super::identity::IdentityError;
-use super::{Cause, Daemon};
 use sandbox::error::io_error_text;
 
 /// The whole preparation (lock wait excluded).
@@ -53,6 +53,16 @@ const TIMEOUT: Duration = Duration::from_secs(600);
 const LOCK_WAIT: Duration = Duration::from_secs(300);
 /// Output of a failed git kept in the error (its tail).
 const ERROR_TAIL: usize = 2000;
+
+/// What the preparation needs from the daemon, and nothing else.
+#[derive(Clone, Copy)]
+pub struct Host<'a> {
+    /// `<state>`: the repository caches (`git-cache/`) and the
+    /// credentials' private directories.
+    pub state_dir: &'a Path,
+    /// Scrubs every known secret from git's output before it is reported.
+    pub redact: &'a (dyn Fn(&str) -> String + Sync),
+}
 
 /// Why the workspace could not be made a checkout. The text goes to the
 /// backend (`init_step` messages, `acp_opened`).
@@ -186,9 +196,9 @@ fn check_url(url: &str, root: &Path) -> Result<&'static str, UrlRefused> {
 }
 
 /// One git step's failure: what git said (its tail), redacted.
-fn failed(d: &Daemon, what: &'static str, out: &std::process::Output) -> RepoError {
+fn failed(h: Host<'_>, what: &'static str, out: &std::process::Output) -> RepoError {
     let text = format!("{}{}", String::from_utf8_lossy(&out.stderr), String::from_utf8_lossy(&out.stdout));
-    let text = d.redact(text.trim());
+    let text = (h.redact)(text.trim());
     let mut start = text.len().saturating_sub(ERROR_TAIL);
     while !text.is_char_boundary(start) {
         start += 1;
@@ -202,7 +212,7 @@ fn failed(d: &Daemon, what: &'static str, out: &std::process::Output) -> RepoErr
 /// docker container's user). On failure the workspace is left as empty as
 /// it was found.
 pub async fn prepare(
-    d: &Daemon,
+    h: Host<'_>,
     req: &Request,
     workspace: &Path,
     env: &HashMap<String, String>,
@@ -212,7 +222,7 @@ pub async fn prepare(
     let deadline = tokio::time::Instant::now() + TIMEOUT;
     step("auth", "start", None);
     let get = |k: &str| env.get(k).filter(|v| !v.is_empty()).cloned();
-    let genv = GitEnv::new(&d.cfg.state_dir, &get).map_err(|e| {
+    let genv = GitEnv::new(h.state_dir, &get).map_err(|e| {
         let e = RepoError::Auth(e.into());
         step("auth", "failed", Some(e.to_string()));
         e
@@ -235,12 +245,12 @@ pub async fn prepare(
     }
     let result = async {
         step("clone", "start", None);
-        clone(d, req, &genv, workspace, deadline)
+        clone(h, req, &genv, workspace, deadline)
             .await
             .inspect_err(|e| step("clone", "failed", Some(e.to_string())))?;
         step("clone", "done", None);
         step("checkout", "start", None);
-        checkout(d, req, &genv, workspace, deadline)
+        checkout(h, req, &genv, workspace, deadline)
             .await
             .inspect_err(|e| step("checkout", "failed", Some(e.to_string())))?;
         step("checkout", "done", None);
@@ -262,17 +272,17 @@ pub async fn prepare(
 }
 
 async fn git_ok(
-    d: &Daemon,
+    h: Host<'_>,
     what: &'static str,
     cmd: tokio::process::Command,
     deadline: tokio::time::Instant,
 ) -> Result<(), RepoError> {
     let out = gitenv::output(cmd, deadline).await.map_err(|e| RepoError::Run { what, cause: e.into() })?;
-    if out.status.success() { Ok(()) } else { Err(failed(d, what, &out)) }
+    if out.status.success() { Ok(()) } else { Err(failed(h, what, &out)) }
 }
 
 async fn clone(
-    d: &Daemon,
+    h: Host<'_>,
     req: &Request,
     genv: &GitEnv,
     workspace: &Path,
@@ -285,10 +295,10 @@ async fn clone(
             cmd.env("GIT_ALLOW_PROTOCOL", req.protocols);
             cmd.args(["clone", "--quiet", "--template=", "--single-branch", "--branch", &req.base, "--"]);
             cmd.arg(&req.url).arg(ws);
-            git_ok(d, "clone", cmd, deadline).await
+            git_ok(h, "clone", cmd, deadline).await
         }
         Mode::Cached => {
-            let cache = refresh_cache(d, req, genv, deadline).await?;
+            let cache = refresh_cache(h, req, genv, deadline).await?;
             let mut cmd = genv.command(None);
             cmd.env("GIT_ALLOW_PROTOCOL", "file");
             cmd.args([
@@ -302,22 +312,22 @@ async fn clone(
                 "--",
             ]);
             cmd.arg(&cache).arg(ws);
-            git_ok(d, "clone (from the cache)", cmd, deadline).await?;
+            git_ok(h, "clone (from the cache)", cmd, deadline).await?;
             let mut cmd = genv.command(Some(workspace));
             cmd.arg("-C").arg(ws).args(["remote", "set-url", "origin", "--", &req.url]);
-            git_ok(d, "remote set-url", cmd, deadline).await
+            git_ok(h, "remote set-url", cmd, deadline).await
         }
     }
 }
 
 /// The cache of `req.url` with `req.base` fetched now; made if missing.
 async fn refresh_cache(
-    d: &Daemon,
+    h: Host<'_>,
     req: &Request,
     genv: &GitEnv,
     deadline: tokio::time::Instant,
 ) -> Result<PathBuf, RepoError> {
-    let dir = d.cfg.state_dir.join("git-cache");
+    let dir = h.state_dir.join("git-cache");
     super::identity::private_dir(&dir)?;
     let key = hex::encode(&sha2::Sha256::digest(req.url.as_bytes())[..16]);
     let _lock = lock(&dir.join(format!("{key}.lock"))).await?;
@@ -330,7 +340,7 @@ async fn refresh_cache(
         // repack while another run clones would only cost time.
         cmd.arg("-C").arg(&cache).args(["-c", "gc.auto=0", "fetch", "--quiet", "--prune", "--no-tags", "--"]);
         cmd.arg(&req.url).arg(refspec);
-        git_ok(d, "fetch (the cache)", cmd, deadline).await?;
+        git_ok(h, "fetch (the cache)", cmd, deadline).await?;
     } else {
         let tmp = dir.join(format!(".{key}.{}", uuid::Uuid::new_v4().simple()));
         let mut cmd = genv.command(None);
@@ -346,7 +356,7 @@ async fn refresh_cache(
             &req.base,
         ]);
         cmd.arg("--").arg(&req.url).arg(&tmp);
-        let made = git_ok(d, "clone (the cache)", cmd, deadline).await;
+        let made = git_ok(h, "clone (the cache)", cmd, deadline).await;
         let made = made.and_then(|()| std::fs::rename(&tmp, &cache).map_err(RepoError::CacheRename));
         if let Err(e) = made {
             let _ = std::fs::remove_dir_all(&tmp);
@@ -382,7 +392,7 @@ async fn lock(path: &Path) -> Result<nix::fcntl::Flock<std::fs::File>, RepoError
 }
 
 async fn checkout(
-    d: &Daemon,
+    h: Host<'_>,
     req: &Request,
     genv: &GitEnv,
     workspace: &Path,
@@ -397,10 +407,10 @@ async fn checkout(
         cmd.arg("--");
         cmd
     };
-    match git_ok(d, "checkout", run(Some(format!("origin/{}", req.base))), deadline).await {
+    match git_ok(h, "checkout", run(Some(format!("origin/{}", req.base))), deadline).await {
         Ok(()) => Ok(()),
         // No such remote branch (an empty repository): the branch starts here.
-        Err(first) => git_ok(d, "checkout", run(None), deadline).await.map_err(|_| first),
+        Err(first) => git_ok(h, "checkout", run(None), deadline).await.map_err(|_| first),
     }
 }
 

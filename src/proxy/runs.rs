@@ -304,7 +304,7 @@ impl Lane {
         match self.d.provider.remove(&name).await {
             Ok(info) => {
                 // The instance's scratch and staged secrets go with it.
-                super::mounts::discard(&self.d, &self.run_id);
+                self.d.mounts.discard(&self.run_id);
                 self.d.report_status(&self.run_id, &info);
                 if let Some(state) = &mut self.state {
                     state.expires_at_ms = None;
