@@ -41,6 +41,15 @@
 //!    `sss`), which a static glibc `dlopen`s together with the host's
 //!    `libc.so.6`: safe only when that is the glibc it was built with. (The
 //!    static daemon idles 0.8 MiB smaller: docs/benchmarks.md.)
+//!
+//! 4. The full tool and the daemon, dynamic by default, link the static
+//!    unwinder (`libgcc_eh.a` found where rustc asks for `-lgcc_s`), as
+//!    the launcher does: no `libgcc_s.so.1` to map and relocate, and no
+//!    constructor issuing `cpuid` at every start. With `panic = "abort"`
+//!    the unwinder only walks stacks for backtraces. The idle daemon maps
+//!    0.1-0.18 MiB less (docs/benchmarks.md, issue 18). `libm.so` stays:
+//!    glibc's `libm.a` resolves its ifuncs through the dynamic loader's
+//!    private symbols, so it cannot be linked into a dynamic program.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -56,12 +65,21 @@ fn main() {
     if supports_relr(&cc) {
         println!("cargo::rustc-link-arg-bins=-Wl,-z,pack-relative-relocs");
     }
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let Some(eh) = archive(&cc, "libgcc_eh.a") else { return };
+    // The full tool and the daemon, dynamic by default, get the static
+    // unwinder (point 4 above); TUIXIU_STATIC=1 below gives them more.
+    let unwinder = out_dir.join("unwinder-libs");
+    let _ = std::fs::remove_dir_all(&unwinder);
+    if std::fs::create_dir_all(&unwinder).is_ok() && link_as(&unwinder, "libgcc_s.a", &eh) {
+        for bin in ["tuixiu-sandbox-full", "tuixiu-sandbox-proxy"] {
+            println!("cargo::rustc-link-arg-bin={bin}=-L{}", unwinder.display());
+        }
+    }
     println!("cargo::rerun-if-env-changed=TUIXIU_DYNAMIC_LAUNCHER");
     if std::env::var_os("TUIXIU_DYNAMIC_LAUNCHER").is_some_and(|v| v != "0") {
         return;
     }
-    let out_dir = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
-    let Some(eh) = archive(&cc, "libgcc_eh.a") else { return };
     let dir = out_dir.join("launcher-libs");
     let _ = std::fs::remove_dir_all(&dir);
     if std::fs::create_dir_all(&dir).is_err() || !link_as(&dir, "libgcc_s.a", &eh) {

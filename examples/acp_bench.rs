@@ -34,7 +34,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use futures_util::{SinkExt, StreamExt};
+use futures_util::StreamExt;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio_tungstenite::tungstenite::Message;
@@ -43,7 +43,9 @@ use tokio_tungstenite::tungstenite::Message;
 mod procstat;
 use procstat::{cpu_ms, status_kib};
 
-type Ws = tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>;
+#[path = "common/backend.rs"]
+mod backend;
+use backend::{Ws, send, until};
 
 fn sorted(mut v: Vec<f64>) -> Vec<f64> {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
@@ -64,38 +66,6 @@ fn summary(name: &str, unit: &str, samples: Vec<f64>) -> f64 {
         s.len()
     );
     pct(&s, 0.5)
-}
-
-async fn recv_text(ws: &mut Ws) -> String {
-    loop {
-        match ws.next().await.expect("daemon closed the link").expect("read") {
-            Message::Text(t) => return t.to_string(),
-            _ => continue,
-        }
-    }
-}
-
-/// Reads until a message satisfies `pred` (acking register_agent on the way).
-async fn until(ws: &mut Ws, pred: impl Fn(&Value) -> bool) -> Value {
-    loop {
-        let m: Value = serde_json::from_str(&recv_text(ws).await).unwrap();
-        if m["type"] == "register_agent" {
-            ws.send(Message::text(json!({"type":"register_ack","success":true}).to_string())).await.unwrap();
-        }
-        if m["type"] == "proxy_update" && m["content"]["type"] == "text" {
-            let t = m["content"]["text"].as_str().unwrap_or("");
-            if t.contains("error") || t.contains("stderr") {
-                eprintln!("daemon says: {t}");
-            }
-        }
-        if pred(&m) {
-            return m;
-        }
-    }
-}
-
-async fn send(ws: &mut Ws, v: Value) {
-    ws.send(Message::text(v.to_string())).await.unwrap();
 }
 
 fn open_msg(run: &str) -> Value {
@@ -360,8 +330,7 @@ async fn main() {
     let (agent_file, agent_command) = agent_argv(&agent);
     std::fs::copy(&agent, agent_dir.join(agent_file)).unwrap();
 
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
+    let (listener, port) = backend::listen().await;
     let config = scratch.join("proxy.toml");
     std::fs::write(
         &config,
@@ -376,22 +345,7 @@ async fn main() {
         ),
     )
     .unwrap();
-    let mut cmd = Command::new(&bin);
-    cmd.args(["proxy", "--config"]).arg(&config).env_clear().env("PATH", "/usr/bin:/bin");
-    if let Some(filter) = std::env::var_os("TUIXIU_LOG") {
-        cmd.env("TUIXIU_LOG", filter);
-    }
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn the daemon");
-    let pid = child.id();
-    let (tcp, _) = listener.accept().await.unwrap();
-    tcp.set_nodelay(true).unwrap();
-    let mut ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
-    until(&mut ws, |m| m["type"] == "workspace_inventory").await;
+    let (mut child, pid, mut ws) = backend::start_daemon(&bin, &config, &[], &listener, true).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     println!("daemon idle RSS: {} KiB", status_kib(pid, "VmRSS:"));
 

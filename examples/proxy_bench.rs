@@ -14,12 +14,10 @@
 //! (`PROXY_ARGS="--log-format json -v"`: more options for the daemon)
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
 use tokio_tungstenite::tungstenite::Message;
 
 #[path = "common/procstat.rs"]
@@ -31,29 +29,9 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i]
 }
 
-type Ws = tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>;
-
-async fn recv_json(ws: &mut Ws) -> Value {
-    loop {
-        match ws.next().await.expect("daemon closed the link").expect("read") {
-            Message::Text(t) => return serde_json::from_str(&t).unwrap(),
-            _ => continue,
-        }
-    }
-}
-
-/// Reads until a message satisfies `pred` (acking register_agent on the way).
-async fn until(ws: &mut Ws, pred: impl Fn(&Value) -> bool) -> Value {
-    loop {
-        let m = recv_json(ws).await;
-        if m["type"] == "register_agent" {
-            ws.send(Message::text(json!({"type":"register_ack","success":true}).to_string())).await.unwrap();
-        }
-        if pred(&m) {
-            return m;
-        }
-    }
-}
+#[path = "common/backend.rs"]
+mod backend;
+use backend::recv_json;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
@@ -63,8 +41,7 @@ async fn main() {
     let _ = std::fs::remove_dir_all(&scratch);
     std::fs::create_dir_all(scratch.join("ws")).unwrap();
 
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
+    let (listener, port) = backend::listen().await;
     let config = scratch.join("proxy.toml");
     std::fs::write(
         &config,
@@ -78,22 +55,8 @@ async fn main() {
     .unwrap();
     // Options for the daemon beyond the config, e.g. `--log-format json -v`.
     let extra = std::env::var("PROXY_ARGS").unwrap_or_default();
-    let mut child = Command::new(&bin)
-        .args(["proxy", "--config"])
-        .arg(&config)
-        .args(extra.split_whitespace())
-        .env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn the daemon");
-    let pid = child.id();
-    let (tcp, _) = listener.accept().await.unwrap();
-    tcp.set_nodelay(true).unwrap();
-    let mut ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
-    until(&mut ws, |m| m["type"] == "workspace_inventory").await;
+    let extra: Vec<&str> = extra.split_whitespace().collect();
+    let (mut child, pid, mut ws) = backend::start_daemon(&bin, &config, &extra, &listener, false).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let idle = status_kib(pid, "VmRSS:");
     let threads = std::fs::read_dir(format!("/proc/{pid}/task")).map(|d| d.count()).unwrap_or(0);

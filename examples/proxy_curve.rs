@@ -24,19 +24,20 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
 use tokio_tungstenite::tungstenite::Message;
 
 #[path = "common/procstat.rs"]
 mod procstat;
 use procstat::{cpu_ms, status_kib};
 
-type Ws = tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>;
+#[path = "common/backend.rs"]
+mod backend;
+use backend::{Ws, recv_text, send, until};
 
 fn pct(v: &mut [f64], p: f64) -> f64 {
     if v.is_empty() {
@@ -46,39 +47,12 @@ fn pct(v: &mut [f64], p: f64) -> f64 {
     v[((v.len() as f64 - 1.0) * p).round() as usize]
 }
 
-async fn recv_text(ws: &mut Ws) -> String {
-    loop {
-        match ws.next().await.expect("daemon closed the link").expect("read") {
-            Message::Text(t) => return t.to_string(),
-            _ => continue,
-        }
-    }
-}
-
-async fn send(ws: &mut Ws, v: Value) {
-    ws.send(Message::text(v.to_string())).await.unwrap();
-}
-
-/// Reads until `pred` holds (acking `register_agent` on the way).
-async fn until(ws: &mut Ws, pred: impl Fn(&Value) -> bool) -> Value {
-    loop {
-        let m: Value = serde_json::from_str(&recv_text(ws).await).unwrap();
-        if m["type"] == "register_agent" {
-            send(ws, json!({"type":"register_ack","success":true})).await;
-        }
-        if pred(&m) {
-            return m;
-        }
-    }
-}
-
 /// Starts the daemon on `scratch` and accepts its link.
 async fn daemon(bin: &Path, scratch: &Path, agent: Option<&Path>) -> (Child, u32, Ws) {
     let _ = std::fs::remove_dir_all(scratch);
     let root = scratch.join("ws");
     std::fs::create_dir_all(&root).unwrap();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
+    let (listener, port) = backend::listen().await;
     let mut config = format!(
         "orchestrator_url = \"ws://127.0.0.1:{port}/ws/agent\"\nstate_dir = \"{}\"\n",
         scratch.join("state").display()
@@ -99,22 +73,7 @@ async fn daemon(bin: &Path, scratch: &Path, agent: Option<&Path>) -> (Child, u32
             &format!("[agent]\nid = \"curve\"\n[sandbox]\nworkspaceHostRoot = \"{}\"\n", root.display());
     }
     std::fs::write(scratch.join("proxy.toml"), config).unwrap();
-    let child = Command::new(bin)
-        .args(["proxy", "--config"])
-        .arg(scratch.join("proxy.toml"))
-        .env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn the daemon");
-    let pid = child.id();
-    let (tcp, _) = listener.accept().await.unwrap();
-    tcp.set_nodelay(true).unwrap();
-    let mut ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
-    until(&mut ws, |m| m["type"] == "workspace_inventory").await;
-    (child, pid, ws)
+    backend::start_daemon(bin, &scratch.join("proxy.toml"), &[], &listener, true).await
 }
 
 fn open_msg(run: &str) -> Value {

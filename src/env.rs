@@ -69,8 +69,12 @@ pub const SECRET_KEYS: &[&str] = &[
 /// never values.
 #[derive(Debug, thiserror::Error)]
 pub enum EnvError {
-    #[error("--env-file {file}: {reason}")]
-    File { file: String, reason: String },
+    #[error("--env-file {file}: {}", sandbox::error::io_error_text(.source))]
+    File {
+        file: String,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("--env-file {file} line {line}: expected KEY=VALUE (a name of letters, digits and '_')")]
     Line { file: String, line: usize },
     #[error("--env-allow {0:?}: not a variable name")]

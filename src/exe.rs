@@ -17,9 +17,15 @@ pub(crate) fn sibling(name: &str) -> Option<PathBuf> {
     Some(exe.parent()?.join(name))
 }
 
+/// The running executable could not be located (`/proc/self/exe`), so
+/// neither could its siblings.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot locate this executable (is /proc mounted?)")]
+pub struct NotLocated;
+
 /// The full tool, next to the running executable.
-pub fn full_exe() -> Result<PathBuf, String> {
-    sibling(FULL_NAME).ok_or_else(|| "cannot locate this executable (is /proc mounted?)".to_string())
+pub fn full_exe() -> Result<PathBuf, NotLocated> {
+    sibling(FULL_NAME).ok_or(NotLocated)
 }
 
 /// The fast launcher for `__exec`: the small binary next to this one when

@@ -55,6 +55,32 @@ fn hmac_sign(secret: &str, msg: &mut Value) {
     msg["signature"] = json!(tuixiu_sandbox::proxy::control::hmac_hex(secret, canon.as_bytes()));
 }
 
+/// A daemon killed right after it answered `acp_open` keeps the run: its
+/// record is on disk before the answer goes out, even when the disk is
+/// slow (here: every state write held back 400 ms, a debug-build hook).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acp_opened_goes_out_after_the_run_record_is_on_disk() {
+    let backend = Backend::start().await;
+    let s = Scratch::new("durable-open");
+    let cfg = s.config(&backend.url, "", "");
+    let mut daemon = Daemon::start_env(&s, "proxy", &cfg, &[("TUIXIU_PERSIST_DELAY_MS", "400")]);
+    backend.registered(0, 20 * SECS).await;
+    for run in ["d1", "d2"] {
+        open(&backend, run, 600).await;
+        let record = s.state.join(format!("runs/{run}.json"));
+        assert!(record.is_file(), "{run}: acp_opened arrived before {} was written", record.display());
+    }
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(daemon.pid() as i32, libc::SIGKILL) };
+    daemon.wait_exit(10 * SECS);
+    for run in ["d1", "d2"] {
+        let record: Value =
+            serde_json::from_slice(&std::fs::read(s.state.join(format!("runs/{run}.json"))).unwrap())
+                .unwrap();
+        assert_eq!(record["instance_name"], format!("tuixiu-run-{run}"));
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn native_run_lifecycle_and_controls() {
     let backend = Backend::start().await;
@@ -67,6 +93,7 @@ async fn native_run_lifecycle_and_controls() {
     // no agent_command is configured here, so the open fails at that step
     // (tests/proxy_acp.rs runs agents).
     let opened = open(&backend, "r1", 600).await;
+    assert!(s.state.join("runs/r1.json").is_file(), "acp_opened arrived before the run's record was on disk");
     assert_eq!(opened["ok"], false);
     assert!(opened["error"].as_str().unwrap().contains("agent_command is not configured"), "{opened}");
     assert_eq!(statuses(&backend, "tuixiu-run-r1"), ["running"]);
@@ -212,7 +239,13 @@ async fn native_run_lifecycle_and_controls() {
     {
         backend.send(&json!({"type":"acp_open","run_id":run,"keepalive_ttl_seconds":ttl}));
         backend.wait_type("acp_opened", "run_id", &json!(run), 30 * SECS).await;
-        let st = persisted(&s.state.join(format!("runs/{run}.json")), run, |_| true).await;
+        // Read at once, not waited for: the record is on disk before the
+        // answer goes out (src/proxy/persist.rs, "Durable before the reply").
+        let record = std::fs::read(s.state.join(format!("runs/{run}.json")));
+        let st: Value = serde_json::from_slice(&record.unwrap_or_else(|e| {
+            panic!("{run}: acp_opened arrived before the run's record was on disk: {e}")
+        }))
+        .unwrap();
         assert_eq!(st["keepalive_ttl_seconds"], want, "{run}");
         assert_eq!(st["instance_name"], format!("tuixiu-run-{run}"), "default instance name");
     }

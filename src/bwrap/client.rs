@@ -7,41 +7,33 @@ use std::os::fd::{AsFd, AsRawFd, RawFd};
 use sandbox::nested::wire::{self, Reply};
 use std::os::fd::FromRawFd;
 
-use sandbox::nested::{BindMode, DataKind, Op, OverlayKind, Request, SOCKET, Unshare};
+use sandbox::nested::{BindMode, DataKind, Op, OverlayKind, Request, Unshare};
 
+use super::error::BwrapError;
 use super::parse::{self, Parsed};
 
 /// Sends the request and waits for the nested command; its exit status,
 /// or bubblewrap's message for a failure.
-pub fn run(parsed: &Parsed) -> Result<u8, String> {
+pub fn run(parsed: &Parsed) -> Result<u8, BwrapError> {
     let request = request(parsed, 0)?;
     if parsed.die_with_parent {
         // The connection dies with us, and the nested sandbox with it.
         // SAFETY: prctl with integer arguments.
         unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) };
     }
-    let conn = wire::connect().map_err(|e| {
-        format!(
-            "nested sandboxes are not available here ({SOCKET}: {}): this bwrap is tuixiu-sandbox's, \
-             and works only inside a sandbox started with --nested on",
-            sandbox::error::io_error_text(&e)
-        )
-    })?;
+    let conn = wire::connect().map_err(BwrapError::NoPortal)?;
     let fds = open_fds(&[conn.as_raw_fd()])?;
     let request = Request { fds: fds.clone(), ..request };
-    let body = serde_json::to_vec(&request).map_err(|e| format!("cannot encode the request: {e}"))?;
+    let body = serde_json::to_vec(&request).map_err(BwrapError::Encode)?;
     // A launcher that refuses at once (too many nested sandboxes) closes
     // the connection while we send: its reply says why.
     let sent = wire::send_request(conn.as_fd(), &body, &fds);
     match wire::read_reply(conn.as_fd()) {
-        Ok(None) | Err(_) if sent.is_err() => Err(format!(
-            "cannot send the request to the launcher: {}",
-            sandbox::error::io_error_text(&sent.unwrap_err())
-        )),
+        Ok(None) | Err(_) if sent.is_err() => Err(BwrapError::Send(sent.unwrap_err())),
         Ok(Some(Reply::Exit(code))) => Ok(code.clamp(0, 255) as u8),
-        Ok(Some(Reply::Error(text))) => Err(text),
-        Ok(None) => Err("the launcher ended the nested sandbox without a status".into()),
-        Err(e) => Err(format!("reading the launcher's reply: {}", sandbox::error::io_error_text(&e))),
+        Ok(Some(Reply::Error(text))) => Err(BwrapError::Refused(text)),
+        Ok(None) => Err(BwrapError::NoStatus),
+        Err(e) => Err(BwrapError::Reply(e)),
     }
 }
 
@@ -50,7 +42,7 @@ pub fn run(parsed: &Parsed) -> Result<u8, String> {
 /// The data of `--file`, `--bind-data` and `--ro-bind-data` is read (and
 /// its descriptor closed) here; `--bind-fd` names what its descriptor is
 /// open on.
-pub fn request(parsed: &Parsed, caps_from: u64) -> Result<Request, String> {
+pub fn request(parsed: &Parsed, caps_from: u64) -> Result<Request, BwrapError> {
     let mut ops = Vec::with_capacity(parsed.ops.len());
     for op in &parsed.ops {
         ops.push(match op {
@@ -59,11 +51,11 @@ pub fn request(parsed: &Parsed, caps_from: u64) -> Result<Request, String> {
             }
             parse::Op::BindFd { fd, dst, ro } => {
                 let link = format!("/proc/self/fd/{fd}");
-                let src = std::fs::read_link(&link)
-                    .map_err(|e| format!("Can't find source path {link}: {}", io_text(&e)))?
-                    .into_os_string()
-                    .into_string()
-                    .map_err(|_| format!("Can't find source path {link}: not UTF-8"))?;
+                let src = match std::fs::read_link(&link) {
+                    Ok(path) => path.into_os_string().into_string(),
+                    Err(source) => return Err(BwrapError::SourcePath { link, source }),
+                };
+                let src = src.map_err(|_| BwrapError::SourcePathUtf8(link))?;
                 let mode = if *ro { BindMode::Ro } else { BindMode::Rw };
                 Op::Bind { src, dst: dst.clone(), mode, optional: false }
             }
@@ -115,10 +107,9 @@ pub fn request(parsed: &Parsed, caps_from: u64) -> Result<Request, String> {
     };
     let mut seccomp = parsed.seccomp_programs.clone();
     if let Some(&fd) = parsed.fds.get("--seccomp") {
-        let data =
-            read_data(fd, "").map_err(|_| format!("Can't read seccomp data: {}", strerror(libc::EBADF)))?;
+        let data = read_data(fd, "").map_err(|_| BwrapError::SeccompData)?;
         if data.len() % 8 != 0 {
-            return Err("Invalid seccomp data, must be multiple of 8".into());
+            return Err(BwrapError::SeccompLength);
         }
         seccomp.push(data);
     }
@@ -149,31 +140,23 @@ pub fn request(parsed: &Parsed, caps_from: u64) -> Result<Request, String> {
 }
 
 /// Reads a data descriptor (for `dst`) to its end and closes it.
-fn read_data(fd: i32, dst: &str) -> Result<Vec<u8>, String> {
+fn read_data(fd: i32, dst: &str) -> Result<Vec<u8>, BwrapError> {
     use std::io::Read;
+    let failed = |source| BwrapError::Data { dst: dst.to_string(), source };
     // SAFETY: F_GETFD only inspects the descriptor table.
     if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
-        return Err(format!("Can't write data to file {dst}: {}", strerror(libc::EBADF)));
+        return Err(failed(std::io::Error::from_raw_os_error(libc::EBADF)));
     }
     // SAFETY: bubblewrap consumes (and closes) the data descriptors.
     let mut file = std::fs::File::from(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) });
     let mut data = Vec::new();
-    file.read_to_end(&mut data).map_err(|e| format!("Can't write data to file {dst}: {}", io_text(&e)))?;
+    file.read_to_end(&mut data).map_err(failed)?;
     Ok(data)
-}
-
-fn strerror(errno: i32) -> String {
-    sandbox::error::strerror(errno)
-}
-
-/// The C library's text for an I/O error, as bubblewrap prints it.
-fn io_text(e: &std::io::Error) -> String {
-    strerror(e.raw_os_error().unwrap_or(libc::EIO))
 }
 
 /// Every descriptor this process has open but `skip`: bwrap's COMMAND
 /// inherits them all, at the same numbers.
-pub fn open_fds(skip: &[RawFd]) -> Result<Vec<RawFd>, String> {
+pub fn open_fds(skip: &[RawFd]) -> Result<Vec<RawFd>, BwrapError> {
     let listed: Vec<RawFd> = match std::fs::read_dir("/proc/self/fd") {
         Ok(dir) => dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect(),
         // No /proc: probe the usual range.
@@ -188,11 +171,7 @@ pub fn open_fds(skip: &[RawFd]) -> Result<Vec<RawFd>, String> {
         .collect();
     fds.sort_unstable();
     if fds.len() > wire::MAX_FDS {
-        return Err(format!(
-            "{} descriptors are open; tuixiu-sandbox's bwrap can pass at most {} to the nested sandbox",
-            fds.len(),
-            wire::MAX_FDS
-        ));
+        return Err(BwrapError::TooManyFds(fds.len()));
     }
     Ok(fds)
 }

@@ -5,11 +5,12 @@
 use sandbox::nested::{BwrapStatus, HostOptions};
 
 use super::client;
+use super::error::BwrapError;
 use super::parse::Parsed;
 
 /// Runs the parsed command line; COMMAND's exit status, or bubblewrap's
 /// message for a failure.
-pub fn run(parsed: &Parsed) -> Result<u8, String> {
+pub fn run(parsed: &Parsed) -> Result<u8, BwrapError> {
     // SAFETY: getuid cannot fail.
     let root = unsafe { libc::getuid() } == 0;
     // bubblewrap run by root keeps the caller's capabilities (unless it
@@ -25,7 +26,7 @@ pub fn run(parsed: &Parsed) -> Result<u8, String> {
     request.fds = client::open_fds(&consumed)?;
     let seccomp = match parsed.tx_seccomp.as_deref() {
         None => None,
-        Some(name) => Some(sandbox::SeccompPolicy::parse(name).map_err(|e| format!("--tx-seccomp: {e}"))?),
+        Some(name) => Some(sandbox::SeccompPolicy::parse(name).map_err(BwrapError::TxSeccomp)?),
     };
     let host = HostOptions {
         userns_fd: fd("--userns"),
@@ -49,10 +50,8 @@ pub fn run(parsed: &Parsed) -> Result<u8, String> {
         // SAFETY: prctl with integer arguments.
         unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) };
     }
-    match sandbox::nested::run_on_host(&request, &host, status) {
-        Ok(status) => Ok(status.code().clamp(0, 255) as u8),
-        Err(e) => Err(e.to_string()),
-    }
+    let status = sandbox::nested::run_on_host(&request, &host, status)?;
+    Ok(status.code().clamp(0, 255) as u8)
 }
 
 /// This process's effective capability set.

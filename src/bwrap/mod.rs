@@ -11,6 +11,7 @@
 //! `bwrap: ...` on stderr, exit 1.
 
 pub mod client;
+pub mod error;
 pub mod host;
 pub mod options;
 pub mod parse;
@@ -76,7 +77,7 @@ pub fn main(argv: &[OsString]) -> u8 {
     let outcome = if nested { client::run(&parsed) } else { host::run(&parsed) };
     match outcome {
         Ok(code) => code,
-        Err(message) => fail(&message, parsed.level_prefix),
+        Err(e) => fail(&e.to_string(), parsed.level_prefix),
     }
 }
 

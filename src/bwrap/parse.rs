@@ -431,7 +431,7 @@ impl Parser<'_> {
                 }
             }
             Kind::Size => {
-                let size = parse_size(&v[0]).map_err(|e| self.error(e))?;
+                let size = parse_size(&v[0]).map_err(|e| self.error(e.to_string()))?;
                 if self.pending.size.replace(size).is_some() {
                     return Err(self.error("--size given twice for the same action"));
                 }
@@ -576,12 +576,20 @@ fn parse_octal(s: &str) -> Option<u32> {
     u32::from_str_radix(t, 8).ok().filter(|&m| m <= 0o7777)
 }
 
+/// A `--size` bubblewrap refuses, in its words.
+#[derive(Debug, thiserror::Error)]
+enum SizeError {
+    #[error("--size takes a non-zero number of bytes")]
+    NotNonZero,
+    #[error("--size (for tmpfs) is limited to {}", u64::MAX >> 1)]
+    TooLarge,
+}
+
 /// `--size`: `strtoull` base 0 (decimal, `0x` hex, leading-0 octal), a
 /// digit first, non-zero, at most `SIZE_MAX >> 1`.
-fn parse_size(s: &str) -> Result<u64, String> {
-    const NON_ZERO: &str = "--size takes a non-zero number of bytes";
+fn parse_size(s: &str) -> Result<u64, SizeError> {
     if !s.starts_with(|c: char| c.is_ascii_digit()) {
-        return Err(NON_ZERO.into());
+        return Err(SizeError::NotNonZero);
     }
     let (digits, radix) = if let Some(hex) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
         (hex, 16)
@@ -590,12 +598,12 @@ fn parse_size(s: &str) -> Result<u64, String> {
     } else {
         (s, 10)
     };
-    let n = u64::from_str_radix(digits, radix).map_err(|_| NON_ZERO.to_string())?;
+    let n = u64::from_str_radix(digits, radix).map_err(|_| SizeError::NotNonZero)?;
     if n == 0 {
-        return Err(NON_ZERO.into());
+        return Err(SizeError::NotNonZero);
     }
     if n > (u64::MAX >> 1) {
-        return Err(format!("--size (for tmpfs) is limited to {}", u64::MAX >> 1));
+        return Err(SizeError::TooLarge);
     }
     Ok(n)
 }

@@ -13,7 +13,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use sandbox::{LaunchOptions, ProcMode, SandboxBuilder};
+use sandbox::{LaunchError, LaunchOptions, ProcMode, SandboxBuilder, SpecError};
 use serde::Serialize;
 
 use crate::cli::CheckArgs;
@@ -288,16 +288,11 @@ fn landlock_words(abi: Result<i32, nix::errno::Errno>) -> String {
 /// bound, as `--proc auto` would.
 fn throwaway_sandbox(landlock_abi: Result<i32, nix::errno::Errno>) -> (Vec<Row>, Option<ProcMode>) {
     let (program, args) = trivial_command();
-    let launch = |mode: ProcMode| {
-        let spec = SandboxBuilder::new(program.clone())
-            .args(args.iter().copied())
-            .proc(mode)
-            .build()
-            .map_err(|e| e.to_string())?;
-        match quietly(|| sandbox::launch(&spec, &LaunchOptions::default())) {
-            Ok(status) if status.success() => Ok(()),
-            Ok(status) => Err(format!("{program} exited with {}", status.code())),
-            Err(e) => Err(e.to_string()),
+    let launch = |mode: ProcMode| -> Result<(), ProbeError> {
+        let spec = SandboxBuilder::new(program.clone()).args(args.iter().copied()).proc(mode).build()?;
+        match quietly(|| sandbox::launch(&spec, &LaunchOptions::default()))? {
+            status if status.success() => Ok(()),
+            status => Err(ProbeError::Exited { program: program.clone(), code: status.code() }),
         }
     };
     let ran = |mode: &str| {
@@ -320,7 +315,7 @@ fn throwaway_sandbox(landlock_abi: Result<i32, nix::errno::Errno>) -> (Vec<Row>,
             ],
             Some(ProcMode::Fresh),
         ),
-        Err(refused) if refused.contains("mount proc") => match launch(ProcMode::Bind) {
+        Err(refused) if refused.to_string().contains("mount proc") => match launch(ProcMode::Bind) {
             Ok(()) => (
                 vec![
                     row(
@@ -340,14 +335,25 @@ fn throwaway_sandbox(landlock_abi: Result<i32, nix::errno::Errno>) -> (Vec<Row>,
             ),
             Err(e) => (
                 vec![
-                    row("mount /proc", Status::Fail, refused, None),
+                    row("mount /proc", Status::Fail, refused.to_string(), None),
                     row("sandbox", Status::Fail, format!("with the outer /proc bound: {e}"), None),
                 ],
                 None,
             ),
         },
-        Err(e) => (vec![row("sandbox", Status::Fail, e, None)], None),
+        Err(e) => (vec![row("sandbox", Status::Fail, e.to_string(), None)], None),
     }
+}
+
+/// Why the throwaway sandbox did not run; its text is a row's detail.
+#[derive(Debug, thiserror::Error)]
+enum ProbeError {
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    #[error(transparent)]
+    Launch(#[from] LaunchError),
+    #[error("{program} exited with {code}")]
+    Exited { program: String, code: i32 },
 }
 
 /// What the throwaway sandbox runs: `true`, or where there is none (an
@@ -543,7 +549,7 @@ fn docker() -> Vec<Row> {
     let daemon_row = match ping(&socket) {
         Ok(()) => row("docker daemon", Status::Ok, format!("{} answers /_ping", socket.display()), None),
         Err(why) => {
-            let hint = if why.starts_with("EACCES") {
+            let hint = if why.is_permission_denied() {
                 "only needed for --provider docker: this user may not use the socket (add it to the docker group)"
             } else {
                 "only needed for --provider docker: start dockerd (systemctl start docker, or dockerd &)"
@@ -554,15 +560,34 @@ fn docker() -> Vec<Row> {
     vec![cli_row, daemon_row]
 }
 
-fn ping(socket: &Path) -> Result<(), String> {
-    let mut s = UnixStream::connect(socket).map_err(|e| sandbox::error::io_error_text(&e))?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).map_err(|e| e.to_string())?;
-    s.write_all(b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n").map_err(|e| e.to_string())?;
+/// Why the docker daemon's socket did not answer `/_ping`.
+#[derive(Debug, thiserror::Error)]
+enum PingError {
+    #[error("{}", sandbox::error::io_error_text(.0))]
+    Connect(#[source] std::io::Error),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// The first line of the answer.
+    #[error("unexpected answer: {0}")]
+    Unexpected(String),
+}
+
+impl PingError {
+    /// The socket refused this user (EACCES): a group matter, not a dead daemon.
+    fn is_permission_denied(&self) -> bool {
+        matches!(self, PingError::Connect(e) if e.raw_os_error() == Some(libc::EACCES))
+    }
+}
+
+fn ping(socket: &Path) -> Result<(), PingError> {
+    let mut s = UnixStream::connect(socket).map_err(PingError::Connect)?;
+    s.set_read_timeout(Some(Duration::from_secs(2)))?;
+    s.write_all(b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n")?;
     let mut reply = String::new();
-    s.read_to_string(&mut reply).map_err(|e| e.to_string())?;
+    s.read_to_string(&mut reply)?;
     if reply.starts_with("HTTP/1.") && reply.contains(" 200 ") {
         Ok(())
     } else {
-        Err(format!("unexpected answer: {}", reply.lines().next().unwrap_or("")))
+        Err(PingError::Unexpected(reply.lines().next().unwrap_or("").to_string()))
     }
 }

@@ -8,6 +8,7 @@ use tuixiu_sandbox::provider::{
     AnyProvider, InstanceInfo, InstanceStatus, Provider, ProviderError, default_state_dir,
 };
 
+use super::error::CmdError;
 use crate::cli::{InstanceArgs, InstancesArgs, ProviderArg, ProviderOptions};
 use crate::{EXIT_TOOL_ERROR, report_error};
 
@@ -24,20 +25,17 @@ fn provider(kind: ProviderArg, options: &ProviderOptions) -> Result<AnyProvider,
     })
 }
 
-fn block_on<F: Future>(future: F) -> Result<F::Output, String> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("start the async runtime: {e}"))?;
+fn block_on<F: Future>(future: F) -> Result<F::Output, CmdError> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(CmdError::Runtime)?;
     Ok(rt.block_on(future))
 }
 
 /// Runs `body`, printing its error as one line and mapping it to 125.
-fn exit(body: impl FnOnce() -> Result<(), String>) -> u8 {
+fn exit(body: impl FnOnce() -> Result<(), CmdError>) -> u8 {
     match body() {
         Ok(()) => 0,
-        Err(message) => {
-            report_error(message);
+        Err(e) => {
+            report_error(e);
             EXIT_TOOL_ERROR
         }
     }
@@ -51,7 +49,7 @@ pub fn list(args: InstancesArgs) -> u8 {
         };
         let mut all = Vec::new();
         for kind in kinds {
-            let p = provider(kind, &args.options).map_err(|e| e.to_string())?;
+            let p = provider(kind, &args.options)?;
             match block_on(p.list())? {
                 Ok(list) => all.extend(list),
                 // Listing everything: an engine that is not installed or not
@@ -59,7 +57,7 @@ pub fn list(args: InstancesArgs) -> u8 {
                 Err(e) if args.provider.is_none() && kind == ProviderArg::Docker => {
                     eprintln!("tuixiu-sandbox: docker instances not listed: {e}");
                 }
-                Err(e) => return Err(e.to_string()),
+                Err(e) => return Err(e.into()),
             }
         }
         if args.json {
@@ -100,15 +98,15 @@ fn print_table(infos: &[InstanceInfo]) {
 /// The provider that has `name`: the one asked for, else the first of
 /// native, host, docker that knows it (docker is asked only if neither
 /// local provider has a record).
-fn find(args: &InstanceArgs) -> Result<(AnyProvider, InstanceInfo), String> {
+fn find(args: &InstanceArgs) -> Result<(AnyProvider, InstanceInfo), CmdError> {
     let kinds = match args.provider {
         Some(kind) => vec![kind],
         None => vec![ProviderArg::Native, ProviderArg::Host, ProviderArg::Docker],
     };
     let last = kinds.len() - 1;
     for (i, kind) in kinds.into_iter().enumerate() {
-        let p = provider(kind, &args.options).map_err(|e| e.to_string())?;
-        let info = block_on(p.inspect(&args.name))?.map_err(|e| e.to_string())?;
+        let p = provider(kind, &args.options)?;
+        let info = block_on(p.inspect(&args.name))??;
         if info.status != InstanceStatus::Missing {
             return Ok((p, info));
         }
@@ -154,7 +152,7 @@ pub fn inspect(args: InstanceArgs) -> u8 {
 pub fn stop(args: InstanceArgs) -> u8 {
     exit(|| {
         let (p, _) = find(&args)?;
-        let info = block_on(p.stop(&args.name))?.map_err(|e| e.to_string())?;
+        let info = block_on(p.stop(&args.name))??;
         print_info(&info, args.json);
         Ok(())
     })
@@ -163,7 +161,7 @@ pub fn stop(args: InstanceArgs) -> u8 {
 pub fn remove(args: InstanceArgs) -> u8 {
     exit(|| {
         let (p, _) = find(&args)?;
-        let info = block_on(p.remove(&args.name))?.map_err(|e| e.to_string())?;
+        let info = block_on(p.remove(&args.name))??;
         print_info(&info, args.json);
         Ok(())
     })

@@ -1,8 +1,10 @@
 //! `manifest check`: validate a manifest and print its plan, running nothing.
 
+use super::error::CmdError;
 use crate::cli::{ExtractArgs, ManifestCheckArgs, ManifestCommand};
 use crate::inputs::{Layout, Plan, ZipLimits, fsx, zip};
 use crate::{EXIT_TOOL_ERROR, report_error};
+use tuixiu_sandbox::launcher::error::RunError;
 use tuixiu_sandbox::launcher::run_inputs;
 
 /// `run`'s default `--user`.
@@ -25,24 +27,24 @@ fn check(args: &ManifestCheckArgs) -> u8 {
             }
             0
         }
-        Err(message) => {
-            report_error(message);
+        Err(e) => {
+            report_error(e);
             EXIT_INVALID
         }
     }
 }
 
-fn plan(args: &ManifestCheckArgs) -> Result<Vec<String>, String> {
+fn plan(args: &ManifestCheckArgs) -> Result<Vec<String>, CmdError> {
     let manifest = run_inputs::read_manifest(&args.file)?;
     let mut allowed = args.plan.allow_host_path.clone();
     match &args.workspace {
         Some(ws) if ws.is_dir() => allowed.push(ws.clone()),
-        Some(ws) => return Err(format!("--workspace {}: not a directory", ws.display())),
+        Some(ws) => return Err(RunError::NotADirectory { flag: "--workspace", dir: ws.clone() }.into()),
         None => {}
     }
     let config = run_inputs::plan_config(&args.file, &allowed, args.plan.inputs_base_url.as_deref())?;
     let count = manifest.items.len();
-    let plan = Plan::new(manifest, &config).map_err(|e| e.to_string())?;
+    let plan = Plan::new(manifest, &config)?;
 
     // The user view as `run` makes it (with its refusals).
     let flags = run_inputs::UserFlags {
@@ -72,14 +74,14 @@ fn plan(args: &ManifestCheckArgs) -> Result<Vec<String>, String> {
 /// extractor on its own (downloadExtract's default limits), for benchmarks
 /// and debugging.
 pub fn extract(args: ExtractArgs) -> u8 {
-    let run = || -> Result<zip::Extracted, String> {
+    let run = || -> Result<zip::Extracted, CmdError> {
         let archive = std::fs::File::open(&args.archive)
-            .map_err(|e| format!("{}: {}", args.archive.display(), sandbox::error::io_error_text(&e)))?;
+            .map_err(|source| CmdError::Archive { path: args.archive.clone(), source })?;
         let dir = nix::fcntl::open(&args.dir, fsx::dir_read_flags(), nix::sys::stat::Mode::empty())
-            .map_err(|e| format!("{}: {e}", args.dir.display()))?;
+            .map_err(|source| CmdError::ExtractDir { path: args.dir.clone(), source })?;
         use std::os::fd::AsFd;
-        if !fsx::is_empty_dir(dir.as_fd()).map_err(|e| e.to_string())? {
-            return Err(format!("{}: not empty", args.dir.display()));
+        if !fsx::is_empty_dir(dir.as_fd())? {
+            return Err(CmdError::DirNotEmpty(args.dir.clone()));
         }
         let workers = args.threads.map(usize::from);
         let limits = ZipLimits {
@@ -87,15 +89,15 @@ pub fn extract(args: ExtractArgs) -> u8 {
             max_file_bytes: args.zip_max_file_bytes,
             max_total_bytes: args.zip_max_total_bytes,
         };
-        zip::extract_with(&archive, dir.as_fd(), &limits, workers).map_err(|e| e.to_string())
+        Ok(zip::extract_with(&archive, dir.as_fd(), &limits, workers)?)
     };
     match run() {
         Ok(done) => {
             tracing::info!(files = done.files, dirs = done.dirs, bytes = done.bytes, "extracted");
             0
         }
-        Err(message) => {
-            report_error(message);
+        Err(e) => {
+            report_error(e);
             EXIT_TOOL_ERROR
         }
     }

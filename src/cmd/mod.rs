@@ -2,6 +2,7 @@
 
 pub mod check;
 pub mod engine_check;
+pub mod error;
 pub mod instances;
 pub mod manifest;
 pub mod relay;

@@ -19,17 +19,21 @@ use clap::parser::ValueSource;
 use sandbox::{Access, MountOp, Network, UserView};
 use tuixiu_sandbox::provider::docker::{self, DockerProvider, Volumes, as_container_user};
 use tuixiu_sandbox::provider::host::{self, HostProvider};
+use tuixiu_sandbox::provider::names::{self, NameError};
 use tuixiu_sandbox::provider::native::NativeProvider;
 use tuixiu_sandbox::provider::{
-    InstanceConfig, Limits, Mount, ProcessSpec, Provider, ProviderError, Stdio, default_state_dir, names,
+    InstanceConfig, Limits, Mount, ProcessSpec, Provider, Stdio, default_state_dir,
 };
 
+use super::engine_check::EngineError;
+use super::error::CmdError;
 use super::relay;
 use crate::cli::{NetworkArg, ProviderArg, RunArgs};
 use crate::inputs::{self, HostDirs, Layout, Plan};
 use crate::manifest::Root;
 use crate::{EXIT_TOOL_ERROR, report_error};
 use tuixiu_sandbox::launcher::args::RunGiven;
+use tuixiu_sandbox::launcher::error::RunError;
 use tuixiu_sandbox::launcher::run::{check_dir, environment, extra_mounts, launch_and_report};
 use tuixiu_sandbox::launcher::run_inputs;
 use tuixiu_sandbox::launcher::units::parse_size;
@@ -43,14 +47,14 @@ pub fn handles(args: &RunArgs) -> bool {
 pub fn main(args: RunArgs, matches: &ArgMatches) -> u8 {
     match run(&args, matches) {
         Ok(code) => code,
-        Err(message) => {
-            report_error(message);
+        Err(e) => {
+            report_error(e);
             EXIT_TOOL_ERROR
         }
     }
 }
 
-fn run(args: &RunArgs, matches: &ArgMatches) -> Result<u8, String> {
+fn run(args: &RunArgs, matches: &ArgMatches) -> Result<u8, CmdError> {
     let p = &args.provider;
     let state_dir = p.options.state_dir.clone().unwrap_or_else(default_state_dir);
     let prefix = p.options.instance_prefix.as_str();
@@ -67,29 +71,21 @@ fn run(args: &RunArgs, matches: &ArgMatches) -> Result<u8, String> {
         ProcessSpec { argv: args.command.clone(), env, cwd: args.chdir.clone(), stdio: Stdio::Inherit };
     let cmdline = CommandLine { args, matches, given, user, plan, init_env };
     if cmdline.plan.is_some() && p.provider != ProviderArg::Docker {
-        return Err(format!(
-            "--manifest: not supported by the {} provider with these options in this build \
-             (native: use it without --instance-name; docker lands manifests in its volumes)",
-            match p.provider {
-                ProviderArg::Native => "native",
-                ProviderArg::Docker => "docker",
-                ProviderArg::Host => "host",
-            }
-        ));
+        return Err(CmdError::ManifestUnsupported(match p.provider {
+            ProviderArg::Native => "native",
+            ProviderArg::Docker => "docker",
+            ProviderArg::Host => "host",
+        }));
     }
     if p.run_id.is_some() && p.instance_name.is_none() && p.provider != ProviderArg::Docker {
-        return Err("--run-id: only meaningful with --instance-name (or --provider docker)".into());
+        return Err(CmdError::RunIdWithoutInstance);
     }
     // Seccomp, Landlock, --nofile, --timeout and --tmpfs-size are the plain
     // native sandbox's; ignoring them here would be a weaker sandbox than
     // asked for.
     for id in ["seccomp", "allow_ptrace", "landlock", "nofile", "timeout", "kill_after", "tmpfs_size"] {
         if matches.value_source(id) == Some(ValueSource::CommandLine) {
-            return Err(format!(
-                "--{}: applies to the plain native sandbox only (without --provider docker/host \
-                 and --instance-name) in this build",
-                id.replace('_', "-")
-            ));
+            return Err(CmdError::NativeOnly(id));
         }
     }
     match p.provider {
@@ -111,17 +107,13 @@ fn run(args: &RunArgs, matches: &ArgMatches) -> Result<u8, String> {
 
 /// Refuses native-only flags given explicitly to another provider: an
 /// option that would be silently ignored is a weaker sandbox than asked for.
-fn refuse_flags(matches: &ArgMatches, provider: &str, ids: &[&str]) -> Result<(), String> {
-    for id in ids {
+fn refuse_flags(matches: &ArgMatches, provider: &'static str, ids: &[&'static str]) -> Result<(), CmdError> {
+    for &id in ids {
         if matches.value_source(id) == Some(ValueSource::CommandLine) {
-            return Err(format!("--{}: not supported by the {provider} provider", id.replace('_', "-")));
+            return Err(CmdError::NotSupportedBy { id, provider });
         }
     }
     Ok(())
-}
-
-fn err(e: ProviderError) -> String {
-    e.to_string()
 }
 
 /// The parsed command line, with the manifest's plan and the user view.
@@ -138,17 +130,13 @@ struct CommandLine<'a> {
 /// The instance config from the command line: the same options as the
 /// plain native `run`, plus the provider's. A manifest's WORKSPACE "."
 /// bind decides the workspace.
-fn instance_config(cl: &CommandLine<'_>, name: &str, run_id: &str) -> Result<InstanceConfig, String> {
+fn instance_config(cl: &CommandLine<'_>, name: &str, run_id: &str) -> Result<InstanceConfig, CmdError> {
     let args = cl.args;
     let (workspace, read_only) = match cl.plan.as_ref().and_then(Plan::workspace) {
         Some((dir, access)) => (dir.to_path_buf(), run_inputs::access(access) == Access::Ro),
         None => match &args.workspace {
             Some(dir) => (dir.clone(), false),
-            None => (
-                std::env::current_dir()
-                    .map_err(|e| format!("--workspace: cannot use the current directory: {e}"))?,
-                false,
-            ),
+            None => (std::env::current_dir().map_err(RunError::CurrentDir)?, false),
         },
     };
     check_dir("--workspace", &workspace)?;
@@ -163,11 +151,7 @@ fn instance_config(cl: &CommandLine<'_>, name: &str, run_id: &str) -> Result<Ins
     config.network = match args.network {
         NetworkArg::On => Network::On,
         NetworkArg::Off => Network::Off,
-        NetworkArg::None => {
-            return Err(
-                "--network none: only the plain native sandbox can deny IP sockets; use --network off".into(),
-            );
-        }
+        NetworkArg::None => return Err(CmdError::NetworkNone),
     };
     config.hostname = args.hostname.clone();
     config.limits = limits(args)?;
@@ -175,7 +159,7 @@ fn instance_config(cl: &CommandLine<'_>, name: &str, run_id: &str) -> Result<Ins
         config.mounts.push(match op {
             MountOp::Bind { src, dst, access } => Mount::Bind { src, dst, access },
             MountOp::Tmpfs { dst, .. } => Mount::Tmpfs { dst },
-            other => return Err(format!("mount {}: not supported by providers", other.dst())),
+            other => return Err(CmdError::MountUnsupported(other.dst().to_string())),
         });
     }
     Ok(config)
@@ -204,7 +188,7 @@ fn land_manifest_in_volumes(
     provider: &DockerProvider,
     plan: Plan,
     config: &mut InstanceConfig,
-) -> Result<Volumes, String> {
+) -> Result<Volumes, CmdError> {
     let layout = Layout::new(config.user.home.clone());
     for (_, planned, host, access) in plan.binds() {
         config.mounts.push(Mount::Bind {
@@ -213,23 +197,22 @@ fn land_manifest_in_volumes(
             access: run_inputs::access(access),
         });
     }
-    let volumes = provider.prepare_volumes(config, plan.uses(Root::Scratch)).map_err(err)?;
+    let volumes = provider.prepare_volumes(config, plan.uses(Root::Scratch))?;
     let options = run_inputs::fetch_options(&plan, cl.args, &cl.given, &cl.init_env)?;
     let mut audit = run_inputs::open_audit(cl.args)?;
-    let fetched = plan.fetch(&options).map_err(|e| e.to_string())?;
+    let fetched = plan.fetch(&options)?;
     let (workspace, home, scratch) = volumes.writable();
     let mut dest =
         HostDirs { layout, workspace: Some(workspace), home: Some(home), scratch, binds_are_volumes: true };
     let apply_options = run_inputs::apply_options(cl.args);
-    as_container_user(config, || inputs::apply(&fetched, &mut dest, &apply_options, &mut audit))
-        .map_err(|e| e.to_string())?;
+    as_container_user(config, || inputs::apply(&fetched, &mut dest, &apply_options, &mut audit))?;
     Ok(volumes)
 }
 
-fn limits(args: &RunArgs) -> Result<Limits, String> {
+fn limits(args: &RunArgs) -> Result<Limits, RunError> {
     let l = &args.provider.limits;
     let memory = match &l.memory {
-        Some(text) => Some(parse_size(text).map_err(|e| format!("--memory: {e}"))?),
+        Some(text) => Some(parse_size(text).map_err(|source| RunError::Limit { flag: "--memory", source })?),
         None => None,
     };
     Ok(Limits { cpus: l.cpus, memory, pids: l.pids })
@@ -237,7 +220,7 @@ fn limits(args: &RunArgs) -> Result<Limits, String> {
 
 /// The run id of a new instance: `--run-id`, else the name without the
 /// prefix when that is a valid id, else the whole name.
-fn run_id_for(args: &RunArgs, name: &str, prefix: &str) -> Result<String, String> {
+fn run_id_for(args: &RunArgs, name: &str, prefix: &str) -> Result<String, NameError> {
     let id = match &args.provider.run_id {
         Some(id) => id.clone(),
         None => match name.strip_prefix(prefix) {
@@ -245,15 +228,12 @@ fn run_id_for(args: &RunArgs, name: &str, prefix: &str) -> Result<String, String
             _ => name.to_string(),
         },
     };
-    names::validate_run_id(&id).map_err(|e| e.to_string())?;
+    names::validate_run_id(&id)?;
     Ok(id)
 }
 
-fn current_thread_runtime() -> Result<tokio::runtime::Runtime, String> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("start the async runtime: {e}"))
+fn current_thread_runtime() -> Result<tokio::runtime::Runtime, CmdError> {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(CmdError::Runtime)
 }
 
 fn exit_code(status: std::process::ExitStatus) -> u8 {
@@ -270,26 +250,22 @@ fn run_native(
     state_dir: &std::path::Path,
     prefix: &str,
     process: &ProcessSpec,
-) -> Result<u8, String> {
+) -> Result<u8, CmdError> {
     let (args, matches) = (cl.args, cl.matches);
     let Some(name) = &args.provider.instance_name else {
         if args.provider.image.is_some() {
-            return Err(
-                "--image: the native provider has no images (it shows the host's system directories \
-                        read-only); use --provider docker"
-                    .into(),
-            );
+            return Err(CmdError::NativeImage);
         }
-        return Err("--run-id: the native provider keeps an instance only with --instance-name".into());
+        return Err(CmdError::NativeRunId);
     };
-    let provider = NativeProvider::with_current_exe(state_dir, prefix).map_err(err)?;
-    provider.check_name(name).map_err(err)?;
+    let provider = NativeProvider::with_current_exe(state_dir, prefix)?;
+    provider.check_name(name)?;
     let mut config = instance_config(cl, name, &run_id_for(args, name, prefix)?)?;
     config.host_ids = args.host_ids()?;
-    provider.ensure_blocking(&config).map_err(err)?;
-    let mut spec = provider.spec_for(name, process).map_err(err)?;
+    provider.ensure_blocking(&config)?;
+    let mut spec = provider.spec_for(name, process)?;
     spec.new_session = !args.keep_session;
-    let forget = provider.track_self(name).map_err(err)?;
+    let forget = provider.track_self(name)?;
     let code = launch_and_report(&spec, matches.get_one::<i32>("json_status_fd").copied());
     forget();
     Ok(code)
@@ -300,23 +276,21 @@ fn run_docker(
     state_dir: &std::path::Path,
     prefix: &str,
     process: &ProcessSpec,
-) -> Result<u8, String> {
+) -> Result<u8, CmdError> {
     let args = cl.args;
-    let provider =
-        DockerProvider::new(&args.provider.options.container_cli, state_dir, prefix).map_err(err)?;
+    let provider = DockerProvider::new(&args.provider.options.container_cli, state_dir, prefix)?;
     let cli = provider.cli().to_string();
     match &args.provider.instance_name {
         Some(name) => {
-            provider.check_name(name).map_err(err)?;
+            provider.check_name(name)?;
             let mut config = instance_config(&cl, name, &run_id_for(args, name, prefix)?)?;
             let volumes = match cl.plan.clone() {
                 Some(plan) => Some(land_manifest_in_volumes(&cl, &provider, plan, &mut config)?),
                 None => None,
             };
-            current_thread_runtime()?.block_on(provider.ensure(&config)).map_err(err)?;
+            current_thread_runtime()?.block_on(provider.ensure(&config))?;
             drop(volumes);
-            let (cmd, env_fd, exec_id) =
-                provider.exec_command(name, process, &config.user.home).map_err(err)?;
+            let (cmd, env_fd, exec_id) = provider.exec_command(name, process, &config.user.home)?;
             // `docker exec` does not forward signals: deliver them inside
             // the container, to every process of this exec.
             let status = relay::run(cmd, |child, received| {
@@ -329,7 +303,7 @@ fn run_docker(
                     relay::signal_child(child, received.signal);
                 }
             })
-            .map_err(|e| provider_spawn_error(&provider, &e))?;
+            .map_err(|source| CmdError::CliSpawn { cli: cli.clone(), source })?;
             drop(env_fd);
             check_engine_after(&cli, Some(name), status)?;
             Ok(exit_code(status))
@@ -344,15 +318,15 @@ fn run_docker(
             let volumes = match cl.plan.clone() {
                 Some(plan) => match land_manifest_in_volumes(&cl, &provider, plan, &mut config) {
                     Ok(volumes) => Some(volumes),
-                    Err(message) => {
+                    Err(e) => {
                         // Nothing started: take back the host files made so far.
                         let _ = std::fs::remove_dir_all(state_dir.join("docker").join(&name));
-                        return Err(message);
+                        return Err(e);
                     }
                 },
                 None => None,
             };
-            let (cmd, env_fd, files) = provider.run_once_command(&config, process).map_err(err)?;
+            let (cmd, env_fd, files) = provider.run_once_command(&config, process)?;
             drop(volumes);
             // `docker run` forwards the signals it receives to the
             // container (sig-proxy); a terminal's ^C reached it already.
@@ -363,7 +337,7 @@ fn run_docker(
             });
             drop(env_fd);
             files.remove();
-            let status = status.map_err(|e| provider_spawn_error(&provider, &e))?;
+            let status = status.map_err(|source| CmdError::CliSpawn { cli: cli.clone(), source })?;
             check_engine_after(&cli, None, status)?;
             Ok(exit_code(status))
         }
@@ -378,22 +352,10 @@ fn check_engine_after(
     cli: &str,
     instance: Option<&str>,
     status: std::process::ExitStatus,
-) -> Result<(), String> {
-    super::engine_check::engine_still_there(cli, instance).map_err(|why| {
-        format!(
-            "{cli}: the container engine was lost while the command ran ({why}): its output may be incomplete, \
-             and its exit status ({}) is not the command's",
-            exit_code(status)
-        )
+) -> Result<(), CmdError> {
+    super::engine_check::engine_still_there(cli, instance).map_err(|source: EngineError| {
+        CmdError::EngineLost { cli: cli.to_string(), source, status: exit_code(status) }
     })
-}
-
-fn provider_spawn_error(provider: &DockerProvider, e: &std::io::Error) -> String {
-    let mut reason = sandbox::error::io_error_text(e);
-    if e.kind() == std::io::ErrorKind::NotFound {
-        reason.push_str(" (is it installed and in PATH? choose another with --container-cli)");
-    }
-    format!("{}: cannot run it: {reason}", provider.cli())
 }
 
 fn run_host(
@@ -401,27 +363,26 @@ fn run_host(
     state_dir: &std::path::Path,
     prefix: &str,
     process: &ProcessSpec,
-) -> Result<u8, String> {
+) -> Result<u8, CmdError> {
     let args = cl.args;
-    let provider =
-        HostProvider::new(state_dir, prefix, args.provider.i_know_there_is_no_isolation).map_err(err)?;
-    provider.check_acknowledged().map_err(err)?;
+    let provider = HostProvider::new(state_dir, prefix, args.provider.i_know_there_is_no_isolation)?;
+    provider.check_acknowledged()?;
     let mut cmd: Command = match &args.provider.instance_name {
         Some(name) => {
-            provider.check_name(name).map_err(err)?;
+            provider.check_name(name)?;
             let config = instance_config(cl, name, &run_id_for(args, name, prefix)?)?;
-            provider.ensure_blocking(&config).map_err(err)?;
-            provider.track_self(name).map_err(err)?;
-            provider.command_for(name, process).map_err(err)?
+            provider.ensure_blocking(&config)?;
+            provider.track_self(name)?;
+            provider.command_for(name, process)?
         }
         None => {
             let config = instance_config(cl, "", "-")?;
-            host::check_supported(&config).map_err(err)?;
+            host::check_supported(&config)?;
             let home: PathBuf = match &config.home {
                 Some(home) => home.clone(),
-                None => provider.default_home().map_err(err)?,
+                None => provider.default_home()?,
             };
-            host::command(&config.workspace, &home, &config.user, &[], process).map_err(err)?
+            host::command(&config.workspace, &home, &config.user, &[], process)?
         }
     };
     tracing::warn!("{}", host::WARNING);

@@ -10,7 +10,7 @@ use serde_json::{Map, Value, json};
 use crate::inputs::ZipLimits;
 use crate::skills::engines::Engines;
 use crate::skills::http;
-use crate::skills::jobs::{Config, Family, Service};
+use crate::skills::jobs::{ApiError, Config, Family, Service};
 use crate::skills::package;
 use crate::skills::run::JobLimits;
 use crate::{EXIT_TOOL_ERROR, report_error};
@@ -162,21 +162,84 @@ pub struct CheckArgs {
     pub engines: EngineArgs,
 }
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
+/// A `--job-timeout` or `--kill-grace` that does not parse (clap prints it
+/// after the option).
+#[derive(Debug, thiserror::Error)]
+pub enum DurationError {
+    #[error("{0:?} is not a duration (e.g. 90s, 20m, 1h)")]
+    NotDuration(String),
+    #[error("the duration must be more than 0")]
+    Zero,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, DurationError> {
     let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a duration (e.g. 90s, 20m, 1h)"))?;
+    let n: u64 = num.parse().map_err(|_| DurationError::NotDuration(s.into()))?;
     let secs = match unit {
         "ms" => return Ok(Duration::from_millis(n)).and_then(nonzero),
         "" | "s" => n,
         "m" => n * 60,
         "h" => n * 3600,
-        _ => return Err(format!("{s:?} is not a duration (e.g. 90s, 20m, 1h)")),
+        _ => return Err(DurationError::NotDuration(s.into())),
     };
     nonzero(Duration::from_secs(secs))
 }
 
-fn nonzero(d: Duration) -> Result<Duration, String> {
-    if d.is_zero() { Err("the duration must be more than 0".into()) } else { Ok(d) }
+fn nonzero(d: Duration) -> Result<Duration, DurationError> {
+    if d.is_zero() { Err(DurationError::Zero) } else { Ok(d) }
+}
+
+/// The cause of an error the skills layer reports as its own one-line text.
+type Cause = Box<dyn std::error::Error + Send + Sync>;
+
+/// Errors of `skills serve`, `skills run` and `skills check`: one line
+/// each, printed after `tuixiu-sandbox: `.
+#[derive(Debug, thiserror::Error)]
+pub enum SkillsError {
+    /// The engines config or the job service (its own text).
+    #[error("{0}")]
+    Skills(#[source] Cause),
+    #[error("cannot find the launcher executable: {0}")]
+    Launcher(#[source] std::io::Error),
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+    #[error("--skills-dir {}: not a directory", .0.display())]
+    SkillsDir(PathBuf),
+    #[error("--listen {addr}: {}", sandbox::error::io_error_text(.source))]
+    Listen {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The bound socket's own address.
+    #[error(transparent)]
+    LocalAddr(std::io::Error),
+    #[error("serving: {0}")]
+    Serve(#[source] std::io::Error),
+    #[error("{flag} {item:?}: expected KEY=VALUE")]
+    KeyValue { flag: &'static str, item: String },
+    #[error("--skill {}: {source}", .path.display())]
+    Skill {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("--skill {}: not a skill package directory", .0.display())]
+    NotSkill(PathBuf),
+    #[error("--file {0:?}: expected KEY=PATH")]
+    FileArg(String),
+    #[error("cannot create a data directory: {0}")]
+    DataDir(#[source] std::io::Error),
+    /// The job service refused the job (the HTTP API's `detail`).
+    #[error("{0}")]
+    Job(ApiError),
+    #[error("the job vanished")]
+    Vanished,
+}
+
+/// A skills-layer error, whatever its type, as a [`SkillsError`].
+fn skills_error(e: impl Into<Cause>) -> SkillsError {
+    SkillsError::Skills(e.into())
 }
 
 pub fn main(command: SkillsCommand) -> u8 {
@@ -187,34 +250,34 @@ pub fn main(command: SkillsCommand) -> u8 {
     }
 }
 
-fn engines(args: &EngineArgs) -> Result<Engines, String> {
+fn engines(args: &EngineArgs) -> Result<Engines, SkillsError> {
     match &args.engines {
-        Some(path) => Engines::load(path),
+        Some(path) => Engines::load(path).map_err(skills_error),
         None => Ok(Engines::builtin()),
     }
 }
 
-fn launcher() -> Result<PathBuf, String> {
-    tuixiu_sandbox::launcher::launcher_exe().map_err(|e| format!("cannot find the launcher executable: {e}"))
+fn launcher() -> Result<PathBuf, SkillsError> {
+    tuixiu_sandbox::launcher::launcher_exe().map_err(SkillsError::Launcher)
 }
 
 fn limits(args: &LimitArgs) -> JobLimits {
     JobLimits { timeout: args.job_timeout, kill_grace: args.kill_grace }
 }
 
-fn runtime(multi: bool) -> Result<tokio::runtime::Runtime, String> {
+fn runtime(multi: bool) -> Result<tokio::runtime::Runtime, SkillsError> {
     let mut b = if multi {
         tokio::runtime::Builder::new_multi_thread()
     } else {
         tokio::runtime::Builder::new_current_thread()
     };
-    b.enable_all().build().map_err(|e| format!("cannot start the async runtime: {e}"))
+    b.enable_all().build().map_err(SkillsError::Runtime)
 }
 
 fn serve(args: ServeArgs) -> u8 {
-    let setup = || -> Result<(tokio::runtime::Runtime, Config), String> {
+    let setup = || -> Result<(tokio::runtime::Runtime, Config), SkillsError> {
         if !args.skills_dir.is_dir() {
-            return Err(format!("--skills-dir {}: not a directory", args.skills_dir.display()));
+            return Err(SkillsError::SkillsDir(args.skills_dir.clone()));
         }
         let cfg = Config {
             skills_dir: args.skills_dir.clone(),
@@ -243,7 +306,7 @@ fn serve(args: ServeArgs) -> u8 {
         }
     };
     let result = rt.block_on(async move {
-        let svc = Service::open(cfg).await?;
+        let svc = Service::open(cfg).await.map_err(skills_error)?;
         if let Ok((_, invalid)) = package::scan(&args.skills_dir, &svc.config().engines.names()) {
             for bad in invalid {
                 report_error(format!("skill package {}: {}", bad.dir, bad.message));
@@ -251,12 +314,12 @@ fn serve(args: ServeArgs) -> u8 {
         }
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await
-            .map_err(|e| format!("--listen {}: {}", args.listen, sandbox::error::io_error_text(&e)))?;
-        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+            .map_err(|source| SkillsError::Listen { addr: args.listen, source })?;
+        let addr = listener.local_addr().map_err(SkillsError::LocalAddr)?;
         println!("listening on {addr}");
         use std::io::Write;
         let _ = std::io::stdout().flush();
-        http::serve(svc, listener, shutdown_signal()).await.map_err(|e| format!("serving: {e}"))
+        http::serve(svc, listener, shutdown_signal()).await.map_err(SkillsError::Serve)
     });
     // Blocking tasks still running (a bundle being built, a stalled
     // download's read) do not hold the exit; the sandboxes die with us.
@@ -283,10 +346,11 @@ async fn shutdown_signal() {
 }
 
 /// `KEY=VALUE` with VALUE as JSON when it parses, else a string.
-fn key_values(flag: &str, items: &[String]) -> Result<Map<String, Value>, String> {
+fn key_values(flag: &'static str, items: &[String]) -> Result<Map<String, Value>, SkillsError> {
     let mut out = Map::new();
     for item in items {
-        let (k, v) = item.split_once('=').ok_or_else(|| format!("{flag} {item:?}: expected KEY=VALUE"))?;
+        let (k, v) =
+            item.split_once('=').ok_or_else(|| SkillsError::KeyValue { flag, item: item.clone() })?;
         let value = serde_json::from_str(v).unwrap_or_else(|_| Value::String(v.to_string()));
         out.insert(k.to_string(), value);
     }
@@ -303,16 +367,18 @@ fn run(args: RunArgs) -> u8 {
     }
 }
 
-fn run_inner(args: RunArgs) -> Result<u8, String> {
-    let skill_dir =
-        args.skill.canonicalize().map_err(|e| format!("--skill {}: {e}", args.skill.display()))?;
+fn run_inner(args: RunArgs) -> Result<u8, SkillsError> {
+    let skill_dir = args
+        .skill
+        .canonicalize()
+        .map_err(|source| SkillsError::Skill { path: args.skill.clone(), source })?;
     let (Some(skills_dir), Some(id)) = (skill_dir.parent(), skill_dir.file_name().and_then(|n| n.to_str()))
     else {
-        return Err(format!("--skill {}: not a skill package directory", args.skill.display()));
+        return Err(SkillsError::NotSkill(args.skill.clone()));
     };
     let mut files = Vec::new();
     for item in &args.file {
-        let (k, p) = item.split_once('=').ok_or_else(|| format!("--file {item:?}: expected KEY=PATH"))?;
+        let (k, p) = item.split_once('=').ok_or_else(|| SkillsError::FileArg(item.clone()))?;
         files.push((k.to_string(), PathBuf::from(p)));
     }
     let data_dir = match &args.data_dir {
@@ -321,7 +387,7 @@ fn run_inner(args: RunArgs) -> Result<u8, String> {
             let d = tempfile::Builder::new()
                 .prefix("tuixiu-skills-run-")
                 .tempdir()
-                .map_err(|e| format!("cannot create a data directory: {e}"))?
+                .map_err(SkillsError::DataDir)?
                 .keep();
             eprintln!("tuixiu-sandbox: run data in {}", d.display());
             d
@@ -348,13 +414,13 @@ fn run_inner(args: RunArgs) -> Result<u8, String> {
         "model": args.model,
     });
     runtime(false)?.block_on(async move {
-        let svc = Service::open(cfg).await?;
-        let created = svc.create_with(&body, !files.is_empty()).await.map_err(|e| e.to_string())?;
+        let svc = Service::open(cfg).await.map_err(skills_error)?;
+        let created = svc.create_with(&body, !files.is_empty()).await.map_err(SkillsError::Job)?;
         let request_id = created["request_id"].as_str().unwrap_or_default().to_string();
         if created["status"].is_null() {
-            svc.upload_files(&request_id, &files).await.map_err(|e| e.to_string())?;
+            svc.upload_files(&request_id, &files).await.map_err(SkillsError::Job)?;
         }
-        let job = svc.handle(&request_id).ok_or("the job vanished")?;
+        let job = svc.handle(&request_id).ok_or(SkillsError::Vanished)?;
         let record = job.finished().await;
         let result = svc.result(Family::Jobs, &request_id).await.ok().map(|r| r["result"].clone());
         let printed =
@@ -386,5 +452,59 @@ fn check(args: CheckArgs) -> u8 {
             report_error(format!("--skills-dir {}: {e}", args.skills_dir.display()));
             EXIT_TOOL_ERROR
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The texts, as the `format!`s they replaced wrote them.
+    #[test]
+    fn error_texts() {
+        let e = std::io::Error::from_raw_os_error(libc::EADDRINUSE);
+        let again = || std::io::Error::from_raw_os_error(libc::EADDRINUSE);
+        let addr: std::net::SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let path = PathBuf::from("/no/such");
+        let cases: Vec<(SkillsError, String)> = vec![
+            (SkillsError::Skills("engines config x: bad".to_string().into()), "engines config x: bad".into()),
+            (SkillsError::Launcher(again()), format!("cannot find the launcher executable: {e}")),
+            (SkillsError::Runtime(again()), format!("cannot start the async runtime: {e}")),
+            (
+                SkillsError::SkillsDir(path.clone()),
+                format!("--skills-dir {}: not a directory", path.display()),
+            ),
+            (
+                SkillsError::Listen { addr, source: again() },
+                format!("--listen {addr}: {}", sandbox::error::io_error_text(&e)),
+            ),
+            (SkillsError::LocalAddr(again()), e.to_string()),
+            (SkillsError::Serve(again()), format!("serving: {e}")),
+            (
+                SkillsError::KeyValue { flag: "--input", item: "x".into() },
+                format!("{} {:?}: expected KEY=VALUE", "--input", "x"),
+            ),
+            (
+                SkillsError::Skill { path: path.clone(), source: again() },
+                format!("--skill {}: {e}", path.display()),
+            ),
+            (
+                SkillsError::NotSkill(path.clone()),
+                format!("--skill {}: not a skill package directory", path.display()),
+            ),
+            (SkillsError::FileArg("x".into()), format!("--file {:?}: expected KEY=PATH", "x")),
+            (SkillsError::DataDir(again()), format!("cannot create a data directory: {e}")),
+            (SkillsError::Job(ApiError::new(404, "Skill 'x' not found")), "Skill 'x' not found".into()),
+            (SkillsError::Vanished, "the job vanished".into()),
+        ];
+        for (error, old) in cases {
+            assert_eq!(error.to_string(), old);
+        }
+        assert_eq!(
+            parse_duration("x").unwrap_err().to_string(),
+            format!("{:?} is not a duration (e.g. 90s, 20m, 1h)", "x")
+        );
+        assert_eq!(parse_duration("0s").unwrap_err().to_string(), "the duration must be more than 0");
+        assert_eq!(parse_duration("20m").unwrap(), Duration::from_secs(1200));
     }
 }

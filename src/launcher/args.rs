@@ -7,7 +7,8 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
-use super::units::parse_size;
+use super::error::RunError;
+use super::units::{UnitError, parse_size, parse_size_or_unlimited};
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -209,15 +210,13 @@ impl RunArgs {
     /// The host ids `--map-uid`/`--map-gid` ask the sandbox user to map
     /// onto (each defaulting to the caller's), or `None` without them.
     /// Only a root caller may choose.
-    pub fn host_ids(&self) -> Result<Option<sandbox::HostIds>, String> {
+    pub fn host_ids(&self) -> Result<Option<sandbox::HostIds>, RunError> {
         if self.map_uid.is_none() && self.map_gid.is_none() {
             return Ok(None);
         }
         let (euid, egid) = (nix::unistd::geteuid().as_raw(), nix::unistd::getegid().as_raw());
         if euid != 0 {
-            return Err(
-                "--map-uid/--map-gid: only a root caller can map the sandbox user onto other host ids".into(),
-            );
+            return Err(RunError::MapIdsNotRoot);
         }
         Ok(Some(sandbox::HostIds { uid: self.map_uid.unwrap_or(euid), gid: self.map_gid.unwrap_or(egid) }))
     }
@@ -414,7 +413,7 @@ pub struct InputArgs {
     pub download_timeout: f64,
 
     /// Size cap of each download (bytes; K, M, G suffixes; 0 = no cap)
-    #[arg(long, value_name = "SIZE", default_value = "200M", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", default_value = "200M", value_parser = parse_size_or_unlimited)]
     pub download_max_bytes: u64,
 
     /// Most entries one zip may have
@@ -459,9 +458,9 @@ pub struct EnvArgs {
 }
 
 /// `60`, `1.5`, `30s`.
-fn parse_seconds(s: &str) -> Result<f64, String> {
-    let n: f64 = s.trim_end_matches('s').parse().map_err(|_| format!("{s:?} is not a number of seconds"))?;
-    if n.is_finite() && n > 0.0 { Ok(n) } else { Err(format!("{s:?} must be a positive number of seconds")) }
+fn parse_seconds(s: &str) -> Result<f64, UnitError> {
+    let n: f64 = s.trim_end_matches('s').parse().map_err(|_| UnitError::NotSeconds(s.into()))?;
+    if n.is_finite() && n > 0.0 { Ok(n) } else { Err(UnitError::SecondsNotPositive(s.into())) }
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@
 //! behave identically.
 
 pub mod args;
+pub mod error;
 pub mod exec;
 pub mod fast_args;
 pub mod launch;

@@ -8,9 +8,10 @@ use sandbox::{
 };
 
 use super::args::{LandlockArg, MountFlag, NestedArg, NetworkArg, RunArgs, RunGiven};
+use super::error::RunError;
 pub use super::launch::{Built, EXIT_TIMED_OUT, check_fd, launch_and_report, report_launch};
 use super::run_inputs;
-use super::units::{parse_cpus, parse_duration, parse_size};
+use super::units::{UnitError, parse_cpus, parse_duration, parse_size};
 use super::{EXIT_TOOL_ERROR, report_error};
 use crate::inputs::{Layout, Plan};
 
@@ -60,7 +61,7 @@ pub fn build_spec(
     given: &RunGiven,
     plan: Option<&Plan>,
     init_env: &[(String, String)],
-) -> Result<Built, String> {
+) -> Result<Built, RunError> {
     let user = run_inputs::user_view(&run_inputs::UserFlags::of(args, given), plan.map(Plan::env_patch))?;
     let layout = Layout::new(user.home.clone());
 
@@ -70,8 +71,7 @@ pub fn build_spec(
         None => (
             match &args.workspace {
                 Some(dir) => dir.clone(),
-                None => std::env::current_dir()
-                    .map_err(|e| format!("--workspace: cannot use the current directory: {e}"))?,
+                None => std::env::current_dir().map_err(RunError::CurrentDir)?,
             },
             Access::Rw,
         ),
@@ -124,14 +124,15 @@ pub fn build_spec(
     for (key, value) in run_inputs::environment(args, &user, plan.map(Plan::env_patch), init_env)? {
         builder = builder.env(key, value);
     }
-    let spec = builder.build().map_err(|e| e.to_string())?;
+    let spec = builder.build()?;
     Ok(Built { spec, layout, binds })
 }
 
 /// `--seccomp`, `--landlock`, `--network none` and the limits.
-fn security(args: &RunArgs) -> Result<Security, String> {
-    let seccomp = SeccompPolicy::parse(&args.seccomp).map_err(|e| format!("--seccomp: {e}"))?;
-    let flag = |name: &str, r: Result<u64, String>| r.map_err(|e| format!("{name}: {e}"));
+fn security(args: &RunArgs) -> Result<Security, RunError> {
+    let seccomp = SeccompPolicy::parse(&args.seccomp).map_err(RunError::Seccomp)?;
+    let flag =
+        |flag: &'static str, r: Result<u64, UnitError>| r.map_err(|source| RunError::Limit { flag, source });
     let l = &args.provider.limits;
     let limits = Limits {
         memory: l.memory.as_deref().map(|m| flag("--memory", parse_size(m))).transpose()?,
@@ -152,7 +153,7 @@ fn security(args: &RunArgs) -> Result<Security, String> {
         tmpfs_size: args.tmpfs_size.as_deref().map(|s| flag("--tmpfs-size", parse_size(s))).transpose()?,
     };
     if l.pids == Some(0) || args.nofile == Some(0) {
-        return Err("--pids/--nofile: must be more than 0".into());
+        return Err(RunError::ZeroLimit);
     }
     Ok(Security {
         seccomp,
@@ -167,11 +168,11 @@ fn security(args: &RunArgs) -> Result<Security, String> {
     })
 }
 
-pub fn check_dir(flag: &str, dir: &PathBuf) -> Result<(), String> {
+pub fn check_dir(flag: &'static str, dir: &PathBuf) -> Result<(), RunError> {
     match std::fs::metadata(dir) {
         Ok(m) if m.is_dir() => Ok(()),
-        Ok(_) => Err(format!("{flag} {}: not a directory", dir.display())),
-        Err(e) => Err(format!("{flag} {}: {}", dir.display(), sandbox::error::io_error_text(&e))),
+        Ok(_) => Err(RunError::NotADirectory { flag, dir: dir.clone() }),
+        Err(source) => Err(RunError::Dir { flag, dir: dir.clone(), source }),
     }
 }
 
@@ -202,11 +203,11 @@ pub fn extra_mounts(args: &RunArgs, given: &RunGiven) -> Vec<MountOp> {
 /// The variables the CLI adds to the builder's base (user view and PATH)
 /// outside the allowlist: TERM and `--pass-env` (naming a key there is
 /// allowing it). `--env` and `--env-file` go through `run_inputs::environment`.
-pub fn environment(args: &RunArgs) -> Result<Vec<(String, String)>, String> {
+pub fn environment(args: &RunArgs) -> Result<Vec<(String, String)>, RunError> {
     let mut env = Vec::new();
     for key in PASSED_BY_DEFAULT.iter().copied().chain(args.pass_env.iter().map(String::as_str)) {
         if key.is_empty() || key.contains('=') {
-            return Err(format!("--pass-env {key:?}: not a variable name"));
+            return Err(RunError::PassEnvName(key.to_string()));
         }
         if let Ok(value) = std::env::var(key) {
             env.push((key.to_string(), value));

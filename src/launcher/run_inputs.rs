@@ -10,6 +10,7 @@ use std::time::Duration;
 use sandbox::{Access, DeferredBind, MountOp, SandboxBuilder, UserView};
 
 use super::args::{RunArgs, RunGiven};
+use super::error::RunError;
 use super::launch::{Built, report_launch};
 use super::{EXIT_TOOL_ERROR, report_error};
 use crate::env::{self, Allowlist, Redactor, UserVars};
@@ -25,25 +26,19 @@ const MAX_MANIFEST_BYTES: u64 = 16 << 20;
 pub const TOKEN_ENV: &str = "TUIXIU_INPUTS_TOKEN";
 
 /// init.env: `--env-file` lines in order, then `--env` flags.
-pub fn init_env(args: &RunArgs) -> Result<Vec<(String, String)>, String> {
+pub fn init_env(args: &RunArgs) -> Result<Vec<(String, String)>, RunError> {
     let mut vars = Vec::new();
     for file in &args.env_pipeline.env_file {
         let shown = file.display().to_string();
-        let text = std::fs::read_to_string(file).map_err(|e| {
-            env::EnvError::File { file: shown.clone(), reason: sandbox::error::io_error_text(&e) }.to_string()
-        })?;
-        vars.extend(env::parse_env_file(&shown, &text).map_err(|e| e.to_string())?);
+        let text = std::fs::read_to_string(file)
+            .map_err(|source| env::EnvError::File { file: shown.clone(), source })?;
+        vars.extend(env::parse_env_file(&shown, &text)?);
     }
     for (i, pair) in args.env.iter().enumerate() {
         match pair.split_once('=') {
             Some((key, value)) if !key.is_empty() => vars.push((key.to_string(), value.to_string())),
             // Never echo the value: it may be a secret.
-            _ => {
-                return Err(format!(
-                    "--env: expected KEY=VALUE, got a value without '=' or with an empty key (argument {})",
-                    i + 1
-                ));
-            }
+            _ => return Err(RunError::EnvPair(i + 1)),
         }
     }
     Ok(vars)
@@ -55,7 +50,7 @@ pub fn environment(
     user: &UserView,
     patch: Option<&EnvPatch>,
     init: &[(String, String)],
-) -> Result<Vec<(String, String)>, String> {
+) -> Result<Vec<(String, String)>, RunError> {
     // A variable the caller typed with --env is theirs to give, as with
     // --pass-env: it passes. The allowlist is for what arrives in bulk:
     // --env-file, manifests, the backend's init.env.
@@ -63,8 +58,7 @@ pub fn environment(
     let allow = Allowlist::new(
         !args.env_pipeline.no_default_env_allow,
         args.env_pipeline.env_allow.iter().map(String::as_str).chain(typed.filter(|k| env::is_name(k))),
-    )
-    .map_err(|e| e.to_string())?;
+    )?;
     let patch_pairs = patch.map(EnvPatch::pairs).unwrap_or_default();
     let composed = env::compose(init, &UserVars { home: &user.home, user: &user.name }, &patch_pairs, &allow);
     let dropped: Vec<&String> = composed
@@ -85,7 +79,7 @@ pub fn environment(
 }
 
 /// Reads and plans `--manifest`, if given.
-pub fn load_plan(args: &RunArgs) -> Result<Option<Plan>, String> {
+pub fn load_plan(args: &RunArgs) -> Result<Option<Plan>, RunError> {
     let Some(path) = &args.manifest else {
         return Ok(None);
     };
@@ -96,27 +90,25 @@ pub fn load_plan(args: &RunArgs) -> Result<Option<Plan>, String> {
         allowed.push(ws.clone());
     }
     let config = plan_config(path, &allowed, args.plan.inputs_base_url.as_deref())?;
-    Plan::new(manifest, &config).map(Some).map_err(|e| e.to_string())
+    Ok(Some(Plan::new(manifest, &config)?))
 }
 
 /// Reads and parses a manifest file; errors are one line.
-pub fn read_manifest(path: &Path) -> Result<manifest::Manifest, String> {
-    let file = std::fs::File::open(path)
-        .map_err(|e| format!("--manifest {}: {}", path.display(), sandbox::error::io_error_text(&e)))?;
+pub fn read_manifest(path: &Path) -> Result<manifest::Manifest, RunError> {
+    let read_error = |source| RunError::ManifestRead { path: path.to_path_buf(), source };
+    let file = std::fs::File::open(path).map_err(read_error)?;
     let mut bytes = Vec::new();
-    file.take(MAX_MANIFEST_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| format!("--manifest {}: {}", path.display(), sandbox::error::io_error_text(&e)))?;
+    file.take(MAX_MANIFEST_BYTES + 1).read_to_end(&mut bytes).map_err(read_error)?;
     if bytes.len() as u64 > MAX_MANIFEST_BYTES {
-        return Err(format!("--manifest {}: larger than {} MiB", path.display(), MAX_MANIFEST_BYTES >> 20));
+        return Err(RunError::ManifestTooLarge { path: path.to_path_buf(), max: MAX_MANIFEST_BYTES });
     }
-    manifest::parse(&bytes).map_err(|e| e.to_string())
+    Ok(manifest::parse(&bytes)?)
 }
 
 /// The planning configuration: allowlist, the manifest's directory for
 /// relative host paths, and the inputs base URL.
-pub fn plan_config(manifest: &Path, allowed: &[PathBuf], base_url: Option<&str>) -> Result<Config, String> {
-    let host_paths = HostAllowlist::new(allowed)?;
+pub fn plan_config(manifest: &Path, allowed: &[PathBuf], base_url: Option<&str>) -> Result<Config, RunError> {
+    let host_paths = HostAllowlist::new(allowed).map_err(|e| RunError::AllowHostPath(e.into()))?;
     let base_dir = manifest
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -125,12 +117,13 @@ pub fn plan_config(manifest: &Path, allowed: &[PathBuf], base_url: Option<&str>)
     let base_url = match base_url {
         None => None,
         Some(raw) => {
-            let url = url::Url::parse(raw).map_err(|e| format!("--inputs-base-url {raw:?}: {e}"))?;
+            let url =
+                url::Url::parse(raw).map_err(|source| RunError::BaseUrl { raw: raw.to_string(), source })?;
             if url.scheme() != "http" && url.scheme() != "https" {
-                return Err(format!("--inputs-base-url {raw:?}: must be an http or https URL"));
+                return Err(RunError::BaseUrlScheme(raw.to_string()));
             }
             if !url.username().is_empty() || url.password().is_some() {
-                return Err("--inputs-base-url must not carry credentials; use --inputs-token-file".into());
+                return Err(RunError::BaseUrlCredentials);
             }
             Some(url)
         }
@@ -163,31 +156,31 @@ impl<'a> UserFlags<'a> {
 /// The user view of a run: the flags, then the manifest's envPatch, each
 /// checked as the sandbox will check it. Every provider's `run` and
 /// `manifest check` go through here, so check refuses what run refuses.
-pub fn user_view(flags: &UserFlags<'_>, patch: Option<&EnvPatch>) -> Result<UserView, String> {
+pub fn user_view(flags: &UserFlags<'_>, patch: Option<&EnvPatch>) -> Result<UserView, RunError> {
     let mut user = UserView::new(flags.name, flags.uid, flags.gid);
     if let Some(home) = flags.home_path {
         if !home.starts_with('/') {
-            return Err(format!("--home-path {home:?}: must be an absolute path"));
+            return Err(RunError::HomePathRelative(home.to_string()));
         }
         user.home = home.to_string();
     }
     let flag = if flags.home_path.is_some() { "--home-path" } else { "--user" };
-    user.validate().map_err(|e| format!("{flag}: {e}"))?;
+    user.validate().map_err(|source| RunError::User { flag, source })?;
     if let Some(patch) = patch {
         patch_user_view(&mut user, patch, flags)?;
-        user.validate().map_err(|e| format!("envPatch: {e}"))?;
+        user.validate().map_err(RunError::EnvPatchUser)?;
     }
     Ok(user)
 }
 
 /// envPatch's HOME and USER move the user view too, so that `~` and
 /// USER_HOME stay one directory; a conflict with an explicit flag is an error.
-fn patch_user_view(user: &mut UserView, patch: &EnvPatch, flags: &UserFlags<'_>) -> Result<(), String> {
+fn patch_user_view(user: &mut UserView, patch: &EnvPatch, flags: &UserFlags<'_>) -> Result<(), RunError> {
     if let Some(name) = &patch.user
         && *name != user.name
     {
         if flags.name_given {
-            return Err(format!("envPatch.USER {name:?} conflicts with --user {:?}", user.name));
+            return Err(RunError::UserConflict { patch: name.clone(), flag: user.name.clone() });
         }
         user.name = name.clone();
         if flags.home_path.is_none() {
@@ -198,7 +191,7 @@ fn patch_user_view(user: &mut UserView, patch: &EnvPatch, flags: &UserFlags<'_>)
         && *home != user.home
     {
         if flags.home_path.is_some() {
-            return Err(format!("envPatch.HOME {home:?} conflicts with --home-path {:?}", user.home));
+            return Err(RunError::HomeConflict { patch: home.clone(), flag: user.home.clone() });
         }
         user.home = home.clone();
     }
@@ -244,25 +237,25 @@ pub fn fetch_and_launch(
     init_env: &[(String, String)],
     json_status_fd: Option<i32>,
 ) -> u8 {
-    let fail = |message: String| {
-        report_error(message);
+    let fail = |e: RunError| {
+        report_error(e);
         EXIT_TOOL_ERROR
     };
     let options = match fetch_options(&plan, args, given, init_env) {
         Ok(options) => options,
-        Err(message) => return fail(message),
+        Err(e) => return fail(e),
     };
     let mut audit = match open_audit(args) {
         Ok(audit) => audit,
-        Err(message) => return fail(message),
+        Err(e) => return fail(e),
     };
     let fetched = match plan.fetch(&options) {
         Ok(fetched) => fetched,
-        Err(e) => return fail(e.to_string()),
+        Err(e) => return fail(e.into()),
     };
     drop(options);
-    if let Err(message) = inputs::wait_single_threaded() {
-        return fail(message);
+    if let Err(e) = inputs::wait_single_threaded() {
+        return fail(RunError::Threads(e.into()));
     }
     let apply_options = apply_options(args);
     let Built { spec, layout, binds } = built;
@@ -279,10 +272,9 @@ pub fn fetch_and_launch(
 }
 
 /// `--audit-log`, or the log only.
-pub fn open_audit(args: &RunArgs) -> Result<Audit, String> {
+pub fn open_audit(args: &RunArgs) -> Result<Audit, RunError> {
     match &args.inputs.audit_log {
-        Some(path) => Audit::open(path)
-            .map_err(|e| format!("--audit-log {}: {}", path.display(), sandbox::error::io_error_text(&e))),
+        Some(path) => Audit::open(path).map_err(|source| RunError::AuditLog { path: path.clone(), source }),
         None => Ok(Audit::log_only()),
     }
 }
@@ -303,17 +295,16 @@ pub fn fetch_options(
     args: &RunArgs,
     given: &RunGiven,
     init_env: &[(String, String)],
-) -> Result<FetchOptions, String> {
+) -> Result<FetchOptions, RunError> {
     let token = match &args.inputs.inputs_token_file {
         Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|e| {
-                format!("--inputs-token-file {}: {}", path.display(), sandbox::error::io_error_text(&e))
-            })?;
+            let text = std::fs::read_to_string(path)
+                .map_err(|source| RunError::TokenFile { path: path.clone(), source })?;
             Some(text.trim().to_string()).filter(|t| !t.is_empty())
         }
         None => std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty()),
     };
-    let cache = inputs::cache_for(plan, args.inputs.inputs_cache.as_deref()).map_err(|e| e.to_string())?;
+    let cache = inputs::cache_for(plan, args.inputs.inputs_cache.as_deref())?;
 
     // Git credentials: init.env first, then this process's own variables.
     let mut git_env: Vec<(String, String)> = init_env.to_vec();

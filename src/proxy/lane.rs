@@ -297,6 +297,16 @@ impl Lane {
         super::persist::Persister::write(&self.d, &self.run_id, self.state_path(), Some(bytes));
     }
 
+    /// As [`Lane::persist`], and waits until the state is on disk.
+    pub async fn persist_durably(&mut self) {
+        let Some(state) = &self.state else { return };
+        let bytes = serde_json::to_vec_pretty(state).expect("plain data");
+        let written =
+            super::persist::Persister::write_durably(&self.d, &self.run_id, self.state_path(), Some(bytes));
+        // Err: the writer went away (the daemon is stopping); nothing to wait for.
+        let _ = written.await;
+    }
+
     /// Drops the run's state, in memory and on disk, with the files the
     /// daemon kept for its instance (scratch, staged secrets).
     pub fn forget(&mut self) {

@@ -12,10 +12,19 @@
 //! overwritten by an older content, and a deletion (a forgotten run) is
 //! never undone by a write queued before it. [`Persister::flush`] writes
 //! what is still queued, inline, when the daemon stops.
+//!
+//! Durable before the reply: where the backend must be able to rely on a
+//! record once it has the answer (an `acp_opened`: the run exists, with an
+//! instance on this host), the lane queues the content with
+//! [`Persister::write_durably`] and awaits it before it replies. Only that
+//! lane waits (one `fsync`, usually under a millisecond); every other
+//! run's messages go on.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+
+use tokio::sync::oneshot;
 
 use super::Daemon;
 
@@ -29,8 +38,17 @@ pub struct Persister {
 
 #[derive(Default)]
 struct Pending {
-    files: HashMap<PathBuf, (String, Option<Vec<u8>>)>,
+    files: HashMap<PathBuf, Entry>,
     worker: bool,
+}
+
+/// The newest content queued for one file.
+struct Entry {
+    run_id: String,
+    /// `None` deletes the file.
+    content: Option<Vec<u8>>,
+    /// Told once this content (or a newer one for the same file) is written.
+    waiters: Vec<oneshot::Sender<()>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -41,8 +59,36 @@ impl Persister {
     /// Queues `content` for `path` (`None`: delete it) and makes sure a
     /// worker runs.
     pub fn write(d: &Arc<Daemon>, run_id: &str, path: PathBuf, content: Option<Vec<u8>>) {
+        Self::queue(d, run_id, path, content, None);
+    }
+
+    /// As [`Persister::write`]; the receiver is told once the content is on
+    /// disk (written and synced, or the failure logged and reported: a
+    /// write that failed is not retried by waiting longer).
+    pub fn write_durably(
+        d: &Arc<Daemon>,
+        run_id: &str,
+        path: PathBuf,
+        content: Option<Vec<u8>>,
+    ) -> oneshot::Receiver<()> {
+        let (tx, rx) = oneshot::channel();
+        Self::queue(d, run_id, path, content, Some(tx));
+        rx
+    }
+
+    fn queue(
+        d: &Arc<Daemon>,
+        run_id: &str,
+        path: PathBuf,
+        content: Option<Vec<u8>>,
+        waiter: Option<oneshot::Sender<()>>,
+    ) {
         let mut p = lock(&d.persister.pending);
-        p.files.insert(path, (run_id.to_string(), content));
+        // A newer content supersedes the queued one; whoever waited for
+        // the older one is told when the newer one is written.
+        let mut waiters = p.files.remove(&path).map(|e| e.waiters).unwrap_or_default();
+        waiters.extend(waiter);
+        p.files.insert(path, Entry { run_id: run_id.to_string(), content, waiters });
         if p.worker {
             return;
         }
@@ -73,8 +119,19 @@ impl Persister {
     }
 }
 
-fn write_batch(d: &Daemon, batch: HashMap<PathBuf, (String, Option<Vec<u8>>)>) {
-    for (path, (run_id, content)) in batch {
+/// Debug builds only: `TUIXIU_PERSIST_DELAY_MS` holds each batch back that
+/// long, so a test can show what waits for the writer and what does not
+/// (tests/proxy_runs.rs). Release builds never read it.
+fn injected_delay() {
+    #[cfg(debug_assertions)]
+    if let Some(ms) = std::env::var("TUIXIU_PERSIST_DELAY_MS").ok().and_then(|v| v.parse().ok()) {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+    }
+}
+
+fn write_batch(d: &Daemon, batch: HashMap<PathBuf, Entry>) {
+    injected_delay();
+    for (path, Entry { run_id, content, waiters }) in batch {
         match content {
             Some(bytes) => {
                 if let Err(e) = super::identity::write_private(&path, &bytes) {
@@ -90,6 +147,9 @@ fn write_batch(d: &Daemon, batch: HashMap<PathBuf, (String, Option<Vec<u8>>)>) {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => tracing::error!("run {run_id}: deleting its state {}: {e}", path.display()),
             },
+        }
+        for waiter in waiters {
+            let _ = waiter.send(());
         }
     }
 }
@@ -132,6 +192,17 @@ mod tests {
         Persister::flush(&d);
         assert_eq!(std::fs::read_to_string(&a).unwrap(), "49");
         assert!(!b.exists());
+
+        // Durable writes: the file is there when the receiver is told, also
+        // when a newer content superseded the awaited one in the queue.
+        let c = dir.join("c.json");
+        let first = Persister::write_durably(&d, "c", c.clone(), Some(b"1".to_vec()));
+        Persister::write(&d, "c", c.clone(), Some(b"2".to_vec()));
+        let second = Persister::write_durably(&d, "c", c.clone(), Some(b"3".to_vec()));
+        first.await.unwrap();
+        assert!(["1", "2", "3"].contains(&std::fs::read_to_string(&c).unwrap().as_str()));
+        second.await.unwrap();
+        assert_eq!(std::fs::read_to_string(&c).unwrap(), "3");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

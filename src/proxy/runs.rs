@@ -202,6 +202,9 @@ impl Lane {
                     self.run_id,
                     t0.elapsed()
                 );
+                // The backend may rely on the run once it has the answer
+                // (its instance exists, ok or not): its record first.
+                self.persist_durably().await;
                 reply_open(&self.d, &m.run_id, result);
                 self.idle();
             }

@@ -797,9 +797,10 @@ pub fn position(msgs: &[Value], pred: impl Fn(&Value) -> bool) -> Option<usize> 
 }
 
 /// The run state file at `path` once it satisfies `pred`. Lanes hand run
-/// state to a background writer (src/proxy/persist.rs) and reply without
-/// waiting for it, so a reply can reach the backend before the file is
-/// replaced: wait (bounded) for the write rather than racing it.
+/// state to a background writer (src/proxy/persist.rs) and, except for
+/// `acp_opened`, reply without waiting for it, so a reply can reach the
+/// backend before the file is replaced: wait (bounded) for the write rather
+/// than racing it.
 pub async fn persisted(path: &Path, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
