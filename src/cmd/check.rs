@@ -421,9 +421,12 @@ fn daemon(dir: &Path) -> Row {
             ),
             Some("see the daemon's log: the backend may be down, or refuse its token"),
         ),
-        Err(why) => {
-            row("daemon", Status::Fail, why, Some("is `tuixiu-sandbox proxy` running with this --state-dir?"))
-        }
+        Err(why) => row(
+            "daemon",
+            Status::Fail,
+            why.to_string(),
+            Some("is `tuixiu-sandbox proxy` running with this --state-dir?"),
+        ),
     }
 }
 
