@@ -4,7 +4,7 @@
 mod common;
 
 use std::io::Write;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::process::Stdio;
 
@@ -18,27 +18,28 @@ fn exec_spec(fx: &Fixture, spec_json: &[u8]) -> std::process::Output {
 
 /// As [`exec_spec`], with more `__exec` options.
 fn exec_spec_with(fx: &Fixture, spec_json: &[u8], options: &[&str]) -> std::process::Output {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 fills two descriptors that we then own.
-    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
-    // SAFETY: pipe2 just returned these two descriptors, owned by nobody else.
-    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
     let mut args = vec!["__exec", "--spec-fd", "3"];
     args.extend_from_slice(options);
     let mut cmd = fx.command(&args);
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     let read_raw = read.as_raw_fd();
+    let onto_3 = move || {
+        // dup2 onto itself would keep close-on-exec; clear it instead.
+        let ok = if read_raw == 3 {
+            // SAFETY: fcntl on a descriptor number; no memory is touched.
+            unsafe { libc::fcntl(3, libc::F_SETFD, 0) }
+        } else {
+            // SAFETY: dup2 on descriptor numbers; no memory is touched.
+            unsafe { libc::dup2(read_raw, 3) }
+        };
+        if ok < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    };
     // SAFETY: only dup2/fcntl (async-signal-safe) run between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            // dup2 onto itself would keep close-on-exec; clear it instead.
-            let ok = if read_raw == 3 { libc::fcntl(3, libc::F_SETFD, 0) } else { libc::dup2(read_raw, 3) };
-            if ok < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    unsafe { cmd.pre_exec(onto_3) };
     let child = cmd.spawn().unwrap();
     drop(read);
     let mut writer = std::fs::File::from(write);

@@ -229,36 +229,32 @@ fn ended(pid: u32) -> bool {
 // sandboxes) goes with it, and the launcher ends the portal's server.
 for_each_caller!(the_lifeline_ends_nested_sandboxes_too, |caller: Caller| {
     use std::io::Write;
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::fd::AsRawFd;
     use std::os::unix::process::CommandExt;
 
     let f = Fixture::new(caller);
     let token = format!("lifeline-nested-{}-{caller:?}", std::process::id());
     let script = format!("bwrap --ro-bind / / -- sh -c 'sleep 300; :' {token}; echo not-killed");
     let spec = sandbox::SandboxBuilder::new("sh").args(["-c", &script]).build().unwrap();
-    let pipe = || {
-        let mut fds = [0; 2];
-        // SAFETY: pipe2 fills two descriptors that we then own.
-        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
-        // SAFETY: both were just created and are ours alone.
-        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
-    };
+    let pipe = || nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
     let ((spec_r, spec_w), (life_r, life_w)) = (pipe(), pipe());
     let mut cmd = f.command(&["__exec", "--spec-fd", "3", "--lifeline-fd", "4"]);
     cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
     let (spec_raw, life_raw) = (spec_r.as_raw_fd(), life_r.as_raw_fd());
+    let onto_3_and_4 = move || {
+        // Out of the way first (close-on-exec copies), then onto 3 and 4.
+        // SAFETY: fcntl and dup2 on descriptor numbers; no memory is touched.
+        let spec = unsafe { libc::fcntl(spec_raw, libc::F_DUPFD_CLOEXEC, 10) };
+        // SAFETY: as above.
+        let life = unsafe { libc::fcntl(life_raw, libc::F_DUPFD_CLOEXEC, 10) };
+        // SAFETY: as above.
+        if spec < 0 || life < 0 || unsafe { libc::dup2(spec, 3) } < 0 || unsafe { libc::dup2(life, 4) } < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    };
     // SAFETY: only fcntl/dup2 (async-signal-safe) run between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            // Out of the way first (close-on-exec copies), then onto 3 and 4.
-            let spec = libc::fcntl(spec_raw, libc::F_DUPFD_CLOEXEC, 10);
-            let life = libc::fcntl(life_raw, libc::F_DUPFD_CLOEXEC, 10);
-            if spec < 0 || life < 0 || libc::dup2(spec, 3) < 0 || libc::dup2(life, 4) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    unsafe { cmd.pre_exec(onto_3_and_4) };
     let child = cmd.spawn().unwrap();
     drop((spec_r, life_r));
     std::fs::File::from(spec_w).write_all(&spec.to_json()).unwrap();

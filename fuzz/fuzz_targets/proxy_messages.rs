@@ -134,7 +134,7 @@ fn offline(init: &mut Value, root: &std::path::Path) {
             .map(|(k, v)| (k.clone(), v.as_str().map_or_else(|| v.to_string(), str::to_string)))
             .collect();
         if let Err(e) = tuixiu_sandbox::proxy::repo::Request::from_env(&vars, root) {
-            tuixiu_sandbox_fuzz::assert_one_line("TUIXIU_REPO_URL error", &e);
+            tuixiu_sandbox_fuzz::assert_one_line("TUIXIU_REPO_URL error", &e.to_string());
         }
         env.remove("TUIXIU_REPO_URL");
     }

@@ -85,13 +85,6 @@ pub enum AgentError {
     UnknownControl(String),
 }
 
-/// For callers still on `String` errors (issue 16).
-impl From<AgentError> for String {
-    fn from(e: AgentError) -> String {
-        e.to_string()
-    }
-}
-
 impl Agent {
     /// Takes over a started agent process: stderr lines become
     /// `[agent:stderr]` texts (redacted), stdout the ACP connection, and

@@ -99,11 +99,11 @@ pub fn request(parsed: &Parsed, caps_from: u64) -> Result<Request, BwrapError> {
         .ok()
         .and_then(|p| p.into_os_string().into_string().ok())
         .unwrap_or_else(|| "/".into());
-    // SAFETY: umask cannot fail; the old value is put back at once.
-    let umask = unsafe {
-        let old = libc::umask(0o022);
-        libc::umask(old);
-        old
+    // umask(2) can only be read by setting it: the old value goes back at once.
+    let umask = {
+        let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o022));
+        nix::sys::stat::umask(old);
+        old.bits()
     };
     let mut seccomp = parsed.seccomp_programs.clone();
     if let Some(&fd) = parsed.fds.get("--seccomp") {

@@ -480,8 +480,7 @@ impl Parser<'_> {
         if p.disable_userns && p.fds.contains_key("--userns-block-fd") {
             return Err(self.error("--disable-userns is not compatible with  --userns-block-fd"));
         }
-        // SAFETY: getuid/getgid cannot fail.
-        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        let (uid, gid) = (nix::unistd::getuid().as_raw(), nix::unistd::getgid().as_raw());
         let p = &mut self.parsed;
         // Not root: a user namespace is implied, as for a non-setuid bwrap;
         // --unshare-user-try: one can always be made for a nested sandbox.

@@ -179,16 +179,17 @@ fn userns_probe() -> Row {
         );
     }
     if pid == 0 {
-        // SAFETY: plain syscalls in the forked child, then _exit.
-        unsafe {
-            let uid = libc::geteuid();
-            if libc::unshare(libc::CLONE_NEWUSER) != 0 {
-                libc::_exit(10 + std::io::Error::last_os_error().raw_os_error().unwrap_or(0).min(99));
-            }
-            let line = format!("{uid} {uid} 1");
-            let ok = std::fs::write("/proc/self/uid_map", line).is_ok();
-            libc::_exit(if ok { 0 } else { 2 });
+        // Plain syscalls in the forked child, then _exit.
+        let uid = nix::unistd::geteuid();
+        if let Err(errno) = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER) {
+            // SAFETY: ends the forked child without running the parent's
+            // exit handlers or flushing its buffers.
+            unsafe { libc::_exit(10 + (errno as i32).min(99)) };
         }
+        let line = format!("{uid} {uid} 1");
+        let ok = std::fs::write("/proc/self/uid_map", line).is_ok();
+        // SAFETY: as above.
+        unsafe { libc::_exit(if ok { 0 } else { 2 }) };
     }
     let mut status = 0;
     // SAFETY: waiting for the child we forked.
@@ -391,11 +392,10 @@ fn quietly<T>(f: impl FnOnce() -> T) -> T {
     }
     let out = f();
     for (fd, old) in [1, 2].into_iter().zip(saved).filter(|(_, old)| *old >= 0) {
-        // SAFETY: restoring the copies made above, then closing them.
-        unsafe {
-            libc::dup2(old, fd);
-            libc::close(old);
-        }
+        // SAFETY: restoring the copy made above onto its standard stream.
+        unsafe { libc::dup2(old, fd) };
+        // SAFETY: the copy is ours and nothing else refers to it.
+        unsafe { libc::close(old) };
     }
     out
 }
@@ -421,9 +421,12 @@ fn daemon(dir: &Path) -> Row {
             ),
             Some("see the daemon's log: the backend may be down, or refuse its token"),
         ),
-        Err(why) => {
-            row("daemon", Status::Fail, why, Some("is `tuixiu-sandbox proxy` running with this --state-dir?"))
-        }
+        Err(why) => row(
+            "daemon",
+            Status::Fail,
+            why.to_string(),
+            Some("is `tuixiu-sandbox proxy` running with this --state-dir?"),
+        ),
     }
 }
 

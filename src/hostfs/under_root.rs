@@ -26,13 +26,6 @@ pub enum UnderRootError {
     Io { path: PathBuf, source: std::io::Error },
 }
 
-/// For callers still on `String` errors (issue 16).
-impl From<UnderRootError> for String {
-    fn from(e: UnderRootError) -> String {
-        e.to_string()
-    }
-}
-
 /// Resolves `path` inside `root` (canonical), symlinks included, and with
 /// `create` makes the missing directories. Refuses anything that is or
 /// leads outside the root, and the root itself.

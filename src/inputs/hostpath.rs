@@ -41,13 +41,6 @@ pub enum AllowlistError {
     NotADirectory(PathBuf),
 }
 
-/// For callers still on `String` errors (issue 16).
-impl From<AllowlistError> for String {
-    fn from(e: AllowlistError) -> String {
-        e.to_string()
-    }
-}
-
 impl HostAllowlist {
     /// Each directory must exist; it is canonicalized.
     pub fn new(dirs: &[PathBuf]) -> Result<HostAllowlist, AllowlistError> {

@@ -262,13 +262,6 @@ fn chown_tree(dir: &std::path::Path, uid: u32, gid: u32) -> std::io::Result<()> 
 #[error("the input fetch left {0} threads running; the sandbox needs a single-threaded launcher")]
 pub struct ThreadsLeft(pub usize);
 
-/// For callers still on `String` errors (issue 16).
-impl From<ThreadsLeft> for String {
-    fn from(e: ThreadsLeft) -> String {
-        e.to_string()
-    }
-}
-
 /// Waits (briefly) until this process has a single thread again, as
 /// `sandbox::launch` requires: a joined thread can linger in
 /// `/proc/self/task` for a moment after `join` returns.

@@ -229,16 +229,16 @@ pub(crate) fn memfd_with(name: &str, bytes: &[u8]) -> Result<OwnedFd, ProviderEr
 /// close-on-exec here so concurrent spawns from other threads cannot
 /// inherit it).
 pub(crate) fn pass_fd(cmd: &mut std::process::Command, fd: RawFd) {
-    // SAFETY: the closure runs between fork and exec and only calls
-    // fcntl(2), which is async-signal-safe.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    let clear_cloexec = move || {
+        // SAFETY: fcntl(F_SETFD) on a number; no memory is touched.
+        if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    };
+    // SAFETY: the hook runs between fork and exec and only calls fcntl(2),
+    // which is async-signal-safe.
+    unsafe { cmd.pre_exec(clear_cloexec) };
 }
 
 /// 16 random bytes as hex, for exec markers and one-off names.

@@ -5,7 +5,6 @@
 //! `session_cancel`, `session_permission` and `acp_message` reach the
 //! agent directly, never queued behind a prompt.
 
-use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -14,34 +13,88 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::io::AsyncBufReadExt;
 
-use super::Daemon;
 use super::config::ProviderChoice;
+use super::instance::inputs_config;
+use super::lane::{Job, Lane, RunState, init_env, reply_prompt, reply_session, send, user_name};
 use super::protocol::{RunMessage, proxy_update, str_field};
-use super::runs::{Job, Lane, RunState};
+use super::repo::RepoError;
+use super::{Cause, Daemon};
 use crate::acp::client::{Client, Spawner};
 use crate::acp::fs::GuestFs;
 use crate::acp::host::Agent;
-use crate::env::{Allowlist, UserVars};
-use crate::inputs;
-use crate::provider::{AnyProvider, ProcessSpec, Provider, Stdio};
+use crate::env::{Allowlist, EnvError, UserVars};
+use crate::inputs::{self, InputError};
+use crate::manifest::ManifestError;
+use crate::provider::{AnyProvider, ProcessSpec, Provider, ProviderError, Stdio};
+use sandbox::error::io_error_text;
 
 /// Prompt timeout bounds (reference §1.3.2).
 const PROMPT_TIMEOUT_DEFAULT: u64 = 3_600_000;
 const PROMPT_TIMEOUT_MIN: u64 = 5_000;
 const PROMPT_TIMEOUT_MAX: u64 = 86_400_000;
 
-/// How agentInputs are planned here: host paths only under
-/// `workspaceHostRoot`, relative URIs against the backend's origin.
-pub fn inputs_config(d: &Daemon) -> Result<inputs::Config, String> {
-    let root = d.cfg.sandbox.workspace_host_root.clone();
-    Ok(inputs::Config {
-        host_paths: inputs::HostAllowlist::new(std::slice::from_ref(&root))?,
-        base_dir: root,
-        base_url: super::config::url_parts(&d.cfg.orchestrator_url).ok().and_then(|p| {
-            let scheme = if p.scheme == "wss" { "https" } else { "http" };
-            url::Url::parse(&format!("{scheme}://{}:{}/", p.host, p.port)).ok()
-        }),
-    })
+/// Why the run's agent could not be started. Every text names the item
+/// or step; it goes to the backend (`acp_opened`, `prompt_result`).
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("the proxy is shutting down: no agent starts now; retry after it is back")]
+    ShuttingDown,
+    #[error("the run is not prepared")]
+    NotPrepared,
+    #[error("init.agentInputs missing: the run has no init (send acp_open with init)")]
+    NoInit,
+    #[error("init.agentInputs missing")]
+    NoAgentInputs,
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    #[error(transparent)]
+    Inputs(#[from] InputError),
+    /// `workspaceHostRoot` as the agentInputs' host path allowlist.
+    #[error("{0}")]
+    InputsConfig(#[source] Cause),
+    #[error(transparent)]
+    Env(#[from] EnvError),
+    #[error("cwd: {0}")]
+    Cwd(#[source] ProviderError),
+    #[error("git: {0}")]
+    Git(#[source] RepoError),
+    #[error("open {}: {}", .dir.display(), io_error_text(.source))]
+    OpenRoot { dir: PathBuf, source: std::io::Error },
+    #[error("run {run}: agentInputs: {source}")]
+    InputsTask { run: String, source: tokio::task::JoinError },
+    #[error("init_failed: init.script exited with exitCode={0}")]
+    InitExit(i32),
+    #[error("init_failed: init.script {0}")]
+    InitTimeout(#[source] ExecError),
+    #[error("init_failed: init.script could not start: {0}")]
+    InitStart(#[source] ExecError),
+    #[error("bootstrap failed: checkCommand failed and no installCommand is configured")]
+    BootstrapNoInstall,
+    #[error("bootstrap failed: installCommand {0}")]
+    BootstrapInstall(#[source] ExecError),
+    #[error("agent_command is not configured")]
+    NoAgentCommand,
+    #[error("start agent_command: {0}")]
+    Start(#[source] ProviderError),
+    /// The ACP host (`acp/`): attaching to the agent, or its `initialize`.
+    #[error("{0}")]
+    Acp(#[source] Cause),
+    #[error("the agent is not running")]
+    NotRunning,
+}
+
+/// A command the daemon runs in the instance (bootstrap, init script)
+/// that did not exit 0.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    #[error("the run is not prepared")]
+    NotPrepared,
+    #[error(transparent)]
+    Provider(#[from] ProviderError),
+    #[error("timeout after {0}s")]
+    Timeout(u64),
+    #[error("exitCode={0}")]
+    Exit(i32),
 }
 
 /// The agent's environment: init.env → user view → envPatch → allowlist.
@@ -50,7 +103,7 @@ pub fn run_env(
     state: &RunState,
     init: &Value,
     patch: &[(&str, &str)],
-) -> Result<Vec<(String, String)>, String> {
+) -> Result<Vec<(String, String)>, AgentError> {
     let mut env: Vec<(String, String)> = Vec::new();
     if let Some(obj) = init.get("env").and_then(Value::as_object) {
         for (k, v) in obj {
@@ -70,9 +123,8 @@ pub fn run_env(
     let allow = match &d.cfg.agent_env_allowlist {
         Some(list) => Allowlist::new(false, list.iter().map(String::as_str)),
         None => Allowlist::new(true, []),
-    }
-    .map_err(|e| e.to_string())?;
-    let user = super::runs::user_name(&env);
+    }?;
+    let user = user_name(&env);
     let composed =
         crate::env::compose(&env, &UserVars { home: &state.home_guest, user: &user }, patch, &allow);
     if !composed.dropped.is_empty() {
@@ -93,23 +145,23 @@ impl Lane {
 
     /// Part 2's entry point: start (or reuse) the run's agent in its
     /// instance. Every failure names the item or step.
-    pub async fn open_agent(&mut self, cwd: &Value) -> Result<(), String> {
+    pub async fn open_agent(&mut self, cwd: &Value) -> Result<(), AgentError> {
         if self.live_agent().is_some() {
             return Ok(());
         }
         if self.d.runs.stopping() {
-            return Err("the proxy is shutting down: no agent starts now; retry after it is back".into());
+            return Err(AgentError::ShuttingDown);
         }
         self.agent = None;
         let d = self.d.clone();
-        let state = self.state.clone().ok_or("the run is not prepared")?;
+        let state = self.state.clone().ok_or(AgentError::NotPrepared)?;
         let Some(init) = state.init.clone() else {
-            return Err("init.agentInputs missing: the run has no init (send acp_open with init)".into());
+            return Err(AgentError::NoInit);
         };
         let Some(manifest_value) = init.get("agentInputs").filter(|v| !v.is_null()) else {
-            return Err("init.agentInputs missing".into());
+            return Err(AgentError::NoAgentInputs);
         };
-        let manifest = crate::manifest::parse_value(manifest_value).map_err(|e| e.to_string())?;
+        let manifest = crate::manifest::parse_value(manifest_value)?;
         let patch: Vec<(String, String)> = [
             ("HOME", manifest.env_patch.home.clone()),
             ("USER", manifest.env_patch.user.clone()),
@@ -121,9 +173,7 @@ impl Lane {
         let patch_ref: Vec<(&str, &str)> = patch.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         let env = run_env(&d, &state, &init, &patch_ref)?;
         let cwd = match str_field(cwd) {
-            Some(c) => {
-                crate::provider::check_guest_cwd_pub(c, &state.home_guest).map_err(|e| format!("cwd: {e}"))?
-            }
+            Some(c) => crate::provider::check_guest_cwd_pub(c, &state.home_guest).map_err(AgentError::Cwd)?,
             None => sandbox::WORKSPACE.to_string(),
         };
 
@@ -155,12 +205,12 @@ impl Lane {
 
     /// Host-side git preparation of the workspace (`repo.rs`); a failure is
     /// also an `init_step` `init` `failed`, as the Node proxy reports it.
-    async fn prepare_repo(&self, state: &RunState, init: &Value) -> Result<(), String> {
+    async fn prepare_repo(&self, state: &RunState, init: &Value) -> Result<(), AgentError> {
         let d = &self.d;
-        let env = super::runs::init_env(Some(init));
-        let fail = |e: String| {
-            self.step("init", "failed", Some(e.clone()));
-            format!("git: {e}")
+        let env = init_env(Some(init));
+        let fail = |e: RepoError| {
+            self.step("init", "failed", Some(e.to_string()));
+            AgentError::Git(e)
         };
         let Some(req) =
             super::repo::Request::from_env(&env, &d.cfg.sandbox.workspace_host_root).map_err(fail)?
@@ -170,7 +220,9 @@ impl Lane {
         let root = nix::unistd::geteuid().is_root();
         let owner = (d.cfg.sandbox.provider == ProviderChoice::Docker && root).then(|| state_user(state));
         let step = |stage: &str, status: &str, message: Option<String>| self.step(stage, status, message);
-        super::repo::prepare(d, &req, &state.workspace, &env, owner, &step).await.map_err(fail)
+        let redact = |text: &str| d.redact(text);
+        let host = super::repo::Host { state_dir: &d.cfg.state_dir, redact: &redact };
+        super::repo::prepare(host, &req, &state.workspace, &env, owner, &step).await.map_err(fail)
     }
 
     /// Lands the manifest's items into the host directories behind the
@@ -182,17 +234,16 @@ impl Lane {
         &self,
         state: &RunState,
         manifest: crate::manifest::Manifest,
-    ) -> Result<super::landed::Landed, String> {
+    ) -> Result<super::landed::Landed, AgentError> {
         use super::landed::{self, Decision};
         let d = &self.d;
-        let config = inputs_config(d)?;
+        let config = inputs_config(d).map_err(AgentError::InputsConfig)?;
         // The whole manifest is checked every time, whatever lands.
-        let plan = inputs::Plan::new(manifest.clone(), &config).map_err(|e| e.to_string())?;
+        let plan = inputs::Plan::new(manifest.clone(), &config)?;
         if !manifest.items.iter().any(landed::lands) {
             return Ok(Default::default());
         }
-        let cache = inputs::cache_for(&plan, Some(&d.cfg.state_dir.join("inputs-cache")))
-            .map_err(|e| e.to_string())?;
+        let cache = inputs::cache_for(&plan, Some(&d.cfg.state_dir.join("inputs-cache")))?;
         let token = d.cfg.auth_token.as_ref().map(|t| inputs::Secret::new(t.expose().to_string()));
         let redactor = d.redactor.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let git_env: Vec<(String, String)> = state
@@ -221,7 +272,7 @@ impl Lane {
         let docker_user = (d.cfg.sandbox.provider == ProviderChoice::Docker).then(|| state_user(state));
         let layout = inputs::Layout::new(state.home_guest.clone());
         let (ws, home) = (state.workspace.clone(), state.home.clone());
-        let scratch = super::mounts::scratch_dir_of(d, &self.run_id);
+        let scratch = d.mounts.scratch_dir_of(&self.run_id);
         let run = self.run_id.clone();
         let init_sent = self.init_sent;
         let recorded = state.landed.clone();
@@ -241,9 +292,7 @@ impl Lane {
                             | nix::fcntl::OFlag::O_CLOEXEC,
                         nix::sys::stat::Mode::empty(),
                     )
-                    .map_err(|e| {
-                        format!("open {}: {}", dir.display(), sandbox::error::io_error_text(&e.into()))
-                    })
+                    .map_err(|e| AgentError::OpenRoot { dir: dir.clone(), source: e.into() })
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             let root_fd = |root: crate::manifest::Root| {
@@ -289,8 +338,8 @@ impl Lane {
             }
             let mut landed_now = keep;
             if selected.items.iter().any(landed::lands) {
-                let plan = inputs::Plan::new(selected.clone(), &config).map_err(|e| e.to_string())?;
-                let fetched = plan.fetch(&options).map_err(|e| e.to_string())?;
+                let plan = inputs::Plan::new(selected.clone(), &config)?;
+                let fetched = plan.fetch(&options)?;
                 let by_fd = |i: usize| {
                     handles.get(i).map(|fd| PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd())))
                 };
@@ -308,7 +357,7 @@ impl Lane {
                     Some((uid, gid)) => crate::provider::docker::as_user(uid, gid, apply),
                     None => apply(),
                 };
-                r.map_err(|e| e.to_string())?;
+                r?;
                 // What landed, as it is now (every item, after all of them:
                 // a later item may land inside an earlier one's tree).
                 for item in selected.items.iter().filter(|i| landed::lands(i)) {
@@ -321,10 +370,10 @@ impl Lane {
                     }
                 }
             }
-            Ok::<_, String>((landed_now, left_alone))
+            Ok::<_, AgentError>((landed_now, left_alone))
         })
         .await
-        .map_err(|e| format!("run {}: agentInputs: {e}", self.run_id))??;
+        .map_err(|source| AgentError::InputsTask { run: self.run_id.clone(), source })??;
         for (id, target, why) in left_alone {
             let text = format!(
                 "agentInputs item {id}: {target} {why}: left as it is (inputs are applied again only \
@@ -337,23 +386,24 @@ impl Lane {
     }
 
     /// Runs `argv` in the instance; lines go to `on_line(is_stderr, line)`.
-    /// Returns the exit code, or `Err` on spawn failure / timeout.
+    /// Returns the exit code, or `Err` on spawn failure / timeout (never
+    /// [`ExecError::Exit`]).
     async fn exec_lines(
         &self,
         argv: Vec<String>,
         env: &[(String, String)],
         timeout: Duration,
         mut on_line: impl FnMut(bool, &str),
-    ) -> Result<Result<i32, String>, String> {
+    ) -> Result<i32, ExecError> {
         let d = &self.d;
-        let state = self.state.as_ref().ok_or("the run is not prepared")?;
+        let state = self.state.as_ref().ok_or(ExecError::NotPrepared)?;
         let spec = ProcessSpec {
             argv,
             env: env.to_vec(),
             cwd: Some(sandbox::WORKSPACE.into()),
             stdio: Stdio::Piped,
         };
-        let mut proc = d.provider.exec(&state.instance_name, &spec).await.map_err(|e| e.to_string())?;
+        let mut proc = d.provider.exec(&state.instance_name, &spec).await?;
         drop(proc.stdin.take());
         let killer = proc.killer();
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(bool, String)>();
@@ -385,15 +435,15 @@ impl Lane {
                 s = &mut wait, if status.is_none() => status = Some(s),
                 _ = tokio::time::sleep_until(deadline) => {
                     let _ = killer.kill(libc::SIGKILL).await;
-                    return Ok(Err(format!("timeout after {}s", timeout.as_secs())));
+                    return Err(ExecError::Timeout(timeout.as_secs()));
                 }
             }
             if status.is_some() && !lines_open {
                 break;
             }
         }
-        let status = status.expect("set").map_err(|e| e.to_string())?;
-        Ok(Ok(status.code_or_signal()))
+        let status = status.expect("set")?;
+        Ok(status.code_or_signal())
     }
 
     fn text(&self, text: String) {
@@ -416,7 +466,7 @@ impl Lane {
         env: &[(String, String)],
         script: &str,
         timeout: u64,
-    ) -> Result<(), String> {
+    ) -> Result<(), AgentError> {
         self.text(format!("[init] start (bash, timeout={timeout}s)"));
         let argv = vec!["bash".to_string(), "-lc".to_string(), script.to_string()];
         let outcome = self
@@ -438,25 +488,26 @@ impl Lane {
             .await;
         let result = |c: Value| self.d.outbox.push(&proxy_update(&self.run_id, c));
         match outcome {
-            Ok(Ok(0)) => {
+            Ok(0) => {
                 result(json!({"type": "init_result", "ok": true}));
                 self.text("[init] done".into());
                 Ok(())
             }
-            Ok(Ok(code)) => {
+            Ok(code) => {
                 result(
                     json!({"type": "init_result", "ok": false, "exitCode": code, "error": format!("exitCode={code}")}),
                 );
-                Err(format!("init_failed: init.script exited with exitCode={code}"))
+                Err(AgentError::InitExit(code))
             }
-            Ok(Err(timeout)) => {
-                result(json!({"type": "init_result", "ok": false, "error": timeout}));
-                Err(format!("init_failed: init.script {timeout}"))
+            Err(timeout @ ExecError::Timeout(_)) => {
+                result(json!({"type": "init_result", "ok": false, "error": timeout.to_string()}));
+                Err(AgentError::InitTimeout(timeout))
             }
             Err(spawn) => {
-                self.step("init", "failed", Some(spawn.clone()));
-                result(json!({"type": "init_result", "ok": false, "error": self.d.redact(&spawn)}));
-                Err(format!("init_failed: init.script could not start: {spawn}"))
+                let text = spawn.to_string();
+                self.step("init", "failed", Some(text.clone()));
+                result(json!({"type": "init_result", "ok": false, "error": self.d.redact(&text)}));
+                Err(AgentError::InitStart(spawn))
             }
         }
     }
@@ -468,7 +519,7 @@ impl Lane {
         _state: &RunState,
         env: &[(String, String)],
         b: &super::config::Bootstrap,
-    ) -> Result<(), String> {
+    ) -> Result<(), AgentError> {
         let timeout = Duration::from_secs(b.timeout_seconds);
         self.step("bootstrap", "start", None);
         let sh = |c: &str| vec!["sh".to_string(), "-c".to_string(), c.to_string()];
@@ -480,14 +531,14 @@ impl Lane {
         if let Some(check) = &b.check_command {
             self.step("bootstrap_check", "start", None);
             match self.exec_lines(sh(check), env, timeout, echo).await {
-                Ok(Ok(0)) => {
+                Ok(0) => {
                     self.step("bootstrap_check", "done", None);
                     self.step("bootstrap_install", "skip", None);
                     self.step("bootstrap", "done", None);
                     return Ok(());
                 }
-                Ok(Ok(code)) => self.step("bootstrap_check", "failed", Some(format!("exitCode={code}"))),
-                Ok(Err(e)) | Err(e) => self.step("bootstrap_check", "failed", Some(e)),
+                Ok(code) => self.step("bootstrap_check", "failed", Some(ExecError::Exit(code).to_string())),
+                Err(e) => self.step("bootstrap_check", "failed", Some(e.to_string())),
             }
         }
         let Some(install) = &b.install_command else {
@@ -496,23 +547,24 @@ impl Lane {
                 "failed",
                 Some("the check failed and no installCommand is configured".into()),
             );
-            return Err("bootstrap failed: checkCommand failed and no installCommand is configured".into());
+            return Err(AgentError::BootstrapNoInstall);
         };
         self.step("bootstrap_install", "start", None);
         match self.exec_lines(sh(install), env, timeout, echo).await {
-            Ok(Ok(0)) => {
+            Ok(0) => {
                 self.step("bootstrap_install", "done", None);
                 self.step("bootstrap", "done", None);
                 Ok(())
             }
             other => {
                 let why = match other {
-                    Ok(Ok(code)) => format!("exitCode={code}"),
-                    Ok(Err(e)) | Err(e) => e,
+                    Ok(code) => ExecError::Exit(code),
+                    Err(e) => e,
                 };
-                self.step("bootstrap_install", "failed", Some(why.clone()));
-                self.step("bootstrap", "failed", Some(why.clone()));
-                Err(format!("bootstrap failed: installCommand {why}"))
+                let text = why.to_string();
+                self.step("bootstrap_install", "failed", Some(text.clone()));
+                self.step("bootstrap", "failed", Some(text));
+                Err(AgentError::BootstrapInstall(why))
             }
         }
     }
@@ -522,10 +574,10 @@ impl Lane {
         state: &RunState,
         env: Vec<(String, String)>,
         cwd: String,
-    ) -> Result<(), String> {
+    ) -> Result<(), AgentError> {
         let d = self.d.clone();
         if d.cfg.agent_command.is_empty() {
-            return Err("agent_command is not configured".into());
+            return Err(AgentError::NoAgentCommand);
         }
         let spec = ProcessSpec {
             argv: d.cfg.agent_command.clone(),
@@ -540,10 +592,8 @@ impl Lane {
             AnyProvider::Native(p) => {
                 // This lane has no agent: one still recorded is stale.
                 p.end_stale_agent(&name).await;
-                let (process, pid1) = p
-                    .spawn_agent_reporting(&name, &spec)
-                    .await
-                    .map_err(|e| format!("start agent_command: {e}"))?;
+                let (process, pid1) =
+                    p.spawn_agent_reporting(&name, &spec).await.map_err(AgentError::Start)?;
                 (process, GuestFs::sandbox_root(pid1, &allowed), Some(pid1))
             }
             other => {
@@ -552,8 +602,7 @@ impl Lane {
                     // running by a previous daemon is ended first.
                     p.end_stale_agent(&name).await;
                 }
-                let process =
-                    other.spawn_agent(&name, &spec).await.map_err(|e| format!("start agent_command: {e}"))?;
+                let process = other.spawn_agent(&name, &spec).await.map_err(AgentError::Start)?;
                 let owner = matches!(other, AnyProvider::Docker(_)).then(|| state_user(state));
                 let owner = owner.filter(|_| nix::unistd::geteuid().is_root());
                 let mut fs = GuestFs::host_dirs(
@@ -563,7 +612,7 @@ impl Lane {
                 // The agent's state directory is mounted over part of its
                 // home (usually): fs/* must see what the agent sees there.
                 if let (Some(guest), AnyProvider::Docker(_)) = (&d.cfg.agent.state_path, other) {
-                    let host = super::mounts::agent_state_dir(&d);
+                    let host = d.mounts.agent_state_dir();
                     fs = fs.and_then(|fs| fs.with_mount(guest, &host));
                 }
                 (process, fs, None)
@@ -584,12 +633,13 @@ impl Lane {
         self.generation += 1;
         let generation = self.generation;
         let (dd, run) = (d.clone(), self.run_id.clone());
-        let on_exit = Box::new(move |_status| super::runs::send(&dd, &run, Job::AgentExited { generation }));
+        let on_exit = Box::new(move |_status| send(&dd, &run, Job::AgentExited { generation }));
         let spawned = t0.elapsed();
-        let agent = Agent::attach(cx, &self.run_id, &name, process, client, on_exit)?;
+        let agent = Agent::attach(cx, &self.run_id, &name, process, client, on_exit)
+            .map_err(|e| AgentError::Acp(e.into()))?;
         if let Err(e) = agent.initialize().await {
             agent.shutdown("initialize failed").await;
-            return Err(e.into());
+            return Err(AgentError::Acp(e.into()));
         }
         tracing::debug!(
             "run {}: agent spawned in {spawned:?} (launcher started, sandbox made), initialize answered after {:?}",
@@ -617,7 +667,7 @@ impl Lane {
     /// `prompt_send` after the open: the turn runs on its own task.
     pub fn start_prompt(&mut self, m: RunMessage) {
         let Some(agent) = self.live_agent() else {
-            super::runs::reply_prompt(&self.d, &m, Err("the agent is not running".into()));
+            reply_prompt(&self.d, &m, Err(AgentError::NotRunning));
             return;
         };
         let d = self.d.clone();
@@ -652,10 +702,10 @@ impl Lane {
                 Ok(o) => d.outbox.push(&json!({"type": "prompt_result", "run_id": run, "prompt_id": prompt_id, "ok": true,
                     "session_id": o.session_id, "stop_reason": o.stop_reason, "session_created": o.session_created,
                     "session_recreated_from": o.session_recreated_from})),
-                Err(e) => super::runs::reply_prompt(&d, &m, Err(e.into())),
+                Err(e) => reply_prompt(&d, &m, Err(e)),
             }
             d.runs.turn(false);
-            super::runs::send(&d, &run, Job::PromptDone);
+            send(&d, &run, Job::PromptDone);
         });
     }
 }
@@ -688,7 +738,7 @@ pub fn direct(d: &Arc<Daemon>, run_id: &str, kind: &str, msg: &RunMessage) -> bo
         "session_cancel" => {
             let sid = str_field(&msg.session_id).unwrap_or_default();
             agent.cancel(sid);
-            super::runs::reply_session(d, msg, Ok(()));
+            reply_session(d, msg, Ok::<(), std::convert::Infallible>(()));
         }
         "session_set_mode" | "session_set_model" | "session_set_config_option" => {
             let (d, kind) = (d.clone(), kind.to_string());
@@ -700,8 +750,8 @@ pub fn direct(d: &Arc<Daemon>, run_id: &str, kind: &str, msg: &RunMessage) -> bo
                 ..RunMessage::default()
             };
             tokio::spawn(async move {
-                let r = agent.control(&kind, &sid, &msg.extra).await.map_err(String::from);
-                super::runs::reply_session(&d, &msg, r);
+                let r = agent.control(&kind, &sid, &msg.extra).await;
+                reply_session(&d, &msg, r);
             });
         }
         "session_permission" => {
@@ -754,29 +804,5 @@ fn forward_raw(d: &Arc<Daemon>, run_id: &str, agent: &Arc<Agent>, message: Value
         (false, _) => {
             tracing::warn!("run {run_id}: acp_message that is not a request or notification dropped")
         }
-    }
-}
-
-/// The agents by run, for direct routing.
-#[derive(Default)]
-pub struct Agents {
-    map: std::sync::Mutex<HashMap<String, Arc<Agent>>>,
-}
-
-impl Agents {
-    pub fn get(&self, run: &str) -> Option<Arc<Agent>> {
-        self.map.lock().unwrap_or_else(|p| p.into_inner()).get(run).cloned().filter(|a| !a.has_exited())
-    }
-
-    pub fn all(&self) -> Vec<Arc<Agent>> {
-        self.map.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect()
-    }
-
-    pub fn set(&self, run: &str, agent: Option<Arc<Agent>>) {
-        let mut m = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        match agent {
-            Some(a) => m.insert(run.to_string(), a),
-            None => m.remove(run),
-        };
     }
 }

@@ -144,7 +144,7 @@ impl TokenSource {
         tls: Option<rustls::ClientConfig>,
     ) -> Result<Token, AuthError> {
         let err = |reason: String| AuthError::Register { url: url.to_string(), reason };
-        let parts = url_parts(url).map_err(&err)?;
+        let parts = url_parts(url).map_err(|e| err(e.to_string()))?;
         if parts.scheme == "http" && !is_loopback_host(&parts.host) && !self.allow_insecure {
             return Err(err(
                 "plain http to a non-loopback host would send the bootstrap token in clear: use https \

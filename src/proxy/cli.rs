@@ -44,7 +44,7 @@ pub enum LogFormat {
 
 impl ProxyArgs {
     /// The daemon's options, with the token files read.
-    pub fn options(self) -> Result<super::Options, String> {
+    pub fn options(self) -> Result<super::Options, TokenFileError> {
         let mut overrides = Vec::new();
         for (flag, file, key) in [
             ("--auth-token-file", &self.auth_token_file, "ACP_PROXY_AUTH_TOKEN"),
@@ -63,16 +63,31 @@ impl ProxyArgs {
     }
 }
 
+/// A token file that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenFileError {
+    #[error("{flag} {}: {}", .path.display(), sandbox::error::io_error_text(.source))]
+    Read { flag: &'static str, path: PathBuf, source: std::io::Error },
+    #[error("{flag} {}: the file is empty", .path.display())]
+    Empty { flag: &'static str, path: PathBuf },
+    #[error("{flag} {}: more than one line", .path.display())]
+    Lines { flag: &'static str, path: PathBuf },
+}
+
 /// A secret kept in a file: its contents without the trailing newline.
-fn read_secret(flag: &str, path: &Path) -> Result<String, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("{flag} {}: {}", path.display(), sandbox::error::io_error_text(&e)))?;
+fn read_secret(flag: &'static str, path: &Path) -> Result<String, TokenFileError> {
+    let path_buf = || path.to_path_buf();
+    let text = std::fs::read_to_string(path).map_err(|source| TokenFileError::Read {
+        flag,
+        path: path_buf(),
+        source,
+    })?;
     let secret = text.trim_end_matches(['\n', '\r']);
     if secret.trim().is_empty() {
-        return Err(format!("{flag} {}: the file is empty", path.display()));
+        return Err(TokenFileError::Empty { flag, path: path_buf() });
     }
     if secret.contains(['\n', '\r']) {
-        return Err(format!("{flag} {}: more than one line", path.display()));
+        return Err(TokenFileError::Lines { flag, path: path_buf() });
     }
     Ok(secret.to_string())
 }

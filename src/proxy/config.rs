@@ -459,7 +459,7 @@ impl Config {
                 "required (e.g. wss://backend.example/ws/agent); or set ACP_PROXY_ORCHESTRATOR_URL",
             )
         })?;
-        let url = url_parts(&orchestrator_url).map_err(|why| r.err("orchestrator_url", why))?;
+        let url = url_parts(&orchestrator_url).map_err(|why| r.err("orchestrator_url", why.to_string()))?;
         if !matches!(url.scheme.as_str(), "ws" | "wss") {
             return Err(
                 r.err("orchestrator_url", format!("{orchestrator_url:?}: the scheme must be ws or wss"))
@@ -467,7 +467,7 @@ impl Config {
         }
         let register_url = r.string("", "register_url")?;
         if let Some(u) = &register_url {
-            let parts = url_parts(u).map_err(|why| r.err("register_url", why))?;
+            let parts = url_parts(u).map_err(|why| r.err("register_url", why.to_string()))?;
             if !matches!(parts.scheme.as_str(), "http" | "https") {
                 return Err(r.err("register_url", format!("{u:?}: the scheme must be http or https")));
             }
@@ -888,16 +888,27 @@ pub struct UrlParts {
     pub port: u16,
 }
 
+/// A URL [`url_parts`] cannot split.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum UrlError {
+    #[error("{0:?} is not a URL (expected scheme://host/...)")]
+    NotUrl(String),
+    #[error("{0:?}: unclosed '[' in the host")]
+    Unclosed(String),
+    #[error("{0:?}: no host")]
+    NoHost(String),
+    #[error("{url:?}: bad port {port:?}")]
+    BadPort { url: String, port: String },
+}
+
 /// Splits `scheme://[user@]host[:port]/...` (IPv6 hosts in brackets).
-pub fn url_parts(url: &str) -> Result<UrlParts, String> {
-    let (scheme, rest) =
-        url.split_once("://").ok_or_else(|| format!("{url:?} is not a URL (expected scheme://host/...)"))?;
+pub fn url_parts(url: &str) -> Result<UrlParts, UrlError> {
+    let (scheme, rest) = url.split_once("://").ok_or_else(|| UrlError::NotUrl(url.to_string()))?;
     let scheme = scheme.to_ascii_lowercase();
     let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
     let authority = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
     let (host, port) = if let Some(inner) = authority.strip_prefix('[') {
-        let (host, after) =
-            inner.split_once(']').ok_or_else(|| format!("{url:?}: unclosed '[' in the host"))?;
+        let (host, after) = inner.split_once(']').ok_or_else(|| UrlError::Unclosed(url.to_string()))?;
         (host.to_string(), after.strip_prefix(':'))
     } else {
         match authority.rsplit_once(':') {
@@ -906,7 +917,7 @@ pub fn url_parts(url: &str) -> Result<UrlParts, String> {
         }
     };
     if host.is_empty() {
-        return Err(format!("{url:?}: no host"));
+        return Err(UrlError::NoHost(url.to_string()));
     }
     let default_port = match scheme.as_str() {
         "ws" | "http" => 80,
@@ -915,7 +926,9 @@ pub fn url_parts(url: &str) -> Result<UrlParts, String> {
     };
     let port = match port {
         None | Some("") => default_port,
-        Some(p) => p.parse::<u16>().map_err(|_| format!("{url:?}: bad port {p:?}"))?,
+        Some(p) => {
+            p.parse::<u16>().map_err(|_| UrlError::BadPort { url: url.to_string(), port: p.to_string() })?
+        }
     };
     Ok(UrlParts { scheme, host: host.to_ascii_lowercase(), port })
 }

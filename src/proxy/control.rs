@@ -19,7 +19,7 @@
 //!   config could run programs or redirect credentials, and has a timeout.
 
 use std::collections::BTreeSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,13 +27,16 @@ use hmac::{KeyInit, Mac};
 use serde_json::{Map, Value, json};
 use tokio::sync::oneshot;
 
-use super::Daemon;
 use super::gitenv::{GitEnv, check_branch};
+use super::instance::InstanceError;
 use super::inventory;
+use super::lane::{self, Job, Lane, RunIdError, valid_run_id};
 use super::protocol::{ControlResult, DeletedWorkspace, InventoryRef, SandboxControl, str_field};
-use super::runs::{self, Job, Lane, valid_run_id};
+use super::{Cause, Daemon};
 use crate::hostfs::under_root::resolve_under_root;
-use crate::provider::{Provider, names};
+use crate::provider::names::{self, NameError};
+use crate::provider::{Provider, ProviderError};
+use sandbox::error::io_error_text;
 
 type HmacSha256 = hmac::Hmac<sha2::Sha256>;
 
@@ -42,15 +45,124 @@ const SIGNATURE_WINDOW_SECS: i64 = 300;
 /// Tail of git's output kept in the result.
 const OUTPUT_TAIL: usize = 8000;
 
+/// Why a control failed: the `error` of its `sandbox_control_result`.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    #[error("unsupported_action")]
+    Unsupported,
+    /// The action ran but reported errors in its own fields.
+    #[error("{0}")]
+    Partial(String),
+    #[error(transparent)]
+    RunId(#[from] RunIdError),
+    #[error(transparent)]
+    Name(#[from] NameError),
+    #[error(transparent)]
+    Provider(#[from] ProviderError),
+    #[error(transparent)]
+    Instance(#[from] InstanceError),
+    #[error("instance_name 为空")]
+    NoInstanceName,
+    #[error("instance_name must be a string, got {0}")]
+    InstanceNameNotString(Value),
+    #[error("{0}: only instances managed by this proxy can be controlled")]
+    Unmanaged(#[source] NameError),
+    #[error(
+        "expected_instances is missing: {action} removes every managed instance that is not \
+         in it, so the list is required (send [] to mean none)"
+    )]
+    ExpectedMissing { action: String },
+    #[error("expected_instances must be a list of {{instance_name, run_id}}, got {0}")]
+    ExpectedNotList(Value),
+    #[error("expected_instances[{i}] must be an object, got {got}")]
+    ExpectedItem { i: usize, got: Value },
+    #[error("expected_instances[{0}].instance_name is missing")]
+    ExpectedNameMissing(usize),
+    #[error("expected_instances[{i}].instance_name must be a name, got {got}")]
+    ExpectedName { i: usize, got: Value },
+    #[error("expected_instances[{i}].run_id must be a string or null, got {got}")]
+    ExpectedRunId { i: usize, got: Value },
+    #[error("gc must be an object, got {0}")]
+    GcNotObject(Value),
+    /// A field of the wrong kind: `{name} must be {want}, got {got}`.
+    #[error("{name} must be {want}, got {got}")]
+    Kind { name: String, want: &'static str, got: Value },
+    #[error("the run's lane ended")]
+    LaneEnded,
+    #[error("remove_workspace needs a run_id (or an instance name tuixiu-run-<id>)")]
+    NoWorkspaceRun,
+    /// A path that is not under `workspaceHostRoot` (`hostfs`).
+    #[error("{0}")]
+    Path(#[source] Cause),
+    #[error("remove {}: {}", .path.display(), io_error_text(.source))]
+    Remove { path: PathBuf, source: std::io::Error },
+    #[error("{}: {}", .path.display(), io_error_text(.source))]
+    Stat { path: PathBuf, source: std::io::Error },
+    #[error("image 为空")]
+    NoImage,
+    #[error("the {provider} provider has no images: remove_image ({image}) needs provider container_oci")]
+    NoImages { provider: &'static str, image: String },
+    #[error("{cli}: {}", io_error_text(.source))]
+    Docker { cli: String, source: std::io::Error },
+    #[error("{cli} image rm {image}: {stderr}")]
+    ImageRm { cli: String, image: String, stderr: String },
+    #[error("the message cannot be re-encoded")]
+    Reencode,
+    #[error(
+        "signature_required: {action} is destructive and this proxy requires signed controls \
+         (control_signing_secret is set)"
+    )]
+    SignatureRequired { action: String },
+    #[error("signature_expired: signed_at is more than {} s from now", SIGNATURE_WINDOW_SECS)]
+    SignatureExpired,
+    #[error("signature_invalid: signed_at (unix seconds or ISO-8601) is required")]
+    NoSignedAt,
+    #[error("signature_invalid: not a hex HMAC-SHA256")]
+    NotHex,
+    #[error("signature_invalid: the signature of {action} does not match")]
+    Mismatch { action: String },
+    #[error("git_push disabled")]
+    GitPushDisabled,
+    #[error("branch 为空")]
+    NoBranch,
+    /// A branch name `gitenv` refuses.
+    #[error("{0}")]
+    Branch(#[source] Cause),
+    #[error("remote {0:?} must be a remote name (letters, digits, '.', '_', '-')")]
+    Remote(String),
+    #[error("env: {0}")]
+    Env(#[source] NameError),
+    #[error("git_push needs a run_id")]
+    GitPushNoRun,
+    #[error("workspace {} is not a git checkout", .0.display())]
+    NotCheckout(PathBuf),
+    /// The credentials' private directory (`gitenv`).
+    #[error("{0}")]
+    GitEnv(#[source] Cause),
+    #[error("git: {}", io_error_text(.0))]
+    GitSpawn(#[source] std::io::Error),
+    #[error("git: {0}")]
+    Git(#[source] std::io::Error),
+    #[error(
+        "the workspace's git config sets {0:?}, which could run commands or redirect credentials \
+         on this host: refusing git_push"
+    )]
+    DangerousConfig(String),
+    #[error(
+        "remote {remote} of the workspace pushes to {url:?}, not to TUIXIU_REPO_URL: refusing to send credentials there"
+    )]
+    RemoteMismatch { remote: String, url: String },
+}
+
 /// Actions answered in the global lane (they concern many runs, or none).
 const GLOBAL_ACTIONS: &[&str] = &["report_inventory", "remove_image", "gc", "prune_orphans"];
 
 /// The lane for a control: its run (from `run_id`, else a managed instance
 /// name), or the global lane. An invalid `run_id` is refused here.
-pub fn lane_of(d: &Arc<Daemon>, c: &SandboxControl) -> Result<String, String> {
+pub fn lane_of(d: &Arc<Daemon>, c: &SandboxControl) -> Result<String, RunIdError> {
     let action = c.action.as_str().unwrap_or("");
     if GLOBAL_ACTIONS.contains(&action) {
-        return Ok(runs::GLOBAL.to_string());
+        return Ok(lane::GLOBAL.to_string());
     }
     if !c.run_id.is_null() && c.run_id != Value::String(String::new()) {
         return valid_run_id(&c.run_id);
@@ -64,10 +176,10 @@ pub fn lane_of(d: &Arc<Daemon>, c: &SandboxControl) -> Result<String, String> {
 }
 
 /// Answers a control that could not be routed.
-pub fn reply_error(d: &Daemon, c: &SandboxControl, error: &str) {
+pub fn reply_error(d: &Daemon, c: &SandboxControl, error: impl std::fmt::Display) {
     let mut res = ControlResult::for_msg(c);
     res.ok = false;
-    res.error = Some(d.redact(error));
+    res.error = Some(d.redact(&error.to_string()));
     d.outbox.push(&res);
 }
 
@@ -95,12 +207,16 @@ pub async fn handle(lane: &mut Lane, c: SandboxControl) {
     let outcome = run_action(lane, &action, &c, &mut res.fields).await;
     match outcome {
         Ok(()) => {}
-        Err(Failure::Unsupported) => {
+        Err(ControlError::Unsupported) => {
             res.ok = false;
-            res.error = Some("unsupported_action".into());
+            res.error = Some(ControlError::Unsupported.to_string());
         }
-        Err(Failure::Error(e)) => {
-            let e = d.redact(&e);
+        Err(ControlError::Partial(e)) => {
+            res.ok = false;
+            res.error = Some(d.redact(&e));
+        }
+        Err(e) => {
+            let e = d.redact(&e.to_string());
             if let (Some(run_id), Some(name)) = (str_field(&c.run_id), str_field(&c.instance_name))
                 && names::validate_run_id(run_id).is_ok()
             {
@@ -109,25 +225,8 @@ pub async fn handle(lane: &mut Lane, c: SandboxControl) {
             res.ok = false;
             res.error = Some(e);
         }
-        Err(Failure::Partial(e)) => {
-            res.ok = false;
-            res.error = Some(d.redact(&e));
-        }
     }
     d.outbox.push(&res);
-}
-
-enum Failure {
-    Unsupported,
-    Error(String),
-    /// The action ran but reported errors in its own fields.
-    Partial(String),
-}
-
-impl From<String> for Failure {
-    fn from(e: String) -> Failure {
-        Failure::Error(e)
-    }
 }
 
 async fn run_action(
@@ -135,7 +234,7 @@ async fn run_action(
     action: &str,
     c: &SandboxControl,
     out: &mut Map<String, Value>,
-) -> Result<(), Failure> {
+) -> Result<(), ControlError> {
     let d = lane.d.clone();
     const KNOWN: &[&str] = &[
         "inspect",
@@ -150,7 +249,7 @@ async fn run_action(
         "git_push",
     ];
     if !KNOWN.contains(&action) {
-        return Err(Failure::Unsupported);
+        return Err(ControlError::Unsupported);
     }
     // Before anything is looked at or touched: a control whose fields are
     // missing or malformed is refused whole (a missing list of expected
@@ -162,7 +261,7 @@ async fn run_action(
     match action {
         "inspect" => {
             let name = instance_name(lane, c)?;
-            let info = d.provider.inspect(&name).await.map_err(|e| e.to_string())?;
+            let info = d.provider.inspect(&name).await?;
             // As the Node proxy: a status update only when the backend
             // named the run.
             if str_field(&c.run_id).is_some() {
@@ -175,7 +274,7 @@ async fn run_action(
             valid_run_id(&c.run_id)?;
             lane.prepare(&c.instance_name, &Value::Null, &Value::Null).await?;
             let name = instance_name(lane, c)?;
-            let info = d.provider.inspect(&name).await.map_err(|e| e.to_string())?;
+            let info = d.provider.inspect(&name).await?;
             out.insert("status".into(), json!(info.status.as_str()));
             out.insert("details".into(), json!({"created_at": info.created_at}));
             lane.persist();
@@ -185,7 +284,7 @@ async fn run_action(
             if lane.state.as_ref().is_some_and(|s| s.instance_name == name) {
                 lane.close_agent("stopped").await;
             }
-            let info = d.provider.stop(&name).await.map_err(|e| e.to_string())?;
+            let info = d.provider.stop(&name).await?;
             if !lane.run_id.is_empty() {
                 d.report_status(&lane.run_id, &info);
             }
@@ -197,19 +296,19 @@ async fn run_action(
                 lane.close_agent("removed").await;
             }
             lane.remove_instance(&name).await?;
-            if let Ok(inv) = inventory::full(&d, None).await {
+            if let Ok(inv) = inventory::full(&d.provider, None).await {
                 d.outbox.push(&inv);
             }
             let run_id = if lane.run_id.is_empty() { None } else { Some(lane.run_id.clone()) };
             d.outbox.push(&inventory::deleted_instances(
-                &d,
+                &d.provider,
                 vec![InventoryRef { instance_name: name, run_id, reason: Some("sandbox_control_remove") }],
             ));
             out.insert("status".into(), json!("missing"));
         }
         "report_inventory" => {
             let expected = expected_instances(c);
-            let inv = inventory::full(&d, expected.as_deref()).await?;
+            let inv = inventory::full(&d.provider, expected.as_deref()).await?;
             d.outbox.push(&inv);
         }
         "prune_orphans" => {
@@ -228,25 +327,23 @@ async fn run_action(
             }
             out.insert("deleted_count".into(), json!(deleted.len()));
             if !deleted.is_empty() {
-                d.outbox.push(&inventory::deleted_instances(&d, deleted));
+                d.outbox.push(&inventory::deleted_instances(&d.provider, deleted));
             }
             if !errors.is_empty() {
-                return Err(Failure::Partial(errors.join("; ")));
+                return Err(ControlError::Partial(errors.join("; ")));
             }
         }
         "gc" => return gc(&d, c, out).await,
         "remove_workspace" => {
             let run_id = if lane.run_id.is_empty() {
-                return Err("remove_workspace needs a run_id (or an instance name tuixiu-run-<id>)"
-                    .to_string()
-                    .into());
+                return Err(ControlError::NoWorkspaceRun);
             } else {
                 lane.run_id.clone()
             };
             let extra = lane.state.as_ref().map(|s| s.workspace.clone());
             remove_workspace(&d, &run_id, extra.as_deref())?;
             d.outbox.push(&inventory::deleted_workspaces(
-                &d,
+                &d.provider,
                 vec![DeletedWorkspace {
                     instance_name: None,
                     run_id,
@@ -258,31 +355,30 @@ async fn run_action(
         }
         "remove_image" => {
             let image =
-                str_field(c.extra.get("image").unwrap_or(&Value::Null)).ok_or("image 为空".to_string())?;
-            names::validate_image(image).map_err(|e| e.to_string())?;
+                str_field(c.extra.get("image").unwrap_or(&Value::Null)).ok_or(ControlError::NoImage)?;
+            names::validate_image(image)?;
             remove_image(&d, image).await?;
         }
         "git_push" => return git_push(lane, c, out).await,
-        _ => return Err(Failure::Unsupported),
+        _ => return Err(ControlError::Unsupported),
     }
     Ok(())
 }
 
 /// The instance a control names: `instance_name` (validated), else the
 /// run's, else `<prefix><run_id>`.
-fn instance_name(lane: &Lane, c: &SandboxControl) -> Result<String, String> {
+fn instance_name(lane: &Lane, c: &SandboxControl) -> Result<String, ControlError> {
     let prefix = &lane.d.cfg.sandbox.instance_prefix;
     let name = match &c.instance_name {
         Value::String(s) if !s.trim().is_empty() => s.trim().to_string(),
         Value::Null | Value::String(_) => match &lane.state {
             Some(state) => state.instance_name.clone(),
             None if !lane.run_id.is_empty() => format!("{prefix}{}", lane.run_id),
-            None => return Err("instance_name 为空".into()),
+            None => return Err(ControlError::NoInstanceName),
         },
-        other => return Err(format!("instance_name must be a string, got {other}")),
+        other => return Err(ControlError::InstanceNameNotString(other.clone())),
     };
-    names::validate_instance_name(&name, prefix)
-        .map_err(|e| format!("{e}: only instances managed by this proxy can be controlled"))?;
+    names::validate_instance_name(&name, prefix).map_err(ControlError::Unmanaged)?;
     Ok(name)
 }
 
@@ -305,15 +401,12 @@ fn expected_instances(c: &SandboxControl) -> Option<Vec<InventoryRef>> {
 /// anything: a missing required field or a field of the wrong shape is an
 /// error naming it. (Instance names and run ids are checked where they are
 /// resolved, also before anything is touched.)
-fn check_fields(action: &str, c: &SandboxControl) -> Result<(), String> {
+fn check_fields(action: &str, c: &SandboxControl) -> Result<(), ControlError> {
     let field = |k: &str| c.extra.get(k).filter(|v| !v.is_null());
     match action {
         "prune_orphans" | "gc" => {
             let Some(list) = field("expected_instances") else {
-                return Err(format!(
-                    "expected_instances is missing: {action} removes every managed instance that is not \
-                     in it, so the list is required (send [] to mean none)"
-                ));
+                return Err(ControlError::ExpectedMissing { action: action.to_string() });
             };
             check_expected(list)?;
         }
@@ -328,7 +421,7 @@ fn check_fields(action: &str, c: &SandboxControl) -> Result<(), String> {
         check_kind("dry_run", field("dry_run"), Value::is_boolean, "true or false")?;
         if let Some(opts) = field("gc") {
             let Some(opts) = opts.as_object() else {
-                return Err(format!("gc must be an object, got {opts}"));
+                return Err(ControlError::GcNotObject(opts.clone()));
             };
             let get = |k: &str| opts.get(k).filter(|v| !v.is_null());
             for k in ["remove_orphans", "remove_workspaces", "dry_run"] {
@@ -354,43 +447,44 @@ fn is_count(v: &Value) -> bool {
     v.as_f64().is_some_and(|n| n.is_finite() && n >= 0.0)
 }
 
-fn check_kind(name: &str, v: Option<&Value>, ok: fn(&Value) -> bool, want: &str) -> Result<(), String> {
+fn check_kind(
+    name: &str,
+    v: Option<&Value>,
+    ok: fn(&Value) -> bool,
+    want: &'static str,
+) -> Result<(), ControlError> {
     match v {
-        Some(v) if !ok(v) => Err(format!("{name} must be {want}, got {v}")),
+        Some(v) if !ok(v) => Err(ControlError::Kind { name: name.to_string(), want, got: v.clone() }),
         _ => Ok(()),
     }
 }
 
 /// `expected_instances`: a list of `{instance_name: string, run_id?: string|null}`.
-fn check_expected(list: &Value) -> Result<(), String> {
+fn check_expected(list: &Value) -> Result<(), ControlError> {
     let Some(items) = list.as_array() else {
-        return Err(format!("expected_instances must be a list of {{instance_name, run_id}}, got {list}"));
+        return Err(ControlError::ExpectedNotList(list.clone()));
     };
     for (i, item) in items.iter().enumerate() {
         let Some(obj) = item.as_object() else {
-            return Err(format!("expected_instances[{i}] must be an object, got {item}"));
+            return Err(ControlError::ExpectedItem { i, got: item.clone() });
         };
         match obj.get("instance_name") {
             Some(Value::String(s)) if !s.trim().is_empty() => {}
-            None | Some(Value::Null) => {
-                return Err(format!("expected_instances[{i}].instance_name is missing"));
-            }
-            Some(other) => {
-                return Err(format!("expected_instances[{i}].instance_name must be a name, got {other}"));
-            }
+            None | Some(Value::Null) => return Err(ControlError::ExpectedNameMissing(i)),
+            Some(other) => return Err(ControlError::ExpectedName { i, got: other.clone() }),
         }
         if let Some(run_id) = obj.get("run_id").filter(|v| !v.is_null() && !v.is_string()) {
-            return Err(format!("expected_instances[{i}].run_id must be a string or null, got {run_id}"));
+            return Err(ControlError::ExpectedRunId { i, got: run_id.clone() });
         }
     }
     Ok(())
 }
 
 /// Managed instances the backend does not expect, with their run ids.
-async fn orphans(d: &Daemon, c: &SandboxControl) -> Result<Vec<(String, Option<String>)>, String> {
+async fn orphans(d: &Daemon, c: &SandboxControl) -> Result<Vec<(String, Option<String>)>, ProviderError> {
     let expected: BTreeSet<String> =
         expected_instances(c).unwrap_or_default().into_iter().map(|e| e.instance_name).collect();
-    let list = d.provider.list().await.map_err(|e| e.to_string())?;
+    let list = d.provider.list().await?;
     Ok(list
         .into_iter()
         .filter(|i| !expected.contains(&i.name))
@@ -403,21 +497,24 @@ async fn orphans(d: &Daemon, c: &SandboxControl) -> Result<Vec<(String, Option<S
 
 /// Removes an instance in its run's lane (so it is ordered with that run's
 /// messages and the run forgets it), or directly when it has no run.
-async fn remove_via_lane(d: &Arc<Daemon>, name: &str, run_id: Option<&str>) -> Result<(), String> {
+async fn remove_via_lane(d: &Arc<Daemon>, name: &str, run_id: Option<&str>) -> Result<(), ControlError> {
     let prefix = &d.cfg.sandbox.instance_prefix;
     let lane_run =
         name.strip_prefix(prefix.as_str()).filter(|id| names::validate_run_id(id).is_ok()).or(run_id);
     match lane_run {
         Some(run) => {
             let (tx, rx) = oneshot::channel();
-            runs::send(d, run, Job::Remove { name: name.to_string(), done: tx });
-            rx.await.unwrap_or_else(|_| Err("the run's lane ended".into()))
+            lane::send(d, run, Job::Remove { name: name.to_string(), done: tx });
+            match rx.await {
+                Ok(removed) => Ok(removed?),
+                Err(_) => Err(ControlError::LaneEnded),
+            }
         }
-        None => d.provider.remove(name).await.map(drop).map_err(|e| e.to_string()),
+        None => Ok(d.provider.remove(name).await.map(drop)?),
     }
 }
 
-async fn gc(d: &Arc<Daemon>, c: &SandboxControl, out: &mut Map<String, Value>) -> Result<(), Failure> {
+async fn gc(d: &Arc<Daemon>, c: &SandboxControl, out: &mut Map<String, Value>) -> Result<(), ControlError> {
     let opts = c.extra.get("gc").cloned().unwrap_or(Value::Null);
     let remove_orphans = opts.get("remove_orphans").and_then(Value::as_bool) != Some(false);
     let remove_workspaces = opts.get("remove_workspaces").and_then(Value::as_bool) != Some(false);
@@ -455,7 +552,7 @@ async fn gc(d: &Arc<Daemon>, c: &SandboxControl, out: &mut Map<String, Value>) -
                     deleted_instances.push(InventoryRef { instance_name: name, run_id, reason: Some("gc") })
                 }
                 Err(e) => errors.push(
-                    json!({"kind":"instance","instance_name":name,"run_id":run_id,"message":d.redact(&e)}),
+                    json!({"kind":"instance","instance_name":name,"run_id":run_id,"message":d.redact(&e.to_string())}),
                 ),
             },
             _ => {
@@ -468,7 +565,8 @@ async fn gc(d: &Arc<Daemon>, c: &SandboxControl, out: &mut Map<String, Value>) -
                         deleted_at: super::now_iso(),
                         reason: "gc",
                     }),
-                    Err(e) => errors.push(json!({"kind":"workspace","run_id":run_id,"message":d.redact(&e)})),
+                    Err(e) => errors
+                        .push(json!({"kind":"workspace","run_id":run_id,"message":d.redact(&e.to_string())})),
                 }
             }
         }
@@ -478,18 +576,18 @@ async fn gc(d: &Arc<Daemon>, c: &SandboxControl, out: &mut Map<String, Value>) -
         json!({"instances": deleted_instances.len(), "workspaces": deleted_workspaces.len()}),
     );
     if !deleted_instances.is_empty() {
-        d.outbox.push(&inventory::deleted_instances(d, deleted_instances));
+        d.outbox.push(&inventory::deleted_instances(&d.provider, deleted_instances));
     }
     if !deleted_workspaces.is_empty() {
-        d.outbox.push(&inventory::deleted_workspaces(d, deleted_workspaces));
+        d.outbox.push(&inventory::deleted_workspaces(&d.provider, deleted_workspaces));
     }
-    if let Ok(inv) = inventory::full(d, None).await {
+    if let Ok(inv) = inventory::full(&d.provider, None).await {
         d.outbox.push(&inv);
     }
     let failed = !errors.is_empty();
     out.insert("errors".into(), Value::Array(errors));
     if failed {
-        return Err(Failure::Partial("gc finished with errors (see errors)".into()));
+        return Err(ControlError::Partial("gc finished with errors (see errors)".into()));
     }
     Ok(())
 }
@@ -497,8 +595,8 @@ async fn gc(d: &Arc<Daemon>, c: &SandboxControl, out: &mut Map<String, Value>) -
 /// Deletes `<root>/run-<id>`, `<root>/home-<id>` and the run's recorded
 /// workspace (if another directory under the root), each resolved inside
 /// the root first. Missing directories are fine.
-fn remove_workspace(d: &Daemon, run_id: &str, recorded: Option<&Path>) -> Result<(), String> {
-    names::validate_run_id(run_id).map_err(|e| e.to_string())?;
+fn remove_workspace(d: &Daemon, run_id: &str, recorded: Option<&Path>) -> Result<(), ControlError> {
+    names::validate_run_id(run_id)?;
     let root = &d.cfg.sandbox.workspace_host_root;
     let mut targets = vec![root.join(format!("run-{run_id}")), root.join(format!("home-{run_id}"))];
     if let Some(p) = recorded
@@ -508,40 +606,45 @@ fn remove_workspace(d: &Daemon, run_id: &str, recorded: Option<&Path>) -> Result
     }
     for target in targets {
         // A symlink is judged by where it leads; it is never followed for deletion.
-        let resolved = resolve_under_root(root, &target, false)?;
-        match std::fs::symlink_metadata(&resolved) {
-            Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(&resolved).map_err(|e| {
-                format!("remove {}: {}", resolved.display(), sandbox::error::io_error_text(&e))
-            })?,
-            Ok(_) => std::fs::remove_file(&resolved).map_err(|e| {
-                format!("remove {}: {}", resolved.display(), sandbox::error::io_error_text(&e))
-            })?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(format!("{}: {}", resolved.display(), sandbox::error::io_error_text(&e))),
+        let resolved = under_root(root, &target)?;
+        let removed = match std::fs::symlink_metadata(&resolved) {
+            Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(&resolved),
+            Ok(_) => std::fs::remove_file(&resolved),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(source) => return Err(ControlError::Stat { path: resolved, source }),
+        };
+        if let Err(source) = removed {
+            return Err(ControlError::Remove { path: resolved, source });
         }
     }
     Ok(())
 }
 
-async fn remove_image(d: &Daemon, image: &str) -> Result<(), String> {
+/// `path` resolved inside `root`, symlinks judged by where they lead.
+fn under_root(root: &Path, path: &Path) -> Result<PathBuf, ControlError> {
+    resolve_under_root(root, path, false).map_err(|e| ControlError::Path(e.into()))
+}
+
+async fn remove_image(d: &Daemon, image: &str) -> Result<(), ControlError> {
     let crate::provider::AnyProvider::Docker(docker) = &d.provider else {
-        return Err(format!(
-            "the {} provider has no images: remove_image ({image}) needs provider container_oci",
-            d.wire_provider()
-        ));
+        return Err(ControlError::NoImages { provider: d.wire_provider(), image: image.to_string() });
     };
     let out = tokio::process::Command::new(docker.cli())
         .args(["image", "rm", "-f", "--", image])
         .stdin(std::process::Stdio::null())
         .output()
         .await
-        .map_err(|e| format!("{}: {}", docker.cli(), sandbox::error::io_error_text(&e)))?;
+        .map_err(|source| ControlError::Docker { cli: docker.cli().to_string(), source })?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     let lower = stderr.to_ascii_lowercase();
     if out.status.success() || lower.contains("no such image") || lower.contains("image not known") {
         return Ok(());
     }
-    Err(format!("{} image rm {image}: {}", docker.cli(), stderr.trim()))
+    Err(ControlError::ImageRm {
+        cli: docker.cli().to_string(),
+        image: image.to_string(),
+        stderr: stderr.trim().to_string(),
+    })
 }
 
 // ------------------------------------------------------------- signatures
@@ -599,17 +702,14 @@ pub fn canonical_json(v: &Value) -> String {
 /// [`canonical_json`] of the message) and `signed_at` (unix seconds or
 /// ISO-8601, within 300 s of now, so a captured command cannot be replayed
 /// later). A no-op without `control_signing_secret`.
-pub fn verify_signature(d: &Daemon, c: &SandboxControl) -> Result<(), String> {
+pub fn verify_signature(d: &Daemon, c: &SandboxControl) -> Result<(), ControlError> {
     let Some(secret) = &d.cfg.control_signing_secret else { return Ok(()) };
     let action = c.action.as_str().unwrap_or("?");
     let Ok(Value::Object(mut msg)) = serde_json::to_value(c) else {
-        return Err("the message cannot be re-encoded".into());
+        return Err(ControlError::Reencode);
     };
     let Some(Value::String(sig)) = msg.remove("signature") else {
-        return Err(format!(
-            "signature_required: {action} is destructive and this proxy requires signed controls \
-             (control_signing_secret is set)"
-        ));
+        return Err(ControlError::SignatureRequired { action: action.to_string() });
     };
     let signed_at = match msg.get("signed_at") {
         Some(Value::Number(n)) => n.as_f64().map(|f| f as i64),
@@ -624,21 +724,16 @@ pub fn verify_signature(d: &Daemon, c: &SandboxControl) -> Result<(), String> {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
     match signed_at {
         Some(t) if (now - t).abs() <= SIGNATURE_WINDOW_SECS => {}
-        Some(_) => {
-            return Err(format!(
-                "signature_expired: signed_at is more than {SIGNATURE_WINDOW_SECS} s from now"
-            ));
-        }
-        None => return Err("signature_invalid: signed_at (unix seconds or ISO-8601) is required".into()),
+        Some(_) => return Err(ControlError::SignatureExpired),
+        None => return Err(ControlError::NoSignedAt),
     }
     let hex = sig.trim().strip_prefix("sha256=").unwrap_or(sig.trim());
     let Some(bytes) = decode_hex(hex) else {
-        return Err("signature_invalid: not a hex HMAC-SHA256".into());
+        return Err(ControlError::NotHex);
     };
     let mut mac = HmacSha256::new_from_slice(secret.expose().as_bytes()).expect("any key length");
     mac.update(canonical_json(&Value::Object(msg)).as_bytes());
-    mac.verify_slice(&bytes)
-        .map_err(|_| format!("signature_invalid: the signature of {action} does not match"))
+    mac.verify_slice(&bytes).map_err(|_| ControlError::Mismatch { action: action.to_string() })
 }
 
 fn decode_hex(s: &str) -> Option<Vec<u8>> {
@@ -650,14 +745,10 @@ fn decode_hex(s: &str) -> Option<Vec<u8>> {
 
 // ---------------------------------------------------------------- git_push
 
-fn check_remote(r: &str) -> Result<(), String> {
+fn check_remote(r: &str) -> Result<(), ControlError> {
     let ok = r.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
         && r.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
-    if ok {
-        Ok(())
-    } else {
-        Err(format!("remote {r:?} must be a remote name (letters, digits, '.', '_', '-')"))
-    }
+    if ok { Ok(()) } else { Err(ControlError::Remote(r.to_string())) }
 }
 
 fn tail(bytes: &[u8], d: &Daemon) -> String {
@@ -672,14 +763,18 @@ fn tail(bytes: &[u8], d: &Daemon) -> String {
     format!("...{}", &text[start..])
 }
 
-async fn git_push(lane: &mut Lane, c: &SandboxControl, out: &mut Map<String, Value>) -> Result<(), Failure> {
+async fn git_push(
+    lane: &mut Lane,
+    c: &SandboxControl,
+    out: &mut Map<String, Value>,
+) -> Result<(), ControlError> {
     let d = lane.d.clone();
     if !d.cfg.sandbox.git_push {
-        return Err("git_push disabled".to_string().into());
+        return Err(ControlError::GitPushDisabled);
     }
     let field = |k: &str| c.extra.get(k).unwrap_or(&Value::Null);
-    let branch = str_field(field("branch")).ok_or("branch 为空".to_string())?.to_string();
-    check_branch(&branch).map_err(String::from)?;
+    let branch = str_field(field("branch")).ok_or(ControlError::NoBranch)?.to_string();
+    check_branch(&branch).map_err(|e| ControlError::Branch(e.into()))?;
     let remote = str_field(field("remote")).unwrap_or("origin").to_string();
     check_remote(&remote)?;
     let max = d.cfg.git_push_timeout_max_seconds;
@@ -692,7 +787,7 @@ async fn git_push(lane: &mut Lane, c: &SandboxControl, out: &mut Map<String, Val
                 .as_str()
                 .map(str::to_string)
                 .unwrap_or_else(|| if v.is_null() { String::new() } else { v.to_string() });
-            names::validate_env(k, &v).map_err(|e| format!("env: {e}"))?;
+            names::validate_env(k, &v).map_err(ControlError::Env)?;
             env.push((k.clone(), v));
         }
     }
@@ -700,7 +795,7 @@ async fn git_push(lane: &mut Lane, c: &SandboxControl, out: &mut Map<String, Val
     let get =
         |k: &str| env.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone()).filter(|v| !v.is_empty());
     if lane.run_id.is_empty() {
-        return Err("git_push needs a run_id".to_string().into());
+        return Err(ControlError::GitPushNoRun);
     }
     let root = &d.cfg.sandbox.workspace_host_root;
     let ws = lane
@@ -708,12 +803,12 @@ async fn git_push(lane: &mut Lane, c: &SandboxControl, out: &mut Map<String, Val
         .as_ref()
         .map(|s| s.workspace.clone())
         .unwrap_or_else(|| root.join(format!("run-{}", lane.run_id)));
-    let ws = resolve_under_root(root, &ws, false).map_err(String::from)?;
+    let ws = under_root(root, &ws)?;
     if !ws.is_dir() || std::fs::symlink_metadata(ws.join(".git")).is_err() {
-        return Err(format!("workspace {} is not a git checkout", ws.display()).into());
+        return Err(ControlError::NotCheckout(ws));
     }
 
-    let genv = GitEnv::new(&d.cfg.state_dir, &get).map_err(String::from)?;
+    let genv = GitEnv::new(&d.cfg.state_dir, &get).map_err(|e| ControlError::GitEnv(e.into()))?;
     // The workspace is agent-writable: its config must not get to run
     // commands on the host or redirect the credentials.
     let git = |args: &[&str]| {
@@ -727,31 +822,22 @@ async fn git_push(lane: &mut Lane, c: &SandboxControl, out: &mut Map<String, Val
     let listed = git(&["config", "--local", "--includes", "--name-only", "--list"])
         .output()
         .await
-        .map_err(|e| format!("git: {}", sandbox::error::io_error_text(&e)))?;
+        .map_err(ControlError::GitSpawn)?;
     if let Some(key) = String::from_utf8_lossy(&listed.stdout).lines().find(|k| dangerous_git_key(k)) {
-        return Err(format!(
-            "the workspace's git config sets {key:?}, which could run commands or redirect credentials \
-             on this host: refusing git_push"
-        )
-        .into());
+        return Err(ControlError::DangerousConfig(key.to_string()));
     }
     if let Some(repo_url) = get("TUIXIU_REPO_URL") {
-        let got =
-            git(&["remote", "get-url", "--push", &remote]).output().await.map_err(|e| format!("git: {e}"))?;
+        let got = git(&["remote", "get-url", "--push", &remote]).output().await.map_err(ControlError::Git)?;
         let url = String::from_utf8_lossy(&got.stdout).trim().to_string();
         if !got.status.success() || url != repo_url.trim() {
-            return Err(format!(
-                "remote {remote} of the workspace pushes to {:?}, not to TUIXIU_REPO_URL: refusing to send credentials there",
-                d.redact(&url)
-            )
-            .into());
+            return Err(ControlError::RemoteMismatch { remote, url: d.redact(&url) });
         }
     }
     let child = git(&["push", "-u", "--", &remote, &branch])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .map_err(|e| format!("git: {}", sandbox::error::io_error_text(&e)))?;
+        .map_err(ControlError::GitSpawn)?;
     let pid = child.id();
     match tokio::time::timeout(Duration::from_secs(timeout), child.wait_with_output()).await {
         Ok(Ok(output)) => {
@@ -768,16 +854,16 @@ async fn git_push(lane: &mut Lane, c: &SandboxControl, out: &mut Map<String, Val
                 if let Some(s) = output.status.signal() {
                     e.push_str(&format!(" signal={}", signal_name(s)));
                 }
-                Err(Failure::Partial(e))
+                Err(ControlError::Partial(e))
             }
         }
-        Ok(Err(e)) => Err(format!("git: {e}").into()),
+        Ok(Err(e)) => Err(ControlError::Git(e)),
         Err(_) => {
             if let Some(pid) = pid {
                 // SAFETY: kill(2) on the process group we created for git.
                 unsafe { libc::kill(-(pid as i32), libc::SIGKILL) };
             }
-            Err(Failure::Partial(format!("timeout after {timeout}s")))
+            Err(ControlError::Partial(format!("timeout after {timeout}s")))
         }
     }
 }
@@ -861,5 +947,36 @@ mod tests {
         check_remote("origin").unwrap();
         assert!(check_remote("-x").is_err());
         assert!(check_remote("a/b").is_err());
+    }
+
+    #[test]
+    fn errors_keep_their_texts() {
+        assert_eq!(
+            check_remote("-x").unwrap_err().to_string(),
+            r#"remote "-x" must be a remote name (letters, digits, '.', '_', '-')"#
+        );
+        assert_eq!(
+            check_expected(&json!(3)).unwrap_err().to_string(),
+            "expected_instances must be a list of {instance_name, run_id}, got 3"
+        );
+        assert_eq!(
+            check_expected(&json!([{"instance_name": "x", "run_id": 1}])).unwrap_err().to_string(),
+            "expected_instances[0].run_id must be a string or null, got 1"
+        );
+        assert_eq!(
+            check_kind("gc.dry_run", Some(&json!(1)), Value::is_boolean, "true or false")
+                .unwrap_err()
+                .to_string(),
+            "gc.dry_run must be true or false, got 1"
+        );
+        assert_eq!(
+            ControlError::SignatureExpired.to_string(),
+            "signature_expired: signed_at is more than 300 s from now"
+        );
+        assert_eq!(
+            ControlError::ExpectedMissing { action: "gc".into() }.to_string(),
+            "expected_instances is missing: gc removes every managed instance that is not in it, so the list \
+             is required (send [] to mean none)"
+        );
     }
 }

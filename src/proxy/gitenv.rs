@@ -44,13 +44,6 @@ pub enum GitError {
     BadBranch(String),
 }
 
-/// For callers still on `String` errors (issue 16).
-impl From<GitError> for String {
-    fn from(e: GitError) -> String {
-        e.to_string()
-    }
-}
-
 /// The askpass helper: answers git's prompts from variables, so the
 /// password is in no file and no argv.
 const ASKPASS: &str = "#!/bin/sh\ncase \"$1\" in\n  Username*|username*) printf '%s\\n' \"$TUIXIU_ASKPASS_USERNAME\" ;;\n  *) printf '%s\\n' \"$TUIXIU_ASKPASS_PASSWORD\" ;;\nesac\n";

@@ -4,24 +4,23 @@
 //! label `acp-proxy.managed=1`). `run_id` is derived from `tuixiu-run-`
 //! names only, as the backend expects. Timestamps are ISO-8601 UTC.
 
-use std::sync::Arc;
+use std::path::Path;
 
-use super::Daemon;
 use super::protocol::{
     DeletedWorkspace, InventoryInstance, InventoryRef, SandboxInventory, WorkspaceEntry, WorkspaceInventory,
 };
-use crate::provider::{InstanceInfo, Provider, names};
+use crate::provider::{AnyProvider, InstanceInfo, Provider, ProviderError, names};
 
 pub fn run_id_of(name: &str) -> Option<String> {
     names::run_id_from_name(name).map(str::to_string)
 }
 
-fn empty(d: &Daemon) -> SandboxInventory {
+fn empty(provider: &AnyProvider) -> SandboxInventory {
     SandboxInventory {
         kind: "sandbox_inventory",
         inventory_id: uuid::Uuid::new_v4().to_string(),
-        provider: d.wire_provider(),
-        runtime: d.runtime(),
+        provider: provider.kind().wire_name(),
+        runtime: provider.runtime().map(str::to_string),
         captured_at: super::now_iso(),
         instances: None,
         missing_instances: None,
@@ -44,9 +43,12 @@ pub fn entries(list: &[InstanceInfo], captured_at: &str) -> Vec<InventoryInstanc
 }
 
 /// A full inventory, plus `missing_instances` when `expected` is given.
-pub async fn full(d: &Daemon, expected: Option<&[InventoryRef]>) -> Result<SandboxInventory, String> {
-    let list = d.provider.list().await.map_err(|e| e.to_string())?;
-    let mut inv = empty(d);
+pub async fn full(
+    provider: &AnyProvider,
+    expected: Option<&[InventoryRef]>,
+) -> Result<SandboxInventory, ProviderError> {
+    let list = provider.list().await?;
+    let mut inv = empty(provider);
     inv.instances = Some(entries(&list, &inv.captured_at));
     if let Some(expected) = expected {
         let missing = expected
@@ -64,8 +66,8 @@ pub async fn full(d: &Daemon, expected: Option<&[InventoryRef]>) -> Result<Sandb
 }
 
 /// The full inventory as JSON text, or `None` (logged) if listing failed.
-pub async fn sandbox_inventory_text(d: &Arc<Daemon>) -> Option<String> {
-    match full(d, None).await {
+pub async fn sandbox_inventory_text(provider: &AnyProvider) -> Option<String> {
+    match full(provider, None).await {
         Ok(inv) => Some(serde_json::to_string(&inv).expect("plain data")),
         Err(e) => {
             tracing::error!("sandbox_inventory: listing instances: {e}");
@@ -74,21 +76,20 @@ pub async fn sandbox_inventory_text(d: &Arc<Daemon>) -> Option<String> {
     }
 }
 
-pub fn deleted_instances(d: &Daemon, deleted: Vec<InventoryRef>) -> SandboxInventory {
-    let mut inv = empty(d);
+pub fn deleted_instances(provider: &AnyProvider, deleted: Vec<InventoryRef>) -> SandboxInventory {
+    let mut inv = empty(provider);
     inv.deleted_instances = Some(deleted);
     inv
 }
 
-pub fn deleted_workspaces(d: &Daemon, deleted: Vec<DeletedWorkspace>) -> SandboxInventory {
-    let mut inv = empty(d);
+pub fn deleted_workspaces(provider: &AnyProvider, deleted: Vec<DeletedWorkspace>) -> SandboxInventory {
+    let mut inv = empty(provider);
     inv.deleted_workspaces = Some(deleted);
     inv
 }
 
-/// One entry per `run-*` directory in `workspaceHostRoot`.
-pub fn workspace_inventory(d: &Daemon) -> WorkspaceInventory {
-    let root = &d.cfg.sandbox.workspace_host_root;
+/// One entry per `run-*` directory in `root` (`workspaceHostRoot`).
+pub fn workspace_inventory(root: &Path) -> WorkspaceInventory {
     let mut workspaces = Vec::new();
     match std::fs::read_dir(root) {
         Ok(entries) => {
@@ -123,6 +124,6 @@ pub fn workspace_inventory(d: &Daemon) -> WorkspaceInventory {
     }
 }
 
-pub fn workspace_inventory_text(d: &Arc<Daemon>) -> Option<String> {
-    Some(serde_json::to_string(&workspace_inventory(d)).expect("plain data"))
+pub fn workspace_inventory_text(root: &Path) -> Option<String> {
+    Some(serde_json::to_string(&workspace_inventory(root)).expect("plain data"))
 }

@@ -31,6 +31,22 @@ use sha2::{Digest, Sha256};
 use crate::inputs::fsx;
 use crate::manifest::{Apply, Item, Root};
 
+/// Why a target could not be fingerprinted (it is then left alone).
+#[derive(Debug, thiserror::Error)]
+pub enum FingerprintError {
+    #[error(transparent)]
+    Fs(#[from] fsx::FsError),
+    #[error("more than {} entries", MAX_ENTRIES)]
+    TooMany,
+    #[error("deeper than {} directories", MAX_DEPTH)]
+    TooDeep,
+    /// `call` failed on the entry at `path` (relative to the target).
+    #[error("{call}({path:?}) => {errno}")]
+    Entry { call: &'static str, path: String, errno: Errno },
+    #[error("open({path:?}/{name:?}) => {errno}")]
+    Child { path: String, name: CString, errno: Errno },
+}
+
 /// Item id → fingerprint of its target as it was landed.
 pub type Landed = BTreeMap<String, String>;
 
@@ -57,7 +73,11 @@ pub fn lands(item: &Item) -> bool {
 }
 
 /// The decision for an item on an open that did not carry `init`.
-pub fn decide(item: &Item, recorded: Option<&str>, current: &Result<Option<String>, String>) -> Decision {
+pub fn decide(
+    item: &Item,
+    recorded: Option<&str>,
+    current: &Result<Option<String>, FingerprintError>,
+) -> Decision {
     match (recorded, current) {
         (Some(r), Ok(Some(c))) if r == c => Decision::AsLanded,
         (_, Ok(None)) if item.target.root == Root::Scratch => Decision::Land,
@@ -71,11 +91,11 @@ pub fn decide(item: &Item, recorded: Option<&str>, current: &Result<Option<Strin
 
 /// The fingerprint of what is at `rel` under the directory `root`, never
 /// following a symlink; `None` when nothing is there.
-pub fn fingerprint(root: BorrowedFd<'_>, rel: &str) -> Result<Option<String>, String> {
+pub fn fingerprint(root: BorrowedFd<'_>, rel: &str) -> Result<Option<String>, FingerprintError> {
     let top = match fsx::open_in_root(root, rel, OFlag::O_PATH | OFlag::O_NOFOLLOW) {
         Ok(fd) => fd,
         Err(e) if e.errno == Errno::ENOENT => return Ok(None),
-        Err(e) => return Err(e.to_string()),
+        Err(e) => return Err(e.into()),
     };
     let mut hash = Sha256::new();
     let mut entries = 0usize;
@@ -84,26 +104,36 @@ pub fn fingerprint(root: BorrowedFd<'_>, rel: &str) -> Result<Option<String>, St
     while let Some((path, fd, depth)) = stack.pop() {
         entries += 1;
         if entries > MAX_ENTRIES {
-            return Err(format!("more than {MAX_ENTRIES} entries"));
+            return Err(FingerprintError::TooMany);
         }
-        let st = fstat(fd.as_fd()).map_err(|e| format!("fstat({path:?}) => {e}"))?;
+        let st = fstat(fd.as_fd()).map_err(|errno| FingerprintError::Entry {
+            call: "fstat",
+            path: path.clone(),
+            errno,
+        })?;
         add(&mut hash, &path, &st);
         let kind = SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits());
         if kind == SFlag::S_IFLNK {
-            let target =
-                nix::fcntl::readlinkat(fd.as_fd(), "").map_err(|e| format!("readlink({path:?}) => {e}"))?;
+            let target = nix::fcntl::readlinkat(fd.as_fd(), "").map_err(|errno| FingerprintError::Entry {
+                call: "readlink",
+                path: path.clone(),
+                errno,
+            })?;
             hash.update(std::os::unix::ffi::OsStrExt::as_bytes(target.as_os_str()));
             hash.update([0]);
         } else if kind == SFlag::S_IFDIR {
             if depth >= MAX_DEPTH {
-                return Err(format!("deeper than {MAX_DEPTH} directories"));
+                return Err(FingerprintError::TooDeep);
             }
-            let mut names = fsx::list_dir(fd.as_fd()).map_err(|e| e.to_string())?;
+            let mut names = fsx::list_dir(fd.as_fd())?;
             names.sort();
             // Reversed onto the stack, so they come off in order.
             for name in names.into_iter().rev() {
-                let child =
-                    open_child(fd.as_fd(), &name).map_err(|e| format!("open({path:?}/{name:?}) => {e}"))?;
+                let child = open_child(fd.as_fd(), &name).map_err(|errno| FingerprintError::Child {
+                    path: path.clone(),
+                    name: name.clone(),
+                    errno,
+                })?;
                 let child_path = format!("{path}/{}", name.to_string_lossy());
                 if let Some(child) = child {
                     stack.push((child_path, child, depth + 1));
@@ -203,7 +233,7 @@ mod tests {
         assert!(matches!(decide(&ws, Some("a"), &some("b")), Decision::LeftAlone(_)));
         assert!(matches!(decide(&ws, Some("a"), &Ok(None)), Decision::LeftAlone(_)));
         assert!(matches!(decide(&ws, None, &some("b")), Decision::LeftAlone(_)));
-        assert!(matches!(decide(&ws, Some("a"), &Err("x".into())), Decision::LeftAlone(_)));
+        assert!(matches!(decide(&ws, Some("a"), &Err(FingerprintError::TooDeep)), Decision::LeftAlone(_)));
         assert_eq!(decide(&item(Root::Scratch), Some("a"), &Ok(None)), Decision::Land);
     }
 }

@@ -141,7 +141,7 @@ fn shown(url: &str) -> &str {
 async fn open(d: &Arc<Daemon>, tokens: &mut TokenSource) -> Result<Ws, End> {
     let url = d.cfg.orchestrator_url.clone();
     let shown = shown(&url);
-    let parts = url_parts(&url).map_err(|e| End::Retry { reason: e, healthy: false })?;
+    let parts = url_parts(&url).map_err(|e| End::Retry { reason: e.to_string(), healthy: false })?;
     let tls = if parts.scheme == "wss" {
         Some(
             super::tls::client_config(&d.cfg.tls)
@@ -334,9 +334,12 @@ async fn session_inner(
     }
     tracing::info!("link: registered as {}", d.proxy_id);
     // Inventories right after registering (reference §1.2).
-    for text in [inventory::sandbox_inventory_text(d).await, inventory::workspace_inventory_text(d)]
-        .into_iter()
-        .flatten()
+    for text in [
+        inventory::sandbox_inventory_text(&d.provider).await,
+        inventory::workspace_inventory_text(&d.cfg.sandbox.workspace_host_root),
+    ]
+    .into_iter()
+    .flatten()
     {
         if let Err(e) = send_text(&mut ws, &text).await {
             return End::Retry { reason: format!("send inventory: {e}"), healthy: false };
@@ -413,7 +416,7 @@ async fn registered(d: &Arc<Daemon>, ws: &mut Ws, shutdown: &mut tokio::sync::wa
                 }
             }
             _ = inventory_tick.tick(), if inventories => {
-                for text in [inventory::sandbox_inventory_text(d).await, inventory::workspace_inventory_text(d)]
+                for text in [inventory::sandbox_inventory_text(&d.provider).await, inventory::workspace_inventory_text(&d.cfg.sandbox.workspace_host_root)]
                     .into_iter()
                     .flatten()
                 {

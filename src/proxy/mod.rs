@@ -10,7 +10,9 @@
 //! | [`link`] | the WebSocket: connect, register, heartbeats, inventories, reconnect |
 //! | [`outbox`] | the bounded FIFO of everything the daemon sends, kept across disconnects |
 //! | [`protocol`] | serde types of every message both ways |
-//! | [`runs`] | one lane per run: ordered processing, run state, keepalive, persistence |
+//! | [`lane`] | what a run's parts share: its state, its jobs, the lane, the registry of lanes and agents, the replies |
+//! | [`instance`] | a run's instance: `ensureRuntime` (name, TTL, `init`, host directories, user, mounts), removal |
+//! | [`runs`] | routing to the lanes and each lane's loop: ordered processing, keepalive, re-adoption |
 //! | [`mounts`] | what every instance gets besides the workspace and home: `/scratch`, the agent's state directory, `/run/secrets/<name>` |
 //! | [`persist`] | run state files written by one blocking worker, latest content first |
 //! | [`control`] | every `sandbox_control` action and its protections |
@@ -33,8 +35,10 @@ pub mod config;
 pub mod control;
 pub mod gitenv;
 pub mod identity;
+pub mod instance;
 pub mod inventory;
 pub mod landed;
+pub mod lane;
 pub mod link;
 pub mod mounts;
 pub mod outbox;
@@ -56,8 +60,15 @@ use crate::env::Redactor;
 use crate::provider::docker::DockerProvider;
 use crate::provider::host::HostProvider;
 use crate::provider::native::NativeProvider;
-use crate::provider::{AnyProvider, InstanceInfo, Provider};
+use crate::provider::{AnyProvider, InstanceInfo, Provider, ProviderError};
 use config::{Config, ProviderChoice};
+
+/// The cause of an error from a module whose own error type is still a
+/// string (`acp/`'s agent host, `hostfs`, `gitenv`, the inputs' host path
+/// allowlist: issue 16); it displays as it is. `String` and typed errors
+/// both convert into it, so these call sites do not change when those
+/// modules get their types.
+pub type Cause = Box<dyn std::error::Error + Send + Sync>;
 
 /// Exit status when the backend refuses the proxy id.
 pub const EXIT_ID_CONFLICT: u8 = 3;
@@ -68,7 +79,7 @@ pub struct Daemon {
     pub proxy_id: String,
     pub provider: AnyProvider,
     pub outbox: outbox::Outbox,
-    pub runs: runs::Runs,
+    pub runs: lane::Runs,
     /// Every secret seen (config tokens, secret init.env values), for
     /// scrubbing text that leaves the daemon.
     pub redactor: Mutex<Redactor>,
@@ -78,25 +89,24 @@ pub struct Daemon {
     pub runs_dir: PathBuf,
     /// Writes run states off the daemon's thread.
     pub persister: persist::Persister,
+    /// What instances get besides workspace and home (`mounts.rs`).
+    pub mounts: mounts::Mounts,
 }
 
 impl Daemon {
-    pub fn new(cfg: Config, proxy_id: String) -> Result<Daemon, String> {
+    pub fn new(cfg: Config, proxy_id: String) -> Result<Daemon, ProviderError> {
         let state = &cfg.state_dir;
         let prefix = cfg.sandbox.instance_prefix.as_str();
         let provider = match cfg.sandbox.provider {
             ProviderChoice::Native => AnyProvider::Native(
-                NativeProvider::with_current_exe(state, prefix)
-                    .and_then(NativeProvider::with_lifeline)
-                    .map_err(|e| e.to_string())?,
+                NativeProvider::with_current_exe(state, prefix).and_then(NativeProvider::with_lifeline)?,
             ),
-            ProviderChoice::Docker => AnyProvider::Docker(
-                DockerProvider::new(&cfg.sandbox.runtime, state, prefix).map_err(|e| e.to_string())?,
-            ),
-            ProviderChoice::Host => AnyProvider::Host(
-                HostProvider::new(state, prefix, cfg.sandbox.no_isolation_acknowledged)
-                    .map_err(|e| e.to_string())?,
-            ),
+            ProviderChoice::Docker => {
+                AnyProvider::Docker(DockerProvider::new(&cfg.sandbox.runtime, state, prefix)?)
+            }
+            ProviderChoice::Host => {
+                AnyProvider::Host(HostProvider::new(state, prefix, cfg.sandbox.no_isolation_acknowledged)?)
+            }
         };
         Ok(Self::with_provider(cfg, proxy_id, provider))
     }
@@ -120,11 +130,12 @@ impl Daemon {
         }
         let runs_dir = cfg.state_dir.join("runs");
         Daemon {
+            mounts: mounts::Mounts::new(&cfg, &proxy_id),
             outbox: outbox::Outbox::new(cfg.outbox_max_messages, cfg.outbox_max_bytes),
             cfg,
             proxy_id,
             provider,
-            runs: runs::Runs::default(),
+            runs: lane::Runs::new(runs::lane_loop),
             redactor: Mutex::new(redactor),
             connected: AtomicBool::new(false),
             runs_dir,
@@ -308,7 +319,7 @@ pub fn main(opts: Options) -> u8 {
             report(&format!("proxy: {e}"));
             return sandbox::EXIT_SETUP_FAILED;
         }
-        mounts::sweep_leftovers(&daemon);
+        daemon.mounts.sweep_leftovers();
         tracing::info!(
             "proxy {} starting: provider {}, state {}, workspaces {}",
             daemon.proxy_id,

@@ -30,9 +30,26 @@ use std::path::{Path, PathBuf};
 
 use sandbox::{Access, UserView};
 
-use super::Daemon;
-use super::config::ProviderChoice;
+use super::config::{Config, ProviderChoice};
+use super::identity::IdentityError;
 use crate::provider::Mount;
+use sandbox::error::io_error_text;
+
+/// Why the host side of an instance's mounts could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum MountError {
+    #[error(transparent)]
+    Dir(#[from] IdentityError),
+    #[error(
+        "agent.statePath {guest} would hide the run's home {home}: \
+         mount it below the home (e.g. {home}/.codex/sessions) or elsewhere"
+    )]
+    StateOverHome { guest: String, home: String },
+    #[error("secret file {}: {}", .file.display(), io_error_text(.source))]
+    ReadSecret { file: PathBuf, source: std::io::Error },
+    #[error("staging secret {}: {}", .dst.display(), io_error_text(.source))]
+    StageSecret { dst: PathBuf, source: std::io::Error },
+}
 
 /// Guest directory of the secret files.
 pub const SECRETS_DIR: &str = "/run/secrets";
@@ -41,76 +58,164 @@ pub const SCRATCH_DIR: &str = crate::manifest::SCRATCH_DIR;
 /// Largest secret file read for redaction (bigger ones are mounted, not redacted).
 const REDACT_MAX: u64 = 64 * 1024;
 
-fn scratch_dir(d: &Daemon, run_id: &str) -> PathBuf {
-    d.cfg.state_dir.join("scratch").join(run_id)
+/// What the instances' extra mounts are made from: the part of the config
+/// they need, taken once when the daemon starts (`Daemon::mounts`).
+pub struct Mounts {
+    state_dir: PathBuf,
+    provider: ProviderChoice,
+    /// `agent.statePath`.
+    state_path: Option<String>,
+    /// `[sandbox.secretFiles]`.
+    secret_files: Vec<(String, PathBuf)>,
+    proxy_id: String,
 }
 
-fn secrets_dir(d: &Daemon, run_id: &str) -> PathBuf {
-    d.cfg.state_dir.join("secrets").join(run_id)
-}
-
-/// The host directory behind `/scratch` of run `run_id` (`None` for the
-/// host provider, which cannot show it there).
-pub fn scratch_dir_of(d: &Daemon, run_id: &str) -> Option<PathBuf> {
-    (d.cfg.sandbox.provider != ProviderChoice::Host).then(|| scratch_dir(d, run_id))
-}
-
-/// `<state>/agents/<agent id>/state` (the proxy id is validated: letters,
-/// digits, `_.-`).
-pub fn agent_state_dir(d: &Daemon) -> PathBuf {
-    d.cfg.state_dir.join("agents").join(&d.proxy_id).join("state")
-}
-
-fn private_dir(dir: &Path) -> Result<(), String> {
-    super::identity::private_dir(dir).map_err(|e| e.to_string())
-}
-
-/// Makes the host directories and files and returns the mounts for the
-/// run's instance. `home_guest` is the run's home: the state directory
-/// must lie below it or elsewhere, never over it.
-pub fn prepare(d: &Daemon, run_id: &str, user: &UserView, home_guest: &str) -> Result<Vec<Mount>, String> {
-    let provider = d.cfg.sandbox.provider;
-    if provider == ProviderChoice::Host {
-        // No mount namespace: nothing can be shown at a guest path (the
-        // config refuses statePath and secretFiles with this provider).
-        return Ok(Vec::new());
-    }
-    let docker = provider == ProviderChoice::Docker;
-    let mut mounts = Vec::new();
-
-    let scratch = scratch_dir(d, run_id);
-    private_dir(&scratch)?;
-    if docker {
-        super::runs::chown_new(&scratch, user);
-    }
-    mounts.push(Mount::Bind { src: scratch.clone(), dst: SCRATCH_DIR.into(), access: Access::Rw });
-
-    if let Some(guest) = &d.cfg.agent.state_path {
-        if sandbox::guest_path::is_within(home_guest, guest) {
-            return Err(format!(
-                "agent.statePath {guest} would hide the run's home {home_guest}: \
-                     mount it below the home (e.g. {home_guest}/.codex/sessions) or elsewhere"
-            ));
+impl Mounts {
+    pub fn new(cfg: &Config, proxy_id: &str) -> Mounts {
+        Mounts {
+            state_dir: cfg.state_dir.clone(),
+            provider: cfg.sandbox.provider,
+            state_path: cfg.agent.state_path.clone(),
+            secret_files: cfg.sandbox.secret_files.clone(),
+            proxy_id: proxy_id.to_string(),
         }
-        let host = agent_state_dir(d);
-        private_dir(&host)?;
+    }
+
+    fn scratch_dir(&self, run_id: &str) -> PathBuf {
+        self.state_dir.join("scratch").join(run_id)
+    }
+
+    fn secrets_dir(&self, run_id: &str) -> PathBuf {
+        self.state_dir.join("secrets").join(run_id)
+    }
+
+    /// The host directory behind `/scratch` of run `run_id` (`None` for the
+    /// host provider, which cannot show it there).
+    pub fn scratch_dir_of(&self, run_id: &str) -> Option<PathBuf> {
+        (self.provider != ProviderChoice::Host).then(|| self.scratch_dir(run_id))
+    }
+
+    /// `<state>/agents/<agent id>/state` (the proxy id is validated: letters,
+    /// digits, `_.-`).
+    pub fn agent_state_dir(&self) -> PathBuf {
+        self.state_dir.join("agents").join(&self.proxy_id).join("state")
+    }
+
+    /// Makes the host directories and files and returns the mounts for the
+    /// run's instance. `home_guest` is the run's home: the state directory
+    /// must lie below it or elsewhere, never over it.
+    pub fn prepare(&self, run_id: &str, user: &UserView, home_guest: &str) -> Result<Vec<Mount>, MountError> {
+        let provider = self.provider;
+        if provider == ProviderChoice::Host {
+            // No mount namespace: nothing can be shown at a guest path (the
+            // config refuses statePath and secretFiles with this provider).
+            return Ok(Vec::new());
+        }
+        let docker = provider == ProviderChoice::Docker;
+        let mut mounts = Vec::new();
+
+        let scratch = self.scratch_dir(run_id);
+        private_dir(&scratch)?;
         if docker {
-            super::runs::chown_new(&host, user);
+            chown_new(&scratch, user);
         }
-        mounts.push(Mount::Bind { src: host, dst: guest.clone(), access: Access::Rw });
+        mounts.push(Mount::Bind { src: scratch.clone(), dst: SCRATCH_DIR.into(), access: Access::Rw });
+
+        if let Some(guest) = &self.state_path {
+            if sandbox::guest_path::is_within(home_guest, guest) {
+                return Err(MountError::StateOverHome { guest: guest.clone(), home: home_guest.to_string() });
+            }
+            let host = self.agent_state_dir();
+            private_dir(&host)?;
+            if docker {
+                chown_new(&host, user);
+            }
+            mounts.push(Mount::Bind { src: host, dst: guest.clone(), access: Access::Rw });
+        }
+
+        if !self.secret_files.is_empty() {
+            let staged = self.secrets_dir(run_id);
+            if docker {
+                private_dir(&staged)?;
+            }
+            for (name, file) in &self.secret_files {
+                let src = if docker { stage_secret(file, &staged.join(name), user)? } else { file.clone() };
+                mounts.push(Mount::Bind { src, dst: format!("{SECRETS_DIR}/{name}"), access: Access::Ro });
+            }
+        }
+        Ok(mounts)
     }
 
-    if !d.cfg.sandbox.secret_files.is_empty() {
-        let staged = secrets_dir(d, run_id);
-        if docker {
-            private_dir(&staged)?;
-        }
-        for (name, file) in &d.cfg.sandbox.secret_files {
-            let src = if docker { stage_secret(file, &staged.join(name), user)? } else { file.clone() };
-            mounts.push(Mount::Bind { src, dst: format!("{SECRETS_DIR}/{name}"), access: Access::Ro });
+    /// Removes the run's scratch and staged secrets (its instance is gone):
+    /// renamed aside at once, so a new instance of the same run starts empty,
+    /// and deleted off the daemon's thread (a scratch can be large).
+    pub fn discard(&self, run_id: &str) {
+        for dir in [self.scratch_dir(run_id), self.secrets_dir(run_id)] {
+            let trash = dir.with_file_name(format!(".{run_id}.removed-{}", uuid::Uuid::new_v4().simple()));
+            match std::fs::rename(&dir, &trash) {
+                Ok(()) => {
+                    tokio::task::spawn_blocking(move || {
+                        if let Err(e) = std::fs::remove_dir_all(&trash) {
+                            tracing::warn!("removing {}: {e}", trash.display());
+                        }
+                    });
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => tracing::warn!("run {run_id}: removing {}: {e}", dir.display()),
+            }
         }
     }
-    Ok(mounts)
+
+    /// At startup: what a previous daemon left half-removed (scratch and
+    /// staged secrets renamed aside) and the private directories of git
+    /// operations it did not finish (they may hold an SSH key).
+    pub fn sweep_leftovers(&self) {
+        let state = &self.state_dir;
+        let mut doomed = Vec::new();
+        for (dir, is_leftover) in [
+            (
+                state.join("scratch"),
+                (|n: &str| n.starts_with('.') && n.contains(".removed-")) as fn(&str) -> bool,
+            ),
+            (state.join("secrets"), |n: &str| n.starts_with('.') && n.contains(".removed-")),
+            (state.join("tmp"), |n: &str| n.starts_with("git-")),
+        ] {
+            let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+            for e in entries.flatten() {
+                if e.file_name().to_str().is_some_and(is_leftover) {
+                    doomed.push(e.path());
+                }
+            }
+        }
+        if doomed.is_empty() {
+            return;
+        }
+        tokio::task::spawn_blocking(move || {
+            for path in doomed {
+                if let Err(e) = std::fs::remove_dir_all(&path) {
+                    tracing::warn!("removing the leftover {}: {e}", path.display());
+                }
+            }
+        });
+    }
+}
+
+fn private_dir(dir: &Path) -> Result<(), MountError> {
+    Ok(super::identity::private_dir(dir)?)
+}
+
+/// Gives a directory the daemon just created to the container user (docker
+/// runs processes as that uid, unlike the native sandbox's id map).
+pub fn chown_new(dir: &Path, user: &UserView) {
+    if !nix::unistd::geteuid().is_root() {
+        return;
+    }
+    if let Ok(meta) = std::fs::metadata(dir)
+        && std::os::unix::fs::MetadataExt::uid(&meta) == 0
+        && let Err(e) = std::os::unix::fs::chown(dir, Some(user.uid), Some(user.gid))
+    {
+        tracing::warn!("chown {} to {}:{}: {e}", dir.display(), user.uid, user.gid);
+    }
 }
 
 /// A copy of secret `file` at `dst`, 0400 and owned by the container user
@@ -118,15 +223,13 @@ pub fn prepare(d: &Daemon, run_id: &str, user: &UserView, home_guest: &str) -> R
 /// original, often root's 0600, would be unreadable inside). Rewritten in
 /// place when the original changed, so the bind (of this inode) shows the
 /// new content.
-fn stage_secret(file: &Path, dst: &Path, user: &UserView) -> Result<PathBuf, String> {
-    let content = std::fs::read(file)
-        .map_err(|e| format!("secret file {}: {}", file.display(), sandbox::error::io_error_text(&e)))?;
+fn stage_secret(file: &Path, dst: &Path, user: &UserView) -> Result<PathBuf, MountError> {
+    let content =
+        std::fs::read(file).map_err(|source| MountError::ReadSecret { file: file.to_path_buf(), source })?;
     if std::fs::read(dst).is_ok_and(|old| old == content) {
         return Ok(dst.to_path_buf());
     }
-    let what = |e: std::io::Error| {
-        format!("staging secret {}: {}", dst.display(), sandbox::error::io_error_text(&e))
-    };
+    let what = |source: std::io::Error| MountError::StageSecret { dst: dst.to_path_buf(), source };
     let _ = std::fs::set_permissions(dst, std::fs::Permissions::from_mode(0o600));
     let mut f = std::fs::OpenOptions::new()
         .create(true)
@@ -160,57 +263,4 @@ pub fn secret_values(files: &[(String, PathBuf)]) -> Vec<String> {
         }
     }
     out
-}
-
-/// Removes the run's scratch and staged secrets (its instance is gone):
-/// renamed aside at once, so a new instance of the same run starts empty,
-/// and deleted off the daemon's thread (a scratch can be large).
-pub fn discard(d: &Daemon, run_id: &str) {
-    for dir in [scratch_dir(d, run_id), secrets_dir(d, run_id)] {
-        let trash = dir.with_file_name(format!(".{run_id}.removed-{}", uuid::Uuid::new_v4().simple()));
-        match std::fs::rename(&dir, &trash) {
-            Ok(()) => {
-                tokio::task::spawn_blocking(move || {
-                    if let Err(e) = std::fs::remove_dir_all(&trash) {
-                        tracing::warn!("removing {}: {e}", trash.display());
-                    }
-                });
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => tracing::warn!("run {run_id}: removing {}: {e}", dir.display()),
-        }
-    }
-}
-
-/// At startup: what a previous daemon left half-removed (scratch and
-/// staged secrets renamed aside) and the private directories of git
-/// operations it did not finish (they may hold an SSH key).
-pub fn sweep_leftovers(d: &Daemon) {
-    let state = &d.cfg.state_dir;
-    let mut doomed = Vec::new();
-    for (dir, is_leftover) in [
-        (
-            state.join("scratch"),
-            (|n: &str| n.starts_with('.') && n.contains(".removed-")) as fn(&str) -> bool,
-        ),
-        (state.join("secrets"), |n: &str| n.starts_with('.') && n.contains(".removed-")),
-        (state.join("tmp"), |n: &str| n.starts_with("git-")),
-    ] {
-        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
-        for e in entries.flatten() {
-            if e.file_name().to_str().is_some_and(is_leftover) {
-                doomed.push(e.path());
-            }
-        }
-    }
-    if doomed.is_empty() {
-        return;
-    }
-    tokio::task::spawn_blocking(move || {
-        for path in doomed {
-            if let Err(e) = std::fs::remove_dir_all(&path) {
-                tracing::warn!("removing the leftover {}: {e}", path.display());
-            }
-        }
-    });
 }

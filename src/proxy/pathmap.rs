@@ -13,6 +13,29 @@ use serde_json::Value;
 
 use super::protocol::RunMessage;
 
+/// A host path that cannot be mapped.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MapError {
+    #[error("{0:?}: UNC paths cannot be mapped to a WSL path")]
+    Unc(String),
+    #[error("{path:?}: a drive-relative path cannot be mapped (use {drive}:\\...)")]
+    DriveRelative { path: String, drive: char },
+}
+
+/// A host path of a run message that cannot be mapped: which one, and why.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{field} {source}")]
+pub struct PathMapError {
+    /// `cwd`, `agentInputs item <id>: source.path`, `init.env.TUIXIU_WORKSPACE`.
+    pub field: String,
+    pub source: MapError,
+}
+
+fn at(field: impl Into<String>) -> impl FnOnce(MapError) -> PathMapError {
+    let field = field.into();
+    move |source| PathMapError { field, source }
+}
+
 /// How host paths from the backend are translated.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum PathMapping {
@@ -25,11 +48,11 @@ pub enum PathMapping {
 
 impl PathMapping {
     /// Maps one host path; `Ok(None)` when it needs no change.
-    pub fn map(&self, path: &str) -> Result<Option<String>, String> {
+    pub fn map(&self, path: &str) -> Result<Option<String>, MapError> {
         let PathMapping::WindowsToWsl { mount_root } = self else { return Ok(None) };
         let bytes = path.as_bytes();
         if path.starts_with("\\\\") || path.starts_with("//") {
-            return Err(format!("{path:?}: UNC paths cannot be mapped to a WSL path"));
+            return Err(MapError::Unc(path.to_string()));
         }
         let is_drive = bytes.len() >= 2 && bytes[0].is_ascii_alphabetic() && bytes[1] == b':';
         if !is_drive {
@@ -37,10 +60,7 @@ impl PathMapping {
         }
         let rest = &path[2..];
         if !(rest.is_empty() || rest.starts_with('\\') || rest.starts_with('/')) {
-            return Err(format!(
-                "{path:?}: a drive-relative path cannot be mapped (use {}:\\...)",
-                &path[..1]
-            ));
+            return Err(MapError::DriveRelative { path: path.to_string(), drive: bytes[0] as char });
         }
         let drive = (bytes[0] as char).to_ascii_lowercase();
         let tail: Vec<&str> = rest.split(['\\', '/']).filter(|c| !c.is_empty()).collect();
@@ -53,12 +73,12 @@ impl PathMapping {
     }
 
     /// Maps the host paths of an `acp_open` / `prompt_send` in place.
-    pub fn apply(&self, m: &mut RunMessage) -> Result<(), String> {
+    pub fn apply(&self, m: &mut RunMessage) -> Result<(), PathMapError> {
         if *self == PathMapping::None {
             return Ok(());
         }
         if let Some(cwd) = m.cwd.as_str()
-            && let Some(mapped) = self.map(cwd).map_err(|e| format!("cwd {e}"))?
+            && let Some(mapped) = self.map(cwd).map_err(at("cwd"))?
         {
             m.cwd = Value::String(mapped);
         }
@@ -69,7 +89,7 @@ impl PathMapping {
                 if let Some(path) = item.pointer_mut("/source/path").filter(|_| is_host_path)
                     && let Some(text) = path.as_str()
                     && let Some(mapped) =
-                        self.map(text).map_err(|e| format!("agentInputs item {id}: source.path {e}"))?
+                        self.map(text).map_err(at(format!("agentInputs item {id}: source.path")))?
                 {
                     *path = Value::String(mapped);
                 }
@@ -77,7 +97,7 @@ impl PathMapping {
         }
         if let Some(ws) = m.init.pointer_mut("/env/TUIXIU_WORKSPACE")
             && let Some(text) = ws.as_str()
-            && let Some(mapped) = self.map(text).map_err(|e| format!("init.env.TUIXIU_WORKSPACE {e}"))?
+            && let Some(mapped) = self.map(text).map_err(at("init.env.TUIXIU_WORKSPACE"))?
         {
             *ws = Value::String(mapped);
         }
@@ -101,7 +121,14 @@ mod tests {
         assert_eq!(wsl().map("E:").unwrap().as_deref(), Some("/mnt/e"));
         assert_eq!(wsl().map("/srv/ws").unwrap(), None);
         assert!(wsl().map(r"\\server\share\x").is_err());
-        assert!(wsl().map("D:repo").is_err());
+        assert_eq!(
+            wsl().map("D:repo").unwrap_err().to_string(),
+            r#""D:repo": a drive-relative path cannot be mapped (use D:\...)"#
+        );
+        assert_eq!(
+            wsl().map(r"\\server\x").unwrap_err().to_string(),
+            r#""\\\\server\\x": UNC paths cannot be mapped to a WSL path"#
+        );
         assert_eq!(PathMapping::None.map(r"D:\x").unwrap(), None);
     }
 
@@ -134,7 +161,7 @@ mod tests {
                  "target": {"root": "WORKSPACE", "path": "x"}}]}}
         }))
         .unwrap();
-        let err = wsl().apply(&mut bad).unwrap_err();
+        let err = wsl().apply(&mut bad).unwrap_err().to_string();
         assert!(err.starts_with("agentInputs item u: source.path"), "{err}");
     }
 }

@@ -42,8 +42,10 @@ use std::time::Duration;
 
 use sha2::Digest;
 
-use super::Daemon;
+use super::Cause;
 use super::gitenv::{self, GitEnv};
+use super::identity::IdentityError;
+use sandbox::error::io_error_text;
 
 /// The whole preparation (lock wait excluded).
 const TIMEOUT: Duration = Duration::from_secs(600);
@@ -51,6 +53,81 @@ const TIMEOUT: Duration = Duration::from_secs(600);
 const LOCK_WAIT: Duration = Duration::from_secs(300);
 /// Output of a failed git kept in the error (its tail).
 const ERROR_TAIL: usize = 2000;
+
+/// What the preparation needs from the daemon, and nothing else.
+#[derive(Clone, Copy)]
+pub struct Host<'a> {
+    /// `<state>`: the repository caches (`git-cache/`) and the
+    /// credentials' private directories.
+    pub state_dir: &'a Path,
+    /// Scrubs every known secret from git's output before it is reported.
+    pub redact: &'a (dyn Fn(&str) -> String + Sync),
+}
+
+/// Why the workspace could not be made a checkout. The text goes to the
+/// backend (`init_step` messages, `acp_opened`).
+#[derive(Debug, thiserror::Error)]
+pub enum RepoError {
+    #[error("TUIXIU_RUN_BRANCH is required with TUIXIU_REPO_URL (缺少 TUIXIU_RUN_BRANCH)")]
+    NoRunBranch,
+    #[error("TUIXIU_RUN_BRANCH: {0}")]
+    RunBranch(#[source] Cause),
+    #[error("TUIXIU_BASE_BRANCH: {0}")]
+    BaseBranch(#[source] Cause),
+    #[error("TUIXIU_REPO_URL {url:?}: {why}")]
+    Url { url: String, why: UrlRefused },
+    /// The credentials' private directory (`gitenv`).
+    #[error("{0}")]
+    Auth(#[source] Cause),
+    #[error("{}: {}", .path.display(), io_error_text(.source))]
+    ReadWorkspace { path: PathBuf, source: std::io::Error },
+    #[error(
+        "the workspace {} is neither empty nor a git checkout: refusing to replace it \
+         (remove it with remove_workspace to start over)",
+        .0.display()
+    )]
+    NotEmpty(PathBuf),
+    /// git could not be run, or not within the deadline (`gitenv::output`).
+    #[error("git {what}: {cause} (the preparation has {} s in all)", TIMEOUT.as_secs())]
+    Run { what: &'static str, cause: Cause },
+    /// git ran and failed: the tail of what it said, redacted.
+    #[error("git {what} failed ({code}): {output}")]
+    Git { what: &'static str, code: String, output: String },
+    #[error(transparent)]
+    CacheDir(#[from] IdentityError),
+    #[error("rename the cache into place: {0}")]
+    CacheRename(#[source] std::io::Error),
+    #[error("open {}: {}", .path.display(), io_error_text(.source))]
+    LockOpen { path: PathBuf, source: std::io::Error },
+    #[error("the repository cache is busy (flock {}: {errno}) after {} s", .path.display(), LOCK_WAIT.as_secs())]
+    LockBusy { path: PathBuf, errno: nix::errno::Errno },
+    #[error("chown the checkout: {0}")]
+    ChownTask(#[source] tokio::task::JoinError),
+    #[error("chown {}: {}", .path.display(), io_error_text(.source))]
+    Chown { path: PathBuf, source: std::io::Error },
+    #[error("{}: {source}", .path.display())]
+    Walk { path: PathBuf, source: std::io::Error },
+}
+
+/// Why `TUIXIU_REPO_URL` is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum UrlRefused {
+    #[error("not a repository URL")]
+    NotUrl,
+    #[error(
+        "carries a password, which would be on git's command line: \
+         give it in TUIXIU_GIT_HTTP_PASSWORD instead"
+    )]
+    Password,
+    #[error("the {0}:// transport is not allowed")]
+    Transport(String),
+    #[error("not a repository URL (https://, ssh://, user@host:path, or a local path)")]
+    NotRepositoryUrl,
+    #[error("{}", io_error_text(.0))]
+    Local(#[source] std::io::Error),
+    #[error("a local repository must be under sandbox.workspaceHostRoot ({})", .0.display())]
+    OutsideRoot(PathBuf),
+}
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Mode {
@@ -71,40 +148,30 @@ pub struct Request {
 
 impl Request {
     /// `None` without `TUIXIU_REPO_URL`; an error names what is wrong.
-    pub fn from_env(env: &HashMap<String, String>, root: &Path) -> Result<Option<Request>, String> {
+    pub fn from_env(env: &HashMap<String, String>, root: &Path) -> Result<Option<Request>, RepoError> {
         let get = |k: &str| env.get(k).map(|v| v.trim()).filter(|v| !v.is_empty());
         let Some(url) = get("TUIXIU_REPO_URL") else { return Ok(None) };
-        let branch = get("TUIXIU_RUN_BRANCH")
-            .ok_or("TUIXIU_RUN_BRANCH is required with TUIXIU_REPO_URL (缺少 TUIXIU_RUN_BRANCH)")?;
-        gitenv::check_branch(branch).map_err(|e| format!("TUIXIU_RUN_BRANCH: {e}"))?;
+        let branch = get("TUIXIU_RUN_BRANCH").ok_or(RepoError::NoRunBranch)?;
+        gitenv::check_branch(branch).map_err(|e| RepoError::RunBranch(e.into()))?;
         let base = get("TUIXIU_BASE_BRANCH").unwrap_or("main");
-        gitenv::check_branch(base).map_err(|e| format!("TUIXIU_BASE_BRANCH: {e}"))?;
+        gitenv::check_branch(base).map_err(|e| RepoError::BaseBranch(e.into()))?;
         let mode = match get("TUIXIU_WORKSPACE_MODE") {
             Some(m) if m.eq_ignore_ascii_case("clone") => Mode::Clone,
             _ => Mode::Cached,
         };
-        let protocols = check_url(url, root)?;
+        let protocols = check_url(url, root).map_err(|why| RepoError::Url { url: url.to_string(), why })?;
         Ok(Some(Request { url: url.to_string(), branch: branch.into(), base: base.into(), mode, protocols }))
     }
 }
 
 /// Which transports `url` needs, or why it is refused.
-fn check_url(url: &str, root: &Path) -> Result<&'static str, String> {
-    let refuse = |why: &str| Err(format!("TUIXIU_REPO_URL {url:?}: {why}"));
+fn check_url(url: &str, root: &Path) -> Result<&'static str, UrlRefused> {
     if url.starts_with('-') || url.chars().any(|c| c.is_control() || c.is_whitespace()) {
-        return refuse("not a repository URL");
+        return Err(UrlRefused::NotUrl);
     }
-    let local = |path: &Path| -> Result<&'static str, String> {
-        let real = std::fs::canonicalize(path)
-            .map_err(|e| format!("TUIXIU_REPO_URL {url:?}: {}", sandbox::error::io_error_text(&e)))?;
-        if real.starts_with(root) {
-            Ok("file")
-        } else {
-            Err(format!(
-                "TUIXIU_REPO_URL {url:?}: a local repository must be under sandbox.workspaceHostRoot ({})",
-                root.display()
-            ))
-        }
+    let local = |path: &Path| -> Result<&'static str, UrlRefused> {
+        let real = std::fs::canonicalize(path).map_err(UrlRefused::Local)?;
+        if real.starts_with(root) { Ok("file") } else { Err(UrlRefused::OutsideRoot(root.to_path_buf())) }
     };
     if url.starts_with('/') {
         return local(Path::new(url));
@@ -112,35 +179,32 @@ fn check_url(url: &str, root: &Path) -> Result<&'static str, String> {
     match url::Url::parse(url) {
         Ok(u) => {
             if u.password().is_some() {
-                return refuse(
-                    "carries a password, which would be on git's command line: \
-                     give it in TUIXIU_GIT_HTTP_PASSWORD instead",
-                );
+                return Err(UrlRefused::Password);
             }
             match u.scheme() {
                 "https" | "http" | "ssh" | "git" => Ok("https:http:ssh:git"),
                 "file" => local(Path::new(u.path())),
-                other => refuse(&format!("the {other}:// transport is not allowed")),
+                other => Err(UrlRefused::Transport(other.to_string())),
             }
         }
         // scp-like `user@host:path`: ssh. (`x::y` is a transport helper.)
         Err(_) if !url.contains("::") && url.split_once(':').is_some_and(|(h, _)| !h.contains('/')) => {
             Ok("ssh")
         }
-        Err(_) => refuse("not a repository URL (https://, ssh://, user@host:path, or a local path)"),
+        Err(_) => Err(UrlRefused::NotRepositoryUrl),
     }
 }
 
 /// One git step's failure: what git said (its tail), redacted.
-fn failed(d: &Daemon, what: &str, out: &std::process::Output) -> String {
+fn failed(h: Host<'_>, what: &'static str, out: &std::process::Output) -> RepoError {
     let text = format!("{}{}", String::from_utf8_lossy(&out.stderr), String::from_utf8_lossy(&out.stdout));
-    let text = d.redact(text.trim());
+    let text = (h.redact)(text.trim());
     let mut start = text.len().saturating_sub(ERROR_TAIL);
     while !text.is_char_boundary(start) {
         start += 1;
     }
     let code = out.status.code().map_or_else(|| "killed".to_string(), |c| format!("exit {c}"));
-    format!("git {what} failed ({code}): {}", &text[start..])
+    RepoError::Git { what, code, output: text[start..].to_string() }
 }
 
 /// Prepares `workspace` for `req`, reporting stages through `step(stage,
@@ -148,18 +212,21 @@ fn failed(d: &Daemon, what: &str, out: &std::process::Output) -> String {
 /// docker container's user). On failure the workspace is left as empty as
 /// it was found.
 pub async fn prepare(
-    d: &Daemon,
+    h: Host<'_>,
     req: &Request,
     workspace: &Path,
     env: &HashMap<String, String>,
     owner: Option<(u32, u32)>,
     step: &(dyn Fn(&str, &str, Option<String>) + Sync),
-) -> Result<(), String> {
+) -> Result<(), RepoError> {
     let deadline = tokio::time::Instant::now() + TIMEOUT;
     step("auth", "start", None);
     let get = |k: &str| env.get(k).filter(|v| !v.is_empty()).cloned();
-    let genv =
-        GitEnv::new(&d.cfg.state_dir, &get).inspect_err(|e| step("auth", "failed", Some(e.to_string())))?;
+    let genv = GitEnv::new(h.state_dir, &get).map_err(|e| {
+        let e = RepoError::Auth(e.into());
+        step("auth", "failed", Some(e.to_string()));
+        e
+    })?;
     step("auth", "done", None);
 
     if std::fs::symlink_metadata(workspace.join(".git")).is_ok() {
@@ -170,28 +237,24 @@ pub async fn prepare(
         return Ok(());
     }
     let empty = std::fs::read_dir(workspace)
-        .map_err(|e| format!("{}: {}", workspace.display(), sandbox::error::io_error_text(&e)))?
+        .map_err(|source| RepoError::ReadWorkspace { path: workspace.to_path_buf(), source })?
         .next()
         .is_none();
     if !empty {
-        return Err(format!(
-            "the workspace {} is neither empty nor a git checkout: refusing to replace it \
-             (remove it with remove_workspace to start over)",
-            workspace.display()
-        ));
+        return Err(RepoError::NotEmpty(workspace.to_path_buf()));
     }
     let result = async {
         step("clone", "start", None);
-        clone(d, req, &genv, workspace, deadline)
+        clone(h, req, &genv, workspace, deadline)
             .await
-            .inspect_err(|e| step("clone", "failed", Some(e.clone())))?;
+            .inspect_err(|e| step("clone", "failed", Some(e.to_string())))?;
         step("clone", "done", None);
         step("checkout", "start", None);
-        checkout(d, req, &genv, workspace, deadline)
+        checkout(h, req, &genv, workspace, deadline)
             .await
-            .inspect_err(|e| step("checkout", "failed", Some(e.clone())))?;
+            .inspect_err(|e| step("checkout", "failed", Some(e.to_string())))?;
         step("checkout", "done", None);
-        Ok::<(), String>(())
+        Ok::<(), RepoError>(())
     }
     .await;
     if let Err(e) = result {
@@ -202,31 +265,29 @@ pub async fn prepare(
         let ws = workspace.to_path_buf();
         tokio::task::spawn_blocking(move || chown_tree(&ws, uid, gid))
             .await
-            .map_err(|e| format!("chown the checkout: {e}"))??;
+            .map_err(RepoError::ChownTask)??;
     }
     step("ready", "done", None);
     Ok(())
 }
 
 async fn git_ok(
-    d: &Daemon,
-    what: &str,
+    h: Host<'_>,
+    what: &'static str,
     cmd: tokio::process::Command,
     deadline: tokio::time::Instant,
-) -> Result<(), String> {
-    let out = gitenv::output(cmd, deadline)
-        .await
-        .map_err(|e| format!("git {what}: {e} (the preparation has {} s in all)", TIMEOUT.as_secs()))?;
-    if out.status.success() { Ok(()) } else { Err(failed(d, what, &out)) }
+) -> Result<(), RepoError> {
+    let out = gitenv::output(cmd, deadline).await.map_err(|e| RepoError::Run { what, cause: e.into() })?;
+    if out.status.success() { Ok(()) } else { Err(failed(h, what, &out)) }
 }
 
 async fn clone(
-    d: &Daemon,
+    h: Host<'_>,
     req: &Request,
     genv: &GitEnv,
     workspace: &Path,
     deadline: tokio::time::Instant,
-) -> Result<(), String> {
+) -> Result<(), RepoError> {
     let ws = workspace.as_os_str();
     match req.mode {
         Mode::Clone => {
@@ -234,10 +295,10 @@ async fn clone(
             cmd.env("GIT_ALLOW_PROTOCOL", req.protocols);
             cmd.args(["clone", "--quiet", "--template=", "--single-branch", "--branch", &req.base, "--"]);
             cmd.arg(&req.url).arg(ws);
-            git_ok(d, "clone", cmd, deadline).await
+            git_ok(h, "clone", cmd, deadline).await
         }
         Mode::Cached => {
-            let cache = refresh_cache(d, req, genv, deadline).await?;
+            let cache = refresh_cache(h, req, genv, deadline).await?;
             let mut cmd = genv.command(None);
             cmd.env("GIT_ALLOW_PROTOCOL", "file");
             cmd.args([
@@ -251,23 +312,23 @@ async fn clone(
                 "--",
             ]);
             cmd.arg(&cache).arg(ws);
-            git_ok(d, "clone (from the cache)", cmd, deadline).await?;
+            git_ok(h, "clone (from the cache)", cmd, deadline).await?;
             let mut cmd = genv.command(Some(workspace));
             cmd.arg("-C").arg(ws).args(["remote", "set-url", "origin", "--", &req.url]);
-            git_ok(d, "remote set-url", cmd, deadline).await
+            git_ok(h, "remote set-url", cmd, deadline).await
         }
     }
 }
 
 /// The cache of `req.url` with `req.base` fetched now; made if missing.
 async fn refresh_cache(
-    d: &Daemon,
+    h: Host<'_>,
     req: &Request,
     genv: &GitEnv,
     deadline: tokio::time::Instant,
-) -> Result<PathBuf, String> {
-    let dir = d.cfg.state_dir.join("git-cache");
-    super::identity::private_dir(&dir).map_err(|e| e.to_string())?;
+) -> Result<PathBuf, RepoError> {
+    let dir = h.state_dir.join("git-cache");
+    super::identity::private_dir(&dir)?;
     let key = hex::encode(&sha2::Sha256::digest(req.url.as_bytes())[..16]);
     let _lock = lock(&dir.join(format!("{key}.lock"))).await?;
     let cache = dir.join(format!("{key}.git"));
@@ -279,7 +340,7 @@ async fn refresh_cache(
         // repack while another run clones would only cost time.
         cmd.arg("-C").arg(&cache).args(["-c", "gc.auto=0", "fetch", "--quiet", "--prune", "--no-tags", "--"]);
         cmd.arg(&req.url).arg(refspec);
-        git_ok(d, "fetch (the cache)", cmd, deadline).await?;
+        git_ok(h, "fetch (the cache)", cmd, deadline).await?;
     } else {
         let tmp = dir.join(format!(".{key}.{}", uuid::Uuid::new_v4().simple()));
         let mut cmd = genv.command(None);
@@ -295,10 +356,8 @@ async fn refresh_cache(
             &req.base,
         ]);
         cmd.arg("--").arg(&req.url).arg(&tmp);
-        let made = git_ok(d, "clone (the cache)", cmd, deadline).await;
-        let made = made.and_then(|()| {
-            std::fs::rename(&tmp, &cache).map_err(|e| format!("rename the cache into place: {e}"))
-        });
+        let made = git_ok(h, "clone (the cache)", cmd, deadline).await;
+        let made = made.and_then(|()| std::fs::rename(&tmp, &cache).map_err(RepoError::CacheRename));
         if let Err(e) = made {
             let _ = std::fs::remove_dir_all(&tmp);
             return Err(e);
@@ -309,7 +368,7 @@ async fn refresh_cache(
 
 /// An exclusive `flock` on `path`, waited for up to [`LOCK_WAIT`] (the
 /// kernel releases it if the holder dies, unlike a lock file).
-async fn lock(path: &Path) -> Result<nix::fcntl::Flock<std::fs::File>, String> {
+async fn lock(path: &Path) -> Result<nix::fcntl::Flock<std::fs::File>, RepoError> {
     use std::os::unix::fs::OpenOptionsExt;
     let file = std::fs::OpenOptions::new()
         .create(true)
@@ -317,7 +376,7 @@ async fn lock(path: &Path) -> Result<nix::fcntl::Flock<std::fs::File>, String> {
         .write(true)
         .mode(0o600)
         .open(path)
-        .map_err(|e| format!("open {}: {}", path.display(), sandbox::error::io_error_text(&e)))?;
+        .map_err(|source| RepoError::LockOpen { path: path.to_path_buf(), source })?;
     let give_up = tokio::time::Instant::now() + LOCK_WAIT;
     let mut file = file;
     loop {
@@ -327,24 +386,18 @@ async fn lock(path: &Path) -> Result<nix::fcntl::Flock<std::fs::File>, String> {
                 file = f;
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
-            Err((_, e)) => {
-                return Err(format!(
-                    "the repository cache is busy (flock {}: {e}) after {} s",
-                    path.display(),
-                    LOCK_WAIT.as_secs()
-                ));
-            }
+            Err((_, errno)) => return Err(RepoError::LockBusy { path: path.to_path_buf(), errno }),
         }
     }
 }
 
 async fn checkout(
-    d: &Daemon,
+    h: Host<'_>,
     req: &Request,
     genv: &GitEnv,
     workspace: &Path,
     deadline: tokio::time::Instant,
-) -> Result<(), String> {
+) -> Result<(), RepoError> {
     let run = |start: Option<String>| {
         let mut cmd = genv.command(Some(workspace));
         cmd.arg("-C").arg(workspace).args(["checkout", "--quiet", "-B", &req.branch]);
@@ -354,10 +407,10 @@ async fn checkout(
         cmd.arg("--");
         cmd
     };
-    match git_ok(d, "checkout", run(Some(format!("origin/{}", req.base))), deadline).await {
+    match git_ok(h, "checkout", run(Some(format!("origin/{}", req.base))), deadline).await {
         Ok(()) => Ok(()),
         // No such remote branch (an empty repository): the branch starts here.
-        Err(first) => git_ok(d, "checkout", run(None), deadline).await.map_err(|_| first),
+        Err(first) => git_ok(h, "checkout", run(None), deadline).await.map_err(|_| first),
     }
 }
 
@@ -377,15 +430,17 @@ fn empty_dir(dir: &Path) {
 }
 
 /// `lchown -R`: never follows a symlink out of the tree.
-fn chown_tree(dir: &Path, uid: u32, gid: u32) -> Result<(), String> {
+fn chown_tree(dir: &Path, uid: u32, gid: u32) -> Result<(), RepoError> {
     let mut todo = vec![dir.to_path_buf()];
     while let Some(p) = todo.pop() {
-        std::os::unix::fs::lchown(&p, Some(uid), Some(gid))
-            .map_err(|e| format!("chown {}: {}", p.display(), sandbox::error::io_error_text(&e)))?;
-        let meta = std::fs::symlink_metadata(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+        if let Err(source) = std::os::unix::fs::lchown(&p, Some(uid), Some(gid)) {
+            return Err(RepoError::Chown { path: p, source });
+        }
+        let walk = |source| RepoError::Walk { path: p.clone(), source };
+        let meta = std::fs::symlink_metadata(&p).map_err(walk)?;
         if meta.is_dir() {
-            for e in std::fs::read_dir(&p).map_err(|e| format!("{}: {e}", p.display()))? {
-                todo.push(e.map_err(|e| format!("{}: {e}", p.display()))?.path());
+            for e in std::fs::read_dir(&p).map_err(walk)? {
+                todo.push(e.map_err(walk)?.path());
             }
         }
     }
@@ -435,7 +490,9 @@ mod tests {
         };
         assert!(Request::from_env(&env(&[]), &root).unwrap().is_none());
         let url = ("TUIXIU_REPO_URL", "https://h/r.git");
-        assert!(Request::from_env(&env(&[url]), &root).unwrap_err().contains("TUIXIU_RUN_BRANCH"));
+        assert!(
+            Request::from_env(&env(&[url]), &root).unwrap_err().to_string().contains("TUIXIU_RUN_BRANCH")
+        );
         let r = Request::from_env(&env(&[url, ("TUIXIU_RUN_BRANCH", "run/1")]), &root).unwrap().unwrap();
         assert_eq!((r.base.as_str(), r.mode), ("main", Mode::Cached));
         let r = Request::from_env(
@@ -446,5 +503,11 @@ mod tests {
         .unwrap();
         assert_eq!(r.mode, Mode::Clone);
         assert!(Request::from_env(&env(&[url, ("TUIXIU_RUN_BRANCH", "--force")]), &root).is_err());
+        let pw = ("TUIXIU_REPO_URL", "https://u:pw@h/r.git");
+        assert_eq!(
+            Request::from_env(&env(&[pw, ("TUIXIU_RUN_BRANCH", "run/1")]), &root).unwrap_err().to_string(),
+            "TUIXIU_REPO_URL \"https://u:pw@h/r.git\": carries a password, which would be on git's command \
+             line: give it in TUIXIU_GIT_HTTP_PASSWORD instead"
+        );
     }
 }

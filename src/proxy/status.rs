@@ -11,7 +11,7 @@
 //! Nothing is listening anywhere for this, and nothing in the file is
 //! secret (it is 0644 in the 0700 state directory).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -71,31 +71,49 @@ fn now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
+/// Why there is no live daemon.
+#[derive(Debug, thiserror::Error)]
+pub enum StatusError {
+    #[error(
+        "{}: {} (no daemon has run with this state directory, or it cannot be read)",
+        .path.display(),
+        sandbox::error::io_error_text(.source)
+    )]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{}: not a status file: {source}", .path.display())]
+    Parse { path: PathBuf, source: serde_json::Error },
+    #[error("{}: bad pid", .0.display())]
+    BadPid(PathBuf),
+    #[error("the daemon (pid {pid}) is gone; its last status is {age} s old")]
+    Gone { pid: libc::pid_t, age: u64 },
+    #[error(
+        "the daemon (pid {pid}) has not updated its status for {age} s (limit {limit} s): its thread is stuck"
+    )]
+    Stuck { pid: libc::pid_t, age: u64, limit: u64 },
+}
+
 /// A live daemon's status, or why there is none.
-pub fn check(state_dir: &Path) -> Result<(Status, u64), String> {
+pub fn check(state_dir: &Path) -> Result<(Status, u64), StatusError> {
     let path = state_dir.join(FILE);
-    let text = std::fs::read(&path).map_err(|e| {
-        format!(
-            "{}: {} (no daemon has run with this state directory, or it cannot be read)",
-            path.display(),
-            sandbox::error::io_error_text(&e)
-        )
-    })?;
-    let status: Status =
-        serde_json::from_slice(&text).map_err(|e| format!("{}: not a status file: {e}", path.display()))?;
+    let text = match std::fs::read(&path) {
+        Ok(text) => text,
+        Err(source) => return Err(StatusError::Read { path, source }),
+    };
+    let status: Status = match serde_json::from_slice(&text) {
+        Ok(s) => s,
+        Err(source) => return Err(StatusError::Parse { path, source }),
+    };
     let age = now().saturating_sub(status.updated_at);
-    let pid = libc::pid_t::try_from(status.pid).map_err(|_| format!("{}: bad pid", path.display()))?;
+    let Ok(pid) = libc::pid_t::try_from(status.pid) else { return Err(StatusError::BadPid(path)) };
     // SAFETY: signal 0 only checks that the process exists.
     if unsafe { libc::kill(pid, 0) } != 0
         && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
     {
-        return Err(format!("the daemon (pid {pid}) is gone; its last status is {age} s old"));
+        return Err(StatusError::Gone { pid, age });
     }
     let limit = 3 * status.interval_seconds + 5;
     if age > limit {
-        return Err(format!(
-            "the daemon (pid {pid}) has not updated its status for {age} s (limit {limit} s): its thread is stuck"
-        ));
+        return Err(StatusError::Stuck { pid, age, limit });
     }
     Ok((status, age))
 }
@@ -116,19 +134,19 @@ mod tests {
             updated_at: now(),
             interval_seconds: 10,
         };
-        assert!(check(&dir).unwrap_err().contains("ENOENT"));
+        assert!(check(&dir).unwrap_err().to_string().contains("ENOENT"));
         write(&dir.join(FILE), &status).unwrap();
         assert_eq!(check(&dir).unwrap().0, status);
 
         status.updated_at -= 60;
         write(&dir.join(FILE), &status).unwrap();
-        assert!(check(&dir).unwrap_err().contains("has not updated its status for 60 s"));
+        assert!(check(&dir).unwrap_err().to_string().contains("has not updated its status for 60 s"));
 
         // A pid that cannot exist (above pid_max's ceiling).
         status.updated_at = now();
         status.pid = 4_194_304 + 1;
         write(&dir.join(FILE), &status).unwrap();
-        assert!(check(&dir).unwrap_err().contains("is gone"));
+        assert!(check(&dir).unwrap_err().to_string().contains("is gone"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -141,13 +141,6 @@ pub enum ConfigError {
     Engine { path: PathBuf, name: String, source: EngineError },
 }
 
-/// For callers still on `String` errors (issue 16).
-impl From<ConfigError> for String {
-    fn from(e: ConfigError) -> String {
-        e.to_string()
-    }
-}
-
 /// What is wrong with one engine of the configuration.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {

@@ -160,13 +160,6 @@ pub enum OpenError {
     Save { id: String, source: std::io::Error },
 }
 
-/// For callers still on `String` errors (issue 16).
-impl From<OpenError> for String {
-    fn from(e: OpenError) -> String {
-        e.to_string()
-    }
-}
-
 impl Service {
     /// Opens the data directory and loads the jobs of an earlier server;
     /// see [`store`] for what happens to those that were running.

@@ -65,20 +65,15 @@ pub fn as_user<T>(uid: u32, gid: u32, f: impl FnOnce() -> T) -> T {
     if euid != 0 {
         return f();
     }
-    // SAFETY: setfsuid/setfsgid change only this thread's filesystem ids
-    // and cannot fail for root; they are restored below, also on unwind.
-    unsafe {
-        libc::setfsgid(gid);
-        libc::setfsuid(uid);
-    }
+    // setfsuid/setfsgid change only this thread's filesystem ids and
+    // cannot fail for root; they are restored below, also on unwind.
+    nix::unistd::setfsgid(nix::unistd::Gid::from_raw(gid));
+    nix::unistd::setfsuid(nix::unistd::Uid::from_raw(uid));
     struct Restore(u32, u32);
     impl Drop for Restore {
         fn drop(&mut self) {
-            // SAFETY: as above.
-            unsafe {
-                libc::setfsuid(self.0);
-                libc::setfsgid(self.1);
-            }
+            nix::unistd::setfsuid(nix::unistd::Uid::from_raw(self.0));
+            nix::unistd::setfsgid(nix::unistd::Gid::from_raw(self.1));
         }
     }
     let _restore = Restore(euid, egid);

@@ -1,0 +1,398 @@
+//! A run's instance, as its lane makes sure of it (`ensureRuntime`,
+//! reference §1.3): the instance name, TTL and `init` checked, the run's
+//! host directories resolved under `workspaceHostRoot`, the sandbox user,
+//! the mounts (`sandbox.volumes`, `mounts.rs`, the manifest's binds), the
+//! instance ensured and the run state persisted; and removing it.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use super::lane::{Lane, RunState, STATE_VERSION, init_env};
+use super::mounts::{MountError, chown_new};
+use super::{Cause, Daemon};
+use crate::hostfs::under_root::resolve_under_root;
+use crate::inputs::{self, InputError};
+use crate::manifest::ManifestError;
+use crate::provider::names::{self, NameError};
+use crate::provider::{InstanceConfig, InstanceInfo, InstanceStatus, Mount, Provider, ProviderError};
+
+pub const DEFAULT_TTL: u64 = 1800;
+pub const MAX_TTL: u64 = 86_400;
+
+/// Why a run's instance could not be made ready. The texts go to the
+/// backend (`acp_opened`, `prompt_result`, `sandbox_control_result`).
+#[derive(Debug, thiserror::Error)]
+pub enum InstanceError {
+    #[error("instance_name must be a string, got {0}")]
+    NameNotString(Value),
+    #[error(transparent)]
+    Name(#[from] NameError),
+    #[error(
+        "instance_name {name:?} differs from the run's existing instance {existing:?} (instanceName 与既有运行时不一致)"
+    )]
+    NameDiffers { name: String, existing: String },
+    #[error("init must be an object")]
+    InitNotObject,
+    #[error("init.script must be a string")]
+    InitScript,
+    #[error("init.timeout_seconds must be a number")]
+    InitTimeout,
+    #[error("init.env must be an object")]
+    InitEnvNotObject,
+    #[error("init.env: {0}")]
+    InitEnv(#[source] NameError),
+    /// A host directory of the run that is not under `workspaceHostRoot`
+    /// (or cannot be made there).
+    #[error("{0}")]
+    Path(#[source] Cause),
+    #[error("USER_HOME/HOME {home:?} {why}")]
+    Home { home: String, why: &'static str },
+    #[error("USER_HOME/HOME must not be /workspace or inside /workspace")]
+    HomeInWorkspace,
+    #[error("TUIXIU_BWRAP_UID {0:?} is not a uid")]
+    Uid(String),
+    #[error("TUIXIU_BWRAP_GID {0:?} is not a gid")]
+    Gid(String),
+    #[error("sandbox user: {0}")]
+    User(#[source] sandbox::error::SpecError),
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    #[error(transparent)]
+    Inputs(#[from] InputError),
+    /// `workspaceHostRoot` as the agentInputs' host path allowlist.
+    #[error("{0}")]
+    InputsConfig(#[source] Cause),
+    #[error(transparent)]
+    Mounts(#[from] MountError),
+    #[error(transparent)]
+    Provider(#[from] ProviderError),
+    #[error("sandbox 实例未处于 running 状态：{0}")]
+    NotRunning(&'static str),
+}
+
+/// How agentInputs are planned here: host paths only under
+/// `workspaceHostRoot`, relative URIs against the backend's origin.
+pub fn inputs_config(d: &Daemon) -> Result<inputs::Config, Cause> {
+    let root = d.cfg.sandbox.workspace_host_root.clone();
+    Ok(inputs::Config {
+        host_paths: inputs::HostAllowlist::new(std::slice::from_ref(&root)).map_err(Cause::from)?,
+        base_dir: root,
+        base_url: super::config::url_parts(&d.cfg.orchestrator_url).ok().and_then(|p| {
+            let scheme = if p.scheme == "wss" { "https" } else { "http" };
+            url::Url::parse(&format!("{scheme}://{}:{}/", p.host, p.port)).ok()
+        }),
+    })
+}
+
+/// `path` resolved inside `root` (made when `create`).
+fn under_root(root: &Path, path: &Path, create: bool) -> Result<PathBuf, InstanceError> {
+    resolve_under_root(root, path, create).map_err(|e| InstanceError::Path(e.into()))
+}
+
+impl Lane {
+    /// The TTL from a message: clamped, default 1 800 (or the run's current one).
+    fn ttl(&self, v: &Value) -> u64 {
+        let min = self.d.cfg.keepalive_min_seconds;
+        match v.as_f64().or_else(|| v.as_str().and_then(|s| s.trim().parse().ok())) {
+            Some(n) if n.is_finite() => (n.max(0.0) as u64).clamp(min, MAX_TTL),
+            _ => self.state.as_ref().map_or(DEFAULT_TTL.clamp(min, MAX_TTL), |s| s.keepalive_ttl_seconds),
+        }
+    }
+
+    /// `ensureRuntime`: validates the instance name, TTL and init; makes
+    /// sure the run's directories and instance exist and run; persists the
+    /// state. Stops the keepalive clock (work is in flight).
+    pub async fn prepare(
+        &mut self,
+        instance_name: &Value,
+        ttl: &Value,
+        init: &Value,
+    ) -> Result<(), InstanceError> {
+        let name = self.instance_name(instance_name)?;
+        let ttl = self.ttl(ttl);
+        let init = match init {
+            Value::Null => None,
+            v => Some(check_init(v)?),
+        };
+        if let Some(env) = init.as_ref().and_then(|i| i.get("env")).and_then(Value::as_object) {
+            self.d.add_secrets(env.iter().filter_map(|(k, v)| v.as_str().map(|v| (k.as_str(), v))));
+        }
+        let effective_init = init.clone().or_else(|| self.state.as_ref().and_then(|s| s.init.clone()));
+        let env = init_env(effective_init.as_ref());
+        let root = self.d.cfg.sandbox.workspace_host_root.clone();
+        let workspace = match (&self.state, &init) {
+            (Some(state), None) => state.workspace.clone(),
+            _ => {
+                let wanted = workspace_from_init(effective_init.as_ref(), &env)
+                    .unwrap_or_else(|| root.join(format!("run-{}", self.run_id)));
+                under_root(&root, &wanted, true)?
+            }
+        };
+        let home = under_root(&root, &root.join(format!("home-{}", self.run_id)), true)?;
+        let home_guest = ["USER_HOME", "HOME"]
+            .iter()
+            .find_map(|k| env.get(*k).filter(|v| !v.is_empty()).cloned())
+            .unwrap_or_else(|| "/root".into());
+        let home_guest = sandbox::guest_path::normalize(&home_guest)
+            .map_err(|why| InstanceError::Home { home: home_guest.clone(), why })?;
+        if sandbox::guest_path::is_within(&home_guest, sandbox::WORKSPACE) {
+            return Err(InstanceError::HomeInWorkspace);
+        }
+        let user = user_view(&env, &home_guest)?;
+        let (uid, gid) = (user.uid, user.gid);
+        if self.d.cfg.sandbox.provider == super::config::ProviderChoice::Docker {
+            chown_new(&workspace, &user);
+            chown_new(&home, &user);
+        }
+        // The manifest's binds are the instance's: a read-only WORKSPACE
+        // bind shows the workspace read-only, other bindMount items are
+        // mounted where they target (binds are fixed when the instance is
+        // made; the applier only records them).
+        let (workspace_read_only, manifest_binds) = match effective_init.as_ref() {
+            Some(init) => manifest_binds(&self.d, init, &home_guest)?,
+            None => (false, Vec::new()),
+        };
+        let run_mounts = self.d.mounts.prepare(&self.run_id, &user, &home_guest)?;
+        let mut mounts: Vec<Mount> = self
+            .d
+            .cfg
+            .sandbox
+            .volumes
+            .iter()
+            .map(|v| Mount::Bind {
+                src: v.host_path.clone(),
+                dst: v.guest_path.clone(),
+                access: if v.read_only { sandbox::Access::Ro } else { sandbox::Access::Rw },
+            })
+            .collect();
+        mounts.extend(run_mounts);
+        mounts.extend(manifest_binds);
+        let config = InstanceConfig {
+            image: match self.d.cfg.sandbox.provider {
+                super::config::ProviderChoice::Docker => self.d.cfg.sandbox.image.clone(),
+                _ => None,
+            },
+            home: Some(home.clone()),
+            workspace_read_only,
+            user,
+            network: self.d.cfg.sandbox.network,
+            mounts,
+            env: self.d.cfg.sandbox.env.clone(),
+            nested: self.d.cfg.sandbox.nested,
+            ..InstanceConfig::new(name.clone(), self.run_id.clone(), workspace.clone())
+        };
+        let info = match self.d.provider.ensure(&config).await {
+            Ok(info) => info,
+            Err(e) => {
+                self.d.report_error_status(&self.run_id, &name, &e.to_string());
+                return Err(e.into());
+            }
+        };
+        self.d.report_status(&self.run_id, &info);
+        let now = super::now_iso();
+        let state = self.state.get_or_insert_with(|| RunState {
+            version: STATE_VERSION,
+            run_id: self.run_id.clone(),
+            instance_name: name.clone(),
+            keepalive_ttl_seconds: ttl,
+            expires_at_ms: None,
+            workspace: workspace.clone(),
+            home: home.clone(),
+            home_guest: home_guest.clone(),
+            init: None,
+            uid,
+            gid,
+            created_at: now.clone(),
+            updated_at: now.clone(),
+            landed: Default::default(),
+        });
+        state.keepalive_ttl_seconds = ttl;
+        state.expires_at_ms = None;
+        state.workspace = workspace;
+        state.home = home;
+        state.home_guest = home_guest;
+        state.uid = uid;
+        state.gid = gid;
+        if init.is_some() {
+            state.init = init;
+            self.init_sent = true;
+        }
+        state.updated_at = now;
+        self.persist();
+        if info.status != InstanceStatus::Running {
+            return Err(InstanceError::NotRunning(info.status.as_str()));
+        }
+        Ok(())
+    }
+
+    /// The run's instance name: the message's (validated), else the
+    /// existing one, else `<prefix><run_id>`. A different name than the
+    /// run's existing instance is an error.
+    fn instance_name(&self, v: &Value) -> Result<String, InstanceError> {
+        let name = match v {
+            Value::Null => None,
+            Value::String(s) if s.trim().is_empty() => None,
+            Value::String(s) => Some(s.trim().to_string()),
+            other => return Err(InstanceError::NameNotString(other.clone())),
+        };
+        let name = match (name, &self.state) {
+            (Some(n), _) => n,
+            (None, Some(state)) => state.instance_name.clone(),
+            (None, None) => format!("{}{}", self.d.cfg.sandbox.instance_prefix, self.run_id),
+        };
+        names::validate_instance_name(&name, &self.d.cfg.sandbox.instance_prefix)?;
+        if let Some(state) = &self.state
+            && state.instance_name != name
+        {
+            return Err(InstanceError::NameDiffers { name, existing: state.instance_name.clone() });
+        }
+        Ok(name)
+    }
+
+    /// Removes instance `name`; if it is this run's, the run is forgotten.
+    pub async fn remove_instance(&mut self, name: &str) -> Result<InstanceInfo, ProviderError> {
+        match self.d.provider.remove(name).await {
+            Ok(info) => {
+                if self.state.as_ref().is_some_and(|s| s.instance_name == name) {
+                    self.forget();
+                }
+                if !self.run_id.is_empty() {
+                    self.d.report_status(&self.run_id, &info);
+                }
+                Ok(info)
+            }
+            Err(e) => {
+                if !self.run_id.is_empty() {
+                    self.d.report_error_status(&self.run_id, name, &e.to_string());
+                }
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Validates `init` as the Node proxy does (reference §1.3 table).
+fn check_init(v: &Value) -> Result<Value, InstanceError> {
+    let Some(obj) = v.as_object() else {
+        return Err(InstanceError::InitNotObject);
+    };
+    if let Some(s) = obj.get("script")
+        && !s.is_string()
+        && !s.is_null()
+    {
+        return Err(InstanceError::InitScript);
+    }
+    if let Some(t) = obj.get("timeout_seconds")
+        && !t.is_null()
+        && !t.as_f64().is_some_and(f64::is_finite)
+    {
+        return Err(InstanceError::InitTimeout);
+    }
+    if let Some(env) = obj.get("env")
+        && !env.is_null()
+    {
+        let Some(env) = env.as_object() else {
+            return Err(InstanceError::InitEnvNotObject);
+        };
+        for (k, v) in env {
+            let text = match v {
+                Value::String(s) => s.clone(),
+                Value::Null => String::new(),
+                other => other.to_string(),
+            };
+            names::validate_env(k, &text).map_err(InstanceError::InitEnv)?;
+        }
+    }
+    Ok(v.clone())
+}
+
+/// The host workspace the run asks for: the agentInputs `WORKSPACE`
+/// bindMount (target `""`/`"."`), else an absolute `TUIXIU_WORKSPACE`.
+fn workspace_from_init(init: Option<&Value>, env: &HashMap<String, String>) -> Option<PathBuf> {
+    let items = init?.pointer("/agentInputs/items").and_then(Value::as_array);
+    for item in items.into_iter().flatten() {
+        let is_ws = item.get("apply").and_then(Value::as_str) == Some("bindMount")
+            && item.pointer("/target/root").and_then(Value::as_str) == Some("WORKSPACE")
+            && matches!(
+                item.pointer("/target/path").and_then(Value::as_str).map(str::trim),
+                None | Some("" | ".")
+            );
+        if is_ws && let Some(p) = item.pointer("/source/path").and_then(Value::as_str).map(str::trim) {
+            return Some(PathBuf::from(p));
+        }
+    }
+    env.get("TUIXIU_WORKSPACE").map(PathBuf::from).filter(|p| p.is_absolute())
+}
+
+/// From a run's `init.agentInputs`: whether the WORKSPACE `"."` bind is
+/// read-only, and the other bindMount items as instance mounts.
+fn manifest_binds(d: &Daemon, init: &Value, home_guest: &str) -> Result<(bool, Vec<Mount>), InstanceError> {
+    let Some(value) = init.get("agentInputs").filter(|v| !v.is_null()) else {
+        return Ok((false, Vec::new()));
+    };
+    let manifest = crate::manifest::parse_value(value)?;
+    let plan = inputs::Plan::new(manifest, &inputs_config(d).map_err(InstanceError::InputsConfig)?)?;
+    let layout = inputs::Layout::new(home_guest.to_string());
+    let read_only = plan.workspace().is_some_and(|(_, a)| a == crate::manifest::Access::Ro);
+    let binds = plan
+        .binds()
+        .map(|(_, planned, host, access)| Mount::Bind {
+            src: host.canonical.clone(),
+            dst: layout.guest(planned.item.target.root, &planned.item.target.path),
+            access: match access {
+                crate::manifest::Access::Ro => sandbox::Access::Ro,
+                crate::manifest::Access::Rw => sandbox::Access::Rw,
+            },
+        })
+        .collect();
+    Ok((read_only, binds))
+}
+
+/// The sandbox user from `init.env` (the bwrap provider's rules).
+fn user_view(env: &HashMap<String, String>, home: &str) -> Result<sandbox::UserView, InstanceError> {
+    let get = |k: &str| env.get(k).map(|s| s.trim()).filter(|s| !s.is_empty());
+    let name =
+        get("TUIXIU_BWRAP_USERNAME").or_else(|| get("USER")).or_else(|| get("LOGNAME")).unwrap_or("agent");
+    let uid = match get("TUIXIU_BWRAP_UID") {
+        Some(s) => s.parse::<u32>().map_err(|_| InstanceError::Uid(s.to_string()))?,
+        None => 1000,
+    };
+    let gid = match get("TUIXIU_BWRAP_GID") {
+        Some(s) => s.parse::<u32>().map_err(|_| InstanceError::Gid(s.to_string()))?,
+        None => uid,
+    };
+    let mut user = sandbox::UserView::new(name, uid, gid);
+    user.home = home.to_string();
+    user.validate().map_err(InstanceError::User)?;
+    Ok(user)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn init_checks() {
+        assert!(check_init(&json!({"script":"x","timeout_seconds":3,"env":{"A":"b"}})).is_ok());
+        assert!(check_init(&json!("x")).is_err());
+        assert!(check_init(&json!({"script":3})).is_err());
+        assert!(check_init(&json!({"env":[]})).is_err());
+        assert!(check_init(&json!({"env":{"A":"x\ny"}})).is_err());
+    }
+
+    #[test]
+    fn messages_are_the_backends() {
+        let e = check_init(&json!({"env":{"A":"x\ny"}})).unwrap_err().to_string();
+        assert!(e.starts_with("init.env: environment variable"), "{e}");
+        let e = InstanceError::Home { home: "x".into(), why: "is not absolute" };
+        assert_eq!(e.to_string(), "USER_HOME/HOME \"x\" is not absolute");
+        assert_eq!(
+            InstanceError::NotRunning("stopped").to_string(),
+            "sandbox 实例未处于 running 状态：stopped"
+        );
+    }
+}

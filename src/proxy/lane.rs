@@ -1,0 +1,344 @@
+//! What every part of a run's handling shares, below them all: the run's
+//! persisted state ([`RunState`]), the jobs of a lane ([`Job`]), the lane
+//! itself ([`Lane`]), the registry of lanes and agents ([`Runs`]), queuing
+//! a job ([`send`]) and the replies the lane's parts send.
+//!
+//! The parts sit above this file and never import each other upwards:
+//! `instance.rs` (the run's instance: `ensureRuntime`, removal),
+//! `agent.rs` (the run's agent), `control.rs` (`sandbox_control`), and
+//! `runs.rs` on top (routing, the lane's loop, keepalive, re-adoption).
+//! A lane's loop lives in `runs.rs`; this file starts it through the
+//! function the daemon gives [`Runs::new`], so it needs nothing above it.
+
+use std::collections::HashMap;
+use std::fmt::Display;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, oneshot};
+
+use super::Daemon;
+use super::protocol::{RunMessage, SandboxControl, proxy_error_text};
+use crate::acp::host::Agent;
+use crate::acp::transport::BoxFuture;
+use crate::provider::{ProviderError, names};
+
+pub const STATE_VERSION: u32 = 1;
+/// The lane of messages that concern no single run.
+pub const GLOBAL: &str = "";
+
+/// What is persisted per run.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RunState {
+    pub version: u32,
+    pub run_id: String,
+    pub instance_name: String,
+    pub keepalive_ttl_seconds: u64,
+    /// Unix milliseconds; `None` while the run is busy or never closed.
+    pub expires_at_ms: Option<u64>,
+    /// Canonical host directory at `/workspace`.
+    pub workspace: PathBuf,
+    /// Canonical host directory at the guest home.
+    pub home: PathBuf,
+    pub home_guest: String,
+    /// The last `init` received (script, timeout, env, agentInputs).
+    pub init: Option<Value>,
+    /// The sandbox user's ids (the docker container runs as them).
+    #[serde(default = "default_id")]
+    pub uid: u32,
+    #[serde(default = "default_id")]
+    pub gid: u32,
+    pub created_at: String,
+    pub updated_at: String,
+    /// Fingerprints of the agentInputs targets as they were landed
+    /// (`landed.rs`): landing again never overwrites the agent's work.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub landed: super::landed::Landed,
+}
+
+pub enum Job {
+    Open(RunMessage),
+    Prompt(RunMessage),
+    Close(RunMessage),
+    Session {
+        kind: String,
+        msg: RunMessage,
+    },
+    Permission(RunMessage),
+    Control(SandboxControl),
+    /// Remove instance `name` for `gc`/`prune_orphans`, in this run's order.
+    Remove {
+        name: String,
+        done: oneshot::Sender<Result<(), ProviderError>>,
+    },
+    Adopt(Box<RunState>),
+    /// The agent of `generation` exited.
+    AgentExited {
+        generation: u64,
+    },
+    /// A prompt turn ended.
+    PromptDone,
+}
+
+fn default_id() -> u32 {
+    1000
+}
+
+/// A lane's loop over its jobs (`runs.rs`), as [`send`] starts it.
+pub type LaneLoop = fn(Lane, mpsc::UnboundedReceiver<Job>) -> BoxFuture<()>;
+
+pub struct Runs {
+    lanes: Mutex<HashMap<String, mpsc::UnboundedSender<Job>>>,
+    /// Runs a new lane.
+    start: LaneLoop,
+    agents: Agents,
+    /// Prompt turns whose `prompt_result` is not yet queued (all runs).
+    turns: std::sync::atomic::AtomicUsize,
+    /// The daemon is shutting down: no new agent starts.
+    stopping: std::sync::atomic::AtomicBool,
+}
+
+impl Runs {
+    /// No lane yet; a lane runs `start` when its first job comes.
+    pub fn new(start: LaneLoop) -> Runs {
+        Runs {
+            lanes: Mutex::default(),
+            start,
+            agents: Agents::default(),
+            turns: Default::default(),
+            stopping: Default::default(),
+        }
+    }
+
+    pub fn lanes(&self) -> std::sync::MutexGuard<'_, HashMap<String, mpsc::UnboundedSender<Job>>> {
+        self.lanes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// How many lanes exist (runs with state, plus busy ones).
+    pub fn len(&self) -> usize {
+        self.lanes().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The live agent of `run`.
+    pub fn agent(&self, run: &str) -> Option<Arc<Agent>> {
+        self.agents.get(run)
+    }
+
+    /// Every live agent.
+    pub fn all_agents(&self) -> Vec<Arc<Agent>> {
+        self.agents.all()
+    }
+
+    pub fn set_agent(&self, run: &str, agent: Option<Arc<Agent>>) {
+        self.agents.set(run, agent)
+    }
+
+    /// A prompt turn started (`true`) or queued its result (`false`).
+    pub fn turn(&self, started: bool) {
+        use std::sync::atomic::Ordering::SeqCst;
+        if started {
+            self.turns.fetch_add(1, SeqCst);
+        } else {
+            self.turns.fetch_sub(1, SeqCst);
+        }
+    }
+
+    pub fn turns_in_flight(&self) -> usize {
+        self.turns.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// From now on no agent starts (the daemon is shutting down).
+    pub fn stop_starting(&self) {
+        self.stopping.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    pub fn stopping(&self) -> bool {
+        self.stopping.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// The agents by run, for direct routing.
+#[derive(Default)]
+struct Agents {
+    map: std::sync::Mutex<HashMap<String, Arc<Agent>>>,
+}
+
+impl Agents {
+    fn get(&self, run: &str) -> Option<Arc<Agent>> {
+        self.map.lock().unwrap_or_else(|p| p.into_inner()).get(run).cloned().filter(|a| !a.has_exited())
+    }
+
+    fn all(&self) -> Vec<Arc<Agent>> {
+        self.map.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect()
+    }
+
+    fn set(&self, run: &str, agent: Option<Arc<Agent>>) {
+        let mut m = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        match agent {
+            Some(a) => m.insert(run.to_string(), a),
+            None => m.remove(run),
+        };
+    }
+}
+
+/// Queues `job` on the lane of `key`, creating the lane if needed.
+pub fn send(d: &Arc<Daemon>, key: &str, job: Job) {
+    let mut lanes = d.runs.lanes();
+    if let Some(tx) = lanes.get(key) {
+        match tx.send(job) {
+            Ok(()) => return,
+            // The lane ended between our lookup and the send: start a new one.
+            Err(mpsc::error::SendError(j)) => return start_lane(d, &mut lanes, key, j),
+        }
+    }
+    start_lane(d, &mut lanes, key, job);
+}
+
+fn start_lane(d: &Arc<Daemon>, lanes: &mut HashMap<String, mpsc::UnboundedSender<Job>>, key: &str, job: Job) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    tx.send(job).ok();
+    lanes.insert(key.to_string(), tx);
+    let lane = Lane {
+        d: d.clone(),
+        run_id: key.to_string(),
+        state: None,
+        agent: None,
+        generation: 0,
+        prompts: 0,
+        init_sent: false,
+    };
+    tokio::spawn((d.runs.start)(lane, rx));
+}
+
+/// Why a run id is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum RunIdError {
+    #[error("run_id is missing")]
+    Missing,
+    #[error("run_id must be a string, got {0}")]
+    NotString(Value),
+    #[error(transparent)]
+    Invalid(#[from] names::NameError),
+}
+
+/// A run id as the backend must send it: a non-empty string of at most
+/// 200 characters without `/`, `\`, `:`, whitespace or control characters.
+pub fn valid_run_id(v: &Value) -> Result<String, RunIdError> {
+    let Some(s) = v.as_str() else {
+        return Err(if v.is_null() { RunIdError::Missing } else { RunIdError::NotString(v.clone()) });
+    };
+    let s = s.trim();
+    names::validate_run_id(s)?;
+    Ok(s.to_string())
+}
+
+/// Answers a `prompt_send` that failed (a successful one is answered by
+/// its turn).
+pub fn reply_prompt(d: &Daemon, m: &RunMessage, result: Result<(), impl Display>) {
+    if let Err(e) = result {
+        let e = d.redact(&e.to_string());
+        if let Some(id) = m.run_id.as_str() {
+            d.outbox.push(&proxy_error_text(id, &e));
+        }
+        d.outbox.push(
+            &json!({"type":"prompt_result","run_id":m.run_id,"prompt_id":m.prompt_id,"ok":false,"error":e}),
+        );
+    }
+}
+
+/// Answers a session control.
+pub fn reply_session(d: &Daemon, m: &RunMessage, result: Result<(), impl Display>) {
+    let mut v = json!({"type":"session_control_result","run_id":m.run_id,"control_id":m.control_id,"ok":result.is_ok()});
+    if let Err(e) = result {
+        v["error"] = json!(d.redact(&e.to_string()));
+    }
+    d.outbox.push(&v);
+}
+
+pub fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// One run's lane. `state` is `None` for a run the daemon does not hold
+/// (e.g. an `inspect` of an unknown run) and for the global lane.
+pub struct Lane {
+    pub d: Arc<Daemon>,
+    pub run_id: String,
+    pub state: Option<RunState>,
+    /// The run's agent process and ACP connection.
+    pub agent: Option<Arc<Agent>>,
+    /// Which agent process `agent` is (exit notices of older ones are ignored).
+    pub generation: u64,
+    /// Prompt turns in flight (the run is not idle while any is).
+    pub prompts: usize,
+    /// The backend sent `init` since inputs last landed: the next landing
+    /// is the one it asked for (else it protects the agent's work).
+    pub init_sent: bool,
+}
+
+impl Lane {
+    fn state_path(&self) -> PathBuf {
+        self.d.runs_dir.join(format!("{}.json", self.run_id))
+    }
+
+    /// Writes the run state (atomically, 0600) off the daemon's thread
+    /// (`persist.rs`); failures are logged and reported, never fatal to
+    /// the message at hand.
+    pub fn persist(&mut self) {
+        let Some(state) = &self.state else { return };
+        let bytes = serde_json::to_vec_pretty(state).expect("plain data");
+        super::persist::Persister::write(&self.d, &self.run_id, self.state_path(), Some(bytes));
+    }
+
+    /// As [`Lane::persist`], and waits until the state is on disk.
+    pub async fn persist_durably(&mut self) {
+        let Some(state) = &self.state else { return };
+        let bytes = serde_json::to_vec_pretty(state).expect("plain data");
+        let written =
+            super::persist::Persister::write_durably(&self.d, &self.run_id, self.state_path(), Some(bytes));
+        // Err: the writer went away (the daemon is stopping); nothing to wait for.
+        let _ = written.await;
+    }
+
+    /// Drops the run's state, in memory and on disk, with the files the
+    /// daemon kept for its instance (scratch, staged secrets).
+    pub fn forget(&mut self) {
+        self.state = None;
+        self.d.mounts.discard(&self.run_id);
+        super::persist::Persister::write(&self.d, &self.run_id, self.state_path(), None);
+    }
+}
+
+/// `init.env` as strings (non-strings stringified, null → "").
+pub fn init_env(init: Option<&Value>) -> HashMap<String, String> {
+    let mut out = HashMap::new();
+    if let Some(env) = init.and_then(|i| i.get("env")).and_then(Value::as_object) {
+        for (k, v) in env {
+            let v = match v {
+                Value::String(s) => s.clone(),
+                Value::Null => String::new(),
+                other => other.to_string(),
+            };
+            out.insert(k.clone(), v);
+        }
+    }
+    out
+}
+
+/// The sandbox user's name from env pairs (the bwrap provider's rules).
+pub fn user_name(env: &[(String, String)]) -> String {
+    let get =
+        |k: &str| env.iter().rev().find(|(key, v)| key == k && !v.trim().is_empty()).map(|(_, v)| v.trim());
+    get("TUIXIU_BWRAP_USERNAME")
+        .or_else(|| get("USER"))
+        .or_else(|| get("LOGNAME"))
+        .unwrap_or("agent")
+        .to_string()
+}
