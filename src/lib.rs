@@ -5,6 +5,7 @@ pub mod acp;
 pub mod bwrap;
 pub mod env;
 pub mod exe;
+pub mod git;
 pub mod hostfs;
 pub mod inputs;
 pub mod launcher;

@@ -43,7 +43,9 @@ fuzz_target!(|data: &[u8]| {
     let (answers, sent) = rt.block_on(async {
         let d = Arc::new(tuixiu_sandbox_fuzz::daemon(cfg));
         let fs = GuestFs::tree_root(&tree, ALLOWED);
-        let spawner: Spawner = Arc::new(|_spec| Box::pin(async { Err("fuzz: no processes".to_string()) }));
+        let spawner: Spawner = Arc::new(|_spec| {
+            Box::pin(async { Err(tuixiu_sandbox::provider::ProviderError::Invalid("fuzz: no processes".into())) })
+        });
         let client = Arc::new(Client::new(
             d.acp_context(),
             "run-fuzz".into(),

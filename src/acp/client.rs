@@ -18,7 +18,7 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
-use super::fs::{FsError, GuestFs};
+use super::fs::{FsError, GuestError, GuestFs};
 use super::port::{Context, PermissionPolicy};
 use super::terminal::{self, Terminal, Terminals};
 use super::transport::{BoxFuture, Handler, RpcError, UpdateParams, code};
@@ -27,8 +27,9 @@ use super::transport::{BoxFuture, Handler, RpcError, UpdateParams, code};
 pub type Spawner = Arc<
     dyn Fn(
             crate::provider::ProcessSpec,
-        ) -> BoxFuture<Result<(crate::provider::Process, crate::provider::Killer), String>>
-        + Send
+        ) -> BoxFuture<
+            Result<(crate::provider::Process, crate::provider::Killer), crate::provider::ProviderError>,
+        > + Send
         + Sync,
 >;
 
@@ -100,7 +101,7 @@ impl Client {
         cx: Context,
         run_id: String,
         instance: String,
-        fs: Result<GuestFs, String>,
+        fs: Result<GuestFs, GuestError>,
         spawner: Spawner,
         env: Vec<(String, String)>,
         home_guest: String,
@@ -108,7 +109,7 @@ impl Client {
         let policy = cx.settings.permission_policy;
         let (fs, fs_error) = match fs {
             Ok(fs) => (Some(fs), String::new()),
-            Err(e) => (None, e),
+            Err(e) => (None, e.to_string()),
         };
         Client {
             cx,
@@ -182,7 +183,8 @@ impl Client {
                 .collect::<Result<_, _>>()?,
             Some(_) => return Err(RpcError::invalid_params("args must be an array of strings")),
         };
-        let limit = terminal::output_limit(p.get("outputByteLimit")).map_err(RpcError::invalid_params)?;
+        let limit = terminal::output_limit(p.get("outputByteLimit"))
+            .map_err(|e| RpcError::invalid_params(e.to_string()))?;
         let cwd = match p.get("cwd") {
             None | Some(Value::Null) => sandbox::WORKSPACE.to_string(),
             Some(Value::String(c)) => self.fs()?.resolve_dir(c).map_err(fs_error)?,
@@ -209,7 +211,8 @@ impl Client {
         let spec =
             crate::provider::ProcessSpec { argv, env, cwd: Some(cwd), stdio: crate::provider::Stdio::Piped };
         let slot = self.terminal_slot()?;
-        let (process, killer) = (self.spawner)(spec).await.map_err(RpcError::internal)?;
+        let (process, killer) =
+            (self.spawner)(spec).await.map_err(|e| RpcError::internal(format!("terminal/create: {e}")))?;
         let id = self.terminals.insert(slot, Terminal::start(process, killer, limit));
         Ok(json!({"terminalId": id}))
     }
@@ -520,12 +523,14 @@ mod tests {
         let (cfg, _) =
             Config::from_table("t.toml", toml::from_str(&text).unwrap(), &BTreeMap::new()).unwrap();
         let d = Arc::new(Daemon::new(cfg, "p".into()).unwrap());
-        let spawner: Spawner = Arc::new(|_| Box::pin(async { Err("no processes".to_string()) }));
+        let spawner: Spawner = Arc::new(|_| {
+            Box::pin(async { Err(crate::provider::ProviderError::Invalid("no processes".into())) })
+        });
         let client = Client::new(
             d.acp_context(),
             "r1".into(),
             "i".into(),
-            Err("no fs".into()),
+            Err(GuestError::Open { path: "/nope".into(), errno: nix::errno::Errno::ENOENT }),
             spawner,
             vec![],
             "/h".into(),

@@ -2,8 +2,8 @@
 //! workspace and home **as the sandbox sees them**, without starting a
 //! process per call.
 //!
-//! Paths are resolved by walking them one component at a time under a
-//! descriptor of the sandbox's filesystem:
+//! Paths are resolved by [`crate::hostfs::guest`] under a descriptor of
+//! the sandbox's filesystem:
 //!
 //! * native: the `/` of the sandbox (`/proc/<pid>/root` of its PID 1, or
 //!   of the agent for an unprivileged daemon: `sandbox::reach`), i.e. the agent's
@@ -11,348 +11,69 @@
 //! * docker and host: the host directories behind `/workspace` and the
 //!   home (nothing else of the container is reachable).
 //!
-//! Every component is opened with `O_PATH|O_NOFOLLOW` relative to the
-//! previous one; a symlink is read (never followed by the kernel) and its
-//! target resolved the same way, relative targets against the link's
-//! directory and absolute ones against the sandbox's `/`, as the agent
-//! itself would see it, magic links included as plain text. `..` pops the
-//! walk, never past `/`. Only the resulting guest path decides: it must
-//! lie in `/workspace` or the home, so `/workspace/link -> /etc` leads to
-//! `/etc/...` and is refused, while a link to another file in the
-//! workspace works. Nothing is ever opened by a host path, so a swapped-in
-//! link cannot redirect a later step, and the last component is opened
-//! with `O_NOFOLLOW`.
+//! Symlinks are resolved as the agent itself would see them (absolute
+//! targets against the sandbox's `/`), and only the resulting guest path
+//! decides: it must lie in `/workspace` or the home, so `/workspace/link ->
+//! /etc` leads to `/etc/...` and is refused, while a link to another file
+//! in the workspace works. Nothing is ever opened by a host path, and the
+//! last component is opened with `O_NOFOLLOW`.
 //!
 //! Writes create missing parents, write a temporary file next to the
 //! target and rename it into place: a reader never sees half a file, and
 //! a failed write leaves the old content.
 
 use std::ffi::CString;
-use std::io::{BufRead, Read, Write};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::io::{BufRead, Read};
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::sys::stat::{Mode, SFlag, fstat};
 
-/// Symlinks followed in one resolution (Linux's own limit).
-const MAX_LINKS: usize = 40;
+use crate::hostfs::guest::{GuestView, Walked, sys};
 
-/// Why an fs call failed; becomes a JSON-RPC error.
-#[derive(Debug, PartialEq, Eq)]
-pub enum FsError {
-    /// Not absolute, or not a clean path: -32602.
-    BadPath(String),
-    /// Resolves outside the workspace and home: -32602.
-    Outside(String),
-    /// -32002.
-    NotFound(String),
-    /// Too large, not a regular file, I/O errors: -32603.
-    Failed(String),
-}
+pub use crate::hostfs::guest::{ResolveError as FsError, ViewError as GuestError};
 
-impl FsError {
-    pub fn message(&self) -> &str {
-        match self {
-            FsError::BadPath(m) | FsError::Outside(m) | FsError::NotFound(m) | FsError::Failed(m) => m,
-        }
-    }
-}
-
-fn sys(call: &str, path: &str, e: Errno) -> FsError {
-    match e {
-        Errno::ENOENT => FsError::NotFound(format!("{path}: no such file or directory")),
-        _ => FsError::Failed(format!(
-            "{call}({path:?}) => {}",
-            sandbox::error::io_error_text(&std::io::Error::from(e))
-        )),
-    }
-}
-
-/// A filesystem view: where guest paths start, and which are allowed.
+/// A filesystem view: where guest paths start, and which are allowed
+/// ([`GuestView`]).
 pub struct GuestFs {
-    /// `(guest path, O_PATH directory)`: `/` for a sandbox root, or the
-    /// allowed roots themselves for host directories.
-    mounts: Vec<(Vec<String>, OwnedFd)>,
-    /// Guest paths (as components) that reads and writes must stay in.
-    allowed: Vec<Vec<String>>,
-    /// Files and directories we create are given to these ids (a root
-    /// daemon writing into a docker volume for the container's user).
-    owner: Option<(u32, u32)>,
-}
-
-fn components(path: &str) -> Vec<String> {
-    path.split('/').filter(|c| !c.is_empty() && *c != ".").map(str::to_string).collect()
-}
-
-fn guest(comps: &[String]) -> String {
-    if comps.is_empty() { "/".into() } else { format!("/{}", comps.join("/")) }
-}
-
-fn open_dir(path: &Path) -> Result<OwnedFd, String> {
-    nix::fcntl::open(path, OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty()).map_err(
-        |e| format!("open {}: {}", path.display(), sandbox::error::io_error_text(&std::io::Error::from(e))),
-    )
-}
-
-/// The result of a walk.
-struct Walked {
-    /// The directory holding the target.
-    parent: OwnedFd,
-    /// The target's name in `parent` (empty when the target is a mount root).
-    name: String,
-    /// The target, when it exists (`O_PATH`, not a symlink).
-    target: Option<OwnedFd>,
-    /// Canonical guest path of the target.
-    guest: String,
+    view: GuestView,
 }
 
 impl GuestFs {
     /// The sandbox's whole tree, from the `/` of the sandbox whose PID 1 is
     /// `pid` (`sandbox::reach`); reads and writes stay in `allowed`.
-    pub fn sandbox_root(pid: u32, allowed: &[&str]) -> Result<GuestFs, String> {
-        let root = sandbox::reach::open_root(pid as i32).map_err(|e| e.to_string())?;
-        Ok(Self::over_root(root, allowed))
+    pub fn sandbox_root(pid: u32, allowed: &[&str]) -> Result<GuestFs, GuestError> {
+        let root = sandbox::reach::open_root(pid as i32)?;
+        Ok(GuestFs { view: GuestView::over_root(root, allowed) })
     }
 
     /// As [`GuestFs::sandbox_root`], with the sandbox's `/` at `root` (the
     /// unit tests and the `acp_fs` fuzz target use a tree on the host).
     #[doc(hidden)]
-    pub fn tree_root(root: &Path, allowed: &[&str]) -> Result<GuestFs, String> {
-        Ok(Self::over_root(open_dir(root)?, allowed))
-    }
-
-    fn over_root(root: OwnedFd, allowed: &[&str]) -> GuestFs {
-        GuestFs {
-            mounts: vec![(Vec::new(), root)],
-            allowed: allowed.iter().map(|a| components(a)).collect(),
-            owner: None,
-        }
+    pub fn tree_root(root: &Path, allowed: &[&str]) -> Result<GuestFs, GuestError> {
+        Ok(GuestFs { view: GuestView::tree_at(root, allowed)? })
     }
 
     /// Host directories shown at guest paths (docker volumes, the host
     /// provider); these are also the only allowed roots.
-    pub fn host_dirs(dirs: &[(&str, &Path)], owner: Option<(u32, u32)>) -> Result<GuestFs, String> {
-        let mut mounts = Vec::new();
-        for (g, dir) in dirs {
-            mounts.push((components(g), open_dir(dir)?));
-        }
-        let allowed = mounts.iter().map(|(g, _)| g.clone()).collect();
-        Ok(GuestFs { mounts, allowed, owner })
+    pub fn host_dirs(dirs: &[(&str, &Path)], owner: Option<(u32, u32)>) -> Result<GuestFs, GuestError> {
+        Ok(GuestFs { view: GuestView::host_dirs(dirs, owner)? })
     }
 
     /// Also shows `dir` at guest path `guest` (nested in an allowed root),
     /// without making it an allowed root of its own.
-    pub fn with_mount(mut self, guest: &str, dir: &Path) -> Result<GuestFs, String> {
-        self.mounts.push((components(guest), open_dir(dir)?));
-        Ok(self)
+    pub fn with_mount(self, guest: &str, dir: &Path) -> Result<GuestFs, GuestError> {
+        Ok(GuestFs { view: self.view.with_mount(guest, dir)? })
     }
 
-    fn is_allowed(&self, comps: &[String]) -> bool {
-        self.allowed.iter().any(|a| comps.len() >= a.len() && comps[..a.len()] == a[..])
-    }
-
-    fn mount_at(&self, comps: &[String]) -> Option<Result<OwnedFd, FsError>> {
-        self.mounts
-            .iter()
-            .find(|(g, _)| g[..] == comps[..])
-            .map(|(_, fd)| fd.try_clone().map_err(|e| FsError::Failed(format!("dup: {e}"))))
-    }
-
-    /// Walks `path`; with `create`, makes missing directories on the way
-    /// (not the last component).
     fn walk(&self, path: &str, create: bool) -> Result<Walked, FsError> {
-        if !path.starts_with('/') {
-            return Err(FsError::BadPath(format!(
-                "{path:?} is not an absolute path (ACP paths must be absolute)"
-            )));
-        }
-        if path.contains('\0') {
-            return Err(FsError::BadPath("the path contains a NUL byte".into()));
-        }
-        let mut todo: std::collections::VecDeque<String> =
-            path.split('/').filter(|c| !c.is_empty()).map(str::to_string).collect();
-        let mut cur: Vec<String> = Vec::new();
-        // Directory descriptors for `cur[base..]`, `fds[0]` being the mount
-        // at `cur[..base]`; empty while outside any mount.
-        let mut fds: Vec<OwnedFd> = Vec::new();
-        let mut base = 0;
-        let mut links = 0;
-        let enter = |cur: &[String], fds: &mut Vec<OwnedFd>, base: &mut usize| -> Result<(), FsError> {
-            if let Some(fd) = self.mount_at(cur) {
-                fds.push(fd?);
-                *base = cur.len();
-            }
-            Ok(())
-        };
-        enter(&cur, &mut fds, &mut base)?;
-        let mut last_file: Option<OwnedFd> = None;
-        while let Some(c) = todo.pop_front() {
-            last_file = None;
-            match c.as_str() {
-                "." => continue,
-                ".." => {
-                    if fds.len() > 1 {
-                        fds.pop();
-                        cur.pop();
-                    } else {
-                        cur.pop();
-                        fds.clear();
-                        enter(&cur, &mut fds, &mut base)?;
-                    }
-                    continue;
-                }
-                _ => {}
-            }
-            let Some(dir) = fds.last() else {
-                cur.push(c);
-                enter(&cur, &mut fds, &mut base)?;
-                if fds.is_empty() && !self.mounts.iter().any(|(g, _)| g.starts_with(&cur)) {
-                    return Err(FsError::Outside(format!(
-                        "{path} resolves to {}, outside the workspace and the home",
-                        guest(&cur)
-                    )));
-                }
-                continue;
-            };
-            // A mount nested in another one (the agent's state directory in
-            // the home of a docker instance) hides what is below it.
-            if self.mounts.len() > 1 {
-                let mut next = cur.clone();
-                next.push(c.clone());
-                if let Some(fd) = self.mount_at(&next) {
-                    cur = next;
-                    fds.push(fd?);
-                    continue;
-                }
-            }
-            let name = CString::new(c.as_bytes()).map_err(|_| FsError::BadPath("NUL in path".into()))?;
-            let opened = nix::fcntl::openat(
-                dir.as_fd(),
-                name.as_c_str(),
-                OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-                Mode::empty(),
-            );
-            let fd = match opened {
-                Ok(fd) => fd,
-                Err(Errno::ENOENT) if todo.is_empty() => {
-                    cur.push(c);
-                    let parent = fds.pop().expect("inside a mount");
-                    return Ok(Walked {
-                        parent,
-                        name: cur.last().cloned().unwrap_or_default(),
-                        target: None,
-                        guest: guest(&cur),
-                    });
-                }
-                Err(Errno::ENOENT) if create => {
-                    let g = guest(&[cur.clone(), vec![c.clone()]].concat());
-                    if !self.is_allowed(&[cur.clone(), vec![c.clone()]].concat()) {
-                        return Err(FsError::Outside(format!(
-                            "{path}: {g} is outside the workspace and the home"
-                        )));
-                    }
-                    match nix::sys::stat::mkdirat(
-                        dir.as_fd(),
-                        name.as_c_str(),
-                        Mode::from_bits_truncate(0o755),
-                    ) {
-                        Ok(()) | Err(Errno::EEXIST) => {}
-                        Err(e) => return Err(sys("mkdir", &g, e)),
-                    }
-                    let fd = nix::fcntl::openat(
-                        dir.as_fd(),
-                        name.as_c_str(),
-                        OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-                        Mode::empty(),
-                    )
-                    .map_err(|e| sys("open", &g, e))?;
-                    self.give(fd.as_fd(), &g);
-                    fd
-                }
-                Err(e) => return Err(sys("open", &guest(&[cur.clone(), vec![c]].concat()), e)),
-            };
-            let st = fstat(fd.as_fd()).map_err(|e| sys("fstat", &guest(&cur), e))?;
-            let kind = SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits());
-            if kind == SFlag::S_IFLNK {
-                links += 1;
-                if links > MAX_LINKS {
-                    return Err(sys("open", path, Errno::ELOOP));
-                }
-                let target =
-                    nix::fcntl::readlinkat(fd.as_fd(), "").map_err(|e| sys("readlink", &guest(&cur), e))?;
-                let target = std::os::unix::ffi::OsStrExt::as_bytes(target.as_os_str()).to_vec();
-                let target = String::from_utf8_lossy(&target).into_owned();
-                for t in target.split('/').filter(|t| !t.is_empty()).rev() {
-                    todo.push_front(t.to_string());
-                }
-                if target.starts_with('/') {
-                    cur.clear();
-                    fds.clear();
-                    enter(&cur, &mut fds, &mut base)?;
-                }
-                continue;
-            }
-            cur.push(c);
-            if kind == SFlag::S_IFDIR {
-                fds.push(fd);
-            } else if todo.is_empty() {
-                last_file = Some(fd);
-            } else {
-                return Err(sys("open", &guest(&cur), Errno::ENOTDIR));
-            }
-        }
-        let g = guest(&cur);
-        if fds.is_empty() {
-            return Err(FsError::Outside(format!(
-                "{path} resolves to {g}, outside the workspace and the home"
-            )));
-        }
-        if let Some(file) = last_file {
-            let parent = fds.pop().expect("checked");
-            return Ok(Walked {
-                parent,
-                name: cur.last().cloned().unwrap_or_default(),
-                target: Some(file),
-                guest: g,
-            });
-        }
-        // The target is the directory on top of the stack.
-        let top = fds.pop().expect("checked");
-        match fds.pop() {
-            Some(parent) => Ok(Walked {
-                parent,
-                name: cur.last().cloned().unwrap_or_default(),
-                target: Some(top),
-                guest: g,
-            }),
-            None => {
-                // A mount root (or `/`): no name in a parent we hold.
-                let parent = top.try_clone().map_err(|e| FsError::Failed(format!("dup: {e}")))?;
-                Ok(Walked { parent, name: String::new(), target: Some(top), guest: g })
-            }
-        }
-    }
-
-    fn give(&self, fd: BorrowedFd<'_>, what: &str) {
-        if let Some((uid, gid)) = self.owner
-            && let Err(e) = nix::unistd::fchown(fd, Some(uid.into()), Some(gid.into()))
-        {
-            tracing::warn!("fs: chown {what} to {uid}:{gid}: {e}");
-        }
+        self.view.walk(path, create)
     }
 
     fn check(&self, path: &str, guest_path: &str) -> Result<(), FsError> {
-        if self.is_allowed(&components(guest_path)) {
-            Ok(())
-        } else if guest_path == path {
-            Err(FsError::Outside(format!("{path} is outside the workspace and the home")))
-        } else {
-            Err(FsError::Outside(format!(
-                "{path} resolves to {guest_path}, outside the workspace and the home"
-            )))
-        }
+        self.view.check(path, guest_path)
     }
 
     /// Resolves a directory (a terminal's cwd): its canonical guest path.
@@ -489,48 +210,10 @@ impl GuestFs {
                 }
                 (st.st_mode & 0o7777, Some((st.st_uid, st.st_gid)))
             }
-            None => (0o644, self.owner),
+            None => (0o644, self.view.owner()),
         };
-        let tmp = format!(
-            ".{}.tuixiu-{}",
-            w.name.chars().take(64).collect::<String>(),
-            uuid::Uuid::new_v4().simple()
-        );
-        let tmp_c = CString::new(tmp.as_bytes()).map_err(|_| FsError::BadPath("NUL in path".into()))?;
-        let fd = nix::fcntl::openat(
-            w.parent.as_fd(),
-            tmp_c.as_c_str(),
-            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-            Mode::from_bits_truncate(0o600),
-        )
-        .map_err(|e| sys("create", &format!("{}/{tmp}", parent_of(&w.guest)), e))?;
-        let result = (|| {
-            let mut file = std::fs::File::from(fd);
-            file.write_all(content.as_bytes()).map_err(|e| FsError::Failed(format!("write {path}: {e}")))?;
-            nix::sys::stat::fchmod(file.as_fd(), Mode::from_bits_truncate(mode))
-                .map_err(|e| sys("fchmod", path, e))?;
-            if nix::unistd::geteuid().is_root()
-                && let Some((uid, gid)) = owner
-            {
-                let _ = nix::unistd::fchown(file.as_fd(), Some(uid.into()), Some(gid.into()));
-            }
-            let name = CString::new(w.name.as_bytes()).map_err(|_| FsError::BadPath("NUL in path".into()))?;
-            nix::fcntl::renameat(w.parent.as_fd(), tmp_c.as_c_str(), w.parent.as_fd(), name.as_c_str())
-                .map_err(|e| sys("rename", path, e))
-        })();
-        if result.is_err() {
-            let _ = nix::unistd::unlinkat(
-                w.parent.as_fd(),
-                tmp_c.as_c_str(),
-                nix::unistd::UnlinkatFlags::NoRemoveDir,
-            );
-        }
-        result
+        w.replace(path, content.as_bytes(), mode, owner)
     }
-}
-
-fn parent_of(g: &str) -> &str {
-    g.rsplit_once('/').map_or("/", |(p, _)| if p.is_empty() { "/" } else { p })
 }
 
 fn into_text(bytes: Vec<u8>) -> String {

@@ -60,6 +60,31 @@ fn call_text(e: &CallError) -> String {
     }
 }
 
+/// Why an agent could not be started, initialized, prompted or controlled.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum AgentError {
+    #[error("the agent process has no stdio pipes")]
+    NoPipes,
+    #[error("initialize: {0}")]
+    Initialize(CallError),
+    #[error(
+        "initialize: the agent speaks ACP protocol version {got}, this daemon speaks {}",
+        PROTOCOL_VERSION
+    )]
+    Version { got: String },
+    /// A request the agent failed: its own message when it answered one.
+    #[error("{method}: {}", call_text(.error))]
+    Call { method: &'static str, error: CallError },
+    #[error("session/new returned no sessionId (session/new 未返回 sessionId)")]
+    NoSessionId,
+    #[error("unknown ACP content block type: {0:?} (未知的 ACP content block type)")]
+    UnknownBlock(String),
+    #[error("the agent does not accept {kind} content (promptCapabilities.{cap} is not set)")]
+    Unsupported { kind: String, cap: &'static str },
+    #[error("unknown session control {0}")]
+    UnknownControl(String),
+}
+
 impl Agent {
     /// Takes over a started agent process: stderr lines become
     /// `[agent:stderr]` texts (redacted), stdout the ACP connection, and
@@ -72,9 +97,9 @@ impl Agent {
         mut process: Process,
         client: Client,
         on_exit: Box<dyn FnOnce(ExitStatus) + Send>,
-    ) -> Result<Arc<Agent>, String> {
+    ) -> Result<Arc<Agent>, AgentError> {
         let (Some(stdin), Some(stdout)) = (process.stdin.take(), process.stdout.take()) else {
-            return Err("the agent process has no stdio pipes".into());
+            return Err(AgentError::NoPipes);
         };
         if let Some(stderr) = process.stderr.take() {
             let (sink, run) = (cx.sink.clone(), run_id.to_string());
@@ -139,7 +164,7 @@ impl Agent {
     }
 
     /// `initialize` with protocol version 1 and our capabilities.
-    pub async fn initialize(&self) -> Result<(), String> {
+    pub async fn initialize(&self) -> Result<(), AgentError> {
         let params = json!({
             "protocolVersion": PROTOCOL_VERSION,
             "clientCapabilities": {
@@ -152,14 +177,12 @@ impl Agent {
             .transport
             .call("initialize", params, Some(self.timeout()))
             .await
-            .map_err(|e| format!("initialize: {e}"))?;
+            .map_err(AgentError::Initialize)?;
         match result.get("protocolVersion").and_then(Value::as_u64) {
             Some(PROTOCOL_VERSION) => {}
             other => {
-                return Err(format!(
-                    "initialize: the agent speaks ACP protocol version {}, this daemon speaks {PROTOCOL_VERSION}",
-                    other.map_or_else(|| "(none)".to_string(), |v| v.to_string())
-                ));
+                let got = other.map_or_else(|| "(none)".to_string(), |v| v.to_string());
+                return Err(AgentError::Version { got });
             }
         }
         *lock(&self.init) = result;
@@ -186,13 +209,13 @@ impl Agent {
         }
     }
 
-    async fn new_session(&self, cwd: &str) -> Result<String, String> {
+    async fn new_session(&self, cwd: &str) -> Result<String, AgentError> {
         let result = self
             .call("session/new", json!({"cwd": cwd, "mcpServers": []}), Some(self.timeout()))
             .await
-            .map_err(|e| format!("session/new: {}", call_text(&e)))?;
+            .map_err(|error| AgentError::Call { method: "session/new", error })?;
         let Some(id) = result.get("sessionId").and_then(Value::as_str).filter(|s| !s.is_empty()) else {
-            return Err("session/new returned no sessionId (session/new 未返回 sessionId)".into());
+            return Err(AgentError::NoSessionId);
         };
         lock(&self.sessions).insert(id.to_string());
         let push = |update: Value| {
@@ -217,7 +240,7 @@ impl Agent {
         context: Option<&str>,
         prompt: Vec<Value>,
         timeout: Duration,
-    ) -> Result<PromptOutcome, String> {
+    ) -> Result<PromptOutcome, AgentError> {
         let _turn = self.prompt_lock.lock().await;
         *lock(&self.client.active_prompt) = Some(prompt_id.to_string());
         struct Clear<'a>(&'a Agent, String);
@@ -274,7 +297,7 @@ impl Agent {
             }
             other => (session, created, None, other),
         };
-        let result = result.map_err(|e| format!("session/prompt: {}", call_text(&e)))?;
+        let result = result.map_err(|error| AgentError::Call { method: "session/prompt", error })?;
         let stop_reason = match result.get("stopReason").and_then(Value::as_str).filter(|s| !s.is_empty()) {
             Some(s) => s.to_string(),
             None => {
@@ -294,7 +317,7 @@ impl Agent {
     }
 
     /// Prompt blocks the agent cannot take are refused before sending.
-    fn check_blocks(&self, prompt: &[Value]) -> Result<(), String> {
+    fn check_blocks(&self, prompt: &[Value]) -> Result<(), AgentError> {
         for b in prompt {
             let t = b.get("type").and_then(Value::as_str).unwrap_or("");
             let needs = match t {
@@ -302,18 +325,12 @@ impl Agent {
                 "image" => Some("image"),
                 "audio" => Some("audio"),
                 "resource" => Some("embeddedContext"),
-                other => {
-                    return Err(format!(
-                        "unknown ACP content block type: {other:?} (未知的 ACP content block type)"
-                    ));
-                }
+                other => return Err(AgentError::UnknownBlock(other.to_string())),
             };
             if let Some(cap) = needs
                 && !self.capability(&format!("/agentCapabilities/promptCapabilities/{cap}"))
             {
-                return Err(format!(
-                    "the agent does not accept {t} content (promptCapabilities.{cap} is not set)"
-                ));
+                return Err(AgentError::Unsupported { kind: t.to_string(), cap });
             }
         }
         Ok(())
@@ -348,7 +365,7 @@ impl Agent {
         kind: &str,
         session_id: &str,
         msg: &serde_json::Map<String, Value>,
-    ) -> Result<(), String> {
+    ) -> Result<(), AgentError> {
         let (method, params) = match kind {
             "session_set_mode" => {
                 ("session/set_mode", json!({"sessionId": session_id, "modeId": msg.get("mode_id")}))
@@ -360,12 +377,12 @@ impl Agent {
                 "session/set_config_option",
                 json!({"sessionId": session_id, "configId": msg.get("config_id"), "value": msg.get("value").cloned().unwrap_or(Value::Null)}),
             ),
-            other => return Err(format!("unknown session control {other}")),
+            other => return Err(AgentError::UnknownControl(other.to_string())),
         };
         let result = self
             .call(method, params, Some(self.timeout()))
             .await
-            .map_err(|e| format!("{method}: {}", call_text(&e)))?;
+            .map_err(|error| AgentError::Call { method, error })?;
         if let Some(opts) = result.get("configOptions").filter(|v| v.is_array()) {
             self.cx.sink.message(&json!({"type": "acp_update", "run_id": self.run_id, "prompt_id": self.client.prompt_id(),
                 "session_id": session_id, "update": {"sessionUpdate": "config_option_update", "configOptions": opts}}));

@@ -300,15 +300,20 @@ pub fn processes_in_pid_ns_of(pid: u32) -> Option<usize> {
 }
 
 /// The limit the agent asked for: default 2 MiB, at most 64 MiB.
-pub fn output_limit(v: Option<&Value>) -> Result<usize, String> {
+pub fn output_limit(v: Option<&Value>) -> Result<usize, BadLimit> {
     match v {
         None | Some(Value::Null) => Ok(DEFAULT_OUTPUT_LIMIT as usize),
         Some(v) => match v.as_u64() {
             Some(n) => Ok(n.min(MAX_OUTPUT_LIMIT) as usize),
-            None => Err(format!("outputByteLimit must be a non-negative integer, got {v}")),
+            None => Err(BadLimit(v.clone())),
         },
     }
 }
+
+/// An `outputByteLimit` that is not a count of bytes.
+#[derive(Debug, thiserror::Error)]
+#[error("outputByteLimit must be a non-negative integer, got {0}")]
+pub struct BadLimit(pub Value);
 
 /// True when `command` (given without `args`) needs a shell: spaces,
 /// quotes, redirections, pipes, globs, variables...

@@ -9,10 +9,11 @@
 //! not even one that stays inside. A file is opened for reading only once
 //! an `O_PATH` descriptor has shown it is a regular file
 //! ([`open_regular`]): a FIFO, a socket or a device node is never opened.
+//! Atomic writes by path are [`super::atomic`]'s.
 
 use std::ffi::CString;
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 
@@ -117,24 +118,13 @@ pub enum ReadError {
 /// directory, written and synced, then renamed over it. A crash leaves the
 /// old content or the new, never a torn file.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    replace(path, bytes, true)
+    super::atomic::write(path, bytes, super::atomic::Durability::Synced)
 }
 
 /// As `write_atomic` without the sync: readers see the old content or the
 /// new, but a machine crash may lose it unless `sync_file` ran since.
 pub fn write_replace(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    replace(path, bytes, false)
-}
-
-fn replace(path: &Path, bytes: &[u8], sync: bool) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let mut tmp = tempfile::Builder::new().prefix(".tmp-").tempfile_in(dir)?;
-    tmp.write_all(bytes)?;
-    if sync {
-        tmp.as_file().sync_data()?;
-    }
-    tmp.persist(path).map_err(|e| e.error)?;
-    Ok(())
+    super::atomic::write(path, bytes, super::atomic::Durability::Unsynced)
 }
 
 /// Makes a file written by `write_replace` durable: its data, then its

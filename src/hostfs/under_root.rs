@@ -7,14 +7,36 @@
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Component, Path, PathBuf};
 
+/// Why a host path was refused or could not be resolved.
+#[derive(Debug, thiserror::Error)]
+pub enum UnderRootError {
+    #[error("{} must be under sandbox.workspaceHostRoot ({})", .path.display(), .root.display())]
+    Outside { path: PathBuf, root: PathBuf },
+    #[error("{} is not an absolute path", .0.display())]
+    NotAbsolute(PathBuf),
+    #[error("{} contains '..'", .0.display())]
+    DotDot(PathBuf),
+    #[error("{} is the workspace root itself", .0.display())]
+    IsRoot(PathBuf),
+    #[error("{} resolves to {}, outside the workspace root", .path.display(), .real.display())]
+    LeadsOutside { path: PathBuf, real: PathBuf },
+    #[error("create {}: {}", .path.display(), sandbox::error::io_error_text(.source))]
+    Create { path: PathBuf, source: std::io::Error },
+    #[error("{}: {}", .path.display(), sandbox::error::io_error_text(.source))]
+    Io { path: PathBuf, source: std::io::Error },
+}
+
 /// Resolves `path` inside `root` (canonical), symlinks included, and with
 /// `create` makes the missing directories. Refuses anything that is or
 /// leads outside the root, and the root itself.
-pub fn resolve_under_root(root: &Path, path: &Path, create: bool) -> Result<PathBuf, String> {
-    let outside =
-        || format!("{} must be under sandbox.workspaceHostRoot ({})", path.display(), root.display());
+pub fn resolve_under_root(root: &Path, path: &Path, create: bool) -> Result<PathBuf, UnderRootError> {
+    let outside = || UnderRootError::Outside { path: path.to_path_buf(), root: root.to_path_buf() };
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| UnderRootError::Io { path, source }
+    };
     if !path.is_absolute() {
-        return Err(format!("{} is not an absolute path", path.display()));
+        return Err(UnderRootError::NotAbsolute(path.to_path_buf()));
     }
     // Lexical first: no `..`, and under the root as written.
     let mut lexical = PathBuf::new();
@@ -24,13 +46,13 @@ pub fn resolve_under_root(root: &Path, path: &Path, create: bool) -> Result<Path
             Component::Normal(n) => lexical.push(n),
             Component::CurDir => {}
             Component::ParentDir | Component::Prefix(_) => {
-                return Err(format!("{} contains '..'", path.display()));
+                return Err(UnderRootError::DotDot(path.to_path_buf()));
             }
         }
     }
     let rel = lexical.strip_prefix(root).map_err(|_| outside())?.to_path_buf();
     if rel.as_os_str().is_empty() {
-        return Err(format!("{} is the workspace root itself", path.display()));
+        return Err(UnderRootError::IsRoot(path.to_path_buf()));
     }
     // Then walk down from the root, resolving each existing component
     // (symlinks included) and checking it stays inside.
@@ -39,14 +61,9 @@ pub fn resolve_under_root(root: &Path, path: &Path, create: bool) -> Result<Path
         let next = cur.join(c);
         match std::fs::symlink_metadata(&next) {
             Ok(_) => {
-                let real = std::fs::canonicalize(&next)
-                    .map_err(|e| format!("{}: {}", next.display(), sandbox::error::io_error_text(&e)))?;
+                let real = std::fs::canonicalize(&next).map_err(io(&next))?;
                 if !real.starts_with(root) || real == root {
-                    return Err(format!(
-                        "{} resolves to {}, outside the workspace root",
-                        next.display(),
-                        real.display()
-                    ));
+                    return Err(UnderRootError::LeadsOutside { path: next, real });
                 }
                 cur = real;
             }
@@ -54,16 +71,9 @@ pub fn resolve_under_root(root: &Path, path: &Path, create: bool) -> Result<Path
                 match std::fs::DirBuilder::new().mode(0o755).create(&next) {
                     Ok(()) => {}
                     Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                    Err(e) => {
-                        return Err(format!(
-                            "create {}: {}",
-                            next.display(),
-                            sandbox::error::io_error_text(&e)
-                        ));
-                    }
+                    Err(source) => return Err(UnderRootError::Create { path: next, source }),
                 }
-                cur = std::fs::canonicalize(&next)
-                    .map_err(|e| format!("{}: {}", next.display(), sandbox::error::io_error_text(&e)))?;
+                cur = std::fs::canonicalize(&next).map_err(io(&next))?;
                 if !cur.starts_with(root) {
                     return Err(outside());
                 }
@@ -71,7 +81,7 @@ pub fn resolve_under_root(root: &Path, path: &Path, create: bool) -> Result<Path
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 cur = next;
             }
-            Err(e) => return Err(format!("{}: {}", next.display(), sandbox::error::io_error_text(&e))),
+            Err(source) => return Err(UnderRootError::Io { path: next, source }),
         }
     }
     Ok(cur)

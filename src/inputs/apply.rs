@@ -144,7 +144,7 @@ fn land(
             match dest.bind(index, item.target.root, root.as_fd(), rel) {
                 Ok(BindOutcome::Attached) => Ok(Landed::default()),
                 Ok(BindOutcome::Delegated(note)) => Ok(Landed { note: Some(note), ..Landed::default() }),
-                Err(message) => Err(Fail::Coded(Code::BindFailed, message)),
+                Err(e) => Err(Fail::Coded(Code::BindFailed, e.to_string())),
             }
         }
         (Step::WriteFile { text }, _) => {

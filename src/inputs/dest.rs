@@ -29,6 +29,21 @@ pub enum BindOutcome {
     Delegated(String),
 }
 
+/// Why a bind item could not be mounted.
+#[derive(Debug, thiserror::Error)]
+pub enum BindError {
+    #[error("no deferred bind was prepared for this item")]
+    NotPrepared,
+    #[error(transparent)]
+    Fs(#[from] FsError),
+    #[error("{guest} leads out of {root} through a symlink")]
+    LeadsOut { guest: String, root: String },
+    #[error(transparent)]
+    Attach(#[from] sandbox::error::SyscallError),
+    #[error("this provider cannot mount binds")]
+    Unsupported,
+}
+
 /// A place that items can land in.
 pub trait Destination {
     /// An `O_PATH` directory descriptor for a logical root. Called once per
@@ -46,7 +61,7 @@ pub trait Destination {
         root: Root,
         root_fd: BorrowedFd<'_>,
         rel: &str,
-    ) -> Result<BindOutcome, String>;
+    ) -> Result<BindOutcome, BindError>;
 }
 
 /// The native sandbox during its apply phase.
@@ -84,28 +99,29 @@ impl Destination for SandboxDest<'_, '_> {
         root: Root,
         root_fd: BorrowedFd<'_>,
         rel: &str,
-    ) -> Result<BindOutcome, String> {
+    ) -> Result<BindOutcome, BindError> {
         let Some(&index) = self.binds.get(&item) else {
-            return Err("no deferred bind was prepared for this item".into());
+            return Err(BindError::NotPrepared);
         };
         // The sandbox attaches at the guest path resolved from its own `/`;
         // make sure that is the same place as `rel` resolved inside the
         // logical root, i.e. no symlink leads the bind out of the root.
         let guest = self.layout.guest(root, rel);
-        let inside = fsx::open_in_root(root_fd, rel, OFlag::O_PATH).map_err(|e| e.to_string())?;
-        let leads_out = || format!("{guest} leads out of {} through a symlink", self.layout.root(root));
+        let inside = fsx::open_in_root(root_fd, rel, OFlag::O_PATH)?;
+        let leads_out =
+            || BindError::LeadsOut { guest: guest.clone(), root: self.layout.root(root).to_string() };
         // The target exists inside the root; if the sandbox's own view of
         // the same path does not reach it, a symlink leads elsewhere.
         let seen =
             fsx::open_in_root(self.ctx.root(), guest_rel(&guest), OFlag::O_PATH).map_err(|_| leads_out())?;
         let (a, b) = (
-            fstat(inside.as_fd()).map_err(|e| fs_err("fstat", &guest, e).to_string())?,
-            fstat(seen.as_fd()).map_err(|e| fs_err("fstat", &guest, e).to_string())?,
+            fstat(inside.as_fd()).map_err(|e| fs_err("fstat", &guest, e))?,
+            fstat(seen.as_fd()).map_err(|e| fs_err("fstat", &guest, e))?,
         );
         if (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino) {
             return Err(leads_out());
         }
-        self.ctx.attach(index).map_err(|e| e.to_string())?;
+        self.ctx.attach(index)?;
         Ok(BindOutcome::Attached)
     }
 }
@@ -147,11 +163,11 @@ impl Destination for HostDirs {
         _root: Root,
         _root_fd: BorrowedFd<'_>,
         _rel: &str,
-    ) -> Result<BindOutcome, String> {
+    ) -> Result<BindOutcome, BindError> {
         if self.binds_are_volumes {
             Ok(BindOutcome::Delegated("mounted by the provider as a volume".into()))
         } else {
-            Err("this provider cannot mount binds".into())
+            Err(BindError::Unsupported)
         }
     }
 }

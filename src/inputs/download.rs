@@ -32,6 +32,7 @@ use url::Url;
 use super::error::{Code, InputError};
 use super::plan::display_url;
 use crate::env::Redactor;
+use crate::hostfs::atomic::{AtomicFile, Durability, LockedError};
 use crate::hostfs::root as fsx;
 
 /// A value that must never be printed (`Debug` shows `[REDACTED]`).
@@ -125,7 +126,7 @@ impl Cache {
     /// unusable and what is used instead.
     pub fn default_location() -> Cache {
         let nonempty = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
-        let mut first_failure: Option<String> = None;
+        let mut first_failure: Option<CacheError> = None;
         let candidates = [
             nonempty("XDG_CACHE_HOME").map(|d| d.join("tuixiu-sandbox/inputs")),
             nonempty("HOME").map(|d| d.join(".cache/tuixiu-sandbox/inputs")),
@@ -156,7 +157,7 @@ impl Cache {
     }
 
     /// The one warning of a fallback.
-    fn noting(self, failure: Option<String>) -> Cache {
+    fn noting(self, failure: Option<CacheError>) -> Cache {
         if let (Some(failure), Some(root)) = (failure, &self.root) {
             tracing::warn!(
                 "{failure}; using {} instead (choose one with --inputs-cache or XDG_CACHE_HOME)",
@@ -168,7 +169,7 @@ impl Cache {
 
     /// Opens (creating it, mode 0700) a cache directory that must belong to
     /// this user and not be writable by others.
-    pub fn open(root: &Path) -> Result<Cache, String> {
+    pub fn open(root: &Path) -> Result<Cache, CacheError> {
         for dir in [root.to_path_buf(), root.join("zips"), root.join("tmp")] {
             private_dir(&dir)?;
         }
@@ -223,43 +224,47 @@ impl Cache {
 /// `$TMPDIR/tuixiu-sandbox-<uid>`: created 0700, and used only if it is a
 /// directory of ours that nobody else may enter (the temporary directory
 /// is shared: another user could have made it first, or a link in its place).
-fn per_user_temp_dir() -> Result<PathBuf, String> {
+fn per_user_temp_dir() -> Result<PathBuf, CacheError> {
     let uid = nix::unistd::geteuid().as_raw();
     let dir = std::env::temp_dir().join(format!("tuixiu-sandbox-{uid}"));
-    let shown =
-        |e: &std::io::Error| format!("input cache {}: {}", dir.display(), sandbox::error::io_error_text(e));
+    let shown = |source| CacheError::Io { dir: dir.clone(), source };
     match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(shown(&e)),
+        Err(e) => return Err(shown(e)),
     }
-    let meta = std::fs::symlink_metadata(&dir).map_err(|e| shown(&e))?;
+    let meta = std::fs::symlink_metadata(&dir).map_err(shown)?;
     if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
-        return Err(format!(
-            "input cache {} must be a directory owned by uid {uid} with mode 0700 (it is not ours)",
-            dir.display()
-        ));
+        return Err(CacheError::NotOurs { dir, uid });
     }
     Ok(dir)
 }
 
-fn private_dir(dir: &Path) -> Result<(), String> {
-    match std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir) {
-        Ok(()) => {}
-        Err(e) => {
-            return Err(format!("input cache {}: {}", dir.display(), sandbox::error::io_error_text(&e)));
-        }
-    }
-    let meta = std::fs::symlink_metadata(dir)
-        .map_err(|e| format!("input cache {}: {}", dir.display(), sandbox::error::io_error_text(&e)))?;
+fn private_dir(dir: &Path) -> Result<(), CacheError> {
+    let shown = |source| CacheError::Io { dir: dir.to_path_buf(), source };
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(shown)?;
+    let meta = std::fs::symlink_metadata(dir).map_err(shown)?;
     let uid = nix::unistd::geteuid().as_raw();
     if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o022 != 0 {
-        return Err(format!(
-            "input cache {} must be a directory owned by uid {uid} and writable only by it (choose another with --inputs-cache)",
-            dir.display()
-        ));
+        return Err(CacheError::NotPrivate { dir: dir.to_path_buf(), uid });
     }
     Ok(())
+}
+
+/// Why the input cache (or a place to download to) is unusable.
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    #[error("input cache {}: {}", .dir.display(), sandbox::error::io_error_text(.source))]
+    Io { dir: PathBuf, source: std::io::Error },
+    #[error("input cache {} must be a directory owned by uid {uid} with mode 0700 (it is not ours)", .dir.display())]
+    NotOurs { dir: PathBuf, uid: u32 },
+    #[error(
+        "input cache {} must be a directory owned by uid {uid} and writable only by it (choose another with --inputs-cache)",
+        .dir.display()
+    )]
+    NotPrivate { dir: PathBuf, uid: u32 },
+    #[error("no place to download to: {}: {file}; memfd_create => {memfd}", .dir.display())]
+    NoPlace { dir: PathBuf, file: std::io::Error, memfd: nix::errno::Errno },
 }
 
 /// sha256 (hex) and length of a file, read from its start.
@@ -442,22 +447,18 @@ async fn download(
         ));
     }
 
-    let (mut file, tmp_path) = match &cache.root {
-        Some(root) => loop {
-            let tmp = tempfile::Builder::new()
-                .prefix(TMP_PREFIX)
-                .tempfile_in(root.join("tmp"))
-                .map_err(|e| fail(Code::Cache, format!("input cache {}: {e}", root.join("tmp").display())))?;
-            // Locked while we write it: a file nobody holds is a killed
-            // download's, which the next `Cache::open` removes.
-            if fsx::lock_new(tmp.as_file().as_fd(), c"download")
-                .map_err(|e| fail(Code::Cache, format!("input cache: {e}")))?
-            {
-                let (file, path) = tmp.into_parts();
-                break (file, Some(path));
-            }
-        },
-        None => (unnamed_file().map_err(|e| fail(Code::Cache, e))?, None),
+    let mut staged = match &cache.root {
+        // Locked while we write it: a file nobody holds is a killed
+        // download's, which the next `Cache::open` removes.
+        Some(root) => {
+            AtomicFile::new_locked_in(&root.join("tmp"), TMP_PREFIX, c"download").map_err(|e| match e {
+                LockedError::Create(e) => {
+                    fail(Code::Cache, format!("input cache {}: {e}", root.join("tmp").display()))
+                }
+                LockedError::Lock(e) => fail(Code::Cache, format!("input cache: {e}")),
+            })?
+        }
+        None => AtomicFile::anonymous(unnamed_file().map_err(|e| fail(Code::Cache, e.to_string()))?),
     };
     let progress = progress_bar(options.progress, declared, &crate::manifest::shown(job.item));
     let mut hasher = Sha256::new();
@@ -478,7 +479,7 @@ async fn download(
             return Err(fail(Code::DownloadTooLarge, format!("download too large: maxBytes={max}")));
         }
         hasher.update(&chunk);
-        file.write_all(&chunk).map_err(|e| fail(Code::Cache, format!("input cache: write: {e}")))?;
+        staged.file.write_all(&chunk).map_err(|e| fail(Code::Cache, format!("input cache: write: {e}")))?;
         progress.inc(chunk.len() as u64);
     }
     progress.finish_and_clear();
@@ -495,18 +496,19 @@ async fn download(
             ),
         )),
         Some(_) => {
-            if let (Some(dest), Some(tmp_path)) = (cache.zip_path(&sha256), tmp_path) {
-                tmp_path
-                    .persist(&dest)
-                    .map_err(|e| fail(Code::Cache, format!("input cache {}: {}", dest.display(), e.error)))?;
-            }
+            let mut file = match cache.zip_path(&sha256) {
+                Some(dest) => staged
+                    .commit(&dest, Durability::Unsynced)
+                    .map_err(|e| fail(Code::Cache, format!("input cache {}: {e}", dest.display())))?,
+                None => staged.discard(),
+            };
             file.seek(SeekFrom::Start(0)).map_err(|e| fail(Code::Cache, format!("input cache: {e}")))?;
             Ok(Zip { file, sha256, bytes: received, cached: false })
         }
         None => {
             // Nothing to key a cache entry by: the archive lives as an open,
             // already unlinked file until it is extracted.
-            drop(tmp_path);
+            let mut file = staged.discard();
             file.seek(SeekFrom::Start(0)).map_err(|e| fail(Code::Cache, format!("input cache: {e}")))?;
             Ok(Zip { file, sha256, bytes: received, cached: false })
         }
@@ -515,16 +517,11 @@ async fn download(
 
 /// Where a download goes without a cache: an unnamed file in the temporary
 /// directory, else in memory (bounded by the download's size cap).
-fn unnamed_file() -> Result<File, String> {
-    tempfile::tempfile().or_else(|e| {
+fn unnamed_file() -> Result<File, CacheError> {
+    tempfile::tempfile().or_else(|file| {
         nix::sys::memfd::memfd_create(c"tuixiu-download", nix::sys::memfd::MFdFlags::MFD_CLOEXEC)
             .map(File::from)
-            .map_err(|m| {
-                format!(
-                    "no place to download to: {}: {e}; memfd_create => {m}",
-                    std::env::temp_dir().display()
-                )
-            })
+            .map_err(|memfd| CacheError::NoPlace { dir: std::env::temp_dir(), file, memfd })
     })
 }
 

@@ -5,15 +5,15 @@
 //! Credentials never appear on a command line or in a log: git asks for
 //! them through `GIT_ASKPASS`, which points at this very binary in its
 //! askpass mode ([`askpass_main`]), and the answers travel in the
-//! environment of the git process only. git runs with a scrubbed
-//! environment (no user or system config, no terminal prompts, hooks
-//! disabled, only the transport protocols the repository needs) and in its
-//! own process group, which is killed when the deadline passes.
+//! environment of the git process only. git runs hardened by
+//! [`crate::git::Hardened`] (no user or system config, no terminal prompts,
+//! hooks disabled), with only the transport protocols the repository needs,
+//! in its own process group, which is killed when the deadline passes.
 
 use std::ffi::OsString;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use super::download::Secret;
@@ -139,38 +139,15 @@ pub fn checkout(
                 git(&["checkout", "--quiet", "--detach", commit], Some(dir))?;
             }
         }
-        Some(branch) => git(
-            &[
-                "clone",
-                "--quiet",
-                "--template=",
-                "--depth",
-                "1",
-                "--single-branch",
-                "--no-tags",
-                "--branch",
-                branch,
-                "--",
-                &url,
-                &target,
-            ],
-            None,
-        )?,
-        None => git(
-            &[
-                "clone",
-                "--quiet",
-                "--template=",
-                "--depth",
-                "1",
-                "--single-branch",
-                "--no-tags",
-                "--",
-                &url,
-                &target,
-            ],
-            None,
-        )?,
+        branch => {
+            let mut args =
+                vec!["clone", "--quiet", "--template=", "--depth", "1", "--single-branch", "--no-tags"];
+            if let Some(branch) = branch {
+                args.extend(["--branch", branch]);
+            }
+            args.extend(["--", url.as_str(), target.as_str()]);
+            git(&args, None)?;
+        }
     }
     Ok(())
 }
@@ -187,44 +164,27 @@ fn run_git(
     deadline: Instant,
     scratch: &Path,
 ) -> Result<(), GitFailure> {
-    use std::os::unix::process::CommandExt;
-
     let fail =
         |message: String| GitFailure { message: redactor.redact(&message).into_owned(), timed_out: false };
     // git's stderr goes to a file, so no pipe can fill up while we wait.
     let mut log = tempfile::tempfile_in(scratch).map_err(|e| fail(format!("git log file: {e}")))?;
-    let mut cmd = Command::new("git");
-    cmd.args([
-        "-c",
-        "core.hooksPath=/dev/null",
-        "-c",
-        "core.fsmonitor=false",
-        "-c",
-        "protocol.ext.allow=never",
-        "-c",
-        "advice.detachedHead=false",
-        "-c",
-        "init.defaultBranch=main",
-    ]);
+    let mut cmd = crate::git::Hardened {
+        home,
+        global_config: Some(config),
+        path: Some(std::env::var_os("PATH").unwrap_or_else(|| OsString::from("/usr/bin:/bin"))),
+        safe_directory: None,
+    }
+    .command();
+    cmd.args(["-c", "advice.detachedHead=false", "-c", "init.defaultBranch=main"]);
     cmd.args(args);
     if let Some(cwd) = cwd {
         cmd.current_dir(cwd);
     }
-    cmd.env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_else(|| OsString::from("/usr/bin:/bin")))
-        .env("HOME", home)
-        .env("LC_ALL", "C")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", config)
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .env("GIT_ALLOW_PROTOCOL", protocols)
-        .env("GIT_SSH_COMMAND", "ssh -o BatchMode=yes")
+    cmd.env("GIT_ALLOW_PROTOCOL", protocols)
         .env("GIT_ASKPASS", &options.askpass)
         .env(ASKPASS_ENV, "1")
-        .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(log.try_clone().map_err(|e| fail(format!("git log file: {e}")))?)
-        .process_group(0);
+        .stderr(log.try_clone().map_err(|e| fail(format!("git log file: {e}")))?);
     if let Some(creds) = &options.credentials {
         cmd.env(ASKPASS_USER, &creds.username).env(ASKPASS_PASS, creds.password.expose());
     }

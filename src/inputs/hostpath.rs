@@ -32,16 +32,24 @@ pub struct HostPath {
     pub is_dir: bool,
 }
 
+/// An `--allow-host-path` directory that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum AllowlistError {
+    #[error("--allow-host-path {}: {}", .dir.display(), sandbox::error::io_error_text(.source))]
+    Io { dir: PathBuf, source: std::io::Error },
+    #[error("--allow-host-path {}: not a directory", .0.display())]
+    NotADirectory(PathBuf),
+}
+
 impl HostAllowlist {
     /// Each directory must exist; it is canonicalized.
-    pub fn new(dirs: &[PathBuf]) -> Result<HostAllowlist, String> {
+    pub fn new(dirs: &[PathBuf]) -> Result<HostAllowlist, AllowlistError> {
         let mut roots = Vec::new();
         for dir in dirs {
-            let canonical = std::fs::canonicalize(dir).map_err(|e| {
-                format!("--allow-host-path {}: {}", dir.display(), sandbox::error::io_error_text(&e))
-            })?;
+            let canonical = std::fs::canonicalize(dir)
+                .map_err(|source| AllowlistError::Io { dir: dir.clone(), source })?;
             if !canonical.is_dir() {
-                return Err(format!("--allow-host-path {}: not a directory", dir.display()));
+                return Err(AllowlistError::NotADirectory(dir.clone()));
             }
             if !roots.contains(&canonical) {
                 roots.push(canonical);

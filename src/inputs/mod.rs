@@ -232,7 +232,9 @@ pub fn cache_for(plan: &Plan, dir: Option<&std::path::Path>) -> Result<Option<Ca
         return Ok(None);
     };
     match dir {
-        Some(dir) => Cache::open(dir).map(Some).map_err(|e| InputError::new(Code::Cache, &first.item.id, e)),
+        Some(dir) => Cache::open(dir)
+            .map(Some)
+            .map_err(|e| InputError::new(Code::Cache, &first.item.id, e.to_string())),
         None => Ok(Some(Cache::default_location())),
     }
 }
@@ -255,10 +257,15 @@ fn chown_tree(dir: &std::path::Path, uid: u32, gid: u32) -> std::io::Result<()> 
     Ok(())
 }
 
+/// Threads still running after the input fetch.
+#[derive(Debug, thiserror::Error)]
+#[error("the input fetch left {0} threads running; the sandbox needs a single-threaded launcher")]
+pub struct ThreadsLeft(pub usize);
+
 /// Waits (briefly) until this process has a single thread again, as
 /// `sandbox::launch` requires: a joined thread can linger in
 /// `/proc/self/task` for a moment after `join` returns.
-pub fn wait_single_threaded() -> Result<(), String> {
+pub fn wait_single_threaded() -> Result<(), ThreadsLeft> {
     let count = || std::fs::read_dir("/proc/self/task").map(|d| d.count()).unwrap_or(1);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
     loop {
@@ -267,9 +274,7 @@ pub fn wait_single_threaded() -> Result<(), String> {
             return Ok(());
         }
         if std::time::Instant::now() >= deadline {
-            return Err(format!(
-                "the input fetch left {n} threads running; the sandbox needs a single-threaded launcher"
-            ));
+            return Err(ThreadsLeft(n));
         }
         std::thread::sleep(std::time::Duration::from_millis(1));
     }

@@ -723,8 +723,7 @@ fn spawner(d: Arc<Daemon>, name: String, pid1: Option<u32>) -> Spawner {
             let process = match (&d.provider, pid1) {
                 (AnyProvider::Native(p), Some(pid)) => p.exec_joined(&name, pid, &spec).await,
                 (p, _) => p.exec(&name, &spec).await,
-            }
-            .map_err(|e| format!("terminal/create: {e}"))?;
+            }?;
             let killer = process.group_killer();
             Ok((process, killer))
         })

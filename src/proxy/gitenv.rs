@@ -9,14 +9,40 @@
 //!   with `TUIXIU_GIT_AUTH_MODE=ssh`, a key (`TUIXIU_GIT_SSH_KEY` or
 //!   `_B64`) written 0600 into a private temporary directory, or
 //!   `TUIXIU_GIT_SSH_COMMAND`. Never in argv, never in a log.
-//! * git starts with a cleared environment, no system or user config (its
-//!   `HOME` is the private temporary directory), no terminal prompts,
-//!   hooks, fsmonitor, credential helpers or `ext::` transport, in its own
-//!   process group, which is killed at the deadline.
+//! * git starts hardened by [`crate::git::Hardened`]: a cleared
+//!   environment, no system or user config (its `HOME` is the private
+//!   temporary directory), no terminal prompts, hooks, fsmonitor,
+//!   credential helpers or `ext::` transport, in its own process group,
+//!   which is killed at the deadline.
 
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+/// Why a git operation of the daemon could not start or finish.
+#[derive(Debug, thiserror::Error)]
+pub enum GitError {
+    #[error(transparent)]
+    Dir(#[from] super::identity::IdentityError),
+    #[error("create {}: {}", .path.display(), sandbox::error::io_error_text(.source))]
+    Create { path: PathBuf, source: std::io::Error },
+    #[error("write {}: {source}", .path.display())]
+    Write { path: PathBuf, source: std::io::Error },
+    #[error("TUIXIU_GIT_SSH_KEY_B64 is not base64")]
+    KeyNotBase64,
+    #[error("TUIXIU_GIT_SSH_KEY_B64 is not a text key")]
+    KeyNotText,
+    #[error("ssh auth needs TUIXIU_GIT_SSH_KEY(_B64) or TUIXIU_GIT_SSH_COMMAND")]
+    NoSshKey,
+    #[error("git: {}", sandbox::error::io_error_text(.0))]
+    Spawn(std::io::Error),
+    #[error("git: {0}")]
+    Wait(std::io::Error),
+    #[error("timed out")]
+    TimedOut,
+    #[error("branch {0:?} is not a valid branch name")]
+    BadBranch(String),
+}
 
 /// The askpass helper: answers git's prompts from variables, so the
 /// password is in no file and no argv.
@@ -31,15 +57,15 @@ impl Drop for TempDir {
     }
 }
 
-pub fn write_file(path: &Path, text: &str, mode: u32) -> Result<(), String> {
+pub fn write_file(path: &Path, text: &str, mode: u32) -> Result<(), GitError> {
     use std::io::Write;
     let mut f = std::fs::OpenOptions::new()
         .create_new(true)
         .write(true)
         .mode(mode)
         .open(path)
-        .map_err(|e| format!("create {}: {}", path.display(), sandbox::error::io_error_text(&e)))?;
-    f.write_all(text.as_bytes()).map_err(|e| format!("write {}: {e}", path.display()))
+        .map_err(|source| GitError::Create { path: path.to_path_buf(), source })?;
+    f.write_all(text.as_bytes()).map_err(|source| GitError::Write { path: path.to_path_buf(), source })
 }
 
 /// The environment of the daemon's git processes for one operation.
@@ -50,18 +76,13 @@ pub struct GitEnv {
 
 impl GitEnv {
     /// `get` looks a run variable up (empty counts as unset).
-    pub fn new(state_dir: &Path, get: &(dyn Fn(&str) -> Option<String> + Sync)) -> Result<GitEnv, String> {
+    pub fn new(state_dir: &Path, get: &(dyn Fn(&str) -> Option<String> + Sync)) -> Result<GitEnv, GitError> {
         let tmp = state_dir.join("tmp").join(format!("git-{}", uuid::Uuid::new_v4()));
-        super::identity::private_dir(&tmp).map_err(|e| e.to_string())?;
+        super::identity::private_dir(&tmp)?;
         let tmp = TempDir(tmp);
-        let mut env: Vec<(String, String)> = vec![
-            ("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()),
-            ("HOME".into(), tmp.0.display().to_string()),
-            ("LANG".into(), "C".into()),
-            ("GIT_TERMINAL_PROMPT".into(), "0".into()),
-            ("GCM_INTERACTIVE".into(), "Never".into()),
-            ("GIT_CONFIG_NOSYSTEM".into(), "1".into()),
-        ];
+        // Credentials only: the rest of git's environment is the hardened
+        // one (`crate::git`).
+        let mut env: Vec<(String, String)> = Vec::new();
         let ssh = get("TUIXIU_GIT_AUTH_MODE").is_some_and(|m| m.eq_ignore_ascii_case("ssh"));
         if ssh {
             let command = match (
@@ -76,22 +97,17 @@ impl GitEnv {
                             use base64::Engine;
                             let bytes = base64::engine::general_purpose::STANDARD
                                 .decode(b64.trim())
-                                .map_err(|_| "TUIXIU_GIT_SSH_KEY_B64 is not base64".to_string())?;
-                            String::from_utf8(bytes)
-                                .map_err(|_| "TUIXIU_GIT_SSH_KEY_B64 is not a text key".to_string())?
+                                .map_err(|_| GitError::KeyNotBase64)?;
+                            String::from_utf8(bytes).map_err(|_| GitError::KeyNotText)?
                         }
                         (None, Some(key)) => key,
-                        (None, None) => {
-                            return Err(
-                                "ssh auth needs TUIXIU_GIT_SSH_KEY(_B64) or TUIXIU_GIT_SSH_COMMAND".into()
-                            );
-                        }
+                        (None, None) => return Err(GitError::NoSshKey),
                     };
                     let path = tmp.0.join("id");
                     let key = if key.ends_with('\n') { key } else { format!("{key}\n") };
                     write_file(&path, &key, 0o600)?;
                     format!(
-                        "ssh -i {} -o IdentitiesOnly=yes -o StrictHostKeyChecking=accept-new",
+                        "ssh -i {} -o IdentitiesOnly=yes -o StrictHostKeyChecking=accept-new -o BatchMode=yes",
                         path.display()
                     )
                 }
@@ -99,8 +115,8 @@ impl GitEnv {
             env.push(("GIT_SSH_COMMAND".into(), command));
         } else {
             // Even without credentials, a repository's core.sshCommand must
-            // not run: the variable takes precedence over the config.
-            env.push(("GIT_SSH_COMMAND".into(), "ssh".into()));
+            // not run: the hardened environment's GIT_SSH_COMMAND takes
+            // precedence over the config.
             if let Some(password) = get("TUIXIU_GIT_HTTP_PASSWORD") {
                 let askpass = tmp.0.join("askpass");
                 write_file(&askpass, ASKPASS, 0o700)?;
@@ -121,27 +137,14 @@ impl GitEnv {
         &self.tmp.0
     }
 
-    /// `git -c <hardening>...` with this environment only, stdin closed, in
-    /// its own process group, killed if dropped.
+    /// The hardened `git` ([`crate::git::Hardened`]) with this operation's
+    /// credentials, stdin closed, in its own process group, killed if
+    /// dropped.
     pub fn command(&self, safe_directory: Option<&Path>) -> tokio::process::Command {
-        let mut cmd = tokio::process::Command::new("git");
-        cmd.env_clear();
+        let mut cmd =
+            crate::git::Hardened { home: &self.tmp.0, global_config: None, path: None, safe_directory }
+                .async_command();
         cmd.envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-        for h in [
-            "core.hooksPath=/dev/null",
-            "core.fsmonitor=false",
-            "core.askPass=",
-            "credential.helper=",
-            "protocol.ext.allow=never",
-        ] {
-            cmd.arg("-c").arg(h);
-        }
-        if let Some(dir) = safe_directory {
-            cmd.arg("-c").arg(format!("safe.directory={}", dir.display()));
-        }
-        cmd.stdin(std::process::Stdio::null());
-        cmd.process_group(0);
-        cmd.kill_on_drop(true);
         cmd
     }
 }
@@ -151,18 +154,18 @@ impl GitEnv {
 pub async fn output(
     mut cmd: tokio::process::Command,
     deadline: tokio::time::Instant,
-) -> Result<std::process::Output, String> {
+) -> Result<std::process::Output, GitError> {
     cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
-    let child = cmd.spawn().map_err(|e| format!("git: {}", sandbox::error::io_error_text(&e)))?;
+    let child = cmd.spawn().map_err(GitError::Spawn)?;
     let pid = child.id();
     match tokio::time::timeout_at(deadline, child.wait_with_output()).await {
-        Ok(r) => r.map_err(|e| format!("git: {e}")),
+        Ok(r) => r.map_err(GitError::Wait),
         Err(_) => {
             if let Some(pid) = pid {
                 // SAFETY: kill(2) on the process group we created for git.
                 unsafe { libc::kill(-(pid as i32), libc::SIGKILL) };
             }
-            Err("timed out".into())
+            Err(GitError::TimedOut)
         }
     }
 }
@@ -173,7 +176,7 @@ pub fn left(deadline: tokio::time::Instant) -> Duration {
 }
 
 /// A branch name git would accept and that cannot become an option.
-pub fn check_branch(b: &str) -> Result<(), String> {
+pub fn check_branch(b: &str) -> Result<(), GitError> {
     let bad = b.is_empty()
         || b.starts_with(['-', '/', '.'])
         || b.ends_with(['/', '.'])
@@ -183,7 +186,7 @@ pub fn check_branch(b: &str) -> Result<(), String> {
         || b.contains("@{")
         || b == "@"
         || b.chars().any(|c| c.is_control() || c.is_whitespace() || "~^:?*[\\".contains(c));
-    if bad { Err(format!("branch {b:?} is not a valid branch name")) } else { Ok(()) }
+    if bad { Err(GitError::BadBranch(b.to_string())) } else { Ok(()) }
 }
 
 #[cfg(test)]

@@ -27,6 +27,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use super::package::ArtifactSpec;
+use crate::hostfs::atomic::{AtomicFile, Durability};
 use crate::hostfs::beneath::{self as fsio, Links, ReadError};
 use crate::hostfs::root as fsx;
 
@@ -324,8 +325,8 @@ pub fn bundle(
             files.extend(by_name);
         }
     }
-    let tmp = tempfile::Builder::new().prefix(".tmp-").tempfile_in(&bundle_dir)?;
-    let mut zip = zip::ZipWriter::new(tmp.as_file().try_clone()?);
+    let tmp = AtomicFile::new_in(&bundle_dir, ".tmp-")?;
+    let mut zip = zip::ZipWriter::new(tmp.file.try_clone()?);
     let options = zip::write::SimpleFileOptions::default()
         .compression_method(zip::CompressionMethod::Deflated)
         .large_file(true);
@@ -358,8 +359,7 @@ pub fn bundle(
     zip.start_file(kind.manifest_name(), options).map_err(std::io::Error::other)?;
     zip.write_all(&manifest)?;
     zip.finish().map_err(std::io::Error::other)?;
-    tmp.as_file().sync_data()?;
-    tmp.persist(&target).map_err(|e| e.error)?;
+    tmp.commit(&target, Durability::Synced)?;
     Ok(target)
 }
 

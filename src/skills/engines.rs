@@ -128,6 +128,37 @@ pub struct Engines {
     list: Vec<(String, Engine)>,
 }
 
+/// Why the engines configuration file cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("engines config {}: {}", .path.display(), sandbox::error::io_error_text(.source))]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("engines config {}: {source}", .path.display())]
+    Json { path: PathBuf, source: serde_json::Error },
+    #[error("engines config {}: invalid engine name {name:?}", .path.display())]
+    Name { path: PathBuf, name: String },
+    #[error("engines config {}: engine {name:?}: {source}", .path.display())]
+    Engine { path: PathBuf, name: String, source: EngineError },
+}
+
+/// What is wrong with one engine of the configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("argv must start with the program")]
+    NoProgram,
+    #[error("ro_binds destination {0:?} must be absolute")]
+    RelativeBind(String),
+    #[error("home_files destination {0:?} must be a relative path in the home")]
+    HomeFile(String),
+    #[error("settings file {0:?} must be a relative path in the run directory")]
+    SettingsFile(String),
+}
+
+/// The engine reported a failed turn instead of an answer.
+#[derive(Debug, thiserror::Error)]
+#[error("engine turn error: {0}")]
+pub struct TurnError(pub Value);
+
 impl Engines {
     /// The built-in engines only.
     pub fn builtin() -> Engines {
@@ -135,18 +166,19 @@ impl Engines {
     }
 
     /// Built-ins changed or extended by the configuration file at `path`.
-    pub fn load(path: &Path) -> Result<Engines, String> {
-        let text = std::fs::read(path).map_err(|e| {
-            format!("engines config {}: {}", path.display(), sandbox::error::io_error_text(&e))
-        })?;
-        let config: ConfigFile =
-            serde_json::from_slice(&text).map_err(|e| format!("engines config {}: {e}", path.display()))?;
+    pub fn load(path: &Path) -> Result<Engines, ConfigError> {
+        let text =
+            std::fs::read(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+        let config: ConfigFile = serde_json::from_slice(&text)
+            .map_err(|source| ConfigError::Json { path: path.to_path_buf(), source })?;
         let mut engines = Engines::builtin();
         for (name, engine) in config.engines {
             if !crate::hostfs::beneath::is_plain_name(&name) || name.contains(char::is_whitespace) {
-                return Err(format!("engines config {}: invalid engine name {name:?}", path.display()));
+                return Err(ConfigError::Name { path: path.to_path_buf(), name });
             }
-            engine.check().map_err(|e| format!("engines config {}: engine {name:?}: {e}", path.display()))?;
+            if let Err(source) = engine.check() {
+                return Err(ConfigError::Engine { path: path.to_path_buf(), name, source });
+            }
             match engines.list.iter_mut().find(|(n, _)| *n == name) {
                 Some(slot) => slot.1 = engine,
                 None => engines.list.push((name, engine)),
@@ -165,27 +197,24 @@ impl Engines {
 }
 
 impl Engine {
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), EngineError> {
         if !matches!(self.argv.first(), Some(ArgItem::Word(w)) if !w.is_empty()) {
-            return Err("argv must start with the program".into());
+            return Err(EngineError::NoProgram);
         }
         for b in &self.ro_binds {
             if !b.dst.starts_with('/') {
-                return Err(format!("ro_binds destination {:?} must be absolute", b.dst));
+                return Err(EngineError::RelativeBind(b.dst.clone()));
             }
         }
         for f in &self.home_files {
             if !crate::hostfs::beneath::is_plain_relative(&f.dst) {
-                return Err(format!(
-                    "home_files destination {:?} must be a relative path in the home",
-                    f.dst
-                ));
+                return Err(EngineError::HomeFile(f.dst.clone()));
             }
         }
         if let Some(s) = &self.settings
             && !crate::hostfs::beneath::is_plain_relative(&s.file)
         {
-            return Err(format!("settings file {:?} must be a relative path in the run directory", s.file));
+            return Err(EngineError::SettingsFile(s.file.clone()));
         }
         Ok(())
     }
@@ -213,7 +242,7 @@ impl Engine {
 
     /// The answer text in the engine's stdout, and whether taking it out
     /// of an envelope counts as a repair.
-    pub fn answer(&self, stdout: &str) -> Result<(String, bool), String> {
+    pub fn answer(&self, stdout: &str) -> Result<(String, bool), TurnError> {
         match self.output {
             OutputFormat::Text => Ok((stdout.to_string(), false)),
             OutputFormat::CodexJson => {
@@ -235,7 +264,7 @@ impl Engine {
                     Some(Value::String(s)) => Ok((s.clone(), true)),
                     Some(v @ Value::Object(_)) => Ok((v.to_string(), true)),
                     _ => match envelope.get("error") {
-                        Some(e) => Err(format!("engine turn error: {e}")),
+                        Some(e) => Err(TurnError(e.clone())),
                         None => Ok((stdout.to_string(), false)),
                     },
                 }

@@ -147,10 +147,23 @@ pub struct Service {
     active: AtomicUsize,
 }
 
+/// Why the service could not open its data directory.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("data dir {}: {}", .dir.display(), sandbox::error::io_error_text(.source))]
+    DataDir { dir: PathBuf, source: std::io::Error },
+    #[error("data dir {}: {source}", .dir.display())]
+    Store { dir: PathBuf, source: std::io::Error },
+    #[error("loading jobs: {0}")]
+    Load(std::io::Error),
+    #[error("saving job {id}: {source}")]
+    Save { id: String, source: std::io::Error },
+}
+
 impl Service {
     /// Opens the data directory and loads the jobs of an earlier server;
     /// see [`store`] for what happens to those that were running.
-    pub async fn open(cfg: Config) -> Result<Arc<Service>, String> {
+    pub async fn open(cfg: Config) -> Result<Arc<Service>, OpenError> {
         // Uploads, artifacts and logs are private to the server's user
         // (and the sandbox user, which maps onto it).
         for d in ["jobs", "requests", "runs", "tmp"] {
@@ -160,13 +173,13 @@ impl Service {
                     use std::os::unix::fs::PermissionsExt;
                     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
                 })
-                .map_err(|e| format!("data dir {}: {}", dir.display(), sandbox::error::io_error_text(&e)))?;
+                .map_err(|source| OpenError::DataDir { dir: dir.clone(), source })?;
         }
         // Leftovers of interrupted uploads.
         clear_dir(&cfg.data_dir.join("tmp"));
-        let store =
-            Store::open(&cfg.data_dir).map_err(|e| format!("data dir {}: {e}", cfg.data_dir.display()))?;
-        let records = store.load_all().map_err(|e| format!("loading jobs: {e}"))?;
+        let store = Store::open(&cfg.data_dir)
+            .map_err(|source| OpenError::Store { dir: cfg.data_dir.clone(), source })?;
+        let records = store.load_all().map_err(OpenError::Load)?;
         let svc = Arc::new(Service {
             slots: Arc::new(Semaphore::new(cfg.max_concurrent.max(1))),
             cfg,
@@ -188,7 +201,9 @@ impl Service {
                     record.recovery_reason = Some("server restarted during execution".into());
                     record.recovered_at = Some(now.clone());
                     record.updated_at = now;
-                    svc.store.save(&record).map_err(|e| format!("saving job {}: {e}", record.request_id))?;
+                    svc.store
+                        .save(&record)
+                        .map_err(|source| OpenError::Save { id: record.request_id.clone(), source })?;
                     if let Some(run_id) = &record.run_id {
                         run::cleanup(&RunPaths::new(&svc.cfg.data_dir, run_id));
                     }
@@ -767,7 +782,7 @@ impl Service {
                     (self.request_dir(&record.request_id), record.skill_id.clone(), self.engine_names());
                 match tokio::task::spawn_blocking(move || temp::load(&dir, &id, &engines)).await {
                     Ok(Ok(s)) => Arc::new(s),
-                    Ok(Err(e)) => return failed(e),
+                    Ok(Err(e)) => return failed(e.to_string()),
                     Err(e) => return failed(e.to_string()),
                 }
             }
@@ -826,7 +841,7 @@ impl Service {
         );
         let (cfg, record2, paths2) = (self.cfg.clone(), record.clone(), paths.clone());
         let outcome = match stop {
-            Err(e) => failed(e),
+            Err(e) => failed(e.to_string()),
             Ok((stop, _elapsed)) => tokio::task::spawn_blocking(move || {
                 let cx = RunContext {
                     skill: &skill,

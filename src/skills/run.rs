@@ -168,8 +168,8 @@ pub fn prepare(cx: &RunContext<'_>) -> Result<Prepared, Outcome> {
     std::fs::write(p.logs.join("prompt.txt"), &text)
         .map_err(|e| failed(format!("cannot write the prompt: {e}")))?;
 
-    engine_files(cx).map_err(failed)?;
-    let spec = spec(cx, &text, skill_path.as_deref()).map_err(failed)?;
+    engine_files(cx).map_err(|e| failed(e.to_string()))?;
+    let spec = spec(cx, &text, skill_path.as_deref()).map_err(|e| failed(e.to_string()))?;
     let timeout = match r.runtime_options.get("hard_timeout_seconds").and_then(Value::as_u64) {
         Some(s) => Duration::from_secs(s).min(cx.limits.timeout),
         None => cx.limits.timeout,
@@ -179,37 +179,62 @@ pub fn prepare(cx: &RunContext<'_>) -> Result<Prepared, Outcome> {
 
 /// Files the engine expects: host files copied into the home, and the
 /// settings file in the run directory.
-fn engine_files(cx: &RunContext<'_>) -> Result<(), String> {
+fn engine_files(cx: &RunContext<'_>) -> Result<(), RunError> {
+    let home_file = |what: String| move |source| RunError::HomeFile { what, source };
     for f in &cx.engine.home_files {
         let dst = cx.paths.home.join(&f.dst);
         if let Some(parent) = dst.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| format!("home_files {}: {e}", f.dst))?;
+            std::fs::create_dir_all(parent).map_err(home_file(f.dst.clone()))?;
         }
-        std::fs::copy(&f.src, &dst).map_err(|e| format!("home_files {}: {e}", f.src.display()))?;
+        std::fs::copy(&f.src, &dst).map_err(home_file(f.src.display().to_string()))?;
     }
     if let Some(settings) = &cx.engine.settings {
         let mut value = json!({});
         if let Some(rel) = &settings.from_skill {
-            let dir = fsio::open_dir(&cx.skill.dir).map_err(|e| e.to_string())?;
+            let dir = fsio::open_dir(&cx.skill.dir).map_err(RunError::Io)?;
             if let Ok(bytes) = fsio::read_beneath(dir.as_fd(), rel, fsio::Links::Beneath, 1 << 20) {
-                value =
-                    serde_json::from_slice(&bytes).map_err(|e| format!("{rel} in the skill package: {e}"))?;
+                value = serde_json::from_slice(&bytes)
+                    .map_err(|source| RunError::SkillSettings { rel: rel.clone(), source })?;
             }
         }
         engines::merge(&mut value, &settings.enforced);
         let dst = cx.paths.workspace.join(&settings.file);
+        let settings_file = |source| RunError::Settings { file: settings.file.clone(), source };
         if let Some(parent) = dst.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| format!("settings {}: {e}", settings.file))?;
+            std::fs::create_dir_all(parent).map_err(settings_file)?;
         }
         std::fs::write(&dst, serde_json::to_vec_pretty(&value).expect("plain data"))
-            .map_err(|e| format!("settings {}: {e}", settings.file))?;
+            .map_err(settings_file)?;
     }
     Ok(())
 }
 
-fn spec(cx: &RunContext<'_>, prompt: &str, skill_path: Option<&str>) -> Result<SandboxSpec, String> {
+/// Why a run could not be prepared or its sandbox not started.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("home_files {what}: {source}")]
+    HomeFile { what: String, source: std::io::Error },
+    #[error("{rel} in the skill package: {source}")]
+    SkillSettings { rel: String, source: serde_json::Error },
+    #[error("settings {file}: {source}")]
+    Settings { file: String, source: std::io::Error },
+    #[error("the engine's command is empty")]
+    EmptyCommand,
+    #[error("sandbox spec: {0}")]
+    Spec(sandbox::SpecError),
+    #[error("memfd for the sandbox spec: {0}")]
+    Memfd(std::io::Error),
+    #[error("cannot start {} __exec: {}", .launcher.display(), sandbox::error::io_error_text(.source))]
+    Start { launcher: std::path::PathBuf, source: std::io::Error },
+    #[error("waiting for the sandbox: {0}")]
+    Wait(std::io::Error),
+    #[error("{0}")]
+    Io(std::io::Error),
+}
+
+fn spec(cx: &RunContext<'_>, prompt: &str, skill_path: Option<&str>) -> Result<SandboxSpec, RunError> {
     let argv = cx.engine.argv(prompt, cx.record.model.as_deref(), &cx.skill.id);
-    let (program, args) = argv.split_first().ok_or("the engine's command is empty")?;
+    let (program, args) = argv.split_first().ok_or(RunError::EmptyCommand)?;
     let mut b = SandboxBuilder::new(program.clone())
         .args(args.iter().cloned())
         .workspace(&cx.paths.workspace)
@@ -244,7 +269,7 @@ fn spec(cx: &RunContext<'_>, prompt: &str, skill_path: Option<&str>) -> Result<S
             b = b.env(k.clone(), v.to_string_lossy().into_owned());
         }
     }
-    b.build().map_err(|e| format!("sandbox spec: {e}"))
+    b.build().map_err(RunError::Spec)
 }
 
 /// Why the engine stopped.
@@ -263,11 +288,10 @@ pub async fn execute(
     prepared: &Prepared,
     grace: Duration,
     mut cancel: tokio::sync::watch::Receiver<bool>,
-) -> Result<(Stop, Duration), String> {
-    let spec_fd =
-        spec_memfd(&prepared.spec.to_json()).map_err(|e| format!("memfd for the sandbox spec: {e}"))?;
-    let stdout = std::fs::File::create(paths.logs.join("stdout.txt")).map_err(|e| e.to_string())?;
-    let stderr = std::fs::File::create(paths.logs.join("stderr.txt")).map_err(|e| e.to_string())?;
+) -> Result<(Stop, Duration), RunError> {
+    let spec_fd = spec_memfd(&prepared.spec.to_json()).map_err(RunError::Memfd)?;
+    let stdout = std::fs::File::create(paths.logs.join("stdout.txt")).map_err(RunError::Io)?;
+    let stderr = std::fs::File::create(paths.logs.join("stderr.txt")).map_err(RunError::Io)?;
     let mut cmd = std::process::Command::new(launcher);
     cmd.arg("__exec").arg("--spec-fd=3");
     cmd.env_clear();
@@ -299,9 +323,10 @@ pub async fn execute(
         });
     }
     let started = Instant::now();
-    let mut child = tokio::process::Command::from(cmd).kill_on_drop(true).spawn().map_err(|e| {
-        format!("cannot start {} __exec: {}", launcher.display(), sandbox::error::io_error_text(&e))
-    })?;
+    let mut child = tokio::process::Command::from(cmd)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|source| RunError::Start { launcher: launcher.to_path_buf(), source })?;
     drop(spec_fd);
     tracing::debug!("{}: the launcher was started in {:?}", paths.dir.display(), started.elapsed());
     let pid = child.id().map(|p| p as libc::pid_t);
@@ -330,7 +355,7 @@ pub async fn execute(
             _ = tokio::time::sleep(grace), if stop.is_some() => signal(libc::SIGKILL),
         }
     };
-    let status = status.map_err(|e| format!("waiting for the sandbox: {e}"))?;
+    let status = status.map_err(RunError::Wait)?;
     let elapsed = started.elapsed();
     Ok(match stop {
         Some(s) => (s, elapsed),
@@ -377,7 +402,7 @@ pub fn finish(cx: &RunContext<'_>, stop: Stop, timeout: Duration) -> Outcome {
         Stop::Exited(0) => {
             let stdout = tail(&p.logs.join("stdout.txt"), MAX_STDOUT_READ);
             match cx.engine.answer(&stdout) {
-                Err(e) => output_errors.push(e),
+                Err(e) => output_errors.push(e.to_string()),
                 Ok((text, enveloped)) => match engines::extract_json(&text) {
                     None => output_errors.push("Output JSON missing or unreadable".to_string()),
                     Some((value, repair)) => {

@@ -121,8 +121,7 @@ impl Store {
                 continue;
             }
             let parsed = std::fs::read(entry.path())
-                .map_err(|e| e.to_string())
-                .and_then(|b| serde_json::from_slice::<JobRecord>(&b).map_err(|e| e.to_string()));
+                .and_then(|b| serde_json::from_slice::<JobRecord>(&b).map_err(std::io::Error::from));
             match parsed {
                 Ok(r) if format!("{}.json", r.request_id) == name => out.push(r),
                 Ok(_) => {

@@ -95,7 +95,11 @@ pub fn stage(
 }
 
 /// Loads the staged package of a temporary run again (after a restart).
-pub fn load(request_dir: &Path, skill_id: &str, engines: &[String]) -> Result<Skill, String> {
-    package::load(&package_dir(request_dir, skill_id), engines)
-        .map_err(|e| format!("the temporary skill package of this run: {e}"))
+pub fn load(request_dir: &Path, skill_id: &str, engines: &[String]) -> Result<Skill, LoadError> {
+    package::load(&package_dir(request_dir, skill_id), engines).map_err(LoadError)
 }
+
+/// The staged package of a temporary run no longer loads.
+#[derive(Debug, thiserror::Error)]
+#[error("the temporary skill package of this run: {0}")]
+pub struct LoadError(pub package::PackageError);
