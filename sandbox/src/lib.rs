@@ -19,11 +19,6 @@
 //! (the daemon) spawns the `tuixiu-sandbox __exec` helper with the spec as
 //! JSON instead.
 
-// One unsafe operation per `unsafe` block, each with its own `// SAFETY:`
-// reason (docs/architecture.md, "Style"). Here rather than in the workspace
-// lints: `src/` is not clean yet.
-#![warn(clippy::multiple_unsafe_ops_per_block)]
-
 mod apply;
 mod builder;
 mod bwrap_words;

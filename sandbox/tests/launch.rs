@@ -4,8 +4,6 @@
 //! integration tests in `tests/` cover the user-facing behaviour for every
 //! caller (root, unprivileged, nested).
 
-#![warn(clippy::multiple_unsafe_ops_per_block)]
-
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd};
 use std::path::{Path, PathBuf};

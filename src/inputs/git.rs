@@ -192,18 +192,16 @@ fn run_git(
     // its helpers then see their pipes close. The thread that spawns git
     // waits for it below, so the signal is not sent early.
     let parent = std::process::id();
-    // SAFETY: only async-signal-safe calls between fork and exec.
-    unsafe {
-        std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            if libc::getppid() as u32 != parent {
-                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
-            }
-            Ok(())
-        });
-    }
+    let die_with_parent = move || {
+        nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)?;
+        if nix::unistd::getppid().as_raw() as u32 != parent {
+            return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+        }
+        Ok(())
+    };
+    // SAFETY: only async-signal-safe calls (prctl, getppid) between fork
+    // and exec.
+    unsafe { std::os::unix::process::CommandExt::pre_exec(&mut cmd, die_with_parent) };
     let mut child = cmd.spawn().map_err(|e| fail(format!("cannot run git: {e}")))?;
     let status = loop {
         match child.try_wait() {

@@ -304,24 +304,29 @@ pub async fn execute(
     cmd.process_group(0);
     let raw = spec_fd.as_raw_fd();
     let parent = nix::unistd::getpid().as_raw();
+    let hook = move || {
+        let ok = if raw == 3 {
+            // SAFETY: fcntl on a descriptor number; no memory is touched.
+            unsafe { libc::fcntl(3, libc::F_SETFD, 0) }
+        } else {
+            // SAFETY: dup2 on descriptor numbers; no memory is touched.
+            unsafe { libc::dup2(raw, 3) }
+        };
+        if ok < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)?;
+        // The server may have died before the death signal was set.
+        if nix::unistd::getppid().as_raw() != parent {
+            // SAFETY: ends the forked child at once, running nothing of
+            // the parent's (no exit handlers, no buffers flushed).
+            unsafe { libc::_exit(125) };
+        }
+        Ok(())
+    };
     // SAFETY: only async-signal-safe calls (dup2, fcntl, prctl, getppid,
     // _exit) run between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            let ok = if raw == 3 { libc::fcntl(3, libc::F_SETFD, 0) } else { libc::dup2(raw, 3) };
-            if ok < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // The server may have died before the death signal was set.
-            if libc::getppid() != parent {
-                libc::_exit(125);
-            }
-            Ok(())
-        });
-    }
+    unsafe { cmd.pre_exec(hook) };
     let started = Instant::now();
     let mut child = tokio::process::Command::from(cmd)
         .kill_on_drop(true)
