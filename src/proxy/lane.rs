@@ -297,14 +297,12 @@ impl Lane {
         super::persist::Persister::write(&self.d, &self.run_id, self.state_path(), Some(bytes));
     }
 
-    /// As [`Lane::persist`], and waits until the state is on disk.
-    pub async fn persist_durably(&mut self) {
-        let Some(state) = &self.state else { return };
+    /// As [`Lane::persist`]; the receiver is told once this state (or a
+    /// newer one) is on disk. `None`: the run has no state to write.
+    pub fn persist_durably(&mut self) -> Option<tokio::sync::oneshot::Receiver<()>> {
+        let state = self.state.as_ref()?;
         let bytes = serde_json::to_vec_pretty(state).expect("plain data");
-        let written =
-            super::persist::Persister::write_durably(&self.d, &self.run_id, self.state_path(), Some(bytes));
-        // Err: the writer went away (the daemon is stopping); nothing to wait for.
-        let _ = written.await;
+        Some(super::persist::Persister::write_durably(&self.d, &self.run_id, self.state_path(), Some(bytes)))
     }
 
     /// Drops the run's state, in memory and on disk, with the files the

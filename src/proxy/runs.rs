@@ -191,6 +191,11 @@ impl Lane {
                     Err(e) => Err(e),
                 };
                 let prepared = t0.elapsed();
+                // The backend may rely on the run once it has the answer (its
+                // instance exists, ok or not): the record is written now, its
+                // `fsync` overlapping the agent's start, and the answer
+                // waits for it below.
+                let record = self.persist_durably();
                 let result = match result {
                     Ok(()) => self.open_agent(&m.cwd).await.map_err(Into::into),
                     Err(e) => Err(e),
@@ -202,9 +207,10 @@ impl Lane {
                     self.run_id,
                     t0.elapsed()
                 );
-                // The backend may rely on the run once it has the answer
-                // (its instance exists, ok or not): its record first.
-                self.persist_durably().await;
+                if let Some(record) = record {
+                    // Err: the writer went away (the daemon is stopping).
+                    let _ = record.await;
+                }
                 reply_open(&self.d, &m.run_id, result);
                 self.idle();
             }
