@@ -59,6 +59,7 @@ async fn main() {
     let (mut child, pid, mut ws) = backend::start_daemon(&bin, &config, &extra, &listener, false).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let idle = status_kib(pid, "VmRSS:");
+    let (idle_anon, idle_file) = (status_kib(pid, "RssAnon:"), status_kib(pid, "RssFile:"));
     let threads = std::fs::read_dir(format!("/proc/{pid}/task")).map(|d| d.count()).unwrap_or(0);
 
     // 100 idle runs.
@@ -155,6 +156,10 @@ async fn main() {
     let _ = std::fs::remove_dir_all(Path::new(&scratch));
 
     println!("idle_rss_kib {idle}");
+    // What the daemon allocates, against what it maps of its files (which
+    // follows the page cache: docs/benchmarks.md).
+    println!("idle_rss_anon_kib {idle_anon}");
+    println!("idle_rss_file_kib {idle_file}");
     println!("threads {threads}");
     println!("rss_with_{runs}_runs_kib {with_runs}");
     println!("per_run_kib {per_run:.1}");
