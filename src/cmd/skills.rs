@@ -189,16 +189,16 @@ fn nonzero(d: Duration) -> Result<Duration, DurationError> {
     if d.is_zero() { Err(DurationError::Zero) } else { Ok(d) }
 }
 
-/// The cause of an error the skills layer reports as its own one-line text.
-type Cause = Box<dyn std::error::Error + Send + Sync>;
-
 /// Errors of `skills serve`, `skills run` and `skills check`: one line
 /// each, printed after `tuixiu-sandbox: `.
 #[derive(Debug, thiserror::Error)]
 pub enum SkillsError {
-    /// The engines config or the job service (its own text).
+    /// The engines config (its own text).
     #[error("{0}")]
-    Skills(#[source] Cause),
+    Engines(#[source] crate::skills::engines::ConfigError),
+    /// The job service could not open its data directory (its own text).
+    #[error("{0}")]
+    Service(#[source] crate::skills::jobs::OpenError),
     #[error("cannot find the launcher executable: {0}")]
     Launcher(#[source] std::io::Error),
     #[error("cannot start the async runtime: {0}")]
@@ -237,11 +237,6 @@ pub enum SkillsError {
     Vanished,
 }
 
-/// A skills-layer error, whatever its type, as a [`SkillsError`].
-fn skills_error(e: impl Into<Cause>) -> SkillsError {
-    SkillsError::Skills(e.into())
-}
-
 pub fn main(command: SkillsCommand) -> u8 {
     match command {
         SkillsCommand::Serve(args) => serve(args),
@@ -252,7 +247,7 @@ pub fn main(command: SkillsCommand) -> u8 {
 
 fn engines(args: &EngineArgs) -> Result<Engines, SkillsError> {
     match &args.engines {
-        Some(path) => Engines::load(path).map_err(skills_error),
+        Some(path) => Engines::load(path).map_err(SkillsError::Engines),
         None => Ok(Engines::builtin()),
     }
 }
@@ -306,7 +301,7 @@ fn serve(args: ServeArgs) -> u8 {
         }
     };
     let result = rt.block_on(async move {
-        let svc = Service::open(cfg).await.map_err(skills_error)?;
+        let svc = Service::open(cfg).await.map_err(SkillsError::Service)?;
         if let Ok((_, invalid)) = package::scan(&args.skills_dir, &svc.config().engines.names()) {
             for bad in invalid {
                 report_error(format!("skill package {}: {}", bad.dir, bad.message));
@@ -414,7 +409,7 @@ fn run_inner(args: RunArgs) -> Result<u8, SkillsError> {
         "model": args.model,
     });
     runtime(false)?.block_on(async move {
-        let svc = Service::open(cfg).await.map_err(skills_error)?;
+        let svc = Service::open(cfg).await.map_err(SkillsError::Service)?;
         let created = svc.create_with(&body, !files.is_empty()).await.map_err(SkillsError::Job)?;
         let request_id = created["request_id"].as_str().unwrap_or_default().to_string();
         if created["status"].is_null() {
@@ -467,7 +462,13 @@ mod tests {
         let addr: std::net::SocketAddr = "127.0.0.1:1".parse().unwrap();
         let path = PathBuf::from("/no/such");
         let cases: Vec<(SkillsError, String)> = vec![
-            (SkillsError::Skills("engines config x: bad".to_string().into()), "engines config x: bad".into()),
+            (
+                SkillsError::Engines(crate::skills::engines::ConfigError::Name {
+                    path: path.clone(),
+                    name: "x y".into(),
+                }),
+                format!("engines config {}: invalid engine name \"x y\"", path.display()),
+            ),
             (SkillsError::Launcher(again()), format!("cannot find the launcher executable: {e}")),
             (SkillsError::Runtime(again()), format!("cannot start the async runtime: {e}")),
             (

@@ -62,7 +62,7 @@ pub use download::{Cache, DEFAULT_MAX_BYTES, DEFAULT_TIMEOUT, DownloadOptions, S
 pub use error::{Code, InputError};
 pub use git::{ASKPASS_ENV, GitCredentials, GitOptions, askpass_main};
 #[allow(unused_imports)]
-pub use hostpath::{HostAllowlist, HostPath};
+pub use hostpath::{AllowlistError, HostAllowlist, HostPath};
 #[allow(unused_imports)]
 pub use plan::{Config, GitRepo, Layout, MAX_BINDS, Plan, Planned, Step, describe_source, display_url};
 pub use zip::ZipLimits;

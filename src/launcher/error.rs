@@ -11,12 +11,8 @@ use sandbox::error::io_error_text;
 
 use super::units::UnitError;
 use crate::env::EnvError;
-use crate::inputs::InputError;
+use crate::inputs::{AllowlistError, InputError, ThreadsLeft};
 use crate::manifest::ManifestError;
-
-/// The cause of an error from a layer that still reports its own one-line
-/// text (or an error type this module does not match on).
-pub type Cause = Box<dyn std::error::Error + Send + Sync>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
@@ -69,7 +65,7 @@ pub enum RunError {
     Input(#[from] InputError),
     /// An `--allow-host-path` directory that cannot be used.
     #[error("{0}")]
-    AllowHostPath(#[source] Cause),
+    AllowHostPath(#[source] AllowlistError),
     #[error("--inputs-base-url {raw:?}: {source}")]
     BaseUrl {
         raw: String,
@@ -110,7 +106,7 @@ pub enum RunError {
     },
     /// The process did not become single-threaded before the launch.
     #[error("{0}")]
-    Threads(#[source] Cause),
+    Threads(#[source] ThreadsLeft),
 }
 
 #[cfg(test)]
@@ -159,7 +155,10 @@ mod tests {
                 RunError::ManifestTooLarge { path: dir.clone(), max: 16 << 20 },
                 format!("--manifest {}: larger than {} MiB", dir.display(), 16),
             ),
-            (RunError::AllowHostPath("as it was".to_string().into()), "as it was".into()),
+            (
+                RunError::AllowHostPath(AllowlistError::NotADirectory(dir.clone())),
+                format!("--allow-host-path {}: not a directory", dir.display()),
+            ),
             (
                 RunError::BaseUrlScheme("ftp://x".into()),
                 format!("--inputs-base-url {:?}: must be an http or https URL", "ftp://x"),

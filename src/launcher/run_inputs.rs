@@ -108,7 +108,7 @@ pub fn read_manifest(path: &Path) -> Result<manifest::Manifest, RunError> {
 /// The planning configuration: allowlist, the manifest's directory for
 /// relative host paths, and the inputs base URL.
 pub fn plan_config(manifest: &Path, allowed: &[PathBuf], base_url: Option<&str>) -> Result<Config, RunError> {
-    let host_paths = HostAllowlist::new(allowed).map_err(|e| RunError::AllowHostPath(e.into()))?;
+    let host_paths = HostAllowlist::new(allowed).map_err(RunError::AllowHostPath)?;
     let base_dir = manifest
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -255,7 +255,7 @@ pub fn fetch_and_launch(
     };
     drop(options);
     if let Err(e) = inputs::wait_single_threaded() {
-        return fail(RunError::Threads(e.into()));
+        return fail(RunError::Threads(e));
     }
     let apply_options = apply_options(args);
     let Built { spec, layout, binds } = built;

@@ -13,12 +13,12 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::io::AsyncBufReadExt;
 
+use super::Daemon;
 use super::config::ProviderChoice;
 use super::instance::inputs_config;
 use super::lane::{Job, Lane, RunState, init_env, reply_prompt, reply_session, send, user_name};
 use super::protocol::{RunMessage, proxy_update, str_field};
 use super::repo::RepoError;
-use super::{Cause, Daemon};
 use crate::acp::client::{Client, Spawner};
 use crate::acp::fs::GuestFs;
 use crate::acp::host::Agent;
@@ -51,7 +51,7 @@ pub enum AgentError {
     Inputs(#[from] InputError),
     /// `workspaceHostRoot` as the agentInputs' host path allowlist.
     #[error("{0}")]
-    InputsConfig(#[source] Cause),
+    InputsConfig(#[source] crate::inputs::AllowlistError),
     #[error(transparent)]
     Env(#[from] EnvError),
     #[error("cwd: {0}")]
@@ -78,7 +78,7 @@ pub enum AgentError {
     Start(#[source] ProviderError),
     /// The ACP host (`acp/`): attaching to the agent, or its `initialize`.
     #[error("{0}")]
-    Acp(#[source] Cause),
+    Acp(#[source] crate::acp::host::AgentError),
     #[error("the agent is not running")]
     NotRunning,
 }
@@ -635,11 +635,11 @@ impl Lane {
         let (dd, run) = (d.clone(), self.run_id.clone());
         let on_exit = Box::new(move |_status| send(&dd, &run, Job::AgentExited { generation }));
         let spawned = t0.elapsed();
-        let agent = Agent::attach(cx, &self.run_id, &name, process, client, on_exit)
-            .map_err(|e| AgentError::Acp(e.into()))?;
+        let agent =
+            Agent::attach(cx, &self.run_id, &name, process, client, on_exit).map_err(AgentError::Acp)?;
         if let Err(e) = agent.initialize().await {
             agent.shutdown("initialize failed").await;
-            return Err(AgentError::Acp(e.into()));
+            return Err(AgentError::Acp(e));
         }
         tracing::debug!(
             "run {}: agent spawned in {spawned:?} (launcher started, sandbox made), initialize answered after {:?}",

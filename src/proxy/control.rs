@@ -27,13 +27,13 @@ use hmac::{KeyInit, Mac};
 use serde_json::{Map, Value, json};
 use tokio::sync::oneshot;
 
-use super::gitenv::{GitEnv, check_branch};
+use super::Daemon;
+use super::gitenv::{GitEnv, GitError, check_branch};
 use super::instance::InstanceError;
 use super::inventory;
 use super::lane::{self, Job, Lane, RunIdError, valid_run_id};
 use super::protocol::{ControlResult, DeletedWorkspace, InventoryRef, SandboxControl, str_field};
-use super::{Cause, Daemon};
-use crate::hostfs::under_root::resolve_under_root;
+use crate::hostfs::under_root::{UnderRootError, resolve_under_root};
 use crate::provider::names::{self, NameError};
 use crate::provider::{Provider, ProviderError};
 use sandbox::error::io_error_text;
@@ -93,7 +93,7 @@ pub enum ControlError {
     NoWorkspaceRun,
     /// A path that is not under `workspaceHostRoot` (`hostfs`).
     #[error("{0}")]
-    Path(#[source] Cause),
+    Path(#[source] UnderRootError),
     #[error("remove {}: {}", .path.display(), io_error_text(.source))]
     Remove { path: PathBuf, source: std::io::Error },
     #[error("{}: {}", .path.display(), io_error_text(.source))]
@@ -127,7 +127,7 @@ pub enum ControlError {
     NoBranch,
     /// A branch name `gitenv` refuses.
     #[error("{0}")]
-    Branch(#[source] Cause),
+    Branch(#[source] GitError),
     #[error("remote {0:?} must be a remote name (letters, digits, '.', '_', '-')")]
     Remote(String),
     #[error("env: {0}")]
@@ -138,7 +138,7 @@ pub enum ControlError {
     NotCheckout(PathBuf),
     /// The credentials' private directory (`gitenv`).
     #[error("{0}")]
-    GitEnv(#[source] Cause),
+    GitEnv(#[source] GitError),
     #[error("git: {}", io_error_text(.0))]
     GitSpawn(#[source] std::io::Error),
     #[error("git: {0}")]
@@ -622,7 +622,7 @@ fn remove_workspace(d: &Daemon, run_id: &str, recorded: Option<&Path>) -> Result
 
 /// `path` resolved inside `root`, symlinks judged by where they lead.
 fn under_root(root: &Path, path: &Path) -> Result<PathBuf, ControlError> {
-    resolve_under_root(root, path, false).map_err(|e| ControlError::Path(e.into()))
+    resolve_under_root(root, path, false).map_err(ControlError::Path)
 }
 
 async fn remove_image(d: &Daemon, image: &str) -> Result<(), ControlError> {
@@ -774,7 +774,7 @@ async fn git_push(
     }
     let field = |k: &str| c.extra.get(k).unwrap_or(&Value::Null);
     let branch = str_field(field("branch")).ok_or(ControlError::NoBranch)?.to_string();
-    check_branch(&branch).map_err(|e| ControlError::Branch(e.into()))?;
+    check_branch(&branch).map_err(ControlError::Branch)?;
     let remote = str_field(field("remote")).unwrap_or("origin").to_string();
     check_remote(&remote)?;
     let max = d.cfg.git_push_timeout_max_seconds;
@@ -808,7 +808,7 @@ async fn git_push(
         return Err(ControlError::NotCheckout(ws));
     }
 
-    let genv = GitEnv::new(&d.cfg.state_dir, &get).map_err(|e| ControlError::GitEnv(e.into()))?;
+    let genv = GitEnv::new(&d.cfg.state_dir, &get).map_err(ControlError::GitEnv)?;
     // The workspace is agent-writable: its config must not get to run
     // commands on the host or redirect the credentials.
     let git = |args: &[&str]| {

@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+use super::Daemon;
 use super::lane::{Lane, RunState, STATE_VERSION, init_env};
 use super::mounts::{MountError, chown_new};
-use super::{Cause, Daemon};
-use crate::hostfs::under_root::resolve_under_root;
+use crate::hostfs::under_root::{UnderRootError, resolve_under_root};
 use crate::inputs::{self, InputError};
 use crate::manifest::ManifestError;
 use crate::provider::names::{self, NameError};
@@ -46,7 +46,7 @@ pub enum InstanceError {
     /// A host directory of the run that is not under `workspaceHostRoot`
     /// (or cannot be made there).
     #[error("{0}")]
-    Path(#[source] Cause),
+    Path(#[source] UnderRootError),
     #[error("USER_HOME/HOME {home:?} {why}")]
     Home { home: String, why: &'static str },
     #[error("USER_HOME/HOME must not be /workspace or inside /workspace")]
@@ -63,7 +63,7 @@ pub enum InstanceError {
     Inputs(#[from] InputError),
     /// `workspaceHostRoot` as the agentInputs' host path allowlist.
     #[error("{0}")]
-    InputsConfig(#[source] Cause),
+    InputsConfig(#[source] inputs::AllowlistError),
     #[error(transparent)]
     Mounts(#[from] MountError),
     #[error(transparent)]
@@ -74,10 +74,10 @@ pub enum InstanceError {
 
 /// How agentInputs are planned here: host paths only under
 /// `workspaceHostRoot`, relative URIs against the backend's origin.
-pub fn inputs_config(d: &Daemon) -> Result<inputs::Config, Cause> {
+pub fn inputs_config(d: &Daemon) -> Result<inputs::Config, inputs::AllowlistError> {
     let root = d.cfg.sandbox.workspace_host_root.clone();
     Ok(inputs::Config {
-        host_paths: inputs::HostAllowlist::new(std::slice::from_ref(&root)).map_err(Cause::from)?,
+        host_paths: inputs::HostAllowlist::new(std::slice::from_ref(&root))?,
         base_dir: root,
         base_url: super::config::url_parts(&d.cfg.orchestrator_url).ok().and_then(|p| {
             let scheme = if p.scheme == "wss" { "https" } else { "http" };
@@ -88,7 +88,7 @@ pub fn inputs_config(d: &Daemon) -> Result<inputs::Config, Cause> {
 
 /// `path` resolved inside `root` (made when `create`).
 fn under_root(root: &Path, path: &Path, create: bool) -> Result<PathBuf, InstanceError> {
-    resolve_under_root(root, path, create).map_err(|e| InstanceError::Path(e.into()))
+    resolve_under_root(root, path, create).map_err(InstanceError::Path)
 }
 
 impl Lane {

@@ -63,13 +63,6 @@ use crate::provider::native::NativeProvider;
 use crate::provider::{AnyProvider, InstanceInfo, Provider, ProviderError};
 use config::{Config, ProviderChoice};
 
-/// The cause of an error from a module whose own error type is still a
-/// string (`acp/`'s agent host, `hostfs`, `gitenv`, the inputs' host path
-/// allowlist: issue 16); it displays as it is. `String` and typed errors
-/// both convert into it, so these call sites do not change when those
-/// modules get their types.
-pub type Cause = Box<dyn std::error::Error + Send + Sync>;
-
 /// Exit status when the backend refuses the proxy id.
 pub const EXIT_ID_CONFLICT: u8 = 3;
 

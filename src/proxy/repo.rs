@@ -42,8 +42,7 @@ use std::time::Duration;
 
 use sha2::Digest;
 
-use super::Cause;
-use super::gitenv::{self, GitEnv};
+use super::gitenv::{self, GitEnv, GitError};
 use super::identity::IdentityError;
 use sandbox::error::io_error_text;
 
@@ -71,14 +70,14 @@ pub enum RepoError {
     #[error("TUIXIU_RUN_BRANCH is required with TUIXIU_REPO_URL (缺少 TUIXIU_RUN_BRANCH)")]
     NoRunBranch,
     #[error("TUIXIU_RUN_BRANCH: {0}")]
-    RunBranch(#[source] Cause),
+    RunBranch(#[source] GitError),
     #[error("TUIXIU_BASE_BRANCH: {0}")]
-    BaseBranch(#[source] Cause),
+    BaseBranch(#[source] GitError),
     #[error("TUIXIU_REPO_URL {url:?}: {why}")]
     Url { url: String, why: UrlRefused },
     /// The credentials' private directory (`gitenv`).
     #[error("{0}")]
-    Auth(#[source] Cause),
+    Auth(#[source] GitError),
     #[error("{}: {}", .path.display(), io_error_text(.source))]
     ReadWorkspace { path: PathBuf, source: std::io::Error },
     #[error(
@@ -89,7 +88,7 @@ pub enum RepoError {
     NotEmpty(PathBuf),
     /// git could not be run, or not within the deadline (`gitenv::output`).
     #[error("git {what}: {cause} (the preparation has {} s in all)", TIMEOUT.as_secs())]
-    Run { what: &'static str, cause: Cause },
+    Run { what: &'static str, cause: GitError },
     /// git ran and failed: the tail of what it said, redacted.
     #[error("git {what} failed ({code}): {output}")]
     Git { what: &'static str, code: String, output: String },
@@ -152,9 +151,9 @@ impl Request {
         let get = |k: &str| env.get(k).map(|v| v.trim()).filter(|v| !v.is_empty());
         let Some(url) = get("TUIXIU_REPO_URL") else { return Ok(None) };
         let branch = get("TUIXIU_RUN_BRANCH").ok_or(RepoError::NoRunBranch)?;
-        gitenv::check_branch(branch).map_err(|e| RepoError::RunBranch(e.into()))?;
+        gitenv::check_branch(branch).map_err(RepoError::RunBranch)?;
         let base = get("TUIXIU_BASE_BRANCH").unwrap_or("main");
-        gitenv::check_branch(base).map_err(|e| RepoError::BaseBranch(e.into()))?;
+        gitenv::check_branch(base).map_err(RepoError::BaseBranch)?;
         let mode = match get("TUIXIU_WORKSPACE_MODE") {
             Some(m) if m.eq_ignore_ascii_case("clone") => Mode::Clone,
             _ => Mode::Cached,
@@ -223,7 +222,7 @@ pub async fn prepare(
     step("auth", "start", None);
     let get = |k: &str| env.get(k).filter(|v| !v.is_empty()).cloned();
     let genv = GitEnv::new(h.state_dir, &get).map_err(|e| {
-        let e = RepoError::Auth(e.into());
+        let e = RepoError::Auth(e);
         step("auth", "failed", Some(e.to_string()));
         e
     })?;
@@ -277,7 +276,7 @@ async fn git_ok(
     cmd: tokio::process::Command,
     deadline: tokio::time::Instant,
 ) -> Result<(), RepoError> {
-    let out = gitenv::output(cmd, deadline).await.map_err(|e| RepoError::Run { what, cause: e.into() })?;
+    let out = gitenv::output(cmd, deadline).await.map_err(|cause| RepoError::Run { what, cause })?;
     if out.status.success() { Ok(()) } else { Err(failed(h, what, &out)) }
 }
 
