@@ -297,12 +297,11 @@ impl Lane {
         super::persist::Persister::write(&self.d, &self.run_id, self.state_path(), Some(bytes));
     }
 
-    /// As [`Lane::persist`]; the receiver is told once this state (or a
-    /// newer one) is on disk. `None`: the run has no state to write.
-    pub fn persist_durably(&mut self) -> Option<tokio::sync::oneshot::Receiver<()>> {
-        let state = self.state.as_ref()?;
-        let bytes = serde_json::to_vec_pretty(state).expect("plain data");
-        Some(super::persist::Persister::write_durably(&self.d, &self.run_id, self.state_path(), Some(bytes)))
+    /// Told once the state last given to [`Lane::persist`] is on disk.
+    /// `None`: the run has no state.
+    pub fn persisted(&self) -> Option<tokio::sync::oneshot::Receiver<()>> {
+        self.state.as_ref()?;
+        Some(super::persist::Persister::on_disk(&self.d, &self.state_path()))
     }
 
     /// Drops the run's state, in memory and on disk, with the files the

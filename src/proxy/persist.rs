@@ -15,13 +15,13 @@
 //!
 //! Durable before the reply: where the backend must be able to rely on a
 //! record once it has the answer (an `acp_opened`: the run exists, with an
-//! instance on this host), the lane queues the content with
-//! [`Persister::write_durably`] and awaits it before it replies. Only that
-//! lane waits (one `fsync`, usually under a millisecond); every other
-//! run's messages go on.
+//! instance on this host), the lane asks [`Persister::on_disk`] for the
+//! file it already queued and awaits that before it replies. Only that
+//! lane waits (a file and a directory `fsync`, usually about a
+//! millisecond); every other run's messages go on.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::oneshot;
@@ -59,35 +59,10 @@ impl Persister {
     /// Queues `content` for `path` (`None`: delete it) and makes sure a
     /// worker runs.
     pub fn write(d: &Arc<Daemon>, run_id: &str, path: PathBuf, content: Option<Vec<u8>>) {
-        Self::queue(d, run_id, path, content, None);
-    }
-
-    /// As [`Persister::write`]; the receiver is told once the content is on
-    /// disk (written and synced, or the failure logged and reported: a
-    /// write that failed is not retried by waiting longer).
-    pub fn write_durably(
-        d: &Arc<Daemon>,
-        run_id: &str,
-        path: PathBuf,
-        content: Option<Vec<u8>>,
-    ) -> oneshot::Receiver<()> {
-        let (tx, rx) = oneshot::channel();
-        Self::queue(d, run_id, path, content, Some(tx));
-        rx
-    }
-
-    fn queue(
-        d: &Arc<Daemon>,
-        run_id: &str,
-        path: PathBuf,
-        content: Option<Vec<u8>>,
-        waiter: Option<oneshot::Sender<()>>,
-    ) {
         let mut p = lock(&d.persister.pending);
         // A newer content supersedes the queued one; whoever waited for
         // the older one is told when the newer one is written.
-        let mut waiters = p.files.remove(&path).map(|e| e.waiters).unwrap_or_default();
-        waiters.extend(waiter);
+        let waiters = p.files.remove(&path).map(|e| e.waiters).unwrap_or_default();
         p.files.insert(path, Entry { run_id: run_id.to_string(), content, waiters });
         if p.worker {
             return;
@@ -109,6 +84,28 @@ impl Persister {
                 write_batch(&d, batch);
             }
         });
+    }
+
+    /// Told once what was last given to [`Persister::write`] for `path` is
+    /// on disk (written and synced, or the failure logged and reported: a
+    /// write that failed is not retried by waiting longer).
+    pub fn on_disk(d: &Arc<Daemon>, path: &Path) -> oneshot::Receiver<()> {
+        let (tx, rx) = oneshot::channel();
+        let mut p = lock(&d.persister.pending);
+        if let Some(entry) = p.files.get_mut(path) {
+            entry.waiters.push(tx);
+            return rx;
+        }
+        drop(p);
+        // Not queued: written already, or in the batch the worker is
+        // writing now. The worker takes a batch and writes it under
+        // `writing`, so once that lock is ours the batch is on disk.
+        let d = d.clone();
+        tokio::task::spawn_blocking(move || {
+            let _writing = lock(&d.persister.writing);
+            let _ = tx.send(());
+        });
+        rx
     }
 
     /// Writes what is queued now, on this thread (at shutdown).
@@ -194,14 +191,19 @@ mod tests {
         assert!(!b.exists());
 
         // Durable writes: the file is there when the receiver is told, also
-        // when a newer content superseded the awaited one in the queue.
+        // when a newer content superseded the awaited one in the queue, and
+        // when nothing is queued any more.
         let c = dir.join("c.json");
-        let first = Persister::write_durably(&d, "c", c.clone(), Some(b"1".to_vec()));
+        Persister::write(&d, "c", c.clone(), Some(b"1".to_vec()));
+        let first = Persister::on_disk(&d, &c);
         Persister::write(&d, "c", c.clone(), Some(b"2".to_vec()));
-        let second = Persister::write_durably(&d, "c", c.clone(), Some(b"3".to_vec()));
+        Persister::write(&d, "c", c.clone(), Some(b"3".to_vec()));
+        let second = Persister::on_disk(&d, &c);
         first.await.unwrap();
         assert!(["1", "2", "3"].contains(&std::fs::read_to_string(&c).unwrap().as_str()));
         second.await.unwrap();
+        assert_eq!(std::fs::read_to_string(&c).unwrap(), "3");
+        Persister::on_disk(&d, &c).await.unwrap();
         assert_eq!(std::fs::read_to_string(&c).unwrap(), "3");
         let _ = std::fs::remove_dir_all(&dir);
     }

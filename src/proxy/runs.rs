@@ -192,10 +192,10 @@ impl Lane {
                 };
                 let prepared = t0.elapsed();
                 // The backend may rely on the run once it has the answer (its
-                // instance exists, ok or not): the record is written now, its
-                // `fsync` overlapping the agent's start, and the answer
-                // waits for it below.
-                let record = self.persist_durably();
+                // instance exists, ok or not): `prepare` queued the record,
+                // whose `fsync` overlaps the agent's start; the answer waits
+                // for it below.
+                let record = self.persisted();
                 let result = match result {
                     Ok(()) => self.open_agent(&m.cwd).await.map_err(Into::into),
                     Err(e) => Err(e),
