@@ -20,10 +20,11 @@
 //!    needs nothing that a static glibc handles badly (no NSS lookups, no
 //!    `dlopen`). `crt-static` itself cannot be set for one binary of a
 //!    package (and a target-wide flag breaks proc-macro crates), so this
-//!    gives the linker what `crt-static` would: `-static-pie`, and a
-//!    directory, searched first, where each library rustc asks for by name
-//!    (`-lc`, `-lgcc_s`, ...) is its static archive (`libgcc_s.a` being
-//!    `libgcc_eh.a`, as in Rust's static builds).
+//!    gives the linker what `crt-static` would: `-static-pie`, and two
+//!    directories, searched first, where each library rustc asks for by
+//!    name is its static archive: `unwinder-libs` (`libgcc_s.a` being
+//!    `libgcc_eh.a`, as in Rust's static builds) and `glibc-libs` (`-lc`,
+//!    `-lm`, ...).
 //!
 //!    Where the toolchain cannot link a static PIE, the launcher still
 //!    gets the static unwinder alone (no `libgcc_s.so` constructor); where
@@ -47,7 +48,7 @@
 //!    the launcher does: no `libgcc_s.so.1` to map and relocate, and no
 //!    constructor issuing `cpuid` at every start. With `panic = "abort"`
 //!    the unwinder only walks stacks for backtraces. The idle daemon maps
-//!    0.1-0.18 MiB less (docs/benchmarks.md, issue 18). `libm.so` stays:
+//!    84 KiB less (docs/benchmarks.md, issue 18). `libm.so` stays:
 //!    glibc's `libm.a` resolves its ifuncs through the dynamic loader's
 //!    private symbols, so it cannot be linked into a dynamic program.
 
@@ -67,22 +68,28 @@ fn main() {
     }
     let out_dir = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     let Some(eh) = archive(&cc, "libgcc_eh.a") else { return };
-    // The full tool and the daemon, dynamic by default, get the static
-    // unwinder (point 4 above); TUIXIU_STATIC=1 below gives them more.
+    // The static unwinder, for every binary (points 2 and 4 above): the
+    // one library in this directory is `libgcc_eh.a` as `libgcc_s.a`.
     let unwinder = out_dir.join("unwinder-libs");
     let _ = std::fs::remove_dir_all(&unwinder);
-    if std::fs::create_dir_all(&unwinder).is_ok() && link_as(&unwinder, "libgcc_s.a", &eh) {
-        for bin in ["tuixiu-sandbox-full", "tuixiu-sandbox-proxy"] {
-            println!("cargo::rustc-link-arg-bin={bin}=-L{}", unwinder.display());
-        }
-    }
-    println!("cargo::rerun-if-env-changed=TUIXIU_DYNAMIC_LAUNCHER");
-    if std::env::var_os("TUIXIU_DYNAMIC_LAUNCHER").is_some_and(|v| v != "0") {
+    if std::fs::create_dir_all(&unwinder).is_err() || !link_as(&unwinder, "libgcc_s.a", &eh) {
         return;
     }
-    let dir = out_dir.join("launcher-libs");
+    println!("cargo::rerun-if-env-changed=TUIXIU_DYNAMIC_LAUNCHER");
+    let dynamic_launcher = std::env::var_os("TUIXIU_DYNAMIC_LAUNCHER").is_some_and(|v| v != "0");
+    for bin in ["tuixiu-sandbox-full", "tuixiu-sandbox-proxy"]
+        .into_iter()
+        .chain((!dynamic_launcher).then_some("tuixiu-sandbox"))
+    {
+        println!("cargo::rustc-link-arg-bin={bin}=-L{}", unwinder.display());
+    }
+    if dynamic_launcher {
+        return;
+    }
+    // glibc's static archives, for the binaries linked as a static PIE.
+    let dir = out_dir.join("glibc-libs");
     let _ = std::fs::remove_dir_all(&dir);
-    if std::fs::create_dir_all(&dir).is_err() || !link_as(&dir, "libgcc_s.a", &eh) {
+    if std::fs::create_dir_all(&dir).is_err() {
         return;
     }
     let glibc: Option<Vec<_>> =
@@ -107,20 +114,21 @@ fn main() {
             "cargo::warning=TUIXIU_STATIC=1: this toolchain cannot link a static PIE; the binaries stay dynamic"
         );
     }
-    let bins: &[&str] = if all && static_pie {
+    let bins: &[&str] = if all {
         &["tuixiu-sandbox", "tuixiu-sandbox-full", "tuixiu-sandbox-proxy"]
     } else {
         &["tuixiu-sandbox"]
     };
+    if !static_pie {
+        return;
+    }
     for bin in bins {
         println!("cargo::rustc-link-arg-bin={bin}=-L{}", dir.display());
-        if static_pie {
-            println!("cargo::rustc-link-arg-bin={bin}=-static-pie");
-            // What rustc's crt-static adds after the libraries: static libc
-            // may call into libgcc and the unwinder, in either order.
-            for arg in ["-Wl,--start-group", "-lgcc_eh", "-lgcc", "-lc", "-Wl,--end-group"] {
-                println!("cargo::rustc-link-arg-bin={bin}={arg}");
-            }
+        println!("cargo::rustc-link-arg-bin={bin}=-static-pie");
+        // What rustc's crt-static adds after the libraries: static libc
+        // may call into libgcc and the unwinder, in either order.
+        for arg in ["-Wl,--start-group", "-lgcc_eh", "-lgcc", "-lc", "-Wl,--end-group"] {
+            println!("cargo::rustc-link-arg-bin={bin}={arg}");
         }
     }
 }
