@@ -119,10 +119,12 @@ pub struct Walked {
 }
 
 impl Walked {
-    /// Replaces (or creates) the target with `content`: a temporary file
-    /// next to it (`O_EXCL|O_NOFOLLOW`, 0600) written, given `mode` (and,
-    /// as root, `owner`), then renamed over the target; on failure it is
-    /// removed and the target left as it was. `path` names it in errors.
+    /// Replaces (or creates) the target with `content` through the atomic
+    /// writer ([`super::atomic`]): an anonymous file in the target's
+    /// directory (created 0600; a named fallback `O_EXCL|O_NOFOLLOW`)
+    /// written, given `mode` (and, as root, `owner`), then linked over the
+    /// target; on failure the target is left as it was. `path` names it
+    /// in errors.
     pub fn replace(
         &self,
         path: &str,
@@ -130,47 +132,22 @@ impl Walked {
         mode: u32,
         owner: Option<(u32, u32)>,
     ) -> Result<(), ResolveError> {
-        let tmp = format!(
-            ".{}.tuixiu-{}",
-            self.name.chars().take(64).collect::<String>(),
-            uuid::Uuid::new_v4().simple()
-        );
-        let tmp_c = CString::new(tmp.as_bytes()).map_err(|_| ResolveError::BadPath("NUL in path".into()))?;
-        let fd = nix::fcntl::openat(
-            self.parent.as_fd(),
-            tmp_c.as_c_str(),
-            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-            Mode::from_bits_truncate(0o600),
-        )
-        .map_err(|e| sys("create", &format!("{}/{tmp}", parent_of(&self.guest)), e))?;
-        let result = (|| {
-            let mut file = std::fs::File::from(fd);
-            file.write_all(content).map_err(|e| ResolveError::Failed(format!("write {path}: {e}")))?;
-            nix::sys::stat::fchmod(file.as_fd(), Mode::from_bits_truncate(mode))
-                .map_err(|e| sys("fchmod", path, e))?;
-            if nix::unistd::geteuid().is_root()
-                && let Some((uid, gid)) = owner
-            {
-                let _ = nix::unistd::fchown(file.as_fd(), Some(uid.into()), Some(gid.into()));
-            }
-            let name = CString::new(self.name.as_bytes())
-                .map_err(|_| ResolveError::BadPath("NUL in path".into()))?;
-            nix::fcntl::renameat(self.parent.as_fd(), tmp_c.as_c_str(), self.parent.as_fd(), name.as_c_str())
-                .map_err(|e| sys("rename", path, e))
-        })();
-        if result.is_err() {
-            let _ = nix::unistd::unlinkat(
-                self.parent.as_fd(),
-                tmp_c.as_c_str(),
-                nix::unistd::UnlinkatFlags::NoRemoveDir,
-            );
+        use super::atomic::{AtomicFile, Durability};
+        let errno = |e: &std::io::Error| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO));
+        let name =
+            CString::new(self.name.as_bytes()).map_err(|_| ResolveError::BadPath("NUL in path".into()))?;
+        let mut tmp = AtomicFile::new_at(self.parent.as_fd(), super::root::WRITE_PREFIX, 0o600)
+            .map_err(|e| sys("create", path, errno(&e)))?;
+        tmp.file.write_all(content).map_err(|e| ResolveError::Failed(format!("write {path}: {e}")))?;
+        nix::sys::stat::fchmod(tmp.file.as_fd(), Mode::from_bits_truncate(mode))
+            .map_err(|e| sys("fchmod", path, e))?;
+        if nix::unistd::geteuid().is_root()
+            && let Some((uid, gid)) = owner
+        {
+            let _ = nix::unistd::fchown(tmp.file.as_fd(), Some(uid.into()), Some(gid.into()));
         }
-        result
+        tmp.commit_at(&name, Durability::Unsynced).map(drop).map_err(|e| sys("rename", path, errno(&e)))
     }
-}
-
-fn parent_of(g: &str) -> &str {
-    g.rsplit_once('/').map_or("/", |(p, _)| if p.is_empty() { "/" } else { p })
 }
 
 impl GuestView {

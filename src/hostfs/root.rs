@@ -91,9 +91,12 @@ pub fn parent_of(root: BorrowedFd<'_>, rel: &str) -> FsResult<(OwnedFd, CString)
     Ok((mkdir_p(root, parent)?, cstr(name)?))
 }
 
-/// The kinds of staging entry: a directory tree, a file.
+/// The kind of staging entry: a directory tree. (Files are written
+/// anonymously, [`super::atomic`]; a name they need starts with
+/// [`WRITE_PREFIX`] and is never swept.)
 const STAGE: &str = "stage";
-const WRITE: &str = "write";
+/// The prefix of a name the atomic writer gives a file under a root.
+pub const WRITE_PREFIX: &str = ".tuixiu-write-";
 
 /// A fresh name for a staging entry; never a name a manifest could mean.
 pub fn staging_name(what: &str) -> CString {
@@ -104,14 +107,14 @@ pub fn staging_name(what: &str) -> CString {
     CString::new(format!(".tuixiu-{what}-{}-{nanos:x}-{n}", std::process::id())).expect("no NUL")
 }
 
-/// Whether `name` is one [`staging_name`] makes: `.tuixiu-stage-` or
-/// `.tuixiu-write-`, then decimal, hex and decimal numbers.
+/// Whether `name` is one [`staging_name`] makes for a directory:
+/// `.tuixiu-stage-`, then decimal, hex and decimal numbers.
 fn is_staging_name(name: &[u8]) -> bool {
     let Ok(name) = std::str::from_utf8(name) else { return false };
     let Some(rest) = name.strip_prefix(".tuixiu-").and_then(|r| r.split_once('-')) else { return false };
     let parts: Vec<&str> = rest.1.split('-').collect();
     let digits = |s: &str, radix: u32| !s.is_empty() && s.chars().all(|c| c.is_digit(radix));
-    (rest.0 == STAGE || rest.0 == WRITE)
+    rest.0 == STAGE
         && parts.len() == 3
         && digits(parts[0], 10)
         && digits(parts[1], 16)
@@ -148,10 +151,22 @@ fn flock_exclusive(fd: BorrowedFd<'_>) -> Result<(), Errno> {
     Errno::result(unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) }).map(drop)
 }
 
-/// Removes what killed runs left in `dir`: staging entries ([`is_staging_name`])
-/// that nobody holds locked ([`sweep_unlocked`]).
+/// Removes what killed runs left in `dir`: staging directories
+/// ([`is_staging_name`]) that nobody holds locked ([`sweep_unlocked`]).
+///
+/// Called only where an input item lands (never for the ACP host's
+/// writes), and only for directories: a file is never taken for litter
+/// (files are written anonymously, [`super::atomic`]). A directory cannot
+/// be anonymous, and nothing proves a directory with this exact name form
+/// is ours (the sandbox user's files have our uid; a name can be copied),
+/// so a directory someone made under that name, unlocked, in the parent of
+/// a landing target, is removed: the price of not leaving a killed
+/// extraction's tree (up to the archive limits) in the workspace forever.
 pub fn sweep_stale(dir: BorrowedFd<'_>) {
-    sweep_unlocked(dir, is_staging_name, None);
+    let is_dir = |name: &[u8]| {
+        CString::new(name).is_ok_and(|n| kind_at(dir, &n).is_ok_and(|k| k == Some(SFlag::S_IFDIR)))
+    };
+    sweep_unlocked(dir, |name| is_staging_name(name) && is_dir(name), None);
 }
 
 /// Removes the entries of `dir` whose name `ours` recognises (and, with
@@ -229,35 +244,27 @@ pub fn create_file(dir: BorrowedFd<'_>, name: &CStr, mode: u32) -> FsResult<File
 }
 
 /// Atomically replaces (or creates) file `rel` under `root` with what
-/// `fill` writes: a staging file is filled, then renamed over the target.
+/// `fill` writes, created with `mode` (umask applied): the atomic writer
+/// ([`super::atomic`]) by directory descriptor: an anonymous file filled,
+/// then linked over the target. Stale staging directories in the target's
+/// directory are swept first ([`sweep_stale`]).
 pub fn replace_file(
     root: BorrowedFd<'_>,
     rel: &str,
     mode: u32,
     fill: impl FnOnce(&mut File) -> std::io::Result<u64>,
 ) -> FsResult<u64> {
+    use super::atomic::{AtomicFile, Durability};
     let (parent, name) = parent_of(root, rel)?;
     sweep_stale(parent.as_fd());
-    let (staging, mut file) = loop {
-        let staging = staging_name(WRITE);
-        let file = create_file(parent.as_fd(), &staging, mode)?;
-        if let Some(fd) = lock_fresh(OwnedFd::from(file), &staging)? {
-            break (staging, File::from(fd));
-        }
-    };
-    let written = fill(&mut file).and_then(|n| file.flush().map(|()| n));
-    drop(file);
-    let outcome = written
-        .map_err(|e| fs_err("write", rel, Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO))))
-        .and_then(|n| {
-            renameat2(&parent, staging.as_c_str(), &parent, name.as_c_str(), RenameFlags::empty())
-                .map(|()| n)
-                .map_err(|e| fs_err("renameat2", rel, e))
-        });
-    if outcome.is_err() {
-        let _ = unlinkat(&parent, staging.as_c_str(), UnlinkatFlags::NoRemoveDir);
-    }
-    outcome
+    let errno = |e: &std::io::Error| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO));
+    let mut tmp = AtomicFile::new_at(parent.as_fd(), WRITE_PREFIX, mode)
+        .map_err(|e| fs_err("openat", WRITE_PREFIX, errno(&e)))?;
+    let n = fill(&mut tmp.file)
+        .and_then(|n| tmp.file.flush().map(|()| n))
+        .map_err(|e| fs_err("write", rel, errno(&e)))?;
+    tmp.commit_at(&name, Durability::Unsynced).map_err(|e| fs_err("renameat2", rel, errno(&e)))?;
+    Ok(n)
 }
 
 /// Lands a directory tree at `rel` under `root`, replacing what was there.
@@ -406,9 +413,8 @@ mod tests {
 
     #[test]
     fn staging_names_are_recognised_and_nothing_else() {
-        for what in [STAGE, WRITE] {
-            assert!(is_staging_name(staging_name(what).to_bytes()));
-        }
+        assert!(is_staging_name(staging_name(STAGE).to_bytes()));
+        assert!(!is_staging_name(staging_name("write").to_bytes()));
         assert!(is_staging_name(b".tuixiu-stage-123-abc0-7"));
         for other in [
             ".tuixiu-stage-notes",

@@ -32,7 +32,7 @@ use url::Url;
 use super::error::{Code, InputError};
 use super::plan::display_url;
 use crate::env::Redactor;
-use crate::hostfs::atomic::{AtomicFile, Durability, LockedError};
+use crate::hostfs::atomic::{AtomicFile, Durability};
 use crate::hostfs::root as fsx;
 
 /// A value that must never be printed (`Debug` shows `[REDACTED]`).
@@ -448,16 +448,22 @@ async fn download(
     }
 
     let mut staged = match &cache.root {
-        // Locked while we write it: a file nobody holds is a killed
-        // download's, which the next `Cache::open` removes.
-        Some(root) => {
-            AtomicFile::new_locked_in(&root.join("tmp"), TMP_PREFIX, c"download").map_err(|e| match e {
-                LockedError::Create(e) => {
-                    fail(Code::Cache, format!("input cache {}: {e}", root.join("tmp").display()))
-                }
-                LockedError::Lock(e) => fail(Code::Cache, format!("input cache: {e}")),
-            })?
-        }
+        // Anonymous (`O_TMPFILE`) where the filesystem can: a killed
+        // download leaves nothing. A named one is locked while we write
+        // it: a file nobody holds is a killed download's, which the next
+        // `Cache::open` removes.
+        Some(root) => loop {
+            let tmp = AtomicFile::new_in(&root.join("tmp"), TMP_PREFIX)
+                .map_err(|e| fail(Code::Cache, format!("input cache {}: {e}", root.join("tmp").display())))?;
+            if tmp.name().is_none()
+                || fsx::lock_new(tmp.file.as_fd(), c"download")
+                    .map_err(|e| fail(Code::Cache, format!("input cache: {e}")))?
+            {
+                break tmp;
+            }
+            // A sweeper took it for litter: another name.
+            drop(tmp.discard());
+        },
         None => AtomicFile::anonymous(unnamed_file().map_err(|e| fail(Code::Cache, e.to_string()))?),
     };
     let progress = progress_bar(options.progress, declared, &crate::manifest::shown(job.item));

@@ -140,26 +140,12 @@ fn persisted_id(state_dir: &Path) -> Result<String, IdentityError> {
     }
 }
 
-/// Writes `bytes` to `path` atomically with mode 0600.
+/// Writes `bytes` to `path` atomically with mode 0600, the data and the
+/// rename synced ([`crate::hostfs::atomic`]): a full or failing disk
+/// leaves the old file whole, and no temporary file beside it.
 pub fn write_private(path: &Path, bytes: &[u8]) -> Result<(), IdentityError> {
-    let tmp = path.with_extension("tmp");
-    let write = || -> std::io::Result<()> {
-        let mut f = OpenOptions::new().create(true).truncate(true).write(true).mode(0o600).open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)?;
-        // The rename itself is durable once the directory is synced.
-        if let Some(dir) = path.parent() {
-            File::open(dir)?.sync_all()?;
-        }
-        Ok(())
-    };
-    write().map_err(|e| {
-        // A full or failing disk leaves the old file whole; the partial
-        // temporary file is not left beside it.
-        let _ = std::fs::remove_file(&tmp);
-        io(format!("write {}", path.display()), &e)
-    })
+    use crate::hostfs::atomic::{Durability, write};
+    write(path, bytes, Durability::SyncedRename).map_err(|e| io(format!("write {}", path.display()), &e))
 }
 
 /// The host name reduced to `[a-z0-9-]` (as the Node proxy sanitizes it).
