@@ -1,10 +1,12 @@
 //! What a killed run leaves in a target root, and who removes it.
 //!
-//! Items are built in a staging entry next to their target
-//! (`.tuixiu-stage-*`, `.tuixiu-write-*`) and renamed into place. A SIGKILL
-//! mid-extraction leaves that entry behind; the next run that lands an item
-//! in the same directory removes it, but only when no live process holds
-//! it (its writer keeps it locked), and never anything that is not ours.
+//! Trees are built in a staging directory next to their target
+//! (`.tuixiu-stage-*`) and renamed into place. A SIGKILL mid-extraction
+//! leaves that directory behind; the next run that lands an item in the
+//! same directory removes it, but only when no live process holds it (its
+//! writer keeps it locked), and never a file: files are written as
+//! anonymous files (`O_TMPFILE`, hostfs/atomic.rs) that a kill leaves
+//! nothing of, so no file is ever removed by its name.
 
 mod common;
 mod inputs_support;
@@ -69,19 +71,28 @@ crate::for_each_caller!(a_run_killed_mid_extraction_leaves_litter_the_next_run_r
     assert!(!t.f.workspace.join("big").exists(), "the half-extracted tree was renamed into place");
     assert_eq!(litter(&t.f.workspace), [staging], "what the killed run left");
 
-    // A user's file with a similar name is not ours to remove.
-    std::fs::write(t.f.workspace.join(".tuixiu-stage-notes"), "mine").unwrap();
+    // A user's files with similar names, or a staging name's exact form,
+    // are not ours to remove.
+    let theirs = [".tuixiu-stage-notes", ".tuixiu-stage-1-a-2", ".tuixiu-write-1-a-2"];
+    for name in theirs {
+        std::fs::write(t.f.workspace.join(name), "mine").unwrap();
+    }
     write_note(&t, "after the crash");
     let out = t.run(&[], "cat /workspace/note.txt");
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "after the crash");
-    assert_eq!(litter(&t.f.workspace), [".tuixiu-stage-notes"], "stale staging entries are removed");
+    let mut want = theirs.to_vec();
+    want.sort();
+    assert_eq!(litter(&t.f.workspace), want, "stale staging directories are removed, files are not");
+    for name in theirs {
+        assert_eq!(std::fs::read_to_string(t.f.workspace.join(name)).unwrap(), "mine");
+    }
 });
 
 crate::for_each_caller!(a_live_writers_staging_entry_is_left_alone, |caller: Caller| {
     let t = Inputs::new(caller);
-    // A staging directory and a staging file of another, live run: it holds
-    // them locked.
+    // A staging directory of another, live run (it holds it locked), and a
+    // locked file in the old staging file's name form.
     let dir = t.f.workspace.join(".tuixiu-stage-4242-1a2b3c-0");
     let file = t.f.workspace.join(".tuixiu-write-4242-1a2b3c-1");
     std::fs::create_dir(&dir).unwrap();
@@ -104,9 +115,11 @@ crate::for_each_caller!(a_live_writers_staging_entry_is_left_alone, |caller: Cal
     assert_eq!(litter(&t.f.workspace).len(), 2, "a locked staging entry was removed");
     assert!(dir.join("partial").exists());
 
-    // Its writer is gone (the locks with it): the next run removes them.
+    // Its writer is gone (the locks with it): the next run removes the
+    // directory. The file is left: nothing proves a file is ours, and our
+    // own writes leave none.
     drop(locks);
     write_note(&t, "two");
     assert!(t.run(&[], "true").status.success());
-    assert!(litter(&t.f.workspace).is_empty(), "{:?}", litter(&t.f.workspace));
+    assert_eq!(litter(&t.f.workspace), [".tuixiu-write-4242-1a2b3c-1"]);
 });

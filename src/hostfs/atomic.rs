@@ -42,9 +42,13 @@
 //! holds it now. So no cleanup here removes anything by name: with
 //! `O_TMPFILE` there is nothing to clean up, and the fallback's and the
 //! link window's rare leftovers (`.tuixiu-write-<hex>.tmp`) cost space,
-//! never someone else's data. Cost, measured on tmpfs and ext4: one more
-//! `linkat` per write over an existing target, against the named file's
-//! `openat(O_CREAT|O_EXCL)`; nothing measurable at these write sizes.
+//! never someone else's data. Cost: one more `linkat` per write over an
+//! existing target. Measured with a C loop (4 KiB written, replacing one
+//! target, 50 000 times, on the shared 2-core machine while builds ran):
+//! tmpfs 17.8-18.2 µs per write against 14.2-16.5 µs for a named
+//! `O_EXCL` file and `rename`; ext4 0.4-1.4 ms either way (its
+//! replace-by-rename starts the data's writeback), the difference lost in
+//! the noise. Writes here are per item or per call, not per byte.
 //! Private directories (the input cache's `tmp/`, the skill store) keep
 //! their own sweeps of their own prefixes: nobody else writes there.
 

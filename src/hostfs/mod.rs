@@ -4,9 +4,9 @@
 //!
 //! | module | job |
 //! |---|---|
-//! | [`root`] | writes under a root's descriptor (`openat2(RESOLVE_IN_ROOT\|RESOLVE_NO_MAGICLINKS)`), safe directory creation (`mkdir_p`), staging + `renameat2` replacement, tree removal, staging entries locked by their writer and swept when stale |
+//! | [`root`] | writes under a root's descriptor (`openat2(RESOLVE_IN_ROOT\|RESOLVE_NO_MAGICLINKS)`), safe directory creation (`mkdir_p`), files through [`atomic`], trees through a staging directory + `renameat2`, tree removal, staging directories locked by their writer and swept when stale |
 //! | [`guest`] | guest paths of a sandbox seen from the host (the ACP host's `fs/*`): mounts at guest paths, allowed prefixes, `openat2(RESOLVE_IN_ROOT\|RESOLVE_NO_MAGICLINKS\|RESOLVE_NO_SYMLINKS)` for paths without a symlink, symlinks resolved by us otherwise, the canonical guest path; missing directories made and a resolved file replaced atomically |
-//! | [`atomic`] | atomic replacement of a file by path (`tempfile`, optionally synced): skill records and bundles, the input cache's downloads |
+//! | [`atomic`] | the one atomic file writer, by path or by directory descriptor (an anonymous `O_TMPFILE` file linked over the target, a named `O_EXCL` fallback; a mode, three durability levels): skill records and bundles, the input cache's downloads, inputs landed as files, the ACP host's writes, the daemon's identity and run state |
 //! | [`under_root`] | a host path resolved inside the workspace root for the daemon's control actions |
 //! | [`beneath`] | `openat2(RESOLVE_BENEATH)` opens (optionally no symlink at all), regular files opened only after an `O_PATH` check, plain-name checks |
 //!

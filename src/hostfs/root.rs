@@ -3,10 +3,11 @@
 //! Every path an item names is resolved with `openat2(RESOLVE_IN_ROOT)`
 //! relative to the descriptor of its logical root (`/workspace`, the home,
 //! `/scratch`, or a host directory backing one), so `..` and symlinks,
-//! absolute ones included, stay inside that root. New content is built in
-//! a staging entry next to the target and renamed into place only when it
-//! is complete (`renameat2` within one filesystem), so a failure leaves the
-//! previous target as it was.
+//! absolute ones included, stay inside that root. A new file is written by
+//! the atomic writer ([`super::atomic`]: an anonymous file linked over the
+//! target); a new tree is built in a staging directory next to the target
+//! and renamed into place only when it is complete (`renameat2` within one
+//! filesystem). Either way a failure leaves the previous target as it was.
 
 use std::ffi::{CStr, CString};
 use std::fs::File;
