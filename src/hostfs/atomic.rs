@@ -91,6 +91,16 @@ const TRIES: usize = 16;
 thread_local! {
     /// Tests: make `O_TMPFILE` look unsupported on this thread.
     static NO_TMPFILE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Tests: make `linkat(AT_EMPTY_PATH)` look refused on this thread.
+    static NO_EMPTY_PATH: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+fn empty_path_refused() -> bool {
+    #[cfg(test)]
+    if NO_EMPTY_PATH.with(|c| c.get()) {
+        return true;
+    }
+    false
 }
 
 fn tmpfile_refused() -> bool {
@@ -272,7 +282,12 @@ fn no_name() -> io::Error {
 /// Gives the anonymous `file` the name `name` in `dir`; `EEXIST` when
 /// something (anything, a symlink included) is there.
 fn link(file: &File, dir: BorrowedFd<'_>, name: &CStr) -> Result<(), Errno> {
-    match linkat(file, c"", dir, name, AtFlags::AT_EMPTY_PATH) {
+    let flinked = if empty_path_refused() {
+        Err(Errno::ENOENT)
+    } else {
+        linkat(file, c"", dir, name, AtFlags::AT_EMPTY_PATH)
+    };
+    match flinked {
         // Before Linux 6.10, `AT_EMPTY_PATH` needs CAP_DAC_READ_SEARCH
         // (ENOENT without it): the documented way through /proc instead.
         Err(Errno::ENOENT | Errno::EPERM) => {
@@ -309,13 +324,16 @@ mod tests {
 
     use super::*;
 
-    /// Runs `f` with `O_TMPFILE` and again with the named fallback.
+    /// Runs `f` with `O_TMPFILE` (linked with `AT_EMPTY_PATH`, then
+    /// through `/proc/self/fd`) and with the named fallback.
     fn both_ways(f: impl Fn(bool)) {
-        for named in [false, true] {
+        for (named, proc) in [(false, false), (false, true), (true, false)] {
             NO_TMPFILE.with(|c| c.set(named));
+            NO_EMPTY_PATH.with(|c| c.set(proc));
             f(named);
         }
         NO_TMPFILE.with(|c| c.set(false));
+        NO_EMPTY_PATH.with(|c| c.set(false));
     }
 
     fn names(dir: &Path) -> Vec<String> {
@@ -425,6 +443,16 @@ mod tests {
             for name in theirs {
                 assert_eq!(std::fs::read_to_string(t.path().join(name)).unwrap(), "theirs", "{name}");
             }
+            // A fill that fails: the target as it was, nothing new.
+            let failed = crate::hostfs::root::replace_file(dir.as_fd(), "b", 0o644, |f| {
+                f.write_all(b"half")?;
+                Err(io::Error::from(Errno::ENOSPC))
+            });
+            assert_eq!(failed.unwrap_err().to_string(), "write(\"b\") => ENOSPC (No space left on device)");
+            assert_eq!(std::fs::read_to_string(t.path().join("b")).unwrap(), "b");
+            let mut want: Vec<&str> = theirs.iter().copied().chain(["a", "b"]).collect();
+            want.sort();
+            assert_eq!(names(t.path()), want);
         });
     }
 

@@ -260,7 +260,7 @@ pub fn replace_file(
     sweep_stale(parent.as_fd());
     let errno = |e: &std::io::Error| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO));
     let mut tmp = AtomicFile::new_at(parent.as_fd(), WRITE_PREFIX, mode)
-        .map_err(|e| fs_err("openat", WRITE_PREFIX, errno(&e)))?;
+        .map_err(|e| fs_err("openat", rel, errno(&e)))?;
     let n = fill(&mut tmp.file)
         .and_then(|n| tmp.file.flush().map(|()| n))
         .map_err(|e| fs_err("write", rel, errno(&e)))?;
