@@ -41,8 +41,9 @@
 //! the caller), a name can be copied, and the lock only says that nobody
 //! holds it now. So no cleanup here removes anything by name: with
 //! `O_TMPFILE` there is nothing to clean up, and the fallback's and the
-//! link window's rare leftovers (`.tuixiu-write-<hex>.tmp`) cost space,
-//! never someone else's data. Cost: one more `linkat` per write over an
+//! link window's rare leftovers (`<prefix><hex>.tmp`; `.tuixiu-write-`
+//! under a root and in the ACP host's writes) cost space, never someone
+//! else's data. Cost: one more `linkat` per write over an
 //! existing target. Measured with a C loop (4 KiB written, replacing one
 //! target, 50 000 times, on the shared 2-core machine while builds ran):
 //! tmpfs 17.8-18.2 µs per write against 14.2-16.5 µs for a named
