@@ -539,7 +539,7 @@ mod tests {
         client.notification("_vendor/notice", Some(&params));
         client.notification("_vendor/bare", None);
         let sent: Vec<String> =
-            d.outbox.peek_batch(2, usize::MAX).await.iter().map(|(_, t)| t.as_str().to_string()).collect();
+            d.outbox().peek_batch(2, usize::MAX).await.iter().map(|(_, t)| t.as_str().to_string()).collect();
         let _ = std::fs::remove_dir_all(&dir);
         assert_eq!(
             sent,
