@@ -133,16 +133,14 @@ pub fn checkout(
         GitRepo::Local(host) => format!("[safe]\n\tdirectory = {}\n", host.canonical.to_string_lossy()),
         GitRepo::Remote(_) => String::new(),
     };
-    std::fs::write(&config, config_text)
-        .map_err(GitFailure::Config)?;
+    std::fs::write(&config, config_text).map_err(GitFailure::Config)?;
     // `file://` rather than a plain path, so that `--depth 1` applies.
     let url = match repo {
         GitRepo::Local(_) => format!("file://{url}"),
         GitRepo::Remote(_) => url,
     };
     let home = scratch.join("home");
-    std::fs::create_dir_all(&home)
-        .map_err(GitFailure::Home)?;
+    std::fs::create_dir_all(&home).map_err(GitFailure::Home)?;
     let deadline = Instant::now() + options.timeout;
     let git = |args: &[&str], cwd: Option<&Path>| -> Result<(), GitFailure> {
         run_git(args, cwd, &home, &config, protocols, options, redactor, deadline, scratch)
