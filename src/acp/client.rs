@@ -541,9 +541,8 @@ mod tests {
         let (cfg, _) =
             Config::from_table("t.toml", toml::from_str(&text).unwrap(), &BTreeMap::new()).unwrap();
         let d = Arc::new(Daemon::new(cfg, "p".into()).unwrap());
-        let spawner: Spawner = Arc::new(|_| {
-            Box::pin(async { Err(crate::provider::ProviderError::Invalid("no processes".into())) })
-        });
+        let spawner: Spawner =
+            Arc::new(|_| Box::pin(async { Err(crate::provider::InvalidError::EmptyCommand.into()) }));
         let client = Client::new(
             d.acp_context(),
             "r1".into(),
