@@ -265,13 +265,18 @@ mod tests {
         let spec = || SpecError::new("bad");
         let json = || serde_json::from_str::<serde_json::Value>("{").unwrap_err();
         let status = ExitStatus { code: Some(3), signal: None };
+        // The old variants' own formats, fed what their constructors built.
+        let old_io = |context: String| format!("{context}: {text}");
+        let old_cli = |command: String, status: &str, stderr: String| {
+            format!("`{command}` failed ({status}): {stderr}")
+        };
         let cases: Vec<(ProviderError, String)> = vec![
             (
                 ProviderError::CliSpawn { program: "docker".into(), source: enoent() },
                 format!(
                     "{}: cannot run it: {}",
                     "docker",
-                    format!("{text} (is it installed and in PATH? choose another with --container-cli)")
+                    text.clone() + " (is it installed and in PATH? choose another with --container-cli)"
                 ),
             ),
             (
@@ -297,7 +302,7 @@ mod tests {
                     status: std::process::ExitStatus::from_raw(1 << 8),
                     stderr: "no".into(),
                 },
-                format!("`{}` failed ({}): {}", format!("{} {} {name}", "docker", "rm"), "exit 1", "no"),
+                old_cli(format!("{} {} {name}", "docker", "rm"), "exit 1", "no".into()),
             ),
             (
                 ProviderError::Cli {
@@ -307,24 +312,23 @@ mod tests {
                     status: std::process::ExitStatus::from_raw(libc::SIGKILL),
                     stderr: "".into(),
                 },
-                format!("`{}` failed ({}): {}", format!("{} {} {name}", "docker", "rm"), "killed", ""),
+                old_cli(format!("{} {} {name}", "docker", "rm"), "killed", "".into()),
             ),
             (
                 ProviderError::InspectOutput { cli: "podman".into(), source: json() },
-                format!(
-                    "`{}` failed ({}): {}",
+                old_cli(
                     format!("{} inspect", "podman"),
                     "exit 0",
-                    format!("unexpected output (not JSON: {})", json())
+                    format!("unexpected output (not JSON: {})", json()),
                 ),
             ),
             (
                 ProviderError::File { op: "chmod 0700", path: dir.clone(), source: enoent() },
-                format!("{}: {text}", format!("chmod 0700 {}", dir.display())),
+                old_io(format!("chmod 0700 {}", dir.display())),
             ),
             (
                 ProviderError::Canonicalize { path: dir.clone(), source: enoent() },
-                format!("{}: {text}", dir.display()),
+                old_io(dir.display().to_string()),
             ),
             (
                 ProviderError::WorkingDir {
@@ -332,15 +336,15 @@ mod tests {
                     host: dir.clone(),
                     source: enoent(),
                 },
-                format!("{}: {text}", format!("working directory {} ({})", "/workspace/a", dir.display())),
+                old_io(format!("working directory {} ({})", "/workspace/a", dir.display())),
             ),
             (
                 ProviderError::Sys { op: "pipe2 (the sandboxes' lifeline)", source: enoent() },
-                format!("{}: {text}", "pipe2 (the sandboxes' lifeline)"),
+                old_io("pipe2 (the sandboxes' lifeline)".into()),
             ),
             (
                 ProviderError::Signal { signal: 9, source: enoent() },
-                format!("{}: {text}", format!("pidfd_send_signal(signal {})", 9)),
+                old_io(format!("pidfd_send_signal(signal {})", 9)),
             ),
             (
                 ProviderError::Memfd {
@@ -348,11 +352,11 @@ mod tests {
                     name: "tuixiu-sandbox-env",
                     source: enoent(),
                 },
-                format!("{}: {text}", format!("memfd_create({:?})", "tuixiu-sandbox-env")),
+                old_io(format!("memfd_create({:?})", "tuixiu-sandbox-env")),
             ),
             (
                 ProviderError::Memfd { step: MemfdStep::Write, name: "tuixiu-sandbox-env", source: enoent() },
-                format!("{}: {text}", format!("write the {} memfd", "tuixiu-sandbox-env")),
+                old_io(format!("write the {} memfd", "tuixiu-sandbox-env")),
             ),
             (
                 ProviderError::Memfd {
@@ -360,7 +364,7 @@ mod tests {
                     name: "tuixiu-sandbox-env",
                     source: enoent(),
                 },
-                format!("{}: {text}", format!("rewind the {} memfd", "tuixiu-sandbox-env")),
+                old_io(format!("rewind the {} memfd", "tuixiu-sandbox-env")),
             ),
         ];
         let invalid: Vec<(InvalidError, String)> = vec![
