@@ -44,7 +44,7 @@ fuzz_target!(|data: &[u8]| {
         let d = Arc::new(tuixiu_sandbox_fuzz::daemon(cfg));
         let fs = GuestFs::tree_root(&tree, ALLOWED);
         let spawner: Spawner = Arc::new(|_spec| {
-            Box::pin(async { Err(tuixiu_sandbox::provider::ProviderError::Invalid("fuzz: no processes".into())) })
+            Box::pin(async { Err(tuixiu_sandbox::provider::InvalidError::EmptyCommand.into()) })
         });
         let client = Arc::new(Client::new(
             d.acp_context(),
