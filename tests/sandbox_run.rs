@@ -190,11 +190,20 @@ for_each_caller!(killing_the_launcher_kills_the_whole_sandbox, |caller: Caller| 
         assert!(Instant::now() < deadline, "the two sleeps never started");
         std::thread::sleep(Duration::from_millis(10));
     }
+    // The sandbox's pid namespace: its PID 1 (`tuixiu-sandbox-init`, no
+    // marker in its command line) must go as well.
+    let ns = pid_ns(processes_with_arg(&marker)[0]).expect("the sleep's pid namespace");
+    assert!(processes_in_pid_ns(&ns).len() >= 3, "PID 1 and the two sleeps: {:?}", processes_in_pid_ns(&ns));
     child.0.kill().unwrap();
     child.0.wait().unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
-    while !processes_with_arg(&marker).is_empty() {
-        assert!(Instant::now() < deadline, "sandbox processes survived: {:?}", processes_with_arg(&marker));
+    while !processes_with_arg(&marker).is_empty() || !processes_in_pid_ns(&ns).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "sandbox processes survived: {:?}, in its pid namespace {ns}: {:?}",
+            processes_with_arg(&marker),
+            processes_in_pid_ns(&ns)
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 });
@@ -207,10 +216,26 @@ for_each_caller!(nothing_of_the_sandbox_runs_once_run_has_returned, |caller: Cal
     // one that ignores SIGTERM and SIGHUP. `run` returns before the kernel
     // has torn down the sandbox's namespaces, but only after that process
     // is gone: checked at once, without waiting.
-    let script = format!("trap '' TERM HUP; (sleep {marker}) & sleep 0.2; exit 7");
+    let script =
+        format!("readlink /proc/self/ns/pid; trap '' TERM HUP; (sleep {marker}) & sleep 0.2; exit 7");
     let out = fx.command(&["run", "--workspace", &ws, "--", "sh", "-c", &script]).output().unwrap();
     assert_eq!(out.status.code(), Some(7), "{}", stderr(&out));
     assert_eq!(processes_with_arg(&marker), Vec::<u32>::new());
+    // PID 1 included: nothing is left in the sandbox's pid namespace.
+    let ns = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    assert!(ns.starts_with("pid:["), "{ns}");
+    // `run` returns without waiting for PID 1's own exit (the kernel's
+    // teardown of the namespaces, `return_before_teardown`): PID 1 may
+    // still be there, exiting, but no other process, and nothing that
+    // still runs code of its own.
+    let left: Vec<String> = processes_in_pid_ns(&ns)
+        .into_iter()
+        .filter(|&pid| !is_exiting_pid1(pid))
+        .map(|pid| {
+            format!("{pid}: {}", std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default())
+        })
+        .collect();
+    assert!(left.is_empty(), "left in the sandbox's pid namespace: {left:#?}");
 });
 
 /// Kills the launcher if an assertion fails first, so no sandbox outlives the test.
@@ -221,6 +246,43 @@ impl Drop for KillOnDrop {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// The pid namespace of `pid` as `pid:[inode]`.
+fn pid_ns(pid: u32) -> Option<String> {
+    std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok().map(|l| l.to_string_lossy().into_owned())
+}
+
+/// Pids of live processes (zombies aside) in pid namespace `ns`
+/// (`pid:[inode]`), whatever their command line.
+fn processes_in_pid_ns(ns: &str) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        if pid_ns(pid).as_deref() != Some(ns) {
+            continue;
+        }
+        let state = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        if !state.contains(") Z ") {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// Whether `pid` is its pid namespace's PID 1 (the last `NSpid` is 1) and
+/// is in its exit (`PF_EXITING` among the flags of `/proc/PID/stat`).
+fn is_exiting_pid1(pid: u32) -> bool {
+    const PF_EXITING: u64 = 0x4;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let pid1 =
+        status.lines().find_map(|l| l.strip_prefix("NSpid:")).and_then(|ids| ids.split_whitespace().last())
+            == Some("1");
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name: state, ppid, pgrp, session, tty_nr,
+    // tpgid, flags.
+    let flags = stat.rsplit_once(") ").and_then(|(_, rest)| rest.split(' ').nth(6)?.parse::<u64>().ok());
+    pid1 && flags.is_some_and(|f| f & PF_EXITING != 0)
 }
 
 /// Pids of live processes with `arg` among their arguments.

@@ -44,7 +44,7 @@ fuzz_target!(|data: &[u8]| {
         let d = Arc::new(tuixiu_sandbox_fuzz::daemon(cfg));
         let fs = GuestFs::tree_root(&tree, ALLOWED);
         let spawner: Spawner = Arc::new(|_spec| {
-            Box::pin(async { Err(tuixiu_sandbox::provider::ProviderError::Invalid("fuzz: no processes".into())) })
+            Box::pin(async { Err(tuixiu_sandbox::provider::InvalidError::EmptyCommand.into()) })
         });
         let client = Arc::new(Client::new(
             d.acp_context(),
@@ -76,11 +76,11 @@ fuzz_target!(|data: &[u8]| {
         loop {
             tokio::time::sleep(Duration::from_millis(50)).await;
             std::thread::sleep(Duration::from_micros(50));
-            let n = d.outbox.len();
+            let n = d.outbox().len();
             if n > 0 {
-                let batch = d.outbox.peek_batch(n, usize::MAX).await;
+                let batch = d.outbox().peek_batch(n, usize::MAX).await;
                 sent.extend(batch.iter().map(|(_, t)| t.as_str().to_string()));
-                d.outbox.pop_through(batch.last().unwrap().0);
+                d.outbox().pop_through(batch.last().unwrap().0);
             }
             let have = answers
                 .lock()

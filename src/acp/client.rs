@@ -72,10 +72,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 fn fs_error(e: FsError) -> RpcError {
+    let m = e.message();
     match e {
-        FsError::BadPath(m) | FsError::Outside(m) => RpcError::invalid_params(m),
-        FsError::NotFound(m) => RpcError::not_found(m),
-        FsError::Failed(m) => RpcError::internal(m),
+        FsError::BadPath(_) | FsError::Outside(_) => RpcError::invalid_params(m),
+        FsError::NotFound(_) => RpcError::not_found(m),
+        FsError::Failed(_) => RpcError::internal(m),
     }
 }
 
@@ -508,6 +509,23 @@ mod tests {
     use crate::proxy::Daemon;
     use crate::proxy::config::Config;
 
+    /// Each class of guest path error keeps its JSON-RPC code.
+    #[test]
+    fn fs_errors_keep_their_codes() {
+        use crate::hostfs::guest::{BadPath, Failed, NotFound, Outside};
+        let cases: Vec<(FsError, i64)> = vec![
+            (BadPath::Nul.into(), -32602),
+            (Outside::Path { path: "/etc".into() }.into(), -32602),
+            (NotFound::File { path: "/x".into() }.into(), -32002),
+            (Failed::NotARegularFile { path: "/x".into() }.into(), -32603),
+        ];
+        for (e, code) in cases {
+            let text = e.to_string();
+            let rpc = fs_error(e);
+            assert_eq!((rpc.code, rpc.message), (code, text));
+        }
+    }
+
     // Found by the acp_transport fuzz target: `json!` turned the params
     // into a tree, which has no place for 1e9990, and the unwrap in the
     // macro took the daemon down.
@@ -523,9 +541,8 @@ mod tests {
         let (cfg, _) =
             Config::from_table("t.toml", toml::from_str(&text).unwrap(), &BTreeMap::new()).unwrap();
         let d = Arc::new(Daemon::new(cfg, "p".into()).unwrap());
-        let spawner: Spawner = Arc::new(|_| {
-            Box::pin(async { Err(crate::provider::ProviderError::Invalid("no processes".into())) })
-        });
+        let spawner: Spawner =
+            Arc::new(|_| Box::pin(async { Err(crate::provider::InvalidError::EmptyCommand.into()) }));
         let client = Client::new(
             d.acp_context(),
             "r1".into(),
@@ -539,7 +556,7 @@ mod tests {
         client.notification("_vendor/notice", Some(&params));
         client.notification("_vendor/bare", None);
         let sent: Vec<String> =
-            d.outbox.peek_batch(2, usize::MAX).await.iter().map(|(_, t)| t.as_str().to_string()).collect();
+            d.outbox().peek_batch(2, usize::MAX).await.iter().map(|(_, t)| t.as_str().to_string()).collect();
         let _ = std::fs::remove_dir_all(&dir);
         assert_eq!(
             sent,

@@ -31,7 +31,7 @@ use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::sys::stat::{Mode, SFlag, fstat};
 
-use crate::hostfs::guest::{GuestView, Walked, sys};
+use crate::hostfs::guest::{BadPath, Failed, GuestView, NotFound, Walked, sys};
 
 pub use crate::hostfs::guest::{ResolveError as FsError, ViewError as GuestError};
 
@@ -87,9 +87,9 @@ impl GuestFs {
             {
                 Ok(w.guest)
             }
-            Some(_) => Err(FsError::Failed(format!("{path}: not a directory"))),
+            Some(_) => Err(Failed::NotADirectory { path: path.into() }.into()),
             None if w.name.is_empty() => Ok(w.guest),
-            None => Err(FsError::NotFound(format!("{path}: no such directory"))),
+            None => Err(NotFound::Directory { path: path.into() }.into()),
         }
     }
 
@@ -105,30 +105,25 @@ impl GuestFs {
         let w = self.walk(path, false)?;
         self.check(path, &w.guest)?;
         if w.target.is_none() {
-            return Err(FsError::NotFound(format!("{path}: no such file")));
+            return Err(NotFound::File { path: path.into() }.into());
         }
         let file = self.reopen(&w, path)?;
         let st = fstat(file.as_fd()).map_err(|e| sys("fstat", path, e))?;
         if st.st_mode & SFlag::S_IFMT.bits() != SFlag::S_IFREG.bits() {
-            return Err(FsError::Failed(format!("{path}: not a regular file")));
+            return Err(Failed::NotARegularFile { path: path.into() }.into());
         }
         let mut file = std::fs::File::from(file);
         if line.is_none() && limit.is_none() {
             if st.st_size as u64 > max {
-                return Err(FsError::Failed(format!(
-                    "{path} is {} bytes, over the daemon's read limit of {max} bytes (fs_read_max_bytes); read it in parts with line and limit",
-                    st.st_size
-                )));
+                return Err(Failed::TooLarge { path: path.into(), size: st.st_size, max }.into());
             }
             let mut bytes = Vec::with_capacity(st.st_size as usize);
             (&mut file)
                 .take(max + 1)
                 .read_to_end(&mut bytes)
-                .map_err(|e| FsError::Failed(format!("read {path}: {e}")))?;
+                .map_err(|e| Failed::Read { path: path.into(), source: e })?;
             if bytes.len() as u64 > max {
-                return Err(FsError::Failed(format!(
-                    "{path} grew over the read limit of {max} bytes while being read"
-                )));
+                return Err(Failed::Grew { path: path.into(), max }.into());
             }
             return Ok(into_text(bytes));
         }
@@ -142,7 +137,7 @@ impl GuestFs {
         let mut out = Vec::new();
         let (mut n, mut taken, mut read) = (1u64, 0u64, 0u64);
         while taken < limit {
-            let buf = reader.fill_buf().map_err(|e| FsError::Failed(format!("read {path}: {e}")))?;
+            let buf = reader.fill_buf().map_err(|e| Failed::Read { path: path.into(), source: e })?;
             if buf.is_empty() {
                 break;
             }
@@ -161,19 +156,16 @@ impl GuestFs {
             }
         }
         if read > max {
-            return Err(FsError::Failed(format!(
-                "{path}: reading lines {start}..{} would read more than the daemon's read limit of {max} bytes \
-                 (fs_read_max_bytes) from the file; ask for fewer or earlier lines",
-                start.saturating_add(limit).saturating_sub(1)
-            )));
+            let last = start.saturating_add(limit).saturating_sub(1);
+            return Err(Failed::LinesTooLarge { path: path.into(), start, last, max }.into());
         }
         Ok(into_text(out))
     }
 
     fn reopen(&self, w: &Walked, path: &str) -> Result<OwnedFd, FsError> {
-        let name = CString::new(w.name.as_bytes()).map_err(|_| FsError::BadPath("NUL in path".into()))?;
+        let name = CString::new(w.name.as_bytes()).map_err(|_| BadPath::Nul)?;
         if w.name.is_empty() {
-            return Err(FsError::Failed(format!("{path}: not a regular file")));
+            return Err(Failed::NotARegularFile { path: path.into() }.into());
         }
         nix::fcntl::openat(
             w.parent.as_fd(),
@@ -182,9 +174,7 @@ impl GuestFs {
             Mode::empty(),
         )
         .map_err(|e| match e {
-            Errno::ELOOP => {
-                FsError::Failed(format!("{path}: replaced by a symlink while being opened; try again"))
-            }
+            Errno::ELOOP => Failed::Replaced { path: path.into() }.into(),
             e => sys("open", path, e),
         })
     }
@@ -195,18 +185,18 @@ impl GuestFs {
         // Refuse early, before creating any directory, what is lexically
         // outside (a symlink may still lead out; checked after the walk).
         let lexical = sandbox::guest_path::normalize(path)
-            .map_err(|why| FsError::BadPath(format!("{path:?} {why}")))?;
+            .map_err(|why| BadPath::NotClean { path: path.into(), why })?;
         self.check(path, &lexical)?;
         let w = self.walk(path, true)?;
         self.check(path, &w.guest)?;
         if w.name.is_empty() {
-            return Err(FsError::Failed(format!("{path}: is a directory")));
+            return Err(Failed::IsADirectory { path: path.into() }.into());
         }
         let (mode, owner) = match &w.target {
             Some(fd) => {
                 let st = fstat(fd.as_fd()).map_err(|e| sys("fstat", path, e))?;
                 if st.st_mode & SFlag::S_IFMT.bits() != SFlag::S_IFREG.bits() {
-                    return Err(FsError::Failed(format!("{path}: not a regular file")));
+                    return Err(Failed::NotARegularFile { path: path.into() }.into());
                 }
                 (st.st_mode & 0o7777, Some((st.st_uid, st.st_gid)))
             }
@@ -343,5 +333,89 @@ mod tests {
         assert!(matches!(fs.read("/etc/passwd", None, None, 100), Err(FsError::Outside(_))));
         fs.write("/workspace/a/b", "c").unwrap();
         assert_eq!(std::fs::read_to_string(t.path().join("ws/a/b")).unwrap(), "c");
+    }
+
+    /// Each error renders exactly as the `format!` it replaced.
+    #[test]
+    fn error_texts_are_the_old_ones() {
+        use crate::hostfs::guest::Outside;
+        let p = "/workspace/a b";
+        let g = "/etc";
+        let eio = || std::io::Error::from_raw_os_error(libc::EIO);
+        let e = eio();
+        let (start, limit, max) = (3u64, 5u64, 4096u64);
+        let cases: Vec<(FsError, String)> = vec![
+            (
+                BadPath::NotAbsolute { path: p.into() }.into(),
+                format!("{p:?} is not an absolute path (ACP paths must be absolute)"),
+            ),
+            (BadPath::ContainsNul.into(), "the path contains a NUL byte".into()),
+            (BadPath::Nul.into(), "NUL in path".into()),
+            (
+                BadPath::NotClean { path: p.into(), why: "is not clean" }.into(),
+                format!("{p:?} {}", "is not clean"),
+            ),
+            (Outside::Path { path: p.into() }.into(), format!("{p} is outside the workspace and the home")),
+            (
+                Outside::ResolvesTo { path: p.into(), guest: g.into() }.into(),
+                format!("{p} resolves to {g}, outside the workspace and the home"),
+            ),
+            (
+                Outside::Creates { path: p.into(), guest: g.into() }.into(),
+                format!("{p}: {g} is outside the workspace and the home"),
+            ),
+            (sys("open", p, Errno::ENOENT), format!("{p}: no such file or directory")),
+            (NotFound::File { path: p.into() }.into(), format!("{p}: no such file")),
+            (NotFound::Directory { path: p.into() }.into(), format!("{p}: no such directory")),
+            (
+                sys("fstat", p, Errno::EACCES),
+                format!(
+                    "{}({p:?}) => {}",
+                    "fstat",
+                    sandbox::error::io_error_text(&std::io::Error::from(Errno::EACCES))
+                ),
+            ),
+            (Failed::Dup(eio()).into(), format!("dup: {e}")),
+            (Failed::Read { path: p.into(), source: eio() }.into(), format!("read {p}: {e}")),
+            (Failed::Write { path: p.into(), source: eio() }.into(), format!("write {p}: {e}")),
+            (Failed::NotADirectory { path: p.into() }.into(), format!("{p}: not a directory")),
+            (Failed::IsADirectory { path: p.into() }.into(), format!("{p}: is a directory")),
+            (Failed::NotARegularFile { path: p.into() }.into(), format!("{p}: not a regular file")),
+            (
+                Failed::TooLarge { path: p.into(), size: 5000, max }.into(),
+                format!(
+                    "{p} is {} bytes, over the daemon's read limit of {max} bytes (fs_read_max_bytes); read it in parts with line and limit",
+                    5000
+                ),
+            ),
+            (
+                Failed::Grew { path: p.into(), max }.into(),
+                format!("{p} grew over the read limit of {max} bytes while being read"),
+            ),
+            (
+                Failed::LinesTooLarge {
+                    path: p.into(),
+                    start,
+                    last: start.saturating_add(limit).saturating_sub(1),
+                    max,
+                }
+                .into(),
+                format!(
+                    "{p}: reading lines {start}..{} would read more than the daemon's read limit of {max} bytes \
+                     (fs_read_max_bytes) from the file; ask for fewer or earlier lines",
+                    start.saturating_add(limit).saturating_sub(1)
+                ),
+            ),
+            (
+                Failed::Replaced { path: p.into() }.into(),
+                format!("{p}: replaced by a symlink while being opened; try again"),
+            ),
+        ];
+        for (error, old) in cases {
+            assert_eq!(error.message(), old, "{error:?}");
+        }
+        // The cause stays reachable: an errno a caller can match.
+        let e = sys("open", p, Errno::ELOOP);
+        assert!(matches!(e, FsError::Failed(Failed::Sys { source: Errno::ELOOP, .. })), "{e:?}");
     }
 }

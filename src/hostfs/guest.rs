@@ -29,41 +29,149 @@ use nix::sys::stat::{Mode, SFlag, fstat};
 const MAX_LINKS: usize = 40;
 
 /// Why a guest path could not be resolved (the ACP host makes each a
-/// JSON-RPC error).
-#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+/// JSON-RPC error). The four classes select the code; each holds what went
+/// wrong.
+#[derive(Debug, thiserror::Error)]
 pub enum ResolveError {
     /// Not absolute, or not a clean path: -32602.
-    #[error("{0}")]
-    BadPath(String),
+    #[error(transparent)]
+    BadPath(BadPath),
     /// Resolves outside the workspace and home: -32602.
-    #[error("{0}")]
-    Outside(String),
+    #[error(transparent)]
+    Outside(Outside),
     /// -32002.
-    #[error("{0}")]
-    NotFound(String),
+    #[error(transparent)]
+    NotFound(NotFound),
     /// Too large, not a regular file, I/O errors: -32603.
-    #[error("{0}")]
-    Failed(String),
+    #[error(transparent)]
+    Failed(Failed),
+}
+
+/// A path that cannot name a guest file.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BadPath {
+    #[error("{path:?} is not an absolute path (ACP paths must be absolute)")]
+    NotAbsolute { path: String },
+    #[error("the path contains a NUL byte")]
+    ContainsNul,
+    /// A component (or a name made from one) with a NUL byte.
+    #[error("NUL in path")]
+    Nul,
+    /// [`sandbox::guest_path::normalize`] refused it for `why`.
+    #[error("{path:?} {why}")]
+    NotClean { path: String, why: &'static str },
+}
+
+/// A path that leads out of the workspace and the home.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Outside {
+    #[error("{path} is outside the workspace and the home")]
+    Path { path: String },
+    /// Resolving `path` (symlinks, `..`) led to `guest`.
+    #[error("{path} resolves to {guest}, outside the workspace and the home")]
+    ResolvesTo { path: String, guest: String },
+    /// A directory `guest` that writing `path` would create.
+    #[error("{path}: {guest} is outside the workspace and the home")]
+    Creates { path: String, guest: String },
+}
+
+/// Nothing at a path.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NotFound {
+    /// A system call said `ENOENT`.
+    #[error("{path}: no such file or directory")]
+    Entry { path: String },
+    #[error("{path}: no such file")]
+    File { path: String },
+    #[error("{path}: no such directory")]
+    Directory { path: String },
+}
+
+/// A path that resolved but could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum Failed {
+    /// A system call on `path` failed (not with `ENOENT`).
+    #[error("{call}({path:?}) => {}", errno_text(.source))]
+    Sys {
+        call: &'static str,
+        path: String,
+        #[source]
+        source: Errno,
+    },
+    /// Duplicating a mount's descriptor.
+    #[error("dup: {0}")]
+    Dup(#[source] std::io::Error),
+    #[error("read {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("write {path}: {source}")]
+    Write {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: not a directory")]
+    NotADirectory { path: String },
+    #[error("{path}: is a directory")]
+    IsADirectory { path: String },
+    #[error("{path}: not a regular file")]
+    NotARegularFile { path: String },
+    /// The file is `size` bytes, over the read limit `max`.
+    #[error(
+        "{path} is {size} bytes, over the daemon's read limit of {max} bytes (fs_read_max_bytes); read it in parts with line and limit"
+    )]
+    TooLarge { path: String, size: i64, max: u64 },
+    #[error("{path} grew over the read limit of {max} bytes while being read")]
+    Grew { path: String, max: u64 },
+    /// Reading lines `start..=last` would read more than `max` bytes.
+    #[error(
+        "{path}: reading lines {start}..{last} would read more than the daemon's read limit of {max} bytes \
+         (fs_read_max_bytes) from the file; ask for fewer or earlier lines"
+    )]
+    LinesTooLarge { path: String, start: u64, last: u64, max: u64 },
+    #[error("{path}: replaced by a symlink while being opened; try again")]
+    Replaced { path: String },
 }
 
 impl ResolveError {
-    pub fn message(&self) -> &str {
-        match self {
-            ResolveError::BadPath(m)
-            | ResolveError::Outside(m)
-            | ResolveError::NotFound(m)
-            | ResolveError::Failed(m) => m,
-        }
+    /// The one-line message (the JSON-RPC error's `message`).
+    pub fn message(&self) -> String {
+        self.to_string()
     }
 }
 
-pub fn sys(call: &str, path: &str, e: Errno) -> ResolveError {
+impl From<BadPath> for ResolveError {
+    fn from(e: BadPath) -> Self {
+        ResolveError::BadPath(e)
+    }
+}
+
+impl From<Outside> for ResolveError {
+    fn from(e: Outside) -> Self {
+        ResolveError::Outside(e)
+    }
+}
+
+impl From<NotFound> for ResolveError {
+    fn from(e: NotFound) -> Self {
+        ResolveError::NotFound(e)
+    }
+}
+
+impl From<Failed> for ResolveError {
+    fn from(e: Failed) -> Self {
+        ResolveError::Failed(e)
+    }
+}
+
+/// A system call `call` on the guest path `path` failed with `e`.
+pub fn sys(call: &'static str, path: &str, e: Errno) -> ResolveError {
     match e {
-        Errno::ENOENT => ResolveError::NotFound(format!("{path}: no such file or directory")),
-        _ => ResolveError::Failed(format!(
-            "{call}({path:?}) => {}",
-            sandbox::error::io_error_text(&std::io::Error::from(e))
-        )),
+        Errno::ENOENT => NotFound::Entry { path: path.to_string() }.into(),
+        _ => Failed::Sys { call, path: path.to_string(), source: e }.into(),
     }
 }
 
@@ -134,11 +242,10 @@ impl Walked {
     ) -> Result<(), ResolveError> {
         use super::atomic::{AtomicFile, Durability};
         let errno = |e: &std::io::Error| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO));
-        let name =
-            CString::new(self.name.as_bytes()).map_err(|_| ResolveError::BadPath("NUL in path".into()))?;
+        let name = CString::new(self.name.as_bytes()).map_err(|_| BadPath::Nul)?;
         let mut tmp = AtomicFile::new_at(self.parent.as_fd(), super::root::WRITE_PREFIX, 0o600)
             .map_err(|e| sys("create", path, errno(&e)))?;
-        tmp.file.write_all(content).map_err(|e| ResolveError::Failed(format!("write {path}: {e}")))?;
+        tmp.file.write_all(content).map_err(|e| Failed::Write { path: path.into(), source: e })?;
         nix::sys::stat::fchmod(tmp.file.as_fd(), Mode::from_bits_truncate(mode))
             .map_err(|e| sys("fchmod", path, e))?;
         if nix::unistd::geteuid().is_root()
@@ -193,12 +300,10 @@ impl GuestView {
     /// on the way (not the last component).
     pub fn walk(&self, path: &str, create: bool) -> Result<Walked, ResolveError> {
         if !path.starts_with('/') {
-            return Err(ResolveError::BadPath(format!(
-                "{path:?} is not an absolute path (ACP paths must be absolute)"
-            )));
+            return Err(BadPath::NotAbsolute { path: path.into() }.into());
         }
         if path.contains('\0') {
-            return Err(ResolveError::BadPath("the path contains a NUL byte".into()));
+            return Err(BadPath::ContainsNul.into());
         }
         match self.resolve_in_root(path) {
             Some(walked) => Ok(walked),
@@ -253,7 +358,7 @@ impl GuestView {
         self.mounts
             .iter()
             .find(|(g, _)| g[..] == comps[..])
-            .map(|(_, fd)| fd.try_clone().map_err(|e| ResolveError::Failed(format!("dup: {e}"))))
+            .map(|(_, fd)| fd.try_clone().map_err(|e| Failed::Dup(e).into()))
     }
 
     /// Walks `path`; with `create`, makes missing directories on the way
@@ -297,10 +402,7 @@ impl GuestView {
                 cur.push(c);
                 enter(&cur, &mut fds, &mut base)?;
                 if fds.is_empty() && !self.mounts.iter().any(|(g, _)| g.starts_with(&cur)) {
-                    return Err(ResolveError::Outside(format!(
-                        "{path} resolves to {}, outside the workspace and the home",
-                        guest(&cur)
-                    )));
+                    return Err(Outside::ResolvesTo { path: path.into(), guest: guest(&cur) }.into());
                 }
                 continue;
             };
@@ -315,7 +417,7 @@ impl GuestView {
                     continue;
                 }
             }
-            let name = CString::new(c.as_bytes()).map_err(|_| ResolveError::BadPath("NUL in path".into()))?;
+            let name = CString::new(c.as_bytes()).map_err(|_| BadPath::Nul)?;
             let opened = nix::fcntl::openat(
                 dir.as_fd(),
                 name.as_c_str(),
@@ -337,9 +439,7 @@ impl GuestView {
                 Err(Errno::ENOENT) if create => {
                     let g = guest(&[cur.clone(), vec![c.clone()]].concat());
                     if !self.is_allowed(&[cur.clone(), vec![c.clone()]].concat()) {
-                        return Err(ResolveError::Outside(format!(
-                            "{path}: {g} is outside the workspace and the home"
-                        )));
+                        return Err(Outside::Creates { path: path.into(), guest: g }.into());
                     }
                     match nix::sys::stat::mkdirat(
                         dir.as_fd(),
@@ -393,9 +493,7 @@ impl GuestView {
         }
         let g = guest(&cur);
         if fds.is_empty() {
-            return Err(ResolveError::Outside(format!(
-                "{path} resolves to {g}, outside the workspace and the home"
-            )));
+            return Err(Outside::ResolvesTo { path: path.into(), guest: g }.into());
         }
         if let Some(file) = last_file {
             let parent = fds.pop().expect("checked");
@@ -417,7 +515,7 @@ impl GuestView {
             }),
             None => {
                 // A mount root (or `/`): no name in a parent we hold.
-                let parent = top.try_clone().map_err(|e| ResolveError::Failed(format!("dup: {e}")))?;
+                let parent = top.try_clone().map_err(Failed::Dup)?;
                 Ok(Walked { parent, name: String::new(), target: Some(top), guest: g })
             }
         }
@@ -435,11 +533,9 @@ impl GuestView {
         if self.is_allowed(&components(guest_path)) {
             Ok(())
         } else if guest_path == path {
-            Err(ResolveError::Outside(format!("{path} is outside the workspace and the home")))
+            Err(Outside::Path { path: path.into() }.into())
         } else {
-            Err(ResolveError::Outside(format!(
-                "{path} resolves to {guest_path}, outside the workspace and the home"
-            )))
+            Err(Outside::ResolvesTo { path: path.into(), guest: guest_path.into() }.into())
         }
     }
 }

@@ -78,11 +78,35 @@ impl Default for GitOptions {
     }
 }
 
-/// Why a checkout failed; `timed_out` selects the error code.
-#[derive(Debug)]
-pub struct GitFailure {
-    pub message: String,
-    pub timed_out: bool,
+/// Why a checkout failed; [`GitFailure::timed_out`] selects the error code.
+#[derive(Debug, thiserror::Error)]
+pub enum GitFailure {
+    /// git's configuration file could not be written.
+    #[error("git config: {0}")]
+    Config(#[source] std::io::Error),
+    /// git's empty home could not be made.
+    #[error("git home: {0}")]
+    Home(#[source] std::io::Error),
+    /// The temporary file for git's stderr.
+    #[error("git log file: {0}")]
+    LogFile(#[source] std::io::Error),
+    #[error("cannot run git: {0}")]
+    Spawn(#[source] std::io::Error),
+    #[error("waiting for git: {0}")]
+    Wait(#[source] std::io::Error),
+    /// The deadline passed; git's process group was killed.
+    #[error("git {command} timed out")]
+    TimedOut { command: String },
+    /// git exited unsuccessfully; `stderr` is the last lines of its own
+    /// message, joined with ` | ` and redacted.
+    #[error("git {command} failed ({status}): {stderr}")]
+    Failed { command: String, status: std::process::ExitStatus, stderr: String },
+}
+
+impl GitFailure {
+    pub fn timed_out(&self) -> bool {
+        matches!(self, GitFailure::TimedOut { .. })
+    }
 }
 
 /// Clones `repo` at `git_ref` (branch, tag or commit; the remote's default
@@ -109,16 +133,14 @@ pub fn checkout(
         GitRepo::Local(host) => format!("[safe]\n\tdirectory = {}\n", host.canonical.to_string_lossy()),
         GitRepo::Remote(_) => String::new(),
     };
-    std::fs::write(&config, config_text)
-        .map_err(|e| GitFailure { message: format!("git config: {e}"), timed_out: false })?;
+    std::fs::write(&config, config_text).map_err(GitFailure::Config)?;
     // `file://` rather than a plain path, so that `--depth 1` applies.
     let url = match repo {
         GitRepo::Local(_) => format!("file://{url}"),
         GitRepo::Remote(_) => url,
     };
     let home = scratch.join("home");
-    std::fs::create_dir_all(&home)
-        .map_err(|e| GitFailure { message: format!("git home: {e}"), timed_out: false })?;
+    std::fs::create_dir_all(&home).map_err(GitFailure::Home)?;
     let deadline = Instant::now() + options.timeout;
     let git = |args: &[&str], cwd: Option<&Path>| -> Result<(), GitFailure> {
         run_git(args, cwd, &home, &config, protocols, options, redactor, deadline, scratch)
@@ -164,10 +186,8 @@ fn run_git(
     deadline: Instant,
     scratch: &Path,
 ) -> Result<(), GitFailure> {
-    let fail =
-        |message: String| GitFailure { message: redactor.redact(&message).into_owned(), timed_out: false };
     // git's stderr goes to a file, so no pipe can fill up while we wait.
-    let mut log = tempfile::tempfile_in(scratch).map_err(|e| fail(format!("git log file: {e}")))?;
+    let mut log = tempfile::tempfile_in(scratch).map_err(GitFailure::LogFile)?;
     let mut cmd = crate::git::Hardened {
         home,
         global_config: Some(config),
@@ -184,7 +204,7 @@ fn run_git(
         .env("GIT_ASKPASS", &options.askpass)
         .env(ASKPASS_ENV, "1")
         .stdout(Stdio::null())
-        .stderr(log.try_clone().map_err(|e| fail(format!("git log file: {e}")))?);
+        .stderr(log.try_clone().map_err(GitFailure::LogFile)?);
     if let Some(creds) = &options.credentials {
         cmd.env(ASKPASS_USER, &creds.username).env(ASKPASS_PASS, creds.password.expose());
     }
@@ -202,19 +222,19 @@ fn run_git(
     // SAFETY: only async-signal-safe calls (prctl, getppid) between fork
     // and exec.
     unsafe { std::os::unix::process::CommandExt::pre_exec(&mut cmd, die_with_parent) };
-    let mut child = cmd.spawn().map_err(|e| fail(format!("cannot run git: {e}")))?;
+    let mut child = cmd.spawn().map_err(GitFailure::Spawn)?;
     let status = loop {
         match child.try_wait() {
             Ok(Some(status)) => break status,
             Ok(None) => {}
-            Err(e) => return Err(fail(format!("waiting for git: {e}"))),
+            Err(e) => return Err(GitFailure::Wait(e)),
         }
         if Instant::now() >= deadline {
             // The whole group: git runs helpers (remote-https, ssh).
             // SAFETY: kill(2) with a negative pid signals that process group.
             unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
             let _ = child.wait();
-            return Err(GitFailure { message: format!("git {} timed out", args[0]), timed_out: true });
+            return Err(GitFailure::TimedOut { command: args[0].to_string() });
         }
         std::thread::sleep(Duration::from_millis(5));
     };
@@ -226,7 +246,12 @@ fn run_git(
     let _ = log.take(4096).read_to_string(&mut text);
     let detail: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
     let detail = detail.iter().rev().take(3).rev().copied().collect::<Vec<_>>().join(" | ");
-    Err(fail(format!("git {} failed ({status}): {detail}", args[0])))
+    // Only git's own text can carry a secret (a URL, a prompt's answer).
+    Err(GitFailure::Failed {
+        command: args[0].to_string(),
+        status,
+        stderr: redactor.redact(&detail).into_owned(),
+    })
 }
 
 /// The askpass mode: git runs us with a prompt such as
@@ -242,5 +267,36 @@ pub fn askpass_main() -> u8 {
         // No credentials: fail, so git reports an authentication error
         // instead of waiting for a terminal.
         Err(_) => 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each variant renders exactly as the `format!` it replaced.
+    #[test]
+    fn texts_are_the_old_ones() {
+        use std::os::unix::process::ExitStatusExt;
+        let enoent = || std::io::Error::from_raw_os_error(libc::ENOENT);
+        let e = enoent();
+        let status = std::process::ExitStatus::from_raw(128 << 8);
+        let detail = "fatal: repository 'x' not found";
+        let cases: Vec<(GitFailure, String)> = vec![
+            (GitFailure::Config(enoent()), format!("git config: {e}")),
+            (GitFailure::Home(enoent()), format!("git home: {e}")),
+            (GitFailure::LogFile(enoent()), format!("git log file: {e}")),
+            (GitFailure::Spawn(enoent()), format!("cannot run git: {e}")),
+            (GitFailure::Wait(enoent()), format!("waiting for git: {e}")),
+            (GitFailure::TimedOut { command: "clone".into() }, format!("git {} timed out", "clone")),
+            (
+                GitFailure::Failed { command: "fetch".into(), status, stderr: detail.into() },
+                format!("git {} failed ({status}): {detail}", "fetch"),
+            ),
+        ];
+        for (error, old) in cases {
+            assert_eq!(error.to_string(), old, "{error:?}");
+            assert_eq!(error.timed_out(), matches!(error, GitFailure::TimedOut { .. }));
+        }
     }
 }

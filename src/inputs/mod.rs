@@ -167,8 +167,8 @@ impl Plan {
                         &options.redactor,
                     )
                     .map_err(|f| {
-                        let code = if f.timed_out { Code::GitTimeout } else { Code::GitFailed };
-                        InputError::new(code, id, format!("checkout: {}", f.message))
+                        let code = if f.timed_out() { Code::GitTimeout } else { Code::GitFailed };
+                        InputError::new(code, id, format!("checkout: {f}"))
                     })?;
                     if let Some((uid, gid)) = options.owner {
                         chown_tree(scratch.path(), uid, gid).map_err(|e| {

@@ -41,8 +41,8 @@ use self::argv::{AGENT_MODE_EXEC, EXEC_MARKER, InstancePaths, LABEL_AGENT_MODE, 
 use super::process::{Killer, Process, memfd_with, pass_fd, random_hex, set_stdio};
 use super::records::{make_private_dir, restrict_dir};
 use super::{
-    InstanceConfig, InstanceInfo, InstanceStatus, Mount, ProcessSpec, Provider, ProviderError, ProviderKind,
-    check_env, check_guest_cwd, names,
+    ConflictError, InstanceConfig, InstanceInfo, InstanceStatus, InvalidError, Mount, ProcessSpec, Provider,
+    ProviderError, ProviderKind, check_env, check_guest_cwd, names,
 };
 
 /// The container CLIs this provider can drive.
@@ -68,10 +68,9 @@ impl DockerProvider {
     /// `cli` is `docker`, `podman` or `nerdctl` (looked up in `PATH`).
     pub fn new(cli: &str, state_dir: &Path, prefix: &str) -> Result<Self, ProviderError> {
         if !SUPPORTED_CLIS.contains(&cli) {
-            return Err(ProviderError::Invalid(format!(
-                "container CLI {cli:?} is not supported (use one of: {})",
-                SUPPORTED_CLIS.join(", ")
-            )));
+            return Err(
+                InvalidError::UnsupportedCli { cli: cli.to_string(), supported: SUPPORTED_CLIS }.into()
+            );
         }
         names::validate_prefix(prefix)?;
         Ok(DockerProvider {
@@ -114,29 +113,24 @@ impl DockerProvider {
         tracing::debug!("{} {}", self.cli, args.join(" "));
         let mut cmd = tokio::process::Command::from(self.command(args));
         cmd.stdin(std::process::Stdio::null());
-        let out = cmd.output().await.map_err(|e| self.spawn_error(&e))?;
+        let out = cmd.output().await.map_err(|e| self.spawn_error(e))?;
         if out.status.success() {
             return Ok(out);
         }
         Err(self.cli_error(args, target, &out))
     }
 
-    pub(crate) fn spawn_error(&self, e: &std::io::Error) -> ProviderError {
-        let mut reason = sandbox::error::io_error_text(e);
-        if e.kind() == std::io::ErrorKind::NotFound {
-            reason.push_str(" (is it installed and in PATH? choose another with --container-cli)");
-        }
-        ProviderError::CliSpawn { program: self.cli.clone(), reason }
+    pub(crate) fn spawn_error(&self, e: std::io::Error) -> ProviderError {
+        ProviderError::CliSpawn { program: self.cli.clone(), source: e }
     }
 
     fn cli_error(&self, args: &[String], target: &str, out: &std::process::Output) -> ProviderError {
         let sub = args.first().map(String::as_str).unwrap_or("");
         ProviderError::Cli {
-            command: format!("{} {sub} {target}", self.cli),
-            status: match out.status.code() {
-                Some(code) => format!("exit {code}"),
-                None => "killed".to_string(),
-            },
+            cli: self.cli.clone(),
+            sub: sub.to_string(),
+            target: target.to_string(),
+            status: out.status,
             stderr: clip(&String::from_utf8_lossy(&out.stderr)),
         }
     }
@@ -151,14 +145,11 @@ impl DockerProvider {
     pub fn check_config(&self, config: &InstanceConfig) -> Result<String, ProviderError> {
         self.check_name(&config.name)?;
         names::validate_run_id(&config.run_id)?;
-        let image = config
-            .image
-            .as_deref()
-            .ok_or_else(|| ProviderError::Invalid("the docker provider needs an image (--image)".into()))?;
+        let image = config.image.as_deref().ok_or(InvalidError::NoImage)?;
         names::validate_image(image)?;
-        config.user.validate().map_err(|e| ProviderError::Invalid(format!("user view: {e}")))?;
+        config.user.validate().map_err(InvalidError::UserView)?;
         names::validate_instance_name(&config.hostname, "")
-            .map_err(|e| ProviderError::Invalid(format!("hostname {:?}: {}", config.hostname, e.reason)))?;
+            .map_err(|e| InvalidError::Hostname { hostname: config.hostname.clone(), source: e })?;
         check_env(&config.env)?;
         super::check_mounts(&config.mounts)?;
         check_mount_path("workspace", &config.workspace.to_string_lossy())?;
@@ -173,23 +164,24 @@ impl DockerProvider {
                 }
                 Mount::Tmpfs { dst } => dst,
             };
-            let norm = sandbox::guest_path::normalize(dst)
-                .map_err(|why| ProviderError::Invalid(format!("mount destination {dst:?} {why}")))?;
+            let norm = sandbox::guest_path::normalize(dst).map_err(|why| InvalidError::NotClean {
+                what: "mount destination",
+                path: dst.to_string(),
+                why,
+            })?;
             check_mount_path("mount destination", &norm)?;
             if norm == "/" || norm == sandbox::WORKSPACE || norm == config.user.home {
-                return Err(ProviderError::Invalid(format!(
-                    "mount destination {dst:?} would hide the root, the workspace or the home"
-                )));
+                return Err(InvalidError::HidesMount { dst: dst.to_string() }.into());
             }
         }
         let limits = &config.limits;
         if let Some(cpus) = limits.cpus
             && !(cpus.is_finite() && cpus > 0.0)
         {
-            return Err(ProviderError::Invalid(format!("--cpus {cpus}: must be a positive number")));
+            return Err(InvalidError::Cpus(cpus).into());
         }
         if limits.memory == Some(0) || limits.pids == Some(0) {
-            return Err(ProviderError::Invalid("--memory and --pids must be positive".into()));
+            return Err(InvalidError::ZeroLimit.into());
         }
         Ok(image.to_string())
     }
@@ -209,8 +201,11 @@ impl DockerProvider {
         let passwd = etc.join("passwd");
         let group = etc.join("group");
         for (path, bytes) in [(&passwd, config.user.passwd_bytes()), (&group, config.user.group_bytes())] {
-            std::fs::write(path, bytes)
-                .map_err(|e| ProviderError::io(format!("write {}", path.display()), &e))?;
+            std::fs::write(path, bytes).map_err(|e| ProviderError::File {
+                op: "write",
+                path: path.to_path_buf(),
+                source: e,
+            })?;
         }
         let home = match (&config.home, with_home) {
             (Some(home), _) => Some(super::canonical_dir("home", home)?),
@@ -278,10 +273,11 @@ impl DockerProvider {
         match found.info.status {
             InstanceStatus::Running => return Ok(found.info),
             InstanceStatus::Error => {
-                return Err(ProviderError::Conflict(format!(
-                    "instance {name} is in error ({}): remove it (tuixiu-sandbox rm {name})",
-                    found.info.last_error.unwrap_or_default()
-                )));
+                return Err(ConflictError::InError {
+                    name: name.clone(),
+                    last_error: found.info.last_error.unwrap_or_default(),
+                }
+                .into());
             }
             _ if found.paused => {
                 self.run(&["unpause".into(), "--".into(), name.clone()], name).await?;
@@ -304,16 +300,17 @@ impl DockerProvider {
             match now.info.status {
                 InstanceStatus::Running => return Ok(now.info),
                 InstanceStatus::Stopped | InstanceStatus::Error if !now.paused => {
-                    return Err(ProviderError::Conflict(format!(
-                        "instance {name} did not stay running (state {}): {}",
-                        now.info.status.as_str(),
-                        now.info.last_error.unwrap_or_else(|| "see `docker logs`".into())
-                    )));
+                    return Err(ConflictError::DidNotStay {
+                        name: name.clone(),
+                        state: now.info.status.as_str(),
+                        last_error: now.info.last_error,
+                    }
+                    .into());
                 }
                 _ => tokio::time::sleep(Duration::from_millis(100)).await,
             }
         }
-        Err(ProviderError::Conflict(format!("instance {name} did not reach running within 10 s")))
+        Err(ConflictError::NotRunningInTime { name: name.clone() }.into())
     }
 
     fn check_reuse(
@@ -324,35 +321,41 @@ impl DockerProvider {
     ) -> Result<(), ProviderError> {
         let name = &config.name;
         if found.agent_mode.as_deref() != Some(AGENT_MODE_EXEC) {
-            return Err(ProviderError::Conflict(format!(
-                "container {name} runs its agent as the main process ({LABEL_AGENT_MODE}={:?}, made by the Node \
-                 acp-proxy); it cannot be reused: remove it (tuixiu-sandbox rm {name}) to have it recreated",
-                found.agent_mode.as_deref().unwrap_or("")
-            )));
+            return Err(ConflictError::AgentMode {
+                name: name.to_string(),
+                label: LABEL_AGENT_MODE,
+                agent_mode: found.agent_mode.clone().unwrap_or_default(),
+            }
+            .into());
         }
         if found.info.run_id.as_deref() != Some(config.run_id.as_str()) {
-            return Err(ProviderError::Conflict(format!(
-                "instance {name} belongs to run {:?}, not {:?}",
-                found.info.run_id.as_deref().unwrap_or(""),
-                config.run_id
-            )));
+            return Err(ConflictError::OtherRun {
+                name: name.to_string(),
+                found: found.info.run_id.clone().unwrap_or_default(),
+                wanted: config.run_id.clone(),
+            }
+            .into());
         }
         if let Some(existing) = &found.info.image
             && existing != image
         {
-            return Err(ProviderError::Conflict(format!(
-                "instance {name} runs image {existing}, not {image}: remove it first (tuixiu-sandbox rm {name})"
-            )));
+            return Err(ConflictError::OtherImage {
+                name: name.to_string(),
+                existing: existing.clone(),
+                image: image.to_string(),
+            }
+            .into());
         }
         let workspace = super::canonical_dir("workspace", &config.workspace)?;
         if let Some(existing) = &found.info.workspace
             && *existing != workspace
         {
-            return Err(ProviderError::Conflict(format!(
-                "instance {name} exists with workspace {}, not {}: remove it first (tuixiu-sandbox rm {name})",
-                existing.display(),
-                workspace.display()
-            )));
+            return Err(ConflictError::OtherWorkspace {
+                name: name.to_string(),
+                existing: existing.clone(),
+                workspace: workspace.clone(),
+            }
+            .into());
         }
         Ok(())
     }
@@ -376,7 +379,7 @@ impl DockerProvider {
         let mut cmd = self.command(&args);
         cmd.stdin(std::process::Stdio::null());
         pass_fd(&mut cmd, env_fd.as_raw_fd());
-        let out = tokio::process::Command::from(cmd).output().await.map_err(|e| self.spawn_error(&e))?;
+        let out = tokio::process::Command::from(cmd).output().await.map_err(|e| self.spawn_error(e))?;
         drop(env_fd);
         if out.status.success() {
             tracing::info!("docker: created instance {name} from {image}");
@@ -456,7 +459,7 @@ impl DockerProvider {
     ) -> Result<(std::process::Command, OwnedFd, String), ProviderError> {
         self.check_name(name)?;
         if process.argv.is_empty() {
-            return Err(ProviderError::Invalid("the command is empty".into()));
+            return Err(InvalidError::EmptyCommand.into());
         }
         check_env(&process.env)?;
         let cwd = check_guest_cwd(process.cwd.as_deref().unwrap_or(sandbox::WORKSPACE), home)?;
@@ -480,7 +483,7 @@ impl DockerProvider {
     ) -> Result<(std::process::Command, OwnedFd, HostFiles), ProviderError> {
         let image = self.check_config(config)?;
         if process.argv.is_empty() {
-            return Err(ProviderError::Invalid("the command is empty".into()));
+            return Err(InvalidError::EmptyCommand.into());
         }
         check_env(&process.env)?;
         let cwd = check_guest_cwd(process.cwd.as_deref().unwrap_or(sandbox::WORKSPACE), &config.user.home)?;
@@ -525,16 +528,13 @@ impl DockerProvider {
         // Held across the spawn, so two agents cannot start at once.
         let mut agents = self.agents.lock().unwrap_or_else(|p| p.into_inner());
         if agent && let Some(live) = agents.get(name).filter(|a| a.alive()) {
-            return Err(ProviderError::Conflict(format!(
-                "instance {name} already has a running agent (docker CLI pid {})",
-                live.pid
-            )));
+            return Err(ConflictError::AgentRunningCli { name: name.to_string(), pid: live.pid }.into());
         }
         let (mut cmd, env_fd, exec_id) = self.exec_command(name, process, home)?;
         set_stdio(&mut cmd, process.stdio);
-        let child = tokio::process::Command::from(cmd).spawn().map_err(|e| self.spawn_error(&e))?;
+        let child = tokio::process::Command::from(cmd).spawn().map_err(|e| self.spawn_error(e))?;
         drop(env_fd);
-        let pid = child.id().ok_or_else(|| ProviderError::Invalid("the docker CLI exited at once".into()))?;
+        let pid = child.id().ok_or(InvalidError::ExitedAtOnce("the docker CLI"))?;
         if agent && let Some(start) = super::records::start_time(pid as i32) {
             let live = super::records::LiveProc {
                 pid: pid as i32,
@@ -585,11 +585,9 @@ fn fd_path(fd: &OwnedFd) -> String {
 }
 
 /// Paths end up in `--mount=type=bind,source=...` (CSV) and `--tmpfs=dst:opts`.
-fn check_mount_path(what: &str, path: &str) -> Result<(), ProviderError> {
+fn check_mount_path(what: &'static str, path: &str) -> Result<(), ProviderError> {
     if path.contains([',', '"', ':', '\n', '\0']) {
-        return Err(ProviderError::Invalid(format!(
-            "{what} {path:?}: the container CLI cannot express a path with ',', '\"', ':' or a newline"
-        )));
+        return Err(InvalidError::CliPath { what, path: path.to_string() }.into());
     }
     Ok(())
 }
@@ -674,7 +672,7 @@ impl Provider for DockerProvider {
         match std::fs::remove_dir_all(&dir) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(ProviderError::io(format!("remove {}", dir.display()), &e)),
+            Err(e) => return Err(ProviderError::File { op: "remove", path: dir.to_path_buf(), source: e }),
         }
         self.agents.lock().unwrap_or_else(|p| p.into_inner()).remove(name);
         Ok(self.info_of(name, None))
@@ -704,7 +702,7 @@ impl Provider for DockerProvider {
         args.extend(names.iter().cloned());
         let mut cmd = tokio::process::Command::from(self.command(&args));
         cmd.stdin(std::process::Stdio::null());
-        let out = cmd.output().await.map_err(|e| self.spawn_error(&e))?;
+        let out = cmd.output().await.map_err(|e| self.spawn_error(e))?;
         // A container removed between `ps` and `inspect` makes the CLI fail
         // for that one name but still print the others.
         let inspected = match inspect::parse(&self.cli, &out.stdout) {

@@ -16,7 +16,7 @@ use super::local::LocalInstances;
 use super::process::set_stdio;
 use super::process::{Killer, Process};
 use super::records::{ProcKind, make_private_dir};
-use super::{InstanceConfig, InstanceInfo, ProcessSpec, ProviderError, ProviderKind};
+use super::{InstanceConfig, InstanceInfo, InvalidError, ProcessSpec, ProviderError, ProviderKind};
 
 /// Printed (as a warning) every time the host provider starts a process.
 pub const WARNING: &str =
@@ -106,11 +106,10 @@ impl HostProvider {
         // Its own process group, so a kill reaches what it starts.
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         tracing::warn!("{WARNING}: {name}: {}", process.argv.join(" "));
-        let child = tokio::process::Command::from(cmd).spawn().map_err(|e| ProviderError::CliSpawn {
-            program: process.argv[0].clone(),
-            reason: sandbox::error::io_error_text(&e),
-        })?;
-        let pid = child.id().ok_or_else(|| ProviderError::Invalid("the process exited at once".into()))?;
+        let child = tokio::process::Command::from(cmd)
+            .spawn()
+            .map_err(|e| ProviderError::Spawn { program: process.argv[0].clone(), source: e })?;
+        let pid = child.id().ok_or(InvalidError::ExitedAtOnce("the process"))?;
         let forget = self.local.track(name, pid, kind)?;
         Ok(Process::new(child, Killer::for_pid(pid, true), Some(forget)))
     }
@@ -118,11 +117,7 @@ impl HostProvider {
 
 /// What the host provider cannot honour is refused, never ignored.
 pub fn check_supported(config: &InstanceConfig) -> Result<(), ProviderError> {
-    let refuse = |what: &str| {
-        Err(ProviderError::Invalid(format!(
-            "the host provider cannot honour {what}: it has no isolation (use --provider native or docker)"
-        )))
-    };
+    let refuse = |what: &'static str| Err(InvalidError::HostCannot { what }.into());
     if config.image.is_some() {
         return refuse("--image");
     }
@@ -156,7 +151,7 @@ pub fn command(
     process: &ProcessSpec,
 ) -> Result<std::process::Command, ProviderError> {
     let Some((program, args)) = process.argv.split_first() else {
-        return Err(ProviderError::Invalid("the command is empty".into()));
+        return Err(InvalidError::EmptyCommand.into());
     };
     super::check_env(base_env)?;
     super::check_env(&process.env)?;
@@ -188,14 +183,15 @@ fn host_path(guest: &str, workspace: &Path, home: &Path, guest_home: &str) -> Re
         _ => (home, guest.strip_prefix(guest_home).unwrap_or("")),
     };
     let host = root.join(rest.trim_start_matches('/'));
-    let canon = std::fs::canonicalize(&host)
-        .map_err(|e| ProviderError::io(format!("working directory {guest} ({})", host.display()), &e))?;
-    let root = std::fs::canonicalize(root).map_err(|e| ProviderError::io(root.display().to_string(), &e))?;
+    let canon = std::fs::canonicalize(&host).map_err(|e| ProviderError::WorkingDir {
+        guest: guest.to_string(),
+        host: host.clone(),
+        source: e,
+    })?;
+    let root = std::fs::canonicalize(root)
+        .map_err(|e| ProviderError::Canonicalize { path: root.to_path_buf(), source: e })?;
     if !canon.starts_with(&root) {
-        return Err(ProviderError::Invalid(format!(
-            "working directory {guest} leads out of {} through a symlink",
-            root.display()
-        )));
+        return Err(InvalidError::SymlinkOut { guest: guest.to_string(), root }.into());
     }
     Ok(canon)
 }

@@ -9,7 +9,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::records::{LiveProc, ProcKind, Record, Records, make_private_dir};
-use super::{InstanceConfig, InstanceInfo, InstanceStatus, ProviderError, ProviderKind, names};
+use super::{
+    ConflictError, InstanceConfig, InstanceInfo, InstanceStatus, InvalidError, ProviderError, ProviderKind,
+    names,
+};
 
 /// How long processes get between SIGTERM and SIGKILL on `stop`.
 pub const STOP_GRACE: Duration = Duration::from_secs(3);
@@ -35,7 +38,7 @@ impl LocalInstances {
     pub fn check_config(&self, config: &InstanceConfig) -> Result<(), ProviderError> {
         self.check_name(&config.name)?;
         names::validate_run_id(&config.run_id)?;
-        config.user.validate().map_err(|e| ProviderError::Invalid(format!("user view: {e}")))?;
+        config.user.validate().map_err(InvalidError::UserView)?;
         super::check_env(&config.env)?;
         super::check_mounts(&config.mounts)?;
         Ok(())
@@ -69,8 +72,9 @@ impl LocalInstances {
                 make_private_dir(&record.home)?;
                 super::records::restrict_dir(&record.home)?;
                 if let Some(ids) = config.host_ids {
-                    std::os::unix::fs::chown(&record.home, Some(ids.uid), Some(ids.gid))
-                        .map_err(|e| ProviderError::io(format!("chown {}", record.home.display()), &e))?;
+                    std::os::unix::fs::chown(&record.home, Some(ids.uid), Some(ids.gid)).map_err(|e| {
+                        ProviderError::File { op: "chown", path: record.home.to_path_buf(), source: e }
+                    })?;
                 }
             }
             check(&record)?;
@@ -96,19 +100,20 @@ impl LocalInstances {
         workspace: &Path,
     ) -> Result<(), ProviderError> {
         if record.config.run_id != config.run_id {
-            return Err(ProviderError::Conflict(format!(
-                "instance {} belongs to run {:?}, not {:?}",
-                config.name, record.config.run_id, config.run_id
-            )));
+            return Err(ConflictError::OtherRun {
+                name: config.name.clone(),
+                found: record.config.run_id.clone(),
+                wanted: config.run_id.clone(),
+            }
+            .into());
         }
         if record.workspace != workspace {
-            return Err(ProviderError::Conflict(format!(
-                "instance {} exists with workspace {}, not {}: remove it first (tuixiu-sandbox rm {})",
-                config.name,
-                record.workspace.display(),
-                workspace.display(),
-                config.name
-            )));
+            return Err(ConflictError::OtherWorkspace {
+                name: config.name.clone(),
+                existing: record.workspace.clone(),
+                workspace: workspace.to_path_buf(),
+            }
+            .into());
         }
         Ok(())
     }
@@ -125,10 +130,11 @@ impl LocalInstances {
         let info = record.info(self.kind);
         match info.status {
             InstanceStatus::Running => Ok(record),
-            InstanceStatus::Error => Err(ProviderError::Invalid(format!(
-                "instance {name}: {}",
-                info.last_error.unwrap_or_default()
-            ))),
+            InstanceStatus::Error => Err(InvalidError::InstanceError {
+                name: name.to_string(),
+                last_error: info.last_error.unwrap_or_default(),
+            }
+            .into()),
             status => Err(ProviderError::NotRunning { name: name.to_string(), status: status.as_str() }),
         }
     }
@@ -138,10 +144,7 @@ impl LocalInstances {
         if let Some(agent) =
             self.records.live_procs(name).iter().find(|p| p.kind == ProcKind::Agent && p.alive())
         {
-            return Err(ProviderError::Conflict(format!(
-                "instance {name} already has a running agent (pid {})",
-                agent.pid
-            )));
+            return Err(ConflictError::AgentRunning { name: name.to_string(), pid: agent.pid }.into());
         }
         Ok(())
     }

@@ -19,6 +19,7 @@
 //! does not come through here at all: it launches in-process.
 
 pub mod docker;
+mod error;
 pub mod host;
 mod local;
 pub mod names;
@@ -32,6 +33,7 @@ use std::path::{Path, PathBuf};
 use sandbox::{Access, Network, UserView};
 use serde::{Deserialize, Serialize};
 
+pub use error::{ConflictError, InvalidError, MemfdStep, ProviderError};
 pub use names::{DEFAULT_INSTANCE_PREFIX, NameError};
 pub use process::{ExitStatus, Killer, Process};
 
@@ -258,44 +260,6 @@ impl ProcessSpec {
     }
 }
 
-/// Errors of the providers. Each renders as one line a user can act on.
-#[derive(Debug, thiserror::Error)]
-pub enum ProviderError {
-    #[error(transparent)]
-    InvalidName(#[from] NameError),
-    #[error("{0}")]
-    Invalid(String),
-    #[error("instance {0} does not exist")]
-    Missing(String),
-    #[error("instance {name} is {status}, not running: ensure it first")]
-    NotRunning { name: String, status: &'static str },
-    #[error(
-        "container {0} exists but is not managed by tuixiu-sandbox (no acp-proxy.managed=1 label): refusing to touch it"
-    )]
-    NotManaged(String),
-    #[error("{0}")]
-    Conflict(String),
-    #[error("{program}: cannot run it: {reason}")]
-    CliSpawn { program: String, reason: String },
-    /// A container CLI call failed; `stderr` is its own message.
-    #[error("`{command}` failed ({status}): {stderr}")]
-    Cli { command: String, status: String, stderr: String },
-    #[error("{context}: {reason}")]
-    Io { context: String, reason: String },
-    #[error(
-        "the host provider runs commands directly on this machine without any isolation; \
-         it is for development only and must be enabled explicitly \
-         (--provider host --i-know-there-is-no-isolation)"
-    )]
-    HostNotAcknowledged,
-}
-
-impl ProviderError {
-    pub(crate) fn io(context: impl Into<String>, e: &std::io::Error) -> ProviderError {
-        ProviderError::Io { context: context.into(), reason: sandbox::error::io_error_text(e) }
-    }
-}
-
 /// The operations every provider offers. Implementations must be usable
 /// from many tasks at once (`&self`, `Send` futures).
 ///
@@ -425,26 +389,29 @@ pub fn check_guest_cwd_pub(cwd: &str, home: &str) -> Result<String, ProviderErro
 }
 
 pub(crate) fn check_guest_cwd(cwd: &str, home: &str) -> Result<String, ProviderError> {
-    let norm = sandbox::guest_path::normalize(cwd)
-        .map_err(|why| ProviderError::Invalid(format!("working directory {cwd:?} {why}")))?;
+    let norm = sandbox::guest_path::normalize(cwd).map_err(|why| InvalidError::NotClean {
+        what: "working directory",
+        path: cwd.to_string(),
+        why,
+    })?;
     if sandbox::guest_path::is_within(&norm, sandbox::WORKSPACE)
         || sandbox::guest_path::is_within(&norm, home)
     {
         Ok(norm)
     } else {
-        Err(ProviderError::Invalid(format!(
-            "working directory {cwd:?} must be under {} or the home {home}",
-            sandbox::WORKSPACE
-        )))
+        Err(InvalidError::CwdOutside { cwd: cwd.to_string(), home: home.to_string() }.into())
     }
 }
 
 /// Checks that a host directory exists and returns its canonical path.
-pub(crate) fn canonical_dir(what: &str, dir: &Path) -> Result<PathBuf, ProviderError> {
-    let canon =
-        std::fs::canonicalize(dir).map_err(|e| ProviderError::io(format!("{what} {}", dir.display()), &e))?;
+pub(crate) fn canonical_dir(what: &'static str, dir: &Path) -> Result<PathBuf, ProviderError> {
+    let canon = std::fs::canonicalize(dir).map_err(|e| ProviderError::File {
+        op: what,
+        path: dir.to_path_buf(),
+        source: e,
+    })?;
     if !canon.is_dir() {
-        return Err(ProviderError::Invalid(format!("{what} {}: not a directory", dir.display())));
+        return Err(InvalidError::NotADirectory { what, dir: dir.to_path_buf() }.into());
     }
     Ok(canon)
 }
@@ -455,14 +422,20 @@ pub(crate) fn check_mounts(mounts: &[Mount]) -> Result<(), ProviderError> {
     for mount in mounts {
         let dst = match mount {
             Mount::Bind { src, dst, .. } => {
-                std::fs::metadata(src)
-                    .map_err(|e| ProviderError::io(format!("bind source {}", src.display()), &e))?;
+                std::fs::metadata(src).map_err(|e| ProviderError::File {
+                    op: "bind source",
+                    path: src.to_path_buf(),
+                    source: e,
+                })?;
                 dst
             }
             Mount::Tmpfs { dst } => dst,
         };
-        sandbox::guest_path::normalize(dst)
-            .map_err(|why| ProviderError::Invalid(format!("mount destination {dst:?} {why}")))?;
+        sandbox::guest_path::normalize(dst).map_err(|why| InvalidError::NotClean {
+            what: "mount destination",
+            path: dst.to_string(),
+            why,
+        })?;
     }
     Ok(())
 }

@@ -25,7 +25,7 @@ use sandbox::{Home, MountOp, SandboxBuilder, SandboxSpec};
 use super::local::LocalInstances;
 use super::process::{Killer, Process, memfd_with, pass_fd, set_stdio};
 use super::records::{ProcKind, Record};
-use super::{InstanceConfig, InstanceInfo, Mount, ProcessSpec, ProviderError, ProviderKind};
+use super::{InstanceConfig, InstanceInfo, InvalidError, Mount, ProcessSpec, ProviderError, ProviderKind};
 
 pub struct NativeProvider {
     local: LocalInstances,
@@ -53,8 +53,10 @@ impl NativeProvider {
     /// parent-death signal would not do: it fires when the *thread* that
     /// spawned the launcher ends, not the process.
     pub fn with_lifeline(mut self) -> Result<Self, ProviderError> {
-        let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-            .map_err(|e| ProviderError::io("pipe2 (the sandboxes' lifeline)", &std::io::Error::from(e)))?;
+        let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| ProviderError::Sys {
+            op: "pipe2 (the sandboxes' lifeline)",
+            source: std::io::Error::from(e),
+        })?;
         self.lifeline = Some((r, w));
         Ok(self)
     }
@@ -62,8 +64,8 @@ impl NativeProvider {
     /// As [`NativeProvider::new`], launching with the small launcher next
     /// to this executable (or this executable itself).
     pub fn with_current_exe(state_dir: &Path, prefix: &str) -> Result<Self, ProviderError> {
-        let exe =
-            crate::exe::launcher_exe().map_err(|e| ProviderError::io("find the launcher executable", &e))?;
+        let exe = crate::exe::launcher_exe()
+            .map_err(|e| ProviderError::Sys { op: "find the launcher executable", source: e })?;
         Self::new(state_dir, exe, prefix)
     }
 
@@ -75,18 +77,10 @@ impl NativeProvider {
     fn check_config(&self, config: &InstanceConfig) -> Result<(), ProviderError> {
         self.local.check_config(config)?;
         if config.image.is_some() {
-            return Err(ProviderError::Invalid(
-                "the native provider shows the host's system directories read-only and has no images; \
-                 --image is for --provider docker"
-                    .into(),
-            ));
+            return Err(InvalidError::NativeImage.into());
         }
         if !config.limits.is_empty() {
-            return Err(ProviderError::Invalid(
-                "the native provider does not apply --cpus, --memory or --pids to named instances yet; \
-                 run without --instance-name, or use --provider docker"
-                    .into(),
-            ));
+            return Err(InvalidError::NativeLimits.into());
         }
         Ok(())
     }
@@ -125,17 +119,17 @@ impl NativeProvider {
         process: &ProcessSpec,
     ) -> Result<(Process, u32), ProviderError> {
         let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-            .map_err(|e| ProviderError::io("pipe2", &std::io::Error::from(e)))?;
+            .map_err(|e| ProviderError::Sys { op: "pipe2", source: std::io::Error::from(e) })?;
         let mut proc = self.spawn_with(name, process, ProcKind::Agent, Some(w), None)?;
         let reader = tokio::net::unix::pipe::Receiver::from_owned_fd(r)
-            .map_err(|e| ProviderError::io("watch the launcher's status", &e))?;
+            .map_err(|e| ProviderError::Sys { op: "watch the launcher's status", source: e })?;
         let mut lines = tokio::io::BufReader::new(reader);
         let mut line = String::new();
         loop {
             line.clear();
             let n = tokio::io::AsyncBufReadExt::read_line(&mut lines, &mut line)
                 .await
-                .map_err(|e| ProviderError::io("read the launcher's status", &e))?;
+                .map_err(|e| ProviderError::Sys { op: "read the launcher's status", source: e })?;
             if n == 0 {
                 // The launcher ended before the command ran: its exit
                 // status and stderr tell why.
@@ -144,11 +138,8 @@ impl NativeProvider {
                 if let Some(mut err) = proc.stderr.take() {
                     let _ = tokio::io::AsyncReadExt::read_to_string(&mut err, &mut why).await;
                 }
-                let why = why.lines().last().unwrap_or("").trim().to_string();
-                return Err(ProviderError::Invalid(format!(
-                    "the agent's sandbox did not start (exit {}): {why}",
-                    status.code_or_signal()
-                )));
+                let stderr = why.lines().last().unwrap_or("").trim().to_string();
+                return Err(InvalidError::SandboxStart { status, stderr }.into());
             }
             let v: serde_json::Value = serde_json::from_str(line.trim()).unwrap_or_default();
             if let Some(pid) = v.get("child-pid").and_then(serde_json::Value::as_u64) {
@@ -179,14 +170,14 @@ impl NativeProvider {
         process: &ProcessSpec,
     ) -> Result<Process, ProviderError> {
         let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-            .map_err(|e| ProviderError::io("pipe2", &std::io::Error::from(e)))?;
+            .map_err(|e| ProviderError::Sys { op: "pipe2", source: std::io::Error::from(e) })?;
         let mut proc = self.spawn_with(name, process, ProcKind::Exec, Some(w), Some(pid1))?;
         let reader = tokio::net::unix::pipe::Receiver::from_owned_fd(r)
-            .map_err(|e| ProviderError::io("watch the joiner's status", &e))?;
+            .map_err(|e| ProviderError::Sys { op: "watch the joiner's status", source: e })?;
         let mut line = String::new();
         let n = tokio::io::AsyncBufReadExt::read_line(&mut tokio::io::BufReader::new(reader), &mut line)
             .await
-            .map_err(|e| ProviderError::io("read the joiner's status", &e))?;
+            .map_err(|e| ProviderError::Sys { op: "read the joiner's status", source: e })?;
         let child = serde_json::from_str::<serde_json::Value>(line.trim())
             .ok()
             .and_then(|v| v.get("child-pid").and_then(serde_json::Value::as_u64));
@@ -202,11 +193,8 @@ impl NativeProvider {
                 if let Some(mut err) = proc.stderr.take() {
                     let _ = tokio::io::AsyncReadExt::read_to_string(&mut err, &mut why).await;
                 }
-                let why = why.lines().last().unwrap_or("").trim().to_string();
-                Err(ProviderError::Invalid(format!(
-                    "the process could not join the agent's sandbox (exit {}): {why}",
-                    status.code_or_signal()
-                )))
+                let stderr = why.lines().last().unwrap_or("").trim().to_string();
+                Err(InvalidError::JoinFailed { status, stderr }.into())
             }
         }
     }
@@ -254,13 +242,12 @@ impl NativeProvider {
             cmd.arg(format!("--json-status-fd={}", fd.as_raw_fd()));
             pass_fd(&mut cmd, fd.as_raw_fd());
         }
-        let child = tokio::process::Command::from(cmd).spawn().map_err(|e| ProviderError::CliSpawn {
-            program: self.launcher.display().to_string(),
-            reason: sandbox::error::io_error_text(&e),
-        })?;
+        let child = tokio::process::Command::from(cmd)
+            .spawn()
+            .map_err(|e| ProviderError::Spawn { program: self.launcher.display().to_string(), source: e })?;
         drop(spec_fd);
         drop(status_fd);
-        let pid = child.id().ok_or_else(|| ProviderError::Invalid("the launcher exited at once".into()))?;
+        let pid = child.id().ok_or(InvalidError::ExitedAtOnce("the launcher"))?;
         let forget = self.local.track(name, pid, kind)?;
         Ok(Process::new(child, Killer::for_pid(pid, false), Some(forget)))
     }
@@ -271,7 +258,7 @@ impl NativeProvider {
 fn build_spec(record: &Record, process: &ProcessSpec) -> Result<SandboxSpec, ProviderError> {
     let config = &record.config;
     let Some((program, args)) = process.argv.split_first() else {
-        return Err(ProviderError::Invalid("the command is empty".into()));
+        return Err(InvalidError::EmptyCommand.into());
     };
     super::check_env(&process.env)?;
     let mut builder = SandboxBuilder::new(program.clone())
@@ -314,7 +301,7 @@ fn build_spec(record: &Record, process: &ProcessSpec) -> Result<SandboxSpec, Pro
     if let Some(cwd) = &process.cwd {
         builder = builder.cwd(cwd.clone());
     }
-    builder.build().map_err(|e| ProviderError::Invalid(e.to_string()))
+    builder.build().map_err(|e| InvalidError::Spec(e).into())
 }
 
 super::local::local_provider!(NativeProvider, ProviderKind::Native);

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use nix::sys::memfd::{MFdFlags, memfd_create};
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout};
 
-use super::ProviderError;
+use super::{MemfdStep, ProviderError};
 
 /// How a process ended, as the OS reports it for the process the provider
 /// spawned (the sandbox launcher, the docker CLI, or the host process).
@@ -99,7 +99,11 @@ impl Process {
     /// `tokio::process::Child::wait` does.
     pub async fn wait(&mut self) -> Result<ExitStatus, ProviderError> {
         drop(self.stdin.take());
-        let status = self.child.wait().await.map_err(|e| ProviderError::io("wait for the process", &e))?;
+        let status = self
+            .child
+            .wait()
+            .await
+            .map_err(|e| ProviderError::Sys { op: "wait for the process", source: e })?;
         if let Some(on_exit) = self.on_exit.take() {
             on_exit();
         }
@@ -209,19 +213,22 @@ fn signal_pidfd(pidfd: Option<&OwnedFd>, signal: i32) -> Result<(), ProviderErro
     if e.raw_os_error() == Some(libc::ESRCH) {
         return Ok(());
     }
-    Err(ProviderError::io(format!("pidfd_send_signal(signal {signal})"), &e))
+    Err(ProviderError::Signal { signal, source: e })
 }
 
 /// An anonymous in-memory file holding `bytes`, positioned at its start,
 /// close-on-exec in this process. Used to hand env files and sandbox specs
 /// to a child as `/dev/fd/N`: nothing is written to disk, and no other
 /// process of this program inherits it.
-pub(crate) fn memfd_with(name: &str, bytes: &[u8]) -> Result<OwnedFd, ProviderError> {
-    let fd = memfd_create(name, MFdFlags::MFD_CLOEXEC)
-        .map_err(|e| ProviderError::io(format!("memfd_create({name:?})"), &std::io::Error::from(e)))?;
+pub(crate) fn memfd_with(name: &'static str, bytes: &[u8]) -> Result<OwnedFd, ProviderError> {
+    let fd = memfd_create(name, MFdFlags::MFD_CLOEXEC).map_err(|e| ProviderError::Memfd {
+        step: MemfdStep::Create,
+        name,
+        source: e.into(),
+    })?;
     let mut file = std::fs::File::from(fd);
-    file.write_all(bytes).map_err(|e| ProviderError::io(format!("write the {name} memfd"), &e))?;
-    file.rewind().map_err(|e| ProviderError::io(format!("rewind the {name} memfd"), &e))?;
+    file.write_all(bytes).map_err(|e| ProviderError::Memfd { step: MemfdStep::Write, name, source: e })?;
+    file.rewind().map_err(|e| ProviderError::Memfd { step: MemfdStep::Rewind, name, source: e })?;
     Ok(OwnedFd::from(file))
 }
 

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant, SystemTime};
 use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 
-use super::{InstanceConfig, InstanceInfo, InstanceStatus, ProviderError, ProviderKind};
+use super::{InstanceConfig, InstanceInfo, InstanceStatus, InvalidError, ProviderError, ProviderKind};
 
 const RECORD_VERSION: u32 = 1;
 
@@ -215,9 +215,11 @@ impl Records {
             .write(true)
             .mode(0o600)
             .open(&path)
-            .map_err(|e| ProviderError::io(format!("open {}", path.display()), &e))?;
-        Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| {
-            ProviderError::io(format!("flock {}", path.display()), &std::io::Error::from(e))
+            .map_err(|e| ProviderError::File { op: "open", path: path.to_path_buf(), source: e })?;
+        Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| ProviderError::File {
+            op: "flock",
+            path: path.to_path_buf(),
+            source: std::io::Error::from(e),
         })
     }
 
@@ -259,7 +261,7 @@ impl Records {
                 self.cache().remove(name);
                 return Ok(None);
             }
-            Err(e) => return Err(ProviderError::io(format!("stat {}", path.display()), &e)),
+            Err(e) => return Err(ProviderError::File { op: "stat", path: path.to_path_buf(), source: e }),
         };
         if let Some(entry) = self.cache().get(name)
             && entry.version == version
@@ -284,16 +286,17 @@ impl Records {
         let bytes = match fs::read(path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(ProviderError::io(format!("read {}", path.display()), &e)),
+            Err(e) => return Err(ProviderError::File { op: "read", path: path.to_path_buf(), source: e }),
         };
         let record: Record = serde_json::from_slice(&bytes)
-            .map_err(|e| ProviderError::Invalid(format!("instance record {}: {e}", path.display())))?;
+            .map_err(|e| InvalidError::Record { path: path.to_path_buf(), source: e })?;
         if record.version != RECORD_VERSION {
-            return Err(ProviderError::Invalid(format!(
-                "instance record {}: version {} is not supported (expected {RECORD_VERSION})",
-                path.display(),
-                record.version
-            )));
+            return Err(InvalidError::RecordVersion {
+                path: path.to_path_buf(),
+                version: record.version,
+                expected: RECORD_VERSION,
+            }
+            .into());
         }
         Ok(Some(record))
     }
@@ -315,7 +318,7 @@ impl Records {
         write().map_err(|e| {
             // The old record stays whole; no partial temporary file beside it.
             let _ = fs::remove_file(&tmp);
-            ProviderError::io(format!("write {}", path.display()), &e)
+            ProviderError::File { op: "write", path: path.to_path_buf(), source: e }
         })
     }
 
@@ -338,7 +341,9 @@ impl Records {
         let entries = match fs::read_dir(&self.root) {
             Ok(e) => e,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(ProviderError::io(format!("read {}", self.root.display()), &e)),
+            Err(e) => {
+                return Err(ProviderError::File { op: "read", path: self.root.to_path_buf(), source: e });
+            }
         };
         let mut names: Vec<String> = entries
             .filter_map(|e| e.ok())
@@ -356,7 +361,7 @@ impl Records {
         match fs::remove_dir_all(&dir) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(ProviderError::io(format!("remove {}", dir.display()), &e)),
+            Err(e) => Err(ProviderError::File { op: "remove", path: dir.to_path_buf(), source: e }),
         }
     }
 
@@ -364,12 +369,13 @@ impl Records {
     pub fn add_proc(&self, name: &str, pid: u32, kind: ProcKind) -> Result<(), ProviderError> {
         let dir = self.dir(name).join("procs");
         make_private_dir(&dir)?;
-        let start = start_time(pid as i32).ok_or_else(|| {
-            ProviderError::Invalid(format!("process {pid} ended before it could be recorded"))
-        })?;
+        let start = start_time(pid as i32).ok_or(InvalidError::NotRecorded { pid })?;
         let path = dir.join(pid.to_string());
-        fs::write(&path, format!("{start} {}\n", kind.as_str()))
-            .map_err(|e| ProviderError::io(format!("write {}", path.display()), &e))
+        fs::write(&path, format!("{start} {}\n", kind.as_str())).map_err(|e| ProviderError::File {
+            op: "write",
+            path: path.to_path_buf(),
+            source: e,
+        })
     }
 
     /// Adds the sandbox's PID 1 (host pid) to the record of launcher `pid`.
@@ -386,7 +392,7 @@ impl Records {
         match written {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(ProviderError::io(format!("write {}", path.display()), &e)),
+            Err(e) => Err(ProviderError::File { op: "write", path: path.to_path_buf(), source: e }),
         }
     }
 
@@ -435,14 +441,17 @@ impl Records {
 pub(crate) fn make_private_dir(dir: &Path) -> Result<(), ProviderError> {
     match fs::DirBuilder::new().recursive(true).mode(0o700).create(dir) {
         Ok(()) => Ok(()),
-        Err(e) => Err(ProviderError::io(format!("create {}", dir.display()), &e)),
+        Err(e) => Err(ProviderError::File { op: "create", path: dir.to_path_buf(), source: e }),
     }
 }
 
 /// Makes sure an existing directory is not readable by others.
 pub(crate) fn restrict_dir(dir: &Path) -> Result<(), ProviderError> {
-    fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
-        .map_err(|e| ProviderError::io(format!("chmod 0700 {}", dir.display()), &e))
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o700)).map_err(|e| ProviderError::File {
+        op: "chmod 0700",
+        path: dir.to_path_buf(),
+        source: e,
+    })
 }
 
 /// Field 22 of `/proc/<pid>/stat`: the start time in clock ticks since boot.

@@ -1,21 +1,24 @@
-//! The daemon's side of the ACP host's interface (`acp::port`): its
-//! settings from the config, its reports into the outbox as wire messages.
+//! The daemon's side of the ACP host's interface (`acp::port`): the
+//! settings from the config, and the [`Reporter`] as the sink, putting an
+//! agent's reports into the outbox as wire messages.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use super::lane::RunContext;
+use super::now_iso;
 use super::protocol::proxy_update;
-use super::{Daemon, now_iso};
+use super::report::Reporter;
 use crate::acp::port::{Context, Settings, Sink};
 use crate::acp::transport::BoxFuture;
 
-impl Daemon {
-    /// What an agent of this daemon gets: the settings and this daemon as
-    /// the sink.
-    pub fn acp_context(self: &Arc<Self>) -> Context {
-        let cfg = &self.cfg;
+impl RunContext {
+    /// What an agent of a run gets: the settings and the reporter as the
+    /// sink.
+    pub fn acp_context(&self) -> Context {
+        let cfg = self.cfg();
         let settings = Settings {
             permission_policy: cfg.permission_policy,
             permission_timeout: Duration::from_secs(cfg.permission_timeout_seconds),
@@ -26,13 +29,13 @@ impl Daemon {
             run_max_processes: cfg.run_max_processes,
             terminal_enabled: cfg.sandbox.terminal_enabled,
         };
-        Context { settings: Arc::new(settings), sink: self.clone() }
+        Context { settings: Arc::new(settings), sink: self.report().clone() }
     }
 }
 
-impl Sink for Daemon {
+impl Sink for Reporter {
     fn update(&self, run_id: &str, content: Value) {
-        self.outbox.push(&proxy_update(run_id, content));
+        self.push(&proxy_update(run_id, content));
     }
 
     fn agent_exited(
@@ -43,41 +46,41 @@ impl Sink for Daemon {
         signal: Option<&str>,
         report_exit: bool,
     ) {
-        self.outbox.push(&proxy_update(
+        self.push(&proxy_update(
             run,
             json!({"type": "transport_disconnected", "instance_name": instance,
             "code": code, "signal": signal, "at": now_iso(), "reason": "agent_exit"}),
         ));
         if report_exit {
-            self.outbox.push(&json!({"type": "acp_exit", "run_id": run, "instance_name": instance,
+            self.push(&json!({"type": "acp_exit", "run_id": run, "instance_name": instance,
                 "code": code, "signal": signal}));
         }
     }
 
     fn agent_connected(&self, run_id: &str, instance: &str) {
-        self.outbox.push(&proxy_update(
+        self.push(&proxy_update(
             run_id,
             json!({"type": "transport_connected", "instance_name": instance, "at": now_iso()}),
         ));
     }
 
     fn message(&self, msg: &Value) {
-        self.outbox.push(msg);
+        self.push(msg);
     }
 
     fn message_text(&self, text: String, kind: &'static str, run_id: &Arc<str>) {
-        self.outbox.push_text(text, kind, run_id);
+        self.outbox().push_text(text, kind, run_id);
     }
 
     fn is_backed_up(&self) -> bool {
-        self.outbox.is_backed_up()
+        self.outbox().is_backed_up()
     }
 
     fn wait_for_room(self: Arc<Self>) -> BoxFuture<()> {
-        Box::pin(async move { self.outbox.wait_for_room().await })
+        Box::pin(async move { self.outbox().wait_for_room().await })
     }
 
     fn redact(&self, text: &str) -> String {
-        Daemon::redact(self, text)
+        Reporter::redact(self, text)
     }
 }

@@ -13,9 +13,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::io::AsyncBufReadExt;
 
-use super::Daemon;
 use super::config::ProviderChoice;
 use super::instance::inputs_config;
+use super::lane::RunContext;
 use super::lane::{Job, Lane, RunState, init_env, reply_prompt, reply_session, send, user_name};
 use super::protocol::{RunMessage, proxy_update, str_field};
 use super::repo::RepoError;
@@ -99,7 +99,7 @@ pub enum ExecError {
 
 /// The agent's environment: init.env → user view → envPatch → allowlist.
 pub fn run_env(
-    d: &Daemon,
+    d: &RunContext,
     state: &RunState,
     init: &Value,
     patch: &[(&str, &str)],
@@ -120,7 +120,7 @@ pub fn run_env(
             env.push((key.to_string(), state.home_guest.clone()));
         }
     }
-    let allow = match &d.cfg.agent_env_allowlist {
+    let allow = match &d.cfg().agent_env_allowlist {
         Some(list) => Allowlist::new(false, list.iter().map(String::as_str)),
         None => Allowlist::new(true, []),
     }?;
@@ -149,7 +149,7 @@ impl Lane {
         if self.live_agent().is_some() {
             return Ok(());
         }
-        if self.d.runs.stopping() {
+        if self.d.runs().stopping() {
             return Err(AgentError::ShuttingDown);
         }
         self.agent = None;
@@ -189,7 +189,7 @@ impl Lane {
             st.landed = landed;
             self.persist();
         }
-        if let Some(b) = d.cfg.sandbox.bootstrap.clone() {
+        if let Some(b) = d.cfg().sandbox.bootstrap.clone() {
             self.bootstrap(&state, &env, &b).await?;
         }
         if let Some(script) = init.get("script").and_then(Value::as_str).filter(|s| !s.trim().is_empty()) {
@@ -213,15 +213,15 @@ impl Lane {
             AgentError::Git(e)
         };
         let Some(req) =
-            super::repo::Request::from_env(&env, &d.cfg.sandbox.workspace_host_root).map_err(fail)?
+            super::repo::Request::from_env(&env, &d.cfg().sandbox.workspace_host_root).map_err(fail)?
         else {
             return Ok(());
         };
         let root = nix::unistd::geteuid().is_root();
-        let owner = (d.cfg.sandbox.provider == ProviderChoice::Docker && root).then(|| state_user(state));
+        let owner = (d.cfg().sandbox.provider == ProviderChoice::Docker && root).then(|| state_user(state));
         let step = |stage: &str, status: &str, message: Option<String>| self.step(stage, status, message);
-        let redact = |text: &str| d.redact(text);
-        let host = super::repo::Host { state_dir: &d.cfg.state_dir, redact: &redact };
+        let redact = |text: &str| d.report().redact(text);
+        let host = super::repo::Host { state_dir: &d.cfg().state_dir, redact: &redact };
         super::repo::prepare(host, &req, &state.workspace, &env, owner, &step).await.map_err(fail)
     }
 
@@ -243,9 +243,9 @@ impl Lane {
         if !manifest.items.iter().any(landed::lands) {
             return Ok(Default::default());
         }
-        let cache = inputs::cache_for(&plan, Some(&d.cfg.state_dir.join("inputs-cache")))?;
-        let token = d.cfg.auth_token.as_ref().map(|t| inputs::Secret::new(t.expose().to_string()));
-        let redactor = d.redactor.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let cache = inputs::cache_for(&plan, Some(&d.cfg().state_dir.join("inputs-cache")))?;
+        let token = d.cfg().auth_token.as_ref().map(|t| inputs::Secret::new(t.expose().to_string()));
+        let redactor = d.report().redactor();
         let git_env: Vec<(String, String)> = state
             .init
             .as_ref()
@@ -258,7 +258,7 @@ impl Lane {
             download: inputs::DownloadOptions {
                 token_origin: config.base_url.as_ref().map(|u| u.origin()),
                 token,
-                max_bytes: d.cfg.skills_download_max_bytes,
+                max_bytes: d.cfg().skills_download_max_bytes,
                 progress: false,
                 ..inputs::DownloadOptions::default()
             },
@@ -269,10 +269,10 @@ impl Lane {
             redactor,
             owner: None,
         };
-        let docker_user = (d.cfg.sandbox.provider == ProviderChoice::Docker).then(|| state_user(state));
+        let docker_user = (d.cfg().sandbox.provider == ProviderChoice::Docker).then(|| state_user(state));
         let layout = inputs::Layout::new(state.home_guest.clone());
         let (ws, home) = (state.workspace.clone(), state.home.clone());
-        let scratch = d.mounts.scratch_dir_of(&self.run_id);
+        let scratch = d.mounts().scratch_dir_of(&self.run_id);
         let run = self.run_id.clone();
         let init_sent = self.init_sent;
         let recorded = state.landed.clone();
@@ -403,7 +403,7 @@ impl Lane {
             cwd: Some(sandbox::WORKSPACE.into()),
             stdio: Stdio::Piped,
         };
-        let mut proc = d.provider.exec(&state.instance_name, &spec).await?;
+        let mut proc = d.provider().exec(&state.instance_name, &spec).await?;
         drop(proc.stdin.take());
         let killer = proc.killer();
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(bool, String)>();
@@ -447,16 +447,16 @@ impl Lane {
     }
 
     fn text(&self, text: String) {
-        let t = self.d.redact(&text);
-        self.d.outbox.push(&proxy_update(&self.run_id, json!({"type": "text", "text": t})));
+        let t = self.d.report().redact(&text);
+        self.d.report().push(&proxy_update(&self.run_id, json!({"type": "text", "text": t})));
     }
 
     fn step(&self, stage: &str, status: &str, message: Option<String>) {
         let mut c = json!({"type": "init_step", "stage": stage, "status": status});
         if let Some(m) = message {
-            c["message"] = json!(self.d.redact(&m));
+            c["message"] = json!(self.d.report().redact(&m));
         }
-        self.d.outbox.push(&proxy_update(&self.run_id, c));
+        self.d.report().push(&proxy_update(&self.run_id, c));
     }
 
     /// `init.script` with `bash -lc` in the instance (reference §1.3.9).
@@ -486,7 +486,7 @@ impl Lane {
                 }
             })
             .await;
-        let result = |c: Value| self.d.outbox.push(&proxy_update(&self.run_id, c));
+        let result = |c: Value| self.d.report().push(&proxy_update(&self.run_id, c));
         match outcome {
             Ok(0) => {
                 result(json!({"type": "init_result", "ok": true}));
@@ -506,7 +506,7 @@ impl Lane {
             Err(spawn) => {
                 let text = spawn.to_string();
                 self.step("init", "failed", Some(text.clone()));
-                result(json!({"type": "init_result", "ok": false, "error": self.d.redact(&text)}));
+                result(json!({"type": "init_result", "ok": false, "error": self.d.report().redact(&text)}));
                 Err(AgentError::InitStart(spawn))
             }
         }
@@ -576,11 +576,11 @@ impl Lane {
         cwd: String,
     ) -> Result<(), AgentError> {
         let d = self.d.clone();
-        if d.cfg.agent_command.is_empty() {
+        if d.cfg().agent_command.is_empty() {
             return Err(AgentError::NoAgentCommand);
         }
         let spec = ProcessSpec {
-            argv: d.cfg.agent_command.clone(),
+            argv: d.cfg().agent_command.clone(),
             env: env.clone(),
             cwd: Some(cwd),
             stdio: Stdio::Piped,
@@ -588,7 +588,7 @@ impl Lane {
         let name = state.instance_name.clone();
         let allowed = [sandbox::WORKSPACE, state.home_guest.as_str()];
         let t0 = std::time::Instant::now();
-        let (process, fs, pid1) = match &d.provider {
+        let (process, fs, pid1) = match d.provider() {
             AnyProvider::Native(p) => {
                 // This lane has no agent: one still recorded is stale.
                 p.end_stale_agent(&name).await;
@@ -611,8 +611,8 @@ impl Lane {
                 );
                 // The agent's state directory is mounted over part of its
                 // home (usually): fs/* must see what the agent sees there.
-                if let (Some(guest), AnyProvider::Docker(_)) = (&d.cfg.agent.state_path, other) {
-                    let host = d.mounts.agent_state_dir();
+                if let (Some(guest), AnyProvider::Docker(_)) = (&d.cfg().agent.state_path, other) {
+                    let host = d.mounts().agent_state_dir();
                     fs = fs.and_then(|fs| fs.with_mount(guest, &host));
                 }
                 (process, fs, None)
@@ -646,10 +646,10 @@ impl Lane {
             self.run_id,
             t0.elapsed()
         );
-        d.runs.set_agent(&self.run_id, Some(agent.clone()));
+        d.runs().set_agent(&self.run_id, Some(agent.clone()));
         self.agent = Some(agent);
-        if let Ok(info) = d.provider.inspect(&name).await {
-            d.report_status(&self.run_id, &info);
+        if let Ok(info) = d.provider().inspect(&name).await {
+            d.report().status(&self.run_id, &info);
         }
         Ok(())
     }
@@ -657,7 +657,7 @@ impl Lane {
     /// Closes the agent (acp_close, stop, remove, keepalive expiry).
     pub async fn close_agent(&mut self, reason: &str) {
         if let Some(agent) = self.agent.take() {
-            self.d.runs.set_agent(&self.run_id, None);
+            self.d.runs().set_agent(&self.run_id, None);
             if !agent.has_exited() {
                 agent.shutdown(reason).await;
             }
@@ -667,7 +667,7 @@ impl Lane {
     /// `prompt_send` after the open: the turn runs on its own task.
     pub fn start_prompt(&mut self, m: RunMessage) {
         let Some(agent) = self.live_agent() else {
-            reply_prompt(&self.d, &m, Err(AgentError::NotRunning));
+            reply_prompt(self.d.report(), &m, Err(AgentError::NotRunning));
             return;
         };
         let d = self.d.clone();
@@ -686,7 +686,7 @@ impl Lane {
                 (t.max(0.0) as u64).clamp(PROMPT_TIMEOUT_MIN, PROMPT_TIMEOUT_MAX)
             });
         self.prompts += 1;
-        d.runs.turn(true);
+        d.runs().turn(true);
         tokio::spawn(async move {
             let r = agent
                 .prompt(
@@ -699,12 +699,12 @@ impl Lane {
                 )
                 .await;
             match r {
-                Ok(o) => d.outbox.push(&json!({"type": "prompt_result", "run_id": run, "prompt_id": prompt_id, "ok": true,
+                Ok(o) => d.report().push(&json!({"type": "prompt_result", "run_id": run, "prompt_id": prompt_id, "ok": true,
                     "session_id": o.session_id, "stop_reason": o.stop_reason, "session_created": o.session_created,
                     "session_recreated_from": o.session_recreated_from})),
-                Err(e) => reply_prompt(&d, &m, Err(e)),
+                Err(e) => reply_prompt(d.report(), &m, Err(e)),
             }
-            d.runs.turn(false);
+            d.runs().turn(false);
             send(&d, &run, Job::PromptDone);
         });
     }
@@ -716,11 +716,11 @@ fn state_user(state: &RunState) -> (u32, u32) {
 
 /// How terminals of this run start: joined to the agent's sandbox
 /// (native), or through the provider's exec (docker, host).
-fn spawner(d: Arc<Daemon>, name: String, pid1: Option<u32>) -> Spawner {
+fn spawner(d: Arc<RunContext>, name: String, pid1: Option<u32>) -> Spawner {
     Arc::new(move |spec: ProcessSpec| {
         let (d, name) = (d.clone(), name.clone());
         Box::pin(async move {
-            let process = match (&d.provider, pid1) {
+            let process = match (d.provider(), pid1) {
                 (AnyProvider::Native(p), Some(pid)) => p.exec_joined(&name, pid, &spec).await,
                 (p, _) => p.exec(&name, &spec).await,
             }?;
@@ -732,13 +732,13 @@ fn spawner(d: Arc<Daemon>, name: String, pid1: Option<u32>) -> Spawner {
 
 /// Session controls, `session_permission` and `acp_message`, which go to
 /// the run's agent directly (not through the lane): `true` when handled.
-pub fn direct(d: &Arc<Daemon>, run_id: &str, kind: &str, msg: &RunMessage) -> bool {
-    let Some(agent) = d.runs.agent(run_id) else { return false };
+pub fn direct(d: &Arc<RunContext>, run_id: &str, kind: &str, msg: &RunMessage) -> bool {
+    let Some(agent) = d.runs().agent(run_id) else { return false };
     match kind {
         "session_cancel" => {
             let sid = str_field(&msg.session_id).unwrap_or_default();
             agent.cancel(sid);
-            reply_session(d, msg, Ok::<(), std::convert::Infallible>(()));
+            reply_session(d.report(), msg, Ok::<(), std::convert::Infallible>(()));
         }
         "session_set_mode" | "session_set_model" | "session_set_config_option" => {
             let (d, kind) = (d.clone(), kind.to_string());
@@ -751,7 +751,7 @@ pub fn direct(d: &Arc<Daemon>, run_id: &str, kind: &str, msg: &RunMessage) -> bo
             };
             tokio::spawn(async move {
                 let r = agent.control(&kind, &sid, &msg.extra).await;
-                reply_session(&d, &msg, r);
+                reply_session(d.report(), &msg, r);
             });
         }
         "session_permission" => {
@@ -775,7 +775,7 @@ pub fn direct(d: &Arc<Daemon>, run_id: &str, kind: &str, msg: &RunMessage) -> bo
 /// it is; a request gets an id of ours (the agent's id space is shared
 /// with the daemon's own requests), and its response goes back as
 /// `acp_message` with the backend's id.
-fn forward_raw(d: &Arc<Daemon>, run_id: &str, agent: &Arc<Agent>, message: Value) {
+fn forward_raw(d: &Arc<RunContext>, run_id: &str, agent: &Arc<Agent>, message: Value) {
     let Value::Object(mut m) = message else {
         tracing::warn!("run {run_id}: acp_message without a JSON-RPC object dropped");
         return;
@@ -797,7 +797,7 @@ fn forward_raw(d: &Arc<Daemon>, run_id: &str, agent: &Arc<Agent>, message: Value
                         json!({"jsonrpc": "2.0", "id": backend_id, "error": {"code": -32603, "message": "the agent's connection closed"}})
                     }
                 };
-                d.outbox.push(&json!({"type": "acp_message", "run_id": run, "message": reply}));
+                d.report().push(&json!({"type": "acp_message", "run_id": run, "message": reply}));
             });
         }
         (true, _) => agent.transport.send_raw(&Value::Object(m)),

@@ -27,10 +27,10 @@ use hmac::{KeyInit, Mac};
 use serde_json::{Map, Value, json};
 use tokio::sync::oneshot;
 
-use super::Daemon;
 use super::gitenv::{GitEnv, GitError, check_branch};
 use super::instance::InstanceError;
 use super::inventory;
+use super::lane::RunContext;
 use super::lane::{self, Job, Lane, RunIdError, valid_run_id};
 use super::protocol::{ControlResult, DeletedWorkspace, InventoryRef, SandboxControl, str_field};
 use crate::hostfs::under_root::{UnderRootError, resolve_under_root};
@@ -159,7 +159,7 @@ const GLOBAL_ACTIONS: &[&str] = &["report_inventory", "remove_image", "gc", "pru
 
 /// The lane for a control: its run (from `run_id`, else a managed instance
 /// name), or the global lane. An invalid `run_id` is refused here.
-pub fn lane_of(d: &Arc<Daemon>, c: &SandboxControl) -> Result<String, RunIdError> {
+pub fn lane_of(d: &Arc<RunContext>, c: &SandboxControl) -> Result<String, RunIdError> {
     let action = c.action.as_str().unwrap_or("");
     if GLOBAL_ACTIONS.contains(&action) {
         return Ok(lane::GLOBAL.to_string());
@@ -167,7 +167,7 @@ pub fn lane_of(d: &Arc<Daemon>, c: &SandboxControl) -> Result<String, RunIdError
     if !c.run_id.is_null() && c.run_id != Value::String(String::new()) {
         return valid_run_id(&c.run_id);
     }
-    let prefix = &d.cfg.sandbox.instance_prefix;
+    let prefix = &d.cfg().sandbox.instance_prefix;
     Ok(str_field(&c.instance_name)
         .and_then(|n| n.strip_prefix(prefix.as_str()))
         .filter(|id| names::validate_run_id(id).is_ok())
@@ -176,11 +176,11 @@ pub fn lane_of(d: &Arc<Daemon>, c: &SandboxControl) -> Result<String, RunIdError
 }
 
 /// Answers a control that could not be routed.
-pub fn reply_error(d: &Daemon, c: &SandboxControl, error: impl std::fmt::Display) {
+pub fn reply_error(d: &RunContext, c: &SandboxControl, error: impl std::fmt::Display) {
     let mut res = ControlResult::for_msg(c);
     res.ok = false;
-    res.error = Some(d.redact(&error.to_string()));
-    d.outbox.push(&res);
+    res.error = Some(d.report().redact(&error.to_string()));
+    d.report().push(&res);
 }
 
 fn is_destructive(action: &str, c: &SandboxControl) -> bool {
@@ -213,20 +213,20 @@ pub async fn handle(lane: &mut Lane, c: SandboxControl) {
         }
         Err(ControlError::Partial(e)) => {
             res.ok = false;
-            res.error = Some(d.redact(&e));
+            res.error = Some(d.report().redact(&e));
         }
         Err(e) => {
-            let e = d.redact(&e.to_string());
+            let e = d.report().redact(&e.to_string());
             if let (Some(run_id), Some(name)) = (str_field(&c.run_id), str_field(&c.instance_name))
                 && names::validate_run_id(run_id).is_ok()
             {
-                d.report_error_status(run_id, name, &e);
+                d.report().error_status(run_id, name, &e);
             }
             res.ok = false;
             res.error = Some(e);
         }
     }
-    d.outbox.push(&res);
+    d.report().push(&res);
 }
 
 async fn run_action(
@@ -261,11 +261,11 @@ async fn run_action(
     match action {
         "inspect" => {
             let name = instance_name(lane, c)?;
-            let info = d.provider.inspect(&name).await?;
+            let info = d.provider().inspect(&name).await?;
             // As the Node proxy: a status update only when the backend
             // named the run.
             if str_field(&c.run_id).is_some() {
-                d.report_status(&lane.run_id, &info);
+                d.report().status(&lane.run_id, &info);
             }
             out.insert("status".into(), json!(info.status.as_str()));
             out.insert("details".into(), json!({"created_at": info.created_at}));
@@ -274,7 +274,7 @@ async fn run_action(
             valid_run_id(&c.run_id)?;
             lane.prepare(&c.instance_name, &Value::Null, &Value::Null).await?;
             let name = instance_name(lane, c)?;
-            let info = d.provider.inspect(&name).await?;
+            let info = d.provider().inspect(&name).await?;
             out.insert("status".into(), json!(info.status.as_str()));
             out.insert("details".into(), json!({"created_at": info.created_at}));
             lane.persist();
@@ -284,9 +284,9 @@ async fn run_action(
             if lane.state.as_ref().is_some_and(|s| s.instance_name == name) {
                 lane.close_agent("stopped").await;
             }
-            let info = d.provider.stop(&name).await?;
+            let info = d.provider().stop(&name).await?;
             if !lane.run_id.is_empty() {
-                d.report_status(&lane.run_id, &info);
+                d.report().status(&lane.run_id, &info);
             }
             out.insert("status".into(), json!(info.status.as_str()));
         }
@@ -296,20 +296,20 @@ async fn run_action(
                 lane.close_agent("removed").await;
             }
             lane.remove_instance(&name).await?;
-            if let Ok(inv) = inventory::full(&d.provider, None).await {
-                d.outbox.push(&inv);
+            if let Ok(inv) = inventory::full(d.provider(), None).await {
+                d.report().push(&inv);
             }
             let run_id = if lane.run_id.is_empty() { None } else { Some(lane.run_id.clone()) };
-            d.outbox.push(&inventory::deleted_instances(
-                &d.provider,
+            d.report().push(&inventory::deleted_instances(
+                d.provider(),
                 vec![InventoryRef { instance_name: name, run_id, reason: Some("sandbox_control_remove") }],
             ));
             out.insert("status".into(), json!("missing"));
         }
         "report_inventory" => {
             let expected = expected_instances(c);
-            let inv = inventory::full(&d.provider, expected.as_deref()).await?;
-            d.outbox.push(&inv);
+            let inv = inventory::full(d.provider(), expected.as_deref()).await?;
+            d.report().push(&inv);
         }
         "prune_orphans" => {
             let orphans = orphans(&d, c).await?;
@@ -327,7 +327,7 @@ async fn run_action(
             }
             out.insert("deleted_count".into(), json!(deleted.len()));
             if !deleted.is_empty() {
-                d.outbox.push(&inventory::deleted_instances(&d.provider, deleted));
+                d.report().push(&inventory::deleted_instances(d.provider(), deleted));
             }
             if !errors.is_empty() {
                 return Err(ControlError::Partial(errors.join("; ")));
@@ -342,8 +342,8 @@ async fn run_action(
             };
             let extra = lane.state.as_ref().map(|s| s.workspace.clone());
             remove_workspace(&d, &run_id, extra.as_deref())?;
-            d.outbox.push(&inventory::deleted_workspaces(
-                &d.provider,
+            d.report().push(&inventory::deleted_workspaces(
+                d.provider(),
                 vec![DeletedWorkspace {
                     instance_name: None,
                     run_id,
@@ -368,7 +368,7 @@ async fn run_action(
 /// The instance a control names: `instance_name` (validated), else the
 /// run's, else `<prefix><run_id>`.
 fn instance_name(lane: &Lane, c: &SandboxControl) -> Result<String, ControlError> {
-    let prefix = &lane.d.cfg.sandbox.instance_prefix;
+    let prefix = &lane.d.cfg().sandbox.instance_prefix;
     let name = match &c.instance_name {
         Value::String(s) if !s.trim().is_empty() => s.trim().to_string(),
         Value::Null | Value::String(_) => match &lane.state {
@@ -481,10 +481,10 @@ fn check_expected(list: &Value) -> Result<(), ControlError> {
 }
 
 /// Managed instances the backend does not expect, with their run ids.
-async fn orphans(d: &Daemon, c: &SandboxControl) -> Result<Vec<(String, Option<String>)>, ProviderError> {
+async fn orphans(d: &RunContext, c: &SandboxControl) -> Result<Vec<(String, Option<String>)>, ProviderError> {
     let expected: BTreeSet<String> =
         expected_instances(c).unwrap_or_default().into_iter().map(|e| e.instance_name).collect();
-    let list = d.provider.list().await?;
+    let list = d.provider().list().await?;
     Ok(list
         .into_iter()
         .filter(|i| !expected.contains(&i.name))
@@ -497,8 +497,8 @@ async fn orphans(d: &Daemon, c: &SandboxControl) -> Result<Vec<(String, Option<S
 
 /// Removes an instance in its run's lane (so it is ordered with that run's
 /// messages and the run forgets it), or directly when it has no run.
-async fn remove_via_lane(d: &Arc<Daemon>, name: &str, run_id: Option<&str>) -> Result<(), ControlError> {
-    let prefix = &d.cfg.sandbox.instance_prefix;
+async fn remove_via_lane(d: &Arc<RunContext>, name: &str, run_id: Option<&str>) -> Result<(), ControlError> {
+    let prefix = &d.cfg().sandbox.instance_prefix;
     let lane_run =
         name.strip_prefix(prefix.as_str()).filter(|id| names::validate_run_id(id).is_ok()).or(run_id);
     match lane_run {
@@ -510,11 +510,15 @@ async fn remove_via_lane(d: &Arc<Daemon>, name: &str, run_id: Option<&str>) -> R
                 Err(_) => Err(ControlError::LaneEnded),
             }
         }
-        None => Ok(d.provider.remove(name).await.map(drop)?),
+        None => Ok(d.provider().remove(name).await.map(drop)?),
     }
 }
 
-async fn gc(d: &Arc<Daemon>, c: &SandboxControl, out: &mut Map<String, Value>) -> Result<(), ControlError> {
+async fn gc(
+    d: &Arc<RunContext>,
+    c: &SandboxControl,
+    out: &mut Map<String, Value>,
+) -> Result<(), ControlError> {
     let opts = c.extra.get("gc").cloned().unwrap_or(Value::Null);
     let remove_orphans = opts.get("remove_orphans").and_then(Value::as_bool) != Some(false);
     let remove_workspaces = opts.get("remove_workspaces").and_then(Value::as_bool) != Some(false);
@@ -552,7 +556,7 @@ async fn gc(d: &Arc<Daemon>, c: &SandboxControl, out: &mut Map<String, Value>) -
                     deleted_instances.push(InventoryRef { instance_name: name, run_id, reason: Some("gc") })
                 }
                 Err(e) => errors.push(
-                    json!({"kind":"instance","instance_name":name,"run_id":run_id,"message":d.redact(&e.to_string())}),
+                    json!({"kind":"instance","instance_name":name,"run_id":run_id,"message":d.report().redact(&e.to_string())}),
                 ),
             },
             _ => {
@@ -566,7 +570,7 @@ async fn gc(d: &Arc<Daemon>, c: &SandboxControl, out: &mut Map<String, Value>) -
                         reason: "gc",
                     }),
                     Err(e) => errors
-                        .push(json!({"kind":"workspace","run_id":run_id,"message":d.redact(&e.to_string())})),
+                        .push(json!({"kind":"workspace","run_id":run_id,"message":d.report().redact(&e.to_string())})),
                 }
             }
         }
@@ -576,13 +580,13 @@ async fn gc(d: &Arc<Daemon>, c: &SandboxControl, out: &mut Map<String, Value>) -
         json!({"instances": deleted_instances.len(), "workspaces": deleted_workspaces.len()}),
     );
     if !deleted_instances.is_empty() {
-        d.outbox.push(&inventory::deleted_instances(&d.provider, deleted_instances));
+        d.report().push(&inventory::deleted_instances(d.provider(), deleted_instances));
     }
     if !deleted_workspaces.is_empty() {
-        d.outbox.push(&inventory::deleted_workspaces(&d.provider, deleted_workspaces));
+        d.report().push(&inventory::deleted_workspaces(d.provider(), deleted_workspaces));
     }
-    if let Ok(inv) = inventory::full(&d.provider, None).await {
-        d.outbox.push(&inv);
+    if let Ok(inv) = inventory::full(d.provider(), None).await {
+        d.report().push(&inv);
     }
     let failed = !errors.is_empty();
     out.insert("errors".into(), Value::Array(errors));
@@ -595,9 +599,9 @@ async fn gc(d: &Arc<Daemon>, c: &SandboxControl, out: &mut Map<String, Value>) -
 /// Deletes `<root>/run-<id>`, `<root>/home-<id>` and the run's recorded
 /// workspace (if another directory under the root), each resolved inside
 /// the root first. Missing directories are fine.
-fn remove_workspace(d: &Daemon, run_id: &str, recorded: Option<&Path>) -> Result<(), ControlError> {
+fn remove_workspace(d: &RunContext, run_id: &str, recorded: Option<&Path>) -> Result<(), ControlError> {
     names::validate_run_id(run_id)?;
-    let root = &d.cfg.sandbox.workspace_host_root;
+    let root = &d.cfg().sandbox.workspace_host_root;
     let mut targets = vec![root.join(format!("run-{run_id}")), root.join(format!("home-{run_id}"))];
     if let Some(p) = recorded
         && !targets.iter().any(|t| t == p)
@@ -625,9 +629,12 @@ fn under_root(root: &Path, path: &Path) -> Result<PathBuf, ControlError> {
     resolve_under_root(root, path, false).map_err(ControlError::Path)
 }
 
-async fn remove_image(d: &Daemon, image: &str) -> Result<(), ControlError> {
-    let crate::provider::AnyProvider::Docker(docker) = &d.provider else {
-        return Err(ControlError::NoImages { provider: d.wire_provider(), image: image.to_string() });
+async fn remove_image(d: &RunContext, image: &str) -> Result<(), ControlError> {
+    let crate::provider::AnyProvider::Docker(docker) = d.provider() else {
+        return Err(ControlError::NoImages {
+            provider: d.report().wire_provider(),
+            image: image.to_string(),
+        });
     };
     let out = tokio::process::Command::new(docker.cli())
         .args(["image", "rm", "-f", "--", image])
@@ -702,8 +709,8 @@ pub fn canonical_json(v: &Value) -> String {
 /// [`canonical_json`] of the message) and `signed_at` (unix seconds or
 /// ISO-8601, within 300 s of now, so a captured command cannot be replayed
 /// later). A no-op without `control_signing_secret`.
-pub fn verify_signature(d: &Daemon, c: &SandboxControl) -> Result<(), ControlError> {
-    let Some(secret) = &d.cfg.control_signing_secret else { return Ok(()) };
+pub fn verify_signature(d: &RunContext, c: &SandboxControl) -> Result<(), ControlError> {
+    let Some(secret) = &d.cfg().control_signing_secret else { return Ok(()) };
     let action = c.action.as_str().unwrap_or("?");
     let Ok(Value::Object(mut msg)) = serde_json::to_value(c) else {
         return Err(ControlError::Reencode);
@@ -751,8 +758,8 @@ fn check_remote(r: &str) -> Result<(), ControlError> {
     if ok { Ok(()) } else { Err(ControlError::Remote(r.to_string())) }
 }
 
-fn tail(bytes: &[u8], d: &Daemon) -> String {
-    let text = d.redact(&String::from_utf8_lossy(bytes));
+fn tail(bytes: &[u8], d: &RunContext) -> String {
+    let text = d.report().redact(&String::from_utf8_lossy(bytes));
     if text.len() <= OUTPUT_TAIL {
         return text;
     }
@@ -769,7 +776,7 @@ async fn git_push(
     out: &mut Map<String, Value>,
 ) -> Result<(), ControlError> {
     let d = lane.d.clone();
-    if !d.cfg.sandbox.git_push {
+    if !d.cfg().sandbox.git_push {
         return Err(ControlError::GitPushDisabled);
     }
     let field = |k: &str| c.extra.get(k).unwrap_or(&Value::Null);
@@ -777,7 +784,7 @@ async fn git_push(
     check_branch(&branch).map_err(ControlError::Branch)?;
     let remote = str_field(field("remote")).unwrap_or("origin").to_string();
     check_remote(&remote)?;
-    let max = d.cfg.git_push_timeout_max_seconds;
+    let max = d.cfg().git_push_timeout_max_seconds;
     let timeout =
         field("timeout_seconds").as_f64().filter(|n| n.is_finite()).map_or(300, |n| (n as u64).clamp(5, max));
     let mut env: Vec<(String, String)> = Vec::new();
@@ -791,13 +798,13 @@ async fn git_push(
             env.push((k.clone(), v));
         }
     }
-    d.add_secrets(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    d.report().add_secrets(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
     let get =
         |k: &str| env.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone()).filter(|v| !v.is_empty());
     if lane.run_id.is_empty() {
         return Err(ControlError::GitPushNoRun);
     }
-    let root = &d.cfg.sandbox.workspace_host_root;
+    let root = &d.cfg().sandbox.workspace_host_root;
     let ws = lane
         .state
         .as_ref()
@@ -808,7 +815,7 @@ async fn git_push(
         return Err(ControlError::NotCheckout(ws));
     }
 
-    let genv = GitEnv::new(&d.cfg.state_dir, &get).map_err(ControlError::GitEnv)?;
+    let genv = GitEnv::new(&d.cfg().state_dir, &get).map_err(ControlError::GitEnv)?;
     // The workspace is agent-writable: its config must not get to run
     // commands on the host or redirect the credentials.
     let git = |args: &[&str]| {
@@ -830,7 +837,7 @@ async fn git_push(
         let got = git(&["remote", "get-url", "--push", &remote]).output().await.map_err(ControlError::Git)?;
         let url = String::from_utf8_lossy(&got.stdout).trim().to_string();
         if !got.status.success() || url != repo_url.trim() {
-            return Err(ControlError::RemoteMismatch { remote, url: d.redact(&url) });
+            return Err(ControlError::RemoteMismatch { remote, url: d.report().redact(&url) });
         }
     }
     let child = git(&["push", "-u", "--", &remote, &branch])

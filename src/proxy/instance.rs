@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::Daemon;
+use super::lane::RunContext;
 use super::lane::{Lane, RunState, STATE_VERSION, init_env};
 use super::mounts::{MountError, chown_new};
 use crate::hostfs::under_root::{UnderRootError, resolve_under_root};
@@ -74,12 +74,12 @@ pub enum InstanceError {
 
 /// How agentInputs are planned here: host paths only under
 /// `workspaceHostRoot`, relative URIs against the backend's origin.
-pub fn inputs_config(d: &Daemon) -> Result<inputs::Config, inputs::AllowlistError> {
-    let root = d.cfg.sandbox.workspace_host_root.clone();
+pub fn inputs_config(d: &RunContext) -> Result<inputs::Config, inputs::AllowlistError> {
+    let root = d.cfg().sandbox.workspace_host_root.clone();
     Ok(inputs::Config {
         host_paths: inputs::HostAllowlist::new(std::slice::from_ref(&root))?,
         base_dir: root,
-        base_url: super::config::url_parts(&d.cfg.orchestrator_url).ok().and_then(|p| {
+        base_url: super::config::url_parts(&d.cfg().orchestrator_url).ok().and_then(|p| {
             let scheme = if p.scheme == "wss" { "https" } else { "http" };
             url::Url::parse(&format!("{scheme}://{}:{}/", p.host, p.port)).ok()
         }),
@@ -94,7 +94,7 @@ fn under_root(root: &Path, path: &Path, create: bool) -> Result<PathBuf, Instanc
 impl Lane {
     /// The TTL from a message: clamped, default 1 800 (or the run's current one).
     fn ttl(&self, v: &Value) -> u64 {
-        let min = self.d.cfg.keepalive_min_seconds;
+        let min = self.d.cfg().keepalive_min_seconds;
         match v.as_f64().or_else(|| v.as_str().and_then(|s| s.trim().parse().ok())) {
             Some(n) if n.is_finite() => (n.max(0.0) as u64).clamp(min, MAX_TTL),
             _ => self.state.as_ref().map_or(DEFAULT_TTL.clamp(min, MAX_TTL), |s| s.keepalive_ttl_seconds),
@@ -117,11 +117,11 @@ impl Lane {
             v => Some(check_init(v)?),
         };
         if let Some(env) = init.as_ref().and_then(|i| i.get("env")).and_then(Value::as_object) {
-            self.d.add_secrets(env.iter().filter_map(|(k, v)| v.as_str().map(|v| (k.as_str(), v))));
+            self.d.report().add_secrets(env.iter().filter_map(|(k, v)| v.as_str().map(|v| (k.as_str(), v))));
         }
         let effective_init = init.clone().or_else(|| self.state.as_ref().and_then(|s| s.init.clone()));
         let env = init_env(effective_init.as_ref());
-        let root = self.d.cfg.sandbox.workspace_host_root.clone();
+        let root = self.d.cfg().sandbox.workspace_host_root.clone();
         let workspace = match (&self.state, &init) {
             (Some(state), None) => state.workspace.clone(),
             _ => {
@@ -142,7 +142,7 @@ impl Lane {
         }
         let user = user_view(&env, &home_guest)?;
         let (uid, gid) = (user.uid, user.gid);
-        if self.d.cfg.sandbox.provider == super::config::ProviderChoice::Docker {
+        if self.d.cfg().sandbox.provider == super::config::ProviderChoice::Docker {
             chown_new(&workspace, &user);
             chown_new(&home, &user);
         }
@@ -154,10 +154,10 @@ impl Lane {
             Some(init) => manifest_binds(&self.d, init, &home_guest)?,
             None => (false, Vec::new()),
         };
-        let run_mounts = self.d.mounts.prepare(&self.run_id, &user, &home_guest)?;
+        let run_mounts = self.d.mounts().prepare(&self.run_id, &user, &home_guest)?;
         let mut mounts: Vec<Mount> = self
             .d
-            .cfg
+            .cfg()
             .sandbox
             .volumes
             .iter()
@@ -170,27 +170,27 @@ impl Lane {
         mounts.extend(run_mounts);
         mounts.extend(manifest_binds);
         let config = InstanceConfig {
-            image: match self.d.cfg.sandbox.provider {
-                super::config::ProviderChoice::Docker => self.d.cfg.sandbox.image.clone(),
+            image: match self.d.cfg().sandbox.provider {
+                super::config::ProviderChoice::Docker => self.d.cfg().sandbox.image.clone(),
                 _ => None,
             },
             home: Some(home.clone()),
             workspace_read_only,
             user,
-            network: self.d.cfg.sandbox.network,
+            network: self.d.cfg().sandbox.network,
             mounts,
-            env: self.d.cfg.sandbox.env.clone(),
-            nested: self.d.cfg.sandbox.nested,
+            env: self.d.cfg().sandbox.env.clone(),
+            nested: self.d.cfg().sandbox.nested,
             ..InstanceConfig::new(name.clone(), self.run_id.clone(), workspace.clone())
         };
-        let info = match self.d.provider.ensure(&config).await {
+        let info = match self.d.provider().ensure(&config).await {
             Ok(info) => info,
             Err(e) => {
-                self.d.report_error_status(&self.run_id, &name, &e.to_string());
+                self.d.report().error_status(&self.run_id, &name, &e.to_string());
                 return Err(e.into());
             }
         };
-        self.d.report_status(&self.run_id, &info);
+        self.d.report().status(&self.run_id, &info);
         let now = super::now_iso();
         let state = self.state.get_or_insert_with(|| RunState {
             version: STATE_VERSION,
@@ -240,9 +240,9 @@ impl Lane {
         let name = match (name, &self.state) {
             (Some(n), _) => n,
             (None, Some(state)) => state.instance_name.clone(),
-            (None, None) => format!("{}{}", self.d.cfg.sandbox.instance_prefix, self.run_id),
+            (None, None) => format!("{}{}", self.d.cfg().sandbox.instance_prefix, self.run_id),
         };
-        names::validate_instance_name(&name, &self.d.cfg.sandbox.instance_prefix)?;
+        names::validate_instance_name(&name, &self.d.cfg().sandbox.instance_prefix)?;
         if let Some(state) = &self.state
             && state.instance_name != name
         {
@@ -253,19 +253,19 @@ impl Lane {
 
     /// Removes instance `name`; if it is this run's, the run is forgotten.
     pub async fn remove_instance(&mut self, name: &str) -> Result<InstanceInfo, ProviderError> {
-        match self.d.provider.remove(name).await {
+        match self.d.provider().remove(name).await {
             Ok(info) => {
                 if self.state.as_ref().is_some_and(|s| s.instance_name == name) {
                     self.forget();
                 }
                 if !self.run_id.is_empty() {
-                    self.d.report_status(&self.run_id, &info);
+                    self.d.report().status(&self.run_id, &info);
                 }
                 Ok(info)
             }
             Err(e) => {
                 if !self.run_id.is_empty() {
-                    self.d.report_error_status(&self.run_id, name, &e.to_string());
+                    self.d.report().error_status(&self.run_id, name, &e.to_string());
                 }
                 Err(e)
             }
@@ -328,7 +328,11 @@ fn workspace_from_init(init: Option<&Value>, env: &HashMap<String, String>) -> O
 
 /// From a run's `init.agentInputs`: whether the WORKSPACE `"."` bind is
 /// read-only, and the other bindMount items as instance mounts.
-fn manifest_binds(d: &Daemon, init: &Value, home_guest: &str) -> Result<(bool, Vec<Mount>), InstanceError> {
+fn manifest_binds(
+    d: &RunContext,
+    init: &Value,
+    home_guest: &str,
+) -> Result<(bool, Vec<Mount>), InstanceError> {
     let Some(value) = init.get("agentInputs").filter(|v| !v.is_null()) else {
         return Ok((false, Vec::new()));
     };

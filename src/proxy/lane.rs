@@ -1,7 +1,8 @@
-//! What every part of a run's handling shares, below them all: the run's
-//! persisted state ([`RunState`]), the jobs of a lane ([`Job`]), the lane
-//! itself ([`Lane`]), the registry of lanes and agents ([`Runs`]), queuing
-//! a job ([`send`]) and the replies the lane's parts send.
+//! What every part of a run's handling shares, below them all: what the
+//! daemon gives its runs ([`RunContext`]), the run's persisted state
+//! ([`RunState`]), the jobs of a lane ([`Job`]), the lane itself
+//! ([`Lane`]), the registry of lanes and agents ([`Runs`]), queuing a job
+//! ([`send`]) and the replies the lane's parts send.
 //!
 //! The parts sit above this file and never import each other upwards:
 //! `instance.rs` (the run's instance: `ensureRuntime`, removal),
@@ -20,11 +21,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
-use super::Daemon;
+use super::config::Config;
+use super::mounts::Mounts;
+use super::persist::Persister;
 use super::protocol::{RunMessage, SandboxControl, proxy_error_text};
+use super::report::Reporter;
 use crate::acp::host::Agent;
 use crate::acp::transport::BoxFuture;
-use crate::provider::{ProviderError, names};
+use crate::provider::{AnyProvider, ProviderError, names};
 
 pub const STATE_VERSION: u32 = 1;
 /// The lane of messages that concern no single run.
@@ -85,6 +89,71 @@ pub enum Job {
 
 fn default_id() -> u32 {
     1000
+}
+
+/// What the daemon gives its runs, shared by every lane: the config, the
+/// provider, where to report, the registry of lanes, the run-state writer
+/// and the instances' extra mounts. The link's state (registration, the
+/// proxy id) is not here: a run never needs it.
+pub struct RunContext {
+    cfg: Config,
+    provider: AnyProvider,
+    report: Arc<Reporter>,
+    runs: Runs,
+    /// `<state>/runs`: one state file per run.
+    runs_dir: PathBuf,
+    persister: Persister,
+    mounts: Mounts,
+}
+
+impl RunContext {
+    /// Lanes run `lane_loop` (`runs.rs`) over their jobs.
+    pub fn new(
+        cfg: Config,
+        provider: AnyProvider,
+        report: Arc<Reporter>,
+        mounts: Mounts,
+        lane_loop: LaneLoop,
+    ) -> RunContext {
+        RunContext {
+            runs_dir: cfg.state_dir.join("runs"),
+            persister: Persister::new(report.clone()),
+            cfg,
+            provider,
+            report,
+            runs: Runs::new(lane_loop),
+            mounts,
+        }
+    }
+
+    pub fn cfg(&self) -> &Config {
+        &self.cfg
+    }
+
+    pub fn provider(&self) -> &AnyProvider {
+        &self.provider
+    }
+
+    /// The outbox, the redactor and the instance status reports.
+    pub fn report(&self) -> &Arc<Reporter> {
+        &self.report
+    }
+
+    pub fn runs(&self) -> &Runs {
+        &self.runs
+    }
+
+    pub fn runs_dir(&self) -> &std::path::Path {
+        &self.runs_dir
+    }
+
+    pub fn persister(&self) -> &Persister {
+        &self.persister
+    }
+
+    pub fn mounts(&self) -> &Mounts {
+        &self.mounts
+    }
 }
 
 /// A lane's loop over its jobs (`runs.rs`), as [`send`] starts it.
@@ -189,7 +258,7 @@ impl Agents {
 }
 
 /// Queues `job` on the lane of `key`, creating the lane if needed.
-pub fn send(d: &Arc<Daemon>, key: &str, job: Job) {
+pub fn send(d: &Arc<RunContext>, key: &str, job: Job) {
     let mut lanes = d.runs.lanes();
     if let Some(tx) = lanes.get(key) {
         match tx.send(job) {
@@ -201,7 +270,12 @@ pub fn send(d: &Arc<Daemon>, key: &str, job: Job) {
     start_lane(d, &mut lanes, key, job);
 }
 
-fn start_lane(d: &Arc<Daemon>, lanes: &mut HashMap<String, mpsc::UnboundedSender<Job>>, key: &str, job: Job) {
+fn start_lane(
+    d: &Arc<RunContext>,
+    lanes: &mut HashMap<String, mpsc::UnboundedSender<Job>>,
+    key: &str,
+    job: Job,
+) {
     let (tx, rx) = mpsc::unbounded_channel();
     tx.send(job).ok();
     lanes.insert(key.to_string(), tx);
@@ -241,25 +315,25 @@ pub fn valid_run_id(v: &Value) -> Result<String, RunIdError> {
 
 /// Answers a `prompt_send` that failed (a successful one is answered by
 /// its turn).
-pub fn reply_prompt(d: &Daemon, m: &RunMessage, result: Result<(), impl Display>) {
+pub fn reply_prompt(report: &Reporter, m: &RunMessage, result: Result<(), impl Display>) {
     if let Err(e) = result {
-        let e = d.redact(&e.to_string());
+        let e = report.redact(&e.to_string());
         if let Some(id) = m.run_id.as_str() {
-            d.outbox.push(&proxy_error_text(id, &e));
+            report.push(&proxy_error_text(id, &e));
         }
-        d.outbox.push(
+        report.push(
             &json!({"type":"prompt_result","run_id":m.run_id,"prompt_id":m.prompt_id,"ok":false,"error":e}),
         );
     }
 }
 
 /// Answers a session control.
-pub fn reply_session(d: &Daemon, m: &RunMessage, result: Result<(), impl Display>) {
+pub fn reply_session(report: &Reporter, m: &RunMessage, result: Result<(), impl Display>) {
     let mut v = json!({"type":"session_control_result","run_id":m.run_id,"control_id":m.control_id,"ok":result.is_ok()});
     if let Err(e) = result {
-        v["error"] = json!(d.redact(&e.to_string()));
+        v["error"] = json!(report.redact(&e.to_string()));
     }
-    d.outbox.push(&v);
+    report.push(&v);
 }
 
 pub fn now_ms() -> u64 {
@@ -269,7 +343,8 @@ pub fn now_ms() -> u64 {
 /// One run's lane. `state` is `None` for a run the daemon does not hold
 /// (e.g. an `inspect` of an unknown run) and for the global lane.
 pub struct Lane {
-    pub d: Arc<Daemon>,
+    /// What every run shares ([`RunContext`]).
+    pub d: Arc<RunContext>,
     pub run_id: String,
     pub state: Option<RunState>,
     /// The run's agent process and ACP connection.
@@ -294,14 +369,14 @@ impl Lane {
     pub fn persist(&mut self) {
         let Some(state) = &self.state else { return };
         let bytes = serde_json::to_vec_pretty(state).expect("plain data");
-        super::persist::Persister::write(&self.d, &self.run_id, self.state_path(), Some(bytes));
+        self.d.persister.write(&self.run_id, self.state_path(), Some(bytes));
     }
 
     /// Told once the state last given to [`Lane::persist`] is on disk.
     /// `None`: the run has no state.
     pub fn persisted(&self) -> Option<tokio::sync::oneshot::Receiver<()>> {
         self.state.as_ref()?;
-        Some(super::persist::Persister::on_disk(&self.d, &self.state_path()))
+        Some(self.d.persister.on_disk(&self.state_path()))
     }
 
     /// Drops the run's state, in memory and on disk, with the files the
@@ -309,7 +384,7 @@ impl Lane {
     pub fn forget(&mut self) {
         self.state = None;
         self.d.mounts.discard(&self.run_id);
-        super::persist::Persister::write(&self.d, &self.run_id, self.state_path(), None);
+        self.d.persister.write(&self.run_id, self.state_path(), None);
     }
 }
 

@@ -29,10 +29,10 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 
+use super::Daemon;
 use super::auth::TokenSource;
 use super::config::url_parts;
 use super::protocol::{Incoming, RegisterAgent};
-use super::{Daemon, inventory};
 
 pub trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
@@ -75,9 +75,9 @@ const READ_BUFFER: usize = 16 * 1024;
 
 /// Runs the link until shutdown or an id conflict.
 pub async fn run(d: Arc<Daemon>, mut shutdown: tokio::sync::watch::Receiver<bool>) -> Exit {
-    let mut tokens = TokenSource::new(&d.cfg, &d.proxy_id);
+    let mut tokens = TokenSource::new(d.cfg(), d.proxy_id());
     let mut backoff = BACKOFF_START;
-    let cap = Duration::from_secs(d.cfg.reconnect_max_seconds);
+    let cap = Duration::from_secs(d.cfg().reconnect_max_seconds);
     loop {
         if *shutdown.borrow() {
             return Exit::Shutdown;
@@ -139,18 +139,18 @@ fn shown(url: &str) -> &str {
 }
 
 async fn open(d: &Arc<Daemon>, tokens: &mut TokenSource) -> Result<Ws, End> {
-    let url = d.cfg.orchestrator_url.clone();
+    let url = d.cfg().orchestrator_url.clone();
     let shown = shown(&url);
     let parts = url_parts(&url).map_err(|e| End::Retry { reason: e.to_string(), healthy: false })?;
     let tls = if parts.scheme == "wss" {
         Some(
-            super::tls::client_config(&d.cfg.tls)
+            super::tls::client_config(&d.cfg().tls)
                 .map_err(|e| End::Retry { reason: e.to_string(), healthy: false })?,
         )
     } else {
         None
     };
-    let tls_for_http = || super::tls::client_config(&d.cfg.tls).ok();
+    let tls_for_http = || super::tls::client_config(&d.cfg().tls).ok();
     let token =
         tokens.token(tls_for_http).await.map_err(|e| End::Retry { reason: e.to_string(), healthy: false })?;
     match connect(&url, &parts, tls, token.as_ref().map(|t| t.expose())).await {
@@ -308,7 +308,7 @@ async fn session_inner(
         return End::Retry { reason: format!("send register_agent: {e}"), healthy: false };
     }
     // Wait for register_ack; other frames are handled meanwhile.
-    let ack_deadline = Instant::now() + Duration::from_secs(d.cfg.register_ack_timeout_seconds);
+    let ack_deadline = Instant::now() + Duration::from_secs(d.cfg().register_ack_timeout_seconds);
     loop {
         tokio::select! {
             frame = ws.next() => match frame {
@@ -325,48 +325,40 @@ async fn session_inner(
             _ = tokio::time::sleep_until(ack_deadline) => {
                 tracing::warn!(
                     "link: no register_ack within {} s; going on (the backend may be an older version)",
-                    d.cfg.register_ack_timeout_seconds
+                    d.cfg().register_ack_timeout_seconds
                 );
                 break;
             }
             _ = shutdown.changed() => return finish(ws, End::Shutdown).await,
         }
     }
-    tracing::info!("link: registered as {}", d.proxy_id);
+    tracing::info!("link: registered as {}", d.proxy_id());
     // Inventories right after registering (reference §1.2).
-    for text in [
-        inventory::sandbox_inventory_text(&d.provider).await,
-        inventory::workspace_inventory_text(&d.cfg.sandbox.workspace_host_root),
-    ]
-    .into_iter()
-    .flatten()
-    {
+    for text in d.inventories().await.into_iter().flatten() {
         if let Err(e) = send_text(&mut ws, &text).await {
             return End::Retry { reason: format!("send inventory: {e}"), healthy: false };
         }
     }
-    for notice in d.outbox.take_overflow_notices() {
+    for notice in d.outbox().take_overflow_notices() {
         if let Err(e) = send_text(&mut ws, &notice.to_string()).await {
             return End::Retry { reason: format!("send: {e}"), healthy: false };
         }
     }
-    d.connected.store(true, std::sync::atomic::Ordering::SeqCst);
-    d.outbox.set_connected(true);
+    d.set_connected(true);
     let end = registered(d, &mut ws, shutdown).await;
-    d.connected.store(false, std::sync::atomic::Ordering::SeqCst);
-    d.outbox.set_connected(false);
+    d.set_connected(false);
     finish(ws, end).await
 }
 
 /// The registered phase: outbox, heartbeats, inventories, liveness.
 async fn registered(d: &Arc<Daemon>, ws: &mut Ws, shutdown: &mut tokio::sync::watch::Receiver<bool>) -> End {
-    let beat = Duration::from_secs(d.cfg.heartbeat_seconds);
+    let beat = Duration::from_secs(d.cfg().heartbeat_seconds);
     let mut heartbeat = tokio::time::interval_at(Instant::now() + beat, beat);
     heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let inv_every = Duration::from_secs(d.cfg.inventory_interval_seconds.max(1));
+    let inv_every = Duration::from_secs(d.cfg().inventory_interval_seconds.max(1));
     let mut inventory_tick = tokio::time::interval_at(Instant::now() + inv_every, inv_every);
     inventory_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let inventories = d.cfg.inventory_interval_seconds > 0;
+    let inventories = d.cfg().inventory_interval_seconds > 0;
     let dead_after = beat * 3 + Duration::from_secs(10);
     let mut last_rx = Instant::now();
     loop {
@@ -383,7 +375,7 @@ async fn registered(d: &Arc<Daemon>, ws: &mut Ws, shutdown: &mut tokio::sync::wa
                     },
                 }
             }
-            batch = d.outbox.peek_batch(OUTBOX_BATCH, OUTBOX_BATCH_BYTES) => {
+            batch = d.outbox().peek_batch(OUTBOX_BATCH, OUTBOX_BATCH_BYTES) => {
                 // Write the batch, flush once, and only then drop it from
                 // the outbox: a failure keeps it for the next connection.
                 let last = batch.last().map(|(seq, _)| *seq);
@@ -396,7 +388,7 @@ async fn registered(d: &Arc<Daemon>, ws: &mut Ws, shutdown: &mut tokio::sync::wa
                     return End::Retry { reason: format!("send: {e}"), healthy: true };
                 }
                 if let Some(last) = last {
-                    d.outbox.pop_through(last);
+                    d.outbox().pop_through(last);
                 }
             }
             _ = heartbeat.tick() => {
@@ -406,7 +398,7 @@ async fn registered(d: &Arc<Daemon>, ws: &mut Ws, shutdown: &mut tokio::sync::wa
                         healthy: true,
                     };
                 }
-                let hb = super::protocol::Heartbeat { kind: "heartbeat", agent_id: &d.proxy_id, timestamp: super::now_iso() };
+                let hb = super::protocol::Heartbeat { kind: "heartbeat", agent_id: d.proxy_id(), timestamp: super::now_iso() };
                 let text = serde_json::to_string(&hb).expect("plain data");
                 if let Err(e) = send_text(ws, &text).await {
                     return End::Retry { reason: format!("send heartbeat: {e}"), healthy: true };
@@ -416,10 +408,7 @@ async fn registered(d: &Arc<Daemon>, ws: &mut Ws, shutdown: &mut tokio::sync::wa
                 }
             }
             _ = inventory_tick.tick(), if inventories => {
-                for text in [inventory::sandbox_inventory_text(&d.provider).await, inventory::workspace_inventory_text(&d.cfg.sandbox.workspace_host_root)]
-                    .into_iter()
-                    .flatten()
-                {
+                for text in d.inventories().await.into_iter().flatten() {
                     if let Err(e) = send_text(ws, &text).await {
                         return End::Retry { reason: format!("send inventory: {e}"), healthy: true };
                     }
@@ -455,18 +444,18 @@ fn register_message(d: &Daemon) -> String {
     let msg = RegisterAgent {
         kind: "register_agent",
         agent: super::protocol::AgentInfo {
-            id: d.proxy_id.clone(),
-            name: d.cfg.agent.name.clone().unwrap_or_else(|| d.proxy_id.clone()),
-            max_concurrent: d.cfg.agent.max_concurrent,
+            id: d.proxy_id().to_string(),
+            name: d.cfg().agent.name.clone().unwrap_or_else(|| d.proxy_id().to_string()),
+            max_concurrent: d.cfg().agent.max_concurrent,
             capabilities: d.capabilities(),
         },
-        auth: d.cfg.register_hmac_secret.as_ref().map(|secret| {
+        auth: d.cfg().register_hmac_secret.as_ref().map(|secret| {
             let timestamp = super::now_iso();
             let signature =
-                super::control::hmac_hex(secret.expose(), format!("{}.{timestamp}", d.proxy_id).as_bytes());
+                super::control::hmac_hex(secret.expose(), format!("{}.{timestamp}", d.proxy_id()).as_bytes());
             super::protocol::RegisterAuth {
                 kind: "hmac-sha256",
-                proxy_id: d.proxy_id.clone(),
+                proxy_id: d.proxy_id().to_string(),
                 timestamp,
                 signature,
             }

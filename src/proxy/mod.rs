@@ -10,10 +10,11 @@
 //! | [`link`] | the WebSocket: connect, register, heartbeats, inventories, reconnect |
 //! | [`outbox`] | the bounded FIFO of everything the daemon sends, kept across disconnects |
 //! | [`protocol`] | serde types of every message both ways |
-//! | [`lane`] | what a run's parts share: its state, its jobs, the lane, the registry of lanes and agents, the replies |
+//! | [`lane`] | what a run's parts share: the [`lane::RunContext`] the daemon gives them, its state, its jobs, the lane, the registry of lanes and agents, the replies |
 //! | [`instance`] | a run's instance: `ensureRuntime` (name, TTL, `init`, host directories, user, mounts), removal |
 //! | [`runs`] | routing to the lanes and each lane's loop: ordered processing, keepalive, re-adoption |
 //! | [`mounts`] | what every instance gets besides the workspace and home: `/scratch`, the agent's state directory, `/run/secrets/<name>` |
+//! | [`report`] | what goes to the backend: the outbox, secrets scrubbed out, instance status reports |
 //! | [`persist`] | run state files written by one blocking worker, latest content first |
 //! | [`control`] | every `sandbox_control` action and its protections |
 //! | [`gitenv`] | host git processes: credentials through askpass/ssh key files, hardening, deadlines |
@@ -46,13 +47,14 @@ pub mod pathmap;
 pub mod persist;
 pub mod protocol;
 pub mod repo;
+pub mod report;
 pub mod runs;
 pub mod status;
 pub mod tls;
 
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde_json::{Map, Value, json};
 
@@ -60,30 +62,25 @@ use crate::env::Redactor;
 use crate::provider::docker::DockerProvider;
 use crate::provider::host::HostProvider;
 use crate::provider::native::NativeProvider;
-use crate::provider::{AnyProvider, InstanceInfo, Provider, ProviderError};
+use crate::provider::{AnyProvider, Provider, ProviderError};
 use config::{Config, ProviderChoice};
 
 /// Exit status when the backend refuses the proxy id.
 pub const EXIT_ID_CONFLICT: u8 = 3;
 
-/// What the daemon's tasks share.
+/// The daemon as its top sees it (`main`, the link, the status file): the
+/// link's own state next to the run side.
+///
+/// Each part gets what it needs and no more: lanes, agents, controls and
+/// instances get the [`lane::RunContext`] (config, provider, reporter, the
+/// lanes, the run-state writer, mounts); agents and the run-state writer
+/// report through the [`report::Reporter`] alone. Only the link and the
+/// status file see the registration state and the proxy id.
 pub struct Daemon {
-    pub cfg: Config,
-    pub proxy_id: String,
-    pub provider: AnyProvider,
-    pub outbox: outbox::Outbox,
-    pub runs: lane::Runs,
-    /// Every secret seen (config tokens, secret init.env values), for
-    /// scrubbing text that leaves the daemon.
-    pub redactor: Mutex<Redactor>,
+    proxy_id: String,
     /// Registered with the backend right now.
-    pub connected: AtomicBool,
-    /// `<state>/runs`.
-    pub runs_dir: PathBuf,
-    /// Writes run states off the daemon's thread.
-    pub persister: persist::Persister,
-    /// What instances get besides workspace and home (`mounts.rs`).
-    pub mounts: mounts::Mounts,
+    connected: AtomicBool,
+    run: Arc<lane::RunContext>,
 }
 
 impl Daemon {
@@ -121,51 +118,71 @@ impl Daemon {
         for secret in mounts::secret_values(&cfg.sandbox.secret_files) {
             redactor.add(&secret);
         }
-        let runs_dir = cfg.state_dir.join("runs");
-        Daemon {
-            mounts: mounts::Mounts::new(&cfg, &proxy_id),
-            outbox: outbox::Outbox::new(cfg.outbox_max_messages, cfg.outbox_max_bytes),
-            cfg,
-            proxy_id,
-            provider,
-            runs: lane::Runs::new(runs::lane_loop),
-            redactor: Mutex::new(redactor),
-            connected: AtomicBool::new(false),
-            runs_dir,
-            persister: persist::Persister::default(),
-        }
+        let report = Arc::new(report::Reporter::new(
+            outbox::Outbox::new(cfg.outbox_max_messages, cfg.outbox_max_bytes),
+            redactor,
+            provider.kind(),
+            provider.runtime().map(str::to_string),
+        ));
+        let mounts = mounts::Mounts::new(&cfg, &proxy_id);
+        let run = lane::RunContext::new(cfg, provider, report, mounts, runs::lane_loop);
+        Daemon { proxy_id, connected: AtomicBool::new(false), run: Arc::new(run) }
+    }
+
+    pub fn cfg(&self) -> &Config {
+        self.run.cfg()
+    }
+
+    pub fn proxy_id(&self) -> &str {
+        &self.proxy_id
+    }
+
+    /// What the daemon gives its runs.
+    pub fn run_context(&self) -> &Arc<lane::RunContext> {
+        &self.run
+    }
+
+    pub fn outbox(&self) -> &outbox::Outbox {
+        self.run.report().outbox()
+    }
+
+    /// Registered with the backend right now.
+    pub fn connected(&self) -> bool {
+        self.connected.load(Ordering::SeqCst)
+    }
+
+    /// The link registered (`true`) or went down: the outbox drains only
+    /// while registered.
+    pub fn set_connected(&self, on: bool) {
+        self.connected.store(on, Ordering::SeqCst);
+        self.outbox().set_connected(on);
     }
 
     /// Routes a decoded message to its lane (never blocks).
-    pub fn dispatch(self: &Arc<Self>, msg: protocol::Incoming) {
-        runs::dispatch(self, msg);
+    pub fn dispatch(&self, msg: protocol::Incoming) {
+        runs::dispatch(&self.run, msg);
     }
 
-    /// `text` with every known secret replaced by `[REDACTED]`.
-    pub fn redact(&self, text: &str) -> String {
-        self.redactor.lock().unwrap_or_else(|p| p.into_inner()).redact(text).into_owned()
+    /// The two inventories the backend gets after registering and every
+    /// `inventory_interval_seconds`: sandboxes, then workspaces.
+    pub async fn inventories(&self) -> [Option<String>; 2] {
+        [
+            inventory::sandbox_inventory_text(self.run.provider()).await,
+            inventory::workspace_inventory_text(&self.cfg().sandbox.workspace_host_root),
+        ]
     }
 
-    pub fn add_secrets<'a>(&self, env: impl IntoIterator<Item = (&'a str, &'a str)>) {
-        let mut r = self.redactor.lock().unwrap_or_else(|p| p.into_inner());
-        for (k, v) in env {
-            if crate::env::SECRET_KEYS.contains(&k) {
-                r.add(v);
-            }
-        }
-    }
-
-    pub fn wire_provider(&self) -> &'static str {
-        self.provider.kind().wire_name()
-    }
-
-    pub fn runtime(&self) -> Option<String> {
-        self.provider.runtime().map(str::to_string)
+    /// What an agent started outside a lane gets (the `acp_transport` fuzz
+    /// target's client).
+    #[doc(hidden)]
+    pub fn acp_context(&self) -> crate::acp::port::Context {
+        self.run.acp_context()
     }
 
     /// `register_agent.agent.capabilities` (reference §1.4.1).
     pub fn capabilities(&self) -> Map<String, Value> {
-        let mut caps = self.cfg.agent.capabilities.clone();
+        let cfg = self.cfg();
+        let mut caps = cfg.agent.capabilities.clone();
         let arch = match std::env::consts::ARCH {
             "x86_64" => "x64",
             "aarch64" => "arm64",
@@ -175,44 +192,23 @@ impl Daemon {
             "runtime".into(),
             json!({"platform": "linux", "arch": arch, "isWsl": false, "wslDistro": null}),
         );
-        let docker = self.cfg.sandbox.provider == ProviderChoice::Docker;
+        let docker = cfg.sandbox.provider == ProviderChoice::Docker;
+        let provider = self.run.provider();
         let mut sandbox = json!({
-            "provider": self.wire_provider(),
-            "terminalEnabled": self.cfg.sandbox.terminal_enabled,
+            "provider": provider.kind().wire_name(),
+            "terminalEnabled": cfg.sandbox.terminal_enabled,
             "agentMode": "exec",
-            "image": if docker { json!(self.cfg.sandbox.image) } else { Value::Null },
+            "image": if docker { json!(cfg.sandbox.image) } else { Value::Null },
             "workingDir": sandbox::WORKSPACE,
             "workspaceProvider": "host",
-            "gitPush": self.cfg.sandbox.git_push,
+            "gitPush": cfg.sandbox.git_push,
         });
-        if let Some(rt) = self.runtime() {
+        if let Some(rt) = provider.runtime() {
             sandbox["runtime"] = json!(rt);
         }
         caps.insert("sandbox".into(), sandbox);
         caps.insert("acpTunnel".into(), json!(true));
         caps
-    }
-
-    /// Queues `proxy_update sandbox_instance_status` for `run_id`.
-    pub fn report_status(&self, run_id: &str, info: &InstanceInfo) {
-        let content = protocol::InstanceStatusContent {
-            kind: "sandbox_instance_status",
-            instance_name: info.name.clone(),
-            provider: self.wire_provider(),
-            runtime: self.runtime(),
-            status: info.status.as_str(),
-            last_seen_at: now_iso(),
-            last_error: info.last_error.as_deref().map(|e| self.redact(e)),
-        };
-        self.outbox.push(&protocol::proxy_update(run_id, serde_json::to_value(content).expect("plain data")));
-    }
-
-    /// Queues `sandbox_instance_status {status:"error", last_error}`.
-    pub fn report_error_status(&self, run_id: &str, instance_name: &str, error: &str) {
-        let mut info = InstanceInfo::missing(self.provider.kind(), instance_name);
-        info.status = crate::provider::InstanceStatus::Error;
-        info.last_error = Some(error.to_string());
-        self.report_status(run_id, &info);
     }
 }
 
@@ -308,20 +304,21 @@ pub fn main(opts: Options) -> u8 {
                 return sandbox::EXIT_SETUP_FAILED;
             }
         };
-        if let Err(e) = identity::private_dir(&daemon.runs_dir) {
+        let run = daemon.run_context().clone();
+        if let Err(e) = identity::private_dir(run.runs_dir()) {
             report(&format!("proxy: {e}"));
             return sandbox::EXIT_SETUP_FAILED;
         }
-        daemon.mounts.sweep_leftovers();
+        run.mounts().sweep_leftovers();
         tracing::info!(
             "proxy {} starting: provider {}, state {}, workspaces {}",
-            daemon.proxy_id,
-            daemon.wire_provider(),
-            daemon.cfg.state_dir.display(),
-            daemon.cfg.sandbox.workspace_host_root.display()
+            daemon.proxy_id(),
+            run.report().wire_provider(),
+            run.cfg().state_dir.display(),
+            run.cfg().sandbox.workspace_host_root.display()
         );
         tokio::spawn(status::keep_writing(daemon.clone()));
-        runs::adopt_persisted(&daemon).await;
+        runs::adopt_persisted(&run).await;
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let stopping = daemon.clone();
         tokio::spawn(async move {
@@ -330,19 +327,20 @@ pub fn main(opts: Options) -> u8 {
             // the results of interrupted prompts are the last messages),
             // then the outbox, within a bound; only then the link closes.
             tracing::info!("shutting down: closing the agents");
-            stopping.runs.stop_starting();
-            close_agents(&stopping).await;
-            let bound = std::time::Duration::from_secs(stopping.cfg.shutdown_flush_seconds);
+            let runs = stopping.run_context().runs();
+            runs.stop_starting();
+            close_agents(runs).await;
+            let bound = std::time::Duration::from_secs(stopping.cfg().shutdown_flush_seconds);
             let deadline = tokio::time::Instant::now() + bound;
-            while stopping.runs.turns_in_flight() > 0 && tokio::time::Instant::now() < deadline {
+            while runs.turns_in_flight() > 0 && tokio::time::Instant::now() < deadline {
                 tokio::time::sleep(std::time::Duration::from_millis(10)).await;
             }
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            if !stopping.outbox.drained(left).await {
+            if !stopping.outbox().drained(left).await {
                 tracing::warn!(
                     "shutting down: the backend did not take the last {} message(s) within {} s \
                      (shutdown_flush_seconds)",
-                    stopping.outbox.len(),
+                    stopping.outbox().len(),
                     bound.as_secs()
                 );
             }
@@ -351,15 +349,15 @@ pub fn main(opts: Options) -> u8 {
         let exit = link::run(daemon.clone(), stop_rx).await;
         // Agents do not outlive the daemon that holds their stdio (an id
         // conflict ends the link without the signal above).
-        daemon.runs.stop_starting();
-        close_agents(&daemon).await;
-        persist::Persister::flush(&daemon);
+        run.runs().stop_starting();
+        close_agents(run.runs()).await;
+        run.persister().flush();
         match exit {
             link::Exit::Shutdown => {
-                if !daemon.outbox.is_empty() {
+                if !daemon.outbox().is_empty() {
                     tracing::warn!(
                         "{} message(s) not yet delivered to the backend are lost with this shutdown",
-                        daemon.outbox.len()
+                        daemon.outbox().len()
                     );
                 }
                 0
@@ -368,7 +366,7 @@ pub fn main(opts: Options) -> u8 {
                 report(&format!(
                     "proxy: the backend refused proxy id {:?} ({reason}): another proxy is connected with \
                      the same id; give each proxy its own [agent] id",
-                    daemon.proxy_id
+                    daemon.proxy_id()
                 ));
                 EXIT_ID_CONFLICT
             }
@@ -380,9 +378,8 @@ pub fn main(opts: Options) -> u8 {
 
 /// Closes every agent (stdin, SIGTERM, SIGKILL), concurrently; instances
 /// and runs stay.
-async fn close_agents(d: &Arc<Daemon>) {
-    let closing: Vec<_> = d
-        .runs
+async fn close_agents(runs: &lane::Runs) {
+    let closing: Vec<_> = runs
         .all_agents()
         .into_iter()
         .map(|a| tokio::spawn(async move { a.shutdown("daemon shutting down").await }))

@@ -59,7 +59,7 @@ pub const SCRATCH_DIR: &str = crate::manifest::SCRATCH_DIR;
 const REDACT_MAX: u64 = 64 * 1024;
 
 /// What the instances' extra mounts are made from: the part of the config
-/// they need, taken once when the daemon starts (`Daemon::mounts`).
+/// they need, taken once when the daemon starts (`RunContext::mounts`).
 pub struct Mounts {
     state_dir: PathBuf,
     provider: ProviderChoice,

@@ -26,14 +26,21 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::oneshot;
 
-use super::Daemon;
+use super::report::Reporter;
 
-#[derive(Default)]
+/// The run-state writer; clones share one queue and one worker.
+#[derive(Clone)]
 pub struct Persister {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
     /// path → `(run id, new content)`; `None` content deletes the file.
     pending: Mutex<Pending>,
     /// Held while a batch is taken and written.
     writing: Mutex<()>,
+    /// Where a failed write is reported.
+    report: Arc<Reporter>,
 }
 
 #[derive(Default)]
@@ -56,10 +63,17 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Persister {
+    /// A writer whose failures are reported through `report`.
+    pub fn new(report: Arc<Reporter>) -> Persister {
+        Persister {
+            shared: Arc::new(Shared { pending: Mutex::default(), writing: Mutex::default(), report }),
+        }
+    }
+
     /// Queues `content` for `path` (`None`: delete it) and makes sure a
     /// worker runs.
-    pub fn write(d: &Arc<Daemon>, run_id: &str, path: PathBuf, content: Option<Vec<u8>>) {
-        let mut p = lock(&d.persister.pending);
+    pub fn write(&self, run_id: &str, path: PathBuf, content: Option<Vec<u8>>) {
+        let mut p = lock(&self.shared.pending);
         // A newer content supersedes the queued one; whoever waited for
         // the older one is told when the newer one is written.
         let waiters = p.files.remove(&path).map(|e| e.waiters).unwrap_or_default();
@@ -69,19 +83,19 @@ impl Persister {
         }
         p.worker = true;
         drop(p);
-        let d = d.clone();
+        let shared = self.shared.clone();
         tokio::task::spawn_blocking(move || {
             loop {
-                let _writing = lock(&d.persister.writing);
+                let _writing = lock(&shared.writing);
                 let batch = {
-                    let mut p = lock(&d.persister.pending);
+                    let mut p = lock(&shared.pending);
                     if p.files.is_empty() {
                         p.worker = false;
                         return;
                     }
                     std::mem::take(&mut p.files)
                 };
-                write_batch(&d, batch);
+                write_batch(&shared.report, batch);
             }
         });
     }
@@ -89,9 +103,9 @@ impl Persister {
     /// Told once what was last given to [`Persister::write`] for `path` is
     /// on disk (written and synced, or the failure logged and reported: a
     /// write that failed is not retried by waiting longer).
-    pub fn on_disk(d: &Arc<Daemon>, path: &Path) -> oneshot::Receiver<()> {
+    pub fn on_disk(&self, path: &Path) -> oneshot::Receiver<()> {
         let (tx, rx) = oneshot::channel();
-        let mut p = lock(&d.persister.pending);
+        let mut p = lock(&self.shared.pending);
         if let Some(entry) = p.files.get_mut(path) {
             entry.waiters.push(tx);
             return rx;
@@ -100,19 +114,19 @@ impl Persister {
         // Not queued: written already, or in the batch the worker is
         // writing now. The worker takes a batch and writes it under
         // `writing`, so once that lock is ours the batch is on disk.
-        let d = d.clone();
+        let shared = self.shared.clone();
         tokio::task::spawn_blocking(move || {
-            let _writing = lock(&d.persister.writing);
+            let _writing = lock(&shared.writing);
             let _ = tx.send(());
         });
         rx
     }
 
     /// Writes what is queued now, on this thread (at shutdown).
-    pub fn flush(d: &Daemon) {
-        let _writing = lock(&d.persister.writing);
-        let batch = std::mem::take(&mut lock(&d.persister.pending).files);
-        write_batch(d, batch);
+    pub fn flush(&self) {
+        let _writing = lock(&self.shared.writing);
+        let batch = std::mem::take(&mut lock(&self.shared.pending).files);
+        write_batch(&self.shared.report, batch);
     }
 }
 
@@ -126,14 +140,14 @@ fn injected_delay() {
     }
 }
 
-fn write_batch(d: &Daemon, batch: HashMap<PathBuf, Entry>) {
+fn write_batch(report: &Reporter, batch: HashMap<PathBuf, Entry>) {
     injected_delay();
     for (path, Entry { run_id, content, waiters }) in batch {
         match content {
             Some(bytes) => {
                 if let Err(e) = super::identity::write_private(&path, &bytes) {
                     tracing::error!("run {run_id}: persisting its state: {e}");
-                    d.outbox.push(&super::protocol::proxy_error_text(
+                    report.push(&super::protocol::proxy_error_text(
                         &run_id,
                         &format!("persisting run state: {e}"),
                     ));
@@ -160,33 +174,27 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("tuixiu-persist-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        std::fs::create_dir_all(dir.join("ws")).unwrap();
-        let toml = dir.join("proxy.toml");
-        std::fs::write(
-            &toml,
-            format!(
-                "orchestrator_url = \"ws://127.0.0.1:1/ws/agent\"\nstate_dir = \"{0}/state\"\n\
-                 [sandbox]\nprovider = \"host\"\nnoIsolationAcknowledged = true\nworkspaceHostRoot = \"{0}/ws\"\n",
-                dir.display()
-            ),
-        )
-        .unwrap();
-        let (cfg, _) = super::super::config::Config::load(Some(&toml), []).unwrap();
-        let d = Arc::new(Daemon::new(cfg, "p".into()).unwrap());
+        let report = Arc::new(Reporter::new(
+            super::super::outbox::Outbox::new(100, 1 << 20),
+            crate::env::Redactor::default(),
+            crate::provider::ProviderKind::Host,
+            None,
+        ));
+        let writer = Persister::new(report);
         let (a, b) = (dir.join("a.json"), dir.join("b.json"));
         for i in 0..50 {
-            Persister::write(&d, "a", a.clone(), Some(format!("{i}").into_bytes()));
-            Persister::write(&d, "b", b.clone(), Some(b"x".to_vec()));
+            writer.write("a", a.clone(), Some(format!("{i}").into_bytes()));
+            writer.write("b", b.clone(), Some(b"x".to_vec()));
         }
-        Persister::write(&d, "b", b.clone(), None);
+        writer.write("b", b.clone(), None);
         // Wait for the worker, then check.
         for _ in 0..500 {
-            if !lock(&d.persister.pending).worker {
+            if !lock(&writer.shared.pending).worker {
                 break;
             }
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
-        Persister::flush(&d);
+        writer.flush();
         assert_eq!(std::fs::read_to_string(&a).unwrap(), "49");
         assert!(!b.exists());
 
@@ -194,16 +202,16 @@ mod tests {
         // when a newer content superseded the awaited one in the queue, and
         // when nothing is queued any more.
         let c = dir.join("c.json");
-        Persister::write(&d, "c", c.clone(), Some(b"1".to_vec()));
-        let first = Persister::on_disk(&d, &c);
-        Persister::write(&d, "c", c.clone(), Some(b"2".to_vec()));
-        Persister::write(&d, "c", c.clone(), Some(b"3".to_vec()));
-        let second = Persister::on_disk(&d, &c);
+        writer.write("c", c.clone(), Some(b"1".to_vec()));
+        let first = writer.on_disk(&c);
+        writer.write("c", c.clone(), Some(b"2".to_vec()));
+        writer.write("c", c.clone(), Some(b"3".to_vec()));
+        let second = writer.on_disk(&c);
         first.await.unwrap();
         assert!(["1", "2", "3"].contains(&std::fs::read_to_string(&c).unwrap().as_str()));
         second.await.unwrap();
         assert_eq!(std::fs::read_to_string(&c).unwrap(), "3");
-        Persister::on_disk(&d, &c).await.unwrap();
+        writer.on_disk(&c).await.unwrap();
         assert_eq!(std::fs::read_to_string(&c).unwrap(), "3");
         let _ = std::fs::remove_dir_all(&dir);
     }

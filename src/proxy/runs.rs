@@ -37,9 +37,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::Daemon;
 use super::agent::AgentError;
 use super::instance::InstanceError;
+use super::lane::RunContext;
 use super::lane::{
     Job, Lane, RunIdError, RunState, STATE_VERSION, now_ms, reply_prompt, reply_session, send, valid_run_id,
 };
@@ -79,7 +79,7 @@ pub fn lane_loop(lane: Lane, rx: mpsc::UnboundedReceiver<Job>) -> BoxFuture<()> 
 
 /// Routes a message: validates what a lane needs (the run id) and answers
 /// an invalid one at once.
-pub fn dispatch(d: &Arc<Daemon>, msg: Incoming) {
+pub fn dispatch(d: &Arc<RunContext>, msg: Incoming) {
     match msg {
         Incoming::AcpOpen(m) => match valid_run_id(&m.run_id) {
             Ok(id) => send(d, &id, Job::Open(m)),
@@ -87,12 +87,12 @@ pub fn dispatch(d: &Arc<Daemon>, msg: Incoming) {
         },
         Incoming::PromptSend(m) => match valid_run_id(&m.run_id) {
             Ok(id) => send(d, &id, Job::Prompt(m)),
-            Err(e) => reply_prompt(d, &m, Err(e)),
+            Err(e) => reply_prompt(d.report(), &m, Err(e)),
         },
         Incoming::AcpClose(m) => match valid_run_id(&m.run_id) {
             Ok(id) => send(d, &id, Job::Close(m)),
             Err(e) => d
-                .outbox
+                .report()
                 .push(&json!({"type":"acp_closed","run_id":m.run_id,"ok":false,"error":e.to_string()})),
         },
         Incoming::SessionControl { kind, msg } => match valid_run_id(&msg.run_id) {
@@ -100,7 +100,7 @@ pub fn dispatch(d: &Arc<Daemon>, msg: Incoming) {
             // answers the rest (missing fields, no agent).
             Ok(id) if session_fields_ok(&kind, &msg) && super::agent::direct(d, &id, &kind, &msg) => {}
             Ok(id) => send(d, &id, Job::Session { kind, msg }),
-            Err(e) => reply_session(d, &msg, Err(e)),
+            Err(e) => reply_session(d.report(), &msg, Err(e)),
         },
         Incoming::SessionPermission(m) => match valid_run_id(&m.run_id) {
             Ok(id) if super::agent::direct(d, &id, "session_permission", &m) => {}
@@ -140,15 +140,15 @@ fn session_fields_ok(kind: &str, msg: &RunMessage) -> bool {
     session_missing(kind, msg).is_none()
 }
 
-fn reply_open(d: &Daemon, run_id: &Value, result: Result<(), RunError>) {
+fn reply_open(d: &RunContext, run_id: &Value, result: Result<(), RunError>) {
     match result {
-        Ok(()) => d.outbox.push(&json!({"type":"acp_opened","run_id":run_id,"ok":true})),
+        Ok(()) => d.report().push(&json!({"type":"acp_opened","run_id":run_id,"ok":true})),
         Err(e) => {
-            let e = d.redact(&e.to_string());
+            let e = d.report().redact(&e.to_string());
             if let Some(id) = run_id.as_str() {
-                d.outbox.push(&proxy_error_text(id, &format!("acp_open failed: {e}")));
+                d.report().push(&proxy_error_text(id, &format!("acp_open failed: {e}")));
             }
-            d.outbox.push(&json!({"type":"acp_opened","run_id":run_id,"ok":false,"error":e}));
+            d.report().push(&json!({"type":"acp_opened","run_id":run_id,"ok":false,"error":e}));
         }
     }
 }
@@ -168,7 +168,7 @@ impl Lane {
                 _ = sleep_until_opt(deadline) => self.expire().await,
             }
             if self.state.is_none() {
-                let mut lanes = self.d.runs.lanes();
+                let mut lanes = self.d.runs().lanes();
                 if rx.is_empty() {
                     lanes.remove(&self.run_id);
                     break;
@@ -182,7 +182,7 @@ impl Lane {
             Job::Open(mut m) => {
                 let t0 = std::time::Instant::now();
                 let result: Result<(), RunError> =
-                    self.d.cfg.sandbox.path_mapping.apply(&mut m).map_err(Into::into);
+                    self.d.cfg().sandbox.path_mapping.apply(&mut m).map_err(Into::into);
                 let result = match result {
                     Ok(()) => self
                         .prepare(&m.instance_name, &m.keepalive_ttl_seconds, &m.init)
@@ -215,7 +215,7 @@ impl Lane {
                 self.idle();
             }
             Job::Prompt(mut m) => {
-                let mapped = self.d.cfg.sandbox.path_mapping.apply(&mut m);
+                let mapped = self.d.cfg().sandbox.path_mapping.apply(&mut m);
                 let result: Result<(), RunError> = if let Err(e) = mapped {
                     Err(e.into())
                 } else if str_field(&m.prompt_id).is_none() {
@@ -231,7 +231,7 @@ impl Lane {
                 match result {
                     Ok(()) => self.start_prompt(m),
                     Err(e) => {
-                        reply_prompt(&self.d, &m, Err(e));
+                        reply_prompt(self.d.report(), &m, Err(e));
                         self.idle();
                     }
                 }
@@ -243,11 +243,11 @@ impl Lane {
             Job::AgentExited { generation } => {
                 if generation == self.generation && self.agent.is_some() {
                     self.agent = None;
-                    self.d.runs.set_agent(&self.run_id, None);
+                    self.d.runs().set_agent(&self.run_id, None);
                     if let Some(state) = &self.state
-                        && let Ok(info) = self.d.provider.inspect(&state.instance_name).await
+                        && let Ok(info) = self.d.provider().inspect(&state.instance_name).await
                     {
-                        self.d.report_status(&self.run_id, &info);
+                        self.d.report().status(&self.run_id, &info);
                     }
                 }
             }
@@ -263,13 +263,13 @@ impl Lane {
                     }
                     None => json!({"type":"acp_closed","run_id":m.run_id,"ok":false,"error":"run_not_found"}),
                 };
-                self.d.outbox.push(&reply);
+                self.d.report().push(&reply);
             }
             Job::Session { kind, msg } => {
                 // A live agent is reached directly by `dispatch`; here: a
                 // missing field, or no agent (the Node proxy's run_not_open).
                 let e = session_missing(&kind, &msg).unwrap_or(RunError::NotOpen);
-                reply_session(&self.d, &msg, Err(e));
+                reply_session(self.d.report(), &msg, Err(e));
             }
             Job::Permission(m) => {
                 tracing::info!(
@@ -288,7 +288,7 @@ impl Lane {
 
     /// Starts the keepalive clock of an idle run (see the module doc).
     fn idle(&mut self) {
-        if !self.d.cfg.expire_idle_runs || self.prompts > 0 {
+        if !self.d.cfg().expire_idle_runs || self.prompts > 0 {
             return;
         }
         if let Some(state) = &mut self.state
@@ -310,11 +310,11 @@ impl Lane {
         let name = state.instance_name.clone();
         tracing::info!("run {}: keepalive expired, removing instance {name} (the run is kept)", self.run_id);
         self.close_agent("keepalive_expired").await;
-        match self.d.provider.remove(&name).await {
+        match self.d.provider().remove(&name).await {
             Ok(info) => {
                 // The instance's scratch and staged secrets go with it.
-                self.d.mounts.discard(&self.run_id);
-                self.d.report_status(&self.run_id, &info);
+                self.d.mounts().discard(&self.run_id);
+                self.d.report().status(&self.run_id, &info);
                 if let Some(state) = &mut self.state {
                     state.expires_at_ms = None;
                     state.updated_at = super::now_iso();
@@ -327,7 +327,7 @@ impl Lane {
                     "run {}: removing expired instance {name}: {e}; retrying in 60 s",
                     self.run_id
                 );
-                self.d.report_error_status(&self.run_id, &name, &e);
+                self.d.report().error_status(&self.run_id, &name, &e);
                 if let Some(state) = &mut self.state {
                     state.expires_at_ms = Some(now_ms() + 60_000);
                 }
@@ -338,10 +338,10 @@ impl Lane {
     async fn adopt(&mut self, state: RunState) {
         let name = state.instance_name.clone();
         self.state = Some(state);
-        match self.d.provider.inspect(&name).await {
+        match self.d.provider().inspect(&name).await {
             Ok(info) => {
                 tracing::info!("run {}: re-adopted instance {name} ({})", self.run_id, info.status.as_str());
-                self.d.report_status(&self.run_id, &info);
+                self.d.report().status(&self.run_id, &info);
             }
             Err(e) => tracing::warn!("run {}: inspecting {name}: {e}", self.run_id),
         }
@@ -370,12 +370,12 @@ enum StateFileError {
 }
 
 /// Loads every persisted run and hands it to its lane.
-pub async fn adopt_persisted(d: &Arc<Daemon>) {
-    let entries = match std::fs::read_dir(&d.runs_dir) {
+pub async fn adopt_persisted(d: &Arc<RunContext>) {
+    let entries = match std::fs::read_dir(d.runs_dir()) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
         Err(e) => {
-            tracing::error!("reading {}: {e}", d.runs_dir.display());
+            tracing::error!("reading {}: {e}", d.runs_dir().display());
             return;
         }
     };
@@ -400,7 +400,8 @@ pub async fn adopt_persisted(d: &Arc<Daemon>) {
         match loaded {
             Ok(state) => {
                 if let Some(env) = state.init.as_ref().and_then(|i| i.get("env")).and_then(Value::as_object) {
-                    d.add_secrets(env.iter().filter_map(|(k, v)| v.as_str().map(|v| (k.as_str(), v))));
+                    d.report()
+                        .add_secrets(env.iter().filter_map(|(k, v)| v.as_str().map(|v| (k.as_str(), v))));
                 }
                 let key = state.run_id.clone();
                 send(d, &key, Job::Adopt(Box::new(state)));

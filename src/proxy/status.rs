@@ -13,7 +13,6 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -40,14 +39,14 @@ pub struct Status {
 
 /// Rewrites the status file until the daemon's runtime stops.
 pub async fn keep_writing(daemon: Arc<Daemon>) {
-    let interval = daemon.cfg.heartbeat_seconds.clamp(1, 10);
-    let path = daemon.cfg.state_dir.join(FILE);
+    let interval = daemon.cfg().heartbeat_seconds.clamp(1, 10);
+    let path = daemon.cfg().state_dir.join(FILE);
     loop {
         let status = Status {
             pid: std::process::id(),
-            proxy_id: daemon.proxy_id.clone(),
-            connected: daemon.connected.load(Ordering::SeqCst),
-            runs: daemon.runs.len(),
+            proxy_id: daemon.proxy_id().to_string(),
+            connected: daemon.connected(),
+            runs: daemon.run_context().runs().len(),
             updated_at: now(),
             interval_seconds: interval,
         };

@@ -20,11 +20,8 @@ pub(super) struct Inspected {
 
 /// Parses `inspect` output (a JSON array) into instance infos.
 pub(super) fn parse(cli: &str, stdout: &[u8]) -> Result<Vec<Inspected>, ProviderError> {
-    let value: Value = serde_json::from_slice(stdout).map_err(|e| ProviderError::Cli {
-        command: format!("{cli} inspect"),
-        status: "exit 0".into(),
-        stderr: format!("unexpected output (not JSON: {e})"),
-    })?;
+    let value: Value = serde_json::from_slice(stdout)
+        .map_err(|e| ProviderError::InspectOutput { cli: cli.to_string(), source: e })?;
     let items = value.as_array().cloned().unwrap_or_default();
     Ok(items.iter().map(|item| from_json(cli, item)).collect())
 }

@@ -33,7 +33,11 @@ impl Volumes {
                 nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_CLOEXEC,
                 nix::sys::stat::Mode::empty(),
             )
-            .map_err(|e| ProviderError::io(format!("open {}", dir.display()), &std::io::Error::from(e)))?;
+            .map_err(|e| ProviderError::File {
+                op: "open",
+                path: dir.to_path_buf(),
+                source: std::io::Error::from(e),
+            })?;
             handles.push(fd);
         }
         Ok(Volumes { workspace, home, scratch, handles })
@@ -83,8 +87,11 @@ pub fn as_user<T>(uid: u32, gid: u32, f: impl FnOnce() -> T) -> T {
 /// Gives a home made by us to the container's user, as far as we may.
 pub(super) fn give_to_user(home: &Path, user: &sandbox::UserView) -> Result<(), ProviderError> {
     if nix::unistd::geteuid().is_root() {
-        std::os::unix::fs::chown(home, Some(user.uid), Some(user.gid))
-            .map_err(|e| ProviderError::io(format!("chown {}", home.display()), &e))?;
+        std::os::unix::fs::chown(home, Some(user.uid), Some(user.gid)).map_err(|e| ProviderError::File {
+            op: "chown",
+            path: home.to_path_buf(),
+            source: e,
+        })?;
     }
     Ok(())
 }

@@ -1,0 +1,98 @@
+//! What the daemon tells the backend, as every part of it needs it: the
+//! outbox, with every known secret scrubbed out of free text, and the
+//! `sandbox_instance_status` reports.
+//!
+//! The link drains the outbox; lanes, agents (through `acp_sink.rs`) and
+//! the run-state writer (`persist.rs`) only fill it. None of them needs
+//! the rest of the daemon for that, so this is all they are given.
+
+use std::sync::Mutex;
+
+use serde::Serialize;
+
+use super::outbox::Outbox;
+use super::protocol;
+use crate::env::Redactor;
+use crate::provider::{InstanceInfo, InstanceStatus, ProviderKind};
+
+pub struct Reporter {
+    outbox: Outbox,
+    /// Every secret seen (config tokens, secret init.env values), for
+    /// scrubbing text that leaves the daemon.
+    redactor: Mutex<Redactor>,
+    /// The provider named in status reports.
+    provider: ProviderKind,
+    runtime: Option<String>,
+}
+
+impl Reporter {
+    pub fn new(
+        outbox: Outbox,
+        redactor: Redactor,
+        provider: ProviderKind,
+        runtime: Option<String>,
+    ) -> Reporter {
+        Reporter { outbox, redactor: Mutex::new(redactor), provider, runtime }
+    }
+
+    pub fn outbox(&self) -> &Outbox {
+        &self.outbox
+    }
+
+    /// Queues `msg` for the backend.
+    pub fn push<T: Serialize + ?Sized>(&self, msg: &T) {
+        self.outbox.push(msg)
+    }
+
+    /// `text` with every known secret replaced by `[REDACTED]`.
+    pub fn redact(&self, text: &str) -> String {
+        self.lock().redact(text).into_owned()
+    }
+
+    /// The redactor as it is now, for a process that scrubs its own output
+    /// (an agent's stderr).
+    pub fn redactor(&self) -> Redactor {
+        self.lock().clone()
+    }
+
+    /// Adds the values of `env` whose keys name secrets.
+    pub fn add_secrets<'a>(&self, env: impl IntoIterator<Item = (&'a str, &'a str)>) {
+        let mut r = self.lock();
+        for (k, v) in env {
+            if crate::env::SECRET_KEYS.contains(&k) {
+                r.add(v);
+            }
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Redactor> {
+        self.redactor.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The provider's name on the wire (`native`, `docker`, `host`).
+    pub fn wire_provider(&self) -> &'static str {
+        self.provider.wire_name()
+    }
+
+    /// Queues `proxy_update sandbox_instance_status` for `run_id`.
+    pub fn status(&self, run_id: &str, info: &InstanceInfo) {
+        let content = protocol::InstanceStatusContent {
+            kind: "sandbox_instance_status",
+            instance_name: info.name.clone(),
+            provider: self.wire_provider(),
+            runtime: self.runtime.clone(),
+            status: info.status.as_str(),
+            last_seen_at: super::now_iso(),
+            last_error: info.last_error.as_deref().map(|e| self.redact(e)),
+        };
+        self.push(&protocol::proxy_update(run_id, serde_json::to_value(content).expect("plain data")));
+    }
+
+    /// Queues `sandbox_instance_status {status:"error", last_error}`.
+    pub fn error_status(&self, run_id: &str, instance_name: &str, error: &str) {
+        let mut info = InstanceInfo::missing(self.provider, instance_name);
+        info.status = InstanceStatus::Error;
+        info.last_error = Some(error.to_string());
+        self.status(run_id, &info);
+    }
+}
