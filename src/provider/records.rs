@@ -301,25 +301,16 @@ impl Records {
         Ok(Some(record))
     }
 
-    /// Writes the record atomically (temporary file, then rename), 0600:
-    /// the instance env may hold tokens.
+    /// Writes the record atomically and synced (`hostfs::atomic`), 0600:
+    /// the instance env may hold tokens. On failure the old record stays
+    /// whole, with nothing beside it.
     pub fn save(&self, record: &Record) -> Result<(), ProviderError> {
         let dir = self.dir(&record.config.name);
         make_private_dir(&dir)?;
         let path = dir.join("instance.json");
-        let tmp = dir.join(".instance.json.tmp");
         let bytes = serde_json::to_vec_pretty(record).expect("records are plain data");
-        let write = || -> std::io::Result<()> {
-            let mut f = OpenOptions::new().create(true).truncate(true).write(true).mode(0o600).open(&tmp)?;
-            f.write_all(&bytes)?;
-            f.sync_all()?;
-            fs::rename(&tmp, &path)
-        };
-        write().map_err(|e| {
-            // The old record stays whole; no partial temporary file beside it.
-            let _ = fs::remove_file(&tmp);
-            ProviderError::File { op: "write", path: path.to_path_buf(), source: e }
-        })
+        crate::hostfs::atomic::write(&path, &bytes, crate::hostfs::atomic::Durability::Synced)
+            .map_err(|e| ProviderError::File { op: "write", path, source: e })
     }
 
     pub fn new_record(&self, config: &InstanceConfig, workspace: PathBuf, home: Option<PathBuf>) -> Record {

@@ -61,9 +61,8 @@ pub async fn keep_writing(daemon: Arc<Daemon>) {
 }
 
 fn write(path: &Path, status: &Status) -> std::io::Result<()> {
-    let tmp = path.with_extension("json.tmp");
-    std::fs::write(&tmp, serde_json::to_vec(status).expect("plain data"))?;
-    std::fs::rename(&tmp, path)
+    let bytes = serde_json::to_vec(status).expect("plain data");
+    crate::hostfs::atomic::write(path, &bytes, crate::hostfs::atomic::Durability::Unsynced)
 }
 
 fn now() -> u64 {
