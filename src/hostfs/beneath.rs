@@ -11,34 +11,21 @@
 //! ([`open_regular`]): a FIFO, a socket or a device node is never opened.
 //! Atomic writes by path are [`super::atomic`]'s.
 
-use std::ffi::CString;
 use std::fs::File;
 use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 
 use nix::errno::Errno;
-use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat2};
+use nix::fcntl::OFlag;
 use nix::sys::stat::{FileStat, Mode, SFlag, fstat};
 
-/// How strictly a path is resolved under its directory.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Links {
-    /// Symlinks are followed while they stay beneath the directory.
-    Beneath,
-    /// No symlink is followed at all (`ELOOP`).
-    Never,
-}
+pub use super::open::Links;
 
-/// Opens `rel` beneath `dir`. `rel` must be relative.
+/// Opens `rel` beneath `dir` (`..`, absolute paths and symlinks that lead
+/// out fail with `EXDEV`). `rel` must be relative.
 pub fn open_beneath(dir: BorrowedFd<'_>, rel: &str, flags: OFlag, links: Links) -> Result<OwnedFd, Errno> {
-    let path = CString::new(if rel.is_empty() { "." } else { rel }).map_err(|_| Errno::EINVAL)?;
-    let mut resolve = ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_MAGICLINKS;
-    if links == Links::Never {
-        resolve |= ResolveFlag::RESOLVE_NO_SYMLINKS;
-    }
-    let how = OpenHow::new().flags(flags | OFlag::O_CLOEXEC).resolve(resolve);
-    openat2(dir, path.as_c_str(), how)
+    super::open::open(dir, rel, flags, super::open::Scope::Beneath, links)
 }
 
 /// A descriptor for a host directory the server owns.

@@ -22,7 +22,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
-use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat2};
+use nix::fcntl::OFlag;
 use nix::sys::stat::{Mode, SFlag, fstat};
 
 /// Symlinks followed in one resolution (Linux's own limit).
@@ -327,13 +327,15 @@ impl GuestView {
         let rest = &comps[mount.len()..];
         let (name, dirs) = rest.split_last()?;
         let rel = if dirs.is_empty() { ".".to_string() } else { dirs.join("/") };
-        let rel = CString::new(rel).ok()?;
-        let how = OpenHow::new().flags(OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC).resolve(
-            ResolveFlag::RESOLVE_IN_ROOT
-                | ResolveFlag::RESOLVE_NO_MAGICLINKS
-                | ResolveFlag::RESOLVE_NO_SYMLINKS,
-        );
-        let parent = openat2(fd.as_fd(), rel.as_c_str(), how).ok()?;
+        let dir_flags = OFlag::O_PATH | OFlag::O_DIRECTORY;
+        let parent = super::open::open(
+            fd.as_fd(),
+            &rel,
+            dir_flags,
+            super::open::Scope::InRoot,
+            super::open::Links::Never,
+        )
+        .ok()?;
         let c_name = CString::new(name.as_bytes()).ok()?;
         let flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
         let target = match nix::fcntl::openat(parent.as_fd(), c_name.as_c_str(), flags, Mode::empty()) {

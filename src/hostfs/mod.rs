@@ -4,6 +4,7 @@
 //!
 //! | module | job |
 //! |---|---|
+//! | [`open`] | the one `openat2`: a path under a directory descriptor, in its root or beneath it, symlinks followed or never, magic links never |
 //! | [`root`] | writes under a root's descriptor (`openat2(RESOLVE_IN_ROOT\|RESOLVE_NO_MAGICLINKS)`), safe directory creation (`mkdir_p`), files through [`atomic`], trees through a staging directory + `renameat2`, tree removal, staging directories locked by their writer and swept when stale |
 //! | [`guest`] | guest paths of a sandbox seen from the host (the ACP host's `fs/*`): mounts at guest paths, allowed prefixes, `openat2(RESOLVE_IN_ROOT\|RESOLVE_NO_MAGICLINKS\|RESOLVE_NO_SYMLINKS)` for paths without a symlink, symlinks resolved by us otherwise, the canonical guest path; missing directories made and a resolved file replaced atomically |
 //! | [`atomic`] | the one atomic file writer, by path or by directory descriptor (an anonymous `O_TMPFILE` file linked over the target, a named `O_EXCL` fallback; a mode, three durability levels): skill records and bundles, the input cache's downloads, inputs landed as files, the ACP host's writes, the daemon's identity and run state |
@@ -22,5 +23,6 @@
 pub mod atomic;
 pub mod beneath;
 pub mod guest;
+pub mod open;
 pub mod root;
 pub mod under_root;

@@ -16,7 +16,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use nix::errno::Errno;
-use nix::fcntl::{AtFlags, OFlag, OpenHow, RenameFlags, ResolveFlag, openat, openat2, renameat2};
+use nix::fcntl::{AtFlags, OFlag, RenameFlags, openat, renameat2};
 use nix::sys::stat::{Mode, SFlag, fstatat, mkdirat};
 use nix::unistd::{UnlinkatFlags, unlinkat};
 
@@ -40,13 +40,13 @@ fn cstr(path: &str) -> FsResult<CString> {
     CString::new(path).map_err(|_| fs_err("path", path, Errno::EINVAL))
 }
 
-const IN_ROOT: ResolveFlag = ResolveFlag::RESOLVE_IN_ROOT.union(ResolveFlag::RESOLVE_NO_MAGICLINKS);
-
 /// Opens `rel` under `root` as if `root` were `/`. `""` is the root itself.
 pub fn open_in_root(root: BorrowedFd<'_>, rel: &str, flags: OFlag) -> FsResult<OwnedFd> {
-    let path = cstr(if rel.is_empty() { "." } else { rel })?;
-    let how = OpenHow::new().flags(flags | OFlag::O_CLOEXEC).resolve(IN_ROOT);
-    openat2(root, path.as_c_str(), how).map_err(|e| fs_err("openat2", rel, e))
+    if rel.contains('\0') {
+        return Err(fs_err("path", rel, Errno::EINVAL));
+    }
+    super::open::open(root, rel, flags, super::open::Scope::InRoot, super::open::Links::Follow)
+        .map_err(|e| fs_err("openat2", rel, e))
 }
 
 /// An `O_PATH` descriptor for directory `rel` under `root`, creating missing

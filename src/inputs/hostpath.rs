@@ -9,11 +9,12 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
-use nix::fcntl::{AtFlags, OFlag, OpenHow, ResolveFlag, openat, openat2, readlinkat};
+use nix::fcntl::{AtFlags, OFlag, openat, readlinkat};
 use nix::sys::stat::{Mode, SFlag, fstat, fstatat, mkdirat};
 use nix::unistd::symlinkat;
 
 use super::error::{Code, InputError};
+use crate::hostfs::open::{Links, Scope, open};
 use crate::hostfs::root::{self as fsx, FsError, fs_err};
 
 /// The host directories that hostPath sources may come from (canonical).
@@ -119,11 +120,9 @@ impl HostPath {
             .map_err(|e| fs_err("open", self.allowed_root.as_os_str().as_bytes(), e))?;
         let rel = self.canonical.strip_prefix(&self.allowed_root).unwrap_or(Path::new(""));
         let rel = if rel.as_os_str().is_empty() { Path::new(".") } else { rel };
-        let how = OpenHow::new()
-            // O_NONBLOCK: opening a fifo swapped in must not hang.
-            .flags(OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC)
-            .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS);
-        let fd = openat2(&root, rel, how)
+        // O_NONBLOCK: opening a fifo swapped in must not hang.
+        let flags = OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY;
+        let fd = open(root.as_fd(), rel, flags, Scope::Beneath, Links::Never)
             .map_err(|e| fs_err("openat2", self.canonical.as_os_str().as_bytes(), e))?;
         let st = fstat(&fd).map_err(|e| fs_err("fstat", self.canonical.as_os_str().as_bytes(), e))?;
         let kind = st.st_mode & SFlag::S_IFMT.bits();

@@ -305,7 +305,7 @@ fn read_doc(root: &OwnedFd, rel: &str) -> Result<Vec<u8>, Missing> {
     if rel.starts_with('/') {
         return Err(Missing::Other("the path must be relative to the package".into()));
     }
-    match fsio::read_beneath(root.as_fd(), rel, Links::Beneath, MAX_DOC_BYTES) {
+    match fsio::read_beneath(root.as_fd(), rel, Links::Follow, MAX_DOC_BYTES) {
         Ok(bytes) => Ok(bytes),
         Err(ReadError::Open(nix::errno::Errno::ENOENT)) => Err(Missing::Absent),
         Err(ReadError::Open(nix::errno::Errno::EXDEV)) => {

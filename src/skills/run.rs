@@ -192,7 +192,7 @@ fn engine_files(cx: &RunContext<'_>) -> Result<(), RunError> {
         let mut value = json!({});
         if let Some(rel) = &settings.from_skill {
             let dir = fsio::open_dir(&cx.skill.dir).map_err(RunError::Io)?;
-            if let Ok(bytes) = fsio::read_beneath(dir.as_fd(), rel, fsio::Links::Beneath, 1 << 20) {
+            if let Ok(bytes) = fsio::read_beneath(dir.as_fd(), rel, fsio::Links::Follow, 1 << 20) {
                 value = serde_json::from_slice(&bytes)
                     .map_err(|source| RunError::SkillSettings { rel: rel.clone(), source })?;
             }
