@@ -535,6 +535,27 @@ impl reqwest::dns::Resolve for InlineResolver {
 mod tests {
     use super::*;
 
+    /// A failure quoting a secret keeps only the redacted text (the same
+    /// line as before); any other keeps its typed cause.
+    #[test]
+    fn failures_quoting_a_secret_are_redacted() {
+        let mut redactor = Redactor::default();
+        redactor.add("s3cr3t-token");
+        let status = reqwest::StatusCode::FORBIDDEN;
+        let leaky =
+            Cause::Status { status, url: "https://h/a.zip".into(), body: "bad token s3cr3t-token".into() };
+        let old = redactor.redact(&leaky.to_string()).into_owned();
+        let e = redacted(InputError::new(Code::DownloadFailed, "x", leaky), &redactor);
+        assert!(matches!(&*e.cause, Cause::Redacted(text) if *text == old), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            "AGENT_INPUTS_DOWNLOAD_FAILED:x: download failed: 403 Forbidden from https://h/a.zip: bad token [REDACTED]"
+        );
+        let plain = Cause::Status { status, url: "https://h/a.zip".into(), body: "no".into() };
+        let e = redacted(InputError::new(Code::DownloadFailed, "x", plain), &redactor);
+        assert!(matches!(&*e.cause, Cause::Status { .. }), "{e:?}");
+    }
+
     #[test]
     fn open_removes_only_downloads_a_killed_process_left_behind() {
         use std::os::fd::AsRawFd;
