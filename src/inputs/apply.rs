@@ -11,7 +11,7 @@ use nix::sys::stat::{SFlag, fstat};
 
 use super::audit::{Audit, Record};
 use super::dest::{BindOutcome, Destination};
-use super::error::{Code, InputError};
+use super::error::{Cause, InputError, LandError};
 use super::fsx::{self, FsError};
 use super::hostpath::{self, CopyError};
 use super::plan::{Planned, Step, describe_source};
@@ -33,10 +33,17 @@ struct Landed {
     note: Option<String>,
 }
 
-/// A failure while landing, before the item id is attached.
+/// A failure while landing, before the item id is attached: a file
+/// operation at the target (its guest path is added), or any other.
 enum Fail {
     Fs(FsError),
-    Coded(Code, String),
+    Land(LandError),
+}
+
+impl From<LandError> for Fail {
+    fn from(e: LandError) -> Self {
+        Fail::Land(e)
+    }
 }
 
 impl From<FsError> for Fail {
@@ -110,11 +117,15 @@ fn apply_one(
             Ok(())
         }
         Err(fail) => {
-            let (code, message) = match fail {
-                Fail::Fs(e) => (Code::TargetFailed, format!("{target}: {e}")),
-                Fail::Coded(code, message) => (code, message),
+            let failure = match fail {
+                Fail::Fs(source) => LandError::Target { target: target.clone(), source },
+                Fail::Land(e) => e,
             };
-            let error = InputError::new(code, &item.id, format!("{}: {message}", item.apply.as_str()));
+            let error = InputError::new(
+                failure.code(),
+                &item.id,
+                Cause::Apply { apply: item.apply.as_str(), failure },
+            );
             record.outcome = "failed";
             record.error = Some(error.to_string());
             audit.record(&record);
@@ -144,7 +155,7 @@ fn land(
             match dest.bind(index, item.target.root, root.as_fd(), rel) {
                 Ok(BindOutcome::Attached) => Ok(Landed::default()),
                 Ok(BindOutcome::Delegated(note)) => Ok(Landed { note: Some(note), ..Landed::default() }),
-                Err(e) => Err(Fail::Coded(Code::BindFailed, e.to_string())),
+                Err(e) => Err(LandError::Bind(e).into()),
             }
         }
         (Step::WriteFile { text }, _) => {
@@ -155,9 +166,9 @@ fn land(
             Ok(Landed { bytes, files: Some(1), note: None })
         }
         (Step::Copy { host }, _) => {
-            let src = host.open().map_err(|e| {
-                Fail::Coded(Code::HostPath, format!("cannot open {}: {e}", host.canonical.display()))
-            })?;
+            let src = host
+                .open()
+                .map_err(|source| LandError::OpenSource { path: host.canonical.clone(), source })?;
             if host.is_dir {
                 let copied = fsx::replace_tree(
                     root.as_fd(),
@@ -171,8 +182,7 @@ fn land(
                 Ok(Landed { bytes: copied.bytes, files: Some(copied.files), note: None })
             } else {
                 let mode = fstat(src.as_fd()).map(|st| (st.st_mode & 0o777) | 0o600).unwrap_or(0o644);
-                let mut from =
-                    File::from(src.try_clone().map_err(|e| Fail::Coded(Code::CopyFailed, e.to_string()))?);
+                let mut from = File::from(src.try_clone().map_err(LandError::CloneSource)?);
                 let bytes = fsx::replace_file(root.as_fd(), rel, mode, |f| std::io::copy(&mut from, f))
                     .map_err(|e| target_error(dest, item.target.root, rel, e))?;
                 Ok(Landed { bytes, files: Some(1), note: None })
@@ -191,7 +201,7 @@ fn land(
         (Step::Checkout { .. }, Resource::Tree(dir)) => {
             require_empty_target(root.as_fd(), rel)?;
             let tree = nix::fcntl::open(dir, fsx::dir_read_flags(), nix::sys::stat::Mode::empty())
-                .map_err(|e| Fail::Coded(Code::GitFailed, format!("cannot open the checkout: {e}")))?;
+                .map_err(LandError::OpenCheckout)?;
             let copied = fsx::replace_tree(
                 root.as_fd(),
                 rel,
@@ -200,34 +210,22 @@ fn land(
             )?;
             Ok(Landed { bytes: copied.bytes, files: Some(copied.files), note: None })
         }
-        _ => Err(Fail::Coded(Code::Conflict, "internal error: the item was not fetched".into())),
+        _ => Err(LandError::NotFetched.into()),
     }
 }
 
 fn target_error(dest: &dyn Destination, root: Root, rel: &str, e: FsError) -> Fail {
-    let guest = dest.layout().guest(root, rel);
-    let hint = match e.errno {
-        nix::errno::Errno::EISDIR => " (the target is a directory)",
-        nix::errno::Errno::EROFS => " (the target is on a read-only mount)",
-        nix::errno::Errno::EBUSY => " (the target is a mount point)",
-        _ => "",
-    };
-    Fail::Coded(Code::TargetFailed, format!("{guest}: {e}{hint}"))
+    LandError::TargetWrite { guest: dest.layout().guest(root, rel), source: e }.into()
 }
 
 fn copy_fail(what: &str, e: CopyError) -> Fail {
-    match e {
-        CopyError::Fs(e) => Fail::Coded(Code::CopyFailed, format!("copy from {what}: {e}")),
-        CopyError::Unsupported(m) => Fail::Coded(Code::CopyFailed, format!("copy from {what}: {m}")),
-    }
+    LandError::Copy { what: what.to_string(), source: e }.into()
 }
 
 fn zip_fail(e: ZipError) -> Fail {
     match e {
-        ZipError::Unsafe(m) => Fail::Coded(Code::ZipUnsafe, m),
-        ZipError::Limit(m) => Fail::Coded(Code::ZipLimit, m),
-        ZipError::Invalid(m) => Fail::Coded(Code::ZipInvalid, m),
         ZipError::Fs(e) => Fail::Fs(e),
+        refused => LandError::Zip(refused).into(),
     }
 }
 
@@ -235,10 +233,7 @@ fn zip_fail(e: ZipError) -> Fail {
 fn require_skill_md(stage: BorrowedFd<'_>) -> Result<(), Fail> {
     match fsx::kind_at(stage, c"SKILL.md")? {
         Some(SFlag::S_IFREG) => Ok(()),
-        _ => Err(Fail::Coded(
-            Code::SkillMdMissing,
-            "SKILL_MD_MISSING: a skill under USER_HOME/.codex/skills/ must have a top-level SKILL.md".into(),
-        )),
+        _ => Err(LandError::SkillMdMissing.into()),
     }
 }
 
@@ -261,19 +256,9 @@ fn require_empty_target(root: BorrowedFd<'_>, rel: &str) -> Result<(), Fail> {
         Ok(fd) => fd,
         Err(e) if e.errno == nix::errno::Errno::ENOENT => return Ok(()),
         Err(e) if e.errno == nix::errno::Errno::ENOTDIR => {
-            return Err(Fail::Coded(
-                Code::TargetFailed,
-                "the checkout target exists and is not a directory".into(),
-            ));
+            return Err(LandError::CheckoutTargetNotDirectory.into());
         }
         Err(e) => return Err(e.into()),
     };
-    if fsx::is_empty_dir(fd.as_fd())? {
-        Ok(())
-    } else {
-        Err(Fail::Coded(
-            Code::TargetFailed,
-            "the checkout target is not empty (git checks out into an empty or missing directory)".into(),
-        ))
-    }
+    if fsx::is_empty_dir(fd.as_fd())? { Ok(()) } else { Err(LandError::CheckoutTargetNotEmpty.into()) }
 }

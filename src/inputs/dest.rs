@@ -29,20 +29,7 @@ pub enum BindOutcome {
     Delegated(String),
 }
 
-/// Why a bind item could not be mounted.
-#[derive(Debug, thiserror::Error)]
-pub enum BindError {
-    #[error("no deferred bind was prepared for this item")]
-    NotPrepared,
-    #[error(transparent)]
-    Fs(#[from] FsError),
-    #[error("{guest} leads out of {root} through a symlink")]
-    LeadsOut { guest: String, root: String },
-    #[error(transparent)]
-    Attach(#[from] sandbox::error::SyscallError),
-    #[error("this provider cannot mount binds")]
-    Unsupported,
-}
+pub use super::error::BindError;
 
 /// A place that items can land in.
 pub trait Destination {

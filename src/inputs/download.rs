@@ -29,7 +29,7 @@ use std::time::Duration;
 use sha2::{Digest, Sha256};
 use url::Url;
 
-use super::error::{Code, InputError};
+use super::error::{Cause, Code, InputError};
 use super::plan::display_url;
 use crate::env::Redactor;
 use crate::hostfs::atomic::{AtomicFile, Durability};
@@ -251,21 +251,7 @@ fn private_dir(dir: &Path) -> Result<(), CacheError> {
     Ok(())
 }
 
-/// Why the input cache (or a place to download to) is unusable.
-#[derive(Debug, thiserror::Error)]
-pub enum CacheError {
-    #[error("input cache {}: {}", .dir.display(), sandbox::error::io_error_text(.source))]
-    Io { dir: PathBuf, source: std::io::Error },
-    #[error("input cache {} must be a directory owned by uid {uid} with mode 0700 (it is not ours)", .dir.display())]
-    NotOurs { dir: PathBuf, uid: u32 },
-    #[error(
-        "input cache {} must be a directory owned by uid {uid} and writable only by it (choose another with --inputs-cache)",
-        .dir.display()
-    )]
-    NotPrivate { dir: PathBuf, uid: u32 },
-    #[error("no place to download to: {}: {file}; memfd_create => {memfd}", .dir.display())]
-    NoPlace { dir: PathBuf, file: std::io::Error, memfd: nix::errno::Errno },
-}
+pub use super::error::CacheError;
 
 /// sha256 (hex) and length of a file, read from its start.
 pub fn hash_file(file: &mut File) -> std::io::Result<(String, u64)> {
@@ -304,10 +290,11 @@ pub fn fetch_all(
         return Ok(results.into_iter().flatten().collect());
     }
     let first_missing = jobs[results.iter().position(Option::is_none).unwrap_or(0)].item;
-    let runtime =
-        tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build().map_err(|e| {
-            InputError::new(Code::DownloadFailed, first_missing, format!("cannot start the HTTP client: {e}"))
-        })?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()
+        .map_err(|e| InputError::new(Code::DownloadFailed, first_missing, Cause::HttpRuntime(e)))?;
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .no_proxy()
@@ -315,9 +302,7 @@ pub fn fetch_all(
         .user_agent(concat!("tuixiu-sandbox/", env!("CARGO_PKG_VERSION")))
         .dns_resolver(InlineResolver)
         .build()
-        .map_err(|e| {
-            InputError::new(Code::DownloadFailed, first_missing, format!("cannot start the HTTP client: {e}"))
-        })?;
+        .map_err(|e| InputError::new(Code::DownloadFailed, first_missing, Cause::HttpClient(e)))?;
     let mut outcome = Ok(());
     for (job, slot) in jobs.iter().zip(results.iter_mut()) {
         if slot.is_some() {
@@ -331,11 +316,7 @@ pub fn fetch_all(
                 Err(_) => Err(InputError::new(
                     Code::DownloadTimeout,
                     job.item,
-                    format!(
-                        "download timed out after {}s: {}",
-                        options.timeout.as_secs_f64(),
-                        display_url(job.url)
-                    ),
+                    Cause::DownloadTimeout { after: options.timeout, url: display_url(job.url) },
                 )),
             }
         });
@@ -360,8 +341,7 @@ async fn download(
     options: &DownloadOptions,
     redactor: &Redactor,
 ) -> Result<Zip, InputError> {
-    let fail =
-        |code: Code, message: String| InputError::new(code, job.item, redactor.redact(&message).into_owned());
+    let fail = |code: Code, cause: Cause| redacted(InputError::new(code, job.item, cause), redactor);
     let mut url = job.url.clone();
     let mut hops = 0;
     let mut response = loop {
@@ -370,48 +350,34 @@ async fn download(
             && url.origin() == *origin
         {
             let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {}", token.expose()))
-                .map_err(|_| {
-                    fail(Code::DownloadFailed, "the inputs token is not a valid header value".into())
-                })?;
+                .map_err(|e| fail(Code::DownloadFailed, Cause::TokenHeader(e)))?;
             value.set_sensitive(true);
             request = request.header(reqwest::header::AUTHORIZATION, value);
         }
         let response = request.send().await.map_err(|e| {
-            fail(Code::DownloadFailed, format!("download failed: {}: {}", display_url(&url), error_text(e)))
+            fail(Code::DownloadFailed, Cause::Request { url: display_url(&url), source: e.without_url() })
         })?;
         if !response.status().is_redirection() {
             break response;
         }
         hops += 1;
         if hops > MAX_REDIRECTS {
-            return Err(fail(
-                Code::DownloadFailed,
-                format!("download failed: more than {MAX_REDIRECTS} redirects"),
-            ));
+            return Err(fail(Code::DownloadFailed, Cause::TooManyRedirects { max: MAX_REDIRECTS }));
         }
-        let location =
-            response.headers().get(reqwest::header::LOCATION).and_then(|v| v.to_str().ok()).ok_or_else(
-                || {
-                    fail(
-                        Code::DownloadFailed,
-                        format!("download failed: {} without a Location", response.status()),
-                    )
-                },
-            )?;
-        let next = url.join(location).map_err(|e| {
-            fail(Code::DownloadFailed, format!("download failed: bad redirect Location: {e}"))
-        })?;
+        let location = response
+            .headers()
+            .get(reqwest::header::LOCATION)
+            .and_then(|v| v.to_str().ok())
+            .ok_or_else(|| fail(Code::DownloadFailed, Cause::NoLocation { status: response.status() }))?;
+        let next = url.join(location).map_err(|e| fail(Code::DownloadFailed, Cause::BadLocation(e)))?;
         if next.scheme() != "http" && next.scheme() != "https" {
             return Err(fail(
                 Code::DownloadFailed,
-                format!("download failed: redirect to a {}: URL", next.scheme()),
+                Cause::RedirectScheme { scheme: next.scheme().to_string() },
             ));
         }
         if url.scheme() == "https" && next.scheme() == "http" {
-            return Err(fail(
-                Code::DownloadFailed,
-                "download failed: redirect from https to http refused".into(),
-            ));
+            return Err(fail(Code::DownloadFailed, Cause::RedirectToHttp));
         }
         url = next;
     };
@@ -428,12 +394,7 @@ async fn download(
                 .trim()
                 .to_string();
         }
-        let reason = status.canonical_reason().unwrap_or("");
-        let mut message = format!("download failed: {} {reason} from {}", status.as_u16(), display_url(&url));
-        if !body.is_empty() {
-            message.push_str(&format!(": {body}"));
-        }
-        return Err(fail(Code::DownloadFailed, message));
+        return Err(fail(Code::DownloadFailed, Cause::Status { status, url: display_url(&url), body }));
     }
     let max = options.max_bytes;
     let declared = response.content_length();
@@ -441,10 +402,7 @@ async fn download(
         && max > 0
         && length > max
     {
-        return Err(fail(
-            Code::DownloadTooLarge,
-            format!("download too large: contentLength={length} maxBytes={max}"),
-        ));
+        return Err(fail(Code::DownloadTooLarge, Cause::DeclaredTooLarge { length, max }));
     }
 
     let mut staged = match &cache.root {
@@ -454,17 +412,17 @@ async fn download(
         // `Cache::open` removes.
         Some(root) => loop {
             let tmp = AtomicFile::new_in(&root.join("tmp"), TMP_PREFIX)
-                .map_err(|e| fail(Code::Cache, format!("input cache {}: {e}", root.join("tmp").display())))?;
+                .map_err(|source| fail(Code::Cache, Cause::CacheFile { path: root.join("tmp"), source }))?;
             if tmp.name().is_none()
                 || fsx::lock_new(tmp.file.as_fd(), c"download")
-                    .map_err(|e| fail(Code::Cache, format!("input cache: {e}")))?
+                    .map_err(|e| fail(Code::Cache, Cause::CacheLock(e)))?
             {
                 break tmp;
             }
             // A sweeper took it for litter: another name.
             drop(tmp.discard());
         },
-        None => AtomicFile::anonymous(unnamed_file().map_err(|e| fail(Code::Cache, e.to_string()))?),
+        None => AtomicFile::anonymous(unnamed_file().map_err(|e| fail(Code::Cache, Cause::Cache(e)))?),
     };
     let progress = progress_bar(options.progress, declared, &crate::manifest::shown(job.item));
     let mut hasher = Sha256::new();
@@ -476,46 +434,43 @@ async fn download(
             Err(e) => {
                 return Err(fail(
                     Code::DownloadFailed,
-                    format!("download failed: {}: {}", display_url(&url), error_text(e)),
+                    Cause::Body { url: display_url(&url), source: e.without_url() },
                 ));
             }
         };
         received += chunk.len() as u64;
         if max > 0 && received > max {
-            return Err(fail(Code::DownloadTooLarge, format!("download too large: maxBytes={max}")));
+            return Err(fail(Code::DownloadTooLarge, Cause::TooLarge { max }));
         }
         hasher.update(&chunk);
-        staged.file.write_all(&chunk).map_err(|e| fail(Code::Cache, format!("input cache: write: {e}")))?;
+        staged.file.write_all(&chunk).map_err(|e| fail(Code::Cache, Cause::CacheWrite(e)))?;
         progress.inc(chunk.len() as u64);
     }
     progress.finish_and_clear();
     if received == 0 {
-        return Err(fail(Code::DownloadFailed, "download failed: empty body".into()));
+        return Err(fail(Code::DownloadFailed, Cause::EmptyBody));
     }
     let sha256 = hex::encode(hasher.finalize());
     match job.content_hash {
         Some(expected) if expected != sha256 => Err(fail(
             Code::ContentHashMismatch,
-            format!(
-                "contentHash mismatch: expected sha256 {expected}, got {sha256} from {}",
-                display_url(&url)
-            ),
+            Cause::HashMismatch { expected: expected.to_string(), got: sha256, url: display_url(&url) },
         )),
         Some(_) => {
             let mut file = match cache.zip_path(&sha256) {
                 Some(dest) => staged
                     .commit(&dest, Durability::Unsynced)
-                    .map_err(|e| fail(Code::Cache, format!("input cache {}: {e}", dest.display())))?,
+                    .map_err(|source| fail(Code::Cache, Cause::CacheFile { path: dest, source }))?,
                 None => staged.discard(),
             };
-            file.seek(SeekFrom::Start(0)).map_err(|e| fail(Code::Cache, format!("input cache: {e}")))?;
+            file.seek(SeekFrom::Start(0)).map_err(|e| fail(Code::Cache, Cause::CacheSeek(e)))?;
             Ok(Zip { file, sha256, bytes: received, cached: false })
         }
         None => {
             // Nothing to key a cache entry by: the archive lives as an open,
             // already unlinked file until it is extracted.
             let mut file = staged.discard();
-            file.seek(SeekFrom::Start(0)).map_err(|e| fail(Code::Cache, format!("input cache: {e}")))?;
+            file.seek(SeekFrom::Start(0)).map_err(|e| fail(Code::Cache, Cause::CacheSeek(e)))?;
             Ok(Zip { file, sha256, bytes: received, cached: false })
         }
     }
@@ -550,24 +505,14 @@ fn progress_bar(enabled: bool, length: Option<u64>, item: &str) -> indicatif::Pr
     bar
 }
 
-/// The error and its causes on one line, without the URL (shown apart).
-fn error_text(e: reqwest::Error) -> String {
-    let timeout = e.is_timeout();
-    let e = e.without_url();
-    let mut text = e.to_string();
-    let mut source = std::error::Error::source(&e);
-    while let Some(s) = source {
-        let part = s.to_string();
-        if !text.contains(&part) {
-            text.push_str(": ");
-            text.push_str(&part);
-        }
-        source = s.source();
+/// `error` as it is when its text quotes none of `redactor`'s secrets;
+/// else the redacted text alone ([`Cause::Redacted`]).
+fn redacted(error: InputError, redactor: &Redactor) -> InputError {
+    let text = error.cause.to_string();
+    match redactor.redact(&text) {
+        std::borrow::Cow::Borrowed(_) => error,
+        std::borrow::Cow::Owned(shown) => InputError { cause: Box::new(Cause::Redacted(shown)), ..error },
     }
-    if timeout {
-        text.push_str(" (timed out)");
-    }
-    text
 }
 
 /// Resolves names on the calling thread, so the runtime never starts its
@@ -589,6 +534,27 @@ impl reqwest::dns::Resolve for InlineResolver {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A failure quoting a secret keeps only the redacted text (the same
+    /// line as before); any other keeps its typed cause.
+    #[test]
+    fn failures_quoting_a_secret_are_redacted() {
+        let mut redactor = Redactor::default();
+        redactor.add("s3cr3t-token");
+        let status = reqwest::StatusCode::FORBIDDEN;
+        let leaky =
+            Cause::Status { status, url: "https://h/a.zip".into(), body: "bad token s3cr3t-token".into() };
+        let old = redactor.redact(&leaky.to_string()).into_owned();
+        let e = redacted(InputError::new(Code::DownloadFailed, "x", leaky), &redactor);
+        assert!(matches!(&*e.cause, Cause::Redacted(text) if *text == old), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            "AGENT_INPUTS_DOWNLOAD_FAILED:x: download failed: 403 Forbidden from https://h/a.zip: bad token [REDACTED]"
+        );
+        let plain = Cause::Status { status, url: "https://h/a.zip".into(), body: "no".into() };
+        let e = redacted(InputError::new(Code::DownloadFailed, "x", plain), &redactor);
+        assert!(matches!(&*e.cause, Cause::Status { .. }), "{e:?}");
+    }
 
     #[test]
     fn open_removes_only_downloads_a_killed_process_left_behind() {

@@ -78,36 +78,7 @@ impl Default for GitOptions {
     }
 }
 
-/// Why a checkout failed; [`GitFailure::timed_out`] selects the error code.
-#[derive(Debug, thiserror::Error)]
-pub enum GitFailure {
-    /// git's configuration file could not be written.
-    #[error("git config: {0}")]
-    Config(#[source] std::io::Error),
-    /// git's empty home could not be made.
-    #[error("git home: {0}")]
-    Home(#[source] std::io::Error),
-    /// The temporary file for git's stderr.
-    #[error("git log file: {0}")]
-    LogFile(#[source] std::io::Error),
-    #[error("cannot run git: {0}")]
-    Spawn(#[source] std::io::Error),
-    #[error("waiting for git: {0}")]
-    Wait(#[source] std::io::Error),
-    /// The deadline passed; git's process group was killed.
-    #[error("git {command} timed out")]
-    TimedOut { command: String },
-    /// git exited unsuccessfully; `stderr` is the last lines of its own
-    /// message, joined with ` | ` and redacted.
-    #[error("git {command} failed ({status}): {stderr}")]
-    Failed { command: String, status: std::process::ExitStatus, stderr: String },
-}
-
-impl GitFailure {
-    pub fn timed_out(&self) -> bool {
-        matches!(self, GitFailure::TimedOut { .. })
-    }
-}
+pub use super::error::GitFailure;
 
 /// Clones `repo` at `git_ref` (branch, tag or commit; the remote's default
 /// branch when `None`) into `dir` (which must not exist). Shallow when the

@@ -13,7 +13,7 @@ use nix::fcntl::{AtFlags, OFlag, openat, readlinkat};
 use nix::sys::stat::{Mode, SFlag, fstat, fstatat, mkdirat};
 use nix::unistd::symlinkat;
 
-use super::error::{Code, InputError};
+use super::error::{Cause, Code, InputError};
 use crate::hostfs::open::{Links, Scope, open};
 use crate::hostfs::root::{self as fsx, FsError, fs_err};
 
@@ -69,42 +69,21 @@ impl HostAllowlist {
     pub fn resolve(&self, item: &str, raw: &str, base_dir: &Path) -> Result<HostPath, InputError> {
         let given = Path::new(raw);
         let path = if given.is_absolute() { given.to_path_buf() } else { base_dir.join(given) };
-        let canonical = std::fs::canonicalize(&path).map_err(|e| {
-            InputError::new(
-                Code::HostPath,
-                item,
-                format!("host path {}: {}", path.display(), sandbox::error::io_error_text(&e)),
-            )
+        let canonical = std::fs::canonicalize(&path).map_err(|source| {
+            InputError::new(Code::HostPath, item, Cause::HostPath { path: path.clone(), source })
         })?;
         let Some(root) = self.roots.iter().find(|r| canonical.starts_with(r)) else {
-            let allowed = if self.roots.is_empty() {
-                "no host paths are allowed; pass --allow-host-path DIR".to_string()
-            } else {
-                format!(
-                    "allowed: {}",
-                    self.roots.iter().map(|r| r.display().to_string()).collect::<Vec<_>>().join(", ")
-                )
-            };
-            let shown = if canonical == path {
-                canonical.display().to_string()
-            } else {
-                format!("{} (= {})", path.display(), canonical.display())
-            };
             return Err(InputError::new(
                 Code::HostPathNotAllowed,
                 item,
-                format!("host path {shown} is not under an allowed root ({allowed})"),
+                Cause::HostPathNotAllowed { path, canonical, roots: self.roots.clone() },
             ));
         };
-        let meta = std::fs::metadata(&canonical).map_err(|e| {
-            InputError::new(Code::HostPath, item, format!("host path {}: {}", canonical.display(), e))
+        let meta = std::fs::metadata(&canonical).map_err(|source| {
+            InputError::new(Code::HostPath, item, Cause::HostPathStat { path: canonical.clone(), source })
         })?;
         if !meta.is_dir() && !meta.is_file() {
-            return Err(InputError::new(
-                Code::HostPath,
-                item,
-                format!("host path {} is neither a directory nor a regular file", canonical.display()),
-            ));
+            return Err(InputError::new(Code::HostPath, item, Cause::HostPathKind { path: canonical }));
         }
         Ok(HostPath { canonical, allowed_root: root.clone(), is_dir: meta.is_dir() })
     }
@@ -143,14 +122,7 @@ pub struct Copied {
     pub bytes: u64,
 }
 
-/// Why a copy failed.
-#[derive(Debug, thiserror::Error)]
-pub enum CopyError {
-    #[error("{0}")]
-    Fs(#[from] FsError),
-    #[error("{0}")]
-    Unsupported(String),
-}
+pub use super::error::CopyError;
 
 /// Permission bits kept on copies: rwx for all classes, no set-id or
 /// sticky bits.

@@ -59,7 +59,7 @@ pub use audit::{Audit, Record};
 pub use dest::{BindOutcome, Destination, HostDirs, SandboxDest};
 #[allow(unused_imports)]
 pub use download::{Cache, DEFAULT_MAX_BYTES, DEFAULT_TIMEOUT, DownloadOptions, Secret, Zip, hash_file};
-pub use error::{Code, InputError};
+pub use error::{BindError, CacheError, Cause, Code, CopyError, GitFailure, InputError, LandError};
 pub use git::{ASKPASS_ENV, GitCredentials, GitOptions, askpass_main};
 #[allow(unused_imports)]
 pub use hostpath::{AllowlistError, HostAllowlist, HostPath};
@@ -168,12 +168,11 @@ impl Plan {
                     )
                     .map_err(|f| {
                         let code = if f.timed_out() { Code::GitTimeout } else { Code::GitFailed };
-                        InputError::new(code, id, format!("checkout: {f}"))
+                        InputError::new(code, id, Cause::Checkout(f))
                     })?;
                     if let Some((uid, gid)) = options.owner {
-                        chown_tree(scratch.path(), uid, gid).map_err(|e| {
-                            InputError::new(Code::GitFailed, id, format!("checkout: chown: {e}"))
-                        })?;
+                        chown_tree(scratch.path(), uid, gid)
+                            .map_err(|e| InputError::new(Code::GitFailed, id, Cause::CheckoutChown(e)))?;
                     }
                     temp.push((scratch, lock));
                     Resource::Tree(dir)
@@ -195,9 +194,7 @@ const CHECKOUT_PREFIX: &str = "tuixiu-checkout-";
 /// first one of a run sweeps what killed runs of this user left there.
 fn checkout_dir(id: &str) -> Result<(tempfile::TempDir, std::os::fd::OwnedFd), InputError> {
     use std::os::fd::AsFd;
-    let fail = |what: &str, e: &dyn std::fmt::Display| {
-        InputError::new(Code::GitFailed, id, format!("checkout: temporary directory: {what}{e}"))
-    };
+    let fail = |cause: Cause| InputError::new(Code::GitFailed, id, cause);
     static SWEPT: std::sync::Once = std::sync::Once::new();
     SWEPT.call_once(|| {
         if let Ok(tmp) =
@@ -208,10 +205,13 @@ fn checkout_dir(id: &str) -> Result<(tempfile::TempDir, std::os::fd::OwnedFd), I
         }
     });
     loop {
-        let scratch = tempfile::Builder::new().prefix(CHECKOUT_PREFIX).tempdir().map_err(|e| fail("", &e))?;
+        let scratch = tempfile::Builder::new()
+            .prefix(CHECKOUT_PREFIX)
+            .tempdir()
+            .map_err(|e| fail(Cause::CheckoutDir(e)))?;
         let fd = nix::fcntl::open(scratch.path(), fsx::dir_read_flags(), nix::sys::stat::Mode::empty())
-            .map_err(|e| fail(&format!("{}: ", scratch.path().display()), &e))?;
-        if fsx::lock_new(fd.as_fd(), c"checkout").map_err(|e| fail("", &e))? {
+            .map_err(|source| fail(Cause::CheckoutDirOpen { path: scratch.path().to_path_buf(), source }))?;
+        if fsx::lock_new(fd.as_fd(), c"checkout").map_err(|e| fail(Cause::CheckoutDirLock(e)))? {
             return Ok((scratch, fd));
         }
     }
@@ -234,13 +234,13 @@ pub fn cache_for(plan: &Plan, dir: Option<&std::path::Path>) -> Result<Option<Ca
     match dir {
         Some(dir) => Cache::open(dir)
             .map(Some)
-            .map_err(|e| InputError::new(Code::Cache, &first.item.id, e.to_string())),
+            .map_err(|e| InputError::new(Code::Cache, &first.item.id, Cause::Cache(e))),
         None => Ok(Some(Cache::default_location())),
     }
 }
 
 fn need_cache<'o>(options: &'o FetchOptions, item: &str) -> Result<&'o Cache, InputError> {
-    options.cache.as_ref().ok_or_else(|| InputError::new(Code::Cache, item, "no input cache is configured"))
+    options.cache.as_ref().ok_or_else(|| InputError::new(Code::Cache, item, Cause::NoCache))
 }
 
 /// Hands a tree this process made to other ids (never following links).

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use url::Url;
 
-use super::error::{Code, InputError};
+use super::error::{Cause, Code, InputError};
 use super::hostpath::{HostAllowlist, HostPath};
 use crate::manifest::Shown;
 use crate::manifest::{Access, Apply, EnvPatch, Item, Manifest, Root, SCRATCH_DIR, Source};
@@ -126,14 +126,14 @@ impl Plan {
                             return Err(InputError::new(
                                 Code::Conflict,
                                 id,
-                                format!("the workspace is already bound by item {first}"),
+                                Cause::WorkspaceTaken { first: first.clone() },
                             ));
                         }
                         if !host.is_dir {
                             return Err(InputError::new(
                                 Code::HostPath,
                                 id,
-                                format!("the workspace {} is not a directory", host.canonical.display()),
+                                Cause::WorkspaceNotDirectory { path: host.canonical.clone() },
                             ));
                         }
                         workspace_item = Some(item.id.clone());
@@ -144,19 +144,14 @@ impl Plan {
                             return Err(InputError::new(
                                 Code::Conflict,
                                 id,
-                                format!(
-                                    "at most {MAX_BINDS} bindMount items are supported besides the workspace"
-                                ),
+                                Cause::TooManyBinds { max: MAX_BINDS },
                             ));
                         }
                         if item.target.is_root() && !host.is_dir {
                             return Err(InputError::new(
                                 Code::HostPath,
                                 id,
-                                format!(
-                                    "a bind over a whole root needs a directory; {} is a file",
-                                    host.canonical.display()
-                                ),
+                                Cause::BindRootNeedsDirectory { path: host.canonical.clone() },
                             ));
                         }
                         Step::Bind { host, access: item.access }
@@ -168,21 +163,14 @@ impl Plan {
                         return Err(InputError::new(
                             Code::HostPath,
                             id,
-                            format!(
-                                "copying a file over a whole root is not possible; give target.path a file name ({})",
-                                host.canonical.display()
-                            ),
+                            Cause::CopyFileOverRoot { path: host.canonical.clone() },
                         ));
                     }
                     Step::Copy { host }
                 }
                 (Apply::WriteFile, Source::InlineText { text }) => {
                     if item.target.is_root() {
-                        return Err(InputError::new(
-                            Code::TargetFailed,
-                            id,
-                            "writeFile needs a file name in target.path, not the root itself",
-                        ));
+                        return Err(InputError::new(Code::TargetFailed, id, Cause::WriteFileOverRoot));
                     }
                     Step::WriteFile { text: text.clone() }
                 }
@@ -198,7 +186,7 @@ impl Plan {
                     return Err(InputError::new(
                         Code::Conflict,
                         id,
-                        format!("{} cannot use a {} source", apply.as_str(), source.type_name()),
+                        Cause::Unpaired { apply: apply.as_str(), source_type: source.type_name() },
                     ));
                 }
             };
@@ -316,31 +304,23 @@ fn resolve_uri(id: &str, uri: &str, base: Option<&Url>) -> Result<Url, InputErro
         Ok(url) => url,
         Err(url::ParseError::RelativeUrlWithoutBase) => {
             let Some(base) = base else {
-                return Err(InputError::new(
-                    Code::Uri,
-                    id,
-                    format!("source.uri {uri:?} is relative; pass --inputs-base-url URL"),
-                ));
+                return Err(InputError::new(Code::Uri, id, Cause::RelativeUri { uri: uri.to_string() }));
             };
-            base.join(uri).map_err(|e| InputError::new(Code::Uri, id, format!("source.uri {uri:?}: {e}")))?
+            base.join(uri).map_err(|source| bad_uri(id, uri, source))?
         }
-        Err(e) => return Err(InputError::new(Code::Uri, id, format!("source.uri {uri:?}: {e}"))),
+        Err(source) => return Err(bad_uri(id, uri, source)),
     };
     if url.scheme() != "http" && url.scheme() != "https" {
-        return Err(InputError::new(
-            Code::Uri,
-            id,
-            format!("source.uri must be http or https, not {}:", url.scheme()),
-        ));
+        return Err(InputError::new(Code::Uri, id, Cause::UriScheme { scheme: url.scheme().to_string() }));
     }
     if !url.username().is_empty() || url.password().is_some() {
-        return Err(InputError::new(
-            Code::Uri,
-            id,
-            "source.uri must not carry credentials; the inputs token is given with --inputs-token-file or TUIXIU_INPUTS_TOKEN",
-        ));
+        return Err(InputError::new(Code::Uri, id, Cause::UriCredentials));
     }
     Ok(url)
+}
+
+fn bad_uri(id: &str, uri: &str, source: url::ParseError) -> InputError {
+    InputError::new(Code::Uri, id, Cause::BadUri { uri: uri.to_string(), source })
 }
 
 fn classify_repo(id: &str, repo: &str, config: &Config) -> Result<GitRepo, InputError> {
@@ -350,27 +330,18 @@ fn classify_repo(id: &str, repo: &str, config: &Config) -> Result<GitRepo, Input
         return match url.scheme() {
             "file" => {
                 let path = url.to_file_path().map_err(|()| {
-                    InputError::new(Code::HostPath, id, format!("source.repo {repo:?} is not a local path"))
+                    InputError::new(Code::HostPath, id, Cause::RepoNotLocal { repo: repo.to_string() })
                 })?;
                 let host = config.host_paths.resolve(id, &path.to_string_lossy(), &config.base_dir)?;
                 Ok(GitRepo::Local(host))
             }
             "https" | "http" | "ssh" | "git" => {
                 if url.password().is_some() {
-                    return Err(InputError::new(
-                        Code::Uri,
-                        id,
-                        "source.repo must not carry a password; give git credentials with \
-                         TUIXIU_GIT_HTTP_USERNAME/TUIXIU_GIT_HTTP_PASSWORD (--env-file)",
-                    ));
+                    return Err(InputError::new(Code::Uri, id, Cause::RepoPassword));
                 }
                 Ok(GitRepo::Remote(repo.to_string()))
             }
-            other => Err(InputError::new(
-                Code::Uri,
-                id,
-                format!("source.repo scheme {other}: is not supported (https, http, ssh, git, file)"),
-            )),
+            other => Err(InputError::new(Code::Uri, id, Cause::RepoScheme { scheme: other.to_string() })),
         };
     }
     // scp-like `user@host:path` (a ':' before any '/').
@@ -423,7 +394,7 @@ mod tests {
         let e = plan(item(&allowed.join("missing")), &Config::default()).unwrap_err();
         assert_eq!(e.code, Code::HostPath, "{e}");
         let e = plan(item(&allowed), &Config::default()).unwrap_err();
-        assert!(e.message.contains("no host paths are allowed"), "{e}");
+        assert!(e.cause.to_string().contains("no host paths are allowed"), "{e}");
     }
 
     #[test]
