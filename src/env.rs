@@ -194,10 +194,47 @@ pub fn compose(
     Composed { vars, dropped: dropped.into_iter().collect() }
 }
 
+/// A value that must never be printed: `Debug` shows `[REDACTED]`, there
+/// is no `Display`, and the memory is zeroed when it is dropped (a forked
+/// sandbox PID 1 keeps a copy of this process's memory: no token is left
+/// in freed memory). Config tokens, download tokens.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Secret {
+        Secret(value.into())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Drop for Secret {
+    fn drop(&mut self) {
+        zeroize::Zeroize::zeroize(&mut self.0);
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("[REDACTED]")
+    }
+}
+
 /// Replaces known secret values with `[REDACTED]`.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct Redactor {
     secrets: Vec<String>,
+}
+
+/// How many secrets, never which: a `{:?}` of anything holding a redactor
+/// (`inputs::FetchOptions`, ...) must not print them.
+impl std::fmt::Debug for Redactor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Redactor").field("secrets", &self.secrets.len()).finish()
+    }
 }
 
 const REDACTED: &str = "[REDACTED]";
@@ -244,6 +281,22 @@ mod tests {
 
     fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
         v.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn debug_never_shows_the_secrets() {
+        let mut r = Redactor::default();
+        r.add("sk-very-secret-value");
+        let options = crate::inputs::FetchOptions {
+            cache: None,
+            download: Default::default(),
+            git: Default::default(),
+            redactor: r.clone(),
+            owner: None,
+        };
+        let shown = format!("{r:?} {options:?}");
+        assert!(!shown.contains("sk-very-secret-value"), "{shown}");
+        assert!(shown.contains("Redactor { secrets: 1 }"), "{shown}");
     }
 
     #[test]

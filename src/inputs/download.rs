@@ -35,33 +35,7 @@ use crate::env::Redactor;
 use crate::hostfs::atomic::{AtomicFile, Durability};
 use crate::hostfs::root as fsx;
 
-/// A value that must never be printed (`Debug` shows `[REDACTED]`).
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(value: impl Into<String>) -> Secret {
-        Secret(value.into())
-    }
-
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl Drop for Secret {
-    /// A forked sandbox PID 1 keeps a copy of this process's memory: leave
-    /// no token in freed memory.
-    fn drop(&mut self) {
-        zeroize::Zeroize::zeroize(&mut self.0);
-    }
-}
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("[REDACTED]")
-    }
-}
+pub use crate::env::Secret;
 
 /// Defaults: 60 s per download, 200 MiB.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);

@@ -121,24 +121,7 @@ pub fn env_name(table: &str, key: &str) -> String {
     out
 }
 
-/// A secret from the config: never printed by `Debug` or `Display`.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(s: impl Into<String>) -> Secret {
-        Secret(s.into())
-    }
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("[REDACTED]")
-    }
-}
+pub use crate::env::Secret;
 
 /// Which provider runs the instances.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -472,8 +455,8 @@ impl Config {
                 return Err(r.err("register_url", format!("{u:?}: the scheme must be http or https")));
             }
         }
-        let auth_token = r.string("", "auth_token")?.map(Secret);
-        let bootstrap_token = r.string("", "bootstrap_token")?.map(Secret);
+        let auth_token = r.string("", "auth_token")?.map(Secret::new);
+        let bootstrap_token = r.string("", "bootstrap_token")?.map(Secret::new);
         if register_url.is_some() != bootstrap_token.is_some() && auth_token.is_none() {
             return Err(r.err(
                 if register_url.is_some() { "bootstrap_token" } else { "register_url" },
@@ -496,8 +479,8 @@ impl Config {
             None => crate::provider::default_state_dir(),
         };
         let allow_insecure_ws = r.boolean("", "allow_insecure_ws", false)?;
-        let control_signing_secret = r.string("", "control_signing_secret")?.map(Secret);
-        let register_hmac_secret = r.string("", "register_hmac_secret")?.map(Secret);
+        let control_signing_secret = r.string("", "control_signing_secret")?.map(Secret::new);
+        let register_hmac_secret = r.string("", "register_hmac_secret")?.map(Secret::new);
         let reconnect_max_seconds = r.int("", "reconnect_max_seconds", 30, 1, 3600)?;
         let register_ack_timeout_seconds = r.int("", "register_ack_timeout_seconds", 10, 1, 600)?;
         let outbox_max_messages = r.int("", "outbox_max_messages", 10_000, 1, 10_000_000)? as usize;
