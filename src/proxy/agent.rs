@@ -15,8 +15,7 @@ use tokio::io::AsyncBufReadExt;
 
 use super::config::ProviderChoice;
 use super::instance::inputs_config;
-use super::lane::RunContext;
-use super::lane::{Job, Lane, RunState, init_env, reply_prompt, reply_session, send, user_name};
+use super::lane::{Job, Lane, RunContext, RunState, init_env, reply_prompt, reply_session, send, user_name};
 use super::protocol::{RunMessage, proxy_update, str_field};
 use super::repo::RepoError;
 use crate::acp::client::{Client, Spawner};

@@ -9,8 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::lane::RunContext;
-use super::lane::{Lane, RunState, STATE_VERSION, init_env};
+use super::lane::{Lane, RunContext, RunState, STATE_VERSION, init_env};
 use super::mounts::{MountError, chown_new};
 use crate::hostfs::under_root::{UnderRootError, resolve_under_root};
 use crate::inputs::{self, InputError};

@@ -39,12 +39,13 @@ use tokio::sync::mpsc;
 
 use super::agent::AgentError;
 use super::instance::InstanceError;
-use super::lane::RunContext;
 use super::lane::{
-    Job, Lane, RunIdError, RunState, STATE_VERSION, now_ms, reply_prompt, reply_session, send, valid_run_id,
+    Job, Lane, RunContext, RunIdError, RunState, STATE_VERSION, now_ms, reply_prompt, reply_session, send,
+    valid_run_id,
 };
 use super::pathmap::PathMapError;
 use super::protocol::{Incoming, RunMessage, proxy_error_text, str_field};
+use super::report::Reporter;
 use crate::acp::transport::BoxFuture;
 use crate::provider::{Provider, names};
 
@@ -83,7 +84,7 @@ pub fn dispatch(d: &Arc<RunContext>, msg: Incoming) {
     match msg {
         Incoming::AcpOpen(m) => match valid_run_id(&m.run_id) {
             Ok(id) => send(d, &id, Job::Open(m)),
-            Err(e) => reply_open(d, &m.run_id, Err(e.into())),
+            Err(e) => reply_open(d.report(), &m.run_id, Err(e.into())),
         },
         Incoming::PromptSend(m) => match valid_run_id(&m.run_id) {
             Ok(id) => send(d, &id, Job::Prompt(m)),
@@ -140,15 +141,15 @@ fn session_fields_ok(kind: &str, msg: &RunMessage) -> bool {
     session_missing(kind, msg).is_none()
 }
 
-fn reply_open(d: &RunContext, run_id: &Value, result: Result<(), RunError>) {
+fn reply_open(report: &Reporter, run_id: &Value, result: Result<(), RunError>) {
     match result {
-        Ok(()) => d.report().push(&json!({"type":"acp_opened","run_id":run_id,"ok":true})),
+        Ok(()) => report.push(&json!({"type":"acp_opened","run_id":run_id,"ok":true})),
         Err(e) => {
-            let e = d.report().redact(&e.to_string());
+            let e = report.redact(&e.to_string());
             if let Some(id) = run_id.as_str() {
-                d.report().push(&proxy_error_text(id, &format!("acp_open failed: {e}")));
+                report.push(&proxy_error_text(id, &format!("acp_open failed: {e}")));
             }
-            d.report().push(&json!({"type":"acp_opened","run_id":run_id,"ok":false,"error":e}));
+            report.push(&json!({"type":"acp_opened","run_id":run_id,"ok":false,"error":e}));
         }
     }
 }
@@ -211,7 +212,7 @@ impl Lane {
                     // Err: the writer went away (the daemon is stopping).
                     let _ = record.await;
                 }
-                reply_open(&self.d, &m.run_id, result);
+                reply_open(self.d.report(), &m.run_id, result);
                 self.idle();
             }
             Job::Prompt(mut m) => {
