@@ -241,10 +241,9 @@ impl Walked {
         owner: Option<(u32, u32)>,
     ) -> Result<(), ResolveError> {
         use super::atomic::{AtomicFile, Durability};
-        let errno = |e: &std::io::Error| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO));
         let name = CString::new(self.name.as_bytes()).map_err(|_| BadPath::Nul)?;
         let mut tmp = AtomicFile::new_at(self.parent.as_fd(), super::root::WRITE_PREFIX, 0o600)
-            .map_err(|e| sys("create", path, errno(&e)))?;
+            .map_err(|e| sys("create", path, super::errno_of(&e)))?;
         tmp.file.write_all(content).map_err(|e| Failed::Write { path: path.into(), source: e })?;
         nix::sys::stat::fchmod(tmp.file.as_fd(), Mode::from_bits_truncate(mode))
             .map_err(|e| sys("fchmod", path, e))?;
@@ -253,7 +252,9 @@ impl Walked {
         {
             let _ = nix::unistd::fchown(tmp.file.as_fd(), Some(uid.into()), Some(gid.into()));
         }
-        tmp.commit_at(&name, Durability::Unsynced).map(drop).map_err(|e| sys("rename", path, errno(&e)))
+        tmp.commit_at(&name, Durability::Unsynced)
+            .map(drop)
+            .map_err(|e| sys("rename", path, super::errno_of(&e)))
     }
 }
 

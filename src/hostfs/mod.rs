@@ -26,3 +26,9 @@ pub mod guest;
 pub mod open;
 pub mod root;
 pub mod under_root;
+
+/// The errno behind an I/O error (`EIO` for one that has none), for the
+/// `call("path") => ERRNO` errors of this layer.
+pub fn errno_of(e: &std::io::Error) -> nix::errno::Errno {
+    nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO))
+}

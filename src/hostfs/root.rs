@@ -258,13 +258,12 @@ pub fn replace_file(
     use super::atomic::{AtomicFile, Durability};
     let (parent, name) = parent_of(root, rel)?;
     sweep_stale(parent.as_fd());
-    let errno = |e: &std::io::Error| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO));
     let mut tmp = AtomicFile::new_at(parent.as_fd(), WRITE_PREFIX, mode)
-        .map_err(|e| fs_err("openat", rel, errno(&e)))?;
+        .map_err(|e| fs_err("openat", rel, super::errno_of(&e)))?;
     let n = fill(&mut tmp.file)
         .and_then(|n| tmp.file.flush().map(|()| n))
-        .map_err(|e| fs_err("write", rel, errno(&e)))?;
-    tmp.commit_at(&name, Durability::Unsynced).map_err(|e| fs_err("renameat2", rel, errno(&e)))?;
+        .map_err(|e| fs_err("write", rel, super::errno_of(&e)))?;
+    tmp.commit_at(&name, Durability::Unsynced).map_err(|e| fs_err("renameat2", rel, super::errno_of(&e)))?;
     Ok(n)
 }
 

@@ -183,9 +183,8 @@ pub fn copy_tree(src: BorrowedFd<'_>, dst: BorrowedFd<'_>) -> Result<Copied, Cop
                 .map_err(|e| fs_err("openat", &rel, e))?;
                 let mut to =
                     fsx::create_file(d, &name, mode).map_err(|e| FsError { path: rel.clone(), ..e })?;
-                let n = std::io::copy(&mut File::from(from), &mut to).map_err(|e| {
-                    fs_err("copy", &rel, Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))
-                })?;
+                let n = std::io::copy(&mut File::from(from), &mut to)
+                    .map_err(|e| fs_err("copy", &rel, crate::hostfs::errno_of(&e)))?;
                 total.files += 1;
                 total.bytes += n;
             }

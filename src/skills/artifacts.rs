@@ -159,7 +159,7 @@ fn walk_logged(dir: BorrowedFd<'_>, skip: &[&str], what: &str) -> Result<Vec<Fou
 
 /// Opens the run's `artifacts/` directory (not following a symlink there).
 pub fn open_artifacts_dir(workspace: &Path) -> Result<OwnedFd, Errno> {
-    let ws = fsio::open_dir(workspace).map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))?;
+    let ws = fsio::open_dir(workspace).map_err(|e| crate::hostfs::errno_of(&e))?;
     fsio::open_beneath(
         ws.as_fd(),
         "artifacts",

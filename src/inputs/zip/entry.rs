@@ -16,7 +16,6 @@ use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use flate2::{Decompress, FlushDecompress, Status};
-use nix::errno::Errno;
 
 use super::{Entry, ZipError, fsx};
 
@@ -212,13 +211,8 @@ pub(super) fn size_lie(entry: &Entry) -> ZipError {
 
 fn flush(file: &mut File, bytes: &[u8], crc: &mut crc32fast::Hasher, entry: &Entry) -> Result<(), ZipError> {
     crc.update(bytes);
-    file.write_all(bytes).map_err(|e| {
-        ZipError::Fs(fsx::fs_err(
-            "write",
-            &entry.path,
-            Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
-        ))
-    })
+    file.write_all(bytes)
+        .map_err(|e| ZipError::Fs(fsx::fs_err("write", &entry.path, crate::hostfs::errno_of(&e))))
 }
 
 /// Reads until `buf` is full or the entry's raw data ends.
