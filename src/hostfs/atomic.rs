@@ -211,7 +211,6 @@ impl AtomicFile {
     /// replacing what is there, synced as `sync` says; the open file stays
     /// usable.
     pub fn commit(self, target: &Path, sync: Durability) -> io::Result<File> {
-        use std::os::unix::ffi::OsStrExt;
         if self.guard.is_none() {
             return Err(no_name());
         }
@@ -219,8 +218,7 @@ impl AtomicFile {
             Some(p) if !p.as_os_str().is_empty() => p,
             _ => Path::new("."),
         };
-        let name = target.file_name().ok_or_else(|| io::Error::from(Errno::EISDIR))?;
-        let name = CString::new(name.as_bytes()).map_err(|_| io::Error::from(Errno::EINVAL))?;
+        let name = last_name(target)?;
         let dir =
             nix::fcntl::open(parent, OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())?;
         self.commit_into(dir.as_fd(), &name, sync)
@@ -276,6 +274,13 @@ impl AtomicFile {
     }
 }
 
+/// The last component of `target`, for the `*at` calls.
+fn last_name(target: &Path) -> io::Result<CString> {
+    use std::os::unix::ffi::OsStrExt;
+    let name = target.file_name().ok_or_else(|| io::Error::from(Errno::EISDIR))?;
+    CString::new(name.as_bytes()).map_err(|_| io::Error::from(Errno::EINVAL))
+}
+
 fn no_name() -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, "an anonymous file has no name to rename")
 }
@@ -314,9 +319,11 @@ fn link_fresh(file: &File, dir: BorrowedFd<'_>, prefix: &str) -> io::Result<CStr
 
 /// Replaces `path` with `bytes` (mode 0600, synced as `sync` says).
 pub fn write(path: &Path, bytes: &[u8], sync: Durability) -> io::Result<()> {
+    let name = last_name(path)?;
     let mut tmp = AtomicFile::new_in(path.parent().unwrap_or(Path::new(".")), ".tmp-")?;
     tmp.file.write_all(bytes)?;
-    tmp.commit(path, sync).map(drop)
+    // In the directory `new_in` already opened: not opened a second time.
+    tmp.commit_at(&name, sync).map(drop)
 }
 
 #[cfg(test)]
