@@ -198,39 +198,42 @@ impl Parser<'_> {
             };
             let n = opt.args.len();
             if args.len() - i - 1 < n {
+                // bubblewrap counts `--overlay-src` without checking that
+                // its argument is there: the queue is then left unused.
+                if opt.kind == Kind::OverlaySrc {
+                    return Err(self.error(OVERLAY_SRC_MISUSE));
+                }
                 return Err(self.error(opt.missing_text()));
             }
             let values = &args[i + 1..i + 1 + n];
             i += 1 + n;
-            self.check_pending(opt)?;
             if !self.parsed.given.contains(&opt.name) {
                 self.parsed.given.push(opt.name);
             }
-            match self.apply(opt, values, in_file)? {
-                Some(stop) => return Ok(stop),
-                None => continue,
+            if let Some(stop) = self.apply(opt, values, in_file)? {
+                return Ok(stop);
             }
+            self.check_pending(opt)?;
         }
         Ok(Stop::End)
     }
 
     /// `--perms`, `--size` and `--overlay-src` must be followed by an
-    /// option that uses them.
+    /// option that uses them: checked, as bubblewrap does, once the next
+    /// option has been handled (so its own errors, a `--level-prefix` and
+    /// `--help` come first).
     fn check_pending(&mut self, opt: &Opt) -> Result<(), Error> {
         let kind = opt.kind;
-        let overlay = matches!(kind, Kind::OverlaySrc | Kind::Overlay | Kind::TmpOverlay | Kind::RoOverlay);
-        if !self.pending.overlay.is_empty() && !overlay {
+        if !matches!(kind, Kind::Perms | Kind::Size) {
+            if self.pending.perms.is_some() {
+                return Err(self.error("--perms must be followed by an option that creates a file"));
+            }
+            if self.pending.size.is_some() {
+                return Err(self.error("--size must be followed by --tmpfs"));
+            }
+        }
+        if kind != Kind::OverlaySrc && !self.pending.overlay.is_empty() {
             return Err(self.error(OVERLAY_SRC_MISUSE));
-        }
-        if matches!(kind, Kind::Perms | Kind::Size) {
-            return Ok(());
-        }
-        let takes_perms = matches!(kind, Kind::Tmpfs | Kind::Dir | Kind::File | Kind::BindData { .. });
-        if self.pending.perms.is_some() && !takes_perms {
-            return Err(self.error("--perms must be followed by an option that creates a file"));
-        }
-        if self.pending.size.is_some() && kind != Kind::Tmpfs {
-            return Err(self.error("--size must be followed by --tmpfs"));
         }
         Ok(())
     }
@@ -265,15 +268,6 @@ impl Parser<'_> {
                     Stop::Version => return Ok(Some(Stop::Version)),
                     _ => {}
                 }
-                if self.pending.perms.is_some() {
-                    return Err(self.error("--perms must be followed by an option that creates a file"));
-                }
-                if self.pending.size.is_some() {
-                    return Err(self.error("--size must be followed by --tmpfs"));
-                }
-                if !self.pending.overlay.is_empty() {
-                    return Err(self.error(OVERLAY_SRC_MISUSE));
-                }
             }
             Kind::Argv0 => {
                 if p.argv0.is_some() {
@@ -301,25 +295,26 @@ impl Parser<'_> {
                 } = true;
             }
             Kind::Fd(which) => {
-                let fd = self.fd(&v[0])?;
                 if which == FdOpt::Seccomp && !self.parsed.seccomp_programs.is_empty() {
                     return Err(self.error("--seccomp cannot be combined with --add-seccomp-fd"));
                 }
-                if self.parsed.fds.insert(opt.name, fd).is_some() {
+                if self.parsed.fds.contains_key(opt.name) {
                     self.warn_last(opt.name);
                 }
+                let fd = self.fd(&v[0])?;
+                self.parsed.fds.insert(opt.name, fd);
             }
             Kind::DisableUserns => p.disable_userns = true,
             Kind::AssertUsernsDisabled => p.assert_userns_disabled = true,
             Kind::Uid | Kind::Gid => {
-                let what = if opt.kind == Kind::Uid { "uid" } else { "gid" };
-                let id = parse_long(&v[0])
-                    .and_then(|n| u32::try_from(n).ok())
-                    .ok_or_else(|| self.error(format!("Invalid {what}: {}", v[0])))?;
-                let slot = if opt.kind == Kind::Uid { &mut self.parsed.uid } else { &mut self.parsed.gid };
-                if slot.replace(id).is_some() {
+                let uid = opt.kind == Kind::Uid;
+                if if uid { p.uid.is_some() } else { p.gid.is_some() } {
                     self.warn_last(opt.name);
                 }
+                let what = if uid { "uid" } else { "gid" };
+                let id = c_int(&v[0]).ok_or_else(|| self.error(format!("Invalid {what}: {}", v[0])))?;
+                let slot = if uid { &mut self.parsed.uid } else { &mut self.parsed.gid };
+                *slot = Some(id as u32);
             }
             Kind::Hostname => {
                 if p.hostname.replace(v[0].clone()).is_some() {
@@ -332,6 +327,12 @@ impl Parser<'_> {
                 }
             }
             Kind::Clearenv => p.env.clear(),
+            // The C library's setenv(3) and unsetenv(3) refuse a name that
+            // is empty or holds `=`; bubblewrap then stops.
+            Kind::Setenv if v[0].is_empty() || v[0].contains('=') => return Err(self.error("setenv failed")),
+            Kind::Unsetenv if v[0].is_empty() || v[0].contains('=') => {
+                return Err(self.error("unsetenv failed"));
+            }
             Kind::Setenv => {
                 p.env.retain(|(k, _)| *k != v[0]);
                 p.env.push((v[0].clone(), v[1].clone()));
@@ -403,10 +404,10 @@ impl Parser<'_> {
             }
             Kind::Symlink => p.ops.push(Op::Symlink { target: v[0].clone(), dst: v[1].clone() }),
             Kind::AddSeccompFd => {
-                let fd = self.fd(&v[0])?;
                 if self.parsed.fds.contains_key("--seccomp") {
                     return Err(self.error("--add-seccomp-fd cannot be combined with --seccomp"));
                 }
+                let fd = self.fd(&v[0])?;
                 let data = self
                     .io
                     .read_fd(fd)
@@ -448,9 +449,7 @@ impl Parser<'_> {
     }
 
     fn fd(&self, text: &str) -> Result<i32, Error> {
-        parse_long(text)
-            .and_then(|n| i32::try_from(n).ok())
-            .ok_or_else(|| self.error(format!("Invalid fd: {text}")))
+        c_int(text).ok_or_else(|| self.error(format!("Invalid fd: {text}")))
     }
 
     fn warn_last(&mut self, name: &str) {
@@ -556,14 +555,23 @@ pub fn one_line(message: &str) -> String {
         .collect()
 }
 
-/// C's `strtol(s, &end, 10)` over the whole string, with a non-negative result.
-fn parse_long(s: &str) -> Option<i64> {
-    let t = s.trim_start();
-    let t = t.strip_prefix('+').unwrap_or(t);
-    if t.is_empty() || !t.bytes().all(|b| b.is_ascii_digit()) {
+/// bubblewrap's reading of a descriptor, uid or gid: C's `strtol(s, &end,
+/// 10)` over the whole string (leading blanks and a sign allowed, clamped
+/// to the range of `long`), stored in an `int`, and refused if negative.
+fn c_int(s: &str) -> Option<i32> {
+    let t = s.trim_start_matches([' ', '\t', '\n', '\x0b', '\x0c', '\r']);
+    let (negative, digits) = match t.as_bytes().first() {
+        Some(b'-') => (true, &t[1..]),
+        Some(b'+') => (false, &t[1..]),
+        _ => (false, t),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    t.parse::<i64>().ok()
+    let magnitude = digits.bytes().fold(0i128, |n, b| (n * 10 + i128::from(b - b'0')).min(1 << 64));
+    let long = if negative { -magnitude } else { magnitude }.clamp(i64::MIN.into(), i64::MAX.into()) as i64;
+    // The conversion to `int` keeps the low 32 bits, as C does here.
+    Some(long as i32).filter(|n| *n >= 0)
 }
 
 /// C's `strtoul(s, &end, 8)`, at most 07777.
@@ -652,19 +660,30 @@ const CAPS: &[&str] = &[
     "checkpoint_restore",
 ];
 
-/// `CAP_NET_ADMIN` (any case, `cap_` optional), a number, or `ALL`.
+/// bubblewrap's reading of a capability: `ALL` (any case), else libcap's
+/// `cap_from_name`: a number (C's `strtoul` base 0 over the leading
+/// digits) below 64, or the longest run of letters and `_` at the start,
+/// a libcap name in any case (`cap_chown`; `cap_chown,cap_kill` reads as
+/// `cap_chown`). Bits the kernel does not know are dropped by `capset`.
 fn cap_mask(name: &str) -> Option<u64> {
-    let lower = name.to_ascii_lowercase();
-    let last = sandbox::nested::request::last_cap().min(63);
-    if lower == "all" {
-        return Some(if last >= 63 { u64::MAX } else { (1u64 << (last + 1)) - 1 });
+    if name.eq_ignore_ascii_case("all") {
+        return Some(u64::MAX);
     }
-    let bare = lower.strip_prefix("cap_").unwrap_or(&lower);
-    let n = match CAPS.iter().position(|c| *c == bare) {
-        Some(n) => n as u32,
-        None => lower.parse::<u32>().ok()?,
+    let n = if name.starts_with(|c: char| c.is_ascii_digit()) {
+        let (digits, radix) = match name.strip_prefix("0x").or_else(|| name.strip_prefix("0X")) {
+            Some(hex) => (hex, 16),
+            None if name.len() > 1 && name.starts_with('0') => (&name[1..], 8),
+            None => (name, 10),
+        };
+        let end = digits.find(|c: char| !c.is_digit(radix)).unwrap_or(digits.len());
+        // `strtoul` reads "0x" alone as 0, and clamps what overflows.
+        u64::from_str_radix(&digits[..end], radix).unwrap_or(if end == 0 { 0 } else { u64::MAX })
+    } else {
+        let end = name.find(|c: char| !(c.is_ascii_alphabetic() || c == '_')).unwrap_or(name.len());
+        let lower = name[..end].to_ascii_lowercase();
+        CAPS.iter().position(|c| lower.strip_prefix("cap_") == Some(*c))? as u64
     };
-    (n <= last).then(|| 1u64 << n)
+    (n < 64).then(|| 1u64 << n)
 }
 
 fn strerror(e: &std::io::Error) -> String {
@@ -940,12 +959,82 @@ mod tests {
     fn capabilities_in_order() {
         let p = parsed(&["--cap-drop", "ALL", "--cap-add", "cap_net_admin", "true"]);
         assert_eq!(p.caps(0), Some(1 << 12));
-        let p = parsed(&["--cap-add", "CAP_SYS_ADMIN", "--cap-drop", "sys_admin", "true"]);
+        let p = parsed(&["--cap-add", "CAP_SYS_ADMIN", "--cap-drop", "cap_sys_admin", "true"]);
         assert_eq!(p.caps(0), Some(0));
         assert_eq!(parsed(&["true"]).caps(0), None);
-        // Root outside a user namespace starts from its own set.
+        // Root starts from its own set.
         let p = parsed(&["--cap-drop", "CAP_KILL", "true"]);
         assert_eq!(p.caps(u64::MAX), Some(!(1 << 5)));
+    }
+
+    #[test]
+    fn capability_names_as_libcap_reads_them() {
+        let cap = |name: &str| match run(&["--cap-drop", "ALL", "--cap-add", name, "true"]) {
+            Ok(Outcome::Run(p)) => Ok(p.caps(0).unwrap()),
+            Err(e) => Err(e.message),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(cap("ALL"), Ok(u64::MAX));
+        assert_eq!(cap("all"), Ok(u64::MAX));
+        assert_eq!(cap("Cap_Chown"), Ok(1));
+        // The longest run of letters and `_`: the rest is not looked at.
+        assert_eq!(cap("cap_chown,cap_kill"), Ok(1));
+        assert_eq!(cap("CAP_CHOWN+ep"), Ok(1));
+        // A number, `strtoul` base 0, below 64 (the kernel drops unknown bits).
+        assert_eq!(cap("5"), Ok(1 << 5));
+        assert_eq!(cap("0x5"), Ok(1 << 5));
+        assert_eq!(cap("012"), Ok(1 << 10));
+        assert_eq!(cap("63"), Ok(1 << 63));
+        for bad in ["SYS_ADMIN", "cap_foo", "64", " cap_chown", ""] {
+            assert_eq!(cap(bad), Err(format!("unknown cap: {bad}")), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn numbers_as_strtol_into_an_int() {
+        let fd = |text: &str| match run(&["--sync-fd", text, "true"]) {
+            Ok(Outcome::Run(p)) => Ok(p.fds["--sync-fd"]),
+            Err(e) => Err(e.message),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(fd(" 3"), Ok(3));
+        assert_eq!(fd("+3"), Ok(3));
+        assert_eq!(fd("-0"), Ok(0));
+        // `long` to `int` keeps the low 32 bits.
+        assert_eq!(fd("4294967299"), Ok(3));
+        for bad in ["", "3x", "-1", "2147483648", "99999999999999999999", " "] {
+            assert_eq!(fd(bad), Err(format!("Invalid fd: {bad}")), "{bad:?}");
+        }
+        let uid = |text: &str| match run(&["--unshare-user", "--uid", text, "true"]) {
+            Ok(Outcome::Run(p)) => Ok(p.uid.unwrap()),
+            Err(e) => Err(e.message),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(uid("4294967296"), Ok(0));
+        assert_eq!(uid("4294967295"), Err("Invalid uid: 4294967295".into()));
+    }
+
+    #[test]
+    fn modifiers_are_checked_after_the_next_option() {
+        // The next option's own error, `--help`, and `--level-prefix` come first.
+        assert_eq!(
+            message(&["--perms", "0700", "--exec-label", "x", "true"]),
+            "labeling not supported on this system"
+        );
+        assert_eq!(run(&["--perms", "0700", "--help"]), Ok(Outcome::Help));
+        let err = run(&["--size", "4096", "--level-prefix", "true"]).unwrap_err();
+        assert_eq!((err.message.as_str(), err.prefixed), ("--size must be followed by --tmpfs", true));
+        // `--overlay-src` without its argument leaves the queue unused.
+        assert_eq!(message(&["--ro-bind", "/", "/", "--overlay-src"]), OVERLAY_SRC_MISUSE);
+        // The C library refuses these names.
+        assert_eq!(message(&["--setenv", "", "x", "true"]), "setenv failed");
+        assert_eq!(message(&["--setenv", "A=B", "x", "true"]), "setenv failed");
+        assert_eq!(message(&["--unsetenv", "", "true"]), "unsetenv failed");
+        // A repeated option warns before its value is checked.
+        let mut io = FakeIo::default();
+        let err = parse_with(&["--sync-fd", "3", "--sync-fd", "x", "true"], &mut io).unwrap_err();
+        assert_eq!(err.message, "Invalid fd: x");
+        assert_eq!(io.warnings, ["Only the last --sync-fd option will take effect"]);
     }
 
     #[test]
