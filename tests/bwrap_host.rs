@@ -226,17 +226,18 @@ for_each_caller!(data_and_descriptor_options, |caller: Caller| {
          df --output=size --block-size=1K /tmp/small | tail -1 | tr -d \" \"'",
     );
     assert_eq!(text, "/tmp/a 700\n/tmp/a/b 700\n/tmp/c 1755\n1024\n");
-    // --block-fd holds COMMAND until the descriptor has data; --sync-fd
-    // stays open in the sandbox.
+    // --block-fd holds COMMAND until the descriptor has data; then it is
+    // closed, and --sync-fd is the reaper's, as bubblewrap's: COMMAND has
+    // neither (but keeps the descriptors bubblewrap leaves alone).
     let text = ok(
         &f,
         "start=$(date +%s%N); { sleep 0.5; echo go; } | $BWRAP --ro-bind / / --block-fd 0 --sync-fd 4 -- \
-         sh -c 'date +%s%N; readlink /proc/self/fd/4' 4<data | \
-         { read t; read fd; echo $(( (t - start) / 100000000 )); echo \"$fd\"; }",
+         sh -c 'date +%s%N; readlink /proc/self/fd/0 /proc/self/fd/4 || echo closed; readlink /proc/self/fd/5' \
+         4<data 5<data | { read t; read rest; echo $(( (t - start) / 100000000 )); echo \"$rest\"; cat; }",
     );
     let lines: Vec<&str> = text.lines().collect();
     assert!(lines[0].parse::<u32>().unwrap() >= 4, "COMMAND waited for the block descriptor: {text}");
-    assert_eq!(lines[1], f.workspace.join("data").to_str().unwrap(), "{text}");
+    assert_eq!(lines[1..], ["closed", f.workspace.join("data").to_str().unwrap()], "{text}");
 });
 
 for_each_caller!(pid_1_locks_overlays_and_nested_userns, |caller: Caller| {

@@ -191,7 +191,7 @@ impl SandboxBuilder {
 
         let mut mounts = system_view(self.network)?;
         mounts.push(MountOp::Proc { dst: "/proc".into(), mode: self.proc });
-        mounts.push(MountOp::Dev { dst: "/dev".into() });
+        mounts.push(MountOp::Dev { dst: "/dev".into(), bwrap: false });
         mounts.push(MountOp::Tmpfs { dst: "/tmp".into(), mode: 0o1777, owned_by_user: false, size: None });
         if let Some(ws) = &self.workspace {
             require_dir("workspace", ws)?;

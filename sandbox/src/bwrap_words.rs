@@ -19,8 +19,8 @@ pub(crate) fn setup_failure<'a>(action: &'a Action, fail: &Fail<'a>) -> Option<W
     // Finding or creating the destination (mounts.rs: resolve, target).
     let creating = matches!(fail.call, "openat2" | "mkdirat" | "create" | "openat" | "split");
     // What is on the way is no directory: a parent, as bubblewrap's
-    // mkdir_with_parents finds.
-    let parent = fail.parent || fail.errno == Errno::ENOTDIR;
+    // mkdir_with_parents finds (the walk marks it).
+    let parent = fail.parent;
     let at = |what: What<'a>, dst: &'a CStr| Some(Words { what, dst, errno: fail.errno });
     let made = |kind: Kind, dst: &'a CStr| match (parent, kind) {
         (true, _) => at(MkdirParents, dst),
@@ -57,6 +57,10 @@ pub(crate) fn setup_failure<'a>(action: &'a Action, fail: &Fail<'a>) -> Option<W
         Action::BindData { dst, .. } if fail.call == "write" => at(WriteData, dst),
         Action::BindData { dst, .. } if creating => made(Kind::File, dst),
         Action::Chmod { dst, mode } => at(Chmod(*mode), dst),
+        Action::Remount { dst, .. } if parent => at(MkdirParents, dst),
+        // bubblewrap looks for the destination, then its mount.
+        Action::Remount { dst, .. } if fail.call == "openat2" => at(RemountMissing, dst),
+        Action::Remount { dst, .. } if fail.call == "statx(STATX_ATTR_MOUNT_ROOT)" => at(RemountNoMount, dst),
         _ => None,
     }
 }
@@ -78,6 +82,8 @@ enum What<'a> {
     Symlink,
     Chmod(u32),
     Mount(&'a CStr),
+    RemountMissing,
+    RemountNoMount,
 }
 
 impl fmt::Display for Words<'_> {
@@ -95,6 +101,13 @@ impl fmt::Display for Words<'_> {
             // C's `%#o`: a leading 0, none for 0 itself.
             What::Chmod(0) => write!(f, "Can't chmod 0 /{dst}: {why}"),
             What::Chmod(mode) => write!(f, "Can't chmod 0{mode:o} /{dst}: {why}"),
+            What::RemountMissing => {
+                write!(f, "Can't remount readonly on /newroot/{dst}: realpath(destination): {why}")
+            }
+            What::RemountNoMount => write!(
+                f,
+                "Can't remount readonly on /newroot/{dst}: Unable to find \"/newroot/{dst}\" in mount table"
+            ),
             What::Mount(fstype) => {
                 // bubblewrap names the mount point by its own path for the new root.
                 write!(f, "Can't mount {} on /newroot/{dst}: ", Lossy(fstype.to_bytes()))?;

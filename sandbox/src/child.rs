@@ -63,9 +63,11 @@ pub(crate) fn main(plan: &Plan, fds: &ChildFds) -> ! {
         {
             let _ = write!(report, "{words}");
         }
-        // bubblewrap's words: the step says it all, then the error's text.
+        // bubblewrap's words: the step says it all (with its argument, if
+        // any), then the error's text.
         Ok(Err(f)) if f.fail.call.is_empty() => {
-            let _ = write!(report, "{}: {}", f.what, f.fail.errno.desc());
+            let arg = Lossy(f.fail.arg.map_or(&[][..], CStr::to_bytes));
+            let _ = write!(report, "{}{arg}: {}", f.what, f.fail.errno.desc());
         }
         Ok(Err(f)) => {
             let _ = write!(report, "{}: {}", f.what, f.fail.call);
@@ -109,12 +111,26 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
         Ok(1) => {}
         _ => sys::exit_now(EXIT_SETUP_FAILED as i32),
     }
+    let bwrap_host = plan.nested.as_ref().and_then(|n| n.host.as_ref());
+    if let Some(message) = bwrap_host.and_then(|h| h.fail_at_start.as_deref()) {
+        let mut report = Report::new();
+        let _ = write!(report, "{message}");
+        report.send(fds.report, EXIT_SETUP_FAILED);
+        sys::exit_now(EXIT_SETUP_FAILED as i32);
+    }
 
     // 2. Become the sandbox user. For an unprivileged caller these ids are
     //    already ours; for a root caller mapping onto other host ids this
     //    switches to them. We keep all capabilities in our own namespace.
-    sys::setresgid(plan.gid).map_err(|e| fail("switch to the sandbox group", "setresgid", c"", e))?;
-    sys::setresuid(plan.uid).map_err(|e| fail("switch to the sandbox user", "setresuid", c"", e))?;
+    //    (Ids the caller mapped itself, bubblewrap's `--userns-block-fd`,
+    //    are the sandbox's as they are.)
+    if !bwrap_host.is_some_and(|h| h.caller_maps) {
+        sys::setresgid(plan.gid).map_err(|e| fail("switch to the sandbox group", "setresgid", c"", e))?;
+        sys::setresuid(plan.uid).map_err(|e| fail("switch to the sandbox user", "setresuid", c"", e))?;
+    } else if !ids_mapped() {
+        // Unmapped ids create nothing: bubblewrap fails at its first mkdir.
+        return Err(fail("Creating newroot failed", "", c"", Errno::EOVERFLOW));
+    }
 
     // 3. Die with the launcher. Credential changes reset the parent-death
     //    signal, so set it after step 2, then re-check the lifeline: if the
@@ -155,12 +171,19 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
         )),
         None => None,
     };
-    let mut clones = Clones::make(&plan.host_sources, host.as_fd()).map_err(|(i, f)| StepFail {
-        action: None,
-        what: &plan.host_sources[i].what,
-        hint: Some("the bind source disappeared or was replaced by a symlink after it was checked")
-            .filter(|_| f.errno == Errno::ENOENT || f.errno == Errno::ELOOP),
-        fail: f,
+    let mut clones = Clones::make(&plan.host_sources, host.as_fd()).map_err(|(i, f)| {
+        let source = &plan.host_sources[i];
+        match source.overlay.as_ref().filter(|_| plan.nested.is_some()) {
+            // bubblewrap's words for its overlay mount.
+            Some(overlay) => overlay_failure(&overlay.failure, f.errno, fds.report),
+            None => StepFail {
+                action: None,
+                what: &source.what,
+                hint: Some("the bind source disappeared or was replaced by a symlink after it was checked")
+                    .filter(|_| f.errno == Errno::ENOENT || f.errno == Errno::ELOOP),
+                fail: f,
+            },
+        }
     })?;
 
     // 7. A fresh tmpfs, stacked on top of `/` in our namespace, becomes the
@@ -173,6 +196,7 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
     // cloned from there when a fresh one is refused.
     let mut dirs = mounts::Dirs::new();
     for step in &plan.steps {
+        dirs.set_parents(step.parents);
         mounts::run(&step.action, &mut new, host.as_fd(), &mut clones, &mut dirs, fds.report).map_err(
             |f| StepFail {
                 what: &step.what,
@@ -201,21 +225,12 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
     sys::umount2(c".", libc::MNT_DETACH).map_err(|e| fail(enter_what, "umount2(MNT_DETACH)", c".", e))?;
     sys::chdir(c"/").map_err(|e| fail(enter_what, "chdir", c"/", e))?;
 
-    // 8b. bubblewrap's `--lock-file`s, held by this process for the
-    //     sandbox's life (a read lock, as bubblewrap takes).
-    if let Some(nested) = &plan.nested {
-        for lock in &nested.lock_files {
-            let fd =
-                sys::open(&lock.path, libc::O_RDONLY, 0).map_err(|e| fail(&lock.open_fail, "", c"", e))?;
-            sys::read_lock(fd.as_raw_fd()).map_err(|e| fail(&lock.lock_fail, "", c"", e))?;
-            // Held until this process exits.
-            std::mem::forget(fd);
-        }
-    }
-
     // 9. Hostname and, in a private network namespace, loopback.
     if let Some(hostname) = &plan.hostname {
-        sys::sethostname(hostname).map_err(|e| fail("set the hostname", "sethostname", hostname, e))?;
+        sys::sethostname(hostname).map_err(|e| match plan.nested {
+            Some(_) => fail("Can't set hostname to ", "", hostname, e),
+            None => fail("set the hostname", "sethostname", hostname, e),
+        })?;
     }
     if plan.network_off {
         sys::loopback_up().map_err(|e| fail("bring up loopback", "ioctl(SIOCSIFFLAGS)", c"lo", e))?;
@@ -241,7 +256,23 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
         }
     }
     if let Some((dir, e)) = first_error {
-        return Err(fail("enter the working directory", "chdir", dir, e));
+        return Err(match plan.nested {
+            Some(_) => fail("Can't chdir to ", "", dir, e),
+            None => fail("enter the working directory", "chdir", dir, e),
+        });
+    }
+
+    // 11a. bubblewrap's `--lock-file`s, held by this process for the
+    //      sandbox's life (a read lock, as bubblewrap takes), opened from
+    //      the command's working directory as bubblewrap's reaper does.
+    if let Some(nested) = &plan.nested {
+        for lock in &nested.lock_files {
+            let fd =
+                sys::open(&lock.path, libc::O_RDONLY, 0).map_err(|e| fail(&lock.open_fail, "", c"", e))?;
+            sys::read_lock(fd.as_raw_fd()).map_err(|e| fail(&lock.lock_fail, "", c"", e))?;
+            // Held until this process exits.
+            std::mem::forget(fd);
+        }
     }
 
     // 11b. A nested sandbox asked for its own user namespace: made only
@@ -262,11 +293,11 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
     //     command runs: no_new_privs, then empty bounding, ambient,
     //     effective, permitted and inheritable capability sets (a nested
     //     command's `--cap-add`s are kept, inside its own user namespace).
-    match &plan.nested {
-        Some(n) if n.caps_untouched => {
-            keep_callers_caps(keep_caps).map_err(|(call, e)| fail("drop privileges", call, c"", e))?
+    match bwrap_host {
+        Some(h) => bubblewrap_caps(h.caps).map_err(|(what, call, e)| fail(what, call, c"", e))?,
+        None => {
+            drop_privileges_keeping(keep_caps).map_err(|(call, e)| fail("drop privileges", call, c"", e))?
         }
-        _ => drop_privileges_keeping(keep_caps).map_err(|(call, e)| fail("drop privileges", call, c"", e))?,
     }
     if let Some(n) = &plan.nested {
         if (n.disable_userns || n.assert_userns_disabled) && sys::unshare(libc::CLONE_NEWUSER).is_ok() {
@@ -275,11 +306,21 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
             report.send(fds.report, EXIT_SETUP_FAILED);
             sys::exit_now(EXIT_SETUP_FAILED as i32);
         }
-        // `--block-fd`: wait for the caller's go.
+        // `--block-fd`: wait for the caller's go (bubblewrap goes on after
+        // a read error too), then close it.
         if let Some(fd) = n.block_fd {
             let mut byte = [0u8; 1];
             let _ = sys::read(fd, &mut byte);
+            if bwrap_host.is_some_and(|h| h.held.contains(&fd)) {
+                // SAFETY: a descriptor only PID 1 holds, closed once here.
+                let _ = unsafe { sys::close(fd) };
+            }
         }
+    }
+    for &fd in bwrap_host.map_or(&[][..], |h| &h.held_stdio) {
+        // SAFETY: our own copy of the caller's standard descriptor, which
+        // COMMAND must not inherit; nothing here uses it any more.
+        let _ = unsafe { sys::close(fd) };
     }
     // PID 1 holds the launcher's memory: out of the command's reach from
     // here on, whether Landlock is enforced or not (confine.rs). After the
@@ -335,7 +376,8 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
             // SAFETY: descriptors this process no longer uses, closed once.
             let _ = unsafe { sys::close(source) };
         }
-        if keep_caps != 0 {
+        // bubblewrap's reaper keeps no capability either.
+        if keep_caps != 0 || bwrap_host.is_some() {
             let _ = drop_privileges();
         }
     }
@@ -343,6 +385,22 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
     // own seccomp filter (init.rs) allows nothing else.
     crate::confine::forget(&plan.exec.envp, &plan.command_stack);
     crate::init::reap(pid, fds.exit, &plan.reaper_filter.filter)
+}
+
+/// bubblewrap's report of a failed overlay mount (`failure` names it);
+/// PID 1 ends.
+fn overlay_failure(failure: &str, errno: Errno, report_fd: RawFd) -> ! {
+    let mut report = Report::new();
+    let _ = match errno {
+        Errno::ELOOP => write!(report, "{failure}: Overlay directories may not overlap"),
+        Errno::ENOSPC => write!(
+            report,
+            "{failure}: Limit exceeded (ENOSPC). (Hint: Check that /proc/sys/fs/mount-max is sufficient, typically 100000)"
+        ),
+        e => write!(report, "{failure}: {}", e.desc()),
+    };
+    report.send(report_fd, EXIT_SETUP_FAILED);
+    sys::exit_now(EXIT_SETUP_FAILED as i32)
 }
 
 /// no_new_privs and no capabilities at all, in this process and whatever
@@ -382,16 +440,35 @@ pub(crate) fn drop_privileges_keeping(keep: u64) -> Result<(), (&'static str, Er
     Ok(())
 }
 
-/// bubblewrap run by root: no_new_privs, and the capabilities it has made
-/// ambient where the kernel lets it (it does not where the caller's
-/// inheritable set lacks them, which bubblewrap ignores too).
-fn keep_callers_caps(keep: u64) -> Result<(), (&'static str, Errno)> {
-    sys::prctl5(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0).map_err(|e| ("prctl(PR_SET_NO_NEW_PRIVS)", e))?;
-    for cap in (0..64u64).filter(|c| keep & (1 << c) != 0) {
+/// bubblewrap's capabilities for COMMAND: no_new_privs; the bounding set
+/// reduced to the requested ones in a user namespace it made; the sets
+/// `capset` to them (a refusal ignored for root, whose sets then stay as
+/// they were); the requested ones made ambient where the kernel lets it.
+fn bubblewrap_caps(caps: crate::prepare::BwrapCaps) -> Result<(), (&'static str, &'static str, Errno)> {
+    let what = "drop privileges";
+    sys::prctl5(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+        .map_err(|e| (what, "prctl(PR_SET_NO_NEW_PRIVS)", e))?;
+    let kept = |cap: u64| caps.requested & (1 << cap) != 0;
+    if caps.bound {
+        for cap in (0..64u64).filter(|&c| !kept(c)) {
+            match sys::prctl5(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) {
+                Ok(_) | Err(Errno::EINVAL | Errno::EPERM) => {}
+                Err(e) => return Err(("Dropping capability from bounds", "", e)),
+            }
+        }
+    }
+    if caps.set {
+        match sys::capset_to(caps.requested) {
+            Ok(()) => {}
+            Err(Errno::EPERM) if caps.root => {}
+            Err(e) => return Err(("capset failed", "", e)),
+        }
+    }
+    for cap in (0..64u64).filter(|&c| kept(c)) {
         let raise = libc::PR_CAP_AMBIENT_RAISE as libc::c_ulong;
         match sys::prctl5(libc::PR_CAP_AMBIENT, raise, cap as libc::c_ulong, 0, 0) {
             Ok(_) | Err(Errno::EPERM | Errno::EINVAL) => {}
-            Err(e) => return Err(("prctl(PR_CAP_AMBIENT_RAISE)", e)),
+            Err(e) => return Err(("Adding ambient capability", "", e)),
         }
     }
     Ok(())
@@ -469,12 +546,16 @@ fn enter_userns<'a>(
 /// `(failing call, errno)` on failure.
 fn private_proc(host: std::os::fd::BorrowedFd<'_>) -> Result<OwnedFd, (&'static str, Errno)> {
     let fs = sys::fsopen(c"proc").map_err(|e| ("fsopen", e))?;
-    sys::fsconfig_create(fs.as_fd()).map_err(|e| ("fsconfig(FSCONFIG_CMD_CREATE)", e))?;
     let attrs = libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV | libc::MOUNT_ATTR_NOEXEC;
-    let refused = match sys::fsmount(fs.as_fd(), attrs) {
+    // Refused where our user namespace does not own the pid namespace (a
+    // bwrap run on the host without a new one): the caller's /proc then.
+    let fresh = sys::fsconfig_create(fs.as_fd())
+        .map_err(|e| ("fsconfig(FSCONFIG_CMD_CREATE)", e))
+        .and_then(|()| sys::fsmount(fs.as_fd(), attrs).map_err(|e| ("fsmount", e)));
+    let refused = match fresh {
         Ok(fresh) => return Ok(fresh),
-        Err(Errno::EPERM) => Errno::EPERM,
-        Err(e) => return Err(("fsmount", e)),
+        Err((_, Errno::EPERM)) => Errno::EPERM,
+        Err(e) => return Err(e),
     };
     let flags = libc::OPEN_TREE_CLONE
         | libc::OPEN_TREE_CLOEXEC
@@ -487,6 +568,16 @@ fn private_proc(host: std::os::fd::BorrowedFd<'_>) -> Result<OwnedFd, (&'static 
     sys::mount_clearattr(copy.as_fd(), libc::MOUNT_ATTR_RDONLY)
         .map_err(|e| ("mount_setattr(proc, clear MOUNT_ATTR_RDONLY)", e))?;
     Ok(copy)
+}
+
+/// Whether this process's user namespace maps both its uid and its gid
+/// (`/proc/self/{uid,gid}_map` not empty).
+fn ids_mapped() -> bool {
+    [c"/proc/self/uid_map", c"/proc/self/gid_map"].iter().all(|path| {
+        let mut byte = [0u8; 1];
+        sys::open(path, libc::O_RDONLY, 0)
+            .is_ok_and(|fd| matches!(sys::read(fd.as_raw_fd(), &mut byte), Ok(1)))
+    })
 }
 
 /// A detached tmpfs for the new root: `(failing call, errno)` on failure.
@@ -635,7 +726,15 @@ pub(crate) fn harden_and_exec(plan: &Hardening<'_>, report_fd: RawFd) -> ! {
 
     for program in plan.extra_filters {
         if let Err(e) = sys::seccomp_prctl_filter(&program.filter) {
-            let _ = write!(report, "prctl(PR_SET_SECCOMP): {}", e.desc());
+            // bubblewrap's words.
+            let _ = match e {
+                Errno::EINVAL => write!(
+                    report,
+                    "Unable to set up system call filtering as requested: prctl(PR_SET_SECCOMP) reported EINVAL. \
+                     (Hint: this requires a kernel configured with CONFIG_SECCOMP and CONFIG_SECCOMP_FILTER.)"
+                ),
+                e => write!(report, "prctl(PR_SET_SECCOMP): {}", e.desc()),
+            };
             report.send(report_fd, EXIT_SETUP_FAILED);
             sys::exit_now(EXIT_SETUP_FAILED as i32);
         }

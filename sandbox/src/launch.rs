@@ -85,12 +85,18 @@ pub struct BwrapStatus {
     pub info_fd: Option<RawFd>,
     pub json_status_fd: Option<RawFd>,
     pub userns_block_fd: Option<RawFd>,
+    /// `--userns2`: bubblewrap's monitor joins it too, before it reports.
+    pub userns2_fd: Option<RawFd>,
 }
 
 impl BwrapStatus {
     /// The namespace lines for the child `pid` made with `flags`.
     fn announce(&self, pid: libc::pid_t, flags: libc::c_ulong) -> Result<(), SyscallError> {
         use std::os::unix::fs::MetadataExt;
+        if let Some(fd) = self.userns2_fd {
+            sys::setns(fd, libc::CLONE_NEWUSER)
+                .map_err(|e| SyscallError::new("Setting userns2 failed", "setns", e))?;
+        }
         let mut ids = String::new();
         let mut pretty = String::new();
         for (name, flag) in [
@@ -241,15 +247,18 @@ pub(crate) fn execute(
         drop(w);
         r
     });
+    let host = plan.nested.as_ref().and_then(|n| n.host.as_ref());
     if let Some(nested) = &plan.nested {
         // The caller's descriptors are the nested PID 1's now.
-        for &(_, source) in &nested.fds {
+        let held = host.map_or(&[][..], |h| &h.held);
+        for &source in nested.fds.iter().map(|(_, source)| source).chain(held) {
             // SAFETY: the plan's raw copies, ours to close, closed once.
             let _ = unsafe { sys::close(source) };
         }
     }
 
-    if plan.clone_flags & libc::CLONE_NEWUSER as libc::c_ulong != 0 {
+    // bubblewrap's `--userns-block-fd`: the caller writes the maps.
+    if plan.clone_flags & libc::CLONE_NEWUSER as libc::c_ulong != 0 && !host.is_some_and(|h| h.caller_maps) {
         write_id_maps(pid, plan)?;
     }
     if let Some(status) = &options.bwrap_status {

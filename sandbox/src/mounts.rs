@@ -145,11 +145,18 @@ pub(crate) struct Dirs {
     path: [u8; PATH_BUF],
     len: usize,
     fd: Option<OwnedFd>,
+    /// The mode of missing parent directories, for the current step.
+    parents: u32,
 }
 
 impl Dirs {
     pub(crate) fn new() -> Dirs {
-        Dirs { path: [0; PATH_BUF], len: 0, fd: None }
+        Dirs { path: [0; PATH_BUF], len: 0, fd: None, parents: 0o755 }
+    }
+
+    /// Missing parents of the next step's destination get this mode.
+    pub(crate) fn set_parents(&mut self, mode: u32) {
+        self.parents = mode;
     }
 
     /// The directory `rel` inside `root` (created if missing, as
@@ -159,7 +166,7 @@ impl Dirs {
         let cached = self.fd.is_some() && self.path[..self.len] == *bytes;
         if !cached {
             self.fd = None;
-            let fd = resolve(root, rel, Some(Kind::Dir))?;
+            let fd = resolve_mode(root, rel, Some(Kind::Dir), self.parents, self.parents)?;
             if bytes.len() <= self.path.len() {
                 self.path[..bytes.len()].copy_from_slice(bytes);
                 self.len = bytes.len();
@@ -204,7 +211,18 @@ fn target<'a>(root: BorrowedFd<'_>, dirs: &mut Dirs, dst: &'a CStr, kind: Kind) 
             Err(_) => {}
         }
     }
-    resolve(root, dst, Some(kind))
+    resolve_mode(root, dst, Some(kind), dirs.parents, 0o755)
+}
+
+/// A mount point found where `dst` was: a directory for a directory's
+/// mount, anything but one for a file's (bubblewrap's `ensure_dir` and
+/// `ensure_file`, whose words bwrap_words.rs gives these failures).
+fn fits<'a>(target: &OwnedFd, dst: &'a CStr, kind: Kind) -> Result<'a, ()> {
+    match (kind, sys::is_dir(target)) {
+        (Kind::Dir, false) => Err(Fail::rooted("mkdirat", dst, Errno::ENOTDIR)),
+        (Kind::File, true) => Err(Fail::rooted("create", dst, Errno::EISDIR)),
+        _ => Ok(()),
+    }
 }
 
 /// Creates `name` in `dir` as `kind`, never through a symlink, and opens
@@ -245,6 +263,7 @@ fn attach<'a>(
     kind: Kind,
 ) -> Result<'a, ()> {
     let target = target(root, dirs, dst, kind)?;
+    fits(&target, dst, kind)?;
     dirs.mounted_on(dst);
     sys::move_mount_fd(tree, target.as_fd()).map_err(|e| Fail::rooted("move_mount", dst, e))
 }
@@ -266,6 +285,7 @@ fn attach_owned<'a>(
     if !dst.is_empty() {
         return attach(tree.as_fd(), new.as_fd(), dirs, dst, kind);
     }
+    fits(new, dst, kind)?;
     dirs.mounted_on(dst);
     // umount2 takes a path: the old root is the working directory's mount
     // (nothing is mounted on its root: a root mount always replaces it).
@@ -327,6 +347,8 @@ pub(crate) fn run<'a>(
             sys::write_all(std::os::fd::AsRawFd::as_raw_fd(&fd), contents)
                 .map_err(|e| Fail::rooted("write", path, e))
         }
+        // The new root itself is a directory (bubblewrap's `creat` of it).
+        Action::CreateFile { dst, .. } if dst.is_empty() => Err(Fail::rooted("openat", dst, Errno::EISDIR)),
         Action::CreateFile { dst, contents, mode } => {
             let mut parent_buf = [0u8; PATH_BUF];
             let mut name_buf = [0u8; 256];
@@ -334,7 +356,8 @@ pub(crate) fn run<'a>(
                 split_last(dst, &mut parent_buf, &mut name_buf).map_err(|e| Fail::rooted("split", dst, e))?;
             let dir = dirs.get(root, parent).map_err(|f| Fail::rooted(f.call, dst, f.errno).in_parent())?;
             let flags = libc::O_CREAT | libc::O_TRUNC | libc::O_WRONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
-            let fd = sys::openat(dir, name, flags, *mode).map_err(|e| Fail::rooted("openat", dst, e))?;
+            let fd = sys::openat(dir, name, flags, *mode)
+                .map_err(|e| not_dir_is_parent(Fail::rooted("openat", dst, e)))?;
             sys::write_all(std::os::fd::AsRawFd::as_raw_fd(&fd), contents)
                 .map_err(|e| Fail::rooted("write", dst, e))
         }
@@ -363,6 +386,9 @@ pub(crate) fn run<'a>(
             sys::unlinkat(root, dir, libc::AT_REMOVEDIR)
                 .map_err(|e| Fail::rooted("unlinkat(AT_REMOVEDIR)", dir, e))
         }
+        Action::Symlink { dst, .. } if dst.is_empty() => {
+            symlink_exists(dst, None, notices);
+        }
         Action::Symlink { target, dst } => {
             let mut parent_buf = [0u8; PATH_BUF];
             let mut name_buf = [0u8; 256];
@@ -374,31 +400,15 @@ pub(crate) fn run<'a>(
                 // Idempotent, as in bubblewrap: an identical link is fine.
                 Err(Errno::EEXIST) if same_link(dir, name, target) => Ok(()),
                 Err(Errno::EEXIST) => {
-                    // bubblewrap's words, with what is there instead.
                     let mut buf = [0u8; PATH_BUF];
-                    let mut report = crate::report::Report::new();
-                    let at = crate::report::Lossy(dst.to_bytes());
-                    let _ = match sys::readlinkat(dir, name, &mut buf) {
-                        Ok(n) => std::fmt::Write::write_fmt(
-                            &mut report,
-                            format_args!(
-                                "Can't make symlink at /{at}: existing destination is {}",
-                                crate::report::Lossy(&buf[..n])
-                            ),
-                        ),
-                        Err(_) => std::fmt::Write::write_fmt(
-                            &mut report,
-                            format_args!(
-                                "Can't make symlink at /{at}: destination exists and is not a symlink"
-                            ),
-                        ),
-                    };
-                    report.send(notices, crate::error::EXIT_SETUP_FAILED);
-                    sys::exit_now(crate::error::EXIT_SETUP_FAILED as i32)
+                    let found = sys::readlinkat(dir, name, &mut buf).ok().map(|n| &buf[..n]);
+                    symlink_exists(dst, found, notices)
                 }
-                Err(e) => Err(Fail::rooted("symlinkat", dst, e)),
+                Err(e) => Err(not_dir_is_parent(Fail::rooted("symlinkat", dst, e))),
             }
         }
+        // `--dir /`: the new root is one already.
+        Action::Dir { dst, .. } if dst.is_empty() => Ok(()),
         Action::Dir { dst, mode } => {
             let mut parent_buf = [0u8; PATH_BUF];
             let mut name_buf = [0u8; 256];
@@ -406,19 +416,23 @@ pub(crate) fn run<'a>(
                 split_last(dst, &mut parent_buf, &mut name_buf).map_err(|e| Fail::rooted("split", dst, e))?;
             // Missing parents as bubblewrap makes them: no access for
             // group or others where the directory itself gives none.
-            let parents =
-                0o700 | if mode & 0o070 != 0 { 0o050 } else { 0 } | if mode & 0o007 != 0 { 0o005 } else { 0 };
+            let parents = crate::prepare::parents_for(*mode);
             let own;
-            let dir = if parents == 0o755 || parent.is_empty() {
+            let dir = if parents == dirs.parents || parent.is_empty() {
                 dirs.get(root, parent).map_err(|f| Fail::rooted(f.call, dst, f.errno).in_parent())?
             } else {
-                own = resolve_mode(root, parent, Some(Kind::Dir), parents)
+                own = resolve_mode(root, parent, Some(Kind::Dir), parents, parents)
                     .map_err(|f| Fail::rooted(f.call, dst, f.errno).in_parent())?;
                 own.as_fd()
             };
             match sys::mkdirat(dir, name, *mode) {
-                Ok(()) | Err(Errno::EEXIST) => Ok(()),
-                Err(e) => Err(Fail::rooted("mkdirat", dst, e)),
+                Ok(()) => Ok(()),
+                // What is there must be a directory, or a link to one.
+                Err(Errno::EEXIST) => {
+                    let there = resolve(root, dst, None)?;
+                    fits(&there, dst, Kind::Dir)
+                }
+                Err(e) => Err(not_dir_is_parent(Fail::rooted("mkdirat", dst, e))),
             }
         }
         Action::AttachTree { tree, dst, kind } => attach(tree.as_fd(), root, dirs, dst, *kind),
@@ -429,7 +443,22 @@ pub(crate) fn run<'a>(
             attach(tree.as_fd(), root, dirs, dst, Kind::Dir)
         }
         Action::Remount { dst, attrs } => {
-            let target = resolve(root, dst, None)?;
+            // bubblewrap makes the missing parents, then finds no
+            // destination, or no mount there.
+            let target = match resolve(root, dst, None) {
+                Err(f) if f.errno == Errno::ENOENT => {
+                    let mut parent_buf = [0u8; PATH_BUF];
+                    let mut name_buf = [0u8; 256];
+                    if let Ok((parent, _)) = split_last(dst, &mut parent_buf, &mut name_buf) {
+                        dirs.get(root, parent).map_err(|f| Fail::rooted(f.call, dst, f.errno).in_parent())?;
+                    }
+                    return Err(f);
+                }
+                other => other?,
+            };
+            if !sys::is_mount_root(target.as_fd()).map_err(|e| Fail::rooted("statx", dst, e))? {
+                return Err(Fail::rooted("statx(STATX_ATTR_MOUNT_ROOT)", dst, Errno::EINVAL));
+            }
             sys::mount_setattr(target.as_fd(), *attrs, false)
                 .map_err(|e| Fail::rooted("mount_setattr", dst, e))
         }
@@ -467,6 +496,16 @@ fn proc<'a>(
     dirs: &mut Dirs,
     notices: std::os::fd::RawFd,
 ) -> Result<'a, ()> {
+    if p.mode == crate::spec::ProcMode::Caller {
+        let copy = clone_tree(
+            host,
+            procfs::OUTER,
+            RESOLVE_CANONICAL,
+            libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV,
+        )?;
+        attach(copy.as_fd(), new, dirs, &p.dst, Kind::Dir)?;
+        return proc_covers(p, new, dirs);
+    }
     if p.tries_fresh() {
         match fresh_proc(p, new, dirs) {
             Ok(()) => return Ok(()),
@@ -487,13 +526,26 @@ fn fresh_proc<'a>(p: &'a procfs::Prepared, new: BorrowedFd<'_>, dirs: &mut Dirs)
     sys::fsconfig_create(fs.as_fd()).map_err(|e| Fail::new("fsconfig(FSCONFIG_CMD_CREATE)", c"proc", e))?;
     let mnt = sys::fsmount(fs.as_fd(), procfs::ATTRS).map_err(|e| Fail::new("fsmount", c"proc", e))?;
     attach(mnt.as_fd(), new, dirs, &p.dst, Kind::Dir)?;
+    proc_covers(p, new, dirs)
+}
+
+/// The entries of `/proc` covered read-only (each bound over itself).
+fn proc_covers<'a>(p: &'a procfs::Prepared, new: BorrowedFd<'_>, dirs: &mut Dirs) -> Result<'a, ()> {
     for path in &p.covers {
+        if p.covers_if_writable {
+            match sys::faccessat(new, path, libc::W_OK) {
+                Ok(()) => {}
+                Err(Errno::EACCES | Errno::ENOENT | Errno::EROFS) => continue,
+                Err(e) => return Err(Fail::rooted("access", path, e)),
+            }
+        }
         let copy = match clone_tree(new, path, RESOLVE_IN_ROOT, libc::MOUNT_ATTR_RDONLY | procfs::ATTRS) {
             Ok(copy) => copy,
             Err(f) if f.errno == Errno::ENOENT && f.call == "openat2" => continue,
             Err(f) => return Err(f),
         };
-        attach(copy.as_fd(), new, dirs, path, Kind::File)?;
+        let kind = if sys::is_dir(&copy) { Kind::Dir } else { Kind::File };
+        attach(copy.as_fd(), new, dirs, path, kind)?;
     }
     Ok(())
 }
@@ -515,6 +567,34 @@ pub(crate) fn clone_tree<'a>(
     let copy = sys::open_tree(source.as_fd(), c"", flags).map_err(|e| Fail::rooted("open_tree", src, e))?;
     sys::mount_setattr(copy.as_fd(), attrs, true).map_err(|e| Fail::rooted("mount_setattr", src, e))?;
     Ok(copy)
+}
+
+/// ENOTDIR creating a name in a directory we opened: it is no directory,
+/// a parent of the destination.
+fn not_dir_is_parent(f: Fail<'_>) -> Fail<'_> {
+    if f.errno == Errno::ENOTDIR { f.in_parent() } else { f }
+}
+
+/// bubblewrap's words for a symlink whose destination is taken: by
+/// another link (`found`, its target), or by something else; PID 1 ends.
+fn symlink_exists(dst: &CStr, found: Option<&[u8]>, notices: std::os::fd::RawFd) -> ! {
+    let mut report = crate::report::Report::new();
+    let at = crate::report::Lossy(dst.to_bytes());
+    let _ = match found {
+        Some(target) => std::fmt::Write::write_fmt(
+            &mut report,
+            format_args!(
+                "Can't make symlink at /{at}: existing destination is {}",
+                crate::report::Lossy(target)
+            ),
+        ),
+        None => std::fmt::Write::write_fmt(
+            &mut report,
+            format_args!("Can't make symlink at /{at}: destination exists and is not a symlink"),
+        ),
+    };
+    report.send(notices, crate::error::EXIT_SETUP_FAILED);
+    sys::exit_now(crate::error::EXIT_SETUP_FAILED as i32)
 }
 
 fn same_link(dir: BorrowedFd<'_>, name: &CStr, target: &CStr) -> bool {
@@ -553,15 +633,17 @@ fn split_last<'b>(
 /// resolving symlinks as if `root` were `/`. With `create`, missing
 /// components are created as directories, and the last one as `create` says.
 pub(crate) fn resolve<'a>(root: BorrowedFd<'_>, rel: &'a CStr, create: Option<Kind>) -> Result<'a, OwnedFd> {
-    resolve_mode(root, rel, create, 0o755)
+    resolve_mode(root, rel, create, 0o755, 0o755)
 }
 
-/// [`resolve`], creating missing directories with mode `dir_mode`.
+/// [`resolve`], creating missing directories with mode `parents`, the
+/// last one (a directory) with `last`.
 fn resolve_mode<'a>(
     root: BorrowedFd<'_>,
     rel: &'a CStr,
     create: Option<Kind>,
-    dir_mode: u32,
+    parents: u32,
+    last_mode: u32,
 ) -> Result<'a, OwnedFd> {
     let whole = if rel.is_empty() { c"." } else { rel };
     match sys::openat2(root, whole, libc::O_PATH, 0, RESOLVE_IN_ROOT) {
@@ -610,7 +692,7 @@ fn resolve_mode<'a>(
             Err(Errno::ENOENT) => {
                 let dir = parent.as_ref().map_or(root, |p| p.as_fd());
                 let kind = if last && create == Some(Kind::File) { Kind::File } else { Kind::Dir };
-                match self::create_mode(dir, name, kind, dir_mode) {
+                match self::create_mode(dir, name, kind, if last { last_mode } else { parents }) {
                     Ok(fd) => {
                         fresh = true;
                         fd

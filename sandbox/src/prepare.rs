@@ -37,7 +37,8 @@ const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 const STAGING_DIR: &str = ".tuixiu-staging";
 /// Most host sources (binds and deferred binds) one sandbox may have; their
 /// clones are kept in a fixed array in the child.
-pub(crate) const MAX_HOST_SOURCES: usize = 128;
+/// bwrap's 9000 arguments make at most 3000 binds.
+pub(crate) const MAX_HOST_SOURCES: usize = 4096;
 /// Most deferred binds one sandbox may hold.
 pub(crate) const MAX_DEFERRED: usize = 64;
 
@@ -46,6 +47,9 @@ pub(crate) const MAX_DEFERRED: usize = 64;
 pub(crate) struct OverlayFs {
     pub options: Vec<(CString, Option<CString>)>,
     pub tmp: bool,
+    /// bubblewrap's words for a failure: `Can't make overlay mount on
+    /// /newroot/DEST with options OPTIONS` (its own option string).
+    pub failure: String,
 }
 
 /// What to create at a bind destination that does not exist yet.
@@ -158,6 +162,8 @@ pub(crate) enum Action {
 pub(crate) struct Step {
     pub what: String,
     pub action: Action,
+    /// The mode of the missing parent directories it creates.
+    pub parents: u32,
 }
 
 /// How to execute the command: argv/envp as C arrays and the candidate
@@ -268,6 +274,43 @@ pub(crate) struct NestedParts {
     pub file_label: Option<CString>,
 }
 
+/// The parts of PID 1's work that follow bubblewrap's rules on the host
+/// (docs/bwrap.md), where a nested sandbox follows the runtime's.
+pub(crate) struct HostChild {
+    /// The capabilities COMMAND ends with (instead of `keep_caps`).
+    pub caps: BwrapCaps,
+    /// Descriptors PID 1 holds that COMMAND does not get: `--sync-fd`,
+    /// held by the reaper for the sandbox's life; `--block-fd` is one of
+    /// them too, closed once read.
+    pub held: Vec<std::os::fd::RawFd>,
+    /// Standard descriptors among those (their numbers in COMMAND), which
+    /// PID 1 closes so that COMMAND does not inherit them either.
+    pub held_stdio: Vec<std::os::fd::RawFd>,
+    /// `--userns-block-fd`: the caller writes the id maps while the
+    /// launcher waits; PID 1 keeps whatever ids they give it.
+    pub caller_maps: bool,
+    /// A failure bubblewrap meets only inside the sandbox it has made (a
+    /// missing source, a destination it cannot use): reported by PID 1 as
+    /// soon as it runs, after the status descriptors have had the
+    /// sandbox's pid, as bubblewrap's do.
+    pub fail_at_start: Option<String>,
+}
+
+/// bubblewrap's capability rule for COMMAND: `requested` (the caller's
+/// effective set for root, else empty, then `--cap-add`/`--cap-drop`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct BwrapCaps {
+    pub requested: u64,
+    /// `capset` to `requested`; not for root without `--cap-add` or
+    /// `--cap-drop`, whose sets are left as they are.
+    pub set: bool,
+    /// Reduce the bounding set to `requested`: only in a user namespace
+    /// bubblewrap made or joined.
+    pub bound: bool,
+    /// The caller is root: a `capset` refused with EPERM is ignored.
+    pub root: bool,
+}
+
 /// A `--lock-file` and bubblewrap's words for its failures.
 pub(crate) struct LockFile {
     pub path: CString,
@@ -288,9 +331,8 @@ pub(crate) struct NestedChild {
     /// caller passed; the sources are numbered from `fd_base` up.
     pub fds: Vec<(std::os::fd::RawFd, std::os::fd::RawFd)>,
     pub fd_base: std::os::fd::RawFd,
-    /// Leave the capability sets alone (bwrap run by root without
-    /// `--cap-add`/`--cap-drop`: COMMAND keeps what the caller has).
-    pub caps_untouched: bool,
+    /// What a bwrap run on the host does besides (bubblewrap's own rules).
+    pub host: Option<HostChild>,
     /// `--seccomp`/`--add-seccomp-fd` programs, installed after the runtime's.
     pub extra_filters: Vec<seccomp::Program>,
     /// `--as-pid-1` (or no new pid namespace): PID 1 executes COMMAND
@@ -370,6 +412,8 @@ impl Plan {
             splicer: Splicer::default(),
             tmpfs: spec.security.limits.tmpfs_options(),
             file_label: None,
+            parents: 0o755,
+            bwrap: false,
         };
         let portal = match front_end.filter(|_| spec.nested) {
             Some(exe) => Some((crate::portal::socket()?, exe)),
@@ -416,10 +460,10 @@ impl Plan {
             deferred.push(Deferred { source, dst });
         }
         plan.finish()?;
-        plan.steps.push(Step {
-            what: "make / read-only".into(),
-            action: Action::Remount { dst: CString::default(), attrs: MOUNT_RDONLY },
-        });
+        plan.push(
+            "make / read-only".into(),
+            Action::Remount { dst: CString::default(), attrs: MOUNT_RDONLY },
+        );
 
         if spec.hostname.is_empty() || spec.hostname.len() > 64 || spec.hostname.contains(['\0', '/']) {
             return Err(SpecError::new(format!(
@@ -527,8 +571,11 @@ impl Plan {
             tmpfs: spec.security.limits.tmpfs_options(),
             overlay_userxattr: parts.overlay_userxattr,
             file_label: parts.file_label,
+            parents: 0o755,
+            bwrap: true,
         };
         for (i, op) in spec.mounts.iter().enumerate() {
+            plan.parents = bwrap_parents(op);
             plan.expand(op)?;
             for (at, path) in &parts.detach {
                 if *at == i {
@@ -540,6 +587,7 @@ impl Plan {
                 }
             }
         }
+        plan.parents = 0o755;
         plan.finish()?;
         // bubblewrap's root stays writable: sized like every private tmpfs.
         let root_tmpfs = plan.tmpfs_size_options(None)?.to_vec();
@@ -607,11 +655,15 @@ struct Expansion<'a> {
     /// bubblewrap's `--file-label`: the context of the tmpfs mounts made
     /// for the sandbox's content (`--tmpfs`, `--dev` and its `shm`).
     file_label: Option<CString>,
+    /// The mode of missing parent directories the steps being planned create.
+    parents: u32,
+    /// A bwrap sandbox (bubblewrap's rules where they differ).
+    bwrap: bool,
 }
 
 impl Expansion<'_> {
     fn push(&mut self, what: String, action: Action) {
-        self.steps.push(Step { what, action });
+        self.steps.push(Step { what, action, parents: self.parents });
     }
 
     /// A step of splice.rs as the action that does it.
@@ -791,10 +843,10 @@ impl Expansion<'_> {
                 );
             }
             MountOp::Proc { mode, .. } => {
-                let prepared = procfs::prepare(&dst_text, dst, *mode)?;
+                let prepared = procfs::prepare(&dst_text, dst, *mode, self.bwrap)?;
                 self.push(format!("mount proc on {dst_text}"), Action::Proc(prepared));
             }
-            MountOp::Dev { .. } => self.expand_dev(&dst_text)?,
+            MountOp::Dev { bwrap, .. } => self.expand_dev(&dst_text, *bwrap)?,
             MountOp::File { contents, mode, .. } => {
                 let path = self.stage(&format!("the contents of {dst_text}"), contents.clone(), *mode)?;
                 self.push(
@@ -944,11 +996,35 @@ impl Expansion<'_> {
         } else {
             "ro-overlay"
         };
+        // bubblewrap's option string, as its messages show it: its paths
+        // for the caller's tree (`/oldroot`) and its tmp-overlays' layers.
+        let bwrap_path = |p: &Path| -> Result<String, SpecError> {
+            let mut escaped = String::from("/oldroot");
+            for c in path(p)?.chars() {
+                if matches!(c, '\\' | ',' | ':') {
+                    escaped.push('\\');
+                }
+                escaped.push(c);
+            }
+            Ok(escaped)
+        };
+        let mut shown = match upper {
+            Some((up, work)) => format!("upperdir={},workdir={},", bwrap_path(up)?, bwrap_path(work)?),
+            None if tmp => {
+                let n =
+                    self.host_sources.iter().filter(|s| s.overlay.as_ref().is_some_and(|o| o.tmp)).count();
+                format!("upperdir=/tmp-overlay-upper-{n},workdir=/tmp-overlay-work-{n},")
+            }
+            None => String::new(),
+        };
+        let layers = lower.iter().map(|p| bwrap_path(p)).collect::<Result<Vec<_>, _>>()?;
+        shown.push_str(&format!("lowerdir={},userxattr", layers.join(":")));
+        let failure = format!("Can't make overlay mount on /newroot{dst_text} with options {shown}");
         let what = format!("mount {kind} on {dst_text}");
         let attrs = MOUNT_NOSUID | MOUNT_NODEV | if upper.is_none() && !tmp { MOUNT_RDONLY } else { 0 };
         self.host_sources.push(HostSource {
             what: what.clone(),
-            overlay: Some(OverlayFs { options, tmp }),
+            overlay: Some(OverlayFs { options, tmp, failure }),
             src: CString::default(),
             kind: Kind::Dir,
             attrs,
@@ -981,8 +1057,11 @@ impl Expansion<'_> {
         Ok([option("size", &size.to_string())?, option("nr_inodes", &inodes.to_string())?])
     }
 
-    /// The minimal `/dev`, as bubblewrap's `--dev` builds it.
-    fn expand_dev(&mut self, dst_text: &str) -> Result<(), SpecError> {
+    /// The minimal `/dev`, as bubblewrap's `--dev` builds it; the
+    /// runtime's (`bwrap` false) read-only and `noexec`, with a private
+    /// tmpfs for `shm`.
+    fn expand_dev(&mut self, dst_text: &str, bwrap: bool) -> Result<(), SpecError> {
+        let exec = if bwrap { MOUNT_NODEV } else { MOUNT_NOEXEC };
         let at = |entry: &str| cstring("dev path", child_rel(dst_text, entry));
         let label = self.file_label.as_ref().map(crate::selinux::mount_option);
         let tmpfs = |dst: CString, mode: &str, attrs: u64| -> Result<Action, SpecError> {
@@ -993,7 +1072,7 @@ impl Expansion<'_> {
                 dst,
             })
         };
-        self.push(format!("mount tmpfs on {dst_text}"), tmpfs(at("")?, "755", MOUNT_NOSUID | MOUNT_NOEXEC)?);
+        self.push(format!("mount tmpfs on {dst_text}"), tmpfs(at("")?, "755", MOUNT_NOSUID | exec)?);
         for dev in DEVICES {
             let host = format!("/dev/{dev}");
             let is_char_device = std::fs::metadata(&host).is_ok_and(|m| m.file_type().is_char_device());
@@ -1006,7 +1085,7 @@ impl Expansion<'_> {
                 src: cstring("device", format!("dev/{dev}"))?,
                 kind: Kind::File,
                 // Device nodes: no nodev, of course.
-                attrs: MOUNT_NOSUID | MOUNT_NOEXEC,
+                attrs: MOUNT_NOSUID | if bwrap { 0 } else { MOUNT_NOEXEC },
             });
             let index = self.host_sources.len() - 1;
             self.push(
@@ -1040,6 +1119,13 @@ impl Expansion<'_> {
                 dst: at("pts")?,
             },
         );
+        if bwrap {
+            self.push(
+                format!("create directory {dst_text}/shm"),
+                Action::Dir { dst: at("shm")?, mode: 0o755 },
+            );
+            return Ok(());
+        }
         let mut shm = tmpfs(at("shm")?, "1777", MOUNT_NOSUID | MOUNT_NODEV)?;
         if let Action::Fs { options, .. } = &mut shm {
             options.extend(self.tmpfs_size_options(None)?);
@@ -1152,9 +1238,13 @@ pub(crate) fn landlock_paths(spec: &SandboxSpec) -> Result<Vec<(String, Grant)>,
             | MountOp::BindData { dst, access: Access::Rw, .. }
             | MountOp::Overlay { dst, upper: Some(_), .. }
             | MountOp::Overlay { dst, tmp: true, .. } => paths.push((norm(dst)?, Grant::Write)),
-            MountOp::Dev { dst } => {
+            MountOp::Dev { dst, bwrap } => {
                 let dst = norm(dst)?;
-                paths.push((format!("{}/shm", dst.trim_end_matches('/')), Grant::Write));
+                if *bwrap {
+                    paths.push((dst.clone(), Grant::Write));
+                } else {
+                    paths.push((format!("{}/shm", dst.trim_end_matches('/')), Grant::Write));
+                }
                 paths.push((dst, Grant::Dev));
             }
             MountOp::Proc { dst, .. } => paths.push((norm(dst)?, Grant::Proc)),
@@ -1167,6 +1257,26 @@ pub(crate) fn landlock_paths(spec: &SandboxSpec) -> Result<Vec<(String, Grant)>,
         }
     }
     Ok(paths)
+}
+
+/// The mode bubblewrap gives the missing parents of an operation's
+/// destination: 0755 without the group's or others' bits where the
+/// operation's own mode has none of theirs; operations without a mode of
+/// their own (binds, symlinks, `/proc`, `/dev`, ...) count as 0.
+fn bwrap_parents(op: &MountOp) -> u32 {
+    let own = match op {
+        MountOp::Tmpfs { mode, .. }
+        | MountOp::Dir { mode, .. }
+        | MountOp::CreateFile { mode, .. }
+        | MountOp::BindData { mode, .. } => *mode,
+        _ => 0,
+    };
+    parents_for(own)
+}
+
+/// 0755 reduced as a directory of mode `mode` would have its parents.
+pub(crate) fn parents_for(mode: u32) -> u32 {
+    0o700 | if mode & 0o070 != 0 { 0o050 } else { 0 } | if mode & 0o007 != 0 { 0o005 } else { 0 }
 }
 
 /// A `key=value` filesystem option.
@@ -1198,20 +1308,21 @@ impl ExecPlan {
             }
         }
         let program = spec.argv.first().ok_or_else(|| SpecError::new("no command given"))?;
+        if program.is_empty() {
+            return Err(SpecError::new("the command name is empty"));
+        }
         ExecPlan::new(program, &spec.argv, &env)
     }
 
     /// Runs `program` (looked up in `env`'s `PATH` unless it has a `/`)
-    /// with `argv` (whose first element is the command's `argv[0]`).
+    /// with `argv` (whose first element is the command's `argv[0]`). An
+    /// empty `program` is not found, as `execvp` says.
     pub(crate) fn new(
         program: &str,
         argv: &[String],
         env: &[(String, String)],
     ) -> Result<ExecPlan, SpecError> {
         let program = program.to_string();
-        if program.is_empty() {
-            return Err(SpecError::new("the command name is empty"));
-        }
         let argv: Vec<CString> =
             argv.iter().map(|a| cstring("command argument", a.as_str())).collect::<Result<_, _>>()?;
         let mut env_strings = Vec::with_capacity(env.len());
@@ -1227,7 +1338,9 @@ impl ExecPlan {
         }
         let search_path =
             env.iter().rev().find(|(k, _)| k == "PATH").map_or(DEFAULT_PATH, |(_, v)| v.as_str()).to_string();
-        let candidates = if program.contains('/') {
+        let candidates = if program.is_empty() {
+            Vec::new()
+        } else if program.contains('/') {
             vec![cstring("command", program.as_str())?]
         } else {
             search_path

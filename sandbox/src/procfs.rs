@@ -45,11 +45,20 @@ pub(crate) struct Prepared {
     pub dst: CString,
     /// Entries of a fresh procfs covered read-only (relative to the new root).
     pub covers: Vec<CString>,
+    /// Cover only what the sandbox's real ids may write (`access(W_OK)`),
+    /// as bubblewrap does: an unprivileged caller's /proc is left without
+    /// covers, and a /proc inside it can then be mounted fresh again.
+    pub covers_if_writable: bool,
 }
 
 /// The step for `/proc` at `dst_text` (normalized guest path), computed in
 /// the launcher.
-pub(crate) fn prepare(dst_text: &str, dst: CString, mode: ProcMode) -> Result<Prepared, SpecError> {
+pub(crate) fn prepare(
+    dst_text: &str,
+    dst: CString,
+    mode: ProcMode,
+    covers_if_writable: bool,
+) -> Result<Prepared, SpecError> {
     let base = dst_text.trim_start_matches('/');
     let mut covers = Vec::new();
     for entry in READ_ONLY {
@@ -64,13 +73,13 @@ pub(crate) fn prepare(dst_text: &str, dst: CString, mode: ProcMode) -> Result<Pr
             "/proc: the caller's /proc bound read-only (--proc bind): it shows the caller's processes"
         );
     }
-    Ok(Prepared { mode, dst, covers })
+    Ok(Prepared { mode, dst, covers, covers_if_writable })
 }
 
 impl Prepared {
     /// Whether to try a fresh procfs first.
     pub(crate) fn tries_fresh(&self) -> bool {
-        self.mode != ProcMode::Bind
+        !matches!(self.mode, ProcMode::Bind | ProcMode::Caller)
     }
 
     /// Whether a fresh procfs that failed in `call` with `errno` is answered
@@ -122,7 +131,7 @@ mod tests {
 
     #[test]
     fn only_auto_falls_back_and_only_when_the_kernel_refuses() {
-        let p = |mode| Prepared { mode, dst: c"proc".into(), covers: Vec::new() };
+        let p = |mode| Prepared { mode, dst: c"proc".into(), covers: Vec::new(), covers_if_writable: false };
         assert!(p(ProcMode::Auto).falls_back("fsmount", Errno::EPERM));
         assert!(!p(ProcMode::Auto).falls_back("fsmount", Errno::ENOMEM));
         assert!(!p(ProcMode::Auto).falls_back("move_mount", Errno::EPERM));

@@ -128,6 +128,11 @@ pub enum ProcMode {
     /// Fresh where the kernel allows it, else the bind (with a warning).
     #[default]
     Auto,
+    /// The caller's `/proc`, bound recursively and read-write with the
+    /// entries a fresh one gets covered read-only: bubblewrap's `--proc`
+    /// without a new pid namespace (a bwrap run on the host; not a
+    /// `--proc` choice of `run`).
+    Caller,
 }
 
 impl ProcMode {
@@ -136,6 +141,7 @@ impl ProcMode {
             ProcMode::Fresh => "fresh",
             ProcMode::Bind => "bind",
             ProcMode::Auto => "auto",
+            ProcMode::Caller => "caller",
         }
     }
 
@@ -196,8 +202,14 @@ pub enum MountOp {
         mode: ProcMode,
     },
     /// A minimal `/dev`: null, zero, full, random, urandom, tty, a private
-    /// devpts with ptmx, shm, and the fd symlinks.
-    Dev { dst: String },
+    /// devpts with ptmx, shm, and the fd symlinks. The runtime's is a
+    /// read-only, `noexec` tmpfs with `shm` a tmpfs of its own; `bwrap`'s
+    /// is bubblewrap's: a writable tmpfs, `shm` a directory in it.
+    Dev {
+        dst: String,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        bwrap: bool,
+    },
     /// A read-only file with the given bytes, created on the sandbox's
     /// private tmpfs and bound over `dst` (never written into a host path).
     File { dst: String, contents: Vec<u8>, mode: u32 },
@@ -240,7 +252,7 @@ impl MountOp {
             MountOp::Bind { dst, .. }
             | MountOp::Tmpfs { dst, .. }
             | MountOp::Proc { dst, .. }
-            | MountOp::Dev { dst }
+            | MountOp::Dev { dst, .. }
             | MountOp::File { dst, .. }
             | MountOp::Symlink { dst, .. }
             | MountOp::Dir { dst, .. }

@@ -114,6 +114,12 @@ pub fn request(parsed: &Parsed, caps_from: u64) -> Result<Request, BwrapError> {
         seccomp.push(data);
     }
     let u = &parsed.unshare;
+    // The kernel drops capabilities it does not know (`capset`), as
+    // bubblewrap leaves it to.
+    let known = match sandbox::nested::request::last_cap() {
+        last if last >= 63 => u64::MAX,
+        last => (1u64 << (last + 1)) - 1,
+    };
     Ok(Request {
         command: parsed.command.clone(),
         argv0: parsed.argv0.clone(),
@@ -123,10 +129,12 @@ pub fn request(parsed: &Parsed, caps_from: u64) -> Result<Request, BwrapError> {
         umask: umask as u32,
         ops,
         unshare: Unshare { user: u.user, pid: u.pid, ipc: u.ipc, net: u.net, uts: u.uts, cgroup: u.cgroup },
-        uid: parsed.uid,
-        gid: parsed.gid,
+        // Without a new user namespace these are the caller's own (the
+        // parser checked), so nothing to switch to.
+        uid: parsed.uid.filter(|_| u.user),
+        gid: parsed.gid.filter(|_| u.user),
         hostname: parsed.hostname.clone(),
-        caps: parsed.caps(caps_from),
+        caps: parsed.caps(caps_from).map(|c| c & known),
         fds: Vec::new(),
         new_session: parsed.new_session,
         as_pid_1: parsed.as_pid_1,

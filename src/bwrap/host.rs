@@ -13,17 +13,23 @@ use super::parse::Parsed;
 pub fn run(parsed: &Parsed) -> Result<u8, BwrapError> {
     // SAFETY: getuid cannot fail.
     let root = unsafe { libc::getuid() } == 0;
-    // bubblewrap run by root keeps the caller's capabilities (unless it
-    // makes a user namespace), and `--cap-drop` starts from them.
-    let root_caps = (root && !parsed.unshare.user).then(effective_caps);
+    // bubblewrap run by root keeps the caller's capabilities, in a user
+    // namespace too, and `--cap-add`/`--cap-drop` start from them.
+    let root_caps = root.then(effective_caps);
     let mut request = client::request(parsed, root_caps.unwrap_or(0))?;
     let fd = |name: &str| parsed.fds.get(name).copied();
-    // What bubblewrap consumes itself does not reach COMMAND.
-    let consumed: Vec<i32> = ["--info-fd", "--json-status-fd", "--userns-block-fd", "--userns", "--pidns"]
-        .iter()
-        .filter_map(|name| fd(name))
-        .collect();
+    // What bubblewrap consumes itself does not reach COMMAND (`--userns`
+    // and `--pidns` do, bubblewrap leaves them open).
+    let consumed: Vec<i32> =
+        ["--info-fd", "--json-status-fd", "--userns-block-fd"].iter().filter_map(|name| fd(name)).collect();
     request.fds = client::open_fds(&consumed)?;
+    // bubblewrap reads `--block-fd` ignoring errors, and its monitor's
+    // `setns` says what is wrong with `--userns2`'s descriptor.
+    for slot in [&mut request.block_fd, &mut request.userns2_fd] {
+        if slot.is_some_and(|fd| !request.fds.contains(&fd)) {
+            *slot = None;
+        }
+    }
     let seccomp = match parsed.tx_seccomp.as_deref() {
         None => None,
         Some(name) => Some(sandbox::SeccompPolicy::parse(name).map_err(BwrapError::TxSeccomp)?),
@@ -38,6 +44,8 @@ pub fn run(parsed: &Parsed) -> Result<u8, BwrapError> {
             sandbox::LandlockMode::Off
         },
         root_caps,
+        sync_fd: fd("--sync-fd"),
+        caller_maps: fd("--userns-block-fd").is_some(),
         exec_label: parsed.exec_label.clone(),
         file_label: parsed.file_label.clone(),
     };
@@ -45,6 +53,7 @@ pub fn run(parsed: &Parsed) -> Result<u8, BwrapError> {
         info_fd: fd("--info-fd"),
         json_status_fd: fd("--json-status-fd"),
         userns_block_fd: fd("--userns-block-fd"),
+        userns2_fd: fd("--userns2"),
     };
     if parsed.die_with_parent {
         // SAFETY: prctl with integer arguments.

@@ -356,7 +356,7 @@ pub const EXTRAS: &[Opt] = &[
 /// sandbox of ours, "nested" one inside (served by the outer launcher).
 pub const NOTES: &[(&str, &str)] = &[
     ("--help", "bubblewrap's text, then our extras"),
-    ("--version", "`bubblewrap 0.11.1 (tuixiu-sandbox X; ..., no setuid mode)`"),
+    ("--version", "`bubblewrap 0.11.1`, as bubblewrap (`tuixiu-sandbox --version` names the build)"),
     (
         "--args",
         "read at parse time, NUL-separated, spliced in place; never supplies COMMAND; not inside itself",
@@ -373,7 +373,7 @@ pub const NOTES: &[(&str, &str)] = &[
     ("--unshare-ipc", "as bubblewrap"),
     (
         "--unshare-pid",
-        "a new pid namespace is made **always** (our PID 1 reaps); only `--pidns` makes this option matter",
+        "host: as bubblewrap (also made for the PID 1 that holds `--lock-file`s and `--sync-fd`); nested: made always",
     ),
     ("--unshare-net", "as bubblewrap: loopback only, up"),
     ("--unshare-uts", "as bubblewrap"),
@@ -396,12 +396,18 @@ pub const NOTES: &[(&str, &str)] = &[
     ("--uid", "needs a new user namespace, bubblewrap's message otherwise"),
     ("--gid", "as `--uid`"),
     ("--hostname", "needs `--unshare-uts`, bubblewrap's message otherwise"),
-    ("--chdir", "as bubblewrap; without it the caller's directory, else `$HOME`, else `/`"),
+    (
+        "--chdir",
+        "as bubblewrap (from the new root's `/`); without it the caller's directory, else `$HOME`, else `/`",
+    ),
     ("--clearenv", "as bubblewrap (`PWD` is set)"),
     ("--setenv", "applied in order with `--unsetenv`/`--clearenv`; values must be UTF-8"),
     ("--unsetenv", "as `--setenv`"),
-    ("--lock-file", "read-locked (`F_SETLK`) by our PID 1 for the sandbox's life"),
-    ("--sync-fd", "passed into the sandbox, open as long as COMMAND holds it"),
+    (
+        "--lock-file",
+        "read-locked (`F_SETLK`) by our PID 1 for the sandbox's life, from COMMAND's directory; one it cannot take stops the sandbox before COMMAND",
+    ),
+    ("--sync-fd", "held by our PID 1 for the sandbox's life; COMMAND gets it only with `--as-pid-1`"),
     (
         "--bind",
         "recursive, `nosuid`, `nodev`; sources resolved in the caller's view, destinations inside the new root",
@@ -431,9 +437,12 @@ pub const NOTES: &[(&str, &str)] = &[
     ),
     (
         "--proc",
-        "a fresh procfs of the sandbox's pid namespace (`sys`, `sysrq-trigger`, `irq`, `bus` read-only); nested: per the outer sandbox's `--proc`",
+        "a fresh procfs of the sandbox's pid namespace, without one the caller's bound, as bubblewrap (`sys`, `sysrq-trigger`, `irq`, `bus` read-only where writable); nested: per the outer sandbox's `--proc`",
     ),
-    ("--dev", "the runtime's minimal `/dev` (nodes, private `pts`, `shm`, fd links)"),
+    (
+        "--dev",
+        "host: bubblewrap's (a writable tmpfs: nodes, private `pts`, `shm` directory, fd links); nested: the runtime's, read-only",
+    ),
     ("--tmpfs", "as bubblewrap; with `--perms`, `--size`"),
     ("--mqueue", "as bubblewrap (needs `--unshare-ipc` without root)"),
     ("--dir", "as bubblewrap, missing parents with bubblewrap's modes"),
@@ -446,7 +455,10 @@ pub const NOTES: &[(&str, &str)] = &[
         "the program installed last before exec with `prctl(PR_SET_SECCOMP)`, as bubblewrap; nested: after the outer sandbox's filter",
     ),
     ("--add-seccomp-fd", "as `--seccomp`, in order"),
-    ("--block-fd", "our PID 1 reads one byte (or end of file) before COMMAND starts"),
+    (
+        "--block-fd",
+        "our PID 1 reads one byte (or end of file, or an error) before COMMAND starts, then closes it",
+    ),
     (
         "--userns-block-fd",
         "host: read before the sandbox goes on, after the info descriptor; nested: refused",
@@ -464,7 +476,7 @@ pub const NOTES: &[(&str, &str)] = &[
     ("--as-pid-1", "COMMAND is the pid namespace's PID 1, no reaper"),
     (
         "--cap-add",
-        "root without a user namespace keeps its set, as bubblewrap; otherwise only inside a new user namespace",
+        "host: bubblewrap's rules (libcap's names; root starts from its own set, in a user namespace too; the bounding set reduced only in one); nested: only inside a new user namespace",
     ),
     ("--cap-drop", "as `--cap-add`"),
     ("--perms", "bubblewrap's rules (for `--dir`, `--tmpfs`, `--file`, `--bind-data`)"),

@@ -24,25 +24,24 @@ pub enum HostError {
 /// descriptors named in `req.fds` pass to COMMAND at the same numbers.
 pub fn run_on_host(req: &Request, host: &HostOptions, status: BwrapStatus) -> Result<ExitStatus, HostError> {
     launch::ensure_single_threaded().map_err(|e| HostError::Launch(e.to_string()))?;
+    let strerror = |e: nix::errno::Errno| crate::error::strerror(e as i32);
     if let Some(fd) = host.userns_fd {
         if let Err(e) = crate::sys::setns(fd, libc::CLONE_NEWUSER) {
-            let e = std::io::Error::from(e);
-            return Err(HostError::Launch(if e.raw_os_error() == Some(libc::EINVAL) {
+            return Err(HostError::Launch(if e == nix::errno::Errno::EINVAL {
                 "Joining the specified user namespace failed, it might not be a descendant of the current user namespace.".into()
             } else {
-                format!("Joining specified user namespace failed: {}", crate::error::io_error_text(&e))
+                format!("Joining specified user namespace failed: {}", strerror(e))
             }));
         }
     }
-    if let Some(fd) = host.pidns_fd {
-        // Our children start in that pid namespace.
-        if let Err(e) = crate::sys::setns(fd, libc::CLONE_NEWPID) {
-            let e = std::io::Error::from(e);
-            return Err(HostError::Launch(format!(
-                "Setting pidns failed: {}",
-                crate::error::io_error_text(&e)
-            )));
-        }
+    // Our children start in that pid namespace. bubblewrap's child joins it
+    // once the status descriptors have its pid: its failure comes from the
+    // sandbox's PID 1 here.
+    let mut fail_at_start = None;
+    if let Some(fd) = host.pidns_fd
+        && let Err(e) = crate::sys::setns(fd, libc::CLONE_NEWPID)
+    {
+        fail_at_start = Some(format!("Setting pidns failed: {}", strerror(e)));
     }
     let mut fds = Vec::with_capacity(req.fds.len());
     for &fd in &req.fds {
@@ -52,7 +51,32 @@ pub fn run_on_host(req: &Request, host: &HostOptions, status: BwrapStatus) -> Re
         fds.push(copy);
     }
     let floor = highest_open_fd();
-    let plan = plan::prepare_host(req, fds, floor, host)?;
+    let mut plan = match plan::prepare_host(req, fds, floor, host) {
+        Ok(plan) => plan,
+        // bubblewrap meets these inside the sandbox it has made (after the
+        // status descriptors have its pid): so does ours, with a sandbox
+        // made of the same namespaces and nothing else.
+        Err(e) => {
+            let bare = Request {
+                ops: Vec::new(),
+                fds: Vec::new(),
+                seccomp: Vec::new(),
+                lock_files: Vec::new(),
+                block_fd: None,
+                userns2_fd: None,
+                command: vec!["true".into()],
+                hostname: None,
+                ..req.clone()
+            };
+            let bare_host = HostOptions { sync_fd: None, exec_label: None, file_label: None, ..host.clone() };
+            let plan = plan::prepare_host(&bare, Vec::new(), floor, &bare_host).map_err(|_| e.clone())?;
+            fail_at_start.get_or_insert(e.to_string());
+            plan
+        }
+    };
+    if let Some(child) = plan.nested.as_mut().and_then(|n| n.host.as_mut()) {
+        child.fail_at_start = fail_at_start;
+    }
     let options = LaunchOptions {
         return_before_teardown: true,
         bwrap_status: Some(status),
@@ -106,6 +130,17 @@ pub(crate) fn bwrap_message(e: LaunchError, program: &str) -> String {
             format!(
                 "{why} (tuixiu-sandbox has no setuid mode; `tuixiu-sandbox check` tells what this host allows{inside})"
             )
+        }
+        // bubblewrap's monitor: the info descriptor, the id maps.
+        LaunchError::Syscall(e) => {
+            let step = match e.step.as_str() {
+                "write the sandbox's uid_map" => "setting up uid map",
+                "write the sandbox's setgroups" => "error writing to setgroups",
+                "write the sandbox's gid_map" => "setting up gid map",
+                step @ ("Write to info_fd" | "Setting userns2 failed") => step,
+                _ => return e.to_string(),
+            };
+            format!("{step}: {}", crate::error::strerror(e.errno as i32))
         }
         e => e.to_string(),
     }

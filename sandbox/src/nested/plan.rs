@@ -12,7 +12,7 @@ use libc::c_ulong;
 use super::PORTAL_DIR;
 use super::request::{BindMode, DataKind, Op, OverlayKind, Request, RequestError, dest};
 use crate::guest_path;
-use crate::prepare::{LockFile, NestedChild, NestedParts, Plan};
+use crate::prepare::{BwrapCaps, HostChild, LockFile, NestedChild, NestedParts, Plan};
 use crate::spec::{Access, MountOp, Network, SandboxSpec};
 
 /// Builds the nested sandbox's plan. `fds` came with the request; they are
@@ -80,7 +80,7 @@ pub(crate) fn prepare(
             userns,
             inner_ids: if req.unshare.user { inner } else { (outer_uid, outer_gid) },
             keep_caps: req.caps.unwrap_or(0),
-            caps_untouched: false,
+            host: None,
             fds: targets,
             fd_base,
             extra_filters: programs(req),
@@ -112,10 +112,14 @@ pub struct HostOptions {
     pub seccomp: Option<crate::SeccompPolicy>,
     /// `--tx-landlock`: Landlock on the sandbox's view (off by default).
     pub landlock: crate::LandlockMode,
-    /// The capability set to keep when `Request::caps` is not given; the
-    /// caller's effective set for root without a new user namespace,
-    /// which is then left untouched.
+    /// The caller is root: its effective capability set, which COMMAND
+    /// keeps (left untouched) when `Request::caps` is not given.
     pub root_caps: Option<u64>,
+    /// `--sync-fd`: held by the sandbox's PID 1, not COMMAND's (unless
+    /// `--as-pid-1` makes COMMAND PID 1).
+    pub sync_fd: Option<RawFd>,
+    /// `--userns-block-fd`: the caller writes the id maps.
+    pub caller_maps: bool,
     /// bubblewrap's `--exec-label` and `--file-label` (SELinux contexts,
     /// checked by the front end where SELinux is enabled, selinux.rs).
     pub exec_label: Option<String>,
@@ -133,12 +137,18 @@ pub(crate) fn prepare_host(
     host: &HostOptions,
 ) -> Result<Plan, RequestError> {
     req.check(fds.len())?;
-    let view = View { proc_mode: crate::ProcMode::Fresh, tmpfs_cap: None, portal: false };
+    // bubblewrap's pid namespace: with `--unshare-pid`; here also where a
+    // reaper must hold `--lock-file`s or `--sync-fd` (ours is its PID 1).
+    let needs_reaper = !req.lock_files.is_empty() || host.sync_fd.is_some();
+    let new_pid = req.unshare.pid || (host.pidns_fd.is_none() && needs_reaper);
+    // Without one, `--proc` is the caller's, as bubblewrap binds it.
+    let proc_mode =
+        if new_pid || host.pidns_fd.is_some() { crate::ProcMode::Fresh } else { crate::ProcMode::Caller };
+    let view = View { proc_mode, tmpfs_cap: None, portal: false };
     let (mounts, _) = mounts(req, &view)?;
 
     let (own_uid, own_gid) = crate::prepare::own_ids();
     let mut flags = libc::CLONE_NEWNS as c_ulong | unshare_flags(req);
-    let new_pid = host.pidns_fd.is_none() || req.unshare.pid;
     if new_pid {
         flags |= libc::CLONE_NEWPID as c_ulong;
     }
@@ -147,10 +157,17 @@ pub(crate) fn prepare_host(
     if new_user {
         flags |= libc::CLONE_NEWUSER as c_ulong;
     }
-    let (targets, fd_base) =
+    let (mut targets, fd_base) =
         renumber(&req.fds, fds, floor).map_err(|e| RequestError::Invalid(format!("descriptors: {e}")))?;
     let block_fd = source_of(req.block_fd, &targets);
     let userns2_fd = source_of(req.userns2_fd, &targets);
+    // What bubblewrap consumes itself COMMAND does not get: `--block-fd`
+    // (closed once read) and `--sync-fd` (its reaper's).
+    let sync_fd = host.sync_fd.filter(|_| !req.as_pid_1);
+    let consumed = |target: &RawFd| Some(*target) == req.block_fd || Some(*target) == sync_fd;
+    let held: Vec<RawFd> = targets.iter().filter(|(t, _)| consumed(t)).map(|&(_, source)| source).collect();
+    let held_stdio: Vec<RawFd> = targets.iter().map(|&(t, _)| t).filter(|t| consumed(t) && *t < 3).collect();
+    targets.retain(|(_, source)| !held.contains(source));
     let seccomp = match &host.seccomp {
         Some(policy) => {
             crate::seccomp::compile(policy, false, crate::seccomp::Sockets::Profile).map_err(invalid)?
@@ -165,7 +182,13 @@ pub(crate) fn prepare_host(
         shell: "/bin/sh".into(),
     };
     let spec = spec(req, mounts, user);
-    let caps_untouched = req.caps.is_none() && !new_user && host.root_caps.is_some();
+    let root = host.root_caps.is_some();
+    let caps = BwrapCaps {
+        requested: req.caps.or(host.root_caps).unwrap_or(0),
+        set: req.caps.is_some() || !root,
+        bound: new_user || host.userns_fd.is_some(),
+        root,
+    };
     let parts = NestedParts {
         clone_flags: flags,
         program: req.command[0].clone(),
@@ -189,8 +212,14 @@ pub(crate) fn prepare_host(
             // sandbox's ids onto themselves, once the limit is set.
             userns: req.disable_userns.then(|| id_maps(inner, inner)),
             inner_ids: inner,
-            keep_caps: req.caps.or(host.root_caps.filter(|_| !new_user)).unwrap_or(0),
-            caps_untouched,
+            keep_caps: 0,
+            host: Some(HostChild {
+                caps,
+                held,
+                held_stdio,
+                caller_maps: host.caller_maps && new_user,
+                fail_at_start: None,
+            }),
             fds: targets,
             fd_base,
             extra_filters: programs(req),
@@ -275,7 +304,9 @@ fn mounts(req: &Request, view: &View) -> Result<(Vec<MountOp>, Detach), RequestE
             Op::Dir { mode, .. } => MountOp::Dir { dst, mode: *mode },
             Op::Symlink { target, .. } => MountOp::Symlink { target: target.clone(), dst },
             Op::Proc { .. } => MountOp::Proc { dst, mode: view.proc_mode },
-            Op::Dev { .. } => MountOp::Dev { dst },
+            // bubblewrap's own layout on the host (a nested sandbox keeps
+            // the runtime's read-only one).
+            Op::Dev { .. } => MountOp::Dev { dst, bwrap: !view.portal },
             Op::Mqueue { .. } => MountOp::Mqueue { dst },
             Op::Data { contents, mode, how, .. } => match how {
                 DataKind::File => MountOp::CreateFile { dst, contents: contents.clone(), mode: *mode },
@@ -331,15 +362,13 @@ fn id_maps(inner: (u32, u32), outer: (u32, u32)) -> (std::ffi::CString, std::ffi
 }
 
 /// The working directory candidates: --chdir, else the caller's own when
-/// the new root has it, else $HOME, else /.
+/// the new root has it, else $HOME, else /. As in bubblewrap, they are
+/// entered from the new root's `/` (a relative one is relative to it).
 fn cwd(req: &Request) -> Vec<String> {
     let home = req.env.iter().rev().find(|(k, _)| k == "HOME").map(|(_, v)| v.clone());
     match &req.chdir {
-        Some(dir) => vec![absolute(&req.cwd, dir)],
-        None => [Some(req.cwd.clone()), home.filter(|h| h.starts_with('/')), Some("/".into())]
-            .into_iter()
-            .flatten()
-            .collect(),
+        Some(dir) => vec![dir.clone()],
+        None => [Some(req.cwd.clone()), home, Some("/".into())].into_iter().flatten().collect(),
     }
 }
 
@@ -386,16 +415,17 @@ fn programs(req: &Request) -> Vec<crate::seccomp::Program> {
         .collect()
 }
 
+/// The lock files, opened as bubblewrap's reaper opens them: from
+/// COMMAND's working directory, inside the new root.
 fn lock_files(req: &Request) -> Result<Vec<LockFile>, RequestError> {
     req.lock_files
         .iter()
-        .map(|p| {
-            let path = absolute(&req.cwd, p);
+        .map(|path| {
             Ok(LockFile {
                 open_fail: format!("Unable to open lock file {path}"),
                 lock_fail: format!("Unable to lock file {path}"),
-                path: std::ffi::CString::new(path)
-                    .map_err(|_| RequestError::Invalid(format!("lock file {p:?}")))?,
+                path: std::ffi::CString::new(path.as_str())
+                    .map_err(|_| RequestError::Invalid(format!("lock file {path:?}")))?,
             })
         })
         .collect()
@@ -417,7 +447,13 @@ fn in_initial_userns() -> bool {
 /// optional one. The portal itself is never a source.
 fn source(cwd: &str, src: &str, optional: bool, portal: bool) -> Result<Option<PathBuf>, RequestError> {
     let path = absolute(cwd, src);
-    let real = match std::fs::canonicalize(&path) {
+    // `realpath("")` finds nothing.
+    let found = if src.is_empty() {
+        Err(std::io::Error::from_raw_os_error(libc::ENOENT))
+    } else {
+        std::fs::canonicalize(&path)
+    };
+    let real = match found {
         Ok(real) => real,
         Err(e) if optional && e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => {
@@ -518,7 +554,8 @@ mod tests {
         for step in &plan.steps {
             if let Action::Fs { fstype, options, .. } = &step.action {
                 // bubblewrap labels the tmpfs mounts it makes (`--tmpfs`,
-                // `--dev`; our `/dev/shm` too), not mqueue or devpts.
+                // `--dev`, whose `shm` is a directory in it), not mqueue or
+                // devpts.
                 let has = options.contains(&context);
                 assert_eq!(has, fstype.as_c_str() == c"tmpfs", "{}", step.what);
                 if has {
@@ -526,7 +563,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(labelled, ["mount tmpfs on /tmp", "mount tmpfs on /dev", "mount tmpfs on /dev/shm"]);
+        assert_eq!(labelled, ["mount tmpfs on /tmp", "mount tmpfs on /dev"]);
         let nested = plan.nested.as_ref().unwrap();
         let (bytes, what) = nested.exec_label.as_ref().unwrap();
         assert_eq!(bytes.as_slice(), b"system_u:system_r:container_t:s0\0");

@@ -192,7 +192,8 @@ impl Request {
     /// how many descriptors came with the request.
     pub fn check(&self, received: usize) -> Result<(), RequestError> {
         let bad = |what: String| Err(RequestError::Invalid(what));
-        if self.command.is_empty() || self.command[0].is_empty() {
+        // An empty COMMAND is execvp's to refuse, as in bubblewrap.
+        if self.command.is_empty() {
             return bad("no command".into());
         }
         if self.command.len() + 3 * self.ops.len() > MAX_ARGS {
@@ -237,12 +238,13 @@ impl Request {
         for op in &self.ops {
             op.check()?;
         }
+        // An empty program is the kernel's to refuse, as in bubblewrap.
         for program in &self.seccomp {
-            if program.is_empty() || program.len() % 8 != 0 || program.len() / 8 > MAX_BPF_INSNS {
+            if program.len() % 8 != 0 || program.len() / 8 > MAX_BPF_INSNS {
                 return bad(format!("seccomp program of {} bytes", program.len()));
             }
         }
-        if self.lock_files.iter().any(|p| p.is_empty() || p.contains('\0')) {
+        if self.lock_files.iter().any(|p| p.contains('\0')) {
             return bad("lock file path".into());
         }
         if self.block_fd.iter().chain(&self.userns2_fd).any(|fd| !self.fds.contains(fd)) {
@@ -259,8 +261,9 @@ impl Request {
             if !self.unshare.uts {
                 return Err(RequestError::HostnameWithoutUts);
             }
-            if name.is_empty() || name.len() > 64 {
-                return bad(format!("hostname {name:?} must be 1-64 bytes"));
+            // Its length is the kernel's to check (`sethostname`), as in bubblewrap.
+            if name.len() > 4096 {
+                return bad(format!("hostname of {} bytes", name.len()));
             }
         }
         if self.caps.is_some_and(|c| c >> last_cap().saturating_add(1) != 0) {
@@ -292,10 +295,8 @@ impl Op {
         let bad = |what: String| Err(RequestError::Invalid(what));
         dest(self.dst())?;
         match self {
-            Op::Bind { src, .. } if src.is_empty() || src.contains('\0') => bad(format!("source {src:?}")),
-            Op::Symlink { target, .. } if target.is_empty() || target.contains('\0') => {
-                bad(format!("symlink target {target:?}"))
-            }
+            Op::Bind { src, .. } if src.contains('\0') => bad(format!("source {src:?}")),
+            Op::Symlink { target, .. } if target.contains('\0') => bad(format!("symlink target {target:?}")),
             Op::Tmpfs { mode, .. }
             | Op::Dir { mode, .. }
             | Op::Data { mode, .. }
@@ -309,8 +310,7 @@ impl Op {
                     OverlayKind::Rw { upper, work } => vec![upper, work],
                     _ => vec![],
                 };
-                if sources.is_empty() || sources.iter().chain(extra).any(|s| s.is_empty() || s.contains('\0'))
-                {
+                if sources.is_empty() || sources.iter().chain(extra).any(|s| s.contains('\0')) {
                     return bad("overlay sources".into());
                 }
                 Ok(())

@@ -225,6 +225,27 @@ pub fn is_procfs(fd: BorrowedFd<'_>) -> bool {
     (unsafe { libc::fstatfs(fd.as_raw_fd(), &mut st) }) == 0 && st.f_type == libc::PROC_SUPER_MAGIC
 }
 
+/// `faccessat(dirfd, path, mode, 0)`: checked with the real ids, as
+/// `access(2)`.
+pub fn faccessat(dirfd: BorrowedFd<'_>, path: &CStr, mode: c_int) -> SysResult<()> {
+    // SAFETY: `path` is a valid C string and `dirfd` an open descriptor.
+    check(unsafe { libc::faccessat(dirfd.as_raw_fd(), path.as_ptr(), mode, 0) }).map(drop)
+}
+
+/// Whether `fd` names the root of a mount (`statx`'s `STATX_ATTR_MOUNT_ROOT`).
+pub fn is_mount_root(fd: BorrowedFd<'_>) -> SysResult<bool> {
+    // SAFETY: statx is plain data, for which all-zero is valid.
+    let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    let flags = libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW;
+    // SAFETY: an empty path with AT_EMPTY_PATH names `fd`; `st` is a valid out-pointer.
+    check(unsafe { libc::statx(fd.as_raw_fd(), c"".as_ptr(), flags, 0, &mut st) })?;
+    let root = libc::STATX_ATTR_MOUNT_ROOT as u64;
+    if st.stx_attributes_mask & root == 0 {
+        return Err(Errno::ENOSYS);
+    }
+    Ok(st.stx_attributes & root != 0)
+}
+
 pub fn is_dir(fd: &OwnedFd) -> bool {
     fstat(fd.as_fd()).is_some_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR)
 }
