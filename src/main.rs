@@ -32,11 +32,14 @@ extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> lib
 
 fn launch() -> u8 {
     let argv: Vec<OsString> = std::env::args_os().collect();
-    // Bound as `bwrap` inside a sandbox, or called with bubblewrap's
-    // options (as `/proc/self/exe --unshare-all ...` from inside a bwrap
-    // sandbox): bubblewrap's command line.
+    // Bound as `bwrap` inside a sandbox, called through a link or copy
+    // named `bwrap`, installed as a file named `bwrap` (whatever argv[0]
+    // says), or called with bubblewrap's options (as `/proc/self/exe
+    // --unshare-all ...` from inside a bwrap sandbox): bubblewrap's command
+    // line (docs/bwrap.md, "Installing it as bwrap").
     if tuixiu_sandbox::bwrap::called_as_bwrap(argv.first())
         || tuixiu_sandbox::bwrap::bwrap_arguments(&argv[1.min(argv.len())..])
+        || tuixiu_sandbox::bwrap::installed_as_bwrap()
     {
         return tuixiu_sandbox::bwrap::main(&argv);
     }

@@ -427,3 +427,53 @@ for_each_caller!(our_hardening_keeps_pid_1_out_of_reach, |caller: Caller| {
     let text = ok(&f, &format!("$BWRAP {ROOT_VIEW} --unshare-user --unshare-pid -- {probe}"));
     assert_eq!(text, "mem opened\nenviron opened\n");
 });
+
+/// Runs `sh -c SCRIPT` as the fixture's caller in its workspace, with a
+/// `bin` directory of its own first on `PATH`.
+fn sh_path(f: &Fixture, script: &str) -> Output {
+    let mut cmd = f.caller.command(Path::new("/bin/sh"), &["-c", script]);
+    let path = format!("{}:/usr/sbin:/usr/bin:/sbin:/bin", f.dir.join("bin").display());
+    cmd.current_dir(&f.workspace).stdin(Stdio::null()).env("PATH", path).env("LAUNCHER", binary());
+    cmd.output().unwrap()
+}
+
+// Whatever a consumer does to learn what `bwrap` is: run it with --help or
+// --version by name, resolve its links first (codex: `canonicalize`, then
+// `<target> --help` looking for `--argv0`), or run the resolved file with
+// an argv[0] of its own.
+for_each_caller!(answers_as_bwrap_however_it_is_installed, |caller: Caller| {
+    let f = Fixture::new(caller);
+    let bin = f.dir.join("bin");
+    let lib = f.dir.join("libexec");
+    for dir in [&bin, &lib] {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    // The installation docs/bwrap.md gives: the launcher as a file named
+    // `bwrap` (a hard link, else a copy), and `bwrap` on PATH a link to it.
+    if std::fs::hard_link(binary(), lib.join("bwrap")).is_err() {
+        std::fs::copy(binary(), lib.join("bwrap")).unwrap();
+    }
+    std::os::unix::fs::symlink(lib.join("bwrap"), bin.join("bwrap")).unwrap();
+    let probe = "bwrap --version; bwrap --help | head -1 | cut -d' ' -f1; \
+                 target=$(readlink -f \"$(command -v bwrap)\"); \"$target\" --help | grep -c -- --argv0; \
+                 \"$target\" --version; (exec -a not-bwrap \"$target\" --version); \
+                 bwrap --ro-bind / / --unshare-user -- echo sandboxed";
+    let out = sh_path(&f, &format!("exec bash -c '{}'", probe.replace('\'', "'\\''")));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "bubblewrap 0.11.1\nusage:\n1\nbubblewrap 0.11.1\nbubblewrap 0.11.1\nsandboxed\n",
+        "{}",
+        stderr(&out)
+    );
+    // A link straight to the launcher answers by name, but what it
+    // resolves to is `tuixiu-sandbox`, which answers as itself: the
+    // reason for the file named `bwrap` above.
+    std::fs::remove_file(bin.join("bwrap")).unwrap();
+    std::os::unix::fs::symlink(binary(), bin.join("bwrap")).unwrap();
+    let out = sh_path(
+        &f,
+        "bwrap --version; target=$(readlink -f \"$(command -v bwrap)\"); \"$target\" --version | cut -d' ' -f1",
+    );
+    assert_eq!(stdout(&out), "bubblewrap 0.11.1\ntuixiu-sandbox\n", "{}", stderr(&out));
+});

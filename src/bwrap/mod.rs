@@ -22,12 +22,9 @@ use std::os::fd::{FromRawFd, OwnedFd};
 
 use parse::{Io, Outcome};
 
-/// What `--version` prints.
-pub const VERSION: &str = concat!(
-    "bubblewrap 0.11.1 (tuixiu-sandbox ",
-    env!("CARGO_PKG_VERSION"),
-    "; runs on the runtime of tuixiu-sandbox, no setuid mode)"
-);
+/// What `--version` prints: bubblewrap's line, word for word, for the
+/// programs that parse it (`tuixiu-sandbox --version` says which build).
+pub const VERSION: &str = "bubblewrap 0.11.1";
 
 /// Runs the front end with `argv` (`argv[0]` as invoked); returns the exit status.
 pub fn main(argv: &[OsString]) -> u8 {
@@ -127,6 +124,13 @@ impl Io for SystemIo {
 /// Whether this process was called as `bwrap` (the basename of `argv[0]`).
 pub fn called_as_bwrap(argv0: Option<&OsString>) -> bool {
     argv0.and_then(|a| std::path::Path::new(a).file_name()).is_some_and(|n| n == "bwrap")
+}
+
+/// Whether the file this process runs is named `bwrap` (a copy or hard
+/// link of the launcher installed under that name): what a caller that
+/// resolves `bwrap`'s links before running it reaches.
+pub fn installed_as_bwrap() -> bool {
+    std::fs::read_link("/proc/self/exe").is_ok_and(|exe| exe.file_name().is_some_and(|n| n == "bwrap"))
 }
 
 /// Whether the arguments start with one of bubblewrap's options that is
