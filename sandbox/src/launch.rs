@@ -210,6 +210,10 @@ pub(crate) fn execute(
     let (exit_r, exit_w) = pipe("exit")?;
     let acks = if plan.apply_phase { Some(pipe("ack")?) } else { None };
 
+    // A caller that ignores SIGCHLD (Erlang's ports start programs so)
+    // would have the kernel reap our child and never raise the signal the
+    // monitor waits for: its default disposition back, as bubblewrap does.
+    sys::reset_signal(libc::SIGCHLD);
     // Block the forwarded signals and SIGCHLD before clone, so none is lost
     // between clone and the signalfd, and none runs a default action on us.
     let mut watched = FORWARDED_SIGNALS.to_vec();

@@ -92,9 +92,15 @@ pub(crate) fn bwrap_message(e: LaunchError, program: &str) -> String {
         LaunchError::Child { code: EXIT_NOT_FOUND, .. } => {
             format!("execvp {program}: {}", crate::error::strerror(libc::ENOENT))
         }
+        // The child says `execve("X") => EACCES (Permission denied): ...`:
+        // bubblewrap says the error's text alone.
         LaunchError::Child { code: EXIT_CANNOT_EXECUTE, message } => {
-            let why = if message.contains("EACCES") { crate::error::strerror(libc::EACCES) } else { message };
-            format!("execvp {program}: {why}")
+            let text = message
+                .split_once("=> ")
+                .and_then(|(_, rest)| rest.split_once(" ("))
+                .and_then(|(_, rest)| rest.split_once(')'))
+                .map_or(message.as_str(), |(text, _)| text);
+            format!("execvp {program}: {text}")
         }
         // bubblewrap's words where the namespaces cannot be made, and
         // where to look.
