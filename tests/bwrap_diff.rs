@@ -131,7 +131,8 @@ fn compare(caller: Caller) {
             (theirs, mine)
         };
         let (mut theirs, mut mine) = both();
-        if theirs != mine {
+        // A hang is no accident: no second wait for it.
+        if theirs != mine && theirs.status != "hang" && mine.status != "hang" {
             // Once more: the host changes under us (other processes' mounts
             // come and go, and bubblewrap remounts every one it binds).
             (theirs, mine) = both();
