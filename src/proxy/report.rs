@@ -6,10 +6,11 @@
 //! the run-state writer (`persist.rs`) only fill it. None of them needs
 //! the rest of the daemon for that, so this is all they are given.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use serde::Serialize;
 
+use super::metrics::Metrics;
 use super::outbox::Outbox;
 use super::protocol;
 use crate::env::Redactor;
@@ -23,6 +24,8 @@ pub struct Reporter {
     /// The provider named in status reports.
     provider: ProviderKind,
     runtime: Option<String>,
+    /// Set when the daemon serves metrics (`--metrics-listen`).
+    metrics: OnceLock<Arc<Metrics>>,
 }
 
 impl Reporter {
@@ -32,7 +35,7 @@ impl Reporter {
         provider: ProviderKind,
         runtime: Option<String>,
     ) -> Reporter {
-        Reporter { outbox, redactor: Mutex::new(redactor), provider, runtime }
+        Reporter { outbox, redactor: Mutex::new(redactor), provider, runtime, metrics: OnceLock::new() }
     }
 
     pub fn outbox(&self) -> &Outbox {
@@ -41,7 +44,27 @@ impl Reporter {
 
     /// Queues `msg` for the backend.
     pub fn push<T: Serialize + ?Sized>(&self, msg: &T) {
-        self.outbox.push(msg)
+        let Some(metrics) = self.metrics() else {
+            return self.outbox.push(msg);
+        };
+        // Serialized once: the metrics read the text, the outbox takes it as is.
+        match serde_json::to_string(msg).map(serde_json::value::RawValue::from_string) {
+            Ok(Ok(raw)) => {
+                metrics.sent(raw.get());
+                self.outbox.push(&raw);
+            }
+            _ => self.outbox.push(msg),
+        }
+    }
+
+    /// The metrics, when the daemon serves them.
+    pub fn metrics(&self) -> Option<&Metrics> {
+        self.metrics.get().map(Arc::as_ref)
+    }
+
+    /// From now on, what is queued feeds `metrics` too.
+    pub fn set_metrics(&self, metrics: Arc<Metrics>) {
+        let _ = self.metrics.set(metrics);
     }
 
     /// `text` with every known secret replaced by `[REDACTED]`.
