@@ -74,8 +74,6 @@ const SENT: &[&str] = &[
     "sandbox_control_result",
     "sandbox_inventory",
     "workspace_inventory",
-    "register_agent",
-    "heartbeat",
 ];
 
 /// `sandbox_control` actions.
