@@ -47,8 +47,25 @@ pub fn completions(args: &CompletionsArgs) -> u8 {
         CompletionShell::Zsh => Shell::Zsh,
         CompletionShell::Fish => Shell::Fish,
     };
+    let mut cmd = without_hidden(Cli::command());
     let mut out = Vec::new();
-    clap_complete::generate(shell, &mut Cli::command(), "tuixiu-sandbox", &mut out);
+    if shell == Shell::Bash {
+        // clap_complete's bash script spells its states two ways when the
+        // name has a hyphen, and then completes nothing after a
+        // subcommand (clap-rs/clap#6421): made for a name without one,
+        // then registered for the real name.
+        clap_complete::generate(shell, &mut cmd, "tuixiu_sandbox", &mut out);
+        out = String::from_utf8_lossy(&out)
+            .lines()
+            .map(|line| match line.trim_start().starts_with("complete -F ") {
+                true => format!("{}tuixiu-sandbox\n", line.strip_suffix("tuixiu_sandbox").unwrap_or(line)),
+                false => format!("{line}\n"),
+            })
+            .collect::<String>()
+            .into_bytes();
+    } else {
+        clap_complete::generate(shell, &mut cmd, "tuixiu-sandbox", &mut out);
+    }
     match std::io::stdout().write_all(&out) {
         Ok(()) => 0,
         Err(e) => {
@@ -56,6 +73,22 @@ pub fn completions(args: &CompletionsArgs) -> u8 {
             EXIT_TOOL_ERROR
         }
     }
+}
+
+/// `cmd` without its hidden subcommands (`__exec`, `__man`, ...), which
+/// the completion scripts would otherwise offer.
+fn without_hidden(cmd: clap::Command) -> clap::Command {
+    let mut out = clap::Command::new("tuixiu-sandbox")
+        .version(env!("CARGO_PKG_VERSION"))
+        .propagate_version(true)
+        .subcommand_required(true);
+    for arg in cmd.get_arguments().filter(|a| !matches!(a.get_id().as_str(), "help" | "version")) {
+        out = out.arg(arg.clone());
+    }
+    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+        out = out.subcommand(sub.clone());
+    }
+    out
 }
 
 /// `__man DIR`: one page per command (`tuixiu-sandbox.1`,
