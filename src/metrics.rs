@@ -10,7 +10,7 @@
 //! anything else with 404 or 405, and closes the connection. At most
 //! [`MAX_CONNECTIONS`] are served at once; more are closed unanswered.
 //!
-//! Where: a TCP address (`127.0.0.1:9464`, `[::1]:9464`; port 0 picks one,
+//! Where: a TCP address (`127.0.0.1:9478`, `[::1]:9478`; port 0 picks one,
 //! logged) or `unix:/path` (reached by whoever may connect to that file; a
 //! stale socket from a daemon that is gone is replaced, a live one is an
 //! error). Labels never carry a run id or anything else unbounded: the
@@ -54,7 +54,7 @@ impl std::str::FromStr for Listen {
             return Ok(Listen::Unix(PathBuf::from(path)));
         }
         s.parse().map(Listen::Tcp).map_err(|_| {
-            format!("{s}: not an address: give IP:PORT (127.0.0.1:9464, [::1]:9464) or unix:/PATH")
+            format!("{s}: not an address: give IP:PORT (127.0.0.1:9478, [::1]:9478) or unix:/PATH")
         })
     }
 }
@@ -260,13 +260,13 @@ mod tests {
     #[test]
     fn addresses_parse() {
         assert_eq!(
-            "127.0.0.1:9464".parse::<Listen>().unwrap(),
-            Listen::Tcp("127.0.0.1:9464".parse().unwrap())
+            "127.0.0.1:9478".parse::<Listen>().unwrap(),
+            Listen::Tcp("127.0.0.1:9478".parse().unwrap())
         );
         assert_eq!("[::1]:0".parse::<Listen>().unwrap(), Listen::Tcp("[::1]:0".parse().unwrap()));
         assert_eq!("unix:/run/m.sock".parse::<Listen>().unwrap(), Listen::Unix("/run/m.sock".into()));
         assert!("unix:m.sock".parse::<Listen>().unwrap_err().contains("absolute path"));
-        assert!("localhost:9464".parse::<Listen>().unwrap_err().contains("not an address"));
+        assert!("localhost:9478".parse::<Listen>().unwrap_err().contains("not an address"));
     }
 
     #[test]

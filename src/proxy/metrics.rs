@@ -33,7 +33,6 @@ use prometheus_client::registry::{Registry, Unit};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::lane::RunContext;
 use super::protocol::Incoming;
 
 type Label = [(&'static str, &'static str); 1];
@@ -144,6 +143,18 @@ struct Sent<'a> {
     ok: Option<bool>,
     #[serde(borrow)]
     error: Option<Cow<'a, str>>,
+}
+
+/// What the daemon's parts hold at scrape time (`Daemon::enable_metrics`
+/// reads them).
+pub struct Now {
+    /// Lanes: runs with state, or busy.
+    pub lanes: usize,
+    /// Live agents.
+    pub agents: usize,
+    pub prompts_in_flight: usize,
+    /// The outbox's messages and bytes queued, and messages dropped since the start.
+    pub outbox: (usize, usize, u64),
 }
 
 /// The cgroup files read at scrape time.
@@ -404,14 +415,12 @@ impl Metrics {
         self.agents_exited.get_or_create(&[("reason", reason)]).inc();
     }
 
-    /// The whole exposition, with the gauges read now from `run`.
-    pub fn render(&self, run: &RunContext) -> String {
-        let runs = run.runs();
-        self.lanes.set(gauge(runs.len()));
-        self.agents.set(gauge(runs.all_agents().iter().filter(|a| !a.has_exited()).count()));
-        self.prompts_in_flight.set(gauge(runs.turns_in_flight()));
-        let outbox = run.report().outbox();
-        let (messages, bytes, dropped) = outbox.stats();
+    /// The whole exposition, with the gauges as they are `now`.
+    pub fn render(&self, now: Now) -> String {
+        self.lanes.set(gauge(now.lanes));
+        self.agents.set(gauge(now.agents));
+        self.prompts_in_flight.set(gauge(now.prompts_in_flight));
+        let (messages, bytes, dropped) = now.outbox;
         self.outbox_messages.set(gauge(messages));
         self.outbox_bytes.set(gauge(bytes));
         self.outbox_dropped.inc_by(dropped.saturating_sub(self.outbox_dropped.get()));

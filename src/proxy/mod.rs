@@ -176,7 +176,15 @@ impl Daemon {
         let m = Arc::new(metrics::Metrics::new());
         self.run.report().set_metrics(m.clone());
         let run = self.run.clone();
-        Arc::new(move || m.render(&run))
+        Arc::new(move || {
+            let runs = run.runs();
+            m.render(metrics::Now {
+                lanes: runs.len(),
+                agents: runs.all_agents().iter().filter(|a| !a.has_exited()).count(),
+                prompts_in_flight: runs.turns_in_flight(),
+                outbox: run.report().outbox().stats(),
+            })
+        })
     }
 
     /// The two inventories the backend gets after registering and every
@@ -304,12 +312,9 @@ pub fn main(opts: Options) -> u8 {
         }
     };
     // Bound now: an address in use or a bad path is a startup error.
-    let metrics = match opts.metrics_listen.as_ref().map(crate::metrics::Endpoint::bind).transpose() {
-        Ok(m) => m,
-        Err(e) => {
-            report(&format!("proxy: {e}"));
-            return sandbox::EXIT_SETUP_FAILED;
-        }
+    let metrics = opts.metrics_listen.as_ref().map(crate::metrics::Endpoint::bind).transpose();
+    let Ok(metrics) = metrics.map_err(|e| report(&format!("proxy: {e}"))) else {
+        return sandbox::EXIT_SETUP_FAILED;
     };
     // One thread: the daemon's work is I/O (the socket, CLI children, small
     // files) and a single thread keeps the idle footprint small (see
@@ -337,8 +342,7 @@ pub fn main(opts: Options) -> u8 {
         }
         run.mounts().sweep_leftovers();
         if let Some(endpoint) = metrics {
-            tracing::info!("metrics on {}/metrics", endpoint.local());
-            tokio::spawn(crate::metrics::serve(endpoint, daemon.enable_metrics()));
+            serve_metrics(&daemon, endpoint);
         }
         tracing::info!(
             "proxy {} starting: provider {}, state {}, workspaces {}",
@@ -404,6 +408,12 @@ pub fn main(opts: Options) -> u8 {
     });
     drop(identity);
     code
+}
+
+/// Feeds the metrics from now on and serves them at `endpoint`.
+fn serve_metrics(daemon: &Daemon, endpoint: crate::metrics::Endpoint) {
+    tracing::info!("metrics on {}/metrics", endpoint.local());
+    tokio::spawn(crate::metrics::serve(endpoint, daemon.enable_metrics()));
 }
 
 /// Closes every agent (stdin, SIGTERM, SIGKILL), concurrently; instances

@@ -44,16 +44,24 @@ impl Reporter {
 
     /// Queues `msg` for the backend.
     pub fn push<T: Serialize + ?Sized>(&self, msg: &T) {
-        let Some(metrics) = self.metrics() else {
-            return self.outbox.push(msg);
-        };
-        // Serialized once: the metrics read the text, the outbox takes it as is.
-        match serde_json::to_string(msg).map(serde_json::value::RawValue::from_string) {
+        match self.metrics() {
+            None => self.outbox.push(msg),
+            Some(metrics) => self.push_counted(metrics, serde_json::to_string(msg)),
+        }
+    }
+
+    /// Serialized once: the metrics read the text, the outbox takes it as
+    /// is. Out of line and cold, so the usual path (no metrics) stays as
+    /// small as it was.
+    #[cold]
+    #[inline(never)]
+    fn push_counted(&self, metrics: &Metrics, text: serde_json::Result<String>) {
+        match text.map(serde_json::value::RawValue::from_string) {
             Ok(Ok(raw)) => {
                 metrics.sent(raw.get());
                 self.outbox.push(&raw);
             }
-            _ => self.outbox.push(msg),
+            Ok(Err(e)) | Err(e) => tracing::error!("outbox: a message could not be serialized: {e}"),
         }
     }
 
