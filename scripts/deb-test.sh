@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The Debian package in a fresh Debian 12: a minimal bookworm root made by
 # debootstrap from Debian's mirror (systemd, bubblewrap, procps), booted
-# with systemd as PID 1 in a container, as deploy/systemd/check-hardening.sh
-# boots one. tests/deploy_deb.rs drives it: install, start, a run's
+# with systemd as PID 1 in a container by deploy/systemd/check-hardening.sh
+# (`boot-image`). tests/deploy_deb.rs drives it: install, start, a run's
 # processes, remove.
 #
 #   scripts/deb-test.sh image
@@ -17,12 +17,12 @@
 #       the whole check without a backend: install, start (the daemon
 #       retries its backend), remove, nothing left running
 #
-# TUIXIU_DEBIAN_MIRROR overrides the mirror (default http://deb.debian.org/debian).
+# TUIXIU_DEBIAN_MIRROR names another mirror (default: debootstrap's own).
 set -euo pipefail
 
 cache=${TUIXIU_CI_CACHE:-/var/cache/tuixiu-ci}
 tarball="$cache/debian12-root.tar"
-mirror=${TUIXIU_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+mirror=${TUIXIU_DEBIAN_MIRROR:-}
 # What the root has besides minbase: systemd to boot, bubblewrap to check
 # that its /usr/bin/bwrap is left alone, procps for the process checks.
 include=systemd,systemd-sysv,dbus,bubblewrap,procps
@@ -32,8 +32,9 @@ make_root() {
     mkdir -p "$cache"
     local root
     root=$(mktemp -d "$cache/root.XXXXXX")
-    echo "deb-test.sh: debootstrap bookworm from $mirror into $root" >&2
-    if ! debootstrap --variant=minbase --include="$include" bookworm "$root" "$mirror" >"$cache/debootstrap.log" 2>&1; then
+    echo "deb-test.sh: debootstrap bookworm into $root" >&2
+    # shellcheck disable=SC2086 # no mirror: debootstrap's default
+    if ! debootstrap --variant=minbase --include="$include" bookworm "$root" $mirror >"$cache/debootstrap.log" 2>&1; then
         tail -n 20 "$cache/debootstrap.log" >&2
         rm -rf "$root"
         echo "deb-test.sh: debootstrap failed (log: $cache/debootstrap.log)" >&2
@@ -72,30 +73,7 @@ boot() {
     shift
     local image
     image=$(make_image)
-    docker rm -f "$name" >/dev/null 2>&1 || true
-    docker run -d --name "$name" \
-        --cap-add=ALL --cap-drop=SYS_RESOURCE \
-        --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
-        --security-opt systempaths=unconfined \
-        -v /sys/fs/cgroup:/sys/fs/cgroup:rw \
-        --tmpfs /run --tmpfs /run/lock --tmpfs /tmp \
-        -e container=docker "$@" "$image" /lib/systemd/systemd >/dev/null
-    local state=""
-    for _ in $(seq 1 150); do
-        state=$(docker exec "$name" systemctl is-system-running 2>/dev/null || true)
-        case "$state" in running | degraded) break ;; esac
-        sleep 0.2
-    done
-    case "$state" in
-        running | degraded) ;;
-        *)
-            docker logs "$name" 2>&1 | tail -n 20 >&2
-            echo "deb-test.sh: systemd did not come up in $name ($state)" >&2
-            return 1
-            ;;
-    esac
-    # As on a host: / shared, so LoadCredential='s files reach the service.
-    docker exec "$name" mount --make-rshared /
+    "$(dirname "$0")/../deploy/systemd/check-hardening.sh" boot-image "$name" "$image" "$@"
     echo "$image"
 }
 
@@ -122,5 +100,5 @@ case "${1:-}" in
     image) make_image ;;
     boot) shift; boot "$@" ;;
     smoke) shift; smoke "$@" ;;
-    *) sed -n '2,22p' "$0"; exit 2 ;;
+    *) sed -n '2,20p' "$0"; exit 2 ;;
 esac

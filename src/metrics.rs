@@ -144,6 +144,11 @@ pub fn encode(registry: &Registry) -> String {
     out
 }
 
+/// A count as a gauge's value.
+pub fn gauge_value(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
 /// `tuixiu_build_info{version, binary}` 1, in `registry`.
 pub fn register_build_info(registry: &mut Registry, binary: &'static str) {
     registry.register(
@@ -156,46 +161,51 @@ pub fn register_build_info(registry: &mut Registry, binary: &'static str) {
 /// Serves scrapes on `endpoint` until the task is dropped. Call from
 /// within a tokio runtime.
 pub async fn serve(endpoint: Endpoint, render: Render) {
+    let listener = match endpoint {
+        Endpoint::Tcp(l) => tokio::net::TcpListener::from_std(l).map(Listener::Tcp),
+        Endpoint::Unix(l) => tokio::net::UnixListener::from_std(l).map(Listener::Unix),
+    };
+    let listener = match listener {
+        Ok(l) => l,
+        Err(e) => return tracing::error!("metrics: cannot serve the socket: {e}"),
+    };
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
-    match endpoint {
-        Endpoint::Tcp(l) => match tokio::net::TcpListener::from_std(l) {
-            Ok(l) => loop {
-                match l.accept().await {
-                    Ok((stream, _)) => answer_later(stream, &slots, &render),
-                    Err(e) => accept_failed(e).await,
-                }
-            },
-            Err(e) => tracing::error!("metrics: cannot serve the socket: {e}"),
-        },
-        Endpoint::Unix(l) => match tokio::net::UnixListener::from_std(l) {
-            Ok(l) => loop {
-                match l.accept().await {
-                    Ok((stream, _)) => answer_later(stream, &slots, &render),
-                    Err(e) => accept_failed(e).await,
-                }
-            },
-            Err(e) => tracing::error!("metrics: cannot serve the socket: {e}"),
-        },
+    loop {
+        let stream = match listener.accept().await {
+            Ok(stream) => stream,
+            Err(e) => {
+                // Out of descriptors, say: wait a little instead of spinning.
+                tracing::warn!("metrics: accept: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        // More clients than slots: closed unanswered, never queued.
+        let Ok(permit) = slots.clone().try_acquire_owned() else { continue };
+        let render = render.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            answer(stream, &render).await;
+        });
     }
 }
 
-/// Out of descriptors, say: wait a little instead of spinning.
-async fn accept_failed(e: std::io::Error) {
-    tracing::warn!("metrics: accept: {e}");
-    tokio::time::sleep(Duration::from_millis(100)).await;
+/// A connection, TCP or unix.
+trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<S: AsyncRead + AsyncWrite + Unpin + Send> Stream for S {}
+
+enum Listener {
+    Tcp(tokio::net::TcpListener),
+    Unix(tokio::net::UnixListener),
 }
 
-fn answer_later<S>(stream: S, slots: &Arc<tokio::sync::Semaphore>, render: &Render)
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    // More clients than slots: closed unanswered, never queued.
-    let Ok(permit) = slots.clone().try_acquire_owned() else { return };
-    let render = render.clone();
-    tokio::spawn(async move {
-        let _permit = permit;
-        answer(stream, &render).await;
-    });
+impl Listener {
+    async fn accept(&self) -> std::io::Result<Box<dyn Stream>> {
+        Ok(match self {
+            Listener::Tcp(l) => Box::new(l.accept().await?.0),
+            Listener::Unix(l) => Box::new(l.accept().await?.0),
+        })
+    }
 }
 
 /// One request, one response, then the connection closes.

@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use docker_support::Booted;
 use proxy_support::net::{backend_ip, private_network};
 use proxy_support::{Backend, Pki, SECS, Scratch, jwt};
 use serde_json::json;
@@ -32,16 +33,8 @@ fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The container; removed when dropped.
-struct Booted(String);
-
+/// What this test asks of its container.
 impl Booted {
-    fn exec(&self, args: &[&str]) -> Output {
-        let mut all = vec!["exec", self.0.as_str()];
-        all.extend_from_slice(args);
-        docker_support::docker(&all)
-    }
-
     fn sh(&self, script: &str) -> Output {
         self.exec(&["sh", "-c", script])
     }
@@ -52,19 +45,9 @@ impl Booted {
         text(&out.stdout)
     }
 
-    fn journal(&self) -> String {
-        text(&self.exec(&["journalctl", "-u", "tuixiu-sandbox", "-o", "cat", "--no-pager"]).stdout)
-    }
-
     /// The processes of the tuixiu user, `pid command` each.
     fn tuixiu_processes(&self) -> String {
         text(&self.sh("pgrep -a -u tuixiu || true").stdout)
-    }
-}
-
-impl Drop for Booted {
-    fn drop(&mut self) {
-        let _ = docker_support::docker(&["rm", "-f", &self.0]);
     }
 }
 
@@ -175,13 +158,8 @@ async fn the_package_installs_starts_and_removes_cleanly() {
     let backend = Backend::start_on(listener, Some(&pki), format!("wss://{}:{PORT}/ws/agent", backend_ip(1)));
     backend.set_valid_tokens(Some(vec![token]));
 
-    let start = c.exec(&["systemctl", "start", "tuixiu-sandbox"]);
-    assert!(start.status.success(), "systemctl start: {}\n{}", text(&start.stderr), c.journal());
-    let deadline = Instant::now() + 60 * SECS;
-    while !backend.is_connected(PROXY_ID) {
-        assert!(Instant::now() < deadline, "the service did not register:\n{}", c.journal());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    c.start_service();
+    backend.wait_connected(PROXY_ID, 60 * SECS, || c.journal()).await;
 
     // A run: its sandbox and agent (which never answers initialize, so
     // the run stays opening) are processes of the service.

@@ -33,7 +33,8 @@ use prometheus_client::registry::{Registry, Unit};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::protocol::Incoming;
+use super::protocol::{CONTROL_ACTIONS, Incoming};
+use crate::metrics::gauge_value as gauge;
 
 type Label = [(&'static str, &'static str); 1];
 type Labels2 = [(&'static str, &'static str); 2];
@@ -73,20 +74,6 @@ const SENT: &[&str] = &[
     "sandbox_control_result",
     "sandbox_inventory",
     "workspace_inventory",
-];
-
-/// `sandbox_control` actions.
-const ACTIONS: &[&str] = &[
-    "inspect",
-    "ensure_running",
-    "stop",
-    "remove",
-    "report_inventory",
-    "prune_orphans",
-    "gc",
-    "remove_workspace",
-    "remove_image",
-    "git_push",
 ];
 
 /// agentInputs apply kinds.
@@ -382,7 +369,7 @@ impl Metrics {
                 }
             }
             "sandbox_control_result" => {
-                let action = bounded(ACTIONS, msg.action.as_str().unwrap_or(""));
+                let action = bounded(CONTROL_ACTIONS, msg.action.as_str().unwrap_or(""));
                 self.controls.get_or_create(&[("action", action), ("result", result(ok))]).inc();
             }
             _ => {}
@@ -459,10 +446,6 @@ impl Default for Metrics {
 
 fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
-}
-
-fn gauge(n: usize) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 /// The apply kinds of `init.agentInputs.items`, in order.

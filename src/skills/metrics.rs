@@ -10,6 +10,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use super::jobs::Service;
+use crate::metrics::gauge_value;
 
 struct Families {
     registry: Registry,
@@ -42,17 +43,13 @@ pub fn render(svc: Arc<Service>) -> crate::metrics::Render {
     Arc::new(move || {
         let (counts, free) = svc.status_counts();
         for (status, n) in counts {
-            f.jobs.get_or_create(&[("status", status)]).set(count(n));
+            f.jobs.get_or_create(&[("status", status)]).set(gauge_value(n));
             if status == "queued" {
-                f.queue_depth.set(count(n));
+                f.queue_depth.set(gauge_value(n));
             }
         }
-        f.slots_free.set(count(free));
-        f.max_concurrent.set(count(svc.config().max_concurrent));
+        f.slots_free.set(gauge_value(free));
+        f.max_concurrent.set(gauge_value(svc.config().max_concurrent));
         crate::metrics::encode(&f.registry)
     })
-}
-
-fn count(n: usize) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
 }
