@@ -98,6 +98,7 @@ async fn the_package_installs_starts_and_removes_cleanly() {
         "/usr/bin/tuixiu-sandbox",
         "/usr/bin/tuixiu-sandbox-full",
         "/usr/bin/tuixiu-sandbox-proxy",
+        "/usr/libexec/tuixiu-sandbox/bwrap",
         "/usr/lib/systemd/system/tuixiu-sandbox.service",
         "/usr/lib/sysusers.d/tuixiu-sandbox.conf",
         "/usr/lib/tmpfiles.d/tuixiu-sandbox.conf",
@@ -116,7 +117,7 @@ async fn the_package_installs_starts_and_removes_cleanly() {
     c.ok("bash -c '. /usr/share/bash-completion/completions/tuixiu-sandbox && complete -p tuixiu-sandbox'");
     // bwrap: offered as an alternative, bubblewrap's file untouched.
     assert_eq!(c.ok("sha256sum /usr/bin/bwrap"), bwrap_sum);
-    assert!(c.ok("update-alternatives --query bwrap").contains("Alternative: /usr/bin/tuixiu-sandbox"));
+    assert!(c.ok("update-alternatives --query bwrap").contains("Alternative: /usr/libexec/tuixiu-sandbox/bwrap"));
     // The user and the workspace root; the unit neither enabled nor started;
     // no AppArmor profile where the kernel does not restrict user namespaces.
     c.ok("id tuixiu");
@@ -201,12 +202,15 @@ async fn the_package_installs_starts_and_removes_cleanly() {
     // answering as bubblewrap, with its man page; purge takes both away.
     c.ok("dpkg -r bubblewrap && test ! -e /usr/bin/bwrap");
     c.ok("dpkg -i /var/tmp/tuixiu-sandbox.deb");
-    assert_eq!(c.ok("readlink -f /usr/bin/bwrap").trim(), "/usr/bin/tuixiu-sandbox");
+    assert_eq!(c.ok("readlink -f /usr/bin/bwrap").trim(), "/usr/libexec/tuixiu-sandbox/bwrap");
     assert_eq!(
         c.ok("readlink -f /usr/share/man/man1/bwrap.1.gz").trim(),
         "/usr/share/man/man1/tuixiu-sandbox-bwrap.1.gz"
     );
-    assert!(c.ok("bwrap --version").starts_with("bubblewrap 0.11.1 (tuixiu-sandbox"));
+    assert_eq!(c.ok("bwrap --version").trim(), "bubblewrap 0.11.1");
+    // What codex does before it uses `bwrap`: the file its links end at,
+    // asked for --help, must offer --argv0.
+    assert_eq!(c.ok("\"$(readlink -f \"$(command -v bwrap)\")\" --help | grep -c -- --argv0").trim(), "1");
     assert_eq!(
         c.ok("bwrap --ro-bind / / --proc /proc --dev /dev --unshare-pid /bin/echo nested").trim(),
         "nested"
