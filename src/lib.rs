@@ -3,6 +3,7 @@
 
 pub mod acp;
 pub mod bwrap;
+pub mod egress;
 pub mod env;
 pub mod exe;
 pub mod git;

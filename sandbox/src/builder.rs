@@ -245,6 +245,9 @@ impl SandboxBuilder {
             ("LOGNAME".to_string(), self.user.name.clone()),
             ("SHELL".to_string(), self.user.shell.clone()),
         ];
+        if self.network == Network::Proxied {
+            env.extend(crate::egress::proxy_env());
+        }
         for (k, v) in self.env {
             set_var(&mut env, k, v);
         }

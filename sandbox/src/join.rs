@@ -61,7 +61,7 @@ fn prepare(spec: &SandboxSpec) -> Result<JoinPlan, SpecError> {
     let security = &spec.security;
     let sockets = match (spec.network, security.no_ip) {
         (_, true) => crate::seccomp::Sockets::UnixOnly,
-        (Network::Off, false) => crate::seccomp::Sockets::LocalAndInet,
+        (Network::Off | Network::Proxied, false) => crate::seccomp::Sockets::LocalAndInet,
         (Network::On, false) => crate::seccomp::Sockets::Profile,
     };
     let seccomp = crate::seccomp::compile(&security.seccomp, security.allow_ptrace, sockets)?;

@@ -24,6 +24,7 @@ mod builder;
 mod bwrap_words;
 mod child;
 mod confine;
+pub mod egress;
 pub mod error;
 pub mod guest_path;
 pub mod idmap;

@@ -149,10 +149,12 @@ fn instance_config(cl: &CommandLine<'_>, name: &str, run_id: &str) -> Result<Ins
     config.user = cl.user.clone();
     config.image = args.provider.image.clone();
     config.network = match args.network {
-        NetworkArg::On => Network::On,
-        NetworkArg::Off => Network::Off,
         NetworkArg::None => return Err(CmdError::NetworkNone),
+        _ => tuixiu_sandbox::launcher::run::network(args)?,
     };
+    if config.network == Network::Proxied {
+        config.egress = Some(tuixiu_sandbox::launcher::run::egress_policy(&args.egress)?);
+    }
     config.hostname = args.hostname.clone();
     config.limits = limits(args)?;
     for op in extra_mounts(args, &cl.given) {
@@ -266,7 +268,15 @@ fn run_native(
     let mut spec = provider.spec_for(name, process)?;
     spec.new_session = !args.keep_session;
     let forget = provider.track_self(name)?;
-    let code = launch_and_report(&spec, matches.get_one::<i32>("json_status_fd").copied());
+    let egress = match provider.egress_policy(name)? {
+        Some(policy) => Some(
+            tuixiu_sandbox::egress::spawn_for_run(policy, Some(provider.egress_counts_file(name)))
+                .map_err(RunError::EgressProxy)?,
+        ),
+        None => None,
+    };
+    let egress_fd = egress.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
+    let code = launch_and_report(&spec, matches.get_one::<i32>("json_status_fd").copied(), egress_fd);
     forget();
     Ok(code)
 }

@@ -152,6 +152,9 @@ impl DockerProvider {
             .map_err(|e| InvalidError::Hostname { hostname: config.hostname.clone(), source: e })?;
         check_env(&config.env)?;
         super::check_mounts(&config.mounts)?;
+        if config.network == sandbox::Network::Proxied || config.egress.is_some() {
+            return Err(InvalidError::DockerProxied.into());
+        }
         check_mount_path("workspace", &config.workspace.to_string_lossy())?;
         if let Some(home) = &config.home {
             check_mount_path("home", &home.to_string_lossy())?;

@@ -121,8 +121,10 @@ pub fn check_supported(config: &InstanceConfig) -> Result<(), ProviderError> {
     if config.image.is_some() {
         return refuse("--image");
     }
-    if config.network == Network::Off {
-        return refuse("--network off");
+    match config.network {
+        Network::Off => return refuse("--network off"),
+        Network::Proxied => return refuse("--network allow"),
+        Network::On => {}
     }
     if config.workspace_read_only {
         return refuse("a read-only workspace");

@@ -41,6 +41,9 @@ impl LocalInstances {
         config.user.validate().map_err(InvalidError::UserView)?;
         super::check_env(&config.env)?;
         super::check_mounts(&config.mounts)?;
+        if (config.network == sandbox::Network::Proxied) != config.egress.is_some() {
+            return Err(InvalidError::EgressPolicy { network: config.network }.into());
+        }
         Ok(())
     }
 

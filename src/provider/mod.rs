@@ -198,6 +198,9 @@ pub struct InstanceConfig {
     /// Native only: processes may run `bwrap` (nested sandboxes).
     #[serde(default = "nested_default")]
     pub nested: bool,
+    /// Native only: the egress proxy's policy, with [`Network::Proxied`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<crate::egress::Policy>,
 }
 
 fn nested_default() -> bool {
@@ -223,6 +226,7 @@ impl InstanceConfig {
             env: Vec::new(),
             host_ids: None,
             nested: true,
+            egress: None,
         }
     }
 }

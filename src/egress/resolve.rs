@@ -1,0 +1,62 @@
+//! Name resolution for the proxy: the system's resolver (`getaddrinfo`, on
+//! tokio's blocking pool), called by the proxy for every connection. The
+//! sandbox itself has no DNS.
+//!
+//! Test builds (`debug_assertions`) honour one more source, so that
+//! integration tests can give names to loopback servers: a hosts-file
+//! style mapping named by [`TEST_HOSTS_ENV`] (`ADDRESS NAME...` per line),
+//! which, when set, is the only source. Release builds compile it out: the
+//! variable means nothing there.
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+
+/// The test builds' mapping (see the module's documentation).
+pub const TEST_HOSTS_ENV: &str = "TUIXIU_SANDBOX_TEST_ONLY_EGRESS_HOSTS";
+
+/// Resolves names to addresses.
+#[derive(Clone, Debug, Default)]
+pub struct Resolver {
+    #[cfg(debug_assertions)]
+    test_hosts: Option<std::sync::Arc<Vec<(String, IpAddr)>>>,
+}
+
+impl Resolver {
+    /// The system's resolver (and, in a test build, the mapping the
+    /// environment names, read now).
+    pub fn from_env() -> io::Result<Resolver> {
+        #[cfg(debug_assertions)]
+        if let Some(path) = std::env::var_os(TEST_HOSTS_ENV) {
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.to_string_lossy())))?;
+            let mut hosts = Vec::new();
+            for line in text.lines() {
+                let mut words = line.split('#').next().unwrap_or("").split_whitespace();
+                let Some(addr) = words.next() else { continue };
+                let addr: IpAddr =
+                    addr.parse().map_err(|_| io::Error::other(format!("{TEST_HOSTS_ENV}: {line:?}")))?;
+                hosts.extend(words.map(|name| (name.to_ascii_lowercase(), addr)));
+            }
+            return Ok(Resolver { test_hosts: Some(std::sync::Arc::new(hosts)) });
+        }
+        Ok(Resolver::default())
+    }
+
+    /// Every address of `name`, in the resolver's order.
+    pub async fn resolve(&self, name: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
+        #[cfg(debug_assertions)]
+        if let Some(hosts) = &self.test_hosts {
+            let found: Vec<SocketAddr> =
+                hosts.iter().filter(|(n, _)| n == name).map(|(_, ip)| SocketAddr::new(*ip, port)).collect();
+            return match found.is_empty() {
+                true => Err(io::Error::new(io::ErrorKind::NotFound, "no such name")),
+                false => Ok(found),
+            };
+        }
+        let found: Vec<SocketAddr> = tokio::net::lookup_host((name, port)).await?.collect();
+        if found.is_empty() {
+            return Err(io::Error::new(io::ErrorKind::NotFound, "no address"));
+        }
+        Ok(found)
+    }
+}

@@ -1,0 +1,523 @@
+//! The proxy itself: accepts on a sandbox's egress listener and serves
+//! each connection as HTTP (CONNECT, or an absolute `http://` URI) or
+//! SOCKS5 (CONNECT), told apart by the first byte. For every connection:
+//! the allowlist first (no connection, no resolution for a name it does
+//! not list), then resolution here, then the address guard on each
+//! address, then a connection to exactly the address checked. Bytes are
+//! relayed unchanged (TLS stays end to end), counted, and cut after an
+//! idle timeout. Nothing of a request is logged but its destination.
+
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+
+use super::guard;
+use super::policy::Policy;
+use super::request::{self, Ask, Host, RequestError, SocksError, Target, socks_reply};
+use super::resolve::Resolver;
+
+/// Bounds of one sandbox's proxy.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Connections open at once; more wait to be accepted.
+    pub max_connections: usize,
+    /// For the request head or the SOCKS5 exchange to arrive.
+    pub head_timeout: Duration,
+    /// For each connection attempt to an address.
+    pub connect_timeout: Duration,
+    /// A relayed connection with no byte either way for this long is closed.
+    pub idle_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_connections: 64,
+            head_timeout: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+/// Each direction's relay buffer.
+const RELAY_BUFFER: usize = 32 * 1024;
+
+/// Counters of one sandbox's proxy (or of all the sandboxes of an instance).
+#[derive(Debug, Default)]
+pub struct Stats {
+    connections: AtomicU64,
+    open: AtomicU64,
+    denied: AtomicU64,
+    failed: AtomicU64,
+    bytes_out: AtomicU64,
+    bytes_in: AtomicU64,
+    changed: AtomicBool,
+}
+
+/// A snapshot of [`Stats`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Counts {
+    /// Connections accepted.
+    pub connections: u64,
+    /// Open now.
+    pub open: u64,
+    /// Refused by the policy (allowlist or address guard).
+    pub denied: u64,
+    /// Allowed, but resolution or the connection failed.
+    pub failed: u64,
+    /// Bytes from the sandbox to its destinations.
+    pub bytes_out: u64,
+    /// Bytes from the destinations to the sandbox.
+    pub bytes_in: u64,
+}
+
+impl Stats {
+    /// Counters that go on from `counts` (nothing open).
+    pub fn from_counts(counts: Counts) -> Stats {
+        let stats = Stats::default();
+        stats.connections.store(counts.connections, Ordering::Relaxed);
+        stats.denied.store(counts.denied, Ordering::Relaxed);
+        stats.failed.store(counts.failed, Ordering::Relaxed);
+        stats.bytes_out.store(counts.bytes_out, Ordering::Relaxed);
+        stats.bytes_in.store(counts.bytes_in, Ordering::Relaxed);
+        stats
+    }
+
+    pub fn counts(&self) -> Counts {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        Counts {
+            connections: get(&self.connections),
+            open: get(&self.open),
+            denied: get(&self.denied),
+            failed: get(&self.failed),
+            bytes_out: get(&self.bytes_out),
+            bytes_in: get(&self.bytes_in),
+        }
+    }
+
+    /// Whether anything changed since the last call.
+    pub fn take_changed(&self) -> bool {
+        self.changed.swap(false, Ordering::Relaxed)
+    }
+
+    fn add(&self, counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+        self.changed.store(true, Ordering::Relaxed);
+    }
+}
+
+/// A refused destination, as reported (never the request's contents).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Denial {
+    /// `host:port` as asked (control characters escaped, at most 300 bytes).
+    pub target: String,
+    /// `CONNECT`, `HTTP` (a forwarded request) or `SOCKS5`.
+    pub via: &'static str,
+    pub reason: String,
+}
+
+impl std::fmt::Display for Denial {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "denied {} ({}): {}", self.target, self.via, self.reason)
+    }
+}
+
+/// Where refusals go: a log line, a message to the backend.
+pub trait Events: Send + Sync + 'static {
+    fn denied(&self, denial: &Denial);
+    /// The connection cap was reached; new connections wait.
+    fn saturated(&self, max: usize) {
+        tracing::warn!("egress proxy: {max} connections are open, the most allowed: new ones wait");
+    }
+}
+
+/// Refusals as log lines (`run -v`).
+pub struct LogEvents;
+
+impl Events for LogEvents {
+    fn denied(&self, denial: &Denial) {
+        tracing::info!("egress proxy: {denial}");
+    }
+}
+
+/// One sandbox's proxy: its policy, bounds, resolver, counters and where
+/// refusals go.
+pub struct Proxy {
+    pub policy: Policy,
+    pub limits: Limits,
+    pub resolver: Resolver,
+    pub stats: Arc<Stats>,
+    pub events: Arc<dyn Events>,
+}
+
+/// Why a destination was not reached.
+enum Refusal {
+    /// The policy says no (403, SOCKS5 "not allowed").
+    Denied(String),
+    /// Allowed, but it could not be reached: text, HTTP status, SOCKS5 code.
+    Failed(String, u16, u8),
+}
+
+impl Proxy {
+    /// Serves `listener` until the task is dropped; the connections'
+    /// tasks end with it.
+    pub async fn serve(self: Arc<Self>, listener: TcpListener) {
+        let slots = Arc::new(tokio::sync::Semaphore::new(self.limits.max_connections));
+        let mut tasks = tokio::task::JoinSet::new();
+        loop {
+            while tasks.try_join_next().is_some() {}
+            let slot = match slots.clone().try_acquire_owned() {
+                Ok(slot) => slot,
+                Err(_) => {
+                    self.events.saturated(self.limits.max_connections);
+                    tokio::select! {
+                        slot = slots.clone().acquire_owned() => slot.expect("the semaphore is never closed"),
+                        Some(_) = tasks.join_next() => continue,
+                    }
+                }
+            };
+            let client = match listener.accept().await {
+                Ok((client, _)) => client,
+                Err(e) => {
+                    // Out of descriptors, say: wait rather than spin.
+                    tracing::warn!("egress proxy: accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            let proxy = self.clone();
+            tasks.spawn(async move {
+                proxy.stats.add(&proxy.stats.connections, 1);
+                proxy.stats.open.fetch_add(1, Ordering::Relaxed);
+                let _ = client.set_nodelay(true);
+                if let Err(e) = proxy.handle(client).await {
+                    tracing::debug!("egress proxy: connection ended: {e}");
+                }
+                proxy.stats.open.fetch_sub(1, Ordering::Relaxed);
+                proxy.stats.changed.store(true, Ordering::Relaxed);
+                drop(slot);
+            });
+        }
+    }
+
+    async fn handle(&self, mut client: TcpStream) -> io::Result<()> {
+        let mut buf = Vec::with_capacity(1024);
+        let deadline = tokio::time::Instant::now() + self.limits.head_timeout;
+        read_more(&mut client, &mut buf, deadline).await?;
+        if buf[0] == request::SOCKS_VERSION {
+            self.socks(client, buf, deadline).await
+        } else {
+            self.http(client, buf, deadline).await
+        }
+    }
+
+    async fn http(
+        &self,
+        mut client: TcpStream,
+        mut buf: Vec<u8>,
+        deadline: tokio::time::Instant,
+    ) -> io::Result<()> {
+        let head = loop {
+            match request::parse_head(&buf) {
+                Ok(Some(head)) => break head,
+                Ok(None) => read_more(&mut client, &mut buf, deadline).await?,
+                Err(e) => return answer(&mut client, 400, &e.to_string()).await,
+            }
+        };
+        let rest = &buf[head.len..];
+        match head.ask {
+            Ask::Connect(target) => {
+                let mut upstream = match self.open(&target, "CONNECT").await {
+                    Ok(upstream) => upstream,
+                    Err(refusal) => return refuse_http(&mut client, refusal).await,
+                };
+                client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").await?;
+                upstream.write_all(rest).await?;
+                self.stats.add(&self.stats.bytes_out, rest.len() as u64);
+                self.relay(client, upstream).await
+            }
+            Ask::Forward { target, method, path, http10, headers } => {
+                let mut upstream = match self.open(&target, "HTTP").await {
+                    Ok(upstream) => upstream,
+                    Err(refusal) => return refuse_http(&mut client, refusal).await,
+                };
+                let mut out = request::origin_head(&target, &method, &path, http10, &headers);
+                out.extend_from_slice(rest);
+                upstream.write_all(&out).await?;
+                self.stats.add(&self.stats.bytes_out, out.len() as u64);
+                self.relay(client, upstream).await
+            }
+        }
+    }
+
+    async fn socks(
+        &self,
+        mut client: TcpStream,
+        mut buf: Vec<u8>,
+        deadline: tokio::time::Instant,
+    ) -> io::Result<()> {
+        let greeting = loop {
+            match request::parse_greeting(&buf) {
+                Ok(Some(n)) => break n,
+                Ok(None) => read_more(&mut client, &mut buf, deadline).await?,
+                Err(SocksError::NoMethod) => {
+                    // "No acceptable methods".
+                    return client.write_all(&[request::SOCKS_VERSION, 0xff]).await;
+                }
+                Err(_) => return Ok(()),
+            }
+        };
+        client.write_all(&[request::SOCKS_VERSION, 0]).await?;
+        buf.drain(..greeting);
+        let (target, used) = loop {
+            match request::parse_socks_request(&buf) {
+                Ok(Some(parsed)) => break parsed,
+                Ok(None) if buf.len() < 300 => read_more(&mut client, &mut buf, deadline).await?,
+                Ok(None) => return client.write_all(&socks_reply(socks_reply::GENERAL_FAILURE)).await,
+                Err(e) => {
+                    if let SocksError::Host(why) = e {
+                        self.deny(&Denial {
+                            target: "(a bad name)".into(),
+                            via: "SOCKS5",
+                            reason: format!("the host is {why}"),
+                        });
+                    }
+                    return match e.reply() {
+                        Some(code) => client.write_all(&socks_reply(code)).await,
+                        None => Ok(()),
+                    };
+                }
+            }
+        };
+        let mut upstream = match self.open(&target, "SOCKS5").await {
+            Ok(upstream) => upstream,
+            Err(Refusal::Denied(_)) => return client.write_all(&socks_reply(socks_reply::NOT_ALLOWED)).await,
+            Err(Refusal::Failed(_, _, code)) => return client.write_all(&socks_reply(code)).await,
+        };
+        client.write_all(&socks_reply(socks_reply::SUCCEEDED)).await?;
+        let rest = &buf[used..];
+        upstream.write_all(rest).await?;
+        self.stats.add(&self.stats.bytes_out, rest.len() as u64);
+        self.relay(client, upstream).await
+    }
+
+    /// The policy's decision for `target`, then a connection to the first
+    /// address that passes the guard and answers.
+    async fn open(&self, target: &Target, via: &'static str) -> Result<TcpStream, Refusal> {
+        let shown = shown(target);
+        let deny = |reason: String| {
+            self.deny(&Denial { target: shown.clone(), via, reason: reason.clone() });
+            Refusal::Denied(reason)
+        };
+        if self.policy.rule_for(&target.host, target.port).is_none() {
+            let reason = match &target.host {
+                Host::Ip(_) => "an address not in the allowlist (ask for a listed name)",
+                Host::Name(_) => "not in the allowlist",
+            };
+            return Err(deny(reason.into()));
+        }
+        let addrs = match &target.host {
+            Host::Ip(ip) => vec![SocketAddr::new(*ip, target.port)],
+            Host::Name(name) => match self.resolver.resolve(name, target.port).await {
+                Ok(addrs) => addrs,
+                Err(e) => {
+                    return Err(self.fail(
+                        format!("{shown}: could not resolve: {e}"),
+                        502,
+                        socks_reply::HOST_UNREACHABLE,
+                    ));
+                }
+            },
+        };
+        let mut guarded = None;
+        let mut failure = None;
+        for addr in addrs {
+            if let Err(why) = guard::check(addr.ip(), &self.policy) {
+                guarded.get_or_insert((addr.ip(), why));
+                continue;
+            }
+            match tokio::time::timeout(self.limits.connect_timeout, TcpStream::connect(addr)).await {
+                Ok(Ok(stream)) => {
+                    let _ = stream.set_nodelay(true);
+                    return Ok(stream);
+                }
+                Ok(Err(e)) => failure = Some((format!("{shown}: connect to {addr}: {e}"), e.kind())),
+                Err(_) => {
+                    failure =
+                        Some((format!("{shown}: connect to {addr}: timed out"), io::ErrorKind::TimedOut))
+                }
+            }
+        }
+        match (failure, guarded) {
+            (Some((text, kind)), _) => {
+                let (status, code) = match kind {
+                    io::ErrorKind::TimedOut => (504, socks_reply::TTL_EXPIRED),
+                    io::ErrorKind::ConnectionRefused => (502, socks_reply::REFUSED),
+                    _ => (502, socks_reply::HOST_UNREACHABLE),
+                };
+                Err(self.fail(text, status, code))
+            }
+            (None, Some((ip, why))) => Err(deny(format!(
+                "{} is {why}, refused (an operator may allow the range with --allow-range)",
+                ip
+            ))),
+            (None, None) => {
+                Err(self.fail(format!("{shown}: no address"), 502, socks_reply::HOST_UNREACHABLE))
+            }
+        }
+    }
+
+    fn deny(&self, denial: &Denial) {
+        self.stats.add(&self.stats.denied, 1);
+        self.events.denied(denial);
+    }
+
+    fn fail(&self, text: String, status: u16, code: u8) -> Refusal {
+        self.stats.add(&self.stats.failed, 1);
+        tracing::debug!("egress proxy: {text}");
+        Refusal::Failed(text, status, code)
+    }
+
+    /// Both directions until both ends are done, or nothing moved for the
+    /// idle timeout.
+    async fn relay(&self, client: TcpStream, upstream: TcpStream) -> io::Result<()> {
+        let start = Instant::now();
+        let last = Arc::new(AtomicU64::new(0));
+        let mut client =
+            Counted { inner: client, counter: Direction::Out, stats: &self.stats, last: &last, start };
+        let mut upstream =
+            Counted { inner: upstream, counter: Direction::In, stats: &self.stats, last: &last, start };
+        let copy =
+            tokio::io::copy_bidirectional_with_sizes(&mut client, &mut upstream, RELAY_BUFFER, RELAY_BUFFER);
+        tokio::pin!(copy);
+        let idle = self.limits.idle_timeout;
+        let tick = (idle / 4).max(Duration::from_millis(10));
+        loop {
+            tokio::select! {
+                done = &mut copy => return done.map(drop),
+                _ = tokio::time::sleep(tick) => {
+                    let quiet = start.elapsed().saturating_sub(Duration::from_millis(last.load(Ordering::Relaxed)));
+                    if quiet >= idle {
+                        return Err(io::Error::new(io::ErrorKind::TimedOut, format!("idle for {idle:?}")));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Reads what is there (at least one byte) before `deadline`.
+async fn read_more(
+    client: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    deadline: tokio::time::Instant,
+) -> io::Result<()> {
+    if buf.len() >= request::MAX_HEAD {
+        return Err(io::Error::other(RequestError::TooLarge.to_string()));
+    }
+    buf.reserve(1024);
+    match tokio::time::timeout_at(deadline, client.read_buf(buf)).await {
+        Ok(Ok(0)) => Err(io::ErrorKind::UnexpectedEof.into()),
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "the request did not arrive in time")),
+    }
+}
+
+async fn refuse_http(client: &mut TcpStream, refusal: Refusal) -> io::Result<()> {
+    match refusal {
+        Refusal::Denied(reason) => answer(client, 403, &reason).await,
+        Refusal::Failed(text, status, _) => answer(client, status, &text).await,
+    }
+}
+
+/// A short plain-text answer, then the connection is closed.
+async fn answer(client: &mut TcpStream, status: u16, text: &str) -> io::Result<()> {
+    let phrase = match status {
+        400 => "Bad Request",
+        403 => "Forbidden",
+        504 => "Gateway Timeout",
+        _ => "Bad Gateway",
+    };
+    let body = format!("tuixiu-sandbox egress proxy: {text}\n");
+    let reply = format!(
+        "HTTP/1.1 {status} {phrase}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    client.write_all(reply.as_bytes()).await?;
+    client.shutdown().await
+}
+
+/// `host:port` for reports: escaped, bounded.
+fn shown(target: &Target) -> String {
+    let text = target.to_string();
+    let mut out: String = text.escape_debug().collect();
+    if out.len() > 300 {
+        let mut cut = 300;
+        while !out.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        out.truncate(cut);
+        out.push('…');
+    }
+    out
+}
+
+#[derive(Clone, Copy)]
+enum Direction {
+    /// Read from the client: bytes out of the sandbox.
+    Out,
+    /// Read from the destination: bytes into the sandbox.
+    In,
+}
+
+/// A stream whose reads are counted and mark activity.
+struct Counted<'a> {
+    inner: TcpStream,
+    counter: Direction,
+    stats: &'a Stats,
+    last: &'a AtomicU64,
+    start: Instant,
+}
+
+impl AsyncRead for Counted<'_> {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let poll = Pin::new(&mut this.inner).poll_read(cx, buf);
+        let n = (buf.filled().len() - before) as u64;
+        if n > 0 {
+            let counter = match this.counter {
+                Direction::Out => &this.stats.bytes_out,
+                Direction::In => &this.stats.bytes_in,
+            };
+            this.stats.add(counter, n);
+            this.last.store(this.start.elapsed().as_millis() as u64, Ordering::Relaxed);
+        }
+        poll
+    }
+}
+
+impl AsyncWrite for Counted<'_> {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
