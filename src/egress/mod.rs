@@ -154,7 +154,8 @@ fn run_child(
     resolver: Resolver,
     counts: Option<std::path::PathBuf>,
 ) -> io::Result<()> {
-    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL).map_err(io::Error::from)?;
+    // SIGTERM, handled below: the counters' last write before leaving.
+    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM).map_err(io::Error::from)?;
     if nix::unistd::getppid() != parent {
         return Ok(());
     }
@@ -165,25 +166,34 @@ fn run_child(
     drop(null);
     // Nothing of the caller's but stderr, and our socket.
     close_all_but(ours.as_raw_fd());
-    let listener = match sandbox::egress::receive_listener(ours.as_fd())? {
-        Some(fd) => fd,
-        None => return Ok(()),
-    };
-    drop(ours);
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(async move {
+        // Before anything can be counted, so that no SIGTERM is missed.
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        // Nothing else runs in this process: waiting here blocks nobody.
+        let listener = match sandbox::egress::receive_listener(ours.as_fd())? {
+            Some(fd) => fd,
+            None => return Ok(()),
+        };
+        drop(ours);
         let listener = tokio::net::TcpListener::from_std(std::net::TcpListener::from(listener))?;
+        let stats = Arc::new(Stats::default());
+        let file = counts.map(|path| (keep_counts(path.clone()), path));
         let proxy = Proxy {
             policy,
             limits: Limits::default(),
             resolver,
-            stats: match counts {
-                Some(path) => keep_counts(path),
-                None => Arc::default(),
-            },
+            stats: file.as_ref().map_or(stats, |(kept, _)| kept.clone()),
             events: Arc::new(LogEvents),
         };
-        Arc::new(proxy).serve(listener).await;
+        let proxy = Arc::new(proxy);
+        tokio::select! {
+            _ = proxy.clone().serve(listener) => {}
+            _ = term.recv() => {}
+        }
+        if let Some((kept, path)) = file {
+            write_counts(&path, &Counts { open: 0, ..kept.counts() });
+        }
         Ok(())
     })
 }

@@ -114,6 +114,9 @@ pub struct InstanceInfo {
     pub workspace: Option<PathBuf>,
     /// Why the status is `error`, or the last failure seen.
     pub last_error: Option<String>,
+    /// The egress proxy's counters of an instance with `--network allow`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub egress: Option<crate::egress::Counts>,
 }
 
 impl InstanceInfo {
@@ -131,6 +134,7 @@ impl InstanceInfo {
             image: None,
             workspace: None,
             last_error: None,
+            egress: None,
         }
     }
 }

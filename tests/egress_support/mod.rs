@@ -1,0 +1,187 @@
+//! Fixtures for the egress proxy's tests: loopback HTTP and HTTPS servers
+//! standing in for a model API, a "metadata" and a "private" service
+//! (each counting its connections), certificates made by rcgen at test
+//! time, the test builds' name mapping, and a git smart-HTTP server over
+//! HTTPS (tests/fixtures/git_https_server.py).
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// The variable test builds read their name mapping from.
+pub const HOSTS_ENV: &str = "TUIXIU_SANDBOX_TEST_ONLY_EGRESS_HOSTS";
+
+/// A CA and a server certificate for `names`, as PEM files in `dir`.
+pub struct Pki {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub config: Arc<rustls::ServerConfig>,
+}
+
+impl Pki {
+    pub fn new(dir: &Path, names: &[&str]) -> Pki {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let ca_key = KeyPair::generate().unwrap();
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params.distinguished_name.push(rcgen::DnType::CommonName, "tuixiu egress test CA");
+        let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+        let issuer = Issuer::new(ca_params, ca_key);
+        let key = KeyPair::generate().unwrap();
+        let cert = CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+            .unwrap()
+            .signed_by(&key, &issuer)
+            .unwrap();
+        let write = |name: &str, text: String| {
+            let path = dir.join(name);
+            std::fs::write(&path, text).unwrap();
+            path
+        };
+        let pki = (
+            write("ca.pem", ca_cert.pem()),
+            write("cert.pem", cert.pem()),
+            write("key.pem", key.serialize_pem()),
+        );
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let certs: Vec<_> = CertificateDer::pem_file_iter(&pki.1).unwrap().collect::<Result<_, _>>().unwrap();
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(certs, PrivateKeyDer::from_pem_file(&pki.2).unwrap())
+            .unwrap();
+        Pki { ca: pki.0, cert: pki.1, key: pki.2, config: Arc::new(config) }
+    }
+}
+
+/// An HTTP(S) server on `ip`, port chosen by the kernel, answering every
+/// request with `body`; it counts connections and keeps the last request
+/// head.
+pub struct Server {
+    pub port: u16,
+    hits: Arc<AtomicUsize>,
+    last: Arc<std::sync::Mutex<String>>,
+}
+
+impl Server {
+    pub fn start(ip: &str, tls: Option<Arc<rustls::ServerConfig>>, body: &'static str) -> Server {
+        let listener = TcpListener::bind((ip, 0)).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let hits = Arc::new(AtomicUsize::new(0));
+        let last = Arc::new(std::sync::Mutex::new(String::new()));
+        let (h, l) = (hits.clone(), last.clone());
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                h.fetch_add(1, Ordering::SeqCst);
+                let (tls, last) = (tls.clone(), l.clone());
+                std::thread::spawn(move || {
+                    let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(10)));
+                    match tls {
+                        Some(config) => {
+                            let conn = rustls::ServerConnection::new(config).unwrap();
+                            answer(rustls::StreamOwned::new(conn, stream), body, &last);
+                        }
+                        None => answer(stream, body, &last),
+                    }
+                });
+            }
+        });
+        Server { port, hits, last }
+    }
+
+    pub fn hits(&self) -> usize {
+        self.hits.load(Ordering::SeqCst)
+    }
+
+    pub fn last_request(&self) -> String {
+        self.last.lock().unwrap().clone()
+    }
+}
+
+fn answer<S: Read + Write>(mut stream: S, body: &str, last: &std::sync::Mutex<String>) {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match stream.read(&mut byte) {
+            Ok(1) => head.push(byte[0]),
+            _ => return,
+        }
+    }
+    *last.lock().unwrap() = String::from_utf8_lossy(&head).into_owned();
+    let reply = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = stream.write_all(reply.as_bytes());
+    let _ = stream.flush();
+}
+
+/// A hosts-file style mapping in `dir` (`ADDRESS NAME` lines).
+pub fn hosts_file(dir: &Path, entries: &[(&str, &str)]) -> PathBuf {
+    let text: String = entries.iter().map(|(ip, name)| format!("{ip} {name}\n")).collect();
+    let path = dir.join("hosts");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// A bare repository `repo.git` (one commit with `README`) under `root`,
+/// served by git's smart-HTTP backend over HTTPS on `ip`.
+pub struct GitServer {
+    pub port: u16,
+    child: std::process::Child,
+}
+
+impl GitServer {
+    pub fn start(root: &Path, pki: &Pki, ip: &str) -> GitServer {
+        let work = root.join("work");
+        let git = |args: &[&str], dir: &Path| {
+            let out = std::process::Command::new("git")
+                .args(args)
+                .current_dir(dir)
+                .env("GIT_CONFIG_NOSYSTEM", "1")
+                .env("HOME", root)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        };
+        std::fs::create_dir_all(&work).unwrap();
+        git(&["init", "-q", "-b", "main"], &work);
+        std::fs::write(work.join("README"), "cloned through the egress proxy\n").unwrap();
+        git(&["add", "README"], &work);
+        git(&["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "one"], &work);
+        git(&["clone", "-q", "--bare", "work", "repo.git"], root);
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/git_https_server.py");
+        let mut child = std::process::Command::new("python3")
+            .arg(script)
+            .args([root, &pki.cert, &pki.key])
+            .arg(ip)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+        GitServer { port: line.trim().parse().expect("the git server's port"), child }
+    }
+}
+
+impl Drop for GitServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Whether `ip:port` accepts connections from here (the test's own
+/// network namespace).
+pub fn reachable(ip: &str, port: u16) -> bool {
+    TcpStream::connect((ip, port)).is_ok()
+}
