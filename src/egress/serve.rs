@@ -521,3 +521,172 @@ impl AsyncWrite for Counted<'_> {
         Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    #[derive(Default)]
+    struct Recorded(Mutex<Vec<String>>);
+
+    impl Events for Recorded {
+        fn denied(&self, denial: &Denial) {
+            self.0.lock().unwrap().push(denial.to_string());
+        }
+    }
+
+    /// A proxy on an ephemeral loopback port with `hosts` allowed and
+    /// loopback opened; an echo server its rules name `echo.test`.
+    async fn start(limits: Limits, hosts: &[&str]) -> (SocketAddr, Arc<Proxy>, Arc<Recorded>) {
+        let events = Arc::new(Recorded::default());
+        let proxy = Arc::new(Proxy {
+            policy: Policy::parse(hosts, &["127.0.0.0/8"]).unwrap(),
+            limits,
+            resolver: Resolver::default(),
+            stats: Arc::default(),
+            events: events.clone(),
+        });
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(proxy.clone().serve(listener));
+        (addr, proxy, events)
+    }
+
+    async fn echo() -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let (mut r, mut w) = s.split();
+                    let _ = tokio::io::copy(&mut r, &mut w).await;
+                });
+            }
+        });
+        addr
+    }
+
+    async fn read_head(s: &mut TcpStream) -> String {
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") && s.read(&mut byte).await.unwrap() == 1 {
+            head.push(byte[0]);
+        }
+        String::from_utf8(head).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_tunnel_carries_early_bytes_and_counts_them() {
+        let echo = echo().await;
+        let rule = format!("127.0.0.1:{}", echo.port());
+        let (addr, proxy, _) = start(Limits::default(), &[&rule]).await;
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        // The first bytes of the tunnel ride with the request head.
+        s.write_all(format!("CONNECT {rule} HTTP/1.1\r\n\r\nearly").as_bytes()).await.unwrap();
+        assert_eq!(read_head(&mut s).await, "HTTP/1.1 200 Connection established\r\n\r\n");
+        let mut got = [0u8; 5];
+        s.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"early");
+        drop(s);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let c = proxy.stats.counts();
+        assert_eq!((c.connections, c.open, c.bytes_out, c.bytes_in, c.denied), (1, 0, 5, 5, 0));
+    }
+
+    #[tokio::test]
+    async fn oversized_and_slow_heads_are_cut() {
+        let limits = Limits { head_timeout: Duration::from_millis(300), ..Limits::default() };
+        let (addr, _, _) = start(limits, &[]).await;
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        let big = format!("GET http://a.test/ HTTP/1.1\r\nX: {}\r\n\r\n", "y".repeat(request::MAX_HEAD));
+        let _ = s.write_all(big.as_bytes()).await;
+        let mut reply = String::new();
+        let _ = s.read_to_string(&mut reply).await;
+        assert!(reply.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{reply}");
+        assert!(reply.contains("larger than 16384 bytes"), "{reply}");
+        // A client that never finishes its head is dropped at the deadline.
+        let mut slow = TcpStream::connect(addr).await.unwrap();
+        slow.write_all(b"CONNECT a.test:443 HTTP/1.1\r\n").await.unwrap();
+        let started = Instant::now();
+        let mut rest = Vec::new();
+        let n = tokio::time::timeout(Duration::from_secs(5), slow.read_to_end(&mut rest)).await.unwrap();
+        assert!(n.is_ok() && rest.is_empty());
+        assert!(started.elapsed() >= Duration::from_millis(250));
+    }
+
+    #[tokio::test]
+    async fn connections_beyond_the_cap_wait() {
+        let echo = echo().await;
+        let rule = format!("127.0.0.1:{}", echo.port());
+        let limits = Limits { max_connections: 2, ..Limits::default() };
+        let (addr, proxy, _) = start(limits, &[&rule]).await;
+        let mut held = Vec::new();
+        for _ in 0..2 {
+            let mut s = TcpStream::connect(addr).await.unwrap();
+            s.write_all(format!("CONNECT {rule} HTTP/1.1\r\n\r\n").as_bytes()).await.unwrap();
+            read_head(&mut s).await;
+            held.push(s);
+        }
+        let mut third = TcpStream::connect(addr).await.unwrap();
+        third.write_all(format!("CONNECT {rule} HTTP/1.1\r\n\r\n").as_bytes()).await.unwrap();
+        let mut byte = [0u8; 1];
+        let waited = tokio::time::timeout(Duration::from_millis(300), third.read(&mut byte)).await;
+        assert!(waited.is_err(), "the third connection was served");
+        assert_eq!(proxy.stats.counts().open, 2);
+        drop(held.pop());
+        assert_eq!(read_head(&mut third).await, "HTTP/1.1 200 Connection established\r\n\r\n");
+    }
+
+    #[tokio::test]
+    async fn idle_tunnels_are_closed() {
+        let echo = echo().await;
+        let rule = format!("127.0.0.1:{}", echo.port());
+        let limits = Limits { idle_timeout: Duration::from_millis(200), ..Limits::default() };
+        let (addr, _, _) = start(limits, &[&rule]).await;
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(format!("CONNECT {rule} HTTP/1.1\r\n\r\n").as_bytes()).await.unwrap();
+        read_head(&mut s).await;
+        let mut rest = Vec::new();
+        let closed = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut rest)).await;
+        assert!(matches!(closed, Ok(Ok(0))), "{closed:?}");
+    }
+
+    #[tokio::test]
+    async fn socks5_refusals_use_its_codes() {
+        let (addr, proxy, events) = start(Limits::default(), &["listed.test"]).await;
+        let ask = |name: &str, port: u16| {
+            let mut req = vec![5, 1, 0, 3, name.len() as u8];
+            req.extend_from_slice(name.as_bytes());
+            req.extend_from_slice(&port.to_be_bytes());
+            req
+        };
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(&[5, 1, 0]).await.unwrap();
+        let mut reply = [0u8; 2];
+        s.read_exact(&mut reply).await.unwrap();
+        assert_eq!(reply, [5, 0]);
+        s.write_all(&ask("unlisted.test", 443)).await.unwrap();
+        let mut reply = [0u8; 10];
+        s.read_exact(&mut reply).await.unwrap();
+        assert_eq!(reply[1], socks_reply::NOT_ALLOWED);
+        // Username/password only: no acceptable method.
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(&[5, 1, 2]).await.unwrap();
+        let mut reply = [0u8; 2];
+        s.read_exact(&mut reply).await.unwrap();
+        assert_eq!(reply, [5, 0xff]);
+        // A listed name the system resolver does not know.
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(&[5, 1, 0]).await.unwrap();
+        s.read_exact(&mut [0u8; 2]).await.unwrap();
+        s.write_all(&ask("listed.test", 443)).await.unwrap();
+        let mut reply = [0u8; 10];
+        s.read_exact(&mut reply).await.unwrap();
+        assert_eq!(reply[1], socks_reply::HOST_UNREACHABLE);
+        assert_eq!(*events.0.lock().unwrap(), ["denied unlisted.test:443 (SOCKS5): not in the allowlist"]);
+        let c = proxy.stats.counts();
+        assert_eq!((c.denied, c.failed), (1, 1));
+    }
+}
