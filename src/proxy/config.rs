@@ -80,6 +80,8 @@ const SCHEMA: &[(&str, &str, Kind)] = &[
     ("sandbox", "volumes", Kind::Any),
     ("sandbox", "instancePrefix", Kind::Str),
     ("sandbox", "network", Kind::Str),
+    ("sandbox", "allowHosts", Kind::List),
+    ("sandbox", "allowRanges", Kind::List),
     ("sandbox", "noIsolationAcknowledged", Kind::Bool),
     ("sandbox", "bootstrap", Kind::Any),
     ("sandbox", "secretFiles", Kind::Any),
@@ -183,7 +185,12 @@ pub struct SandboxConfig {
     pub env: Vec<(String, String)>,
     pub volumes: Vec<Volume>,
     pub instance_prefix: String,
+    /// `on`, `off`, or `proxied` (`allow`) with [`SandboxConfig::egress`].
     pub network: sandbox::Network,
+    /// `allow`'s policy (`allowHosts`, `allowRanges`); with `on`, the
+    /// ranges a run that narrows its network to a list (`init.network`)
+    /// may reach.
+    pub egress: crate::egress::Policy,
     pub no_isolation_acknowledged: bool,
     pub bootstrap: Option<Bootstrap>,
     /// `[sandbox.secretFiles] name = "/host/file"`: mounted read-only at
@@ -621,8 +628,32 @@ impl Config {
         let network = match r.string("sandbox", "network")?.as_deref() {
             None | Some("on") | Some("host") => sandbox::Network::On,
             Some("off") | Some("none") => sandbox::Network::Off,
-            Some(other) => return Err(r.err("sandbox.network", format!("{other:?}: use on or off"))),
+            Some("allow") => sandbox::Network::Proxied,
+            Some(other) => return Err(r.err("sandbox.network", format!("{other:?}: use on, off or allow"))),
         };
+        let allow_hosts = r.list("sandbox", "allowHosts")?.unwrap_or_default();
+        let allow_ranges = r.list("sandbox", "allowRanges")?.unwrap_or_default();
+        if !allow_hosts.is_empty() && network != sandbox::Network::Proxied {
+            return Err(r.err("sandbox.allowHosts", "needs sandbox.network = \"allow\""));
+        }
+        if !allow_ranges.is_empty() && network == sandbox::Network::Off {
+            return Err(r.err("sandbox.allowRanges", "means nothing with sandbox.network = \"off\""));
+        }
+        let egress = crate::egress::Policy {
+            hosts: allow_hosts
+                .iter()
+                .map(|h| crate::egress::Rule::parse(h))
+                .collect::<Result<_, _>>()
+                .map_err(|e| r.err("sandbox.allowHosts", e.to_string()))?,
+            ranges: allow_ranges
+                .iter()
+                .map(|h| crate::egress::Range::parse(h))
+                .collect::<Result<_, _>>()
+                .map_err(|e| r.err("sandbox.allowRanges", e.to_string()))?,
+        };
+        if network == sandbox::Network::Proxied && provider != ProviderChoice::Native {
+            return Err(r.err("sandbox.network", "allow (the egress proxy) needs the native provider"));
+        }
         let no_isolation_acknowledged = r.boolean("sandbox", "noIsolationAcknowledged", false)?;
         if provider == ProviderChoice::Host && !no_isolation_acknowledged {
             return Err(r.err(
@@ -822,6 +853,7 @@ impl Config {
                 volumes,
                 instance_prefix,
                 network,
+                egress,
                 no_isolation_acknowledged,
                 bootstrap,
                 secret_files,

@@ -87,9 +87,12 @@ impl Daemon {
     pub fn new(cfg: Config, proxy_id: String) -> Result<Daemon, ProviderError> {
         let state = &cfg.state_dir;
         let prefix = cfg.sandbox.instance_prefix.as_str();
+        let network_events = Arc::new(report::NetworkEvents::default());
         let provider = match cfg.sandbox.provider {
             ProviderChoice::Native => AnyProvider::Native(
-                NativeProvider::with_current_exe(state, prefix).and_then(NativeProvider::with_lifeline)?,
+                NativeProvider::with_current_exe(state, prefix)
+                    .and_then(NativeProvider::with_lifeline)?
+                    .with_egress_reports(network_events.clone()),
             ),
             ProviderChoice::Docker => {
                 AnyProvider::Docker(DockerProvider::new(&cfg.sandbox.runtime, state, prefix)?)
@@ -98,7 +101,9 @@ impl Daemon {
                 AnyProvider::Host(HostProvider::new(state, prefix, cfg.sandbox.no_isolation_acknowledged)?)
             }
         };
-        Ok(Self::with_provider(cfg, proxy_id, provider))
+        let daemon = Self::with_provider(cfg, proxy_id, provider);
+        network_events.attach(daemon.run.report().clone());
+        Ok(daemon)
     }
 
     /// As [`Daemon::new`], with `provider` instead of the configured one

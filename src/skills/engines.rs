@@ -86,6 +86,8 @@ pub enum NetworkChoice {
     On,
     /// Loopback only.
     Off,
+    /// Loopback and the egress proxy to `allow_hosts` (docs/security.md).
+    Allow,
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -106,6 +108,12 @@ pub struct Engine {
     pub settings: Option<Settings>,
     #[serde(default)]
     pub network: NetworkChoice,
+    /// With `network: "allow"`: the destinations (`--allow-host` patterns).
+    #[serde(default)]
+    pub allow_hosts: Vec<String>,
+    /// With `network: "allow"`: special ranges the proxy may connect to.
+    #[serde(default)]
+    pub allow_ranges: Vec<String>,
     /// Another guest path where the skill package is bound read-only
     /// (`{skill_id}` and `{home}` replaced), where the CLI discovers skills.
     #[serde(default)]
@@ -152,6 +160,10 @@ pub enum EngineError {
     HomeFile(String),
     #[error("settings file {0:?} must be a relative path in the run directory")]
     SettingsFile(String),
+    #[error("allow_hosts/allow_ranges: {0}")]
+    Allowlist(#[source] crate::egress::PatternError),
+    #[error("allow_hosts and allow_ranges need \"network\": \"allow\"")]
+    AllowlistWithoutAllow,
 }
 
 /// The engine reported a failed turn instead of an answer.
@@ -216,7 +228,23 @@ impl Engine {
         {
             return Err(EngineError::SettingsFile(s.file.clone()));
         }
+        if self.network != NetworkChoice::Allow
+            && !(self.allow_hosts.is_empty() && self.allow_ranges.is_empty())
+        {
+            return Err(EngineError::AllowlistWithoutAllow);
+        }
+        self.egress_policy()?;
         Ok(())
+    }
+
+    /// The egress proxy's policy of `network: "allow"`.
+    pub fn egress_policy(&self) -> Result<Option<crate::egress::Policy>, EngineError> {
+        if self.network != NetworkChoice::Allow {
+            return Ok(None);
+        }
+        crate::egress::Policy::parse(&self.allow_hosts, &self.allow_ranges)
+            .map(Some)
+            .map_err(EngineError::Allowlist)
     }
 
     /// The command line for one job.
@@ -291,6 +319,8 @@ fn builtin(name: &str) -> Engine {
         home_files: Vec::new(),
         settings: None,
         network: NetworkChoice::On,
+        allow_hosts: Vec::new(),
+        allow_ranges: Vec::new(),
         skill_path: None,
         models: None,
     };

@@ -127,6 +127,8 @@ pub enum Outcome {
 pub struct Prepared {
     pub spec: SandboxSpec,
     pub timeout: Duration,
+    /// The egress proxy's policy (`network: "allow"`).
+    pub egress: Option<crate::egress::Policy>,
 }
 
 /// Prepares the run: directories, `input.json`, the contexts (a failure
@@ -174,7 +176,8 @@ pub fn prepare(cx: &RunContext<'_>) -> Result<Prepared, Outcome> {
         Some(s) => Duration::from_secs(s).min(cx.limits.timeout),
         None => cx.limits.timeout,
     };
-    Ok(Prepared { spec, timeout })
+    let egress = cx.engine.egress_policy().map_err(|e| failed(e.to_string()))?;
+    Ok(Prepared { spec, timeout, egress })
 }
 
 /// Files the engine expects: host files copied into the home, and the
@@ -242,6 +245,7 @@ fn spec(cx: &RunContext<'_>, prompt: &str, skill_path: Option<&str>) -> Result<S
         .network(match cx.engine.network {
             NetworkChoice::On => Network::On,
             NetworkChoice::Off => Network::Off,
+            NetworkChoice::Allow => Network::Proxied,
         })
         .hostname("skill-runner")
         .cwd(GUEST_RUN_DIR);
@@ -327,12 +331,44 @@ pub async fn execute(
     // SAFETY: only async-signal-safe calls (dup2, fcntl, prctl, getppid,
     // _exit) run between fork and exec.
     unsafe { cmd.pre_exec(hook) };
+    // A proxied network: the sandbox's listener comes back on `ours`, and
+    // the job's proxy is served here while the launcher runs.
+    let egress = match &prepared.egress {
+        Some(_) => {
+            let (launcher_end, ours) = egress_pair().map_err(RunError::Io)?;
+            let fd = launcher_end.as_raw_fd();
+            cmd.arg(format!("--egress-fd={fd}"));
+            // SAFETY: fcntl on a descriptor number; no memory is touched.
+            let keep = move || match unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } {
+                -1 => Err(std::io::Error::last_os_error()),
+                _ => Ok(()),
+            };
+            // SAFETY: only fcntl runs between fork and exec.
+            unsafe { cmd.pre_exec(keep) };
+            Some((launcher_end, ours))
+        }
+        None => None,
+    };
     let started = Instant::now();
     let mut child = tokio::process::Command::from(cmd)
         .kill_on_drop(true)
         .spawn()
         .map_err(|source| RunError::Start { launcher: launcher.to_path_buf(), source })?;
     drop(spec_fd);
+    let _proxy = match (egress, &prepared.egress) {
+        (Some((launcher_end, ours)), Some(policy)) => {
+            drop(launcher_end);
+            let proxy = crate::egress::Proxy {
+                policy: policy.clone(),
+                limits: crate::egress::Limits::default(),
+                resolver: crate::egress::Resolver::from_env().map_err(RunError::Io)?,
+                stats: Default::default(),
+                events: std::sync::Arc::new(JobEvents { log: paths.logs.join("egress.txt") }),
+            };
+            Some(crate::egress::Handoff::new(ours).serve(std::sync::Arc::new(proxy)))
+        }
+        _ => None,
+    };
     tracing::debug!("{}: the launcher was started in {:?}", paths.dir.display(), started.elapsed());
     let pid = child.id().map(|p| p as libc::pid_t);
     let signal = |sig: libc::c_int| {
@@ -370,6 +406,32 @@ pub async fn execute(
             (Stop::Exited(code), elapsed)
         }
     })
+}
+
+/// The egress listener's socket pair, the launcher's end above the
+/// descriptors the hook above moves (3): nothing can land on it.
+fn egress_pair() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let (launcher_end, ours) = crate::egress::socket_pair()?;
+    let high = nix::fcntl::fcntl(&launcher_end, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(10))?;
+    // SAFETY: F_DUPFD_CLOEXEC returned a new descriptor that only we hold.
+    Ok((unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(high) }, ours))
+}
+
+/// A job's egress refusals: one line each in `logs/egress.txt` (next to
+/// the engine's stdout and stderr) and in the server's log.
+struct JobEvents {
+    log: std::path::PathBuf,
+}
+
+impl crate::egress::Events for JobEvents {
+    fn denied(&self, denial: &crate::egress::Denial) {
+        tracing::info!("{}: egress proxy: {denial}", self.log.display());
+        let line = format!("{denial}\n");
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(&self.log);
+        if let Err(e) = file.and_then(|mut f| f.write_all(line.as_bytes())) {
+            tracing::warn!("{}: {e}", self.log.display());
+        }
+    }
 }
 
 fn spec_memfd(bytes: &[u8]) -> std::io::Result<OwnedFd> {
