@@ -260,7 +260,7 @@ pub fn parse_head(buf: &[u8]) -> Result<Option<Head>, RequestError> {
 }
 
 /// The head a [`Ask::Forward`] is passed on with: origin form, `Host`
-/// from the URI, no `Proxy-*` headers, one request per connection (unless
+/// from the URI, no `Proxy-*` header, one request per connection (unless
 /// the client asks for a protocol upgrade, which the same server answers).
 pub fn origin_head(
     target: &Target,
@@ -279,17 +279,12 @@ pub fn origin_head(
     });
     let mut out = format!("{method} {path} {version}\r\nHost: {host}\r\n");
     for (name, value) in headers {
-        let hop = [
-            "host",
-            "connection",
-            "keep-alive",
-            "proxy-connection",
-            "proxy-authorization",
-            "proxy-authenticate",
-        ]
-        .iter()
-        .any(|h| name.eq_ignore_ascii_case(h))
-            || (!upgrade && name.eq_ignore_ascii_case("upgrade"));
+        // Every `Proxy-*` header is meant for a proxy (credentials among
+        // them), never for the server.
+        let lower = name.to_ascii_lowercase();
+        let hop = ["host", "connection", "keep-alive"].contains(&lower.as_str())
+            || lower.starts_with("proxy-")
+            || (!upgrade && lower == "upgrade");
         if !hop {
             out.push_str(&format!("{name}: {value}\r\n"));
         }
@@ -457,7 +452,7 @@ mod tests {
 
     #[test]
     fn forward_heads_are_rewritten() {
-        let h = head("GET http://Example.com:8080/a?b=1#frag HTTP/1.1\r\nHost: evil\r\nProxy-Authorization: x\r\nAccept: */*\r\nConnection: keep-alive\r\n\r\n")
+        let h = head("GET http://Example.com:8080/a?b=1#frag HTTP/1.1\r\nHost: evil\r\nProxy-Authorization: x\r\nProxy-Whatever: y\r\nAccept: */*\r\nConnection: keep-alive\r\n\r\n")
             .unwrap()
             .unwrap();
         let Ask::Forward { target, method, path, http10, headers } = h.ask else { panic!("not a forward") };
