@@ -243,8 +243,10 @@ pub fn parse_head(buf: &[u8]) -> Result<Option<Head>, RequestError> {
             Some(i) => (&rest[..i], &rest[i..]),
             None => (rest, "/"),
         };
-        let path = path.split('#').next().unwrap_or("/");
-        let path = if path.starts_with('?') { format!("/{path}") } else { path.to_string() };
+        // The fragment is the client's own; what remains is the path and
+        // query, `/` when the URI has neither.
+        let path = path.split('#').next().unwrap_or("");
+        let path = if path.starts_with('/') { path.to_string() } else { format!("/{path}") };
         if path.bytes().any(|b| b <= b' ' || b == 0x7f) {
             return Err(RequestError::RequestLine);
         }
@@ -443,10 +445,7 @@ mod tests {
         assert_eq!(v6.ask, Ask::Connect(Target::parse_authority("[2001:db8::1]:8443", None).unwrap()));
         assert_eq!(head("CONNECT a.com HTTP/1.1\r\n\r\n"), Err(RequestError::Authority));
         assert_eq!(head("CONNECT a.com:0 HTTP/1.1\r\n\r\n"), Err(RequestError::Authority));
-        assert_eq!(
-            head("CONNECT 127.1:80 HTTP/1.1\r\n\r\n").unwrap_err().to_string().contains("a.b.c.d"),
-            true
-        );
+        assert!(head("CONNECT 127.1:80 HTTP/1.1\r\n\r\n").unwrap_err().to_string().contains("a.b.c.d"));
         assert_eq!(head("CONNECT a.com:443 HTTP/1.1\r\nHost"), Ok(None));
     }
 
@@ -466,6 +465,9 @@ mod tests {
         let h = head("GET http://a.com?x HTTP/1.0\r\n\r\n").unwrap().unwrap();
         let Ask::Forward { path, target, .. } = h.ask else { panic!() };
         assert_eq!((path.as_str(), target.port), ("/?x", 80));
+        let h = head("GET http://a.com#frag HTTP/1.0\r\n\r\n").unwrap().unwrap();
+        let Ask::Forward { path, .. } = h.ask else { panic!() };
+        assert_eq!(path, "/");
     }
 
     #[test]

@@ -25,9 +25,15 @@ impl Resolver {
     /// The system's resolver (and, in a test build, the mapping the
     /// environment names, read now).
     pub fn from_env() -> io::Result<Resolver> {
+        Resolver::with_test_hosts(std::env::var_os(TEST_HOSTS_ENV).as_deref())
+    }
+
+    /// The system's resolver; a test build reads `mapping` (a hosts-file
+    /// style file), a release build ignores it.
+    pub fn with_test_hosts(mapping: Option<&std::ffi::OsStr>) -> io::Result<Resolver> {
         #[cfg(debug_assertions)]
-        if let Some(path) = std::env::var_os(TEST_HOSTS_ENV) {
-            let text = std::fs::read_to_string(&path)
+        if let Some(path) = mapping {
+            let text = std::fs::read_to_string(path)
                 .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.to_string_lossy())))?;
             let mut hosts = Vec::new();
             for line in text.lines() {
@@ -39,6 +45,8 @@ impl Resolver {
             }
             return Ok(Resolver { test_hosts: Some(std::sync::Arc::new(hosts)) });
         }
+        #[cfg(not(debug_assertions))]
+        let _ = mapping;
         Ok(Resolver::default())
     }
 
@@ -58,5 +66,27 @@ impl Resolver {
             return Err(io::Error::new(io::ErrorKind::NotFound, "no address"));
         }
         Ok(found)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Test builds read the mapping; a release build (`cargo test
+    /// --release`) must resolve the same name with the system's resolver
+    /// only, which does not know it (`.test` is reserved).
+    #[tokio::test]
+    async fn only_test_builds_read_the_mapping() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hosts");
+        std::fs::write(&path, "127.0.0.9 only-in-the-mapping.test\n").unwrap();
+        let resolver = Resolver::with_test_hosts(Some(path.as_os_str())).unwrap();
+        let found = resolver.resolve("only-in-the-mapping.test", 443).await;
+        if cfg!(debug_assertions) {
+            assert_eq!(found.unwrap(), ["127.0.0.9:443".parse().unwrap()]);
+        } else {
+            assert!(found.is_err(), "a release build used the test mapping: {found:?}");
+        }
     }
 }

@@ -625,35 +625,7 @@ impl Config {
             r.string("sandbox", "instancePrefix")?.unwrap_or_else(|| names::DEFAULT_INSTANCE_PREFIX.into());
         names::validate_prefix(&instance_prefix)
             .map_err(|e| r.err("sandbox.instancePrefix", e.to_string()))?;
-        let network = match r.string("sandbox", "network")?.as_deref() {
-            None | Some("on") | Some("host") => sandbox::Network::On,
-            Some("off") | Some("none") => sandbox::Network::Off,
-            Some("allow") => sandbox::Network::Proxied,
-            Some(other) => return Err(r.err("sandbox.network", format!("{other:?}: use on, off or allow"))),
-        };
-        let allow_hosts = r.list("sandbox", "allowHosts")?.unwrap_or_default();
-        let allow_ranges = r.list("sandbox", "allowRanges")?.unwrap_or_default();
-        if !allow_hosts.is_empty() && network != sandbox::Network::Proxied {
-            return Err(r.err("sandbox.allowHosts", "needs sandbox.network = \"allow\""));
-        }
-        if !allow_ranges.is_empty() && network == sandbox::Network::Off {
-            return Err(r.err("sandbox.allowRanges", "means nothing with sandbox.network = \"off\""));
-        }
-        let egress = crate::egress::Policy {
-            hosts: allow_hosts
-                .iter()
-                .map(|h| crate::egress::Rule::parse(h))
-                .collect::<Result<_, _>>()
-                .map_err(|e| r.err("sandbox.allowHosts", e.to_string()))?,
-            ranges: allow_ranges
-                .iter()
-                .map(|h| crate::egress::Range::parse(h))
-                .collect::<Result<_, _>>()
-                .map_err(|e| r.err("sandbox.allowRanges", e.to_string()))?,
-        };
-        if network == sandbox::Network::Proxied && provider != ProviderChoice::Native {
-            return Err(r.err("sandbox.network", "allow (the egress proxy) needs the native provider"));
-        }
+        let (network, egress) = network(&mut r, provider)?;
         let no_isolation_acknowledged = r.boolean("sandbox", "noIsolationAcknowledged", false)?;
         if provider == ProviderChoice::Host && !no_isolation_acknowledged {
             return Err(r.err(
@@ -871,6 +843,44 @@ impl Config {
             .flatten()
             .map(Secret::expose)
     }
+}
+
+/// `sandbox.network` and the egress policy of `allow` (`allowHosts`,
+/// `allowRanges`; the ranges also serve runs that narrow `on` to a list).
+fn network(
+    r: &mut Reader<'_>,
+    provider: ProviderChoice,
+) -> Result<(sandbox::Network, crate::egress::Policy), ConfigError> {
+    let network = match r.string("sandbox", "network")?.as_deref() {
+        None | Some("on") | Some("host") => sandbox::Network::On,
+        Some("off") | Some("none") => sandbox::Network::Off,
+        Some("allow") => sandbox::Network::Proxied,
+        Some(other) => return Err(r.err("sandbox.network", format!("{other:?}: use on, off or allow"))),
+    };
+    let allow_hosts = r.list("sandbox", "allowHosts")?.unwrap_or_default();
+    let allow_ranges = r.list("sandbox", "allowRanges")?.unwrap_or_default();
+    if !allow_hosts.is_empty() && network != sandbox::Network::Proxied {
+        return Err(r.err("sandbox.allowHosts", "needs sandbox.network = \"allow\""));
+    }
+    if !allow_ranges.is_empty() && network == sandbox::Network::Off {
+        return Err(r.err("sandbox.allowRanges", "means nothing with sandbox.network = \"off\""));
+    }
+    let egress = crate::egress::Policy {
+        hosts: allow_hosts
+            .iter()
+            .map(|h| crate::egress::Rule::parse(h))
+            .collect::<Result<_, _>>()
+            .map_err(|e| r.err("sandbox.allowHosts", e.to_string()))?,
+        ranges: allow_ranges
+            .iter()
+            .map(|h| crate::egress::Range::parse(h))
+            .collect::<Result<_, _>>()
+            .map_err(|e| r.err("sandbox.allowRanges", e.to_string()))?,
+    };
+    if network == sandbox::Network::Proxied && provider != ProviderChoice::Native {
+        return Err(r.err("sandbox.network", "allow (the egress proxy) needs the native provider"));
+    }
+    Ok((network, egress))
 }
 
 fn one_line(e: &dyn fmt::Display) -> String {

@@ -331,44 +331,14 @@ pub async fn execute(
     // SAFETY: only async-signal-safe calls (dup2, fcntl, prctl, getppid,
     // _exit) run between fork and exec.
     unsafe { cmd.pre_exec(hook) };
-    // A proxied network: the sandbox's listener comes back on `ours`, and
-    // the job's proxy is served here while the launcher runs.
-    let egress = match &prepared.egress {
-        Some(_) => {
-            let (launcher_end, ours) = egress_pair().map_err(RunError::Io)?;
-            let fd = launcher_end.as_raw_fd();
-            cmd.arg(format!("--egress-fd={fd}"));
-            // SAFETY: fcntl on a descriptor number; no memory is touched.
-            let keep = move || match unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } {
-                -1 => Err(std::io::Error::last_os_error()),
-                _ => Ok(()),
-            };
-            // SAFETY: only fcntl runs between fork and exec.
-            unsafe { cmd.pre_exec(keep) };
-            Some((launcher_end, ours))
-        }
-        None => None,
-    };
+    let egress = pass_egress(&mut cmd, prepared)?;
     let started = Instant::now();
     let mut child = tokio::process::Command::from(cmd)
         .kill_on_drop(true)
         .spawn()
         .map_err(|source| RunError::Start { launcher: launcher.to_path_buf(), source })?;
     drop(spec_fd);
-    let _proxy = match (egress, &prepared.egress) {
-        (Some((launcher_end, ours)), Some(policy)) => {
-            drop(launcher_end);
-            let proxy = crate::egress::Proxy {
-                policy: policy.clone(),
-                limits: crate::egress::Limits::default(),
-                resolver: crate::egress::Resolver::from_env().map_err(RunError::Io)?,
-                stats: Default::default(),
-                events: std::sync::Arc::new(JobEvents { log: paths.logs.join("egress.txt") }),
-            };
-            Some(crate::egress::Handoff::new(ours).serve(std::sync::Arc::new(proxy)))
-        }
-        _ => None,
-    };
+    let _proxy = serve_egress(egress, prepared, paths)?;
     tracing::debug!("{}: the launcher was started in {:?}", paths.dir.display(), started.elapsed());
     let pid = child.id().map(|p| p as libc::pid_t);
     let signal = |sig: libc::c_int| {
@@ -406,6 +376,47 @@ pub async fn execute(
             (Stop::Exited(code), elapsed)
         }
     })
+}
+
+/// A proxied network (`network: "allow"`): the launcher gets
+/// `--egress-fd`, on which the sandbox's listener comes back to us.
+fn pass_egress(
+    cmd: &mut std::process::Command,
+    prepared: &Prepared,
+) -> Result<Option<(OwnedFd, OwnedFd)>, RunError> {
+    if prepared.egress.is_none() {
+        return Ok(None);
+    }
+    let (launcher_end, ours) = egress_pair().map_err(RunError::Io)?;
+    let fd = launcher_end.as_raw_fd();
+    cmd.arg(format!("--egress-fd={fd}"));
+    // SAFETY: fcntl on a descriptor number; no memory is touched.
+    let keep = move || match unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } {
+        -1 => Err(std::io::Error::last_os_error()),
+        _ => Ok(()),
+    };
+    // SAFETY: only fcntl runs between fork and exec.
+    unsafe { cmd.pre_exec(keep) };
+    Ok(Some((launcher_end, ours)))
+}
+
+/// The job's egress proxy, served while the launcher runs (the task ends
+/// when the returned handle is dropped).
+fn serve_egress(
+    pair: Option<(OwnedFd, OwnedFd)>,
+    prepared: &Prepared,
+    paths: &RunPaths,
+) -> Result<Option<crate::egress::ServeTask>, RunError> {
+    let (Some((launcher_end, ours)), Some(policy)) = (pair, &prepared.egress) else { return Ok(None) };
+    drop(launcher_end);
+    let proxy = crate::egress::Proxy {
+        policy: policy.clone(),
+        limits: crate::egress::Limits::default(),
+        resolver: crate::egress::Resolver::from_env().map_err(RunError::Io)?,
+        stats: Default::default(),
+        events: std::sync::Arc::new(JobEvents { log: paths.logs.join("egress.txt") }),
+    };
+    Ok(Some(crate::egress::Handoff::new(ours).serve(std::sync::Arc::new(proxy))))
 }
 
 /// The egress listener's socket pair, the launcher's end above the
