@@ -425,6 +425,28 @@ def bwrap_seeds():
     put("bwrap_args", "flatpak-args-data", b"\0".join([b"--args", b"3", b"--", b"true"]) + b"\xff" + data)
 
 
+EGRESS_HEADS = {
+    "connect": b"CONNECT api.openai.com:443 HTTP/1.1\r\nHost: api.openai.com:443\r\nUser-Agent: curl/7.88.1\r\n\r\n",
+    "connect-v6": b"CONNECT [2001:db8::1]:8443 HTTP/1.1\r\n\r\n\x16\x03\x01",
+    "forward": b"GET http://plain.model.test:8080/a?b=1 HTTP/1.1\r\nHost: evil\r\nProxy-Authorization: x\r\n"
+               b"Connection: keep-alive, Upgrade\r\nUpgrade: websocket\r\n\r\nbody",
+    "forward-10": b"POST http://a.test HTTP/1.0\r\nContent-Length: 4\r\n\r\nbody",
+    "numeric": b"CONNECT 0x7f.1:80 HTTP/1.1\r\n\r\n",
+}
+
+
+def egress_seeds():
+    # The first byte picks the parser: 0 HTTP, 1 SOCKS5, 2 allowlist lines.
+    for name, head in EGRESS_HEADS.items():
+        put("egress_request", "http-" + name, b"\0" + head)
+    name = b"api.model.test"
+    put("egress_request", "socks-name", b"\1\5\2\0\2\5\1\0\3" + bytes([len(name)]) + name + b"\x01\xbb")
+    put("egress_request", "socks-v4", b"\1\5\1\0\5\1\0\1\x7f\0\0\1\0\x50")
+    put("egress_request", "socks-v6", b"\1\5\1\0\5\1\0\4" + bytes(15) + b"\1\0\x50")
+    put("egress_request", "allowlist", b"\2api.openai.com\n*.example.com:*\n[2001:db8::1]:443\n203.0.113.7:80\n"
+        b"10.0.0.0/8\nfd00::/8\nexample.com:8080\n*.openai.com\napi.openai.com\n")
+
+
 if __name__ == "__main__":
     # Files are overwritten, never removed: seeds/<target>/crash-* are the
     # inputs of crashes found and fixed, kept as regression seeds.
@@ -436,5 +458,6 @@ if __name__ == "__main__":
     skills_seeds()
     launcher_seeds()
     bwrap_seeds()
+    egress_seeds()
     for t in sorted(os.listdir(SEEDS)):
         print(t, len(os.listdir(os.path.join(SEEDS, t))))
