@@ -11,10 +11,12 @@
 //! | `guard.rs` | the address guard: special ranges refused after resolution |
 //! | `request.rs` | parsing what clients send: HTTP heads, SOCKS5 (pure, fuzzed) |
 //! | `resolve.rs` | the system resolver, and the test builds' mapping |
-//! | `serve.rs` | accept, decide, connect, relay, count, report |
+//! | `serve.rs` | accept, decide, connect, count, report |
+//! | `relay.rs` | the bytes both ways, by `splice(2)` through a pipe per direction |
 
 mod guard;
 pub mod policy;
+mod relay;
 pub mod request;
 pub mod resolve;
 mod serve;

@@ -25,7 +25,10 @@ impl Resolver {
     /// The system's resolver (and, in a test build, the mapping the
     /// environment names, read now).
     pub fn from_env() -> io::Result<Resolver> {
-        Resolver::with_test_hosts(std::env::var_os(TEST_HOSTS_ENV).as_deref())
+        #[cfg(debug_assertions)]
+        return Resolver::with_test_hosts(std::env::var_os(TEST_HOSTS_ENV).as_deref());
+        #[cfg(not(debug_assertions))]
+        Ok(Resolver::default())
     }
 
     /// The system's resolver; a test build reads `mapping` (a hosts-file

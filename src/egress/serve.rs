@@ -9,18 +9,17 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use super::guard;
 use super::policy::Policy;
+use super::relay;
 use super::request::{self, Ask, Host, RequestError, SocksError, Target, socks_reply};
 use super::resolve::Resolver;
 
@@ -47,9 +46,6 @@ impl Default for Limits {
         }
     }
 }
-
-/// Each direction's relay buffer.
-const RELAY_BUFFER: usize = 32 * 1024;
 
 /// Counters of one sandbox's proxy (or of all the sandboxes of an instance).
 #[derive(Debug, Default)]
@@ -392,27 +388,10 @@ impl Proxy {
     /// idle timeout.
     async fn relay(&self, client: TcpStream, upstream: TcpStream) -> io::Result<()> {
         let start = Instant::now();
-        let last = Arc::new(AtomicU64::new(0));
-        let mut client =
-            Counted { inner: client, counter: Direction::Out, stats: &self.stats, last: &last, start };
-        let mut upstream =
-            Counted { inner: upstream, counter: Direction::In, stats: &self.stats, last: &last, start };
-        let copy =
-            tokio::io::copy_bidirectional_with_sizes(&mut client, &mut upstream, RELAY_BUFFER, RELAY_BUFFER);
-        tokio::pin!(copy);
-        let idle = self.limits.idle_timeout;
-        let tick = (idle / 4).max(Duration::from_millis(10));
-        loop {
-            tokio::select! {
-                done = &mut copy => return done.map(drop),
-                _ = tokio::time::sleep(tick) => {
-                    let quiet = start.elapsed().saturating_sub(Duration::from_millis(last.load(Ordering::Relaxed)));
-                    if quiet >= idle {
-                        return Err(io::Error::new(io::ErrorKind::TimedOut, format!("idle for {idle:?}")));
-                    }
-                }
-            }
-        }
+        let last = AtomicU64::new(0);
+        let meter = |bytes| relay::Meter { bytes, changed: &self.stats.changed, last: &last, start };
+        let (out, inbound) = (meter(&self.stats.bytes_out), meter(&self.stats.bytes_in));
+        relay::relay(&client, &upstream, out, inbound, self.limits.idle_timeout).await
     }
 }
 
@@ -471,55 +450,6 @@ fn shown(target: &Target) -> String {
         out.push('…');
     }
     out
-}
-
-#[derive(Clone, Copy)]
-enum Direction {
-    /// Read from the client: bytes out of the sandbox.
-    Out,
-    /// Read from the destination: bytes into the sandbox.
-    In,
-}
-
-/// A stream whose reads are counted and mark activity.
-struct Counted<'a> {
-    inner: TcpStream,
-    counter: Direction,
-    stats: &'a Stats,
-    last: &'a AtomicU64,
-    start: Instant,
-}
-
-impl AsyncRead for Counted<'_> {
-    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        let before = buf.filled().len();
-        let poll = Pin::new(&mut this.inner).poll_read(cx, buf);
-        let n = (buf.filled().len() - before) as u64;
-        if n > 0 {
-            let counter = match this.counter {
-                Direction::Out => &this.stats.bytes_out,
-                Direction::In => &this.stats.bytes_in,
-            };
-            this.stats.add(counter, n);
-            this.last.store(this.start.elapsed().as_millis() as u64, Ordering::Relaxed);
-        }
-        poll
-    }
-}
-
-impl AsyncWrite for Counted<'_> {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
-    }
 }
 
 #[cfg(test)]
