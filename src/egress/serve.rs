@@ -230,30 +230,24 @@ impl Proxy {
                 Err(e) => return answer(&mut client, 400, &e.to_string()).await,
             }
         };
-        let rest = &buf[head.len..];
-        match head.ask {
-            Ask::Connect(target) => {
-                let mut upstream = match self.open(&target, "CONNECT").await {
-                    Ok(upstream) => upstream,
-                    Err(refusal) => return refuse_http(&mut client, refusal).await,
-                };
-                client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").await?;
-                upstream.write_all(rest).await?;
-                self.stats.add(&self.stats.bytes_out, rest.len() as u64);
-                self.relay(client, upstream).await
-            }
+        // A tunnel's first bytes, or the request passed on in origin form,
+        // then what the client sent after the head.
+        let (target, via, mut first) = match head.ask {
+            Ask::Connect(target) => (target, "CONNECT", Vec::new()),
             Ask::Forward { target, method, path, http10, headers } => {
-                let mut upstream = match self.open(&target, "HTTP").await {
-                    Ok(upstream) => upstream,
-                    Err(refusal) => return refuse_http(&mut client, refusal).await,
-                };
-                let mut out = request::origin_head(&target, &method, &path, http10, &headers);
-                out.extend_from_slice(rest);
-                upstream.write_all(&out).await?;
-                self.stats.add(&self.stats.bytes_out, out.len() as u64);
-                self.relay(client, upstream).await
+                let head = request::origin_head(&target, &method, &path, http10, &headers);
+                (target, "HTTP", head)
             }
+        };
+        let upstream = match self.open(&target, via).await {
+            Ok(upstream) => upstream,
+            Err(refusal) => return refuse_http(&mut client, refusal).await,
+        };
+        if via == "CONNECT" {
+            client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").await?;
         }
+        first.extend_from_slice(&buf[head.len..]);
+        self.start_relay(client, upstream, &first).await
     }
 
     async fn socks(
@@ -295,16 +289,13 @@ impl Proxy {
                 }
             }
         };
-        let mut upstream = match self.open(&target, "SOCKS5").await {
+        let upstream = match self.open(&target, "SOCKS5").await {
             Ok(upstream) => upstream,
             Err(Refusal::Denied(_)) => return client.write_all(&socks_reply(socks_reply::NOT_ALLOWED)).await,
             Err(Refusal::Failed(_, _, code)) => return client.write_all(&socks_reply(code)).await,
         };
         client.write_all(&socks_reply(socks_reply::SUCCEEDED)).await?;
-        let rest = &buf[used..];
-        upstream.write_all(rest).await?;
-        self.stats.add(&self.stats.bytes_out, rest.len() as u64);
-        self.relay(client, upstream).await
+        self.start_relay(client, upstream, &buf[used..]).await
     }
 
     /// The policy's decision for `target`, then a connection to the first
@@ -382,6 +373,14 @@ impl Proxy {
         self.stats.add(&self.stats.failed, 1);
         tracing::debug!("egress proxy: {text}");
         Refusal::Failed(text, status, code)
+    }
+
+    /// `first` (the client's bytes already read) to the destination, then
+    /// the relay.
+    async fn start_relay(&self, client: TcpStream, mut upstream: TcpStream, first: &[u8]) -> io::Result<()> {
+        upstream.write_all(first).await?;
+        self.stats.add(&self.stats.bytes_out, first.len() as u64);
+        self.relay(client, upstream).await
     }
 
     /// Both directions until both ends are done, or nothing moved for the

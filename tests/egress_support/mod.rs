@@ -15,7 +15,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// The variable test builds read their name mapping from.
 pub const HOSTS_ENV: &str = "TUIXIU_SANDBOX_TEST_ONLY_EGRESS_HOSTS";
 
-/// A CA and a server certificate for `names`, as PEM files in `dir`.
+#[path = "../pki/mod.rs"]
+mod pki;
+
+/// A CA and a server certificate for `names`, as PEM files in `dir`, and
+/// the server's TLS configuration.
 pub struct Pki {
     pub ca: PathBuf,
     pub cert: PathBuf,
@@ -25,39 +29,9 @@ pub struct Pki {
 
 impl Pki {
     pub fn new(dir: &Path, names: &[&str]) -> Pki {
-        use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
-        use rustls::pki_types::pem::PemObject;
-        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-        let ca_key = KeyPair::generate().unwrap();
-        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params.distinguished_name.push(rcgen::DnType::CommonName, "tuixiu egress test CA");
-        let ca_cert = ca_params.self_signed(&ca_key).unwrap();
-        let issuer = Issuer::new(ca_params, ca_key);
-        let key = KeyPair::generate().unwrap();
-        let cert = CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
-            .unwrap()
-            .signed_by(&key, &issuer)
-            .unwrap();
-        let write = |name: &str, text: String| {
-            let path = dir.join(name);
-            std::fs::write(&path, text).unwrap();
-            path
-        };
-        let pki = (
-            write("ca.pem", ca_cert.pem()),
-            write("cert.pem", cert.pem()),
-            write("key.pem", key.serialize_pem()),
-        );
-        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-        let certs: Vec<_> = CertificateDer::pem_file_iter(&pki.1).unwrap().collect::<Result<_, _>>().unwrap();
-        let config = rustls::ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(certs, PrivateKeyDer::from_pem_file(&pki.2).unwrap())
-            .unwrap();
-        Pki { ca: pki.0, cert: pki.1, key: pki.2, config: Arc::new(config) }
+        let pki = pki::Pki::generate_for(dir, names);
+        let config = Arc::new(pki.server_config(false));
+        Pki { ca: pki.ca_file, cert: pki.server_cert, key: pki.server_key, config }
     }
 }
 
