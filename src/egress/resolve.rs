@@ -9,7 +9,7 @@
 //! variable means nothing there.
 
 use std::io;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 
 /// The test builds' mapping (see the module's documentation).
 pub const TEST_HOSTS_ENV: &str = "TUIXIU_SANDBOX_TEST_ONLY_EGRESS_HOSTS";
@@ -18,7 +18,7 @@ pub const TEST_HOSTS_ENV: &str = "TUIXIU_SANDBOX_TEST_ONLY_EGRESS_HOSTS";
 #[derive(Clone, Debug, Default)]
 pub struct Resolver {
     #[cfg(debug_assertions)]
-    test_hosts: Option<std::sync::Arc<Vec<(String, IpAddr)>>>,
+    test_hosts: Option<std::sync::Arc<Vec<(String, std::net::IpAddr)>>>,
 }
 
 impl Resolver {
@@ -42,7 +42,7 @@ impl Resolver {
             for line in text.lines() {
                 let mut words = line.split('#').next().unwrap_or("").split_whitespace();
                 let Some(addr) = words.next() else { continue };
-                let addr: IpAddr =
+                let addr: std::net::IpAddr =
                     addr.parse().map_err(|_| io::Error::other(format!("{TEST_HOSTS_ENV}: {line:?}")))?;
                 hosts.extend(words.map(|name| (name.to_ascii_lowercase(), addr)));
             }
