@@ -34,7 +34,8 @@ pub use serve::{Counts, Denial, Events, Limits, LogEvents, Proxy, Stats};
 pub const COUNTS_FILE: &str = "egress.json";
 
 /// The counters kept in `path` (`instances` and `inspect` read them), from
-/// what it already holds: a task on the current runtime writes them back
+/// what it already holds: a task on the current runtime (enter
+/// [`proxies`] to use that one) writes them back
 /// at most once a second while they change, and a last time when the
 /// returned counters are dropped.
 pub fn keep_counts(path: std::path::PathBuf) -> Arc<Stats> {
@@ -87,8 +88,11 @@ impl Handoff {
     /// Waits (on tokio's blocking pool) for the listener, then serves it
     /// with `proxy` until the returned task is aborted (or dropped, with
     /// [`ServeTask`]). A sandbox that ended before making one ends it.
-    pub fn serve(self, proxy: Arc<Proxy>) -> ServeTask {
-        ServeTask(tokio::spawn(async move {
+    /// The proxies of a process run on a thread of their own
+    /// ([`proxies`]): a sandbox's bulk traffic never holds up the caller's
+    /// runtime (the daemon's one thread).
+    pub fn serve(self, proxy: Arc<Proxy>) -> io::Result<ServeTask> {
+        Ok(ServeTask(proxies()?.spawn(async move {
             let received =
                 tokio::task::spawn_blocking(move || sandbox::egress::receive_listener(self.0.as_fd()));
             let listener = match received.await {
@@ -101,7 +105,25 @@ impl Handoff {
                 Ok(listener) => proxy.serve(listener).await,
                 Err(e) => tracing::warn!("egress proxy: the sandbox's listener: {e}"),
             }
-        }))
+        })))
+    }
+}
+
+/// The runtime the proxies of this process run on: one worker thread,
+/// started with the first proxied sandbox.
+pub fn proxies() -> io::Result<&'static tokio::runtime::Handle> {
+    static PROXIES: std::sync::OnceLock<Result<tokio::runtime::Runtime, String>> = std::sync::OnceLock::new();
+    let runtime = PROXIES.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("egress-proxy")
+            .enable_all()
+            .build()
+            .map_err(|e| format!("starting the egress proxies' thread: {e}"))
+    });
+    match runtime {
+        Ok(runtime) => Ok(runtime.handle()),
+        Err(e) => Err(io::Error::other(e.clone())),
     }
 }
 

@@ -338,7 +338,9 @@ impl NativeProvider {
                         instance: name.to_string(),
                     }),
                 };
-                let task = handoff.serve(Arc::new(proxy));
+                let task = handoff
+                    .serve(Arc::new(proxy))
+                    .map_err(|e| ProviderError::Sys { op: "serve the egress proxy", source: e })?;
                 Box::new(move || {
                     drop(task);
                     forget();
@@ -356,6 +358,8 @@ impl NativeProvider {
         if let Some(stats) = all.get(name).and_then(Weak::upgrade) {
             return stats;
         }
+        // The counters' writer goes with the proxies, off the caller's runtime.
+        let _proxies = egress::proxies().ok().map(|handle| handle.enter());
         let stats = egress::keep_counts(self.egress_counts_file(name));
         all.retain(|_, weak| weak.strong_count() > 0);
         all.insert(name.to_string(), Arc::downgrade(&stats));

@@ -416,7 +416,7 @@ fn serve_egress(
         stats: Default::default(),
         events: std::sync::Arc::new(JobEvents { log: paths.logs.join("egress.txt") }),
     };
-    Ok(Some(crate::egress::Handoff::new(ours).serve(std::sync::Arc::new(proxy))))
+    crate::egress::Handoff::new(ours).serve(std::sync::Arc::new(proxy)).map(Some).map_err(RunError::Io)
 }
 
 /// The egress listener's socket pair, the launcher's end above the
