@@ -11,9 +11,21 @@
 
 mod common;
 mod egress_support;
+mod pki;
+
+use std::sync::Arc;
 
 use common::{Caller, Fixture, stderr};
-use egress_support::{GitServer, HOSTS_ENV, Pki, Server, hosts_file};
+use egress_support::{GitServer, HOSTS_ENV, Server, hosts_file};
+use pki::Pki;
+
+/// Certificates for `names` in the fixture's directory, and the HTTPS
+/// stand-ins' configuration.
+fn tls(f: &Fixture, names: &[&str]) -> (Pki, Arc<rustls::ServerConfig>) {
+    let pki = Pki::generate_for(&f.dir, names);
+    let config = Arc::new(pki.server_config(false));
+    (pki, config)
+}
 
 /// One sandbox run with the proxy: the policy `extra`, the mapping
 /// `hosts`, the fixture's directory at `/fx` (certificates).
@@ -39,8 +51,8 @@ fn line<'a>(out: &'a str, label: &str) -> &'a str {
 
 for_each_caller!(only_listed_destinations_are_reached, |caller: Caller| {
     let f = Fixture::new(caller);
-    let pki = Pki::new(&f.dir, &["api.model.test"]);
-    let model = Server::start("127.0.0.2", Some(pki.config.clone()), "model-ok");
+    let (_pki, config) = tls(&f, &["api.model.test"]);
+    let model = Server::start("127.0.0.2", Some(config), "model-ok");
     let plain = Server::start("127.0.0.2", None, "plain-ok");
     let metadata = Server::start("127.0.0.3", None, "metadata-LEAK");
     let private = Server::start("127.0.0.4", None, "private-LEAK");
@@ -158,11 +170,11 @@ fn loopback_needs_the_operators_range() {
 
 for_each_caller!(git_and_node_go_through_the_proxy, |caller: Caller| {
     let f = Fixture::new(caller);
-    let pki = Pki::new(&f.dir, &["api.model.test", "git.model.test"]);
-    let model = Server::start("127.0.0.2", Some(pki.config.clone()), "model-ok");
+    let (pki, config) = tls(&f, &["api.model.test", "git.model.test"]);
+    let model = Server::start("127.0.0.2", Some(config), "model-ok");
     let git_root = f.dir.join("git");
     std::fs::create_dir(&git_root).unwrap();
-    let git = GitServer::start(&git_root, &pki, "127.0.0.5");
+    let git = GitServer::start(&git_root, &pki.server_cert, &pki.server_key, "127.0.0.5");
     let undici = std::env::var("TUIXIU_TEST_UNDICI_DIR")
         .unwrap_or_else(|_| "/opt/tuixiu-ci/undici-6.29.1/node_modules".into());
     assert!(

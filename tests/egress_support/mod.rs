@@ -1,8 +1,8 @@
 //! Fixtures for the egress proxy's tests: loopback HTTP and HTTPS servers
 //! standing in for a model API, a "metadata" and a "private" service
-//! (each counting its connections), certificates made by rcgen at test
-//! time, the test builds' name mapping, and a git smart-HTTP server over
-//! HTTPS (tests/fixtures/git_https_server.py).
+//! (each counting its connections), the test builds' name mapping, and a
+//! git smart-HTTP server over HTTPS (tests/fixtures/git_https_server.py).
+//! Certificates: tests/pki.
 
 #![allow(dead_code)]
 
@@ -14,26 +14,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The variable test builds read their name mapping from.
 pub const HOSTS_ENV: &str = "TUIXIU_SANDBOX_TEST_ONLY_EGRESS_HOSTS";
-
-#[path = "../pki/mod.rs"]
-mod pki;
-
-/// A CA and a server certificate for `names`, as PEM files in `dir`, and
-/// the server's TLS configuration.
-pub struct Pki {
-    pub ca: PathBuf,
-    pub cert: PathBuf,
-    pub key: PathBuf,
-    pub config: Arc<rustls::ServerConfig>,
-}
-
-impl Pki {
-    pub fn new(dir: &Path, names: &[&str]) -> Pki {
-        let pki = pki::Pki::generate_for(dir, names);
-        let config = Arc::new(pki.server_config(false));
-        Pki { ca: pki.ca_file, cert: pki.server_cert, key: pki.server_key, config }
-    }
-}
 
 /// An HTTP(S) server on `ip`, port chosen by the kernel, answering every
 /// request with `body`; it counts connections and keeps the last request
@@ -114,7 +94,8 @@ pub struct GitServer {
 }
 
 impl GitServer {
-    pub fn start(root: &Path, pki: &Pki, ip: &str) -> GitServer {
+    /// `cert` and `key`: the server's certificate and key (PEM files).
+    pub fn start(root: &Path, cert: &Path, key: &Path, ip: &str) -> GitServer {
         let work = root.join("work");
         let git = |args: &[&str], dir: &Path| {
             let out = std::process::Command::new("git")
@@ -135,7 +116,7 @@ impl GitServer {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/git_https_server.py");
         let mut child = std::process::Command::new("python3")
             .arg(script)
-            .args([root, &pki.cert, &pki.key])
+            .args([root, cert, key])
             .arg(ip)
             .stdout(std::process::Stdio::piped())
             .spawn()
