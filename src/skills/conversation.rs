@@ -20,12 +20,11 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::interaction::{self, Verdict};
+use super::interaction::{self, Verdict, session_timeout};
 use super::jobs::{ApiError, ApiResult, Family, Job, Service};
 use super::protocol::ReplyRequest;
 use super::run;
 use super::store::{self, InteractionState, JobRecord, Profile, Status, TakenReply};
-use super::task::session_timeout;
 
 /// How a sticky engine's wait ended.
 pub(super) enum WaitEnd {

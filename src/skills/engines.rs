@@ -414,86 +414,100 @@ fn builtin(name: &str) -> Engine {
         interactive: None,
     };
     match name {
-        // The tuixiu sandbox is the boundary, so codex's own sandbox is
-        // off (upstream's `--yolo` fallback).
-        "codex" => Engine {
-            argv: vec![
+        "codex" => codex(base),
+        "gemini" => gemini(base),
+        "iflow" => iflow(base),
+        _ => unreachable!("not a built-in engine: {name}"),
+    }
+}
+
+/// codex: its own sandbox off, since the tuixiu sandbox is the boundary
+/// (upstream's `--yolo` fallback); resumed by thread.
+fn codex(base: Engine) -> Engine {
+    Engine {
+        argv: vec![
+            word("codex"),
+            word("exec"),
+            word("--dangerously-bypass-approvals-and-sandbox"),
+            word("--skip-git-repo-check"),
+            word("--json"),
+            model_flag("-m"),
+            word("{prompt}"),
+        ],
+        output: OutputFormat::CodexJson,
+        skill_path: Some("{home}/.codex/skills/{skill_id}".into()),
+        interactive: Some(Interactive::Resumable {
+            resume_argv: vec![
                 word("codex"),
                 word("exec"),
                 word("--dangerously-bypass-approvals-and-sandbox"),
+                word("resume"),
                 word("--skip-git-repo-check"),
                 word("--json"),
                 model_flag("-m"),
+                word("{session}"),
                 word("{prompt}"),
             ],
-            output: OutputFormat::CodexJson,
-            skill_path: Some("{home}/.codex/skills/{skill_id}".into()),
-            interactive: Some(Interactive::Resumable {
-                resume_argv: vec![
-                    word("codex"),
-                    word("exec"),
-                    word("--dangerously-bypass-approvals-and-sandbox"),
-                    word("resume"),
-                    word("--skip-git-repo-check"),
-                    word("--json"),
-                    model_flag("-m"),
-                    word("{session}"),
-                    word("{prompt}"),
-                ],
-                session: "codex-thread".into(),
+            session: "codex-thread".into(),
+        }),
+        ..base
+    }
+}
+
+/// gemini: JSON output, the skill's settings asset merged; resumed by session.
+fn gemini(base: Engine) -> Engine {
+    Engine {
+        argv: vec![word("gemini"), word("--yolo"), model_flag("-m"), word("{prompt}")],
+        output: OutputFormat::GeminiJson,
+        settings: Some(Settings {
+            file: ".gemini/settings.json".into(),
+            from_skill: Some("assets/gemini_settings.json".into()),
+            enforced: json!({
+                "output": {"format": "json"},
+                "tools": {"autoAccept": true},
+                "experimental": {"skills": true},
+                "privacy": {"usageStatisticsEnabled": false}
             }),
-            ..base
-        },
-        "gemini" => Engine {
-            argv: vec![word("gemini"), word("--yolo"), model_flag("-m"), word("{prompt}")],
-            output: OutputFormat::GeminiJson,
-            settings: Some(Settings {
-                file: ".gemini/settings.json".into(),
-                from_skill: Some("assets/gemini_settings.json".into()),
-                enforced: json!({
-                    "output": {"format": "json"},
-                    "tools": {"autoAccept": true},
-                    "experimental": {"skills": true},
-                    "privacy": {"usageStatisticsEnabled": false}
-                }),
-            }),
-            skill_path: Some("/workspace/.gemini/skills/{skill_id}".into()),
-            interactive: Some(Interactive::Resumable {
-                resume_argv: vec![
-                    word("gemini"),
-                    word("--resume"),
-                    word("{session}"),
-                    word("--yolo"),
-                    model_flag("-m"),
-                    word("{prompt}"),
-                ],
-                session: "key:session_id".into(),
-            }),
-            ..base
-        },
-        "iflow" => Engine {
-            argv: vec![word("iflow"), word("--yolo"), model_flag("-m"), word("-p"), word("{prompt}")],
-            settings: Some(Settings {
-                file: ".iflow/settings.json".into(),
-                from_skill: Some("assets/iflow_settings.json".into()),
-                enforced: json!({"sandbox": "false", "approvalMode": "yolo", "telemetry": {"enabled": false}}),
-            }),
-            skill_path: Some("/workspace/.iflow/skills/{skill_id}".into()),
-            interactive: Some(Interactive::Resumable {
-                resume_argv: vec![
-                    word("iflow"),
-                    word("--resume"),
-                    word("{session}"),
-                    word("--yolo"),
-                    model_flag("-m"),
-                    word("-p"),
-                    word("{prompt}"),
-                ],
-                session: "key:session-id".into(),
-            }),
-            ..base
-        },
-        _ => unreachable!("not a built-in engine: {name}"),
+        }),
+        skill_path: Some("/workspace/.gemini/skills/{skill_id}".into()),
+        interactive: Some(Interactive::Resumable {
+            resume_argv: vec![
+                word("gemini"),
+                word("--resume"),
+                word("{session}"),
+                word("--yolo"),
+                model_flag("-m"),
+                word("{prompt}"),
+            ],
+            session: "key:session_id".into(),
+        }),
+        ..base
+    }
+}
+
+/// iflow: text output, the skill's settings asset merged; resumed by session.
+fn iflow(base: Engine) -> Engine {
+    Engine {
+        argv: vec![word("iflow"), word("--yolo"), model_flag("-m"), word("-p"), word("{prompt}")],
+        settings: Some(Settings {
+            file: ".iflow/settings.json".into(),
+            from_skill: Some("assets/iflow_settings.json".into()),
+            enforced: json!({"sandbox": "false", "approvalMode": "yolo", "telemetry": {"enabled": false}}),
+        }),
+        skill_path: Some("/workspace/.iflow/skills/{skill_id}".into()),
+        interactive: Some(Interactive::Resumable {
+            resume_argv: vec![
+                word("iflow"),
+                word("--resume"),
+                word("{session}"),
+                word("--yolo"),
+                model_flag("-m"),
+                word("-p"),
+                word("{prompt}"),
+            ],
+            session: "key:session-id".into(),
+        }),
+        ..base
     }
 }
 

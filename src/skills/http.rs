@@ -237,7 +237,7 @@ async fn temp_upload(State(svc): S, id: IdPath, headers: HeaderMap, form: Form) 
 async fn install(State(svc): S, headers: HeaderMap, form: Form) -> Reply {
     let [package] = read_files(&svc, &headers, form, ["file"]).await?;
     let package = package.ok_or_else(|| missing("file"))?;
-    ok(svc.install(package).await?)
+    ok(svc.install(package)?)
 }
 
 async fn install_status(State(svc): S, id: IdPath) -> Reply {

@@ -23,8 +23,8 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::jobs::{ApiError, ApiResult, Service};
 use super::package::{self, version_order};
+use super::protocol::{ApiError, ApiResult};
 use super::temp::{self, StageError};
 use crate::hostfs::atomic::{self, Durability};
 use crate::inputs::zip::ZipLimits;
@@ -48,7 +48,7 @@ pub struct InstallRecord {
 pub struct Installs {
     dir: PathBuf,
     records: Mutex<HashMap<String, InstallRecord>>,
-    apply: Arc<Mutex<()>>,
+    apply: Mutex<()>,
 }
 
 impl Installs {
@@ -56,7 +56,7 @@ impl Installs {
     pub fn open(dir: &Path) -> std::io::Result<Installs> {
         std::fs::create_dir_all(dir)?;
         let installs =
-            Installs { dir: dir.to_path_buf(), records: Mutex::new(HashMap::new()), apply: Arc::default() };
+            Installs { dir: dir.to_path_buf(), records: Mutex::new(HashMap::new()), apply: Mutex::new(()) };
         for e in std::fs::read_dir(dir)? {
             let path = e?.path();
             let Some(mut r) =
@@ -82,31 +82,16 @@ impl Installs {
         Ok(())
     }
 
-    fn update(&self, id: &str, change: impl FnOnce(&mut InstallRecord)) {
-        let Some(mut r) = self.records.lock().unwrap().get(id).cloned() else { return };
-        change(&mut r);
-        r.updated_at = super::store::now();
-        if let Err(e) = self.save(&r) {
-            tracing::error!("cannot save install {id}: {e}");
-        }
-    }
-}
-
-impl Service {
-    fn install_enabled(&self) -> ApiResult<()> {
-        if self.cfg.install_skills {
-            Ok(())
-        } else {
-            Err(ApiError::new(
-                403,
-                "Skill package installs are not enabled on this server (skills serve --install-skills)",
-            ))
-        }
-    }
-
-    /// `POST /v1/skill-packages/install`: `package` is the uploaded zip.
-    pub async fn install(self: &Arc<Self>, package: std::fs::File) -> ApiResult<Value> {
-        self.install_enabled()?;
+    /// Records a new install request of `package`, and applies it on a
+    /// blocking thread (`skills_dir`, `limits` and `engines` as the
+    /// package check needs them).
+    pub fn request(
+        self: &Arc<Self>,
+        package: std::fs::File,
+        skills_dir: PathBuf,
+        limits: ZipLimits,
+        engines: Vec<String>,
+    ) -> ApiResult<Value> {
         if package.metadata().map(|m| m.len()).unwrap_or(0) == 0 {
             return Err(ApiError::new(400, "Uploaded package is empty"));
         }
@@ -121,29 +106,31 @@ impl Service {
             action: None,
             error: None,
         };
-        self.installs
-            .save(&record)
-            .map_err(|e| ApiError::new(500, format!("cannot record the install: {e}")))?;
-        let svc = Arc::clone(self);
-        let id = record.request_id.clone();
-        tokio::task::spawn_blocking(move || svc.run_install(&id, &package));
+        self.save(&record).map_err(|e| ApiError::new(500, format!("cannot record the install: {e}")))?;
+        let (installs, id) = (Arc::clone(self), record.request_id.clone());
+        tokio::task::spawn_blocking(move || installs.apply(&id, &package, &skills_dir, &limits, &engines));
         Ok(json!({"request_id": record.request_id, "status": "queued"}))
     }
 
-    /// `GET /v1/skill-packages/{id}`.
-    pub fn install_status(&self, request_id: &str) -> ApiResult<Value> {
-        self.install_enabled()?;
-        let record = self.installs.records.lock().unwrap().get(request_id).cloned();
+    /// The state of install `request_id`.
+    pub fn status(&self, request_id: &str) -> ApiResult<Value> {
+        let record = self.records.lock().unwrap().get(request_id).cloned();
         let record = record.ok_or_else(|| ApiError::new(404, "Install request not found"))?;
         Ok(serde_json::to_value(record).expect("plain data"))
     }
 
-    fn run_install(&self, id: &str, package: &std::fs::File) {
-        self.installs.update(id, |r| r.status = "running".into());
-        let apply = Arc::clone(&self.installs.apply);
-        let _one_at_a_time = apply.lock().unwrap_or_else(|e| e.into_inner());
-        let done = install(&self.cfg.skills_dir, package, &self.cfg.zip, &self.engine_names());
-        self.installs.update(id, |r| match done {
+    fn apply(
+        &self,
+        id: &str,
+        package: &std::fs::File,
+        skills_dir: &Path,
+        limits: &ZipLimits,
+        engines: &[String],
+    ) {
+        self.update(id, |r| r.status = "running".into());
+        let _one_at_a_time = self.apply.lock().unwrap_or_else(|e| e.into_inner());
+        let done = install(skills_dir, package, limits, engines);
+        self.update(id, |r| match done {
             Ok(Installed { skill_id, version, action }) => {
                 tracing::info!("skill {skill_id} {version}: {action} (install {id})");
                 r.status = "succeeded".into();
@@ -155,6 +142,15 @@ impl Service {
                 r.error = Some(e);
             }
         });
+    }
+
+    fn update(&self, id: &str, change: impl FnOnce(&mut InstallRecord)) {
+        let Some(mut r) = self.records.lock().unwrap().get(id).cloned() else { return };
+        change(&mut r);
+        r.updated_at = super::store::now();
+        if let Err(e) = self.save(&r) {
+            tracing::error!("cannot save install {id}: {e}");
+        }
     }
 }
 

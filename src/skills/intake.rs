@@ -364,6 +364,32 @@ impl Service {
     }
 }
 
+impl Service {
+    fn install_enabled(&self) -> ApiResult<()> {
+        if self.cfg.install_skills {
+            Ok(())
+        } else {
+            Err(ApiError::new(
+                403,
+                "Skill package installs are not enabled on this server (skills serve --install-skills)",
+            ))
+        }
+    }
+
+    /// `POST /v1/skill-packages/install`: `package` is the uploaded zip
+    /// ([`super::install`]).
+    pub fn install(&self, package: std::fs::File) -> ApiResult<Value> {
+        self.install_enabled()?;
+        self.installs.request(package, self.cfg.skills_dir.clone(), self.cfg.zip, self.engine_names())
+    }
+
+    /// `GET /v1/skill-packages/{id}`.
+    pub fn install_status(&self, request_id: &str) -> ApiResult<Value> {
+        self.install_enabled()?;
+        self.installs.status(request_id)
+    }
+}
+
 /// Extracts `archive` into `request_dir/uploads` (through a private
 /// staging directory renamed into place), and lists the files.
 fn extract_upload(

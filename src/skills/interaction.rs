@@ -6,7 +6,7 @@
 use serde_json::{Value, json};
 
 use super::protocol::{ApiError, ReplyRequest};
-use super::store::{InteractionState, Status, TakenReply};
+use super::store::{InteractionState, JobRecord, Status, TakenReply};
 
 /// The kinds of question a client knows how to show.
 const KINDS: [&str; 5] = ["choose_one", "confirm", "fill_fields", "open_text", "risk_ack"];
@@ -147,6 +147,13 @@ pub fn auto_reply(pending: &Value, now: String) -> TakenReply {
         resolution_mode: "auto_decide_timeout".into(),
         resolved_at: now,
     }
+}
+
+/// How long a question may wait: `session_timeout_sec` (normalized at
+/// create, default 1200 s).
+pub fn session_timeout(record: &JobRecord) -> std::time::Duration {
+    let secs = record.runtime_options.get("session_timeout_sec").and_then(Value::as_u64).unwrap_or(1200);
+    std::time::Duration::from_secs(secs.max(1))
 }
 
 /// What to do with a reply.

@@ -35,6 +35,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
 
 use super::cache::Cache;
 use super::engines::Engines;
+use super::install::Installs;
 use super::package::Skill;
 use super::run::{self, JobLimits, RunPaths};
 use super::store::{self, InteractionState, JobRecord, Profile, Status, Store, TakenReply};
@@ -165,7 +166,7 @@ pub struct Service {
     /// Set when the server stops: event streams end.
     pub(super) stopping: watch::Sender<bool>,
     /// Skill package installs (`POST /v1/skill-packages/install`).
-    pub(super) installs: super::install::Installs,
+    pub(super) installs: Arc<Installs>,
 }
 
 /// Why the service could not open its data directory.
@@ -210,7 +211,7 @@ impl Service {
         let store_error = |source| OpenError::Store { dir: cfg.data_dir.clone(), source };
         let store = Store::open(&cfg.data_dir).map_err(store_error)?;
         let cache = Cache::open(store.dir(), &cfg.data_dir, cfg.cache_entries).map_err(store_error)?;
-        let installs = super::install::Installs::open(&cfg.data_dir.join("installs")).map_err(store_error)?;
+        let installs = Arc::new(Installs::open(&cfg.data_dir.join("installs")).map_err(store_error)?);
         let records = store.load_all().map_err(OpenError::Load)?;
         let svc = Arc::new(Service {
             slots: Arc::new(Semaphore::new(cfg.max_concurrent.max(1))),

@@ -420,42 +420,7 @@ pub fn spawn(
             .map_err(RunError::Io)
     };
     let (stdout_file, stderr_file) = (log("stdout.txt")?, log("stderr.txt")?);
-    let mut cmd = std::process::Command::new(launcher);
-    cmd.arg("__exec").arg("--spec-fd=3");
-    cmd.env_clear();
-    if let Some(filter) = std::env::var_os("TUIXIU_LOG") {
-        cmd.env("TUIXIU_LOG", filter);
-    }
-    let stdin = if streams.stdin { std::process::Stdio::piped() } else { std::process::Stdio::null() };
-    cmd.stdin(stdin).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
-    // Its own process group: a Ctrl-C meant for the server reaches the
-    // sandbox only through the server's own shutdown.
-    cmd.process_group(0);
-    let raw = spec_fd.as_raw_fd();
-    let parent = nix::unistd::getpid().as_raw();
-    let hook = move || {
-        let ok = if raw == 3 {
-            // SAFETY: fcntl on a descriptor number; no memory is touched.
-            unsafe { libc::fcntl(3, libc::F_SETFD, 0) }
-        } else {
-            // SAFETY: dup2 on descriptor numbers; no memory is touched.
-            unsafe { libc::dup2(raw, 3) }
-        };
-        if ok < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)?;
-        // The server may have died before the death signal was set.
-        if nix::unistd::getppid().as_raw() != parent {
-            // SAFETY: ends the forked child at once, running nothing of
-            // the parent's (no exit handlers, no buffers flushed).
-            unsafe { libc::_exit(125) };
-        }
-        Ok(())
-    };
-    // SAFETY: only async-signal-safe calls (dup2, fcntl, prctl, getppid,
-    // _exit) run between fork and exec.
-    unsafe { cmd.pre_exec(hook) };
+    let cmd = launcher_command(launcher, spec_fd.as_raw_fd(), streams.stdin);
     let started = Instant::now();
     let mut child = tokio::process::Command::from(cmd)
         .kill_on_drop(true)
@@ -483,6 +448,49 @@ pub fn spawn(
     })
 }
 
+/// `launcher __exec --spec-fd=3`, the spec moved to descriptor 3, with no
+/// variable of the server's but `TUIXIU_LOG`, stdout and stderr piped
+/// (and stdin when `stdin`), in its own process group, with a
+/// parent-death signal.
+fn launcher_command(launcher: &Path, raw: std::os::fd::RawFd, stdin: bool) -> std::process::Command {
+    let mut cmd = std::process::Command::new(launcher);
+    cmd.arg("__exec").arg("--spec-fd=3");
+    cmd.env_clear();
+    if let Some(filter) = std::env::var_os("TUIXIU_LOG") {
+        cmd.env("TUIXIU_LOG", filter);
+    }
+    let stdin = if stdin { std::process::Stdio::piped() } else { std::process::Stdio::null() };
+    cmd.stdin(stdin).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    // Its own process group: a Ctrl-C meant for the server reaches the
+    // sandbox only through the server's own shutdown.
+    cmd.process_group(0);
+    let parent = nix::unistd::getpid().as_raw();
+    let hook = move || {
+        let ok = if raw == 3 {
+            // SAFETY: fcntl on a descriptor number; no memory is touched.
+            unsafe { libc::fcntl(3, libc::F_SETFD, 0) }
+        } else {
+            // SAFETY: dup2 on descriptor numbers; no memory is touched.
+            unsafe { libc::dup2(raw, 3) }
+        };
+        if ok < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)?;
+        // The server may have died before the death signal was set.
+        if nix::unistd::getppid().as_raw() != parent {
+            // SAFETY: ends the forked child at once, running nothing of
+            // the parent's (no exit handlers, no buffers flushed).
+            unsafe { libc::_exit(125) };
+        }
+        Ok(())
+    };
+    // SAFETY: only async-signal-safe calls (dup2, fcntl, prctl, getppid,
+    // _exit) run between fork and exec.
+    unsafe { cmd.pre_exec(hook) };
+    cmd
+}
+
 /// How the launcher exited, as a code (128 + signal for a signal).
 pub fn exit_code(status: std::process::ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;
@@ -505,83 +513,101 @@ fn spec_memfd(bytes: &[u8]) -> std::io::Result<OwnedFd> {
 pub fn finish(cx: &RunContext<'_>, stop: Stop, timeout: Duration, answer_from: u64) -> Outcome {
     let p = cx.paths;
     let stderr_tail = tail(&p.logs.join("stderr.txt"), STDERR_TAIL);
-    let artifacts = artifacts::list(&p.workspace);
-    let mut warnings = Vec::new();
-    let mut output_errors = Vec::new();
-    let mut data = Value::Null;
-    let mut repaired = false;
-    let mut code = Value::Null;
-    let coded = |code: &mut Value, c: &str, m: &str| {
-        *code = json!(c);
-        Some(format!("{c}: {m}"))
-    };
-    let message = match stop {
+    let coded = |c: &str, m: &str| (json!(c), format!("{c}: {m}"));
+    let (code, message) = match stop {
         Stop::Canceled => return write_canceled(p),
-        Stop::TimedOut => {
-            code = json!("TIMEOUT");
-            Some(format!("TIMEOUT: engine execution exceeded hard timeout ({}s)", timeout.as_secs()))
-        }
-        Stop::WaitTimedOut => coded(&mut code, "INTERACTION_WAIT_TIMEOUT", "the user did not reply in time"),
-        Stop::ProcessLost => coded(
-            &mut code,
-            "INTERACTION_PROCESS_LOST",
-            "the engine exited while its question was waiting for the user",
+        Stop::TimedOut => (
+            json!("TIMEOUT"),
+            format!("TIMEOUT: engine execution exceeded hard timeout ({}s)", timeout.as_secs()),
         ),
-        Stop::Exited(status @ (125..=127)) if setup_failure(&stderr_tail).is_some() => {
-            code = json!("SANDBOX_FAILED");
-            Some(format!(
+        Stop::WaitTimedOut => coded("INTERACTION_WAIT_TIMEOUT", "the user did not reply in time"),
+        Stop::ProcessLost => {
+            coded("INTERACTION_PROCESS_LOST", "the engine exited while its question was waiting for the user")
+        }
+        Stop::Exited(status @ (125..=127)) if setup_failure(&stderr_tail).is_some() => (
+            json!("SANDBOX_FAILED"),
+            format!(
                 "the sandbox could not start the engine (exit {status}): {}",
                 setup_failure(&stderr_tail).unwrap()
-            ))
-        }
-        Stop::Exited(0) => {
-            let stdout = read_from(&p.logs.join("stdout.txt"), answer_from, MAX_STDOUT_READ);
-            match cx.engine.answer(&stdout) {
-                Err(e) => output_errors.push(e.to_string()),
-                Ok((text, enveloped)) => {
-                    match engines::extract_json(&text) {
-                        None => output_errors.push("Output JSON missing or unreadable".to_string()),
-                        Some((value, repair)) => {
-                            repaired = repair || enveloped;
-                            let turn = match cx.interactive {
-                                None => Turn::Final(value),
-                                Some(_) => interaction::interpret(value),
-                            };
-                            match turn {
-                                Turn::Final(value) => {
-                                    output_errors.extend(cx.skill.output.validator.iter_errors(&value).map(
-                                        |e| super::messages::schema_line("Output validation error", &e),
-                                    ));
-                                    data = value;
-                                }
-                                Turn::InvalidAsk => {
-                                    output_errors.push("Invalid ask_user payload".to_string())
-                                }
-                                Turn::Ask(pending) => match asked(cx, pending, &stdout) {
-                                    Ok(waiting) => return waiting,
-                                    Err((c, m)) => {
-                                        return finish_failed(
-                                            p,
-                                            coded(&mut code, c, m),
-                                            code,
-                                            &stderr_tail,
-                                            artifacts,
-                                        );
-                                    }
-                                },
-                            }
-                        }
-                    }
+            ),
+        ),
+        Stop::Exited(0) => match read_answer(cx, answer_from) {
+            Answered::Output { data, repaired, errors } => {
+                let message = (!errors.is_empty()).then(|| errors.join("; "));
+                return write_result(cx, Value::Null, message, data, repaired, &stderr_tail);
+            }
+            Answered::Waiting(outcome) => return outcome,
+            Answered::Failed(c, m) => coded(c, m),
+        },
+        Stop::Exited(status) => (Value::Null, format!("Exit code {status}")),
+    };
+    write_result(cx, code, Some(message), Value::Null, false, &stderr_tail)
+}
+
+/// What a turn that exited 0 answered.
+enum Answered {
+    /// Its output (checked: `errors` lists what is wrong with it).
+    Output { data: Value, repaired: bool, errors: Vec<String> },
+    /// A resumable engine's question: the job waits.
+    Waiting(Outcome),
+    /// A question the job cannot wait on: code and reason.
+    Failed(&'static str, &'static str),
+}
+
+/// Reads and checks the answer of a turn that exited 0.
+fn read_answer(cx: &RunContext<'_>, answer_from: u64) -> Answered {
+    let p = cx.paths;
+    let stdout = read_from(&p.logs.join("stdout.txt"), answer_from, MAX_STDOUT_READ);
+    let mut errors = Vec::new();
+    let (mut data, mut repaired) = (Value::Null, false);
+    match cx.engine.answer(&stdout).map(|(text, enveloped)| (engines::extract_json(&text), enveloped)) {
+        Err(e) => errors.push(e.to_string()),
+        Ok((None, _)) => errors.push("Output JSON missing or unreadable".to_string()),
+        Ok((Some((value, repair)), enveloped)) => {
+            repaired = repair || enveloped;
+            let turn = match cx.interactive {
+                None => Turn::Final(value),
+                Some(_) => interaction::interpret(value),
+            };
+            match turn {
+                Turn::Final(value) => {
+                    errors.extend(
+                        cx.skill
+                            .output
+                            .validator
+                            .iter_errors(&value)
+                            .map(|e| super::messages::schema_line("Output validation error", &e)),
+                    );
+                    data = value;
+                }
+                Turn::InvalidAsk => errors.push("Invalid ask_user payload".to_string()),
+                Turn::Ask(pending) => {
+                    return match asked(cx, pending, &stdout) {
+                        Ok(waiting) => Answered::Waiting(waiting),
+                        Err((c, m)) => Answered::Failed(c, m),
+                    };
                 }
             }
-            let missing = artifacts::missing_required(&p.workspace, &cx.skill.artifacts);
-            if !missing.is_empty() {
-                output_errors.push(format!("Missing required artifacts: {}", missing.join(", ")));
-            }
-            (!output_errors.is_empty()).then(|| output_errors.join("; "))
         }
-        Stop::Exited(status) => Some(format!("Exit code {status}")),
-    };
+    }
+    let missing = artifacts::missing_required(&p.workspace, &cx.skill.artifacts);
+    if !missing.is_empty() {
+        errors.push(format!("Missing required artifacts: {}", missing.join(", ")));
+    }
+    Answered::Output { data, repaired, errors }
+}
+
+/// Writes `result/result.json` for a turn that ended (upstream's shape):
+/// a success when there is no `message`.
+fn write_result(
+    cx: &RunContext<'_>,
+    code: Value,
+    message: Option<String>,
+    data: Value,
+    repaired: bool,
+    stderr_tail: &str,
+) -> Outcome {
+    let mut warnings = Vec::new();
     if repaired && message.is_none() {
         warnings.push("OUTPUT_REPAIRED_GENERIC".to_string());
     }
@@ -589,7 +615,7 @@ pub fn finish(cx: &RunContext<'_>, stop: Stop, timeout: Duration, answer_from: u
     let result = json!({
         "status": if error.is_none() { "success" } else { "failed" },
         "data": if error.is_none() { data } else { Value::Null },
-        "artifacts": artifacts,
+        "artifacts": artifacts::list(&cx.paths.workspace),
         "repair_level": if repaired { "deterministic_generic" } else { "none" },
         "validation_warnings": warnings,
         "error": error,
@@ -599,7 +625,8 @@ pub fn finish(cx: &RunContext<'_>, stop: Stop, timeout: Duration, answer_from: u
     // Not synced here: the client may see the outcome as soon as it is
     // written, and the job's task syncs it before the terminal record
     // (`Service::run_job`), which is what must never point at a lost file.
-    if let Err(e) = fsio::write_replace(&p.result, &serde_json::to_vec_pretty(&result).expect("plain data")) {
+    let bytes = serde_json::to_vec_pretty(&result).expect("plain data");
+    if let Err(e) = fsio::write_replace(&cx.paths.result, &bytes) {
         return Outcome::Failed {
             error: json!({"message": format!("cannot write result.json: {e}")}),
             warnings,
@@ -609,23 +636,6 @@ pub fn finish(cx: &RunContext<'_>, stop: Stop, timeout: Duration, answer_from: u
         None => Outcome::Succeeded { warnings },
         Some(error) => Outcome::Failed { error, warnings },
     }
-}
-
-/// A failure decided around the engine's question: its result written.
-fn finish_failed(
-    p: &RunPaths,
-    message: Option<String>,
-    code: Value,
-    stderr: &str,
-    artifacts: Vec<String>,
-) -> Outcome {
-    let error = json!({"code": code, "message": message, "stderr": stderr});
-    let result = json!({
-        "status": "failed", "data": null, "artifacts": artifacts, "repair_level": "none",
-        "validation_warnings": [], "error": error, "pending_interaction": null, "interactive_profile": null,
-    });
-    let _ = fsio::write_replace(&p.result, &serde_json::to_vec_pretty(&result).expect("plain data"));
-    Outcome::Failed { error, warnings: vec![] }
 }
 
 /// An interactive engine asked and exited: a resumable job waits (with

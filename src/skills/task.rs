@@ -19,7 +19,7 @@ use tokio::time::Instant;
 
 use super::conversation::WaitEnd;
 use super::engines::{self, Engine};
-use super::interaction;
+use super::interaction::{self, session_timeout};
 use super::jobs::{Direct, Job, Service};
 use super::logcap::Line;
 use super::package::Skill;
@@ -288,38 +288,33 @@ impl Service {
         let signal = proc.signaller();
         let grace = self.cfg.limits.kill_grace;
         let Proc { child, stdin, asks, .. } = proc;
-        let mut deadline = Instant::now() + timeout;
+        let mut clock = Clock { deadline: Instant::now() + timeout, left: Duration::ZERO };
         let mut stop = None;
         let mut answer_pos = 0;
-        // While a question waits: the engine's time left, the wait's end,
-        // and where replies come from.
-        let mut left = Duration::ZERO;
-        let mut wait: Option<(Option<Instant>, mpsc::Receiver<TakenReply>)> = None;
+        let mut wait: Option<Waiting> = None;
         let status = loop {
-            let (wait_until, replies) = match wait.as_mut() {
-                Some((until, rx)) => (*until, Some(rx)),
+            let (until, replies) = match wait.as_mut() {
+                Some(w) => (w.until, Some(&mut w.replies)),
                 None => (None, None),
             };
             let waiting = replies.is_some();
             tokio::select! {
                 status = child.wait() => break status,
-                () = tokio::time::sleep_until(deadline), if stop.is_none() && !waiting => {
-                    stop = Some(Stop::TimedOut);
-                    signal.send(libc::SIGTERM);
+                () = tokio::time::sleep_until(clock.deadline), if stop.is_none() && !waiting => {
+                    halt(&mut stop, Stop::TimedOut, signal);
                 }
                 changed = cancel.changed(), if stop.is_none() => {
                     if changed.is_err() || *cancel.borrow() {
-                        stop = Some(Stop::Canceled);
-                        signal.send(libc::SIGTERM);
+                        halt(&mut stop, Stop::Canceled, signal);
                     }
                 }
                 line = next(asks.as_mut()), if stop.is_none() && !waiting => match line {
                     None => *asks = None,
                     Some(line) => if let Some(pending) = question(engine, &line) {
-                        let (tx, rx) = mpsc::channel(1);
+                        let (tx, replies) = mpsc::channel(1);
                         let until = self.enter_wait(job, pending, tx).await;
-                        left = deadline.saturating_duration_since(Instant::now());
-                        wait = Some((Some(until), rx));
+                        clock.pause();
+                        wait = Some(Waiting { until: Some(until), replies });
                         answer_pos = line.end;
                     },
                 },
@@ -328,27 +323,20 @@ impl Service {
                         give(stdin, &reply).await;
                     }
                     wait = None;
-                    deadline = Instant::now() + left;
+                    clock.resume();
                 }
-                () = sleep_until(wait_until), if stop.is_none() => {
+                () = sleep_until(until), if stop.is_none() => {
                     let id = job.record().interaction.and_then(|i| i.pending_id()).unwrap_or(0);
                     match self.wait_over(job, id).await {
                         WaitEnd::Reply(reply) => {
                             give(stdin, &reply).await;
                             wait = None;
-                            deadline = Instant::now() + left;
+                            clock.resume();
                         }
-                        WaitEnd::Expired => {
-                            stop = Some(Stop::WaitTimedOut);
-                            signal.send(libc::SIGTERM);
-                        }
+                        WaitEnd::Expired => halt(&mut stop, Stop::WaitTimedOut, signal),
                         // The reply is in the channel: the next turn of
                         // the loop takes it.
-                        WaitEnd::Replied => {
-                            if let Some((until, _)) = wait.as_mut() {
-                                *until = None;
-                            }
-                        }
+                        WaitEnd::Replied => wait.iter_mut().for_each(|w| w.until = None),
                     }
                 }
                 () = tokio::time::sleep(grace), if stop.is_some() => signal.send(libc::SIGKILL),
@@ -367,6 +355,36 @@ impl Service {
         };
         Ok(Ended { stop, answer_pos })
     }
+}
+
+/// A sticky engine's question waiting for its reply: until when (none
+/// once a reply is on its way), and where replies come from.
+struct Waiting {
+    until: Option<Instant>,
+    replies: mpsc::Receiver<TakenReply>,
+}
+
+/// The engine's time limit, which stands still while a question waits.
+struct Clock {
+    deadline: Instant,
+    /// Time left when the wait began.
+    left: Duration,
+}
+
+impl Clock {
+    fn pause(&mut self) {
+        self.left = self.deadline.saturating_duration_since(Instant::now());
+    }
+
+    fn resume(&mut self) {
+        self.deadline = Instant::now() + self.left;
+    }
+}
+
+/// Stops the engine (SIGTERM into the sandbox) for `why`.
+fn halt(stop: &mut Option<Stop>, why: Stop, signal: run::Signaller) {
+    *stop = Some(why);
+    signal.send(libc::SIGTERM);
 }
 
 /// The next item of an optional channel; never, without one.
@@ -402,11 +420,4 @@ async fn give(stdin: &mut Option<tokio::process::ChildStdin>, reply: &TakenReply
         tracing::warn!("cannot give the reply to the engine: {e}");
         *stdin = None;
     }
-}
-
-/// How long a question may wait: `session_timeout_sec` (normalized at
-/// create, default 1200 s).
-pub(super) fn session_timeout(record: &JobRecord) -> Duration {
-    let secs = record.runtime_options.get("session_timeout_sec").and_then(Value::as_u64).unwrap_or(1200);
-    Duration::from_secs(secs.max(1))
 }
