@@ -59,7 +59,11 @@ pub async fn serve(
         };
         let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok((stream, _)) => {
+                    // Event frames and small answers go out at once.
+                    let _ = stream.set_nodelay(true);
+                    stream
+                }
                 Err(e) => {
                     // Out of descriptors, or a connection reset before
                     // it was taken: wait a little rather than spin.
