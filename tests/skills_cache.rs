@@ -72,6 +72,16 @@ fn repeated_jobs_are_answered_from_the_cache() {
     let r = server.get(&format!("/v1/jobs/{again}/bundle"));
     assert_eq!(r.header("content-disposition"), Some("attachment; filename=\"run_bundle_debug.zip\""));
     assert!(unzip(&r.body).iter().any(|(n, _)| n == "logs/stdout.txt"));
+    // The newer runner's route: the debug bundle whatever the options.
+    let r = server.get(&format!("/v1/jobs/{first}/bundle/debug"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("content-disposition"), Some("attachment; filename=\"run_bundle_debug.zip\""));
+    let names: Vec<String> = unzip(&r.body).into_iter().map(|(n, _)| n).collect();
+    assert!(
+        names.contains(&"input.json".to_string())
+            && names.contains(&"bundle/manifest_debug.json".to_string()),
+        "{names:?}"
+    );
 
     // Misses: no_cache, another file, another inline input, parameter, model.
     for (extra, text) in [

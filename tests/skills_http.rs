@@ -512,7 +512,7 @@ fn create_time_validation_messages() {
     assert_eq!(status["status"], "failed");
     assert_eq!(
         status["error"]["message"],
-        "Input validation failed: [\"parameter validation error: 'zzz' is not one of ['ok', 'fenced', 'no-artifact', 'bad-output', 'fail', 'sleep', 'escape', 'clutter', 'ask', 'sticky-ask', 'sticky-exit', 'flood'] (Path: mode)\"]"
+        "Input validation failed: [\"parameter validation error: 'zzz' is not one of ['ok', 'fenced', 'no-artifact', 'bad-output', 'fail', 'sleep', 'escape', 'clutter', 'ask', 'ask-anonymous', 'sticky-ask', 'sticky-exit', 'flood'] (Path: mode)\"]"
     );
     let r = server.get(&format!("/v1/jobs/{rid}/result"));
     assert_eq!((r.status, r.detail()), (404, json!("Run result not found")));

@@ -106,6 +106,14 @@ fn resumable_engine_asks_and_is_run_again_with_the_reply() {
     let r = server.reply(&rid, json!({"interaction_id": 1, "response": "again"}));
     assert_eq!((r.status, r.detail()), (409, json!("Run is not waiting for user interaction")));
 
+    // A resumable engine that names no session cannot be resumed.
+    let anonymous = server.start_demo("command", "ask-anonymous", "anonymous", interactive());
+    let status = server.wait(&anonymous);
+    assert_eq!(
+        (status["status"].clone(), status["error"]["code"].clone()),
+        (json!("failed"), json!("SESSION_RESUME_FAILED"))
+    );
+
     // An auto job has no interaction endpoints.
     let auto = server.start_demo("command", "ok", "auto", json!({}));
     let r = server.get(&format!("/v1/jobs/{auto}/interaction/pending"));

@@ -66,7 +66,9 @@ impl Service {
                 let Some(state) = r.interaction.as_mut() else {
                     return Err(ApiError::new(409, "Run is not waiting for user interaction"));
                 };
-                verdict = interaction::judge(r.status, code.as_deref(), state, &reply)?;
+                // A job being canceled takes no more replies.
+                let status = if r.cancel_requested { Some(Status::Canceled) } else { r.status };
+                verdict = interaction::judge(status, code.as_deref(), state, &reply)?;
                 if verdict == Verdict::Replay {
                     return Ok(false);
                 }

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use super::artifacts;
 use super::cache::{self, KeyParts};
 use super::inputs;
-use super::jobs::{ApiError, ApiResult, Family, Job, Service};
+use super::jobs::{ApiError, ApiResult, Family, Job, Service, opt_in};
 use super::package::Skill;
 use super::protocol::{self, CreateRequest, check_engine, check_mode, runtime_options, truthy};
 use super::store::{JobRecord, Status};
@@ -366,14 +366,7 @@ impl Service {
 
 impl Service {
     fn install_enabled(&self) -> ApiResult<()> {
-        if self.cfg.install_skills {
-            Ok(())
-        } else {
-            Err(ApiError::new(
-                403,
-                "Skill package installs are not enabled on this server (skills serve --install-skills)",
-            ))
-        }
+        opt_in(self.cfg.install_skills, "Skill package installs", "--install-skills")
     }
 
     /// `POST /v1/skill-packages/install`: `package` is the uploaded zip

@@ -328,14 +328,7 @@ impl Service {
     }
 
     pub(super) fn temp_enabled(&self) -> ApiResult<()> {
-        if self.cfg.temp_skills {
-            Ok(())
-        } else {
-            Err(ApiError::new(
-                403,
-                "Temporary skill runs are not enabled on this server (skills serve --temp-skills)",
-            ))
-        }
+        opt_in(self.cfg.temp_skills, "Temporary skill runs", "--temp-skills")
     }
 
     pub(super) fn request_dir(&self, request_id: &str) -> PathBuf {
@@ -607,6 +600,15 @@ impl Service {
         Ok(
             json!({"runs_deleted": counts.0, "requests_deleted": counts.1, "cache_entries_deleted": cache_entries}),
         )
+    }
+}
+
+/// 403 for routes a server serves only when started with `flag`.
+pub(super) fn opt_in(on: bool, what: &str, flag: &str) -> ApiResult<()> {
+    if on {
+        Ok(())
+    } else {
+        Err(ApiError::new(403, format!("{what} are not enabled on this server (skills serve {flag})")))
     }
 }
 
