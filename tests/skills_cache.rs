@@ -39,6 +39,14 @@ fn runs(env: &Env) -> usize {
     std::fs::read_dir(env.data.join("runs")).unwrap().count()
 }
 
+fn wait_entries(env: &Env, n: usize) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while cache_entries(env) != n {
+        assert!(std::time::Instant::now() < deadline, "{} cache entries, not {n}", cache_entries(env));
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 fn cache_entries(env: &Env) -> usize {
     std::fs::read_dir(env.data.join("jobs/cache")).map(|d| d.count()).unwrap_or(0)
 }
@@ -50,7 +58,10 @@ fn repeated_jobs_are_answered_from_the_cache() {
     let (first, up) = job(&server, json!({}), "numbers: 1 2\n");
     assert_eq!(up["cache_hit"], false);
     assert_eq!(server.wait(&first)["status"], "succeeded");
-    assert_eq!((runs(&env), cache_entries(&env)), (1, 1));
+    // The entry is written once the run's record is on disk, just after
+    // the success is visible (and answers lookups from then on).
+    assert_eq!(runs(&env), 1);
+    wait_entries(&env, 1);
     let report = server.get(&format!("/v1/jobs/{first}/artifacts/artifacts/report.json")).json();
 
     // The same inputs: the first run, no engine.
@@ -97,6 +108,7 @@ fn repeated_jobs_are_answered_from_the_cache() {
     assert_eq!(runs(&env), 5);
 
     // Interactive jobs are never answered from the cache, nor cached.
+    wait_entries(&env, 4);
     let entries = cache_entries(&env);
     for _ in 0..2 {
         let rid = server.start_demo("command", "ask", "cached", json!({"execution_mode": "interactive"}));

@@ -13,7 +13,9 @@
 //!
 //! Entries are one JSON file each in `<data>/jobs/cache/`, written by the
 //! one atomic writer ([`crate::hostfs::atomic`]), synced, once the run's
-//! terminal record is on disk. An entry names its run and what its
+//! terminal record is on disk (lookups see an entry from the moment its
+//! run's success is visible: a client that repeats a job as soon as it
+//! saw it succeed gets a hit). An entry names its run and what its
 //! artifacts were (path and size); a lookup answers only when the run's
 //! `result.json` and every one of those artifacts are still there as
 //! regular files of the same size, and drops the entry otherwise. At most
@@ -331,22 +333,15 @@ impl Cache {
         })
     }
 
-    /// Records `run_id` (its artifacts as they are now) under `key`,
-    /// replacing an older entry, evicting the least recently used beyond
-    /// the cap.
-    pub fn insert(
-        &self,
-        key: &str,
-        run_id: &str,
-        request_id: &str,
-        warnings: &[String],
-    ) -> std::io::Result<()> {
+    /// The entry that would record `run_id` (its artifacts as they are
+    /// now) under `key`.
+    pub fn entry_for(&self, key: &str, run_id: &str, request_id: &str, warnings: &[String]) -> Entry {
         let workspace = self.data_dir.join("runs").join(run_id).join("workspace");
         let listed = artifacts::open_artifacts_dir(&workspace)
             .and_then(|d| artifacts::walk(d.as_fd(), &[]))
             .map(|w| w.files)
             .unwrap_or_default();
-        let entry = Entry {
+        Entry {
             key: key.to_string(),
             run_id: run_id.to_string(),
             request_id: request_id.to_string(),
@@ -356,16 +351,49 @@ impl Cache {
                 .into_iter()
                 .map(|f| Kept { path: format!("artifacts/{}", f.rel), size: f.size })
                 .collect(),
-        };
-        let bytes = serde_json::to_vec_pretty(&entry).expect("plain data");
-        atomic::write(&self.path(key), &bytes, Durability::Synced)?;
-        {
-            let mut index = self.index.lock().unwrap();
-            let tick = index.touch();
-            index.entries.insert(key.to_string(), (entry, tick));
         }
+    }
+
+    /// Answers lookups with `entry` from now on (in memory only: its run's
+    /// success becomes visible at this moment, before its record is on
+    /// disk, so a repeat seen right after it hits); [`Cache::persist`]
+    /// writes it once the record is.
+    pub fn remember(&self, entry: Entry) {
+        let mut index = self.index.lock().unwrap();
+        let tick = index.touch();
+        index.entries.insert(entry.key.clone(), (entry, tick));
+    }
+
+    /// Writes `entry` (synced), then evicts the least recently used
+    /// beyond the cap.
+    pub fn persist(&self, entry: &Entry) -> std::io::Result<()> {
+        let bytes = serde_json::to_vec_pretty(entry).expect("plain data");
+        atomic::write(&self.path(&entry.key), &bytes, Durability::Synced)?;
         self.evict_over(0);
         Ok(())
+    }
+
+    /// Records `run_id` under `key`: [`Cache::entry_for`],
+    /// [`Cache::remember`], [`Cache::persist`].
+    pub fn insert(
+        &self,
+        key: &str,
+        run_id: &str,
+        request_id: &str,
+        warnings: &[String],
+    ) -> std::io::Result<()> {
+        let entry = self.entry_for(key, run_id, request_id, warnings);
+        self.remember(entry.clone());
+        self.persist(&entry)
+    }
+
+    /// Drops the entry for `key` if it is the one of `run_id` (a success
+    /// remembered that did not stand).
+    pub fn forget(&self, key: &str, run_id: &str) {
+        let ours = self.index.lock().unwrap().entries.get(key).is_some_and(|(e, _)| e.run_id == run_id);
+        if ours {
+            self.remove(key);
+        }
     }
 
     /// Evicts least recently used entries until at most `max - room` are left.

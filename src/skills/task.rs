@@ -82,7 +82,23 @@ impl Service {
     /// home kept for the next turn, its wait timer armed).
     async fn record_outcome(self: &Arc<Self>, job: &Arc<Job>, outcome: Outcome, paths: &RunPaths) {
         let canceled = json!({"code": "CANCELED_BY_USER", "message": "Canceled by user request"});
-        let timeout = session_timeout(&job.record());
+        let before = job.record();
+        let timeout = session_timeout(&before);
+        let entry = match (&outcome, &before.cache_key, &before.run_id) {
+            (Outcome::Succeeded { warnings }, Some(key), Some(run_id)) if !before.cache_hit => {
+                let (svc, key, run_id, id, warnings) = (
+                    Arc::clone(self),
+                    key.clone(),
+                    run_id.clone(),
+                    before.request_id.clone(),
+                    warnings.clone(),
+                );
+                tokio::task::spawn_blocking(move || svc.cache.entry_for(&key, &run_id, &id, &warnings))
+                    .await
+                    .ok()
+            }
+            _ => None,
+        };
         let record = self
             .update_after(
                 job,
@@ -93,6 +109,9 @@ impl Service {
                             r.status = Some(Status::Succeeded);
                             r.warnings = warnings;
                             r.error = None;
+                            if let Some(entry) = &entry {
+                                self.cache.remember(entry.clone());
+                            }
                         }
                         Outcome::Failed { error, warnings } => {
                             r.status = Some(Status::Failed);
@@ -131,16 +150,16 @@ impl Service {
             return;
         }
         run::cleanup(paths);
-        if record.status == Some(Status::Succeeded)
-            && let (Some(key), Some(run_id)) = (record.cache_key.clone(), record.run_id.clone())
-        {
-            let svc = Arc::clone(self);
-            let (id, warnings) = (record.request_id.clone(), record.warnings.clone());
-            let inserted =
-                tokio::task::spawn_blocking(move || svc.cache.insert(&key, &run_id, &id, &warnings)).await;
-            if let Ok(Err(e)) = inserted {
-                tracing::warn!("job {}: not cached: {e}", record.request_id);
-            }
+        let Some(entry) = entry else { return };
+        if record.status != Some(Status::Succeeded) {
+            // Canceled as it ended: never answered from the cache.
+            self.cache.forget(&entry.key, &entry.run_id);
+            return;
+        }
+        let svc = Arc::clone(self);
+        let id = record.request_id.clone();
+        if let Ok(Err(e)) = tokio::task::spawn_blocking(move || svc.cache.persist(&entry)).await {
+            tracing::warn!("job {id}: the cache entry was not written: {e}");
         }
     }
 
