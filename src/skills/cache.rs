@@ -28,6 +28,7 @@ use std::io::Read;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use nix::fcntl::OFlag;
 use serde::{Deserialize, Serialize};
@@ -240,6 +241,9 @@ pub struct Cache {
     data_dir: PathBuf,
     max: usize,
     index: Mutex<Index>,
+    /// Lookups since the start that found a whole run, and that did not.
+    hits: AtomicU64,
+    misses: AtomicU64,
 }
 
 #[derive(Default)]
@@ -284,8 +288,14 @@ impl Cache {
             let tick = index.touch();
             index.entries.insert(entry.key.clone(), (entry, tick));
         }
-        let cache =
-            Cache { dir, data_dir: data_dir.to_path_buf(), max: max.max(1), index: Mutex::new(index) };
+        let cache = Cache {
+            dir,
+            data_dir: data_dir.to_path_buf(),
+            max: max.max(1),
+            index: Mutex::new(index),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+        };
         cache.evict_over(0);
         Ok(cache)
     }
@@ -297,6 +307,18 @@ impl Cache {
     /// The entry for `key` whose run is still whole, if any; a stale one
     /// is dropped.
     pub fn lookup(&self, key: &str) -> Option<Entry> {
+        let found = self.find(key);
+        let counter = if found.is_some() { &self.hits } else { &self.misses };
+        counter.fetch_add(1, Ordering::Relaxed);
+        found
+    }
+
+    /// Lookups since the start: (hits, misses).
+    pub fn lookups(&self) -> (u64, u64) {
+        (self.hits.load(Ordering::Relaxed), self.misses.load(Ordering::Relaxed))
+    }
+
+    fn find(&self, key: &str) -> Option<Entry> {
         let entry = {
             let mut index = self.index.lock().unwrap();
             let tick = index.touch();

@@ -601,6 +601,28 @@ impl Service {
             json!({"runs_deleted": counts.0, "requests_deleted": counts.1, "cache_entries_deleted": cache_entries}),
         )
     }
+
+    /// How many jobs are in each status, every status named (`created`:
+    /// waiting for its upload), and engine slots free.
+    pub fn status_counts(&self) -> (Vec<(&'static str, usize)>, usize) {
+        let mut counts: Vec<(&'static str, usize)> = std::iter::once("created")
+            .chain(Status::ALL.iter().map(|s| s.as_str()))
+            .map(|s| (s, 0))
+            .collect();
+        for job in self.jobs.lock().unwrap().values() {
+            let status = job.state.borrow().status.map_or("created", Status::as_str);
+            if let Some(c) = counts.iter_mut().find(|(s, _)| *s == status) {
+                c.1 += 1;
+            }
+        }
+        (counts, self.slots.available_permits())
+    }
+
+    /// The result cache's lookups so far (hits, misses) and its entries.
+    pub fn cache_counts(&self) -> (u64, u64, usize) {
+        let (hits, misses) = self.cache.lookups();
+        (hits, misses, self.cache.len())
+    }
 }
 
 /// 403 for routes a server serves only when started with `flag`.

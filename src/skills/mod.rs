@@ -20,6 +20,7 @@
 //! | [`intake`], [`task`], [`conversation`], [`queries`] | the service's endpoints and the job's task, by idea |
 //! | [`events`] | a job's live logs and status, as server-sent events |
 //! | [`http`], [`listener`] | the axum routes; connections, their limits and shutdown |
+//! | [`metrics`] | Prometheus metrics of `skills serve --metrics-listen`: jobs by status, queue depth, the result cache |
 
 pub mod artifacts;
 pub mod cache;
@@ -36,6 +37,7 @@ pub mod jobs;
 pub mod listener;
 pub mod logcap;
 pub mod messages;
+pub mod metrics;
 pub mod package;
 pub mod prompt;
 pub mod protocol;

@@ -34,6 +34,16 @@ pub enum Status {
 }
 
 impl Status {
+    /// Every status, in the order a job may pass through them.
+    pub const ALL: [Status; 6] = [
+        Status::Queued,
+        Status::Running,
+        Status::WaitingUser,
+        Status::Succeeded,
+        Status::Failed,
+        Status::Canceled,
+    ];
+
     pub fn is_terminal(self) -> bool {
         matches!(self, Status::Succeeded | Status::Failed | Status::Canceled)
     }
