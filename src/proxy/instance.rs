@@ -216,7 +216,6 @@ impl Lane {
         state.gid = gid;
         if init.is_some() {
             state.init = init;
-            self.init_sent = true;
         }
         state.updated_at = now;
         self.persist();

@@ -22,7 +22,6 @@
 //! | [`inventory`] | `sandbox_inventory` and `workspace_inventory` |
 //! | [`status`] | `<state_dir>/status.json`, the daemon's liveness for health checks |
 //! | [`acp_sink`] | the daemon's side of the ACP host's interface: its settings, its reports as wire messages |
-//! | [`landed`] | fingerprints of landed agentInputs targets: landing again never overwrites the agent's work |
 //!
 //! Threading: one tokio current-thread runtime. Nothing here enters a
 //! namespace: sandboxes are launched by `tuixiu-sandbox __exec` through the
@@ -38,7 +37,6 @@ pub mod gitenv;
 pub mod identity;
 pub mod instance;
 pub mod inventory;
-pub mod landed;
 pub mod lane;
 pub mod link;
 pub mod mounts;
