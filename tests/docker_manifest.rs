@@ -143,12 +143,14 @@ fn a_manifest_lands_in_a_named_instance() {
     let err = text(&out.stderr);
     for id in ["agents-md", "note"] {
         assert!(
-            err.lines().any(|l| l.contains(&format!("item {id}:")) && l.contains("changed since it was applied")),
+            err.lines()
+                .any(|l| l.contains(&format!("item {id}:")) && l.contains("changed since it was applied")),
             "{id} not reported: {err}"
         );
     }
     // With new content for an item the command changed: kept aside.
-    std::fs::write(&manifest, std::fs::read_to_string(&manifest).unwrap().replace("ws note", "note v2")).unwrap();
+    std::fs::write(&manifest, std::fs::read_to_string(&manifest).unwrap().replace("ws note", "note v2"))
+        .unwrap();
     let out = cli(&scratch, &[&args[..], &show].concat());
     assert_eq!(text(&out.stdout), "# hi\nmore\nws\ntmp\n", "{}", text(&out.stderr));
     let aside = scratch.state.join("docker").join(&name).join("incoming/workspace/notes/n.txt");

@@ -17,6 +17,7 @@
 //! | [`report`] | what goes to the backend: the outbox, secrets scrubbed out, instance status reports |
 //! | [`persist`] | run state files written by one blocking worker, latest content first |
 //! | [`control`] | every `sandbox_control` action and its protections |
+//! | [`exposed`] | warnings when the workspace root or the state directory lies where sandboxes see |
 //! | [`gitenv`] | host git processes: credentials through askpass/ssh key files, hardening, deadlines |
 //! | [`repo`] | the workspace made a checkout of `TUIXIU_REPO_URL` (clone, or from a per-URL cache) |
 //! | [`inventory`] | `sandbox_inventory` and `workspace_inventory` |
@@ -33,6 +34,7 @@ pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod control;
+pub mod exposed;
 pub mod gitenv;
 pub mod identity;
 pub mod instance;
@@ -79,6 +81,8 @@ pub struct Daemon {
     /// Registered with the backend right now.
     connected: AtomicBool,
     run: Arc<lane::RunContext>,
+    /// Private directories that lie where sandboxes see ([`exposed`]).
+    path_warnings: Vec<String>,
 }
 
 impl Daemon {
@@ -123,8 +127,14 @@ impl Daemon {
             provider.runtime().map(str::to_string),
         ));
         let mounts = mounts::Mounts::new(&cfg, &proxy_id);
+        let path_warnings = exposed::warnings(&cfg);
         let run = lane::RunContext::new(cfg, provider, report, mounts, runs::lane_loop);
-        Daemon { proxy_id, connected: AtomicBool::new(false), run: Arc::new(run) }
+        Daemon { proxy_id, connected: AtomicBool::new(false), run: Arc::new(run), path_warnings }
+    }
+
+    /// The private directories that lie where sandboxes see, as warnings.
+    pub fn path_warnings(&self) -> &[String] {
+        &self.path_warnings
     }
 
     pub fn cfg(&self) -> &Config {
@@ -315,6 +325,9 @@ pub fn main(opts: Options) -> u8 {
             run.cfg().state_dir.display(),
             run.cfg().sandbox.workspace_host_root.display()
         );
+        for w in daemon.path_warnings() {
+            tracing::warn!("{w}");
+        }
         tokio::spawn(status::keep_writing(daemon.clone()));
         runs::adopt_persisted(&run).await;
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

@@ -72,6 +72,9 @@ pub struct Mounts {
     /// `[sandbox.secretFiles]`.
     secret_files: Vec<(String, PathBuf)>,
     proxy_id: String,
+    /// The workspace root and the state directory, canonical: no
+    /// instance may see them (`InstanceConfig::hidden`).
+    hidden: Vec<PathBuf>,
 }
 
 impl Mounts {
@@ -82,7 +85,17 @@ impl Mounts {
             state_path: cfg.agent.state_path.clone(),
             secret_files: cfg.sandbox.secret_files.clone(),
             proxy_id: proxy_id.to_string(),
+            hidden: [&cfg.sandbox.workspace_host_root, &cfg.state_dir]
+                .into_iter()
+                .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()))
+                .collect(),
         }
+    }
+
+    /// What no instance may see by any path: every run's workspace and
+    /// home (the workspace root) and the daemon's state.
+    pub fn hidden(&self) -> &[PathBuf] {
+        &self.hidden
     }
 
     fn scratch_dir(&self, run_id: &str) -> PathBuf {
