@@ -146,6 +146,20 @@ async fn ttl_expiry_then_a_plain_prompt_resumes_the_run() {
         })
         .await;
     assert!(!s.state.join("native/tuixiu-run-e1").exists(), "the instance was removed");
+    // A restart re-adopts the run; its instance was reported missing once,
+    // and is not again.
+    assert!(daemon.stop().success());
+    let mut daemon = Daemon::start(&s, "proxy", &cfg);
+    backend.registered(1, 20 * SECS).await;
+    let r = backend.control(json!({"action":"report_inventory"})).await;
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(
+        statuses(&backend, "e1").iter().filter(|s| *s == "missing").count(),
+        1,
+        "the removed instance was reported again: {:?}\n{}",
+        statuses(&backend, "e1"),
+        daemon.stderr()
+    );
     // What the real backend sends next: no init.
     backend.send(&json!({"type":"prompt_send","run_id":"e1","prompt_id":"p2","session_id":session,
         "cwd":"/workspace","instance_name":"tuixiu-run-e1","keepalive_ttl_seconds":2,
@@ -193,6 +207,34 @@ async fn sigterm_closes_agents_then_flushes_then_closes_the_link() {
         assert!(!log.contains("lost with this shutdown"), "{on_eof:?}: {log}");
         assert!(agent_pids(&s).is_empty(), "{on_eof:?}: the agent outlived the daemon");
     }
+}
+
+/// SIGTERM says what it waits for and waits only while something is
+/// pending: with the agent's turn over and the outbox empty, the daemon
+/// closes the agent, closes the link and exits, although the backend keeps
+/// the TCP connection open after answering the close (as a backend behind
+/// a proxy may); each step is in the log, the time last.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_waits_only_while_something_is_pending() {
+    let backend = Backend::start().await;
+    backend.linger_after_close(Duration::from_secs(20));
+    let s = Scratch::new("shutdown-wait");
+    let mut daemon = Daemon::start(&s, "proxy", &agent_config(&s, &backend.url, OnEof::Exit, ""));
+    backend.registered(0, 20 * SECS).await;
+    let opened = open_with(&backend, "w1", init(json!([])), 600).await;
+    assert_eq!(opened["ok"], true, "{opened}\n{}", daemon.stderr());
+    let r = prompt(&backend, "w1", "p1", Value::Null, "say done").await;
+    assert_eq!(r["ok"], true, "{r}");
+    let t0 = std::time::Instant::now();
+    assert!(daemon.stop().success(), "{}", daemon.stderr());
+    let took = t0.elapsed();
+    let log = daemon.stderr();
+    for step in ["shutting down: closing 1 agent(s)", "shutting down: closing the link", "shut down in"] {
+        assert!(log.contains(step), "{step:?} not logged: {log}");
+    }
+    assert!(!log.contains("did not answer the close"), "{log}");
+    // The close handshake's bound is 3 s; nothing else was pending.
+    assert!(took < Duration::from_secs(2), "SIGTERM took {took:?} with nothing pending: {log}");
 }
 
 /// Who runs the daemon.

@@ -214,10 +214,12 @@ impl Lane {
             gid,
             created_at: now.clone(),
             updated_at: now.clone(),
+            instance_removed: false,
             landed: Default::default(),
         });
         state.keepalive_ttl_seconds = ttl;
         state.expires_at_ms = None;
+        state.instance_removed = false;
         state.workspace = workspace;
         state.home = home;
         state.home_guest = home_guest;

@@ -57,6 +57,11 @@ pub struct RunState {
     pub gid: u32,
     pub created_at: String,
     pub updated_at: String,
+    /// The daemon removed the run's instance at keepalive expiry and
+    /// reported it `missing`; a restart finds it missing and does not
+    /// report it again. Cleared when the instance is made again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub instance_removed: bool,
     /// What landed of the agentInputs, per item (`inputs/landed.rs`):
     /// landing again never overwrites the agent's work.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]

@@ -332,21 +332,41 @@ pub fn main(opts: Options) -> u8 {
         runs::adopt_persisted(&run).await;
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let stopping = daemon.clone();
+        let signalled = Arc::new(std::sync::OnceLock::new());
+        let signalled_at = signalled.clone();
         tokio::spawn(async move {
             wait_for_signal().await;
+            let _ = signalled_at.set(tokio::time::Instant::now());
             // While the link is still up: the agents first (their exits and
             // the results of interrupted prompts are the last messages),
             // then the outbox, within a bound; only then the link closes.
-            tracing::info!("shutting down: closing the agents");
+            // Each step is logged with what it waits for, and ends as soon
+            // as nothing is pending.
             let runs = stopping.run_context().runs();
             runs.stop_starting();
-            close_agents(runs).await;
+            close_agents(runs, stopping.cfg().agent_shutdown_grace_seconds).await;
             let bound = std::time::Duration::from_secs(stopping.cfg().shutdown_flush_seconds);
             let deadline = tokio::time::Instant::now() + bound;
+            let turns = runs.turns_in_flight();
+            if turns > 0 {
+                tracing::info!(
+                    "shutting down: waiting for {turns} prompt turn(s) to queue their results (at most {} s: \
+                     shutdown_flush_seconds)",
+                    bound.as_secs()
+                );
+            }
             while runs.turns_in_flight() > 0 && tokio::time::Instant::now() < deadline {
                 tokio::time::sleep(std::time::Duration::from_millis(10)).await;
             }
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let queued = stopping.outbox().len();
+            if queued > 0 {
+                tracing::info!(
+                    "shutting down: waiting for the backend to take {queued} message(s){} (at most {} ms)",
+                    if stopping.connected() { "" } else { " (the link is down: until it is back)" },
+                    left.as_millis()
+                );
+            }
             if !stopping.outbox().drained(left).await {
                 tracing::warn!(
                     "shutting down: the backend did not take the last {} message(s) within {} s \
@@ -361,8 +381,11 @@ pub fn main(opts: Options) -> u8 {
         // Agents do not outlive the daemon that holds their stdio (an id
         // conflict ends the link without the signal above).
         run.runs().stop_starting();
-        close_agents(run.runs()).await;
+        close_agents(run.runs(), run.cfg().agent_shutdown_grace_seconds).await;
         run.persister().flush();
+        if let Some(at) = signalled.get() {
+            tracing::info!("shut down in {} ms", at.elapsed().as_millis());
+        }
         match exit {
             link::Exit::Shutdown => {
                 if !daemon.outbox().is_empty() {
@@ -387,11 +410,18 @@ pub fn main(opts: Options) -> u8 {
     code
 }
 
-/// Closes every agent (stdin, SIGTERM, SIGKILL), concurrently; instances
-/// and runs stay.
-async fn close_agents(runs: &lane::Runs) {
-    let closing: Vec<_> = runs
-        .all_agents()
+/// Closes every live agent (stdin, SIGTERM after `grace` seconds, SIGKILL
+/// after as many more), concurrently; instances and runs stay.
+async fn close_agents(runs: &lane::Runs, grace: u64) {
+    let live: Vec<_> = runs.all_agents().into_iter().filter(|a| !a.has_exited()).collect();
+    if live.is_empty() {
+        return;
+    }
+    tracing::info!(
+        "shutting down: closing {} agent(s) (stdin closed; SIGTERM after {grace} s, SIGKILL after {grace} s more)",
+        live.len()
+    );
+    let closing: Vec<_> = live
         .into_iter()
         .map(|a| tokio::spawn(async move { a.shutdown("daemon shutting down").await }))
         .collect();
