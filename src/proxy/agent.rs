@@ -296,19 +296,8 @@ impl Lane {
             let mut out = Outcome { left_alone: selection.left_alone, ..Outcome::default() };
             let mut records = selection.keep;
             if selection.land.items.iter().any(landed::lands) {
-                let land = || -> Result<(), AgentError> {
-                    let fetched = plan.only(&selection.land).fetch(&options)?;
-                    let mut dest = roots.host_dirs(layout.clone());
-                    let mut audit = inputs::Audit::log_only();
-                    let mut apply =
-                        || inputs::apply(&fetched, &mut dest, &inputs::ApplyOptions::default(), &mut audit);
-                    match docker_user {
-                        Some((uid, gid)) => crate::provider::docker::as_user(uid, gid, apply),
-                        None => apply(),
-                    }?;
-                    Ok(())
-                };
-                out.result = land();
+                out.result =
+                    land(plan.only(&selection.land), &options, roots.host_dirs(layout.clone()), docker_user);
                 let (now, failed) = landed::record(&selection.land, &recorded, &roots);
                 records.extend(now);
                 out.unrecorded = failed.into_iter().map(|(id, e)| (id, e.to_string())).collect();
@@ -659,6 +648,24 @@ impl Lane {
             send(&d, &run, Job::PromptDone);
         });
     }
+}
+
+/// Fetches `plan` and lands it in `dest`, as the docker user when there
+/// is one (so the agent owns what lands).
+fn land(
+    plan: inputs::Plan,
+    options: &inputs::FetchOptions,
+    mut dest: inputs::HostDirs,
+    docker_user: Option<(u32, u32)>,
+) -> Result<(), AgentError> {
+    let fetched = plan.fetch(options)?;
+    let mut audit = inputs::Audit::log_only();
+    let mut apply = || inputs::apply(&fetched, &mut dest, &inputs::ApplyOptions::default(), &mut audit);
+    match docker_user {
+        Some((uid, gid)) => crate::provider::docker::as_user(uid, gid, apply),
+        None => apply(),
+    }?;
+    Ok(())
 }
 
 /// What a landing of agentInputs did (`Lane::apply_inputs`).
