@@ -455,6 +455,15 @@ async fn file_reads_terminals_and_processes_are_bounded() {
     }
 }
 
+/// The agent edits two inputs it was given, `notes/readme.txt` in the
+/// workspace and `.config/rc` in its home; returns the prompt's result.
+async fn agent_edits(b: &Backend, run: &str) -> Value {
+    let edits = "file /workspace/notes/readme.txt the agent's edit\nfile /home/agent/.config/rc agent rc";
+    let r = prompt(b, run, "p1", Value::Null, edits).await;
+    assert_eq!(r["ok"], true, "{r}");
+    r
+}
+
 /// After a daemon restart (and after an agent crash), the persisted `init`
 /// is used again to start the agent: an input the agent changed since it
 /// landed is left as it is and reported, never overwritten; untouched
@@ -477,15 +486,7 @@ async fn reopening(who: As) {
     assert_eq!(opened["ok"], true, "{opened}\n{}", daemon.stderr());
     let ws = s.root.join("run-l1");
     let home = s.root.join("home-l1");
-    let r = prompt(
-        &backend,
-        "l1",
-        "p1",
-        Value::Null,
-        "file /workspace/notes/readme.txt the agent's edit\nfile /home/agent/.config/rc agent rc",
-    )
-    .await;
-    assert_eq!(r["ok"], true, "{r}");
+    let r = agent_edits(&backend, "l1").await;
     let session = r["session_id"].as_str().unwrap().to_string();
     assert_eq!(std::fs::read_to_string(ws.join("notes/readme.txt")).unwrap(), "the agent's edit");
 
@@ -574,15 +575,7 @@ async fn recovery(who: As) {
     let opened = open_with(&backend, "r1", init(items("from the manifest", "untouched")), 2).await;
     assert_eq!(opened["ok"], true, "{who:?}: {opened}\n{}", daemon.stderr());
     let (ws, home) = (s.root.join("run-r1"), s.root.join("home-r1"));
-    let r = prompt(
-        &backend,
-        "r1",
-        "p1",
-        Value::Null,
-        "file /workspace/notes/readme.txt the agent's edit\nfile /home/agent/.config/rc agent rc",
-    )
-    .await;
-    assert_eq!(r["ok"], true, "{r}");
+    agent_edits(&backend, "r1").await;
     backend
         .wait_for("missing after the keepalive", 30 * SECS, |_| {
             statuses(&backend, "r1").last().map(String::as_str) == Some("missing")
