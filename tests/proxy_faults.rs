@@ -467,8 +467,8 @@ async fn agent_edits(b: &Backend, run: &str) -> Value {
 /// After a daemon restart (and after an agent crash), the persisted `init`
 /// is used again to start the agent: an input the agent changed since it
 /// landed is left as it is and reported, never overwritten; untouched
-/// inputs stay as they are. When the backend sends `init` again, it asked
-/// for the inputs: they land again.
+/// inputs stay as they are. The same when the backend sends `init` again,
+/// with `acp_open` or with the `prompt_send` that starts the next agent.
 async fn reopening(who: As) {
     let backend = Backend::start().await;
     let s = Scratch::new("reland");
@@ -505,30 +505,34 @@ async fn reopening(who: As) {
     assert_eq!(std::fs::read_to_string(home.join(".config/rc")).unwrap(), "agent rc");
     assert_eq!(std::fs::read_to_string(ws.join("kept.txt")).unwrap(), "untouched");
     assert_eq!(std::fs::metadata(ws.join("kept.txt")).unwrap().modified().unwrap(), kept_mtime, "rewritten");
-    let reported: Vec<String> = proxy_support::agent::contents(&backend, "text")
-        .iter()
-        .filter_map(|c| c["text"].as_str().map(str::to_string))
-        .filter(|t| t.contains("changed since it was applied"))
-        .collect();
+    let reported = left_alone_reports(&backend, "l1");
     assert_eq!(reported.len(), 2, "{reported:?}");
     assert!(
-        reported[0].contains("item notes") && reported[0].contains("/workspace/notes/readme.txt"),
+        reported[0].contains("item notes")
+            && reported[0].contains("/workspace/notes/readme.txt")
+            && reported[0].contains("changed since it was applied"),
         "{reported:?}"
     );
     assert!(reported[1].contains("item rc"), "{reported:?}");
 
     // The backend sends init again (the agent runs: nothing happens yet);
-    // the agent crashes; the next start lands nothing over the agent's
-    // work either: init or not, the rule is the same.
-    let opened = open_with(&backend, "l1", init(items), 600).await;
+    // the agent crashes; the next start, by a `prompt_send` carrying init
+    // too, lands nothing over the agent's work either: init or not, the
+    // rule is the same.
+    let opened = open_with(&backend, "l1", init(items.clone()), 600).await;
     assert_eq!(opened["ok"], true, "{opened}");
     let r = prompt(&backend, "l1", "p3", json!(session), "exit 3").await;
     assert_eq!(r["ok"], false);
     backend.wait_type("acp_exit", "run_id", &json!("l1"), 20 * SECS).await;
-    let r = prompt(&backend, "l1", "p4", json!(session), "say again").await;
+    backend.send(&json!({"type":"prompt_send","run_id":"l1","prompt_id":"p4","session_id":session,
+        "cwd":"/workspace","init":init(items),"prompt":[{"type":"text","text":"say again"}],"timeout_ms":60000}));
+    let r = backend.wait_type("prompt_result", "prompt_id", &json!("p4"), 60 * SECS).await;
     assert_eq!(r["ok"], true, "{r}\n{}", daemon.stderr());
     assert_eq!(std::fs::read_to_string(ws.join("notes/readme.txt")).unwrap(), "the agent's edit", "{who:?}");
+    assert_eq!(std::fs::read_to_string(home.join(".config/rc")).unwrap(), "agent rc", "{who:?}");
     assert_eq!(std::fs::read_to_string(ws.join("kept.txt")).unwrap(), "untouched");
+    let reported = left_alone_reports(&backend, "l1");
+    assert_eq!(reported.len(), 4, "{who:?}: reported at each start: {reported:?}");
     assert!(daemon.stop().success());
 }
 
