@@ -14,6 +14,7 @@ use crate::skills::jobs::{ApiError, Config, Family, Service};
 use crate::skills::package;
 use crate::skills::run::JobLimits;
 use crate::{EXIT_TOOL_ERROR, report_error};
+use tuixiu_sandbox::metrics::{Endpoint, MetricsError};
 
 #[derive(Debug, Subcommand)]
 pub enum SkillsCommand {
@@ -113,6 +114,11 @@ pub struct ServeArgs {
     /// with the engines' credentials and network
     #[arg(long)]
     pub temp_skills: bool,
+
+    /// Serve Prometheus metrics (jobs by status, queue depth) at
+    /// http://ADDR/metrics: IP:PORT or unix:/PATH [default: off]
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<tuixiu_sandbox::metrics::Listen>,
 }
 
 #[derive(Debug, Args)]
@@ -216,6 +222,9 @@ pub enum SkillsError {
     LocalAddr(std::io::Error),
     #[error("serving: {0}")]
     Serve(#[source] std::io::Error),
+    /// `--metrics-listen` (its own text).
+    #[error(transparent)]
+    Metrics(#[from] MetricsError),
     #[error("{flag} {item:?}: expected KEY=VALUE")]
     KeyValue { flag: &'static str, item: String },
     #[error("--skill {}: {source}", .path.display())]
@@ -270,7 +279,7 @@ fn runtime(multi: bool) -> Result<tokio::runtime::Runtime, SkillsError> {
 }
 
 fn serve(args: ServeArgs) -> u8 {
-    let setup = || -> Result<(tokio::runtime::Runtime, Config), SkillsError> {
+    let setup = || -> Result<(tokio::runtime::Runtime, Config, Option<Endpoint>), SkillsError> {
         if !args.skills_dir.is_dir() {
             return Err(SkillsError::SkillsDir(args.skills_dir.clone()));
         }
@@ -291,9 +300,10 @@ fn serve(args: ServeArgs) -> u8 {
             host_ids: None,
             temp_skills: args.temp_skills,
         };
-        Ok((runtime(true)?, cfg))
+        let metrics = args.metrics_listen.as_ref().map(Endpoint::bind).transpose()?;
+        Ok((runtime(true)?, cfg, metrics))
     };
-    let (rt, cfg) = match setup() {
+    let (rt, cfg, metrics) = match setup() {
         Ok(x) => x,
         Err(e) => {
             report_error(e);
@@ -302,6 +312,13 @@ fn serve(args: ServeArgs) -> u8 {
     };
     let result = rt.block_on(async move {
         let svc = Service::open(cfg).await.map_err(SkillsError::Service)?;
+        if let Some(endpoint) = metrics {
+            tracing::info!("metrics on {}/metrics", endpoint.local());
+            tokio::spawn(tuixiu_sandbox::metrics::serve(
+                endpoint,
+                crate::skills::metrics::render(svc.clone()),
+            ));
+        }
         if let Ok((_, invalid)) = package::scan(&args.skills_dir, &svc.config().engines.names()) {
             for bad in invalid {
                 report_error(format!("skill package {}: {}", bad.dir, bad.message));

@@ -575,6 +575,9 @@ impl Lane {
         let (dd, run) = (d.clone(), self.run_id.clone());
         let on_exit = Box::new(move |_status| send(&dd, &run, Job::AgentExited { generation }));
         let spawned = t0.elapsed();
+        if let Some(m) = d.report().metrics() {
+            m.sandbox_started(d.report().wire_provider(), spawned);
+        }
         let agent =
             Agent::attach(cx, &self.run_id, &name, process, client, on_exit).map_err(AgentError::Acp)?;
         if let Err(e) = agent.initialize().await {

@@ -23,6 +23,7 @@
 //! | [`inventory`] | `sandbox_inventory` and `workspace_inventory` |
 //! | [`status`] | `<state_dir>/status.json`, the daemon's liveness for health checks |
 //! | [`acp_sink`] | the daemon's side of the ACP host's interface: its settings, its reports as wire messages |
+//! | [`metrics`] | the Prometheus metrics (`--metrics-listen`): families fed from the message streams |
 //!
 //! Threading: one tokio current-thread runtime. Nothing here enters a
 //! namespace: sandboxes are launched by `tuixiu-sandbox __exec` through the
@@ -41,6 +42,7 @@ pub mod instance;
 pub mod inventory;
 pub mod lane;
 pub mod link;
+pub mod metrics;
 pub mod mounts;
 pub mod outbox;
 pub mod pathmap;
@@ -164,11 +166,33 @@ impl Daemon {
     pub fn set_connected(&self, on: bool) {
         self.connected.store(on, Ordering::SeqCst);
         self.outbox().set_connected(on);
+        if let Some(m) = self.run.report().metrics() {
+            m.link(on);
+        }
     }
 
     /// Routes a decoded message to its lane (never blocks).
     pub fn dispatch(&self, msg: protocol::Incoming) {
+        if let Some(m) = self.run.report().metrics() {
+            m.received(&msg);
+        }
         runs::dispatch(&self.run, msg);
+    }
+
+    /// Starts feeding metrics; returns what renders them.
+    pub fn enable_metrics(&self) -> crate::metrics::Render {
+        let m = Arc::new(metrics::Metrics::new());
+        self.run.report().set_metrics(m.clone());
+        let run = self.run.clone();
+        Arc::new(move || {
+            let runs = run.runs();
+            m.render(metrics::Now {
+                lanes: runs.len(),
+                agents: runs.all_agents().iter().filter(|a| !a.has_exited()).count(),
+                prompts_in_flight: runs.turns_in_flight(),
+                outbox: run.report().outbox().stats(),
+            })
+        })
     }
 
     /// The two inventories the backend gets after registering and every
@@ -242,6 +266,8 @@ pub struct Options {
     /// Variables that win over the environment: the tokens read from
     /// `--auth-token-file`/`--bootstrap-token-file` (cli.rs).
     pub overrides: Vec<(String, String)>,
+    /// `--metrics-listen`: where to serve Prometheus metrics.
+    pub metrics_listen: Option<crate::metrics::Listen>,
 }
 
 /// Loads the config, takes the identity lock and runs the daemon until
@@ -293,6 +319,11 @@ pub fn main(opts: Options) -> u8 {
             return sandbox::EXIT_SETUP_FAILED;
         }
     };
+    // Bound now: an address in use or a bad path is a startup error.
+    let metrics = opts.metrics_listen.as_ref().map(crate::metrics::Endpoint::bind).transpose();
+    let Ok(metrics) = metrics.map_err(|e| report(&format!("proxy: {e}"))) else {
+        return sandbox::EXIT_SETUP_FAILED;
+    };
     // One thread: the daemon's work is I/O (the socket, CLI children, small
     // files) and a single thread keeps the idle footprint small (see
     // docs/benchmarks.md). Sandboxes are launched by `__exec`, never here.
@@ -318,6 +349,9 @@ pub fn main(opts: Options) -> u8 {
             return sandbox::EXIT_SETUP_FAILED;
         }
         run.mounts().sweep_leftovers();
+        if let Some(endpoint) = metrics {
+            serve_metrics(&daemon, endpoint);
+        }
         tracing::info!(
             "proxy {} starting: provider {}, state {}, workspaces {}",
             daemon.proxy_id(),
@@ -408,6 +442,12 @@ pub fn main(opts: Options) -> u8 {
     });
     drop(identity);
     code
+}
+
+/// Feeds the metrics from now on and serves them at `endpoint`.
+fn serve_metrics(daemon: &Daemon, endpoint: crate::metrics::Endpoint) {
+    tracing::info!("metrics on {}/metrics", endpoint.local());
+    tokio::spawn(crate::metrics::serve(endpoint, daemon.enable_metrics()));
 }
 
 /// Closes every live agent (stdin, SIGTERM after `grace` seconds, SIGKILL

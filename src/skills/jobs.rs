@@ -1003,6 +1003,29 @@ impl Service {
         Ok(answer("canceled", true, "Cancel request accepted"))
     }
 
+    /// How many jobs are in each status, every status named (`created`:
+    /// waiting for its upload), and engine slots free.
+    pub fn status_counts(&self) -> (Vec<(&'static str, usize)>, usize) {
+        let mut counts: Vec<(&'static str, usize)> = [
+            "created",
+            Status::Queued.as_str(),
+            Status::Running.as_str(),
+            Status::Succeeded.as_str(),
+            Status::Failed.as_str(),
+            Status::Canceled.as_str(),
+        ]
+        .into_iter()
+        .map(|s| (s, 0))
+        .collect();
+        for job in self.jobs.lock().unwrap().values() {
+            let status = job.state.borrow().status.map_or("created", Status::as_str);
+            if let Some(c) = counts.iter_mut().find(|(s, _)| *s == status) {
+                c.1 += 1;
+            }
+        }
+        (counts, self.slots.available_permits())
+    }
+
     pub fn tmp_dir(&self) -> PathBuf {
         self.cfg.data_dir.join("tmp")
     }

@@ -13,6 +13,7 @@
 //! | [`temp`] | temporary skill runs: the uploaded package, staged and checked |
 //! | [`jobs`] | the service behind every endpoint |
 //! | [`http`] | the axum routes |
+//! | [`metrics`] | Prometheus metrics of `skills serve --metrics-listen`: jobs by status, queue depth |
 
 pub mod artifacts;
 pub mod engines;
@@ -21,6 +22,7 @@ pub mod http;
 pub mod inputs;
 pub mod jobs;
 pub mod messages;
+pub mod metrics;
 pub mod package;
 pub mod prompt;
 pub mod run;

@@ -268,6 +268,15 @@ impl Backend {
             .map(|(i, c)| (i, c.tx.clone()))
     }
 
+    /// Waits until `proxy` is connected; `context` says what to show if not.
+    pub async fn wait_connected(&self, proxy: &str, timeout: Duration, context: impl Fn() -> String) {
+        let deadline = Instant::now() + timeout;
+        while !self.is_connected(proxy) {
+            assert!(Instant::now() < deadline, "{proxy} did not register:\n{}", context());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Whether `proxy` is registered on an open connection.
     pub fn is_connected(&self, proxy: &str) -> bool {
         self.of_proxy(proxy).is_some()
