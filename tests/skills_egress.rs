@@ -4,6 +4,7 @@
 
 mod common;
 mod egress_support;
+mod inputs_support;
 mod skills_support;
 
 use common::Caller;

@@ -205,6 +205,11 @@ pub struct InstanceConfig {
     /// Native only: the egress proxy's policy, with [`Network::Proxied`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub egress: Option<crate::egress::Policy>,
+    /// Host paths (canonical) the instance must not see by any path:
+    /// covered wherever the system view (native) or a bind would show
+    /// them (the daemon's workspace root and state directory).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hidden: Vec<PathBuf>,
 }
 
 fn nested_default() -> bool {
@@ -231,6 +236,7 @@ impl InstanceConfig {
             host_ids: None,
             nested: true,
             egress: None,
+            hidden: Vec::new(),
         }
     }
 }

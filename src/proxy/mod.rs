@@ -17,12 +17,12 @@
 //! | [`report`] | what goes to the backend: the outbox, secrets scrubbed out, instance status reports |
 //! | [`persist`] | run state files written by one blocking worker, latest content first |
 //! | [`control`] | every `sandbox_control` action and its protections |
+//! | [`exposed`] | warnings when the workspace root or the state directory lies where sandboxes see |
 //! | [`gitenv`] | host git processes: credentials through askpass/ssh key files, hardening, deadlines |
 //! | [`repo`] | the workspace made a checkout of `TUIXIU_REPO_URL` (clone, or from a per-URL cache) |
 //! | [`inventory`] | `sandbox_inventory` and `workspace_inventory` |
 //! | [`status`] | `<state_dir>/status.json`, the daemon's liveness for health checks |
 //! | [`acp_sink`] | the daemon's side of the ACP host's interface: its settings, its reports as wire messages |
-//! | [`landed`] | fingerprints of landed agentInputs targets: landing again never overwrites the agent's work |
 //! | [`metrics`] | the Prometheus metrics (`--metrics-listen`): families fed from the message streams |
 //!
 //! Threading: one tokio current-thread runtime. Nothing here enters a
@@ -35,11 +35,11 @@ pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod control;
+pub mod exposed;
 pub mod gitenv;
 pub mod identity;
 pub mod instance;
 pub mod inventory;
-pub mod landed;
 pub mod lane;
 pub mod link;
 pub mod metrics;
@@ -83,6 +83,8 @@ pub struct Daemon {
     /// Registered with the backend right now.
     connected: AtomicBool,
     run: Arc<lane::RunContext>,
+    /// Private directories that lie where sandboxes see ([`exposed`]).
+    path_warnings: Vec<String>,
 }
 
 impl Daemon {
@@ -132,8 +134,14 @@ impl Daemon {
             provider.runtime().map(str::to_string),
         ));
         let mounts = mounts::Mounts::new(&cfg, &proxy_id);
+        let path_warnings = exposed::warnings(&cfg);
         let run = lane::RunContext::new(cfg, provider, report, mounts, runs::lane_loop);
-        Daemon { proxy_id, connected: AtomicBool::new(false), run: Arc::new(run) }
+        Daemon { proxy_id, connected: AtomicBool::new(false), run: Arc::new(run), path_warnings }
+    }
+
+    /// The private directories that lie where sandboxes see, as warnings.
+    pub fn path_warnings(&self) -> &[String] {
+        &self.path_warnings
     }
 
     pub fn cfg(&self) -> &Config {
@@ -356,25 +364,48 @@ pub fn main(opts: Options) -> u8 {
             run.cfg().state_dir.display(),
             run.cfg().sandbox.workspace_host_root.display()
         );
+        for w in daemon.path_warnings() {
+            tracing::warn!("{w}");
+        }
         tokio::spawn(status::keep_writing(daemon.clone()));
         runs::adopt_persisted(&run).await;
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let stopping = daemon.clone();
+        let signalled = Arc::new(std::sync::OnceLock::new());
+        let signalled_at = signalled.clone();
         tokio::spawn(async move {
             wait_for_signal().await;
+            let _ = signalled_at.set(tokio::time::Instant::now());
             // While the link is still up: the agents first (their exits and
             // the results of interrupted prompts are the last messages),
             // then the outbox, within a bound; only then the link closes.
-            tracing::info!("shutting down: closing the agents");
+            // Each step is logged with what it waits for, and ends as soon
+            // as nothing is pending.
             let runs = stopping.run_context().runs();
             runs.stop_starting();
-            close_agents(runs).await;
+            close_agents(runs, stopping.cfg().agent_shutdown_grace_seconds).await;
             let bound = std::time::Duration::from_secs(stopping.cfg().shutdown_flush_seconds);
             let deadline = tokio::time::Instant::now() + bound;
+            let turns = runs.turns_in_flight();
+            if turns > 0 {
+                tracing::info!(
+                    "shutting down: waiting for {turns} prompt turn(s) to queue their results (at most {} s: \
+                     shutdown_flush_seconds)",
+                    bound.as_secs()
+                );
+            }
             while runs.turns_in_flight() > 0 && tokio::time::Instant::now() < deadline {
                 tokio::time::sleep(std::time::Duration::from_millis(10)).await;
             }
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let queued = stopping.outbox().len();
+            if queued > 0 {
+                tracing::info!(
+                    "shutting down: waiting for the backend to take {queued} message(s){} (at most {} ms)",
+                    if stopping.connected() { "" } else { " (the link is down: until it is back)" },
+                    left.as_millis()
+                );
+            }
             if !stopping.outbox().drained(left).await {
                 tracing::warn!(
                     "shutting down: the backend did not take the last {} message(s) within {} s \
@@ -389,8 +420,11 @@ pub fn main(opts: Options) -> u8 {
         // Agents do not outlive the daemon that holds their stdio (an id
         // conflict ends the link without the signal above).
         run.runs().stop_starting();
-        close_agents(run.runs()).await;
+        close_agents(run.runs(), run.cfg().agent_shutdown_grace_seconds).await;
         run.persister().flush();
+        if let Some(at) = signalled.get() {
+            tracing::info!("shut down in {} ms", at.elapsed().as_millis());
+        }
         match exit {
             link::Exit::Shutdown => {
                 if !daemon.outbox().is_empty() {
@@ -421,11 +455,18 @@ fn serve_metrics(daemon: &Daemon, endpoint: crate::metrics::Endpoint) {
     tokio::spawn(crate::metrics::serve(endpoint, daemon.enable_metrics()));
 }
 
-/// Closes every agent (stdin, SIGTERM, SIGKILL), concurrently; instances
-/// and runs stay.
-async fn close_agents(runs: &lane::Runs) {
-    let closing: Vec<_> = runs
-        .all_agents()
+/// Closes every live agent (stdin, SIGTERM after `grace` seconds, SIGKILL
+/// after as many more), concurrently; instances and runs stay.
+async fn close_agents(runs: &lane::Runs, grace: u64) {
+    let live: Vec<_> = runs.all_agents().into_iter().filter(|a| !a.has_exited()).collect();
+    if live.is_empty() {
+        return;
+    }
+    tracing::info!(
+        "shutting down: closing {} agent(s) (stdin closed; SIGTERM after {grace} s, SIGKILL after {grace} s more)",
+        live.len()
+    );
+    let closing: Vec<_> = live
         .into_iter()
         .map(|a| tokio::spawn(async move { a.shutdown("daemon shutting down").await }))
         .collect();

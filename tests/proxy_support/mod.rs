@@ -87,6 +87,9 @@ struct Shared {
     routes: Mutex<std::collections::HashMap<String, (String, usize)>>,
     /// Runs whose proxy went away while they were routed to it, with why.
     failed: Mutex<Vec<(String, String)>>,
+    /// After answering a proxy's Close, keep the TCP connection open this
+    /// long (a backend behind a proxy that does not close first).
+    linger_after_close: Mutex<Option<Duration>>,
 }
 
 pub struct Backend {
@@ -171,6 +174,11 @@ impl Backend {
 
     pub fn connections(&self) -> usize {
         self.shared.conns.lock().unwrap().len()
+    }
+
+    /// Answer a proxy's Close, then keep the connection open for `d`.
+    pub fn linger_after_close(&self, d: Duration) {
+        *self.shared.linger_after_close.lock().unwrap() = Some(d);
     }
 
     /// Refuse a `register_agent` whose id an open connection already holds.
@@ -405,6 +413,14 @@ where
                                 let _ = ws.send(Message::text(json!({"type":"register_ack","success":true}).to_string())).await;
                             }
                         }
+                    }
+                }
+                Some(Ok(Message::Close(_))) => {
+                    // The answer went out with this read; the socket stays.
+                    let linger = *s.linger_after_close.lock().unwrap();
+                    if let Some(d) = linger {
+                        let _ = ws.flush().await;
+                        tokio::time::sleep(d).await;
                     }
                 }
                 Some(Ok(_)) => {}
