@@ -400,6 +400,7 @@ impl Lane {
             argv,
             env: env.to_vec(),
             cwd: Some(sandbox::WORKSPACE.into()),
+            cwd_dir: None,
             stdio: Stdio::Piped,
         };
         let mut proc = d.provider().exec(&state.instance_name, &spec).await?;
@@ -582,6 +583,7 @@ impl Lane {
             argv: d.cfg().agent_command.clone(),
             env: env.clone(),
             cwd: Some(cwd),
+            cwd_dir: None,
             stdio: Stdio::Piped,
         };
         let name = state.instance_name.clone();

@@ -104,6 +104,8 @@ pub struct RunContext {
     runs_dir: PathBuf,
     persister: Persister,
     mounts: Mounts,
+    /// Where blocking work goes (`crate::blocking`), shared by every run.
+    pool: Arc<crate::blocking::Pool>,
 }
 
 impl RunContext {
@@ -123,6 +125,7 @@ impl RunContext {
             report,
             runs: Runs::new(lane_loop),
             mounts,
+            pool: crate::blocking::Pool::daemon(),
         }
     }
 
@@ -153,6 +156,11 @@ impl RunContext {
 
     pub fn mounts(&self) -> &Mounts {
         &self.mounts
+    }
+
+    /// The blocking pool ([`crate::blocking`]).
+    pub fn pool(&self) -> &Arc<crate::blocking::Pool> {
+        &self.pool
     }
 }
 
