@@ -628,8 +628,14 @@ mod tests {
         let params = RawValue::from_string(r#"{"x": 1e9990, "y": [1, "z"]}"#.into()).unwrap();
         client.notification("_vendor/notice", Some(&params));
         client.notification("_vendor/bare", None);
-        let sent: Vec<String> =
-            d.outbox().peek_batch(2, usize::MAX).await.iter().map(|(_, t)| t.as_str().to_string()).collect();
+        let sent: Vec<String> = d
+            .outbox()
+            .peek_batch(2, usize::MAX)
+            .await
+            .texts()
+            .iter()
+            .map(|t| t.as_str().to_string())
+            .collect();
         let _ = std::fs::remove_dir_all(&dir);
         assert_eq!(
             sent,

@@ -350,7 +350,10 @@ async fn session_inner(
     finish(ws, end).await
 }
 
-/// The registered phase: outbox, heartbeats, inventories, liveness.
+/// The registered phase: outbox, heartbeats, inventories, liveness. A
+/// heartbeat (or inventory) that is due goes before the next batch of the
+/// outbox (a backlog that never empties while runs relay must not starve
+/// it), so it waits at most for the batch being written.
 async fn registered(d: &Arc<Daemon>, ws: &mut Ws, shutdown: &mut tokio::sync::watch::Receiver<bool>) -> End {
     let beat = Duration::from_secs(d.cfg().heartbeat_seconds);
     let mut heartbeat = tokio::time::interval_at(Instant::now() + beat, beat);
@@ -375,22 +378,6 @@ async fn registered(d: &Arc<Daemon>, ws: &mut Ws, shutdown: &mut tokio::sync::wa
                     },
                 }
             }
-            batch = d.outbox().peek_batch(OUTBOX_BATCH, OUTBOX_BATCH_BYTES) => {
-                // Write the batch, flush once, and only then drop it from
-                // the outbox: a failure keeps it for the next connection.
-                let last = batch.last().map(|(seq, _)| *seq);
-                for (_, text) in batch {
-                    if let Err(e) = ws.feed(Message::Text(text)).await {
-                        return End::Retry { reason: format!("send: {e}"), healthy: true };
-                    }
-                }
-                if let Err(e) = ws.flush().await {
-                    return End::Retry { reason: format!("send: {e}"), healthy: true };
-                }
-                if let Some(last) = last {
-                    d.outbox().pop_through(last);
-                }
-            }
             _ = heartbeat.tick() => {
                 if last_rx.elapsed() > dead_after {
                     return End::Retry {
@@ -413,6 +400,19 @@ async fn registered(d: &Arc<Daemon>, ws: &mut Ws, shutdown: &mut tokio::sync::wa
                         return End::Retry { reason: format!("send inventory: {e}"), healthy: true };
                     }
                 }
+            }
+            batch = d.outbox().peek_batch(OUTBOX_BATCH, OUTBOX_BATCH_BYTES) => {
+                // Write the batch, flush once, and only then drop it from
+                // the outbox: a failure keeps it for the next connection.
+                for text in batch.texts() {
+                    if let Err(e) = ws.feed(Message::Text(text.clone())).await {
+                        return End::Retry { reason: format!("send: {e}"), healthy: true };
+                    }
+                }
+                if let Err(e) = ws.flush().await {
+                    return End::Retry { reason: format!("send: {e}"), healthy: true };
+                }
+                d.outbox().pop_sent(&batch);
             }
         }
     }
