@@ -22,7 +22,7 @@ use super::fs::{FsError, GuestError, GuestFs};
 use super::output::Tail;
 use super::port::{Context, PermissionPolicy};
 use super::terminal::{self, Terminal, Terminals};
-use super::transport::{BoxFuture, Handler, RpcError, UpdateParams, code};
+use super::transport::{BoxFuture, Handler, Reply, RpcError, UpdateParams, code};
 use crate::blocking::Share;
 
 /// Starts a terminal's process in the run's sandbox.
@@ -155,23 +155,48 @@ impl Client {
         lock(&self.active_prompt).clone().map_or(Value::Null, Value::String)
     }
 
-    async fn read(&self, p: Value) -> Result<Value, RpcError> {
+    /// `fs/read_text_file`: the file read, and its result written as JSON
+    /// (up to `fs_read_max_bytes` of text to escape), on the blocking pool.
+    async fn read(&self, p: Value) -> Result<Reply, RpcError> {
+        #[derive(serde::Serialize)]
+        struct Content {
+            content: String,
+        }
         let path = str_param(&p, "path")?.to_string();
         let (line, limit) = (opt_u64(&p, "line")?, opt_u64(&p, "limit")?);
         let (fs, max) = (self.fs()?, self.cx.settings.fs_read_max_bytes);
-        let content = self.blocking(move || fs.read(&path, line, limit, max)).await.map_err(fs_error)?;
-        Ok(json!({"content": content}))
+        let result = self
+            .blocking(move || {
+                let content = fs.read(&path, line, limit, max).map_err(fs_error)?;
+                serde_json::value::to_raw_value(&Content { content })
+                    .map_err(|e| RpcError::internal(format!("fs/read_text_file: {e}")))
+            })
+            .await?;
+        Ok(Reply::Raw(result))
     }
 
-    async fn write(&self, mut p: Value) -> Result<Value, RpcError> {
-        let path = str_param(&p, "path")?.to_string();
-        let content = match p.get_mut("content").map(Value::take) {
-            Some(Value::String(s)) => s,
-            _ => return Err(RpcError::invalid_params("content must be a string")),
-        };
-        let fs = self.fs()?;
-        self.blocking(move || fs.write(&path, &content)).await.map_err(fs_error)?;
-        Ok(json!({}))
+    /// `fs/write_text_file`: its params parsed, and the file written, on
+    /// the blocking pool.
+    async fn write(&self, params: Box<RawValue>) -> Result<Value, RpcError> {
+        #[derive(serde::Deserialize)]
+        struct Write {
+            path: Value,
+            content: Value,
+        }
+        let fs = self.fs();
+        self.blocking(move || {
+            let p: Write = serde_json::from_str(params.get())
+                .map_err(|e| RpcError::invalid_params(format!("params: {e}")))?;
+            let Value::String(path) = p.path else {
+                return Err(RpcError::invalid_params("path must be a string"));
+            };
+            let Value::String(content) = p.content else {
+                return Err(RpcError::invalid_params("content must be a string"));
+            };
+            fs?.write(&path, &content).map_err(fs_error)?;
+            Ok(json!({}))
+        })
+        .await
     }
 
     fn terminal(&self, p: &Value) -> Result<Arc<Terminal>, RpcError> {
@@ -518,8 +543,8 @@ impl Handler for Client {
         self: Arc<Self>,
         id: Value,
         method: String,
-        params: Value,
-    ) -> BoxFuture<Result<Value, RpcError>> {
+        params: Box<RawValue>,
+    ) -> BoxFuture<Result<Reply, RpcError>> {
         Box::pin(async move {
             let terminal_off = || {
                 Err(RpcError::new(
@@ -530,24 +555,31 @@ impl Handler for Client {
                 ))
             };
             let terminals = self.cx.settings.terminal_enabled;
+            // A write's params may be 16 MB of text: parsed off the
+            // daemon's thread, with the write. The others are small.
+            if method == "fs/write_text_file" {
+                return self.write(params).await.map(Reply::from);
+            }
+            let params: Value = serde_json::from_str(params.get())
+                .map_err(|e| RpcError::invalid_params(format!("params: {e}")))?;
             match method.as_str() {
                 "fs/read_text_file" => self.read(params).await,
-                "fs/write_text_file" => self.write(params).await,
-                "session/request_permission" => self.permission(id, params).await,
+                "session/request_permission" => self.permission(id, params).await.map(Reply::from),
                 m if m.starts_with("terminal/") && !terminals => terminal_off(),
-                "terminal/create" => self.terminal_create(params).await,
+                "terminal/create" => self.terminal_create(params).await.map(Reply::from),
                 "terminal/output" => self
                     .terminal(&params)?
                     .output()
                     .await
+                    .map(Reply::Raw)
                     .map_err(|e| RpcError::internal(format!("terminal/output: {e}"))),
                 "terminal/wait_for_exit" => {
                     let t = self.terminal(&params)?;
-                    Ok(t.wait().await.to_json())
+                    Ok(t.wait().await.to_json().into())
                 }
                 "terminal/kill" => {
                     self.terminal(&params)?.kill().await;
-                    Ok(json!({}))
+                    Ok(json!({}).into())
                 }
                 "terminal/release" => {
                     let id = str_param(&params, "terminalId")?;
@@ -556,7 +588,7 @@ impl Handler for Client {
                         .remove(id)
                         .ok_or_else(|| RpcError::not_found(format!("terminal {id:?} does not exist")))?;
                     t.kill().await;
-                    Ok(json!({}))
+                    Ok(json!({}).into())
                 }
                 _ => Err(RpcError {
                     code: code::METHOD_NOT_FOUND,

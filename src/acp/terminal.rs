@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::watch;
@@ -124,18 +125,26 @@ impl Terminal {
         Terminal { output, blocking, exit: rx, killer, killed_by }
     }
 
-    /// `terminal/output` (the tail is read and converted on the blocking
-    /// pool: it may be a file, and it may be 64 MiB).
-    pub async fn output(&self) -> Result<Value, OutputError> {
-        // The exit status first: output that came before it is all in.
-        let exit = self.exit.borrow().clone();
-        let tail = self.output.clone();
-        let (text, truncated) = self.blocking.run(move || lock(&tail).snapshot()).await?;
-        let mut v = json!({"output": text, "truncated": truncated});
-        if let Some(exit) = exit {
-            v["exitStatus"] = exit.to_json();
+    /// `terminal/output`, as JSON: the tail read, converted and written on
+    /// the blocking pool (it may be a file, and it may be 64 MiB).
+    pub async fn output(&self) -> Result<Box<RawValue>, OutputError> {
+        #[derive(serde::Serialize)]
+        struct Output {
+            output: String,
+            truncated: bool,
+            #[serde(rename = "exitStatus", skip_serializing_if = "Option::is_none")]
+            exit_status: Option<Value>,
         }
-        Ok(v)
+        // The exit status first: output that came before it is all in.
+        let exit_status = self.exit.borrow().as_ref().map(TermExit::to_json);
+        let tail = self.output.clone();
+        self.blocking
+            .run(move || {
+                let (output, truncated) = lock(&tail).snapshot()?;
+                serde_json::value::to_raw_value(&Output { output, truncated, exit_status })
+                    .map_err(|e| OutputError::Io(std::io::Error::other(e)))
+            })
+            .await
     }
 
     /// `terminal/wait_for_exit`.
