@@ -63,6 +63,11 @@ impl Pool {
     }
 }
 
+/// A job that panicked, with its message.
+#[derive(Debug, thiserror::Error)]
+#[error("a blocking job failed: it panicked ({0})")]
+pub struct Panicked(pub String);
+
 /// One run's way into the pool.
 #[derive(Clone)]
 pub struct Share {
@@ -72,8 +77,9 @@ pub struct Share {
 
 impl Share {
     /// Runs `job` on a blocking thread once the run and the pool have room
-    /// for it, and waits for its result. A panic in `job` is resumed here.
-    pub async fn run<T, F>(&self, job: F) -> T
+    /// for it, and waits for its result (a panic in `job` is an error, for
+    /// the caller to report).
+    pub async fn run<T, F>(&self, job: F) -> Result<T, Panicked>
     where
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
@@ -86,8 +92,16 @@ impl Share {
             job()
         });
         match handle.await {
-            Ok(v) => v,
-            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Ok(v) => Ok(v),
+            Err(e) if e.is_panic() => {
+                let payload = e.into_panic();
+                let text = payload
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                Err(Panicked(text))
+            }
             // Cancelled: the runtime is shutting down, and this task with it.
             Err(_) => std::future::pending().await,
         }
@@ -120,12 +134,13 @@ mod tests {
                     now.fetch_sub(1, Ordering::SeqCst);
                 })
                 .await
+                .unwrap()
             }));
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
         // Run b gets a thread at once, though a has 6 jobs waiting.
         let t = std::time::Instant::now();
-        pool.share("b").run(|| ()).await;
+        pool.share("b").run(|| ()).await.unwrap();
         assert!(t.elapsed() < Duration::from_millis(80), "b waited {:?}", t.elapsed());
         for h in hogs {
             h.await.unwrap();
@@ -133,5 +148,9 @@ mod tests {
         assert_eq!(peak.load(Ordering::SeqCst), 2, "run a ran more than its share at once");
         // The same run's share is the same semaphore while it is held.
         assert!(Arc::ptr_eq(&pool.share("a").run, &a.run));
+        // A panic is an error, and its permits come back.
+        let e = a.run(|| panic!("boom")).await.unwrap_err();
+        assert!(e.to_string().contains("boom"), "{e}");
+        assert_eq!(a.run.available_permits(), 2);
     }
 }

@@ -146,9 +146,13 @@ impl Client {
         })
     }
 
-    /// Runs `job` on the run's share of the blocking pool.
-    pub async fn blocking<T: Send + 'static>(&self, job: impl FnOnce() -> T + Send + 'static) -> T {
-        self.blocking.run(job).await
+    /// Runs `job` on the run's share of the blocking pool (a panic in it
+    /// is an internal error for the agent).
+    pub async fn blocking<T: Send + 'static>(
+        &self,
+        job: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, RpcError> {
+        self.blocking.run(job).await.map_err(|e| RpcError::internal(e.to_string()))
     }
 
     pub fn prompt_id(&self) -> Value {
@@ -171,7 +175,7 @@ impl Client {
                 serde_json::value::to_raw_value(&Content { content })
                     .map_err(|e| RpcError::internal(format!("fs/read_text_file: {e}")))
             })
-            .await?;
+            .await??;
         Ok(Reply::Raw(result))
     }
 
@@ -196,7 +200,7 @@ impl Client {
             fs?.write(&path, &content).map_err(fs_error)?;
             Ok(json!({}))
         })
-        .await
+        .await?
     }
 
     fn terminal(&self, p: &Value) -> Result<Arc<Terminal>, RpcError> {
@@ -236,7 +240,7 @@ impl Client {
             (None, Err(_)) => (sandbox::WORKSPACE.to_string(), None),
             (cwd, fs) => {
                 let (fs, cwd) = (fs?, cwd.unwrap_or_else(|| sandbox::WORKSPACE.to_string()));
-                let dir = self.blocking(move || fs.open_dir(&cwd)).await.map_err(fs_error)?;
+                let dir = self.blocking(move || fs.open_dir(&cwd)).await?.map_err(fs_error)?;
                 let shown = crate::hostfs::guest::shown(&dir.guest);
                 (shown, Some(crate::provider::DirFd(Arc::new(dir.fd))))
             }
@@ -271,7 +275,7 @@ impl Client {
         let (budget, dir) = (self.terminals.budget().clone(), self.cx.settings.terminal_spill_dir.clone());
         let tail = self
             .blocking(move || Tail::new(limit, &budget, &dir))
-            .await
+            .await?
             .map_err(|e| RpcError::internal(format!("terminal/create: {e}")))?;
         let (process, killer) =
             (self.spawner)(spec).await.map_err(|e| RpcError::internal(format!("terminal/create: {e}")))?;
@@ -296,7 +300,7 @@ impl Client {
         // started, the terminals' commands); elsewhere the agent and the
         // terminals still running.
         let counted = match self.sandbox_pid1 {
-            Some(pid1) => self.blocking(move || terminal::processes_in_pid_ns_of(pid1)).await,
+            Some(pid1) => self.blocking(move || terminal::processes_in_pid_ns_of(pid1)).await?,
             None => None,
         };
         let running = counted.unwrap_or_else(|| self.terminals.running() + 1);

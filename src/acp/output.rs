@@ -95,6 +95,8 @@ pub enum OutputError {
     Spill { dir: std::path::PathBuf, source: std::io::Error },
     #[error("terminal output: {}", sandbox::error::io_error_text(.0))]
     Io(#[source] std::io::Error),
+    #[error("terminal output: {0}")]
+    Panicked(#[from] crate::blocking::Panicked),
 }
 
 impl Tail {

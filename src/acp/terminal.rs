@@ -144,7 +144,7 @@ impl Terminal {
                 serde_json::value::to_raw_value(&Output { output, truncated, exit_status })
                     .map_err(|e| OutputError::Io(std::io::Error::other(e)))
             })
-            .await
+            .await?
     }
 
     /// `terminal/wait_for_exit`.
@@ -194,7 +194,7 @@ async fn pump(mut r: Box<dyn AsyncRead + Unpin + Send>, out: Arc<Mutex<Tail>>, b
         let in_file = lock(&out).in_file();
         let pushed = if in_file {
             let (chunk, out) = (buf[..n].to_vec(), out.clone());
-            blocking.run(move || lock(&out).push(&chunk)).await
+            blocking.run(move || lock(&out).push(&chunk)).await.unwrap_or_else(|e| Err(e.into()))
         } else {
             lock(&out).push(&buf[..n])
         };

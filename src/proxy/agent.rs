@@ -60,7 +60,7 @@ pub enum AgentError {
     #[error("open {}: {}", .dir.display(), io_error_text(.source))]
     OpenRoot { dir: PathBuf, source: std::io::Error },
     #[error("run {run}: agentInputs: {source}")]
-    InputsTask { run: String, source: tokio::task::JoinError },
+    InputsTask { run: String, source: crate::blocking::Panicked },
     #[error("init_failed: init.script exited with exitCode={0}")]
     InitExit(i32),
     #[error("init_failed: init.script {0}")]
@@ -220,7 +220,8 @@ impl Lane {
         let owner = (d.cfg().sandbox.provider == ProviderChoice::Docker && root).then(|| state_user(state));
         let step = |stage: &str, status: &str, message: Option<String>| self.step(stage, status, message);
         let redact = |text: &str| d.report().redact(text);
-        let host = super::repo::Host { state_dir: &d.cfg().state_dir, redact: &redact };
+        let blocking = d.pool().share(&self.run_id);
+        let host = super::repo::Host { state_dir: &d.cfg().state_dir, redact: &redact, blocking: &blocking };
         super::repo::prepare(host, &req, &state.workspace, &env, owner, &step).await.map_err(fail)
     }
 
@@ -276,103 +277,106 @@ impl Lane {
         let init_sent = self.init_sent;
         let recorded = state.landed.clone();
         // Downloads, checkouts and tree walks block: off the daemon's thread.
-        let (landed, left_alone) = tokio::task::spawn_blocking(move || {
-            // The roots by descriptors opened now, as the daemon's user:
-            // the docker user writing below cannot search the (private)
-            // state directory that holds the scratch.
-            let handles = std::iter::once(&ws)
-                .chain([&home])
-                .chain(scratch.as_ref())
-                .map(|dir| {
-                    nix::fcntl::open(
-                        dir.as_path(),
-                        nix::fcntl::OFlag::O_PATH
-                            | nix::fcntl::OFlag::O_DIRECTORY
-                            | nix::fcntl::OFlag::O_CLOEXEC,
-                        nix::sys::stat::Mode::empty(),
-                    )
-                    .map_err(|e| AgentError::OpenRoot { dir: dir.clone(), source: e.into() })
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            let root_fd = |root: crate::manifest::Root| {
-                handles.get(match root {
-                    crate::manifest::Root::Workspace => 0,
-                    crate::manifest::Root::UserHome => 1,
-                    crate::manifest::Root::Scratch => 2,
-                })
-            };
-            let fingerprint = |item: &crate::manifest::Item| match root_fd(item.target.root) {
-                Some(fd) => landed::fingerprint(fd.as_fd(), &item.target.path),
-                None => Ok(None),
-            };
-            // Which items land now.
-            let mut left_alone = Vec::new();
-            let mut keep = landed::Landed::new();
-            let mut selected = manifest.clone();
-            if !init_sent {
-                selected.items.retain(|item| {
-                    if !landed::lands(item) {
-                        return true;
-                    }
-                    let recorded = recorded.get(&item.id).map(String::as_str);
-                    match landed::decide(item, recorded, &fingerprint(item)) {
-                        Decision::Land => true,
-                        Decision::AsLanded => {
-                            keep.insert(item.id.clone(), recorded.unwrap_or_default().to_string());
-                            false
+        let (landed, left_alone) = d
+            .pool()
+            .share(&run)
+            .run(move || {
+                // The roots by descriptors opened now, as the daemon's user:
+                // the docker user writing below cannot search the (private)
+                // state directory that holds the scratch.
+                let handles = std::iter::once(&ws)
+                    .chain([&home])
+                    .chain(scratch.as_ref())
+                    .map(|dir| {
+                        nix::fcntl::open(
+                            dir.as_path(),
+                            nix::fcntl::OFlag::O_PATH
+                                | nix::fcntl::OFlag::O_DIRECTORY
+                                | nix::fcntl::OFlag::O_CLOEXEC,
+                            nix::sys::stat::Mode::empty(),
+                        )
+                        .map_err(|e| AgentError::OpenRoot { dir: dir.clone(), source: e.into() })
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                let root_fd = |root: crate::manifest::Root| {
+                    handles.get(match root {
+                        crate::manifest::Root::Workspace => 0,
+                        crate::manifest::Root::UserHome => 1,
+                        crate::manifest::Root::Scratch => 2,
+                    })
+                };
+                let fingerprint = |item: &crate::manifest::Item| match root_fd(item.target.root) {
+                    Some(fd) => landed::fingerprint(fd.as_fd(), &item.target.path),
+                    None => Ok(None),
+                };
+                // Which items land now.
+                let mut left_alone = Vec::new();
+                let mut keep = landed::Landed::new();
+                let mut selected = manifest.clone();
+                if !init_sent {
+                    selected.items.retain(|item| {
+                        if !landed::lands(item) {
+                            return true;
                         }
-                        Decision::LeftAlone(why) => {
-                            if let Some(r) = recorded {
-                                keep.insert(item.id.clone(), r.to_string());
+                        let recorded = recorded.get(&item.id).map(String::as_str);
+                        match landed::decide(item, recorded, &fingerprint(item)) {
+                            Decision::Land => true,
+                            Decision::AsLanded => {
+                                keep.insert(item.id.clone(), recorded.unwrap_or_default().to_string());
+                                false
                             }
-                            left_alone.push((
-                                item.id.clone(),
-                                layout.guest(item.target.root, &item.target.path),
-                                why,
-                            ));
-                            false
+                            Decision::LeftAlone(why) => {
+                                if let Some(r) = recorded {
+                                    keep.insert(item.id.clone(), r.to_string());
+                                }
+                                left_alone.push((
+                                    item.id.clone(),
+                                    layout.guest(item.target.root, &item.target.path),
+                                    why,
+                                ));
+                                false
+                            }
                         }
-                    }
-                });
-            }
-            let mut landed_now = keep;
-            if selected.items.iter().any(landed::lands) {
-                let plan = inputs::Plan::new(selected.clone(), &config)?;
-                let fetched = plan.fetch(&options)?;
-                let by_fd = |i: usize| {
-                    handles.get(i).map(|fd| PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd())))
-                };
-                let mut dest = inputs::HostDirs {
-                    layout: layout.clone(),
-                    workspace: by_fd(0),
-                    home: by_fd(1),
-                    scratch: by_fd(2),
-                    binds_are_volumes: true,
-                };
-                let mut audit = inputs::Audit::log_only();
-                let mut apply =
-                    || inputs::apply(&fetched, &mut dest, &inputs::ApplyOptions::default(), &mut audit);
-                let r = match docker_user {
-                    Some((uid, gid)) => crate::provider::docker::as_user(uid, gid, apply),
-                    None => apply(),
-                };
-                r?;
-                // What landed, as it is now (every item, after all of them:
-                // a later item may land inside an earlier one's tree).
-                for item in selected.items.iter().filter(|i| landed::lands(i)) {
-                    match fingerprint(item) {
-                        Ok(Some(fp)) => {
-                            landed_now.insert(item.id.clone(), fp);
+                    });
+                }
+                let mut landed_now = keep;
+                if selected.items.iter().any(landed::lands) {
+                    let plan = inputs::Plan::new(selected.clone(), &config)?;
+                    let fetched = plan.fetch(&options)?;
+                    let by_fd = |i: usize| {
+                        handles.get(i).map(|fd| PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd())))
+                    };
+                    let mut dest = inputs::HostDirs {
+                        layout: layout.clone(),
+                        workspace: by_fd(0),
+                        home: by_fd(1),
+                        scratch: by_fd(2),
+                        binds_are_volumes: true,
+                    };
+                    let mut audit = inputs::Audit::log_only();
+                    let mut apply =
+                        || inputs::apply(&fetched, &mut dest, &inputs::ApplyOptions::default(), &mut audit);
+                    let r = match docker_user {
+                        Some((uid, gid)) => crate::provider::docker::as_user(uid, gid, apply),
+                        None => apply(),
+                    };
+                    r?;
+                    // What landed, as it is now (every item, after all of them:
+                    // a later item may land inside an earlier one's tree).
+                    for item in selected.items.iter().filter(|i| landed::lands(i)) {
+                        match fingerprint(item) {
+                            Ok(Some(fp)) => {
+                                landed_now.insert(item.id.clone(), fp);
+                            }
+                            Ok(None) => {}
+                            Err(e) => tracing::warn!("run {run}: item {}: fingerprint: {e}", item.id),
                         }
-                        Ok(None) => {}
-                        Err(e) => tracing::warn!("run {run}: item {}: fingerprint: {e}", item.id),
                     }
                 }
-            }
-            Ok::<_, AgentError>((landed_now, left_alone))
-        })
-        .await
-        .map_err(|source| AgentError::InputsTask { run: self.run_id.clone(), source })??;
+                Ok::<_, AgentError>((landed_now, left_alone))
+            })
+            .await
+            .map_err(|source| AgentError::InputsTask { run: self.run_id.clone(), source })??;
         for (id, target, why) in left_alone {
             let text = format!(
                 "agentInputs item {id}: {target} {why}: left as it is (inputs are applied again only \
