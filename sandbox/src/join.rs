@@ -38,21 +38,21 @@ use crate::spec::{Network, SandboxSpec};
 use crate::sys;
 
 /// Where a joined process starts.
-enum Cwd {
+enum Cwd<'a> {
     /// The spec's working directory, by path.
     Path(CString),
     /// A directory descriptor the caller resolved inside the sandbox's view
     /// (an `O_PATH` one does), entered with `fchdir`: nothing in the
     /// sandbox can redirect it between the caller's check and the start.
     /// The spec's path names it in errors.
-    Dir(RawFd, CString),
+    Dir(BorrowedFd<'a>, CString),
 }
 
 /// What a joined process needs, computed before any namespace changes.
-struct JoinPlan {
+struct JoinPlan<'a> {
     uid: u32,
     gid: u32,
-    cwd: Cwd,
+    cwd: Cwd<'a>,
     new_session: bool,
     exec: ExecPlan,
     seccomp: Option<crate::seccomp::Program>,
@@ -60,7 +60,7 @@ struct JoinPlan {
     rlimits: Vec<(libc::c_int, u64)>,
 }
 
-fn prepare(spec: &SandboxSpec, cwd_dir: Option<BorrowedFd<'_>>) -> Result<JoinPlan, SpecError> {
+fn prepare<'a>(spec: &SandboxSpec, cwd_dir: Option<BorrowedFd<'a>>) -> Result<JoinPlan<'a>, SpecError> {
     spec.user.validate()?;
     let limits = &spec.security.limits;
     if limits.memory.is_some() || limits.cpu_millis.is_some() || limits.pids.is_some() {
@@ -85,7 +85,7 @@ fn prepare(spec: &SandboxSpec, cwd_dir: Option<BorrowedFd<'_>>) -> Result<JoinPl
         uid: spec.user.uid,
         gid: spec.user.gid,
         cwd: match cwd_dir {
-            Some(fd) => Cwd::Dir(fd.as_raw_fd(), cwd),
+            Some(fd) => Cwd::Dir(fd, cwd),
             None => Cwd::Path(cwd),
         },
         new_session: spec.new_session,
@@ -243,10 +243,7 @@ fn joined_child(plan: &JoinPlan, report_fd: RawFd, life: RawFd) -> ! {
     }
     let entered = match &plan.cwd {
         Cwd::Path(path) => sys::chdir(path).map_err(|e| ("chdir", path, e)),
-        // SAFETY: the caller keeps the descriptor open for the whole join.
-        Cwd::Dir(fd, path) => {
-            sys::fchdir(unsafe { BorrowedFd::borrow_raw(*fd) }).map_err(|e| ("fchdir", path, e))
-        }
+        Cwd::Dir(fd, path) => sys::fchdir(*fd).map_err(|e| ("fchdir", path, e)),
     };
     if let Err((call, path, e)) = entered {
         let _ = write!(
