@@ -754,7 +754,7 @@ pub fn direct(d: &Arc<RunContext>, run_id: &str, kind: &str, msg: &RunMessage) -
                 extra: msg.extra.clone(),
                 ..RunMessage::default()
             };
-            tokio::spawn(async move {
+            d.clone().spawn(async move {
                 let r = agent.control(&kind, &sid, &msg.extra).await;
                 reply_session(d.report(), &msg, r);
             });
@@ -792,7 +792,7 @@ fn forward_raw(d: &Arc<RunContext>, run_id: &str, agent: &Arc<Agent>, message: V
             m.insert("jsonrpc".into(), json!("2.0"));
             agent.transport.send_raw(&Value::Object(m));
             let (d, run) = (d.clone(), run_id.to_string());
-            tokio::spawn(async move {
+            d.clone().spawn(async move {
                 let reply = match rx.await {
                     Ok(Ok(v)) => json!({"jsonrpc": "2.0", "id": backend_id, "result": v}),
                     Ok(Err(e)) => {

@@ -106,6 +106,9 @@ pub struct RunContext {
     mounts: Mounts,
     /// Where blocking work goes (`crate::blocking`), shared by every run.
     pool: Arc<crate::blocking::Pool>,
+    /// The event loop the runs live on (the link has a thread of its own,
+    /// and routes messages from there).
+    runtime: Option<tokio::runtime::Handle>,
 }
 
 impl RunContext {
@@ -126,6 +129,18 @@ impl RunContext {
             runs: Runs::new(lane_loop),
             mounts,
             pool: crate::blocking::Pool::daemon(),
+            runtime: tokio::runtime::Handle::try_current().ok(),
+        }
+    }
+
+    /// Starts `task` on the runs' event loop, from whichever thread.
+    pub fn spawn<F>(&self, task: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        match &self.runtime {
+            Some(rt) => drop(rt.spawn(task)),
+            None => drop(tokio::spawn(task)),
         }
     }
 
@@ -296,7 +311,7 @@ fn start_lane(
         prompts: 0,
         init_sent: false,
     };
-    tokio::spawn((d.runs.start)(lane, rx));
+    d.spawn((d.runs.start)(lane, rx));
 }
 
 /// Why a run id is refused.

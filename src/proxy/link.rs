@@ -73,6 +73,35 @@ const OUTBOX_BATCH_BYTES: usize = 256 * 1024;
 /// whole, the buffer grows for them).
 const READ_BUFFER: usize = 16 * 1024;
 
+/// Runs the link on a thread of its own (a current-thread runtime of its
+/// own): the socket is read, the outbox drained and heartbeats sent
+/// however busy the runs' event loop is. Messages are routed from there to
+/// the lanes, which live on the runs' loop (`RunContext::spawn`). Should the
+/// thread not start, the link runs here.
+pub async fn run_apart(d: Arc<Daemon>, shutdown: tokio::sync::watch::Receiver<bool>) -> Exit {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let (dd, stop) = (d.clone(), shutdown.clone());
+    let started = std::thread::Builder::new().name("link".into()).spawn(move || {
+        match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            Ok(rt) => {
+                let _ = tx.send(Some(rt.block_on(run(dd, stop))));
+            }
+            Err(e) => {
+                tracing::warn!("link: no runtime of its own ({e}); it shares the runs' thread");
+                let _ = tx.send(None);
+            }
+        }
+    });
+    if let Err(e) = started {
+        tracing::warn!("link: no thread of its own ({e}); it shares the runs' thread");
+        return run(d, shutdown).await;
+    }
+    match rx.await {
+        Ok(Some(exit)) => exit,
+        _ => run(d, shutdown).await,
+    }
+}
+
 /// Runs the link until shutdown or an id conflict.
 pub async fn run(d: Arc<Daemon>, mut shutdown: tokio::sync::watch::Receiver<bool>) -> Exit {
     let mut tokens = TokenSource::new(d.cfg(), d.proxy_id());

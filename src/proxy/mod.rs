@@ -287,9 +287,11 @@ pub fn main(opts: Options) -> u8 {
             return sandbox::EXIT_SETUP_FAILED;
         }
     };
-    // One thread: the daemon's work is I/O (the socket, CLI children, small
-    // files) and a single thread keeps the idle footprint small (see
-    // docs/benchmarks.md). Sandboxes are launched by `__exec`, never here.
+    // One thread for the runs: the daemon's work is I/O (the socket, CLI
+    // children, small files) and a single thread keeps the idle footprint
+    // small (see docs/benchmarks.md); the link has one of its own, and
+    // blocking work the pool's. Sandboxes are launched by `__exec`, never
+    // here.
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -348,7 +350,7 @@ pub fn main(opts: Options) -> u8 {
             }
             let _ = stop_tx.send(true);
         });
-        let exit = link::run(daemon.clone(), stop_rx).await;
+        let exit = link::run_apart(daemon.clone(), stop_rx).await;
         // Agents do not outlive the daemon that holds their stdio (an id
         // conflict ends the link without the signal above).
         run.runs().stop_starting();
