@@ -24,7 +24,8 @@
 //! | [`acp_sink`] | the daemon's side of the ACP host's interface: its settings, its reports as wire messages |
 //! | [`landed`] | fingerprints of landed agentInputs targets: landing again never overwrites the agent's work |
 //!
-//! Threading: one tokio current-thread runtime, and the blocking pool
+//! Threading: a tokio current-thread runtime for the runs, one for the
+//! link (its own thread, `link::run_apart`), and the blocking pool
 //! (`crate::blocking`) for anything that may block (docs/architecture.md,
 //! "Threading"). Nothing here enters a namespace: sandboxes are launched by
 //! `tuixiu-sandbox __exec` through the native provider, containers by the
