@@ -399,6 +399,11 @@ async fn read_loop<R: AsyncRead + Unpin>(
             if let Some(wait) = handler.backpressure() {
                 wait.await;
             }
+            // One unit of the task's budget per line: a reader with a full
+            // buffer yields after a bounded number of lines, so every other
+            // task (another run's reader, a lane with a control) gets its
+            // turn within a fraction of a millisecond.
+            tokio::task::coop::consume_budget().await;
         }
         partial.extend_from_slice(&buf[at..]);
         let n = buf.len();
