@@ -356,6 +356,20 @@ def skills_seeds():
         js({"skill_id": "@SKILL@", "engine": "iflow", "runtime_options": {"execution_mode": "interactive",
                                                                           "bogus": 1}}), "f input_file"]))
 
+    sep = "\n----\n"
+    ask = {"session_id": "s1", "ask_user": {"interaction_id": 1, "kind": "choose_one", "prompt": "Which format?",
+                                            "options": [{"label": "Markdown", "value": "md"}, {"label": "Text"}]}}
+    waiting = {"profile": "resumable", "pending": {"interaction_id": 1}, "replies": [
+        {"interaction_id": 1, "idempotency_key": "k", "response": "md", "resolution_mode": "user_reply",
+         "resolved_at": "2026-01-01T00:00:00.000Z"}]}
+    put("skills_reply", "take.txt", sep.join([js({"interaction_id": 1, "response": "md"}),
+                                              "stdout_from=10&stderr_from=0", js(ask), js(waiting) + "\x02"]))
+    put("skills_reply", "replay.txt", sep.join([js({"interaction_id": "1", "response": "md", "idempotency_key": "k"}),
+                                                "stdout_from=-1", js({"outcome": "final", "final_data": {"a": "é"}}),
+                                                js(waiting) + "\x01"]))
+    put("skills_reply", "sticky.txt", sep.join([js({"interaction_id": 2, "response": {"ok": True}}), "x=y",
+                                                js({"action": "ask_user", "interaction": {"interaction_id": "2", "question": " Go on? ", "kind": "confirmation"}}),
+                                                js({"profile": "sticky_process", "pending": {"interaction_id": 2}}) + "\x08"]))
     put("skills_answer", "codex.txt", b"\x00" + (
         '{"type":"thread.started"}\n{"type":"item.completed","item":{"type":"agent_message",'
         '"text":"{\\"summary_path\\":\\"artifacts/summary.md\\"}"}}\n').encode())

@@ -11,6 +11,7 @@ pub mod hostfs;
 pub mod inputs;
 pub mod launcher;
 pub mod manifest;
+pub mod metrics;
 pub mod pidfd;
 pub mod provider;
 pub mod proxy;

@@ -49,7 +49,7 @@ mod sys;
 pub mod user;
 
 pub use apply::ApplyContext;
-pub use builder::{DEFAULT_PATH, Home, SandboxBuilder, set_var};
+pub use builder::{DEFAULT_PATH, Home, SandboxBuilder, set_var, system_dirs};
 pub use error::{
     EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND, EXIT_SETUP_FAILED, LaunchError, SpecError, SyscallError,
 };

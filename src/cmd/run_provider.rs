@@ -22,14 +22,14 @@ use tuixiu_sandbox::provider::host::{self, HostProvider};
 use tuixiu_sandbox::provider::names::{self, NameError};
 use tuixiu_sandbox::provider::native::NativeProvider;
 use tuixiu_sandbox::provider::{
-    InstanceConfig, Limits, Mount, ProcessSpec, Provider, Stdio, default_state_dir,
+    InstanceConfig, Limits, Mount, ProcessSpec, Provider, ProviderError, Stdio, default_state_dir,
 };
 
 use super::engine_check::EngineError;
 use super::error::CmdError;
 use super::relay;
 use crate::cli::{NetworkArg, ProviderArg, RunArgs};
-use crate::inputs::{self, HostDirs, Layout, Plan};
+use crate::inputs::{self, Layout, Plan, landed};
 use crate::manifest::Root;
 use crate::{EXIT_TOOL_ERROR, report_error};
 use tuixiu_sandbox::launcher::args::RunGiven;
@@ -205,12 +205,46 @@ fn land_manifest_in_volumes(
     let volumes = provider.prepare_volumes(config, plan.uses(Root::Scratch))?;
     let options = run_inputs::fetch_options(&plan, cl.args, &cl.given, &cl.init_env)?;
     let mut audit = run_inputs::open_audit(cl.args)?;
-    let fetched = plan.fetch(&options)?;
-    let (workspace, home, scratch) = volumes.writable();
-    let mut dest =
-        HostDirs { layout, workspace: Some(workspace), home: Some(home), scratch, binds_are_volumes: true };
+    let roots = landed::Roots::open(&volumes.workspace, &volumes.home, volumes.scratch.as_deref())
+        .map_err(|e| ProviderError::File { op: "open", path: e.dir, source: e.source })?;
+    // A named instance is landed into again at every run: never over what
+    // its commands did (docs/manifest.md, "Landing again"). Its first
+    // landing (no records yet) lands everything, as a plain `run` does.
+    let named = cl.args.provider.instance_name.is_some();
+    let records_file = provider.landed_file(&config.name);
+    let recorded = if named { landed::read_records(&records_file)? } else { None };
+    let selection = recorded.as_ref().map(|r| landed::select(&plan.manifest(), r, &roots));
+    let to_land = match &selection {
+        Some(s) => plan.only(&s.land),
+        None => plan.clone(),
+    };
+    let landing_now = to_land.manifest();
+    let fetched = to_land.fetch(&options)?;
+    let mut dest = roots.host_dirs(layout.clone());
     let apply_options = run_inputs::apply_options(cl.args);
-    as_container_user(config, || inputs::apply(&fetched, &mut dest, &apply_options, &mut audit))?;
+    let landing =
+        as_container_user(config, || inputs::apply(&fetched, &mut dest, &apply_options, &mut audit));
+    drop(fetched);
+    if named {
+        let before = recorded.unwrap_or_default();
+        let (now, failed) = landed::record(&landing_now, &before, &roots);
+        for (id, e) in failed {
+            tracing::warn!("item {id}: fingerprint: {e}");
+        }
+        let mut records = selection.as_ref().map(|s| s.keep.clone()).unwrap_or_default();
+        records.extend(now);
+        landed::write_records(&records_file, &records)?;
+    }
+    if let Some(s) = selection {
+        let aside = (!s.aside.items.is_empty()).then(|| {
+            let dir = provider.incoming_dir(&config.name);
+            landed::land_aside(plan.only(&s.aside), &options, layout.clone(), &dir).map(|()| dir)
+        });
+        for item in &s.left_alone {
+            eprintln!("tuixiu-sandbox: {}", item.report(&layout, aside.as_ref()));
+        }
+    }
+    landing?;
     Ok(volumes)
 }
 

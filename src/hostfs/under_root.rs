@@ -4,7 +4,7 @@
 //! The result is a path, for the docker CLI and for instance configs; the
 //! file operations themselves go through descriptors ([`super::root`]).
 
-use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
 /// Why a host path was refused or could not be resolved.
@@ -30,8 +30,10 @@ pub enum UnderRootError {
 }
 
 /// Resolves `path` inside `root` (canonical), symlinks included, and with
-/// `create` makes the missing directories. Refuses anything that is or
-/// leads outside the root, and the root itself.
+/// `create` makes the missing directories: the last one 0700 (a run's
+/// workspace or home is its own), the ones above it 0711 (passable, not
+/// listable). Refuses anything that is or leads outside the root, and the
+/// root itself.
 pub fn resolve_under_root(root: &Path, path: &Path, create: bool) -> Result<PathBuf, UnderRootError> {
     let outside = || UnderRootError::Outside { path: path.to_path_buf(), root: root.to_path_buf() };
     let io = |path: &Path| {
@@ -63,8 +65,10 @@ pub fn resolve_under_root(root: &Path, path: &Path, create: bool) -> Result<Path
     // Then walk down from the root, resolving each existing component
     // (symlinks included) and checking it stays inside.
     let mut cur = root.to_path_buf();
-    for c in rel.components() {
+    let last = rel.components().count();
+    for (i, c) in rel.components().enumerate() {
         let next = cur.join(c);
+        let mode = if i + 1 == last { 0o700 } else { 0o711 };
         match std::fs::symlink_metadata(&next) {
             Ok(_) => {
                 let real = std::fs::canonicalize(&next).map_err(io(&next))?;
@@ -74,8 +78,10 @@ pub fn resolve_under_root(root: &Path, path: &Path, create: bool) -> Result<Path
                 cur = real;
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && create => {
-                match std::fs::DirBuilder::new().mode(0o755).create(&next) {
-                    Ok(()) => {}
+                match std::fs::DirBuilder::new().mode(mode).create(&next) {
+                    // The mode exactly, whatever the umask.
+                    Ok(()) => std::fs::set_permissions(&next, std::fs::Permissions::from_mode(mode))
+                        .map_err(|source| UnderRootError::Create { path: next.clone(), source })?,
                     Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
                     Err(source) => return Err(UnderRootError::Create { path: next, source }),
                 }
@@ -117,6 +123,8 @@ mod tests {
         std::os::unix::fs::symlink(base.join("outside"), root.join("link")).unwrap();
         let ok = resolve_under_root(&root, &root.join("run-a/sub"), true).unwrap();
         assert!(ok.is_dir() && ok.starts_with(&root));
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        assert_eq!((mode(&root.join("run-a")), mode(&ok)), (0o711, 0o700));
         for bad in [
             root.join("link"),
             root.join("link/x"),

@@ -101,6 +101,18 @@ impl DockerProvider {
         self.state.join(name)
     }
 
+    /// `<state>/docker/<name>/landed.json`: what `run --manifest` landed
+    /// in the instance's volumes (`inputs::landed`); removed with it.
+    pub fn landed_file(&self, name: &str) -> PathBuf {
+        self.instance_dir(name).join("landed.json")
+    }
+
+    /// `<state>/docker/<name>/incoming`: the new content of items left
+    /// alone over the command's work (`inputs::landed::land_aside`).
+    pub fn incoming_dir(&self, name: &str) -> PathBuf {
+        self.instance_dir(name).join("incoming")
+    }
+
     fn command(&self, args: &[String]) -> std::process::Command {
         let mut cmd = std::process::Command::new(&self.cli);
         cmd.args(args);

@@ -60,8 +60,12 @@ impl LocalInstances {
         let _lock = self.records.lock()?;
         if let Some(mut record) = self.records.load(&config.name)? {
             self.check_reuse(&record, config, &workspace)?;
-            if record.stopped {
+            // What must stay hidden applies to every process started from
+            // now on, also in an instance made before it was asked for.
+            let hidden_changed = record.config.hidden != config.hidden;
+            if record.stopped || hidden_changed {
                 record.stopped = false;
+                record.config.hidden = config.hidden.clone();
                 self.records.save(&record)?;
             }
             return Ok((record.info(self.kind), record));

@@ -198,6 +198,11 @@ pub struct InstanceConfig {
     /// Native only: processes may run `bwrap` (nested sandboxes).
     #[serde(default = "nested_default")]
     pub nested: bool,
+    /// Host paths (canonical) the instance must not see by any path:
+    /// covered wherever the system view (native) or a bind would show
+    /// them (the daemon's workspace root and state directory).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hidden: Vec<PathBuf>,
 }
 
 fn nested_default() -> bool {
@@ -223,6 +228,7 @@ impl InstanceConfig {
             env: Vec::new(),
             host_ids: None,
             nested: true,
+            hidden: Vec::new(),
         }
     }
 }

@@ -300,6 +300,9 @@ fn build_spec(record: &Record, process: &ProcessSpec) -> Result<SandboxSpec, Pro
             }
         });
     }
+    for host in &config.hidden {
+        builder = builder.hide(host.clone());
+    }
     for (key, value) in config.env.iter().chain(&process.env) {
         builder = builder.env(key.clone(), value.clone());
     }

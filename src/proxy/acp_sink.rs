@@ -48,6 +48,9 @@ impl Sink for Reporter {
         signal: Option<&str>,
         report_exit: bool,
     ) {
+        if let Some(m) = self.metrics() {
+            m.agent_exited(code, signal, !report_exit);
+        }
         self.push(&proxy_update(
             run,
             json!({"type": "transport_disconnected", "instance_name": instance,
@@ -60,6 +63,9 @@ impl Sink for Reporter {
     }
 
     fn agent_connected(&self, run_id: &str, instance: &str) {
+        if let Some(m) = self.metrics() {
+            m.agent_started();
+        }
         self.push(&proxy_update(
             run_id,
             json!({"type": "transport_connected", "instance_name": instance, "at": now_iso()}),
@@ -71,6 +77,9 @@ impl Sink for Reporter {
     }
 
     fn message_text(&self, text: String, kind: &'static str, run_id: &Arc<str>) {
+        if let Some(m) = self.metrics() {
+            m.relayed(kind);
+        }
         self.outbox().push_text(text, kind, run_id);
     }
 

@@ -237,19 +237,7 @@ async fn run_action(
     out: &mut Map<String, Value>,
 ) -> Result<(), ControlError> {
     let d = lane.d.clone();
-    const KNOWN: &[&str] = &[
-        "inspect",
-        "ensure_running",
-        "stop",
-        "remove",
-        "report_inventory",
-        "prune_orphans",
-        "gc",
-        "remove_workspace",
-        "remove_image",
-        "git_push",
-    ];
-    if !KNOWN.contains(&action) {
+    if !super::protocol::CONTROL_ACTIONS.contains(&action) {
         return Err(ControlError::Unsupported);
     }
     // Before anything is looked at or touched: a control whose fields are

@@ -130,6 +130,14 @@ impl Lane {
             }
         };
         let home = under_root(&root, &root.join(format!("home-{}", self.run_id)), true)?;
+        // The run's own directories, made 0755 by earlier versions.
+        for dir in [&home, &workspace].into_iter().filter(|d| d.parent() == Some(root.as_path())) {
+            if dir.file_name().is_some_and(|n| {
+                *n == *format!("run-{}", self.run_id) || *n == *format!("home-{}", self.run_id)
+            }) {
+                make_private(dir);
+            }
+        }
         let home_guest = ["USER_HOME", "HOME"]
             .iter()
             .find_map(|k| env.get(*k).filter(|v| !v.is_empty()).cloned())
@@ -180,6 +188,7 @@ impl Lane {
             mounts,
             env: self.d.cfg().sandbox.env.clone(),
             nested: self.d.cfg().sandbox.nested,
+            hidden: self.d.mounts().hidden().to_vec(),
             ..InstanceConfig::new(name.clone(), self.run_id.clone(), workspace.clone())
         };
         let info = match self.d.provider().ensure(&config).await {
@@ -205,10 +214,12 @@ impl Lane {
             gid,
             created_at: now.clone(),
             updated_at: now.clone(),
+            instance_removed: false,
             landed: Default::default(),
         });
         state.keepalive_ttl_seconds = ttl;
         state.expires_at_ms = None;
+        state.instance_removed = false;
         state.workspace = workspace;
         state.home = home;
         state.home_guest = home_guest;
@@ -216,7 +227,6 @@ impl Lane {
         state.gid = gid;
         if init.is_some() {
             state.init = init;
-            self.init_sent = true;
         }
         state.updated_at = now;
         self.persist();
@@ -268,6 +278,19 @@ impl Lane {
                 }
                 Err(e)
             }
+        }
+    }
+}
+
+/// Takes group and other access away from a run's own directory.
+fn make_private(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(meta) = std::fs::metadata(dir) else { return };
+    let mode = meta.permissions().mode() & 0o7777;
+    if mode & 0o077 != 0 {
+        match std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode & 0o7700)) {
+            Ok(()) => tracing::info!("{}: mode {mode:o} narrowed to {:o}", dir.display(), mode & 0o7700),
+            Err(e) => tracing::warn!("{}: narrowing mode {mode:o}: {e}", dir.display()),
         }
     }
 }

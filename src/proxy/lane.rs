@@ -57,10 +57,15 @@ pub struct RunState {
     pub gid: u32,
     pub created_at: String,
     pub updated_at: String,
-    /// Fingerprints of the agentInputs targets as they were landed
-    /// (`landed.rs`): landing again never overwrites the agent's work.
+    /// The daemon removed the run's instance at keepalive expiry and
+    /// reported it `missing`; a restart finds it missing and does not
+    /// report it again. Cleared when the instance is made again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub instance_removed: bool,
+    /// What landed of the agentInputs, per item (`inputs/landed.rs`):
+    /// landing again never overwrites the agent's work.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    pub landed: super::landed::Landed,
+    pub landed: crate::inputs::landed::Landed,
 }
 
 pub enum Job {
@@ -302,15 +307,8 @@ fn start_lane(
     let (tx, rx) = mpsc::unbounded_channel();
     tx.send(job).ok();
     lanes.insert(key.to_string(), tx);
-    let lane = Lane {
-        d: d.clone(),
-        run_id: key.to_string(),
-        state: None,
-        agent: None,
-        generation: 0,
-        prompts: 0,
-        init_sent: false,
-    };
+    let lane =
+        Lane { d: d.clone(), run_id: key.to_string(), state: None, agent: None, generation: 0, prompts: 0 };
     d.spawn((d.runs.start)(lane, rx));
 }
 
@@ -376,9 +374,6 @@ pub struct Lane {
     pub generation: u64,
     /// Prompt turns in flight (the run is not idle while any is).
     pub prompts: usize,
-    /// The backend sent `init` since inputs last landed: the next landing
-    /// is the one it asked for (else it protects the agent's work).
-    pub init_sent: bool,
 }
 
 impl Lane {
@@ -403,10 +398,12 @@ impl Lane {
     }
 
     /// Drops the run's state, in memory and on disk, with the files the
-    /// daemon kept for its instance (scratch, staged secrets).
+    /// daemon kept for its instance (scratch, staged secrets) and for the
+    /// run (inputs kept aside).
     pub fn forget(&mut self) {
         self.state = None;
         self.d.mounts.discard(&self.run_id);
+        self.d.mounts.discard_incoming(&self.run_id);
         self.d.persister.write(&self.run_id, self.state_path(), None);
     }
 }

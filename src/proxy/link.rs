@@ -459,13 +459,28 @@ async fn finish(mut ws: Ws, end: End) -> End {
     };
     // `close` sends our Close (or completes the reply to the peer's) and
     // flushes; then wait for the peer's Close so the backend has removed
-    // this socket before the next one registers.
-    let _ = timeout(CLOSE_TIMEOUT, async {
+    // this socket before the next one registers. Its Close ends the wait:
+    // a backend (or a proxy in front of it) may keep the TCP connection
+    // open after the handshake, and nothing is left to wait for.
+    let shutdown = matches!(end, End::Shutdown);
+    if shutdown {
+        tracing::info!(
+            "shutting down: closing the link (waiting for the backend's close, at most {CLOSE_TIMEOUT:?})"
+        );
+    }
+    let answered = timeout(CLOSE_TIMEOUT, async {
         if ws.close(frame).await.is_ok() {
-            while let Some(Ok(_)) = ws.next().await {}
+            while let Some(Ok(m)) = ws.next().await {
+                if m.is_close() {
+                    break;
+                }
+            }
         }
     })
     .await;
+    if shutdown && answered.is_err() {
+        tracing::warn!("shutting down: the backend did not answer the close within {CLOSE_TIMEOUT:?}");
+    }
     end
 }
 

@@ -60,6 +60,8 @@ struct State {
     next_seq: u64,
     /// Dropped messages per run id ("" for messages without one).
     dropped: BTreeMap<String, u64>,
+    /// Every message dropped since the start.
+    dropped_total: u64,
 }
 
 impl State {
@@ -171,6 +173,7 @@ impl Outbox {
                 old.run_id.as_deref().unwrap_or("-")
             );
             *st.dropped.entry(old.run_id.as_deref().unwrap_or_default().to_string()).or_default() += 1;
+            st.dropped_total += 1;
         }
         st.bytes += text.len();
         let item = Item { seq, text, kind, run_id };
@@ -267,6 +270,12 @@ impl Outbox {
 
     pub fn len(&self) -> usize {
         self.lock().len()
+    }
+
+    /// Messages and bytes queued now, and messages dropped since the start.
+    pub fn stats(&self) -> (usize, usize, u64) {
+        let st = self.lock();
+        (st.queue.len(), st.bytes, st.dropped_total)
     }
 
     /// Waits until every queued message was sent, at most `bound`; true

@@ -76,6 +76,20 @@ pub struct RunMessage {
     pub extra: Map<String, Value>,
 }
 
+/// Every `sandbox_control` action the daemon serves.
+pub const CONTROL_ACTIONS: &[&str] = &[
+    "inspect",
+    "ensure_running",
+    "stop",
+    "remove",
+    "report_inventory",
+    "prune_orphans",
+    "gc",
+    "remove_workspace",
+    "remove_image",
+    "git_push",
+];
+
 /// `sandbox_control` (reference §1.3.6).
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
 pub struct SandboxControl {

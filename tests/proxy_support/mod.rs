@@ -84,6 +84,9 @@ struct Shared {
     routes: Mutex<std::collections::HashMap<String, (String, usize)>>,
     /// Runs whose proxy went away while they were routed to it, with why.
     failed: Mutex<Vec<(String, String)>>,
+    /// After answering a proxy's Close, keep the TCP connection open this
+    /// long (a backend behind a proxy that does not close first).
+    linger_after_close: Mutex<Option<Duration>>,
 }
 
 pub struct Backend {
@@ -244,6 +247,11 @@ impl Backend {
         self.shared.conns.lock().unwrap().len()
     }
 
+    /// Answer a proxy's Close, then keep the connection open for `d`.
+    pub fn linger_after_close(&self, d: Duration) {
+        *self.shared.linger_after_close.lock().unwrap() = Some(d);
+    }
+
     /// Refuse a `register_agent` whose id an open connection already holds.
     pub fn refuse_duplicate_ids(&self, on: bool) {
         self.shared.refuse_duplicate_ids.store(on, Ordering::SeqCst);
@@ -258,6 +266,15 @@ impl Backend {
             .rev()
             .find(|(_, c)| c.open.load(Ordering::SeqCst) && c.proxy_id.as_deref() == Some(proxy))
             .map(|(i, c)| (i, c.tx.clone()))
+    }
+
+    /// Waits until `proxy` is connected; `context` says what to show if not.
+    pub async fn wait_connected(&self, proxy: &str, timeout: Duration, context: impl Fn() -> String) {
+        let deadline = Instant::now() + timeout;
+        while !self.is_connected(proxy) {
+            assert!(Instant::now() < deadline, "{proxy} did not register:\n{}", context());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// Whether `proxy` is registered on an open connection.
@@ -467,6 +484,14 @@ where
                                 let _ = ws.send(Message::text(json!({"type":"register_ack","success":true}).to_string())).await;
                             }
                         }
+                    }
+                }
+                Some(Ok(Message::Close(_))) => {
+                    // The answer went out with this read; the socket stays.
+                    let linger = *s.linger_after_close.lock().unwrap();
+                    if let Some(d) = linger {
+                        let _ = ws.flush().await;
+                        tokio::time::sleep(d).await;
                     }
                 }
                 Some(Ok(_)) => {}
