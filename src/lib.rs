@@ -2,6 +2,7 @@
 //! daemon share, usable from integration tests with the real binary.
 
 pub mod acp;
+pub mod blocking;
 pub mod bwrap;
 pub mod egress;
 pub mod env;

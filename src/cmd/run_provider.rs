@@ -67,8 +67,13 @@ fn run(args: &RunArgs, matches: &ArgMatches) -> Result<u8, CmdError> {
         run_inputs::user_view(&run_inputs::UserFlags::of(args, &given), plan.as_ref().map(Plan::env_patch))?;
     let mut env = environment(args)?;
     env.extend(run_inputs::environment(args, &user, plan.as_ref().map(Plan::env_patch), &init_env)?);
-    let process =
-        ProcessSpec { argv: args.command.clone(), env, cwd: args.chdir.clone(), stdio: Stdio::Inherit };
+    let process = ProcessSpec {
+        argv: args.command.clone(),
+        env,
+        cwd: args.chdir.clone(),
+        cwd_dir: None,
+        stdio: Stdio::Inherit,
+    };
     let cmdline = CommandLine { args, matches, given, user, plan, init_env };
     if cmdline.plan.is_some() && p.provider != ProviderArg::Docker {
         return Err(CmdError::ManifestUnsupported(match p.provider {

@@ -18,6 +18,9 @@ pub enum UnderRootError {
     DotDot(PathBuf),
     #[error("{} is the workspace root itself", .0.display())]
     IsRoot(PathBuf),
+    /// Longer or deeper than any path the daemon accepts ([`super::bounds`]).
+    #[error("{}...: {source}", shorten(.path))]
+    Bound { path: PathBuf, source: super::bounds::PathBound },
     #[error("{} resolves to {}, outside the workspace root", .path.display(), .real.display())]
     LeadsOutside { path: PathBuf, real: PathBuf },
     #[error("create {}: {}", .path.display(), sandbox::error::io_error_text(.source))]
@@ -40,6 +43,9 @@ pub fn resolve_under_root(root: &Path, path: &Path, create: bool) -> Result<Path
     if !path.is_absolute() {
         return Err(UnderRootError::NotAbsolute(path.to_path_buf()));
     }
+    use std::os::unix::ffi::OsStrExt;
+    super::bounds::check(path.as_os_str().as_bytes())
+        .map_err(|source| UnderRootError::Bound { path: path.to_path_buf(), source })?;
     // Lexical first: no `..`, and under the root as written.
     let mut lexical = PathBuf::new();
     for c in path.components() {
@@ -93,6 +99,16 @@ pub fn resolve_under_root(root: &Path, path: &Path, create: bool) -> Result<Path
     Ok(cur)
 }
 
+/// The first 64 bytes of an over-long path, for its error.
+fn shorten(path: &Path) -> String {
+    let text = path.display().to_string();
+    let mut end = text.len().min(64);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -119,6 +135,10 @@ mod tests {
             assert!(resolve_under_root(&root, &bad, true).is_err(), "{} accepted", bad.display());
         }
         assert!(!base.join("outside/x").exists(), "created through the symlink");
+        let deep = root.join("d/".repeat(crate::hostfs::bounds::MAX_PATH_DEPTH));
+        let e = resolve_under_root(&root, &deep, true).unwrap_err();
+        assert!(e.to_string().contains("components, more than the 256"), "{e}");
+        assert!(!root.join("d").exists(), "nothing made");
         let _ = std::fs::remove_dir_all(&base);
     }
 }

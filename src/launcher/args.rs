@@ -395,6 +395,12 @@ pub struct ExecArgs {
     #[arg(long, value_name = "PID")]
     pub join_pid: Option<i32>,
 
+    /// With --join-pid: a directory descriptor (resolved by the caller
+    /// inside the sandbox's tree) the command starts in, by `fchdir`; the
+    /// spec's working directory then only names it
+    #[arg(long, value_name = "FD", requires = "join_pid")]
+    pub cwd_fd: Option<i32>,
+
     /// As for `run`; replaces the spec's choice
     #[arg(long, value_enum, value_name = "MODE")]
     pub proc: Option<ProcArg>,

@@ -179,6 +179,9 @@ pub enum InvalidError {
     NotClean { what: &'static str, path: String, why: &'static str },
     #[error("working directory {cwd:?} must be under {} or the home {home}", sandbox::WORKSPACE)]
     CwdOutside { cwd: String, home: String },
+    /// A working directory over the path bounds (`hostfs::bounds`).
+    #[error("working directory: {0}")]
+    CwdBound(#[source] crate::hostfs::bounds::PathBound),
     #[error("working directory {guest} leads out of {} through a symlink", .root.display())]
     SymlinkOut { guest: String, root: PathBuf },
     #[error("mount destination {dst:?} would hide the root, the workspace or the home")]

@@ -261,8 +261,26 @@ pub struct ProcessSpec {
     /// Working directory as the instance sees it (under `/workspace` or the
     /// home) [default: `/workspace`].
     pub cwd: Option<String>,
+    /// The working directory as a descriptor the caller resolved inside
+    /// the instance's view (a terminal's `cwd`): where the provider can, the
+    /// process starts there by `fchdir` (native: joined; host), and `cwd`
+    /// only names it; docker's `exec` takes the path.
+    pub cwd_dir: Option<DirFd>,
     pub stdio: Stdio,
 }
+
+/// A directory descriptor shared by the specs that name it (two are equal
+/// when they are the same descriptor).
+#[derive(Clone, Debug)]
+pub struct DirFd(pub std::sync::Arc<std::os::fd::OwnedFd>);
+
+impl PartialEq for DirFd {
+    fn eq(&self, other: &DirFd) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for DirFd {}
 
 impl ProcessSpec {
     pub fn new<I, S>(argv: I) -> Self
@@ -403,6 +421,7 @@ pub fn check_guest_cwd_pub(cwd: &str, home: &str) -> Result<String, ProviderErro
 }
 
 pub(crate) fn check_guest_cwd(cwd: &str, home: &str) -> Result<String, ProviderError> {
+    crate::hostfs::bounds::check(cwd.as_bytes()).map_err(InvalidError::CwdBound)?;
     let norm = sandbox::guest_path::normalize(cwd).map_err(|why| InvalidError::NotClean {
         what: "working directory",
         path: cwd.to_string(),

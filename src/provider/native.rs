@@ -292,6 +292,11 @@ impl NativeProvider {
         match (join_pid, &self.lifeline) {
             (Some(pid), _) => {
                 cmd.arg(format!("--join-pid={pid}"));
+                if let Some(dir) = &process.cwd_dir {
+                    // Open until `spawn` below has exec'd the launcher.
+                    cmd.arg(format!("--cwd-fd={}", dir.0.as_raw_fd()));
+                    pass_fd(&mut cmd, dir.0.as_raw_fd());
+                }
             }
             (None, Some((lifeline, _))) => {
                 cmd.arg(format!("--lifeline-fd={}", lifeline.as_raw_fd()));

@@ -59,7 +59,7 @@ pub enum AgentError {
     #[error(transparent)]
     OpenRoot(crate::inputs::landed::OpenRootError),
     #[error("run {run}: agentInputs: {source}")]
-    InputsTask { run: String, source: tokio::task::JoinError },
+    InputsTask { run: String, source: crate::blocking::Panicked },
     #[error("init_failed: init.script exited with exitCode={0}")]
     InitExit(i32),
     #[error("init_failed: init.script {0}")]
@@ -219,7 +219,8 @@ impl Lane {
         let owner = (d.cfg().sandbox.provider == ProviderChoice::Docker && root).then(|| state_user(state));
         let step = |stage: &str, status: &str, message: Option<String>| self.step(stage, status, message);
         let redact = |text: &str| d.report().redact(text);
-        let host = super::repo::Host { state_dir: &d.cfg().state_dir, redact: &redact };
+        let blocking = d.pool().share(&self.run_id);
+        let host = super::repo::Host { state_dir: &d.cfg().state_dir, redact: &redact, blocking: &blocking };
         super::repo::prepare(host, &req, &state.workspace, &env, owner, &step).await.map_err(fail)
     }
 
@@ -284,7 +285,8 @@ impl Lane {
         let incoming = d.mounts().incoming_dir(&self.run_id);
         let recorded = state.landed.clone();
         // Downloads, checkouts and tree walks block: off the daemon's thread.
-        let task = tokio::task::spawn_blocking(move || {
+        let share = d.pool().share(&self.run_id);
+        let task = share.run(move || {
             // The roots by descriptors opened now, as the daemon's user:
             // the docker user writing below cannot search the (private)
             // state directory that holds the scratch.
@@ -341,6 +343,7 @@ impl Lane {
             argv,
             env: env.to_vec(),
             cwd: Some(sandbox::WORKSPACE.into()),
+            cwd_dir: None,
             stdio: Stdio::Piped,
         };
         let mut proc = d.provider().exec(&state.instance_name, &spec).await?;
@@ -523,6 +526,7 @@ impl Lane {
             argv: d.cfg().agent_command.clone(),
             env: env.clone(),
             cwd: Some(cwd),
+            cwd_dir: None,
             stdio: Stdio::Piped,
         };
         let name = state.instance_name.clone();
@@ -729,7 +733,7 @@ pub fn direct(d: &Arc<RunContext>, run_id: &str, kind: &str, msg: &RunMessage) -
                 extra: msg.extra.clone(),
                 ..RunMessage::default()
             };
-            tokio::spawn(async move {
+            d.clone().spawn(async move {
                 let r = agent.control(&kind, &sid, &msg.extra).await;
                 reply_session(d.report(), &msg, r);
             });
@@ -767,7 +771,7 @@ fn forward_raw(d: &Arc<RunContext>, run_id: &str, agent: &Arc<Agent>, message: V
             m.insert("jsonrpc".into(), json!("2.0"));
             agent.transport.send_raw(&Value::Object(m));
             let (d, run) = (d.clone(), run_id.to_string());
-            tokio::spawn(async move {
+            d.clone().spawn(async move {
                 let reply = match rx.await {
                     Ok(Ok(v)) => json!({"jsonrpc": "2.0", "id": backend_id, "result": v}),
                     Ok(Err(e)) => {

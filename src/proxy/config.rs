@@ -63,6 +63,7 @@ const SCHEMA: &[(&str, &str, Kind)] = &[
     ("", "shutdown_flush_seconds", Kind::Int),
     ("", "run_max_terminals", Kind::Int),
     ("", "run_max_processes", Kind::Int),
+    ("", "run_terminal_memory_bytes", Kind::Int),
     ("agent", "id", Kind::Str),
     ("agent", "name", Kind::Str),
     ("agent", "max_concurrent", Kind::Int),
@@ -247,6 +248,9 @@ pub struct Config {
     pub run_max_terminals: usize,
     /// Processes in one run's sandbox above which no terminal starts.
     pub run_max_processes: usize,
+    /// Memory one run's terminals may keep their output in; the rest goes
+    /// to anonymous files in `<state>/terminals` (docs/acp.md).
+    pub run_terminal_memory_bytes: usize,
     pub agent: AgentConfig,
     pub sandbox: SandboxConfig,
     pub tls: TlsConfig,
@@ -765,6 +769,8 @@ impl Config {
         let shutdown_flush_seconds = r.int("", "shutdown_flush_seconds", 5, 0, 600)?;
         let run_max_terminals = r.int("", "run_max_terminals", 32, 1, 100_000)? as usize;
         let run_max_processes = r.int("", "run_max_processes", 512, 1, 1_000_000)? as usize;
+        let run_terminal_memory_bytes =
+            r.int("", "run_terminal_memory_bytes", 8 * 1024 * 1024, 0, 1 << 40)? as usize;
 
         let tls = TlsConfig {
             ca_file: r.string("tls", "ca_file")?.map(|p| absolute(&r, "tls.ca_file", &p)).transpose()?,
@@ -812,6 +818,7 @@ impl Config {
             shutdown_flush_seconds,
             run_max_terminals,
             run_max_processes,
+            run_terminal_memory_bytes,
             agent,
             sandbox: SandboxConfig {
                 provider,

@@ -109,6 +109,11 @@ pub struct RunContext {
     runs_dir: PathBuf,
     persister: Persister,
     mounts: Mounts,
+    /// Where blocking work goes (`crate::blocking`), shared by every run.
+    pool: Arc<crate::blocking::Pool>,
+    /// The event loop the runs live on (the link has a thread of its own,
+    /// and routes messages from there).
+    runtime: Option<tokio::runtime::Handle>,
 }
 
 impl RunContext {
@@ -128,6 +133,19 @@ impl RunContext {
             report,
             runs: Runs::new(lane_loop),
             mounts,
+            pool: crate::blocking::Pool::daemon(),
+            runtime: tokio::runtime::Handle::try_current().ok(),
+        }
+    }
+
+    /// Starts `task` on the runs' event loop, from whichever thread.
+    pub fn spawn<F>(&self, task: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        match &self.runtime {
+            Some(rt) => drop(rt.spawn(task)),
+            None => drop(tokio::spawn(task)),
         }
     }
 
@@ -158,6 +176,11 @@ impl RunContext {
 
     pub fn mounts(&self) -> &Mounts {
         &self.mounts
+    }
+
+    /// The blocking pool ([`crate::blocking`]).
+    pub fn pool(&self) -> &Arc<crate::blocking::Pool> {
+        &self.pool
     }
 }
 
@@ -286,7 +309,7 @@ fn start_lane(
     lanes.insert(key.to_string(), tx);
     let lane =
         Lane { d: d.clone(), run_id: key.to_string(), state: None, agent: None, generation: 0, prompts: 0 };
-    tokio::spawn((d.runs.start)(lane, rx));
+    d.spawn((d.runs.start)(lane, rx));
 }
 
 /// Why a run id is refused.

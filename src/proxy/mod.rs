@@ -25,9 +25,12 @@
 //! | [`acp_sink`] | the daemon's side of the ACP host's interface: its settings, its reports as wire messages |
 //! | [`metrics`] | the Prometheus metrics (`--metrics-listen`): families fed from the message streams |
 //!
-//! Threading: one tokio current-thread runtime. Nothing here enters a
-//! namespace: sandboxes are launched by `tuixiu-sandbox __exec` through the
-//! native provider, containers by the docker CLI.
+//! Threading: a tokio current-thread runtime for the runs, one for the
+//! link (its own thread, `link::run_apart`), and the blocking pool
+//! (`crate::blocking`) for anything that may block (docs/architecture.md,
+//! "Threading"). Nothing here enters a namespace: sandboxes are launched by
+//! `tuixiu-sandbox __exec` through the native provider, containers by the
+//! docker CLI.
 
 pub mod acp_sink;
 pub mod agent;
@@ -329,9 +332,11 @@ pub fn main(opts: Options) -> u8 {
     let Ok(metrics) = metrics.map_err(|e| report(&format!("proxy: {e}"))) else {
         return sandbox::EXIT_SETUP_FAILED;
     };
-    // One thread: the daemon's work is I/O (the socket, CLI children, small
-    // files) and a single thread keeps the idle footprint small (see
-    // docs/benchmarks.md). Sandboxes are launched by `__exec`, never here.
+    // One thread for the runs: the daemon's work is I/O (the socket, CLI
+    // children, small files) and a single thread keeps the idle footprint
+    // small (see docs/benchmarks.md); the link has one of its own, and
+    // blocking work the pool's. Sandboxes are launched by `__exec`, never
+    // here.
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -416,7 +421,7 @@ pub fn main(opts: Options) -> u8 {
             }
             let _ = stop_tx.send(true);
         });
-        let exit = link::run(daemon.clone(), stop_rx).await;
+        let exit = link::run_apart(daemon.clone(), stop_rx).await;
         // Agents do not outlive the daemon that holds their stdio (an id
         // conflict ends the link without the signal above).
         run.runs().stop_starting();
