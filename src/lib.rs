@@ -2,7 +2,9 @@
 //! daemon share, usable from integration tests with the real binary.
 
 pub mod acp;
+pub mod blocking;
 pub mod bwrap;
+pub mod egress;
 pub mod env;
 pub mod exe;
 pub mod git;

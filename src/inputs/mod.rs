@@ -44,6 +44,7 @@ mod error;
 pub use crate::hostfs::root as fsx;
 mod git;
 mod hostpath;
+pub mod landed;
 mod plan;
 pub mod zip;
 

@@ -205,6 +205,24 @@ impl Plan {
         &self.items
     }
 
+    /// The items of the plan as a manifest.
+    pub fn manifest(&self) -> Manifest {
+        Manifest {
+            version: 1,
+            env_patch: self.env_patch.clone(),
+            items: self.items.iter().map(|p| p.item.clone()).collect(),
+        }
+    }
+
+    /// The same plan with only the items of `wanted` (by id), in order.
+    pub fn only(&self, wanted: &Manifest) -> Plan {
+        let ids: std::collections::HashSet<&str> = wanted.items.iter().map(|i| i.id.as_str()).collect();
+        Plan {
+            env_patch: self.env_patch.clone(),
+            items: self.items.iter().filter(|p| ids.contains(p.item.id.as_str())).cloned().collect(),
+        }
+    }
+
     pub fn env_patch(&self) -> &EnvPatch {
         &self.env_patch
     }

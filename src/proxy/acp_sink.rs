@@ -27,9 +27,11 @@ impl RunContext {
             fs_read_max_bytes: cfg.fs_read_max_bytes,
             run_max_terminals: cfg.run_max_terminals,
             run_max_processes: cfg.run_max_processes,
+            run_terminal_memory_bytes: cfg.run_terminal_memory_bytes,
+            terminal_spill_dir: cfg.state_dir.join("terminals"),
             terminal_enabled: cfg.sandbox.terminal_enabled,
         };
-        Context { settings: Arc::new(settings), sink: self.report().clone() }
+        Context { settings: Arc::new(settings), sink: self.report().clone(), pool: self.pool().clone() }
     }
 }
 

@@ -366,6 +366,12 @@ pub fn proxy_error_text(run_id: &str, message: &str) -> Value {
     proxy_update(run_id, serde_json::json!({"type": "text", "text": format!("[proxy:error] {message}")}))
 }
 
+/// `proxy_update` text `[proxy:network] <what>`: a refusal of the run's
+/// egress proxy.
+pub fn proxy_network_text(run_id: &str, what: &str) -> Value {
+    proxy_update(run_id, serde_json::json!({"type": "text", "text": format!("[proxy:network] {what}")}))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

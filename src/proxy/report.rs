@@ -127,3 +127,28 @@ impl Reporter {
         self.status(run_id, &info);
     }
 }
+
+/// The native provider's egress refusals as `[proxy:network] denied …`
+/// events of their runs. Made before the reporter exists (the provider
+/// comes first), attached to it once it does; nothing is lost in between,
+/// since no sandbox runs before the daemon does.
+#[derive(Default)]
+pub struct NetworkEvents {
+    report: std::sync::OnceLock<std::sync::Arc<Reporter>>,
+}
+
+impl NetworkEvents {
+    pub fn attach(&self, report: std::sync::Arc<Reporter>) {
+        let _ = self.report.set(report);
+    }
+}
+
+impl crate::provider::native::EgressReports for NetworkEvents {
+    fn denied(&self, run_id: &str, instance: &str, denial: &crate::egress::Denial) {
+        tracing::info!("run {run_id} ({instance}): egress proxy: {denial}");
+        if let Some(report) = self.report.get() {
+            let text = report.redact(&denial.to_string());
+            report.push(&protocol::proxy_network_text(run_id, &text));
+        }
+    }
+}
