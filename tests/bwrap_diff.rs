@@ -134,7 +134,9 @@ fn compare(caller: Caller) {
             relevant[i] |= k.matches_case(&case.id) && k.applies(who, &ref_version);
         }
         let listed_for = |fields: &BTreeSet<&str>| {
-            known.iter().position(|k| k.matches_case(&case.id) && k.applies(who, &ref_version) && k.covers(fields))
+            known
+                .iter()
+                .position(|k| k.matches_case(&case.id) && k.applies(who, &ref_version) && k.covers(fields))
         };
         let (mut theirs, mut mine) = both();
         let mut fields = theirs.differs(&mine);
@@ -142,7 +144,11 @@ fn compare(caller: Caller) {
         // host changes under us (other processes' mounts come and go, and
         // bubblewrap remounts every one it binds). A hang is no accident:
         // no second wait for it.
-        if !fields.is_empty() && listed_for(&fields).is_none() && theirs.status != "hang" && mine.status != "hang" {
+        if !fields.is_empty()
+            && listed_for(&fields).is_none()
+            && theirs.status != "hang"
+            && mine.status != "hang"
+        {
             (theirs, mine) = both();
             fields = theirs.differs(&mine);
         }

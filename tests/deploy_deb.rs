@@ -117,7 +117,9 @@ async fn the_package_installs_starts_and_removes_cleanly() {
     c.ok("bash -c '. /usr/share/bash-completion/completions/tuixiu-sandbox && complete -p tuixiu-sandbox'");
     // bwrap: offered as an alternative, bubblewrap's file untouched.
     assert_eq!(c.ok("sha256sum /usr/bin/bwrap"), bwrap_sum);
-    assert!(c.ok("update-alternatives --query bwrap").contains("Alternative: /usr/libexec/tuixiu-sandbox/bwrap"));
+    assert!(
+        c.ok("update-alternatives --query bwrap").contains("Alternative: /usr/libexec/tuixiu-sandbox/bwrap")
+    );
     // The user and the workspace root; the unit neither enabled nor started;
     // no AppArmor profile where the kernel does not restrict user namespaces.
     c.ok("id tuixiu");
