@@ -230,6 +230,9 @@ pub(crate) struct Plan {
     pub command_stack: crate::sys::ChildStack,
     /// PID 1's own seccomp filter, installed once the command runs.
     pub reaper_filter: seccomp::Program,
+    /// The filter of the helper that makes a nested user namespace
+    /// (`seccomp::userns_holder`), when the plan makes one.
+    pub holder_filter: Option<seccomp::Program>,
     /// The nested-sandbox portal's listening socket (bound and listened on
     /// by the child during setup, served by the launcher).
     pub portal: Option<OwnedFd>,
@@ -277,9 +280,9 @@ pub(crate) struct LockFile {
 
 /// The parts of a nested sandbox's setup that an outer one has not.
 pub(crate) struct NestedChild {
-    /// After the mounts, enter a new user namespace with these one-line
-    /// `uid_map` and `gid_map` contents (bwrap's `--unshare-user`).
-    pub userns: Option<(CString, CString)>,
+    /// After the mounts, enter these user namespaces, each a child of the
+    /// one before (bwrap's `--unshare-user`; `--disable-userns` adds one).
+    pub userns: Vec<UserNs>,
     /// The ids to become inside that user namespace.
     pub inner_ids: (u32, u32),
     /// Capabilities the command keeps (only inside its own user namespace).
@@ -303,7 +306,8 @@ pub(crate) struct NestedChild {
     /// `--lock-file` paths, read-locked by PID 1 for the sandbox's life.
     pub lock_files: Vec<LockFile>,
     /// `--disable-userns`: `user.max_user_namespaces` = 1 in the sandbox's
-    /// user namespace, then one more (`userns`): none can be made inside.
+    /// own user namespace, then one more (the last of `userns`): none can
+    /// be made inside.
     pub disable_userns: bool,
     /// `--assert-userns-disabled`.
     pub assert_userns_disabled: bool,
@@ -312,6 +316,18 @@ pub(crate) struct NestedChild {
     /// bubblewrap's `--exec-label` (with its NUL, selinux.rs) and its words
     /// for a failure (`label_exec COMMAND`).
     pub exec_label: Option<(Vec<u8>, String)>,
+}
+
+/// A user namespace the sandbox's PID 1 enters after its mounts. It is
+/// made by a short-lived helper process and joined, so that PID 1 itself is
+/// never dumpable (child.rs, docs/security.md).
+pub(crate) struct UserNs {
+    /// One-line `uid_map` and `gid_map` contents, written by PID 1.
+    pub maps: (CString, CString),
+    /// Set `user.max_user_namespaces` to 1 in the user namespace PID 1 is
+    /// in before this one is made (bubblewrap's `--disable-userns`: the
+    /// limit lives in the sandbox's own namespace, this one uses it up).
+    pub limit_first: bool,
 }
 
 fn cstring(what: &str, s: impl Into<Vec<u8>>) -> Result<CString, SpecError> {
@@ -478,6 +494,7 @@ impl Plan {
         Ok(Plan {
             command_stack,
             reaper_filter: seccomp::reaper(),
+            holder_filter: None,
             kept_fds,
             idmap_helper: std::cell::Cell::new(plan.hiding.take_helper()),
             seccomp,
@@ -569,6 +586,7 @@ impl Plan {
             limits: limits::Prepared { rlimits: parts.rlimits, ..limits::Prepared::default() },
             idmap_helper: std::cell::Cell::new(None),
             reaper_filter: seccomp::reaper(),
+            holder_filter: (!parts.child.userns.is_empty()).then(seccomp::userns_holder),
             kept_fds: Vec::new(),
             command_stack: crate::sys::ChildStack::new()
                 .map_err(|e| SpecError::new(format!("allocate the command's stack: mmap => {e}")))?,

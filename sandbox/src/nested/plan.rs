@@ -12,7 +12,7 @@ use libc::c_ulong;
 use super::PORTAL_DIR;
 use super::request::{BindMode, DataKind, Op, OverlayKind, Request, RequestError, dest};
 use crate::guest_path;
-use crate::prepare::{LockFile, NestedChild, NestedParts, Plan};
+use crate::prepare::{LockFile, NestedChild, NestedParts, Plan, UserNs};
 use crate::spec::{Access, MountOp, Network, SandboxSpec};
 
 /// Builds the nested sandbox's plan. `fds` came with the request; they are
@@ -54,7 +54,17 @@ pub(crate) fn prepare(
     // Inside the outer sandbox's user namespace we are its user.
     let (outer_uid, outer_gid) = (outer_spec.user.uid, outer_spec.user.gid);
     let inner = (req.uid.unwrap_or(outer_uid), req.gid.unwrap_or(outer_gid));
-    let userns = (req.unshare.user || req.disable_userns).then(|| id_maps(inner, (outer_uid, outer_gid)));
+    // Its own user namespace, made after the mounts; with
+    // `--disable-userns`, the limit is set in that one and one more is made
+    // inside it (bubblewrap's order): the outer sandbox's own limit is
+    // never touched.
+    let mut userns = Vec::new();
+    if req.unshare.user || req.disable_userns {
+        userns.push(UserNs { maps: id_maps(inner, (outer_uid, outer_gid)), limit_first: false });
+    }
+    if req.disable_userns {
+        userns.push(UserNs { maps: id_maps(inner, inner), limit_first: true });
+    }
     let (targets, fd_base) =
         renumber(&req.fds, fds, floor).map_err(|e| RequestError::Invalid(format!("descriptors: {e}")))?;
     let block_fd = source_of(req.block_fd, &targets);
@@ -187,7 +197,11 @@ pub(crate) fn prepare_host(
         child: NestedChild {
             // `--disable-userns`: one more user namespace, mapping the
             // sandbox's ids onto themselves, once the limit is set.
-            userns: req.disable_userns.then(|| id_maps(inner, inner)),
+            userns: req
+                .disable_userns
+                .then(|| UserNs { maps: id_maps(inner, inner), limit_first: true })
+                .into_iter()
+                .collect(),
             inner_ids: inner,
             keep_caps: req.caps.or(host.root_caps.filter(|_| !new_user)).unwrap_or(0),
             caps_untouched,

@@ -193,8 +193,8 @@ fn serve_one(conn: &OwnedFd, ctx: &Context<'_>, life: OwnedFd) -> i32 {
 
 /// Everything the worker gives up before it reads the request.
 fn leave_host(listener: RawFd, ctx: &Context<'_>, monitor: libc::pid_t) -> Result<(), String> {
-    // This process and every one it forks (down to a nested sandbox's
-    // PID 1, dumpable for an instant: child.rs) are copies of the
+    // This process and every one it forks (down to the helper that makes
+    // a nested sandbox's user namespace, dumpable: child.rs) are copies of the
     // launcher's memory: the caller's whole environment goes first (found
     // through the host's /proc, before the sandbox's mount namespace hides
     // this process's pid). Its arguments are anyone's to read in /proc.

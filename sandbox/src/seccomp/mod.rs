@@ -187,6 +187,29 @@ pub(crate) fn reaper() -> Program {
     Program { filter: bpf::compile(&native_filter(&rules, bpf::RET_KILL_PROCESS)) }
 }
 
+/// What the helper that makes a nested sandbox's user namespace calls once
+/// it is dumpable (child.rs): tell PID 1 it is ready, wait to be released,
+/// leave. `prctl` only as `PR_SET_DUMPABLE`, the call that opens its
+/// `/proc` files to PID 1 (and to the agent, whose code written there can
+/// then do no more than these).
+const HOLDER_SYSCALLS: &[&str] = &["read", "write", "rt_sigreturn", "restart_syscall", "exit", "exit_group"];
+
+/// The user-namespace helper's filter: [`HOLDER_SYSCALLS`] and
+/// `prctl(PR_SET_DUMPABLE, ...)`; anything else kills it.
+pub(crate) fn userns_holder() -> Program {
+    let arch = profile::Arch::NATIVE;
+    let mut rules: Vec<Rule> = HOLDER_SYSCALLS
+        .iter()
+        .filter_map(|name| arch.syscall_nr(name))
+        .map(|nr| Rule { nr, conds: Vec::new(), ret: bpf::RET_ALLOW })
+        .collect();
+    if let Some(nr) = arch.syscall_nr("prctl") {
+        let conds = vec![Cond { arg: 0, op: Op::Eq(libc::PR_SET_DUMPABLE as u64) }];
+        rules.push(Rule { nr, conds, ret: bpf::RET_ALLOW });
+    }
+    Program { filter: bpf::compile(&native_filter(&rules, bpf::RET_KILL_PROCESS)) }
+}
+
 /// The rules of the program: the network policy's socket rules in front of
 /// the profile's, with the ptrace syscalls allowed when asked.
 fn assemble(
@@ -374,6 +397,22 @@ mod tests {
             assert_eq!(run(&p, name, [0; 6]), bpf::RET_ALLOW, "{name}");
         }
         for name in ["read", "openat", "mmap", "mprotect", "ptrace", "unshare", "mount", "execve", "clone"] {
+            assert_eq!(run(&p, name, [0; 6]), bpf::RET_KILL_PROCESS, "{name}");
+        }
+    }
+
+    #[test]
+    fn the_userns_holder_may_only_wait_and_toggle_dumpable() {
+        let p = userns_holder().filter;
+        for name in HOLDER_SYSCALLS {
+            assert_eq!(run(&p, name, [0; 6]), bpf::RET_ALLOW, "{name}");
+        }
+        let dumpable = libc::PR_SET_DUMPABLE as u64;
+        assert_eq!(run(&p, "prctl", [dumpable, 1, 0, 0, 0, 0]), bpf::RET_ALLOW);
+        for other in [libc::PR_SET_SECCOMP, libc::PR_CAP_AMBIENT, libc::PR_SET_NO_NEW_PRIVS] {
+            assert_eq!(run(&p, "prctl", [other as u64, 1, 0, 0, 0, 0]), bpf::RET_KILL_PROCESS);
+        }
+        for name in ["openat", "mmap", "mprotect", "unshare", "setns", "mount", "execve", "clone", "keyctl"] {
             assert_eq!(run(&p, name, [0; 6]), bpf::RET_KILL_PROCESS, "{name}");
         }
     }
