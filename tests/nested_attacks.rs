@@ -40,11 +40,23 @@ fn summary(stdout: &[u8]) -> std::collections::BTreeMap<String, String> {
     line.split_whitespace().filter_map(|w| w.split_once('=')).map(|(k, v)| (k.into(), v.into())).collect()
 }
 
+/// One way the agent runs without Landlock: what it is called, the
+/// launcher's options and a variable for the launcher.
+struct NoLandlock {
+    how: &'static str,
+    args: &'static [&'static str],
+    env: Option<(&'static str, &'static str)>,
+}
+
 /// How the agent's own Landlock is turned off for an attack.
-const NO_LANDLOCK: [(&str, &[&str], Option<(&str, &str)>); 2] = [
-    ("--landlock off", &["--landlock", "off"], None),
+const NO_LANDLOCK: [NoLandlock; 2] = [
+    NoLandlock { how: "--landlock off", args: &["--landlock", "off"], env: None },
     // A kernel without Landlock under the default best-effort mode.
-    ("no Landlock on this kernel", &[], Some((sandbox::landlock::TEST_ABI_ENV, "0"))),
+    NoLandlock {
+        how: "no Landlock on this kernel",
+        args: &[],
+        env: Some((sandbox::landlock::TEST_ABI_ENV, "0")),
+    },
 ];
 
 // A process outside every seccomp filter whose memory the agent may write
@@ -58,7 +70,7 @@ for_each_caller!(no_unfiltered_process_is_ever_writable_by_the_agent, |caller: C
     let f = Fixture::new(caller);
     let grab = attacker("memgrab");
     let bind = grab.to_str().unwrap();
-    for (how, args, env) in NO_LANDLOCK {
+    for NoLandlock { how, args, env } in NO_LANDLOCK {
         let mut run =
             vec!["run", "--workspace", f.workspace.to_str().unwrap(), "--ro-bind", bind, "/memgrab"];
         run.extend_from_slice(args);
@@ -80,3 +92,136 @@ for_each_caller!(no_unfiltered_process_is_ever_writable_by_the_agent, |caller: C
         assert!(runs >= 10 && opened >= runs, "{how}: {seen:?}");
     }
 });
+
+/// Tries every way a command has to make a set-uid or set-gid file in
+/// `DIR` (its first argument) and prints `name=result` for each.
+const MAKE_SET_ID: &str = r#"
+import ctypes, errno, os, stat, sys
+d = sys.argv[1]
+libc = ctypes.CDLL(None, use_errno=True)
+def attempt(name, f):
+    try:
+        f()
+        print(f"{name}=made")
+    except OSError as e:
+        print(f"{name}={errno.errorcode.get(e.errno, e.errno)}")
+def chmod_to(mode):
+    p = f"{d}/f-{mode:o}"
+    open(p, "w").close()
+    os.chmod(p, mode)
+attempt("chmod_suid", lambda: chmod_to(0o4755))
+attempt("chmod_sgid", lambda: chmod_to(0o2755))
+attempt("open_creat", lambda: os.close(os.open(f"{d}/c", os.O_CREAT | os.O_WRONLY, 0o4755)))
+attempt("open_tmpfile", lambda: os.close(os.open(d, os.O_TMPFILE | os.O_WRONLY, 0o2755)))
+attempt("mkdir_sgid", lambda: os.mkdir(f"{d}/sgid-dir", 0o2775))
+attempt("mknod", lambda: os.mknod(f"{d}/n", stat.S_IFREG | 0o4755))
+def openat2():
+    # struct open_how { flags, mode, resolve }: its mode is out of a filter's sight.
+    how = (ctypes.c_uint64 * 3)(os.O_CREAT | os.O_WRONLY, 0o4755, 0)
+    fd = libc.syscall(437, -100, f"{d}/o2".encode(), ctypes.byref(how), 24)
+    if fd < 0:
+        raise OSError(ctypes.get_errno(), "openat2")
+    os.close(fd)
+attempt("openat2", openat2)
+for name in sorted(os.listdir(d)):
+    if os.lstat(f"{d}/{name}").st_mode & 0o6000:
+        print(f"set_id_file={name}")
+"#;
+
+/// Files under `dir` on the host with a set-uid or set-gid bit.
+fn set_id_files(dir: &Path) -> Vec<String> {
+    use std::os::unix::fs::MetadataExt;
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let meta = entry.metadata().unwrap();
+            if meta.mode() & 0o6000 != 0 {
+                found.push(entry.path().display().to_string());
+            }
+            if meta.is_dir() {
+                stack.push(entry.path());
+            }
+        }
+    }
+    found
+}
+
+// A set-uid file the agent leaves in a host directory is a set-uid file on
+// the host: as root's sandbox user, a set-uid-root program for every host
+// user. No way of making one works, in the sandbox or in a nested one
+// (with every capability of its own user namespace, as its root), and
+// the nested PID 1's own `--chmod`/`--perms` steps refuse the bits.
+for_each_caller!(set_id_bits_are_never_created_inside, |caller: Caller| {
+    let f = Fixture::new(caller);
+    std::fs::write(f.dir.join("make-set-id.py"), MAKE_SET_ID).unwrap();
+    let script = f.dir.join("make-set-id.py");
+    let bind = script.to_str().unwrap();
+    let each = "for d in outer nested; do mkdir -p /workspace/$d; done; \
+                python3 /m.py /workspace/outer; \
+                bwrap --ro-bind / / --bind /workspace /workspace --unshare-user --uid 0 --cap-add ALL \
+                  -- python3 /m.py /workspace/nested";
+    let out = f.run(&["--ro-bind", bind, "/m.py"], &["sh", "-c", each]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    for line in text.lines() {
+        let (name, result) = line.split_once('=').unwrap();
+        let want = if name == "openat2" { "ENOSYS" } else { "EPERM" };
+        assert_eq!(result, want, "{name}: {text}");
+    }
+    assert_eq!(text.lines().count(), 14, "{text}");
+    assert_eq!(set_id_files(&f.workspace), Vec::<String>::new());
+
+    // The nested PID 1's own steps.
+    let script = "cd /workspace; touch t; for opts in '--chmod 4755 /workspace/t' '--perms 2755 --dir /d' \
+                  '--perms 6755 --file 3 /f' '--perms 3777 --tmpfs /x'; do \
+                  bwrap --ro-bind / / --bind /workspace /workspace $opts -- true 3</dev/null; echo \"rc=$?\"; done 2>&1";
+    let text = f.sh(&[], script);
+    assert_eq!(
+        text,
+        "bwrap: --chmod 4755: set-uid and set-gid bits cannot be set inside a sandbox (see docs/security.md)\nrc=1\n\
+         bwrap: --perms (--dir) 2755: set-uid and set-gid bits cannot be set inside a sandbox (see docs/security.md)\nrc=1\n\
+         bwrap: --perms 6755: set-uid and set-gid bits cannot be set inside a sandbox (see docs/security.md)\nrc=1\n\
+         bwrap: --perms (--tmpfs) 3777: set-uid and set-gid bits cannot be set inside a sandbox (see docs/security.md)\nrc=1\n"
+    );
+    assert_eq!(set_id_files(&f.workspace), Vec::<String>::new());
+});
+
+// Set-uid files that are already there stay what they are on the host and
+// are plain files inside: readable, executable, no privilege (every
+// writable mount is `nosuid`, and `no_new_privs` holds anyway).
+for_each_caller!(existing_set_id_files_run_as_plain_files, |caller: Caller| {
+    use std::os::unix::fs::PermissionsExt;
+    let f = Fixture::new(caller);
+    let id = f.workspace.join("suid-id");
+    std::fs::copy("/usr/bin/id", &id).unwrap();
+    std::os::unix::fs::chown(&id, Some(0), Some(0)).unwrap();
+    std::fs::set_permissions(&id, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    let text = f.sh(
+        &[],
+        "/workspace/suid-id -u; /workspace/suid-id -ru; bwrap --ro-bind / / -- /workspace/suid-id -u",
+    );
+    assert_eq!(text, "1000\n1000\n1000\n", "no euid of the file's owner");
+    let mode = std::fs::metadata(&id).unwrap().permissions().mode();
+    assert_eq!(mode & 0o7777, 0o4755, "left as it was");
+});
+
+// overlayfs keeps a copied-up file's set-uid bit: with the sandbox user
+// host root, a nested overlay writing to a host directory is refused; a
+// tmp overlay (its upper layer in memory, mounted nosuid) is not.
+#[test]
+fn a_root_users_nested_overlay_never_writes_to_the_host() {
+    let f = Fixture::new(Caller::Root);
+    let text = f.sh(
+        &[],
+        "cd /workspace; mkdir -p up work; \
+         bwrap --ro-bind / / --overlay-src /usr/bin --overlay /workspace/up /workspace/work /tmp -- true 2>&1; \
+         echo rc=$?; bwrap --ro-bind / / --overlay-src /usr/bin --tmp-overlay /tmp -- touch /tmp/new; echo rc=$?",
+    );
+    assert!(
+        text.starts_with("bwrap: --overlay with a writable host directory is refused inside a sandbox whose user is host root"),
+        "{text}"
+    );
+    assert!(text.ends_with("rc=1\nrc=0\n"), "{text}");
+    assert_eq!(set_id_files(&f.workspace), Vec::<String>::new());
+}

@@ -200,6 +200,8 @@ pub(crate) struct Plan {
     pub gid: u32,
     pub host_uid: u32,
     pub host_gid: u32,
+    /// The sandbox user is host root (uid 0 of the initial user namespace).
+    pub user_is_host_root: bool,
     pub host_sources: Vec<HostSource>,
     pub steps: Vec<Step>,
     /// `None` keeps the UTS namespace's name (a nested sandbox that shares it).
@@ -505,6 +507,7 @@ impl Plan {
             gid: spec.user.gid,
             host_uid,
             host_gid,
+            user_is_host_root: plan.user_is_host_root,
             host_sources: plan.host_sources,
             steps: plan.steps,
             hostname: Some(cstring("hostname", spec.hostname.as_str())?),
@@ -572,6 +575,7 @@ impl Plan {
             gid,
             host_uid,
             host_gid,
+            user_is_host_root: false,
             host_sources: plan.host_sources,
             steps: plan.steps,
             hostname: parts.hostname.map(|h| cstring("hostname", h)).transpose()?,

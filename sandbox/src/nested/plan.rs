@@ -27,6 +27,16 @@ pub(crate) fn prepare(
     outer: &Plan,
 ) -> Result<Plan, RequestError> {
     req.check_nested(fds.len())?;
+    // overlayfs copies a file up with its owner and mode, set-uid bit
+    // included, as the nested PID 1, which may: where the sandbox user is
+    // host root, the system view's set-uid-root programs would land in a
+    // host directory as set-uid-root files (the upper layer of a tmp
+    // overlay stays in memory, and is not refused).
+    if outer.user_is_host_root
+        && req.ops.iter().any(|op| matches!(op, Op::Overlay { kind: OverlayKind::Rw { .. }, .. }))
+    {
+        return Err(RequestError::RootCopyUp);
+    }
     let portal_dev =
         std::fs::metadata(PORTAL_DIR).map(|m| std::os::unix::fs::MetadataExt::dev(&m)).unwrap_or(0);
 

@@ -11,6 +11,8 @@ pub const MAX_ARGS: usize = 9000;
 pub const MAX_ENV: usize = 8192;
 /// The kernel's cap on one BPF program (`BPF_MAXINSNS`).
 pub const MAX_BPF_INSNS: usize = 4096;
+/// `S_ISUID | S_ISGID`: never in a mode a nested request sets.
+const SET_ID_BITS: u32 = 0o6000;
 
 /// One nested sandbox, as the front end parsed it from bwrap's options.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -173,6 +175,15 @@ pub enum RequestError {
         "capset failed: Operation not permitted (capabilities are kept only inside a new user namespace)"
     )]
     CapsWithoutUserns,
+    #[error(
+        "{option} {mode:o}: set-uid and set-gid bits cannot be set inside a sandbox (see docs/security.md)"
+    )]
+    SetId { option: &'static str, mode: u32 },
+    #[error(
+        "--overlay with a writable host directory is refused inside a sandbox whose user is host root: \
+         copying a file up would keep its set-uid bit (see docs/security.md)"
+    )]
+    RootCopyUp,
     #[error("invalid request: {0}")]
     Invalid(String),
 }
@@ -184,6 +195,20 @@ impl Request {
         self.check(received)?;
         if !self.unshare.user && self.caps.is_some_and(|c| c != 0) {
             return Err(RequestError::CapsWithoutUserns);
+        }
+        // Nothing inside a sandbox makes a set-uid or set-gid file, the
+        // nested PID 1's own steps included.
+        for op in &self.ops {
+            let (option, mode) = match op {
+                Op::Chmod { mode, .. } => ("--chmod", *mode),
+                Op::Tmpfs { mode, .. } => ("--perms (--tmpfs)", *mode),
+                Op::Dir { mode, .. } => ("--perms (--dir)", *mode),
+                Op::Data { mode, .. } => ("--perms", *mode),
+                _ => continue,
+            };
+            if mode & SET_ID_BITS != 0 {
+                return Err(RequestError::SetId { option, mode });
+            }
         }
         Ok(())
     }
