@@ -225,3 +225,165 @@ fn a_root_users_nested_overlay_never_writes_to_the_host() {
     assert!(text.ends_with("rc=1\nrc=0\n"), "{text}");
     assert_eq!(set_id_files(&f.workspace), Vec::<String>::new());
 }
+
+// Every nested tmpfs was capped at `--tmpfs-size`, but one request could
+// make as many as it liked: nothing bounded their sum. Now everything
+// nested sandboxes keep in memory (their roots, `--tmpfs`, `--dev`'s shm,
+// `--bind-data` files, the upper layers of `--tmp-overlay`; the roots in
+// tests/nested.rs) is one tmpfs of `--tmpfs-size`, shared by all of them;
+// a `--tmpfs` with its own `--size` takes its size out of it while it
+// exists.
+for_each_caller!(nested_sandboxes_share_one_tmpfs_budget, |caller: Caller| {
+    let f = Fixture::new(caller);
+    // Six nested sandboxes at once, each filling everything it can,
+    // holding it until all have written.
+    let paths = "/tmp/f /dev/shm/g /tmp/data /tmp/o/h";
+    let fill = format!(
+        "for p in {paths}; do head -c 20000000 /dev/zero > $p 2>/dev/null; done; \
+         s=0; for p in {paths}; do s=$((s + $(stat -c %s $p))); done; \
+         echo $s > /workspace/sum-$1; while [ $(ls /workspace | grep -c sum-) -lt 6 ]; do sleep 0.05; done"
+    );
+    let nested = format!(
+        "bwrap --ro-bind / / --bind /workspace /workspace --tmpfs /tmp --dev /dev --bind-data 3 /tmp/data \
+         --overlay-src /etc --tmp-overlay /tmp/o -- sh -c '{fill}' sh"
+    );
+    // A `--bind-data` file is a mount of its own, which the kernel lets go
+    // of a moment after the nested sandbox's PID 1 is gone: wait for it.
+    let script = format!(
+        "for i in 1 2 3 4 5 6; do {nested} $i 3</dev/null & done; wait; cat /workspace/sum-*; \
+         for i in $(seq 100); do bwrap --ro-bind / / --dev /dev --tmpfs /tmp -- df /tmp | grep -q ' 0 ' && break; \
+         sleep 0.05; done; \
+         bwrap --ro-bind / / --dev /dev --tmpfs /tmp -- sh -c 'head -c 20000000 /dev/zero > /tmp/f 2>/dev/null; stat -c %s /tmp/f'"
+    );
+    let out = f.run(&["--tmpfs-size", "16M"], &["sh", "-c", &script]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let sizes: Vec<u64> = text.lines().map(|l| l.parse().unwrap()).collect();
+    assert_eq!(sizes.len(), 7, "{text}");
+    let total: u64 = sizes[..6].iter().sum();
+    assert!(total <= 16 << 20, "six nested sandboxes held {total} bytes in memory: {text}");
+    assert!(total >= 15 << 20, "the budget is usable: {total}");
+    // Once they have ended, all of it is free again.
+    assert_eq!(sizes[6], 16 << 20, "{text}");
+
+    // A tmpfs of its own (`--size`) is taken out of the budget while it
+    // lives: a second one that does not fit is refused, with why.
+    let script = "bwrap --ro-bind / / --bind /workspace /workspace --size 12582912 --tmpfs /tmp \
+                    -- sh -c 'touch /workspace/up; sleep 1' & \
+                  while [ ! -e /workspace/up ]; do sleep 0.05; done; \
+                  bwrap --ro-bind / / --size 12582912 --tmpfs /tmp -- true 2>&1; echo rc=$?; wait; \
+                  bwrap --ro-bind / / --size 12582912 --tmpfs /tmp -- true; echo rc=$?";
+    let text = f.sh(&["--tmpfs-size", "16M"], script);
+    assert!(text.starts_with("bwrap: no room for tmpfs of 12582912 bytes (--size)"), "{text}");
+    assert!(text.ends_with("rc=1\nrc=0\n"), "{text}");
+});
+
+// Where idmapped mounts are impossible, a root caller's sandbox hides
+// `/etc`'s secrets with masks (mounts over them). overlayfs shows a
+// layer's own files, not the mounts on them: an overlay of `/etc` (or of
+// `/`) would show `/etc/shadow` as it is. Such a layer is refused; a bind
+// carries the masks along.
+#[test]
+fn nested_overlays_never_show_what_a_mask_hides() {
+    let shadow = std::fs::read_to_string("/etc/shadow").unwrap();
+    let secret = shadow.lines().next().unwrap().split(':').take(2).collect::<Vec<_>>().join(":");
+    let f = Fixture::new(Caller::Root);
+    let ws = f.workspace.to_str().unwrap().to_string();
+    let script = "for src in /etc / /etc/ssl; do \
+                    bwrap --ro-bind / / --dev /dev --overlay-src $src --tmp-overlay /tmp -- \
+                      sh -c 'cat /tmp/shadow /tmp/etc/shadow' 2>&1; echo rc=$?; done; \
+                  bwrap --ro-bind / / --ro-bind /etc /tmp -- cat /tmp/shadow 2>&1; echo rc=$?";
+    let out = f
+        .command(&["run", "--workspace", &ws, "--", "sh", "-c", script])
+        .env(sandbox::idmap::TEST_NO_IDMAP_ENV, "1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains(&secret), "a mask was undone: {text}");
+    let refused = |src: &str| {
+        format!(
+            "bwrap: Can't use overlay source {src}: the sandbox masks files below it (see docs/security.md)\nrc=1\n"
+        )
+    };
+    // /etc/ssl/private is masked (not world-readable), so /etc/ssl is refused too.
+    let want = format!("{}{}", refused("/etc"), refused("/"));
+    assert!(text.starts_with(&want), "{text}");
+    if std::path::Path::new("/etc/ssl/private").exists() {
+        assert!(text.contains(&refused("/etc/ssl")), "{text}");
+    }
+    assert!(text.ends_with("cat: /tmp/shadow: Permission denied\nrc=1\n"), "{text}");
+}
+
+/// Swaps `/tmp/swap` between a directory and symlinks to `/run`,
+/// `/run/tuixiu` and `/`, and `/tmp/d/x` between a directory and a
+/// symlink to `/run/tuixiu`, as fast as it can, until killed; with
+/// `renameat2(RENAME_EXCHANGE)`, so that the names are never missing.
+const SWAPPER: &str = r#"
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+def exchange(a, b):
+    libc.renameat2(-100, a.encode(), -100, b.encode(), 2)
+os.makedirs("/tmp/swap/tuixiu/x", exist_ok=True)
+os.makedirs("/tmp/swap/run", exist_ok=True)
+os.makedirs("/tmp/d/x", exist_ok=True)
+for name, target in [("l-run", "/run"), ("l-portal", "/run/tuixiu"), ("l-root", "/")]:
+    os.symlink(target, f"/tmp/{name}")
+os.symlink("/run/tuixiu", "/tmp/d/l")
+while True:
+    for name in ["l-run", "l-portal", "l-root"]:
+        exchange("/tmp/swap", f"/tmp/{name}")
+        exchange("/tmp/swap", f"/tmp/{name}")
+        exchange("/tmp/d/x", "/tmp/d/l")
+"#;
+
+// The worker checked a source by its path and bound what the path named
+// later: a path swapped in between once put the live portal socket inside
+// a nested sandbox, whose command could then build a sibling with the
+// outer network. Now the portal is not mounted in the workers' view at
+// all, and every source is opened once and bound from that descriptor.
+// Hundreds of requests race a swapper; no nested command may ever find a
+// socket where the portal was, or reach the portal.
+for_each_caller!(no_race_puts_the_portal_in_a_nested_sandbox, |caller: Caller| {
+    let f = Fixture::new(caller);
+    std::fs::write(f.dir.join("swap.py"), SWAPPER).unwrap();
+    let swap = f.dir.join("swap.py");
+    // The swapper's tree is in the workspace: /tmp is the nested view's
+    // mount point for the sources.
+    let probe = "for p in /tmp /tmp/tuixiu /tmp/run/tuixiu /tmp/x; do \
+                   [ -S $p/nested.sock ] && echo FOUND $p; done; \
+                 find /tmp -maxdepth 3 -type s 2>/dev/null | sed 's/^/SOCKET /'; echo ok";
+    let script = format!(
+        "cd /workspace; python3 /swap.py & s=$!; sleep 0.2; \
+         for i in $(seq 40); do for src in swap d/x swap/tuixiu swap/run; do \
+           bwrap --ro-bind / / --unshare-net --ro-bind-try /workspace/tmp/$src /tmp -- sh -c '{probe}' 2>/dev/null; \
+           bwrap --ro-bind / / --overlay-src /workspace/tmp/$src --tmp-overlay /tmp \
+             -- sh -c 'ls /tmp/nested.sock /tmp/tuixiu/nested.sock 2>/dev/null; echo ok' 2>/dev/null; \
+           done; done | sort | uniq -c; kill $s"
+    );
+    let swapper = SWAPPER.replace("/tmp/", "/workspace/tmp/");
+    std::fs::write(&swap, swapper).unwrap();
+    let out = f.run(&["--ro-bind", swap.to_str().unwrap(), "/swap.py"], &["sh", "-c", &script]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    // Only `ok` lines: no socket, ever; and enough nested sandboxes ran
+    // (the others met a swapped-out or a refused source).
+    let lines: Vec<&str> = text.lines().map(str::trim).collect();
+    assert_eq!(lines.len(), 1, "{text}");
+    let (count, word) = lines[0].split_once(' ').unwrap();
+    assert_eq!(word, "ok", "{text}");
+    assert!(count.parse::<u32>().unwrap() >= 20, "{text}");
+    // And straight: the portal, its fence and its pool are never sources.
+    let text = f.sh(
+        &[],
+        "for src in /run/tuixiu /run/tuixiu/pool /run/tuixiu/nested.sock; do \
+           bwrap --ro-bind / / --ro-bind $src /tmp -- true 2>&1; done; \
+         bwrap --ro-bind / / --ro-bind /run /tmp -- ls -A /tmp/tuixiu",
+    );
+    assert_eq!(
+        text,
+        "bwrap: Can't find source path /run/tuixiu: Permission denied\n\
+         bwrap: Can't find source path /run/tuixiu/pool: Permission denied\n\
+         bwrap: Can't find source path /run/tuixiu/nested.sock: No such file or directory\n"
+    );
+});

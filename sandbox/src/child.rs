@@ -128,15 +128,22 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
     // 4. Files created during setup get exactly the modes we ask for.
     let caller_umask = sys::umask(0);
 
-    // 5. Nothing we mount may propagate back to the host.
+    // 5. Nothing we mount may propagate back to the host. (A nested
+    //    sandbox's PID 1 starts in its portal worker's mount namespace and
+    //    makes its own after step 6.)
     let root_what = "prepare the new root";
-    sys::mount(None, c"/", None, libc::MS_SLAVE | libc::MS_REC, None)
-        .map_err(|e| fail(root_what, "mount(MS_SLAVE|MS_REC)", c"/", e))?;
+    let slave = || {
+        sys::mount(None, c"/", None, libc::MS_SLAVE | libc::MS_REC, None)
+            .map_err(|e| fail(root_what, "mount(MS_SLAVE|MS_REC)", c"/", e))
+    };
+    if plan.pool.is_none() {
+        slave()?;
+    }
 
     // 6. Clone every host source now, while the host's tree is our root:
     //    detached copies with their read-only/nosuid/nodev flags already set.
     let dir = libc::O_PATH | libc::O_DIRECTORY;
-    let host = sys::open(c"/", dir, 0).map_err(|e| fail(root_what, "open", c"/", e))?;
+    let mut host = sys::open(c"/", dir, 0).map_err(|e| fail(root_what, "open", c"/", e))?;
     // A nested sandbox that gets its own user namespace writes its id maps
     // after the mounts, through a procfs that is never attached anywhere
     // (the sandbox's own /proc may be missing or covered).
@@ -155,34 +162,65 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
         )),
         None => None,
     };
-    let mut clones = Clones::make(&plan.host_sources, host.as_fd()).map_err(|(i, f)| StepFail {
-        action: None,
-        what: &plan.host_sources[i].what,
-        hint: Some("the bind source disappeared or was replaced by a symlink after it was checked")
-            .filter(|_| f.errno == Errno::ENOENT || f.errno == Errno::ELOOP),
-        fail: f,
-    })?;
+    // A nested sandbox's tmpfs content goes to its directory of the outer
+    // sandbox's pool (mounts.rs), which the portal attached below an
+    // unbindable mount in its own mount namespace: no recursive clone of a
+    // source carries it (nested/pool.rs).
+    let pool_rel = plan.pool.as_deref();
+    let mut pool = mounts::Pool::open(host.as_fd(), pool_rel)
+        .map_err(|f| fail(root_what, f.call, c"the pool", f.errno))?;
+    let mut clones =
+        Clones::make(&plan.host_sources, host.as_fd(), &mut pool).map_err(|(i, f)| StepFail {
+            action: None,
+            what: &plan.host_sources[i].what,
+            hint: Some("the bind source disappeared or was replaced by a symlink after it was checked")
+                .filter(|_| f.errno == Errno::ENOENT || f.errno == Errno::ELOOP),
+            fail: f,
+        })?;
+    if let Some(nested) = &plan.nested {
+        // Cloned: the descriptors the caller's sources were opened through
+        // are of no more use here.
+        for &fd in &nested.source_fds {
+            // SAFETY: the plan's descriptors, closed once, here.
+            let _ = unsafe { sys::close(fd) };
+        }
+    }
+    if pool.is_some() {
+        // A nested sandbox's sources are descriptors the worker opened in
+        // its mount namespace, which a clone (or an overlay layer) must be
+        // made in: they are, and this process has a namespace of its own
+        // only now, whose copy of the pool hands out its directories.
+        sys::unshare(libc::CLONE_NEWNS).map_err(|e| fail(root_what, "unshare(CLONE_NEWNS)", c"", e))?;
+        slave()?;
+        host = sys::open(c"/", dir, 0).map_err(|e| fail(root_what, "open", c"/", e))?;
+        pool.reopen(host.as_fd(), pool_rel).map_err(|f| fail(root_what, f.call, c"the pool", f.errno))?;
+    }
 
-    // 7. A fresh tmpfs, stacked on top of `/` in our namespace, becomes the
-    //    new root; build it step by step, in the planned order, through its
-    //    descriptor.
-    let mut new = new_root(&plan.root_tmpfs).map_err(|(call, e)| fail(root_what, call, c"tmpfs", e))?;
+    // 7. A fresh tmpfs (for a nested sandbox, a directory of the pool),
+    //    stacked on top of `/` in our namespace, becomes the new root; build
+    //    it step by step, in the planned order, through its descriptor.
+    let mut new = match pool.is_some() {
+        true => pool
+            .tmpfs(0o755, &[], libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV)
+            .map_err(|f| fail(root_what, f.call, c"the pool", f.errno))?,
+        false => new_root(&plan.root_tmpfs).map_err(|(call, e)| fail(root_what, call, c"tmpfs", e))?,
+    };
     sys::move_mount_fd(new.as_fd(), host.as_fd()).map_err(|e| fail(root_what, "move_mount", c"/", e))?;
     // `host` still names the caller's tree below the new root: a mount on
     // `/` replaces the new root there, and a bind of the caller's /proc is
     // cloned from there when a fresh one is refused.
     let mut dirs = mounts::Dirs::new();
     for step in &plan.steps {
-        mounts::run(&step.action, &mut new, host.as_fd(), &mut clones, &mut dirs, fds.report).map_err(
-            |f| StepFail {
+        mounts::run(&step.action, &mut new, host.as_fd(), &mut clones, &mut dirs, &mut pool, fds.report)
+            .map_err(|f| StepFail {
                 what: &step.what,
                 hint: step_hint(&step.action, &f),
                 fail: f,
                 action: Some(&step.action),
-            },
-        )?;
+            })?;
     }
     drop(dirs);
+    drop(pool);
     drop(host);
     // The idmapped trees are attached; PID 1 keeps no descriptor of them.
     for &fd in &plan.kept_fds {

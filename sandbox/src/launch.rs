@@ -242,8 +242,9 @@ pub(crate) fn execute(
         r
     });
     if let Some(nested) = &plan.nested {
-        // The caller's descriptors are the nested PID 1's now.
-        for &(_, source) in &nested.fds {
+        // The caller's descriptors, and those its sources were opened
+        // through, are the nested PID 1's now.
+        for source in nested.fds.iter().map(|&(_, source)| source).chain(nested.source_fds.iter().copied()) {
             // SAFETY: the plan's raw copies, ours to close, closed once.
             let _ = unsafe { sys::close(source) };
         }

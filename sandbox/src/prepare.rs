@@ -93,12 +93,15 @@ pub(crate) enum Action {
         dst: CString,
         mode: u32,
     },
-    /// Mount a fresh filesystem at `dst` (created as a directory).
+    /// Mount a fresh filesystem at `dst` (created as a directory). A
+    /// `pooled` tmpfs of a nested sandbox is a new directory of its outer
+    /// sandbox's pool instead, with the mode of `options` (mounts.rs).
     Fs {
         fstype: CString,
         options: Vec<(CString, Option<CString>)>,
         attrs: u64,
         dst: CString,
+        pooled: bool,
     },
     /// Create the generated file `path` (inside [`STAGING_DIR`]) with these bytes.
     WriteFile {
@@ -146,12 +149,6 @@ pub(crate) enum Action {
         dir: CString,
         name: CString,
     },
-    /// Detach the mount at `path` if it is the portal's filesystem (device
-    /// `dev`): a nested sandbox's recursive bind must not carry the portal.
-    Detach {
-        path: CString,
-        dev: u64,
-    },
 }
 
 /// A primitive with the words used when it fails.
@@ -182,6 +179,10 @@ pub(crate) struct HostSource {
     pub overlay: Option<OverlayFs>,
     /// Canonical path relative to the host root ("." for `/`).
     pub src: CString,
+    /// Or the descriptor it was opened through, cloned as it is: a nested
+    /// request's source, resolved once by the portal's worker (its
+    /// `/proc/self/fd/N`), never looked up by path again.
+    pub fd: Option<std::os::fd::RawFd>,
     pub kind: Kind,
     /// `MOUNT_ATTR_*` added to every mount of the clone.
     pub attrs: u64,
@@ -240,6 +241,13 @@ pub(crate) struct Plan {
     pub portal: Option<OwnedFd>,
     /// What PID 1 of a nested sandbox does besides the checklist.
     pub nested: Option<NestedChild>,
+    /// A nested sandbox's directory in its outer sandbox's tmpfs pool
+    /// (relative to the root PID 1 starts in): its new root and every
+    /// tmpfs without a size of its own are new directories there.
+    pub pool: Option<CString>,
+    /// The guest paths the secret masks cover (the fallback without
+    /// idmapped mounts): a nested overlay must not show what is below them.
+    pub masked: Vec<String>,
     /// Options of the new root's tmpfs besides its mode (`size`,
     /// `nr_inodes` for a nested sandbox, whose root stays writable).
     pub root_tmpfs: Vec<(CString, Option<CString>)>,
@@ -252,9 +260,11 @@ pub(crate) struct NestedParts {
     pub program: String,
     pub hostname: Option<String>,
     pub cwd: Vec<String>,
-    /// After mount number `.0`, detach the portal's mount at guest path `.1`.
-    pub detach: Vec<(usize, String)>,
-    pub portal_dev: u64,
+    /// The outer sandbox's pool directory for this one (see [`Plan::pool`]).
+    pub pool: Option<String>,
+    /// Bind and overlay sources are `/proc/self/fd/N` of descriptors the
+    /// caller opened (see [`HostSource::fd`]).
+    pub fd_sources: bool,
     pub child: NestedChild,
     /// `setsid` before COMMAND.
     pub new_session: bool,
@@ -293,6 +303,9 @@ pub(crate) struct NestedChild {
     /// caller passed; the sources are numbered from `fd_base` up.
     pub fds: Vec<(std::os::fd::RawFd, std::os::fd::RawFd)>,
     pub fd_base: std::os::fd::RawFd,
+    /// The descriptors its sources were opened through (numbered from
+    /// `fd_base` up, after `fds`), closed once they are cloned.
+    pub source_fds: Vec<std::os::fd::RawFd>,
     /// Leave the capability sets alone (bwrap run by root without
     /// `--cap-add`/`--cap-drop`: COMMAND keeps what the caller has).
     pub caps_untouched: bool,
@@ -388,6 +401,8 @@ impl Plan {
             splicer: Splicer::default(),
             tmpfs: spec.security.limits.tmpfs_options(),
             file_label: None,
+            pool: false,
+            fd_sources: false,
         };
         let portal = match front_end.filter(|_| spec.nested) {
             Some(exe) => Some((crate::portal::socket()?, exe)),
@@ -480,6 +495,10 @@ impl Plan {
             _ => tracing::warn!("landlock: {enforcement}"),
         }
         let limits = limits::prepare(&security.limits, plan.user_is_host_root)?;
+        let masked = match &plan.hiding {
+            SecretHiding::Masks(masks) => masks.iter().map(|(path, _)| path.clone()).collect(),
+            _ => Vec::new(),
+        };
 
         let mut kept_fds: Vec<std::os::fd::RawFd> = plan
             .steps
@@ -519,6 +538,8 @@ impl Plan {
             apply_phase: false,
             portal,
             nested: None,
+            pool: None,
+            masked,
             // Read-only once built: nothing is written there but the
             // generated files.
             root_tmpfs: Vec::new(),
@@ -547,18 +568,11 @@ impl Plan {
             tmpfs: spec.security.limits.tmpfs_options(),
             overlay_userxattr: parts.overlay_userxattr,
             file_label: parts.file_label,
+            pool: parts.pool.is_some(),
+            fd_sources: parts.fd_sources,
         };
-        for (i, op) in spec.mounts.iter().enumerate() {
+        for op in &spec.mounts {
             plan.expand(op)?;
-            for (at, path) in &parts.detach {
-                if *at == i {
-                    let (text, rel) = guest_rel("detached path", path)?;
-                    plan.push(
-                        format!("keep the portal out of {text}"),
-                        Action::Detach { path: rel, dev: parts.portal_dev },
-                    );
-                }
-            }
         }
         plan.finish()?;
         // bubblewrap's root stays writable: sized like every private tmpfs.
@@ -596,6 +610,8 @@ impl Plan {
                 .map_err(|e| SpecError::new(format!("allocate the command's stack: mmap => {e}")))?,
             portal: None,
             nested: Some(parts.child),
+            pool: parts.pool.map(|p| cstring("pool directory", p.trim_start_matches('/'))).transpose()?,
+            masked: Vec::new(),
             root_tmpfs,
         })
     }
@@ -629,6 +645,11 @@ struct Expansion<'a> {
     /// bubblewrap's `--file-label`: the context of the tmpfs mounts made
     /// for the sandbox's content (`--tmpfs`, `--dev` and its `shm`).
     file_label: Option<CString>,
+    /// A nested sandbox with a pool: tmpfs without a size of their own are
+    /// directories of it.
+    pool: bool,
+    /// Sources are `/proc/self/fd/N` (see [`HostSource::fd`]).
+    fd_sources: bool,
 }
 
 impl Expansion<'_> {
@@ -646,6 +667,7 @@ impl Expansion<'_> {
                 options: vec![option("mode", &format!("{mode:o}"))?],
                 attrs: MOUNT_NOSUID | MOUNT_NODEV,
                 dst: path(dst)?,
+                pooled: false,
             },
             splice::Op::Keep { src, dst, dir } => Action::Bind {
                 source: Source::New { path: path(src)?, attrs: RO, optional: true },
@@ -693,6 +715,23 @@ impl Expansion<'_> {
         let bad = |e: std::io::Error| {
             SpecError::new(format!("bind source {}: {}", src.display(), io_error_text(&e)))
         };
+        if self.fd_sources {
+            let fd = descriptor_of(src)?;
+            // SAFETY: the caller's open descriptor (the plan keeps it until
+            // PID 1 has cloned it), borrowed for one fstat.
+            let stat = nix::sys::stat::fstat(unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) })
+                .map_err(|e| bad(e.into()))?;
+            let dir = stat.st_mode & libc::S_IFMT == libc::S_IFDIR;
+            self.host_sources.push(HostSource {
+                what,
+                overlay: None,
+                src: CString::default(),
+                fd: Some(fd),
+                kind: if dir { Kind::Dir } else { Kind::File },
+                attrs,
+            });
+            return Ok(self.host_sources.len() - 1);
+        }
         let canonical = std::fs::canonicalize(src).map_err(bad)?;
         let meta = std::fs::metadata(&canonical).map_err(bad)?;
         let rel = canonical
@@ -703,6 +742,7 @@ impl Expansion<'_> {
             what,
             overlay: None,
             src: cstring("bind source", if rel.is_empty() { "." } else { rel })?,
+            fd: None,
             kind: if meta.is_dir() { Kind::Dir } else { Kind::File },
             attrs,
         });
@@ -723,6 +763,7 @@ impl Expansion<'_> {
                 options: vec![option("mode", "755")?, option("size", "64k")?],
                 attrs: MOUNT_NOSUID | MOUNT_NODEV | MOUNT_NOEXEC,
                 dst: dir.clone(),
+                pooled: false,
             },
         );
         let bin_dir = PORTAL_BIN.rsplit_once('/').map_or(PORTAL_BIN, |(dir, _)| dir);
@@ -809,6 +850,9 @@ impl Expansion<'_> {
                         options,
                         attrs: MOUNT_NOSUID | MOUNT_NODEV,
                         dst,
+                        // bwrap's `--size` makes a tmpfs of its own (the
+                        // portal's worker reserves it from the pool).
+                        pooled: self.pool && size.is_none(),
                     },
                 );
             }
@@ -853,6 +897,7 @@ impl Expansion<'_> {
                     options: Vec::new(),
                     attrs: MOUNT_NOSUID | MOUNT_NODEV | MOUNT_NOEXEC,
                     dst,
+                    pooled: false,
                 },
             ),
             MountOp::CreateFile { contents, mode, .. } => self.push(
@@ -903,6 +948,7 @@ impl Expansion<'_> {
                         options: vec![option("mode", "0")?],
                         attrs: ro,
                         dst,
+                        pooled: false,
                     },
                 );
                 continue;
@@ -936,7 +982,14 @@ impl Expansion<'_> {
         dst: CString,
         dst_text: &str,
     ) -> Result<(), SpecError> {
+        let fd_sources = self.fd_sources;
         let path = |p: &Path| -> Result<String, SpecError> {
+            if fd_sources {
+                // A descriptor the caller opened: overlayfs follows the
+                // magic link to what it is open on.
+                descriptor_of(p)?;
+                return Ok(p.display().to_string());
+            }
             let real = std::fs::canonicalize(p).map_err(|e| {
                 SpecError::new(format!("overlay source {}: {}", p.display(), io_error_text(&e)))
             })?;
@@ -972,6 +1025,7 @@ impl Expansion<'_> {
             what: what.clone(),
             overlay: Some(OverlayFs { options, tmp }),
             src: CString::default(),
+            fd: None,
             kind: Kind::Dir,
             attrs,
         });
@@ -1007,12 +1061,14 @@ impl Expansion<'_> {
     fn expand_dev(&mut self, dst_text: &str) -> Result<(), SpecError> {
         let at = |entry: &str| cstring("dev path", child_rel(dst_text, entry));
         let label = self.file_label.as_ref().map(crate::selinux::mount_option);
+        let pooled = self.pool;
         let tmpfs = |dst: CString, mode: &str, attrs: u64| -> Result<Action, SpecError> {
             Ok(Action::Fs {
                 fstype: cstring("fstype", "tmpfs")?,
                 options: std::iter::once(option("mode", mode)?).chain(label.clone()).collect(),
                 attrs,
                 dst,
+                pooled,
             })
         };
         self.push(format!("mount tmpfs on {dst_text}"), tmpfs(at("")?, "755", MOUNT_NOSUID | MOUNT_NOEXEC)?);
@@ -1026,6 +1082,7 @@ impl Expansion<'_> {
                 overlay: None,
                 what: format!("bind {host} -> {dst_text}/{dev}"),
                 src: cstring("device", format!("dev/{dev}"))?,
+                fd: None,
                 kind: Kind::File,
                 // Device nodes: no nodev, of course.
                 attrs: MOUNT_NOSUID | MOUNT_NOEXEC,
@@ -1060,6 +1117,7 @@ impl Expansion<'_> {
                 ],
                 attrs: MOUNT_NOSUID | MOUNT_NOEXEC,
                 dst: at("pts")?,
+                pooled: false,
             },
         );
         let mut shm = tmpfs(at("shm")?, "1777", MOUNT_NOSUID | MOUNT_NODEV)?;
@@ -1192,6 +1250,14 @@ pub(crate) fn landlock_paths(spec: &SandboxSpec) -> Result<Vec<(String, Grant)>,
 }
 
 /// A `key=value` filesystem option.
+/// The descriptor number a `/proc/self/fd/N` source names.
+fn descriptor_of(src: &Path) -> Result<std::os::fd::RawFd, SpecError> {
+    src.to_str()
+        .and_then(|s| s.strip_prefix("/proc/self/fd/"))
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| SpecError::new(format!("bind source {}: not a descriptor", src.display())))
+}
+
 fn option(key: &str, value: &str) -> Result<(CString, Option<CString>), SpecError> {
     Ok((cstring("option", key)?, Some(cstring("option value", value)?)))
 }

@@ -36,6 +36,7 @@
 
 mod host;
 mod plan;
+mod pool;
 pub mod request;
 mod server;
 pub mod wire;

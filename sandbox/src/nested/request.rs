@@ -184,6 +184,8 @@ pub enum RequestError {
          copying a file up would keep its set-uid bit (see docs/security.md)"
     )]
     RootCopyUp,
+    #[error("Can't use overlay source {src}: the sandbox masks files below it (see docs/security.md)")]
+    Masked { src: String },
     #[error("invalid request: {0}")]
     Invalid(String),
 }

@@ -21,6 +21,7 @@ use std::panic::AssertUnwindSafe;
 
 use super::MAX_WORKERS;
 use super::plan;
+use super::pool;
 use super::request::Request;
 use super::wire::{self, Reply};
 use crate::launch::{self, LaunchOptions, Watch};
@@ -114,7 +115,15 @@ fn accept_forever(listener: RawFd, ctx: &Context<'_>, life: OwnedFd) -> i32 {
         if pfds[1].revents != 0 {
             let mut info = [0u8; std::mem::size_of::<libc::signalfd_siginfo>()];
             while sys::read(sfd.as_raw_fd(), &mut info).is_ok_and(|n| n > 0) {}
-            workers.retain(|&pid| !matches!(sys::waitpid(pid, libc::WNOHANG), Ok((p, _)) if p == pid));
+            workers.retain(|&pid| {
+                let ended = matches!(sys::waitpid(pid, libc::WNOHANG), Ok((p, _)) if p == pid);
+                if ended {
+                    // A worker killed before it cleaned up leaves its part
+                    // of the pool behind.
+                    pool::clean_after(pid);
+                }
+                !ended
+            });
         }
         if pfds[0].revents == 0 {
             continue;
@@ -175,14 +184,24 @@ fn serve_one(conn: &OwnedFd, ctx: &Context<'_>, life: OwnedFd) -> i32 {
         Err(e) => return fail(format!("invalid request: {e}")),
     };
     drop(body);
-    let nested = match plan::prepare(&request, fds, conn.as_raw_fd(), ctx.spec, ctx.plan) {
+    let mut dir = match pool::WorkerDir::make() {
+        Ok(dir) => dir,
+        Err(e) => return fail(format!("the nested sandboxes' tmpfs pool: {e}")),
+    };
+    let nested = match plan::prepare(&request, fds, conn.as_raw_fd(), ctx.spec, ctx.plan, &dir.path()) {
         Ok(plan) => plan,
         Err(e) => return fail(e.to_string()),
     };
+    if let Err(e) = dir.reserve(plan::reserved_tmpfs(&request, ctx.spec)) {
+        return fail(e);
+    }
     // The nested PID 1 restores this one for COMMAND.
     sys::umask(request.umask as libc::mode_t);
-    let options = LaunchOptions { return_before_teardown: true, ..LaunchOptions::default() };
-    match launch::execute(&nested, &options, None, Watch::Caller(conn.as_raw_fd())) {
+    // Until PID 1 has gone, with its mounts: what they held in the pool is
+    // free again when the caller learns the status.
+    let outcome = launch::execute(&nested, &LaunchOptions::default(), None, Watch::Caller(conn.as_raw_fd()));
+    drop(dir);
+    match outcome {
         Ok(status) => {
             wire::send_reply(conn.as_fd(), &Reply::Exit(status.code()));
             0
@@ -215,6 +234,10 @@ fn leave_host(listener: RawFd, ctx: &Context<'_>, monitor: libc::pid_t) -> Resul
         std::fs::write(&procs, "0").map_err(|e| format!("write(\"{}\", \"0\") => {e}", procs.display()))?;
     }
     crate::join::enter(ctx.pid1, true).map_err(|e| e.to_string())?;
+    // A mount namespace of the portal's own: the nested sandboxes' tmpfs
+    // pool where the portal's socket was (pool.rs).
+    let budget = ctx.spec.security.limits.tmpfs_size.unwrap_or(crate::limits::DEFAULT_TMPFS_SIZE);
+    pool::make(budget).map_err(|e| format!("the nested sandboxes' tmpfs pool: {e}"))?;
     let user = &ctx.spec.user;
     sys::setresgid(user.gid).map_err(|e| format!("setresgid({}) => {e}", user.gid))?;
     sys::setresuid(user.uid).map_err(|e| format!("setresuid({}) => {e}", user.uid))?;
