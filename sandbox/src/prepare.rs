@@ -1178,7 +1178,7 @@ impl SecretHiding {
             if too_many {
                 return Err(format!("{} system binds are more than can be idmapped", system.len()));
             }
-            if std::env::var_os(crate::idmap::TEST_NO_IDMAP_ENV).is_some() {
+            if crate::test_only::var(crate::idmap::TEST_NO_IDMAP_ENV).is_some() {
                 return Err(format!("{} is set (test-only)", crate::idmap::TEST_NO_IDMAP_ENV));
             }
             attempt()
