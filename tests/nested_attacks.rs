@@ -387,3 +387,56 @@ for_each_caller!(no_race_puts_the_portal_in_a_nested_sandbox, |caller: Caller| {
          bwrap: Can't find source path /run/tuixiu/nested.sock: No such file or directory\n"
     );
 });
+
+// Without a writable cgroup v2, `--pids` is RLIMIT_NPROC, which the kernel
+// counts per user namespace: each nested sandbox started a fresh one
+// before any rlimit applied, and twelve of them held hundreds of processes
+// under `--pids 40`. The portal's processes now carry the limit from the
+// start, so every user namespace made below them counts against it too.
+for_each_caller!(nested_sandboxes_count_against_the_process_limit, |caller: Caller| {
+    let f = Fixture::new(caller);
+    // Root's own processes are exempt: the sandbox user maps onto nobody.
+    let ws = f.workspace.to_str().unwrap().to_string();
+    let mut args = vec!["run", "--workspace", ws.as_str(), "--pids", "40"];
+    if caller == Caller::Root {
+        args.extend(["--map-uid", "65534", "--map-gid", "65534"]);
+    }
+    let script = "for i in $(seq 12); do \
+                    bwrap --ro-bind / / --dev /dev --unshare-user -- sh -c 'for j in $(seq 60); do sleep 4 & done; wait' \
+                    2>/dev/null & done; wait";
+    args.extend(["--", "sh", "-c", script]);
+    let mut child = f.command(&args).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    // Counted from outside: everything below the launcher (the launcher
+    // itself is the caller's, not the sandbox's).
+    let mut most = 0;
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(4);
+    while std::time::Instant::now() < until {
+        most = most.max(descendants(child.id()).len() - 1);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(most <= 40, "{most} processes in the sandbox under --pids 40: {}", stderr(&out));
+    assert!(most >= 30, "the processes did start: {most}: {}", stderr(&out));
+});
+
+/// `pid` and every process below it, by parent pid.
+fn descendants(pid: u32) -> Vec<u32> {
+    let parent_of = |p: u32| -> Option<u32> {
+        let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
+        stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+    };
+    let all: Vec<(u32, Option<u32>)> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .map(|p| (p, parent_of(p)))
+        .collect();
+    let mut found = vec![pid];
+    let mut i = 0;
+    while i < found.len() {
+        let p = found[i];
+        found.extend(all.iter().filter(|(_, parent)| *parent == Some(p)).map(|(c, _)| *c));
+        i += 1;
+    }
+    found
+}

@@ -234,13 +234,25 @@ fn leave_host(listener: RawFd, ctx: &Context<'_>, monitor: libc::pid_t) -> Resul
         std::fs::write(&procs, "0").map_err(|e| format!("write(\"{}\", \"0\") => {e}", procs.display()))?;
     }
     crate::join::enter(ctx.pid1, true).map_err(|e| e.to_string())?;
-    // A mount namespace of the portal's own: the nested sandboxes' tmpfs
-    // pool where the portal's socket was (pool.rs).
-    let budget = ctx.spec.security.limits.tmpfs_size.unwrap_or(crate::limits::DEFAULT_TMPFS_SIZE);
-    pool::make(budget).map_err(|e| format!("the nested sandboxes' tmpfs pool: {e}"))?;
     let user = &ctx.spec.user;
     sys::setresgid(user.gid).map_err(|e| format!("setresgid({}) => {e}", user.gid))?;
     sys::setresuid(user.uid).map_err(|e| format!("setresuid({}) => {e}", user.uid))?;
+    // A mount namespace of the portal's own: the nested sandboxes' tmpfs
+    // pool where the portal's socket was (pool.rs), made as the sandbox
+    // user (the launcher's own ids may not be mapped in the sandbox).
+    let budget = ctx.spec.security.limits.tmpfs_size.unwrap_or(crate::limits::DEFAULT_TMPFS_SIZE);
+    pool::make(budget).map_err(|e| format!("the nested sandboxes' tmpfs pool: {e}"))?;
+    // `--pids` without a cgroup is RLIMIT_NPROC, counted per user in each
+    // user namespace and checked, for a namespace's processes, against the
+    // limit its creator had: set here, before anything below makes one,
+    // every process of every nested sandbox counts against the sandbox's
+    // limit (docs/security.md).
+    for &(resource, value) in &ctx.plan.limits.rlimits {
+        if resource == libc::RLIMIT_NPROC as libc::c_int {
+            sys::setrlimit(resource, value)
+                .map_err(|e| format!("setrlimit(RLIMIT_NPROC, {value}) => {e}"))?;
+        }
+    }
     // Nothing of the launcher's: its pipes, its signalfd, its stdio (the
     // caller's terminal) are not the nested sandbox's business.
     sys::close_all_except(&[listener], libc::c_uint::MAX).map_err(|e| format!("close_range => {e}"))?;
