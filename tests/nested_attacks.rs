@@ -405,7 +405,7 @@ for_each_caller!(nested_sandboxes_count_against_the_process_limit, |caller: Call
                     bwrap --ro-bind / / --dev /dev --unshare-user -- sh -c 'for j in $(seq 60); do sleep 4 & done; wait' \
                     2>/dev/null & done; wait";
     args.extend(["--", "sh", "-c", script]);
-    let mut child = f.command(&args).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let child = f.command(&args).stderr(std::process::Stdio::piped()).spawn().unwrap();
     // Counted from outside: everything below the launcher (the launcher
     // itself is the caller's, not the sandbox's).
     let mut most = 0;
