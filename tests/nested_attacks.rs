@@ -440,3 +440,23 @@ fn descendants(pid: u32) -> Vec<u32> {
     }
     found
 }
+
+// `--disable-userns` set `user.max_user_namespaces = 1` before the nested
+// sandbox's own user namespace existed, i.e. in the outer sandbox's: the
+// request failed, and nested sandboxes started afterwards failed too
+// (codex's parallel tool calls would). The limit is now set in the nested
+// sandbox's own namespace, bubblewrap's order; the outer one is untouched.
+for_each_caller!(disable_userns_nested_never_touches_the_sandbox, |caller: Caller| {
+    let f = Fixture::new(caller);
+    let script = "before=$(cat /proc/sys/user/max_user_namespaces); \
+                  bwrap --ro-bind / / --unshare-user --disable-userns --assert-userns-disabled -- true; echo rc=$?; \
+                  bwrap --ro-bind / / --unshare-user --assert-userns-disabled -- true 2>&1; echo rc=$?; \
+                  pids=; for i in $(seq 12); do bwrap --ro-bind / / --unshare-user -- true & pids=\"$pids $!\"; done; \
+                  ok=0; for j in $pids; do wait $j && ok=$((ok + 1)); done; echo ok=$ok; \
+                  [ \"$(cat /proc/sys/user/max_user_namespaces)\" = \"$before\" ] && echo unchanged";
+    let text = f.sh(&[], script);
+    assert_eq!(
+        text,
+        "rc=0\nbwrap: creation of new user namespaces was not disabled as requested\nrc=1\nok=12\nunchanged\n"
+    );
+});
