@@ -460,3 +460,51 @@ for_each_caller!(disable_userns_nested_never_touches_the_sandbox, |caller: Calle
         "rc=0\nbwrap: creation of new user namespaces was not disabled as requested\nrc=1\nok=12\nunchanged\n"
     );
 });
+
+/// Sends the JSON request of its first argument to the portal as a front
+/// end would (with descriptor 0, and with `/proc/self/ns/user` when the
+/// request names descriptor 3), and prints the reply.
+const RAW_REQUEST: &str = r#"
+import json, os, socket, struct, sys
+root = {"op": "bind", "src": "/", "dst": "/", "mode": "ro", "optional": False}
+req = {"command": ["/bin/true"], "argv0": None, "env": [], "cwd": "/", "chdir": None, "umask": 18, "ops": [root],
+       "unshare": {"user": False, "ipc": False, "net": False, "uts": False, "cgroup": False},
+       "uid": None, "gid": None, "hostname": None, "caps": None, "fds": [0]}
+req.update(json.loads(sys.argv[1]))
+fds = [0]
+if 3 in req["fds"]:
+    fds.append(os.open("/proc/self/ns/user", os.O_RDONLY))
+body = json.dumps(req).encode()
+s = socket.socket(socket.AF_UNIX)
+s.connect("/run/tuixiu/nested.sock")
+socket.send_fds(s, [b"TXB1" + struct.pack("<I", len(body))], fds)
+s.sendall(body)
+print(s.makefile().readline().strip())
+"#;
+
+// The front end refused the options about the caller's own namespaces and
+// status descriptors, but the worker did not: a raw request's `userns2Fd`
+// reached `setns` in the nested PID 1. The worker's check is now the one
+// that decides, for the front end too.
+for_each_caller!(the_worker_refuses_what_only_the_host_serves, |caller: Caller| {
+    let f = Fixture::new(caller);
+    std::fs::write(f.dir.join("raw.py"), RAW_REQUEST).unwrap();
+    let raw = f.dir.join("raw.py");
+    let script = r#"
+        python3 /raw.py '{"fds": [0, 3], "userns2Fd": 3}'
+        python3 /raw.py '{"hostOnly": ["--pidns"]}'
+        python3 /raw.py '{"ops": [{"op": "chmod", "dst": "/tmp", "mode": 2048}]}'
+        python3 /raw.py '{}'
+        bwrap --userns2 0 --ro-bind / / true 2>&1
+        bwrap --info-fd 1 --ro-bind / / true 2>&1; true"#;
+    let text = f.sh(&["--ro-bind", raw.to_str().unwrap(), "/raw.py"], script);
+    assert_eq!(
+        text,
+        "{\"error\":\"--userns2 is not supported by tuixiu-sandbox's bwrap inside a sandbox (see docs/bwrap.md)\"}\n\
+         {\"error\":\"--pidns is not supported by tuixiu-sandbox's bwrap inside a sandbox (see docs/bwrap.md)\"}\n\
+         {\"error\":\"--chmod 4000: set-uid and set-gid bits cannot be set inside a sandbox (see docs/security.md)\"}\n\
+         {\"exit\":0}\n\
+         bwrap: --userns2 is not supported by tuixiu-sandbox's bwrap inside a sandbox (see docs/bwrap.md)\n\
+         bwrap: --info-fd is not supported by tuixiu-sandbox's bwrap inside a sandbox (see docs/bwrap.md)\n"
+    );
+});

@@ -25,17 +25,7 @@ pub(crate) fn prepare(
     outer: &Plan,
     pool: &str,
 ) -> Result<Plan, RequestError> {
-    req.check_nested(fds.len())?;
-    // overlayfs copies a file up with its owner and mode, set-uid bit
-    // included, as the nested PID 1, which may: where the sandbox user is
-    // host root, the system view's set-uid-root programs would land in a
-    // host directory as set-uid-root files (the upper layer of a tmp
-    // overlay stays in memory, and is not refused).
-    if outer.user_is_host_root
-        && req.ops.iter().any(|op| matches!(op, Op::Overlay { kind: OverlayKind::Rw { .. }, .. }))
-    {
-        return Err(RequestError::RootCopyUp);
-    }
+    req.check_served(fds.len(), outer.user_is_host_root)?;
 
     // `--proc` as the outer sandbox's /proc was asked for: where the kernel
     // refused the outer one a fresh procfs (inside a container) it refuses
