@@ -508,3 +508,60 @@ for_each_caller!(the_worker_refuses_what_only_the_host_serves, |caller: Caller| 
          bwrap: --info-fd is not supported by tuixiu-sandbox's bwrap inside a sandbox (see docs/bwrap.md)\n"
     );
 });
+
+// The portal's processes are forks of the launcher: their command line was
+// the launcher's (bind sources, `--env` values, the workspace's host
+// path), readable by every process of the sandbox. At the end of most runs
+// with nested sandboxes the launcher warned that the portal's server had
+// ended, and once per kill when the agent killed it. Now they are named
+// `tuixiu-sandbox-portal`; where the agent may kill them (without
+// Landlock, whose scoping refuses it signals to processes outside its
+// domain), killing them ends only the nested sandboxes they served, with a
+// clear error, and the next request gets a new server; the launcher says
+// nothing.
+for_each_caller!(the_portal_shows_nothing_of_the_launcher_and_survives_its_killers, |caller: Caller| {
+    let f = Fixture::new(caller);
+    let marker = format!("launcher-argv-{}", std::process::id());
+    let env = format!("SECRET_VALUE={marker}");
+    let ws = f.workspace.to_str().unwrap().to_string();
+    // While the nested command runs, the acceptor and the worker serving
+    // it are there: every command line is read, then the portal's
+    // processes are killed (the worker may be gone with the acceptor
+    // already), then the nested command is let go.
+    let script = "rm -f /workspace/up /workspace/stop; \
+                  bwrap --ro-bind / / --bind /workspace /workspace --dev /dev -- \
+                    sh -c 'touch /workspace/up; until [ -e /workspace/stop ]; do sleep 0.05; done' \
+                    2>/workspace/err & b=$!; \
+                  until [ -e /workspace/up ]; do sleep 0.05; done; \
+                  for p in /proc/[0-9]*; do tr -s '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done > /workspace/cmdlines; \
+                  grep -c '^tuixiu-sandbox-portal $' /workspace/cmdlines; \
+                  k=; for p in /proc/[0-9]*; do [ \"$(tr -s '\\0' ' ' < $p/cmdline 2>/dev/null)\" = 'tuixiu-sandbox-portal ' ] \
+                    && k=\"$k ${p#/proc/}\"; done; kill -9 $k 2>&1 | grep -q 'not permitted' && echo refused || echo killed; \
+                  touch /workspace/stop; wait $b; echo rc=$?; cat /workspace/err; bwrap --ro-bind / / -- echo again";
+    let landlock_on = NoLandlock { how: "Landlock on", args: &[], env: None };
+    for NoLandlock { how, args, env: var } in [landlock_on].into_iter().chain(NO_LANDLOCK) {
+        let mut run = vec!["run", "--workspace", &ws, "--env", &env, "--ro-bind", &ws, "/ws-bind"];
+        run.extend_from_slice(args);
+        run.extend_from_slice(&["--", "sh", "-c", script]);
+        let mut cmd = f.command(&run);
+        if let Some((k, v)) = var {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{how}: {text}: {}", stderr(&out));
+        let cmdlines = std::fs::read_to_string(f.workspace.join("cmdlines")).unwrap();
+        assert!(!cmdlines.contains(&marker) && !cmdlines.contains(&ws), "{how}: {cmdlines}");
+        let want = if how == "Landlock on" {
+            "2\nrefused\nrc=0\nagain\n".to_string()
+        } else {
+            "2\nkilled\nrc=1\nbwrap: the nested sandbox ended without a status: the portal's process \
+             serving it is gone (killed from inside the sandbox, or the sandbox is ending)\nagain\n"
+                .to_string()
+        };
+        assert_eq!(text, want, "{how}");
+        // Nothing about the portal (a kernel without Landlock is warned of).
+        let warned = stderr(&out);
+        assert!(!warned.contains("nested sandboxes") && !warned.contains("portal"), "{how}: {warned}");
+    }
+});

@@ -37,6 +37,9 @@ pub(crate) struct Context<'a> {
     pub pid1: libc::pid_t,
 }
 
+/// The name `/proc/PID/cmdline` shows for the portal's processes.
+const PORTAL_NAME: &[u8] = b"tuixiu-sandbox-portal";
+
 /// How long a front end may take to send its request.
 const REQUEST_TIMEOUT_SECS: libc::time_t = 10;
 
@@ -76,12 +79,20 @@ fn serve(listener: RawFd, ctx: &Context<'_>, monitor: libc::pid_t) -> i32 {
     let _ = unsafe { sys::close(listener) };
     loop {
         match sys::waitpid(child, 0) {
+            // Killed: by the end of the sandbox's pid namespace, or by a
+            // process of the sandbox (the agent's own user may). Either
+            // way nothing failed here: the launcher starts a new server at
+            // the next connection, and says nothing.
+            Ok((_, status)) if libc::WIFSIGNALED(status) => return SERVER_STOPPED,
             Ok((_, status)) => return sys::exit_code_of(status),
             Err(nix::errno::Errno::EINTR) => continue,
             Err(_) => return 1,
         }
     }
 }
+
+/// The server's status when its acceptor was killed (see `serve`).
+pub(crate) const SERVER_STOPPED: i32 = 0;
 
 /// Armed parent-death signal, then a check that the parent did not die
 /// before it was armed (the write end of `life` is the parent's).
@@ -216,8 +227,10 @@ fn leave_host(listener: RawFd, ctx: &Context<'_>, monitor: libc::pid_t) -> Resul
     // a nested sandbox's user namespace, dumpable: child.rs) are copies of the
     // launcher's memory: the caller's whole environment goes first (found
     // through the host's /proc, before the sandbox's mount namespace hides
-    // this process's pid). Its arguments are anyone's to read in /proc.
-    crate::confine::forget_inherited(None);
+    // this process's pid), and its arguments, which the sandbox's
+    // processes may read in /proc/PID/cmdline (bind sources, `--env`
+    // values, the workspace's host path).
+    crate::confine::forget_inherited(Some(PORTAL_NAME));
     crate::confine::trim_heap();
     // Not in the launcher's session or process group (the caller's
     // terminal), and gone with the launcher.
