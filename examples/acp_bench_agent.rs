@@ -11,6 +11,11 @@
 //!   flood N        N session/update notifications of exactly 200 bytes
 //!                  (sequence numbers in order), written in 256 KiB writes
 //!                  as fast as the pipe takes them, then the end of the turn
+//!   terms N LIMIT BYTES
+//!                  N terminals at once, each printing BYTES bytes with
+//!                  outputByteLimit LIMIT; once all have exited, their output
+//!                  read one after another, then all released; reported as
+//!                  one agent_message_chunk {"terms", "lens"}
 //!
 //! `acp_bench_agent --flood-only N` writes the flood to stdout without any
 //! protocol (the benchmark measures the agent alone against a pipe).
@@ -152,6 +157,43 @@ impl Agent {
         json!({"size": 10 * 1024, "single_ns": single, "seq8_ns": seq8, "conc8_ns": conc8})
     }
 
+    /// Sends every request and returns the results, in order.
+    fn all(&mut self, calls: Vec<(&str, Value)>) -> Vec<Value> {
+        let ids: Vec<u64> = calls.into_iter().map(|(m, p)| self.request(m, p)).collect();
+        let mut results = vec![Value::Null; ids.len()];
+        let mut left = ids.len();
+        while left > 0 {
+            let msg = self.read_msg().expect("the daemon closed stdin");
+            if msg.get("method").is_none()
+                && let Some(id) = msg.get("id").and_then(Value::as_u64)
+                && let Some(i) = ids.iter().position(|w| *w == id)
+            {
+                if let Some(e) = msg.get("error") {
+                    eprintln!("request {id} failed: {e}");
+                    std::process::exit(1);
+                }
+                results[i] = msg["result"].clone();
+                left -= 1;
+            }
+        }
+        results
+    }
+
+    fn terms(&mut self, sid: &str, n: usize, limit: u64, bytes: u64) -> Value {
+        let command = format!("head -c {bytes} /dev/zero | tr '\\000' x");
+        let create = json!({"sessionId": sid, "command": command, "outputByteLimit": limit});
+        let created = self.all((0..n).map(|_| ("terminal/create", create.clone())).collect());
+        let refs: Vec<Value> =
+            created.iter().map(|c| json!({"sessionId": sid, "terminalId": c["terminalId"]})).collect();
+        self.all(refs.iter().map(|r| ("terminal/wait_for_exit", r.clone())).collect());
+        let lens: Vec<usize> = refs
+            .iter()
+            .map(|r| self.all(vec![("terminal/output", r.clone())])[0]["output"].as_str().map_or(0, str::len))
+            .collect();
+        self.all(refs.iter().map(|r| ("terminal/release", r.clone())).collect());
+        json!({"terms": n, "lens": lens})
+    }
+
     fn handle(&mut self, msg: Value) {
         let method = msg.get("method").and_then(Value::as_str).unwrap_or("");
         let id = msg.get("id").cloned();
@@ -170,7 +212,17 @@ impl Agent {
                     .filter_map(|b| b["text"].as_str())
                     .collect();
                 let mut words = text.trim().splitn(3, ' ');
+                let chunk = |me: &mut Agent, report: Value| {
+                    me.send(&json!({"jsonrpc":"2.0","method":"session/update","params":{"sessionId":sid,
+                        "update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":report.to_string()}}}}));
+                };
                 match (words.next(), words.next(), words.next()) {
+                    (Some("terms"), Some(n), Some(rest)) => {
+                        let mut r = rest.split(' ').map(|v| v.parse().unwrap_or(0));
+                        let (limit, bytes) = (r.next().unwrap_or(0), r.next().unwrap_or(0));
+                        let report = self.terms(&sid, n.parse().unwrap_or(1), limit, bytes);
+                        chunk(self, report);
+                    }
                     (Some("reads"), Some(n), Some(path)) => {
                         let report = self.reads(&sid, n.parse().unwrap_or(1), path);
                         self.send(&json!({"jsonrpc":"2.0","method":"session/update","params":{"sessionId":sid,

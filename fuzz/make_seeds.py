@@ -356,6 +356,20 @@ def skills_seeds():
         js({"skill_id": "@SKILL@", "engine": "iflow", "runtime_options": {"execution_mode": "interactive",
                                                                           "bogus": 1}}), "f input_file"]))
 
+    sep = "\n----\n"
+    ask = {"session_id": "s1", "ask_user": {"interaction_id": 1, "kind": "choose_one", "prompt": "Which format?",
+                                            "options": [{"label": "Markdown", "value": "md"}, {"label": "Text"}]}}
+    waiting = {"profile": "resumable", "pending": {"interaction_id": 1}, "replies": [
+        {"interaction_id": 1, "idempotency_key": "k", "response": "md", "resolution_mode": "user_reply",
+         "resolved_at": "2026-01-01T00:00:00.000Z"}]}
+    put("skills_reply", "take.txt", sep.join([js({"interaction_id": 1, "response": "md"}),
+                                              "stdout_from=10&stderr_from=0", js(ask), js(waiting) + "\x02"]))
+    put("skills_reply", "replay.txt", sep.join([js({"interaction_id": "1", "response": "md", "idempotency_key": "k"}),
+                                                "stdout_from=-1", js({"outcome": "final", "final_data": {"a": "é"}}),
+                                                js(waiting) + "\x01"]))
+    put("skills_reply", "sticky.txt", sep.join([js({"interaction_id": 2, "response": {"ok": True}}), "x=y",
+                                                js({"action": "ask_user", "interaction": {"interaction_id": "2", "question": " Go on? ", "kind": "confirmation"}}),
+                                                js({"profile": "sticky_process", "pending": {"interaction_id": 2}}) + "\x08"]))
     put("skills_answer", "codex.txt", b"\x00" + (
         '{"type":"thread.started"}\n{"type":"item.completed","item":{"type":"agent_message",'
         '"text":"{\\"summary_path\\":\\"artifacts/summary.md\\"}"}}\n').encode())
@@ -459,6 +473,28 @@ def portal_seeds():
             put("portal_request", name + ("-root" if root else ""), bytes([received | root]) + js(req).encode())
 
 
+EGRESS_HEADS = {
+    "connect": b"CONNECT api.openai.com:443 HTTP/1.1\r\nHost: api.openai.com:443\r\nUser-Agent: curl/7.88.1\r\n\r\n",
+    "connect-v6": b"CONNECT [2001:db8::1]:8443 HTTP/1.1\r\n\r\n\x16\x03\x01",
+    "forward": b"GET http://plain.model.test:8080/a?b=1 HTTP/1.1\r\nHost: evil\r\nProxy-Authorization: x\r\n"
+               b"Connection: keep-alive, Upgrade\r\nUpgrade: websocket\r\n\r\nbody",
+    "forward-10": b"POST http://a.test HTTP/1.0\r\nContent-Length: 4\r\n\r\nbody",
+    "numeric": b"CONNECT 0x7f.1:80 HTTP/1.1\r\n\r\n",
+}
+
+
+def egress_seeds():
+    # The first byte picks the parser: 0 HTTP, 1 SOCKS5, 2 allowlist lines.
+    for name, head in EGRESS_HEADS.items():
+        put("egress_request", "http-" + name, b"\0" + head)
+    name = b"api.model.test"
+    put("egress_request", "socks-name", b"\1\5\2\0\2\5\1\0\3" + bytes([len(name)]) + name + b"\x01\xbb")
+    put("egress_request", "socks-v4", b"\1\5\1\0\5\1\0\1\x7f\0\0\1\0\x50")
+    put("egress_request", "socks-v6", b"\1\5\1\0\5\1\0\4" + bytes(15) + b"\1\0\x50")
+    put("egress_request", "allowlist", b"\2api.openai.com\n*.example.com:*\n[2001:db8::1]:443\n203.0.113.7:80\n"
+        b"10.0.0.0/8\nfd00::/8\nexample.com:8080\n*.openai.com\napi.openai.com\n")
+
+
 if __name__ == "__main__":
     # Files are overwritten, never removed: seeds/<target>/crash-* are the
     # inputs of crashes found and fixed, kept as regression seeds.
@@ -471,5 +507,6 @@ if __name__ == "__main__":
     launcher_seeds()
     bwrap_seeds()
     portal_seeds()
+    egress_seeds()
     for t in sorted(os.listdir(SEEDS)):
         print(t, len(os.listdir(os.path.join(SEEDS, t))))

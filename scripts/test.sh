@@ -29,6 +29,8 @@ for setup in scripts/ci-setup.d/*.sh; do
     source "$setup"
 done
 
+echo "==> lock files up to date (the fuzz workspace has its own)"
+(cd fuzz && cargo metadata --locked --format-version 1 >/dev/null)
 echo "==> cargo fmt --check"
 cargo fmt --all -- --check
 echo "==> cargo clippy"

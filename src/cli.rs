@@ -114,6 +114,20 @@ pub enum Command {
     /// by multi-threaded callers such as the daemon).
     #[command(name = "__exec", hide = true)]
     Exec(ExecArgs),
+
+    /// Print a shell completion script (bash, zsh or fish) on stdout.
+    ///
+    /// The package installs them already; for a manual install, write the
+    /// script where the shell looks for completions.
+    #[command(after_help = "Examples:\n  \
+        tuixiu-sandbox completions bash > /etc/bash_completion.d/tuixiu-sandbox\n  \
+        tuixiu-sandbox completions zsh > \"${fpath[1]}/_tuixiu-sandbox\"\n  \
+        tuixiu-sandbox completions fish > ~/.config/fish/completions/tuixiu-sandbox.fish")]
+    Completions(crate::cmd::docs::CompletionsArgs),
+
+    /// Internal: write the man pages into DIR (the package build runs it).
+    #[command(name = "__man", hide = true)]
+    Man(crate::cmd::docs::ManArgs),
 }
 
 #[derive(Debug, Args)]
@@ -214,6 +228,11 @@ pub struct ManifestCheckArgs {
     /// As for `run`: guest path of the home [default: /home/NAME]
     #[arg(long, value_name = "PATH")]
     pub home_path: Option<String>,
+
+    /// Print one JSON object (the plan, or the error with its code) instead
+    /// of lines; the schema is in docs/json.md
+    #[arg(long)]
+    pub json: bool,
 
     #[command(flatten)]
     pub plan: PlanArgs,

@@ -74,6 +74,8 @@ fn main() -> ExitCode {
         Command::Manifest(command) => cmd::manifest::main(command),
         Command::Extract(args) => cmd::manifest::extract(args),
         Command::Skills(command) => cmd::skills::main(command),
+        Command::Completions(args) => cmd::docs::completions(&args),
+        Command::Man(args) => cmd::docs::man(&args),
         Command::Bwrap(args) => {
             let argv: Vec<std::ffi::OsString> = std::iter::once("bwrap".into()).chain(args.args).collect();
             tuixiu_sandbox::bwrap::main(&argv)

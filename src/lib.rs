@@ -2,7 +2,9 @@
 //! daemon share, usable from integration tests with the real binary.
 
 pub mod acp;
+pub mod blocking;
 pub mod bwrap;
+pub mod egress;
 pub mod env;
 pub mod exe;
 pub mod git;
@@ -10,6 +12,7 @@ pub mod hostfs;
 pub mod inputs;
 pub mod launcher;
 pub mod manifest;
+pub mod metrics;
 pub mod pidfd;
 pub mod provider;
 pub mod proxy;

@@ -11,9 +11,10 @@ mod docker_support;
 mod proxy_support;
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use docker_support::Booted;
 use proxy_support::agent::AGENT;
 use proxy_support::net::{backend_ip, private_network};
 use proxy_support::{Backend, Pki, SECS, Scratch, binary, jwt};
@@ -26,34 +27,16 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-/// The container; removed when dropped.
-struct Booted(String);
-
+/// What this test asks of its container.
 impl Booted {
-    fn exec(&self, args: &[&str]) -> Output {
-        let mut all = vec!["exec", self.0.as_str()];
-        all.extend_from_slice(args);
-        docker_support::docker(&all)
-    }
-
     fn ok(&self, args: &[&str]) -> String {
         let out = self.exec(args);
         assert!(out.status.success(), "{args:?}: {}{}", text(&out.stdout), text(&out.stderr));
         text(&out.stdout)
     }
 
-    fn journal(&self) -> String {
-        text(&self.exec(&["journalctl", "-u", "tuixiu-sandbox", "-o", "cat", "--no-pager"]).stdout)
-    }
-
     fn main_pid(&self) -> String {
         self.ok(&["systemctl", "show", "-p", "MainPID", "--value", "tuixiu-sandbox"]).trim().to_string()
-    }
-}
-
-impl Drop for Booted {
-    fn drop(&mut self) {
-        let _ = docker_support::docker(&["rm", "-f", &self.0]);
     }
 }
 
@@ -116,13 +99,8 @@ async fn the_unit_runs_the_daemon_under_systemd() {
     backend.set_valid_tokens(Some(vec![token.clone()]));
 
     c.ok(&["systemctl", "daemon-reload"]);
-    let start = c.exec(&["systemctl", "start", "tuixiu-sandbox"]);
-    assert!(start.status.success(), "systemctl start: {}\n{}", text(&start.stderr), c.journal());
-    let deadline = Instant::now() + 60 * SECS;
-    while !backend.is_connected(PROXY_ID) {
-        assert!(Instant::now() < deadline, "the service did not register:\n{}", c.journal());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    c.start_service();
+    backend.wait_connected(PROXY_ID, 60 * SECS, || c.journal()).await;
     assert_eq!(backend.auth(0).as_deref(), Some(format!("Bearer {token}").as_str()));
     // Its user, not root.
     let main = c.main_pid();

@@ -132,6 +132,30 @@ fn a_manifest_lands_in_a_named_instance() {
         ],
     );
     assert_eq!(text(&out.stdout), "# hi\nmore\n", "{}", text(&out.stderr));
+
+    // The manifest again: what the first command changed is left as it is
+    // and reported (docs/manifest.md, "Landing again"), what it did not
+    // touch stays as it landed.
+    let show = ["--", "cat", "/home/agent/.codex/AGENTS.md", "/workspace/notes/n.txt", "/scratch/s.txt"];
+    let out = cli(&scratch, &[&args[..], &show].concat());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "# hi\nmore\nws\ntmp\n", "the manifest overwrote the command's work");
+    let err = text(&out.stderr);
+    for id in ["agents-md", "note"] {
+        assert!(
+            err.lines()
+                .any(|l| l.contains(&format!("item {id}:")) && l.contains("changed since it was applied")),
+            "{id} not reported: {err}"
+        );
+    }
+    // With new content for an item the command changed: kept aside.
+    std::fs::write(&manifest, std::fs::read_to_string(&manifest).unwrap().replace("ws note", "note v2"))
+        .unwrap();
+    let out = cli(&scratch, &[&args[..], &show].concat());
+    assert_eq!(text(&out.stdout), "# hi\nmore\nws\ntmp\n", "{}", text(&out.stderr));
+    let aside = scratch.state.join("docker").join(&name).join("incoming/workspace/notes/n.txt");
+    assert_eq!(std::fs::read_to_string(&aside).unwrap(), "note v2\n");
+    assert!(text(&out.stderr).contains(&aside.display().to_string()), "{}", text(&out.stderr));
 }
 
 #[test]

@@ -97,10 +97,17 @@ fn init(items: Value) -> Value {
            "agentInputs": {"version": 1, "items": items}})
 }
 
+/// Sends `acp_open` and waits for its answer (the next `acp_opened` of the run).
 async fn open_with(b: &Backend, run: &str, init: Value, ttl: u64) -> Value {
+    let opened = |b: &Backend| {
+        b.received().into_iter().filter(|r| r.msg["type"] == "acp_opened" && r.msg["run_id"] == run).count()
+    };
+    let before = opened(b);
     b.send(&json!({"type":"acp_open","run_id":run,"cwd":"/workspace","init":init,
         "instance_name":format!("tuixiu-run-{run}"),"keepalive_ttl_seconds":ttl}));
-    b.wait_type("acp_opened", "run_id", &json!(run), 60 * SECS).await
+    b.wait_for(&format!("acp_opened of {run}"), 60 * SECS, |_| opened(b) > before).await;
+    let all = b.received();
+    all.iter().rev().find(|r| r.msg["type"] == "acp_opened" && r.msg["run_id"] == run).unwrap().msg.clone()
 }
 
 /// The statuses reported for `run`'s instance so far, in order.
@@ -139,6 +146,20 @@ async fn ttl_expiry_then_a_plain_prompt_resumes_the_run() {
         })
         .await;
     assert!(!s.state.join("native/tuixiu-run-e1").exists(), "the instance was removed");
+    // A restart re-adopts the run; its instance was reported missing once,
+    // and is not again.
+    assert!(daemon.stop().success());
+    let mut daemon = Daemon::start(&s, "proxy", &cfg);
+    backend.registered(1, 20 * SECS).await;
+    let r = backend.control(json!({"action":"report_inventory"})).await;
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(
+        statuses(&backend, "e1").iter().filter(|s| *s == "missing").count(),
+        1,
+        "the removed instance was reported again: {:?}\n{}",
+        statuses(&backend, "e1"),
+        daemon.stderr()
+    );
     // What the real backend sends next: no init.
     backend.send(&json!({"type":"prompt_send","run_id":"e1","prompt_id":"p2","session_id":session,
         "cwd":"/workspace","instance_name":"tuixiu-run-e1","keepalive_ttl_seconds":2,
@@ -186,6 +207,34 @@ async fn sigterm_closes_agents_then_flushes_then_closes_the_link() {
         assert!(!log.contains("lost with this shutdown"), "{on_eof:?}: {log}");
         assert!(agent_pids(&s).is_empty(), "{on_eof:?}: the agent outlived the daemon");
     }
+}
+
+/// SIGTERM says what it waits for and waits only while something is
+/// pending: with the agent's turn over and the outbox empty, the daemon
+/// closes the agent, closes the link and exits, although the backend keeps
+/// the TCP connection open after answering the close (as a backend behind
+/// a proxy may); each step is in the log, the time last.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_waits_only_while_something_is_pending() {
+    let backend = Backend::start().await;
+    backend.linger_after_close(Duration::from_secs(20));
+    let s = Scratch::new("shutdown-wait");
+    let mut daemon = Daemon::start(&s, "proxy", &agent_config(&s, &backend.url, OnEof::Exit, ""));
+    backend.registered(0, 20 * SECS).await;
+    let opened = open_with(&backend, "w1", init(json!([])), 600).await;
+    assert_eq!(opened["ok"], true, "{opened}\n{}", daemon.stderr());
+    let r = prompt(&backend, "w1", "p1", Value::Null, "say done").await;
+    assert_eq!(r["ok"], true, "{r}");
+    let t0 = std::time::Instant::now();
+    assert!(daemon.stop().success(), "{}", daemon.stderr());
+    let took = t0.elapsed();
+    let log = daemon.stderr();
+    for step in ["shutting down: closing 1 agent(s)", "shutting down: closing the link", "shut down in"] {
+        assert!(log.contains(step), "{step:?} not logged: {log}");
+    }
+    assert!(!log.contains("did not answer the close"), "{log}");
+    // The close handshake's bound is 3 s; nothing else was pending.
+    assert!(took < Duration::from_secs(2), "SIGTERM took {took:?} with nothing pending: {log}");
 }
 
 /// Who runs the daemon.
@@ -406,11 +455,20 @@ async fn file_reads_terminals_and_processes_are_bounded() {
     }
 }
 
+/// The agent edits two inputs it was given, `notes/readme.txt` in the
+/// workspace and `.config/rc` in its home; returns the prompt's result.
+async fn agent_edits(b: &Backend, run: &str) -> Value {
+    let edits = "file /workspace/notes/readme.txt the agent's edit\nfile /home/agent/.config/rc agent rc";
+    let r = prompt(b, run, "p1", Value::Null, edits).await;
+    assert_eq!(r["ok"], true, "{r}");
+    r
+}
+
 /// After a daemon restart (and after an agent crash), the persisted `init`
 /// is used again to start the agent: an input the agent changed since it
 /// landed is left as it is and reported, never overwritten; untouched
-/// inputs stay as they are. When the backend sends `init` again, it asked
-/// for the inputs: they land again.
+/// inputs stay as they are. The same when the backend sends `init` again,
+/// with `acp_open` or with the `prompt_send` that starts the next agent.
 async fn reopening(who: As) {
     let backend = Backend::start().await;
     let s = Scratch::new("reland");
@@ -428,15 +486,7 @@ async fn reopening(who: As) {
     assert_eq!(opened["ok"], true, "{opened}\n{}", daemon.stderr());
     let ws = s.root.join("run-l1");
     let home = s.root.join("home-l1");
-    let r = prompt(
-        &backend,
-        "l1",
-        "p1",
-        Value::Null,
-        "file /workspace/notes/readme.txt the agent's edit\nfile /home/agent/.config/rc agent rc",
-    )
-    .await;
-    assert_eq!(r["ok"], true, "{r}");
+    let r = agent_edits(&backend, "l1").await;
     let session = r["session_id"].as_str().unwrap().to_string();
     assert_eq!(std::fs::read_to_string(ws.join("notes/readme.txt")).unwrap(), "the agent's edit");
 
@@ -455,28 +505,34 @@ async fn reopening(who: As) {
     assert_eq!(std::fs::read_to_string(home.join(".config/rc")).unwrap(), "agent rc");
     assert_eq!(std::fs::read_to_string(ws.join("kept.txt")).unwrap(), "untouched");
     assert_eq!(std::fs::metadata(ws.join("kept.txt")).unwrap().modified().unwrap(), kept_mtime, "rewritten");
-    let reported: Vec<String> = proxy_support::agent::contents(&backend, "text")
-        .iter()
-        .filter_map(|c| c["text"].as_str().map(str::to_string))
-        .filter(|t| t.contains("changed since it was applied"))
-        .collect();
+    let reported = left_alone_reports(&backend, "l1");
     assert_eq!(reported.len(), 2, "{reported:?}");
     assert!(
-        reported[0].contains("item notes") && reported[0].contains("/workspace/notes/readme.txt"),
+        reported[0].contains("item notes")
+            && reported[0].contains("/workspace/notes/readme.txt")
+            && reported[0].contains("changed since it was applied"),
         "{reported:?}"
     );
     assert!(reported[1].contains("item rc"), "{reported:?}");
 
     // The backend sends init again (the agent runs: nothing happens yet);
-    // the agent crashes; the next start lands what the backend asked for.
-    let opened = open_with(&backend, "l1", init(items), 600).await;
+    // the agent crashes; the next start, by a `prompt_send` carrying init
+    // too, lands nothing over the agent's work either: init or not, the
+    // rule is the same.
+    let opened = open_with(&backend, "l1", init(items.clone()), 600).await;
     assert_eq!(opened["ok"], true, "{opened}");
     let r = prompt(&backend, "l1", "p3", json!(session), "exit 3").await;
     assert_eq!(r["ok"], false);
     backend.wait_type("acp_exit", "run_id", &json!("l1"), 20 * SECS).await;
-    let r = prompt(&backend, "l1", "p4", json!(session), "say again").await;
+    backend.send(&json!({"type":"prompt_send","run_id":"l1","prompt_id":"p4","session_id":session,
+        "cwd":"/workspace","init":init(items),"prompt":[{"type":"text","text":"say again"}],"timeout_ms":60000}));
+    let r = backend.wait_type("prompt_result", "prompt_id", &json!("p4"), 60 * SECS).await;
     assert_eq!(r["ok"], true, "{r}\n{}", daemon.stderr());
-    assert_eq!(std::fs::read_to_string(ws.join("notes/readme.txt")).unwrap(), "from the manifest");
+    assert_eq!(std::fs::read_to_string(ws.join("notes/readme.txt")).unwrap(), "the agent's edit", "{who:?}");
+    assert_eq!(std::fs::read_to_string(home.join(".config/rc")).unwrap(), "agent rc", "{who:?}");
+    assert_eq!(std::fs::read_to_string(ws.join("kept.txt")).unwrap(), "untouched");
+    let reported = left_alone_reports(&backend, "l1");
+    assert_eq!(reported.len(), 4, "{who:?}: reported at each start: {reported:?}");
     assert!(daemon.stop().success());
 }
 
@@ -484,6 +540,111 @@ async fn reopening(who: As) {
 async fn reopening_never_overwrites_the_agents_work() {
     for who in [As::Root, As::Nobody, As::Nested] {
         reopening(who).await;
+    }
+}
+
+/// Texts the daemon sent for `run` that report an input left alone.
+fn left_alone_reports(b: &Backend, run: &str) -> Vec<String> {
+    b.received()
+        .iter()
+        .filter(|r| r.msg["type"] == "proxy_update" && r.msg["run_id"] == run)
+        .filter_map(|r| r.msg["content"]["text"].as_str().map(str::to_string))
+        .filter(|t| t.contains("left as it is"))
+        .collect()
+}
+
+/// The backend's recovery: a run whose keepalive expired (its instance
+/// removed, `missing` reported), then a link reset (here: the connection
+/// dropped, and a daemon restart); the backend sees `sandboxStatus =
+/// missing` and sends `acp_open` **with** its recovery `init`. The
+/// agent's edits survive, are reported, and untouched inputs stay as
+/// they are; when the role's content changed since, an untouched input
+/// gets the new content and an edited one keeps the agent's, with the
+/// backend's new content kept aside in the state directory.
+async fn recovery(who: As) {
+    let backend = Backend::start().await;
+    let s = Scratch::new("recovery");
+    let cfg = agent_config(&s, &backend.url, OnEof::Exit, "expire_idle_runs = true");
+    let mut daemon = start_as(who, &s, "first", &cfg);
+    backend.registered(0, 20 * SECS).await;
+    let items = |notes: &str, kept: &str| {
+        json!([
+            {"id": "notes", "apply": "writeFile", "source": {"type": "inlineText", "text": notes},
+             "target": {"root": "WORKSPACE", "path": "notes/readme.txt"}},
+            {"id": "kept", "apply": "writeFile", "source": {"type": "inlineText", "text": kept},
+             "target": {"root": "WORKSPACE", "path": "kept.txt"}},
+            {"id": "rc", "apply": "writeFile", "source": {"type": "inlineText", "text": "home input"},
+             "target": {"root": "USER_HOME", "path": ".config/rc"}}])
+    };
+    let opened = open_with(&backend, "r1", init(items("from the manifest", "untouched")), 2).await;
+    assert_eq!(opened["ok"], true, "{who:?}: {opened}\n{}", daemon.stderr());
+    let (ws, home) = (s.root.join("run-r1"), s.root.join("home-r1"));
+    agent_edits(&backend, "r1").await;
+    backend
+        .wait_for("missing after the keepalive", 30 * SECS, |_| {
+            statuses(&backend, "r1").last().map(String::as_str) == Some("missing")
+        })
+        .await;
+    let kept_mtime = std::fs::metadata(ws.join("kept.txt")).unwrap().modified().unwrap();
+
+    // A link reset, then the backend's recovery open, with init.
+    backend.drop_conn();
+    backend.registered(1, 20 * SECS).await;
+    let opened = open_with(&backend, "r1", init(items("from the manifest", "untouched")), 600).await;
+    assert_eq!(opened["ok"], true, "{who:?}: {opened}\n{}", daemon.stderr());
+    let edited = |what: &str| {
+        assert_eq!(
+            std::fs::read_to_string(ws.join("notes/readme.txt")).unwrap(),
+            "the agent's edit",
+            "{who:?}: the recovery init overwrote the agent's work ({what})"
+        );
+        assert_eq!(std::fs::read_to_string(home.join(".config/rc")).unwrap(), "agent rc", "{who:?}: {what}");
+    };
+    edited("after a link reset");
+    assert_eq!(std::fs::metadata(ws.join("kept.txt")).unwrap().modified().unwrap(), kept_mtime, "rewritten");
+    let reported = left_alone_reports(&backend, "r1");
+    assert_eq!(reported.len(), 2, "{who:?}: {reported:?}\n{}", daemon.stderr());
+    assert!(
+        reported.iter().any(|t| t.contains("item notes")
+            && t.contains("/workspace/notes/readme.txt")
+            && t.contains("changed since it was applied")),
+        "{reported:?}"
+    );
+    assert!(reported.iter().any(|t| t.contains("item rc")), "{reported:?}");
+
+    // The same after a daemon restart, with the role's content changed.
+    assert!(daemon.stop().success());
+    let mut daemon = start_as(who, &s, "second", &cfg);
+    backend.registered(2, 20 * SECS).await;
+    let opened = open_with(&backend, "r1", init(items("version 2", "kept v2")), 600).await;
+    assert_eq!(opened["ok"], true, "{who:?}: {opened}\n{}", daemon.stderr());
+    edited("after a restart, with new content");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("kept.txt")).unwrap(),
+        "kept v2",
+        "{who:?}: untouched, so updated"
+    );
+    let aside = s.state.join("incoming/r1/workspace/notes/readme.txt");
+    assert_eq!(
+        std::fs::read_to_string(&aside).unwrap(),
+        "version 2",
+        "{who:?}: the new content is not kept aside"
+    );
+    let reported = left_alone_reports(&backend, "r1");
+    let last = reported.iter().rev().find(|t| t.contains("item notes")).unwrap();
+    assert!(last.contains(&aside.display().to_string()), "{who:?}: {last}");
+    // Forgetting the run removes what was kept aside.
+    let removed =
+        backend.control(json!({"action":"remove","run_id":"r1","instance_name":"tuixiu-run-r1"})).await;
+    assert_eq!(removed["ok"], true, "{removed}");
+    backend.wait_for("incoming removed", 10 * SECS, |_| !aside.exists()).await;
+    assert!(daemon.stop().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_backends_recovery_init_never_overwrites_the_agents_work() {
+    for who in [As::Root, As::Nobody] {
+        recovery(who).await;
     }
 }
 

@@ -178,12 +178,13 @@ async fn outbox_overflow_is_reported_not_silent() {
         })
         .await;
     // 10 results and 9 status updates (inspect with a run_id reports the
-    // status too) for a bound of 5: the 14 oldest are dropped.
+    // status too) for a bound of 5: 14 are dropped, the oldest bulk
+    // messages (status updates) before any control answer.
     assert_eq!(notice.msg["run_id"], "slow");
     assert!(notice.msg["content"]["text"].as_str().unwrap().contains("14 message(s)"), "{}", notice.msg);
     backend
         .wait_for("the newest replies", 10 * SECS, |_| {
-            backend.received().iter().filter(|r| r.msg["type"] == "sandbox_control_result").count() == 3
+            backend.received().iter().filter(|r| r.msg["type"] == "sandbox_control_result").count() == 5
         })
         .await;
     let ids: Vec<String> = backend
@@ -192,7 +193,7 @@ async fn outbox_overflow_is_reported_not_silent() {
         .filter(|r| r.msg["type"] == "sandbox_control_result")
         .map(|r| r.msg["request_id"].as_str().unwrap().to_string())
         .collect();
-    assert_eq!(ids, ["q6", "q7", "q8"], "the newest survive, in order");
+    assert_eq!(ids, ["q4", "q5", "q6", "q7", "q8"], "the newest answers survive, in order");
     let log = daemon.stderr();
     assert!(log.contains("outbox full") && log.contains("sandbox_control_result for run slow"), "{log}");
     drop(hang);

@@ -785,3 +785,128 @@ async fn malformed_controls_are_refused_and_touch_nothing() {
     assert!(!s.state.join("native/tuixiu-run-m2").exists());
     assert!(daemon.stop().success());
 }
+
+/// A directory under /opt, which every native sandbox's system view
+/// shows read-only; removed when dropped.
+struct OptDir(std::path::PathBuf);
+
+impl OptDir {
+    fn new(label: &str) -> OptDir {
+        let dir = Path::new("/opt").join(format!("tuixiu-test-{}-{label}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        OptDir(dir)
+    }
+}
+
+impl Drop for OptDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Two runs on one daemon whose workspace root and state directory lie in
+/// the sandboxes' system view (under /opt): the daemon warns at startup
+/// and in `check --daemon`, and neither run's agent can list or read the
+/// other's workspace or home, nor the state, by any path.
+async fn two_runs(who: &str) {
+    let backend = Backend::start().await;
+    let opt = OptDir::new(who);
+    let mut s = Scratch::new("two-runs");
+    s.root = opt.0.join("workspaces");
+    s.state = opt.0.join("state");
+    std::fs::create_dir_all(&s.root).unwrap();
+    let cfg = proxy_support::agent::acp_config(&s, &backend.url, "", "");
+    let mut daemon = if who == "root" {
+        Daemon::start(&s, "proxy", &cfg)
+    } else {
+        std::os::unix::fs::chown(&opt.0, Some(65534), Some(65534)).unwrap();
+        Daemon::start_unprivileged(&s, "proxy", &cfg, who == "nested")
+    };
+    backend.registered(0, 20 * SECS).await;
+    let items = |run: &str| {
+        json!({"version": 1, "items": [
+            {"id": "notes", "apply": "writeFile", "source": {"type": "inlineText", "text": format!("notes of {run}")},
+             "target": {"root": "USER_HOME", "path": "notes.txt"}}]})
+    };
+    for run in ["a", "b"] {
+        backend.send(&json!({"type":"acp_open","run_id":run,"cwd":"/workspace","keepalive_ttl_seconds":600,
+            "init":{"env":{"USER_HOME":"/home/agent"},"agentInputs":items(run)}}));
+        let opened = backend.wait_type("acp_opened", "run_id", &json!(run), 60 * SECS).await;
+        assert_eq!(opened["ok"], true, "{who}: {opened}\n{}", daemon.stderr());
+        let r = proxy_support::agent::prompt(
+            &backend,
+            run,
+            &format!("w{run}"),
+            Value::Null,
+            &format!(
+                "file /workspace/code.txt code of {run}\nrun mkdir /home/agent/.claude\n\
+                 file /home/agent/.claude/key secret of {run}"
+            ),
+        )
+        .await;
+        assert_eq!(r["ok"], true, "{who}: {r}");
+        for dir in [format!("run-{run}"), format!("home-{run}")] {
+            assert_eq!(mode(&s.root.join(&dir)), 0o700, "{who}: {dir}");
+        }
+    }
+    // Run b looks for run a by every path it has: the root, a's
+    // directories in it, the state directory.
+    let (root, state) = (s.root.display().to_string(), s.state.display().to_string());
+    let tries = [
+        format!("ls -a {root}"),
+        format!("ls -a {}", opt.0.display()),
+        format!("cat {root}/run-a/code.txt"),
+        format!("cat {root}/home-a/notes.txt"),
+        format!("cat {root}/home-a/.claude/key"),
+        format!("ls -a {state}"),
+        format!("cat {state}/runs/a.json"),
+    ];
+    let script: Vec<String> = tries.iter().map(|t| format!("run {t}")).collect();
+    let r = proxy_support::agent::prompt(&backend, "b", "look", Value::Null, &script.join("\n")).await;
+    assert_eq!(r["ok"], true, "{who}: {r}");
+    let reports = proxy_support::agent::reports(&backend, "look");
+    assert_eq!(reports.len(), tries.len(), "{who}: {reports:?}");
+    for (t, rep) in tries.iter().zip(&reports) {
+        let out = rep["stdout"].as_str().unwrap_or_default();
+        for leaked in ["run-a", "home-a", "code of a", "notes of a", "secret of a", "runs", "agentInputs"] {
+            assert!(!out.contains(leaked), "{who}: run b saw {leaked:?} with `{t}`: {rep}");
+        }
+    }
+    // Its own are where they should be.
+    let r = proxy_support::agent::prompt(
+        &backend,
+        "b",
+        "own",
+        Value::Null,
+        "run cat /workspace/code.txt /home/agent/notes.txt",
+    )
+    .await;
+    assert_eq!(r["ok"], true, "{who}: {r}");
+    let own = proxy_support::agent::reports(&backend, "own");
+    assert_eq!(own[0]["stdout"], "code of bnotes of b", "{who}: {own:?}");
+    let log = daemon.stderr();
+    for key in ["sandbox.workspaceHostRoot", "state_dir"] {
+        assert!(
+            log.lines().any(|l| l.contains("WARN") && l.contains(key) && l.contains("lies inside /opt")),
+            "{who}: no startup warning for {key}: {log}"
+        );
+    }
+    // check --daemon says what the log said.
+    let out = Command::new(proxy_support::binary()).args(["check", "--daemon", &state]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines().any(|l| l.contains("daemon paths") && l.contains("sandbox.workspaceHostRoot")),
+        "{who}: {text}"
+    );
+    assert!(daemon.stop().success(), "{}", daemon.stderr());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_cannot_see_each_others_workspace_or_home() {
+    // The daemon as root, as uid 65534, and as 65534 inside `unshare -U -r`.
+    for who in ["root", "nobody", "nested"] {
+        two_runs(who).await;
+    }
+}

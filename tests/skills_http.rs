@@ -157,7 +157,7 @@ fn skills_listing_and_every_runner_json_message() {
         r
     };
     let none = || json!({});
-    let all = "['codex', 'gemini', 'iflow', 'command']";
+    let all = "['codex', 'gemini', 'iflow', 'command', 'sticky']";
     let cases: Vec<(&str, Value, Value, Value, Value, String)> = vec![
         (
             "no-modes",
@@ -225,7 +225,7 @@ fn skills_listing_and_every_runner_json_message() {
         ),
         (
             "all-unsupported",
-            json!({"unsupported_engines": ["codex", "gemini", "iflow", "command"]}),
+            json!({"unsupported_engines": ["codex", "gemini", "iflow", "command", "sticky"]}),
             none(),
             none(),
             none(),
@@ -375,8 +375,8 @@ fn skills_listing_and_every_runner_json_message() {
     let ids: Vec<&str> = list.as_array().unwrap().iter().map(|s| s["id"].as_str().unwrap()).collect();
     assert_eq!(ids, ["tuixiu-demo"]);
     let demo = server.get("/v1/skills/tuixiu-demo").json();
-    assert_eq!(demo["effective_engines"], json!(["codex", "gemini", "iflow", "command"]));
-    assert_eq!(demo["execution_modes"], json!(["auto"]));
+    assert_eq!(demo["effective_engines"], json!(["codex", "gemini", "iflow", "command", "sticky"]));
+    assert_eq!(demo["execution_modes"], json!(["auto", "interactive"]));
     assert_eq!(
         demo["artifacts"],
         // The output schema's order (summary_path, report_path), as upstream.
@@ -467,9 +467,12 @@ fn create_time_validation_messages() {
     );
     assert_eq!((r.status, r.detail()), (400, json!("Unknown runtime_options: foo")));
     let r = create(
-        json!({"skill_id": "tuixiu-demo", "engine": "command", "input": {"query": "q"}, "runtime_options": {"execution_mode": "interactive"}}),
+        json!({"skill_id": "tuixiu-demo", "engine": "command", "input": {"query": "q"}, "runtime_options": {"execution_mode": "batch"}}),
     );
-    assert_eq!(r.detail()["code"], "SKILL_EXECUTION_MODE_UNSUPPORTED");
+    assert_eq!(
+        (r.status, r.detail()),
+        (400, json!("runtime_options.execution_mode must be one of: auto, interactive"))
+    );
 
     let r = create(json!({"skill_id": "tuixiu-demo", "engine": "command", "input": {"query": "q"},
                           "runtime_options": {"interactive_require_user_reply": 1}}));
@@ -509,7 +512,7 @@ fn create_time_validation_messages() {
     assert_eq!(status["status"], "failed");
     assert_eq!(
         status["error"]["message"],
-        "Input validation failed: [\"parameter validation error: 'zzz' is not one of ['ok', 'fenced', 'no-artifact', 'bad-output', 'fail', 'sleep', 'escape', 'clutter'] (Path: mode)\"]"
+        "Input validation failed: [\"parameter validation error: 'zzz' is not one of ['ok', 'fenced', 'no-artifact', 'bad-output', 'fail', 'sleep', 'escape', 'clutter', 'ask', 'ask-anonymous', 'sticky-ask', 'sticky-exit', 'flood'] (Path: mode)\"]"
     );
     let r = server.get(&format!("/v1/jobs/{rid}/result"));
     assert_eq!((r.status, r.detail()), (404, json!("Run result not found")));
@@ -944,41 +947,49 @@ fn queue_limits_and_cancel_while_queued() {
     assert!(processes_with(&marker).is_empty());
 }
 
-/// A skill that declares interactive mode, asked for it: upstream's
-/// `SKILL_EXECUTION_MODE_UNSUPPORTED` shape, since this server runs auto
-/// jobs only.
+/// The execution mode must be one the skill declares: upstream's
+/// `SKILL_EXECUTION_MODE_UNSUPPORTED` otherwise.
 #[test]
-fn interactive_mode_is_refused_with_upstreams_code() {
+fn execution_modes_the_skill_does_not_declare_are_refused() {
     let env = Env::new(Caller::Root);
     let empty = json!({"type": "object", "properties": {}}).to_string();
-    env.write_skill(
-        "both-modes",
-        &[
-            ("SKILL.md", "---\nname: both-modes\n---\n".to_string()),
-            (
-                "assets/runner.json",
-                json!({"id": "both-modes", "execution_modes": ["auto", "interactive"], "schemas": {
-                    "input": "assets/s.json", "parameter": "assets/s.json", "output": "assets/s.json"}})
-                .to_string(),
-            ),
-            ("assets/s.json", empty),
-        ],
-    );
+    for (id, modes) in [("auto-only", json!(["auto"])), ("interactive-only", json!(["interactive"]))] {
+        env.write_skill(
+            id,
+            &[
+                ("SKILL.md", format!("---\nname: {id}\n---\n")),
+                (
+                    "assets/runner.json",
+                    json!({"id": id, "execution_modes": modes, "schemas": {
+                        "input": "assets/s.json", "parameter": "assets/s.json", "output": "assets/s.json"}})
+                    .to_string(),
+                ),
+                ("assets/s.json", empty.clone()),
+            ],
+        );
+    }
     let server = env.serve(&[]);
-    let r = server.post_json(
-        "/v1/jobs",
-        &json!({"skill_id": "both-modes", "engine": "command", "runtime_options": {"execution_mode": "interactive"}}),
-    );
+    let create = |id: &str, mode: &str| {
+        server.post_json(
+            "/v1/jobs",
+            &json!({"skill_id": id, "engine": "command", "runtime_options": {"execution_mode": mode}}),
+        )
+    };
+    let r = create("auto-only", "interactive");
     assert_eq!(r.status, 400, "{}", r.text());
     assert_eq!(
         r.detail(),
         json!({
             "code": "SKILL_EXECUTION_MODE_UNSUPPORTED",
-            "message": "Skill 'both-modes' does not support execution_mode 'interactive' on this server (interactive jobs are not implemented)",
-            "declared_execution_modes": ["auto", "interactive"],
+            "message": "Skill 'auto-only' does not support execution_mode 'interactive'",
+            "declared_execution_modes": ["auto"],
             "requested_execution_mode": "interactive",
         })
     );
+    // No mode is `auto`.
+    let r = server.post_json("/v1/jobs", &json!({"skill_id": "interactive-only", "engine": "command"}));
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.detail()["requested_execution_mode"], "auto");
 }
 
 /// Artifacts inferred from the output schema come in the schema's
@@ -1038,7 +1049,8 @@ fn engines_and_their_models() {
             {"engine": "codex", "cli_version_detected": null},
             {"engine": "gemini", "cli_version_detected": null},
             {"engine": "iflow", "cli_version_detected": null},
-            {"engine": "command", "cli_version_detected": null}
+            {"engine": "command", "cli_version_detected": null},
+            {"engine": "sticky", "cli_version_detected": null}
         ]})
     );
     let model = |id: &str| json!({"id": id, "display_name": null, "deprecated": false, "notes": null, "supported_effort": null});

@@ -111,12 +111,16 @@ fn temp_run_lifecycle(caller: Caller) {
             "Invalid runner.json manifest: 'execution_modes' is a required property".into(),
         ),
     ];
+    // Each refusal marks the request failed with its reason (upstream);
+    // a later upload may still start it.
     for (what, package, message) in refused {
         let r = upload(&[("skill_package", &package), ("file", &input_zip())]);
         assert_eq!(r.status, 400, "{what}: {}", r.text());
         let detail = r.detail();
         assert!(detail.as_str().unwrap().starts_with(&message), "{what}: {detail}");
-        assert_eq!(server.get(&base).json()["status"], "queued", "{what}");
+        let status = server.get(&base).json();
+        assert_eq!(status["status"], "failed", "{what}");
+        assert_eq!(status["error"], json!({"message": detail}), "{what}");
     }
     let r = upload(&[(
         "skill_package",
@@ -125,6 +129,8 @@ fn temp_run_lifecycle(caller: Caller) {
     assert_eq!(r.status, 400, "{}", r.text());
     assert_eq!(r.detail()["code"], "SKILL_ENGINE_UNSUPPORTED");
     assert_eq!(r.detail()["message"], "Skill 'temp-demo' does not support engine 'command'");
+    let status = server.get(&base).json();
+    assert_eq!(status["error"]["message"], "Skill 'temp-demo' does not support engine 'command'");
     let r = upload(&[("file", &input_zip())]);
     assert_eq!(r.status, 422, "{}", r.text());
     assert_eq!(r.detail()[0]["loc"], json!(["body", "skill_package"]));
@@ -134,6 +140,7 @@ fn temp_run_lifecycle(caller: Caller) {
     let r = upload(&[("skill_package", &good_package()), ("file", &input_zip())]);
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["extracted_files"], json!(["input_file"]));
+    assert_eq!(server.get(&base).json()["error"], Value::Null, "a good upload clears the refusal");
     let r = upload(&[("skill_package", &good_package()), ("file", &input_zip())]);
     assert_eq!((r.status, r.detail()), (409, json!("Run already started")));
 

@@ -7,6 +7,9 @@
 #
 #   deploy/systemd/check-hardening.sh boot NAME BINDIR [DOCKER_ARGS...]
 #       start container NAME, the binaries of BINDIR at /opt/tuixiu/bin
+#   deploy/systemd/check-hardening.sh boot-image NAME IMAGE [DOCKER_ARGS...]
+#       start container NAME from IMAGE (a root with systemd) the same way
+#       (scripts/deb-test.sh: a fresh Debian root)
 #   deploy/systemd/check-hardening.sh probe NAME [DIRECTIVE...]
 #       in NAME, run `tuixiu-sandbox run -- ...` as a oneshot service with
 #       only these directives (plus User=tuixiu); prints one line
@@ -52,12 +55,21 @@ boot() {
     local name=$1 bindir=$2
     shift 2
     build_image
+    boot_image "$name" "$image" -v /usr:/usr:ro -v "$bindir:/opt/tuixiu/bin:ro" "$@"
+    # The user and the workspace root, as the packaged files make them.
+    docker exec "$name" sh -c 'systemd-sysusers && systemd-tmpfiles --create' >/dev/null
+}
+
+# Container NAME from IMAGE with systemd as PID 1, once it is up.
+boot_image() {
+    local name=$1 image=$2
+    shift 2
     docker rm -f "$name" >/dev/null 2>&1 || true
     docker run -d --name "$name" \
         --cap-add=ALL --cap-drop=SYS_RESOURCE \
         --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
         --security-opt systempaths=unconfined \
-        -v /sys/fs/cgroup:/sys/fs/cgroup:rw -v /usr:/usr:ro -v "$bindir:/opt/tuixiu/bin:ro" \
+        -v /sys/fs/cgroup:/sys/fs/cgroup:rw \
         --tmpfs /run --tmpfs /run/lock --tmpfs /tmp \
         -e container=docker "$@" "$image" /lib/systemd/systemd >/dev/null
     local state=""
@@ -78,8 +90,6 @@ boot() {
     # written on a ramfs in a child mount namespace, reach the service only
     # through a shared / (as on a host, where systemd makes it shared).
     docker exec "$name" mount --make-rshared /
-    # The user and the workspace root, as the packaged files make them.
-    docker exec "$name" sh -c 'systemd-sysusers && systemd-tmpfiles --create' >/dev/null
 }
 
 probe() {
@@ -124,7 +134,8 @@ survey() {
 
 case "${1:-}" in
     boot) shift; boot "$@" ;;
+    boot-image) shift; boot_image "$@" ;;
     probe) shift; probe "$@" ;;
     survey) shift; survey "$@" ;;
-    *) sed -n '2,24p' "$0"; exit 2 ;;
+    *) sed -n '2,25p' "$0"; exit 2 ;;
 esac

@@ -1,5 +1,5 @@
 //! The fake backend's side of the link, shared by the daemon benchmarks
-//! (examples/acp_bench.rs, proxy_bench.rs and proxy_curve.rs): start the
+//! (examples/acp_bench.rs, proxy_bench.rs, proxy_curve.rs, terminal_rss.rs): start the
 //! real daemon against a loopback listener, accept its WebSocket, and read
 //! and write JSON messages on it.
 

@@ -1,5 +1,7 @@
 //! What the benchmarks read of the daemon from `/proc/<pid>` (shared by
-//! examples/acp_bench.rs, proxy_bench.rs and proxy_curve.rs).
+//! examples/acp_bench.rs, proxy_bench.rs, proxy_curve.rs and terminal_rss.rs).
+
+#![allow(dead_code)] // each benchmark uses its own part of this
 
 /// A `kB` field of `/proc/<pid>/status` (`VmRSS:`, `VmHWM:`), in KiB.
 pub fn status_kib(pid: u32, field: &str) -> u64 {

@@ -79,8 +79,8 @@ fuzz_target!(|data: &[u8]| {
             let n = d.outbox().len();
             if n > 0 {
                 let batch = d.outbox().peek_batch(n, usize::MAX).await;
-                sent.extend(batch.iter().map(|(_, t)| t.as_str().to_string()));
-                d.outbox().pop_through(batch.last().unwrap().0);
+                sent.extend(batch.texts().iter().map(|t| t.as_str().to_string()));
+                d.outbox().pop_sent(&batch);
             }
             let have = answers
                 .lock()

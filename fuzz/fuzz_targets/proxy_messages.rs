@@ -83,7 +83,7 @@ fuzz_target!(|data: &[u8]| {
             let n = d.outbox().len();
             if n > 0 {
                 let batch = d.outbox().peek_batch(n, usize::MAX).await;
-                for (_, text) in &batch {
+                for text in batch.texts() {
                     let v: Value = serde_json::from_str(text.as_str()).unwrap_or_else(|e| {
                         panic!("an outgoing message is not JSON ({e}): {}", text.as_str())
                     });
@@ -91,7 +91,7 @@ fuzz_target!(|data: &[u8]| {
                         v.get("type").and_then(Value::as_str).unwrap_or_else(|| panic!("no type: {v}"));
                     *got.entry(kind.to_string()).or_default() += 1;
                 }
-                d.outbox().pop_through(batch.last().unwrap().0);
+                d.outbox().pop_sent(&batch);
             }
             let done = expected.iter().all(|(k, n)| got.get(*k).copied().unwrap_or(0) >= *n);
             if done || Instant::now() > deadline {

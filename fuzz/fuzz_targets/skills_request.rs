@@ -74,17 +74,10 @@ fuzz_target!(|data: &[u8]| {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
         let cfg = Config {
-            skills_dir: skills.clone(),
-            data_dir: dir.path().join("data"),
-            engines: Engines::builtin(),
-            launcher: dir.path().join("no-such-launcher"),
-            limits: Default::default(),
             max_concurrent: 1,
             max_queue: 4,
             max_upload_bytes: 1 << 20,
-            zip: Default::default(),
-            host_ids: None,
-            temp_skills: false,
+            ..Config::new(skills.clone(), dir.path().join("data"), Engines::builtin(), dir.path().join("no-such-launcher"))
         };
         let svc = Service::open(cfg).await.expect("the service opens");
         let _ = svc.create_with(&body, true).await;

@@ -60,6 +60,7 @@ pub struct SandboxBuilder {
     security: Security,
     proc: ProcMode,
     nested: bool,
+    hidden: Vec<PathBuf>,
 }
 
 impl SandboxBuilder {
@@ -82,6 +83,7 @@ impl SandboxBuilder {
             security: Security::default(),
             proc: ProcMode::Auto,
             nested: true,
+            hidden: Vec::new(),
         }
     }
 
@@ -172,6 +174,16 @@ impl SandboxBuilder {
         self
     }
 
+    /// A host path the command must not see by any path: wherever it
+    /// would show (under a system directory of the view, or under any
+    /// bind's source), an empty read-only tmpfs covers it, after every
+    /// other mount. Binds of what lies *below* it stay (a workspace inside
+    /// a hidden root is still the workspace). Give it canonical.
+    pub fn hide(mut self, host: impl Into<PathBuf>) -> Self {
+        self.hidden.push(host.into());
+        self
+    }
+
     /// An extra mount, applied after the standard layout in call order.
     pub fn mount(mut self, op: MountOp) -> Self {
         self.extra.push(op);
@@ -222,6 +234,20 @@ impl SandboxBuilder {
             mode: 0o644,
         });
         mounts.extend(self.extra);
+        let binds: Vec<(&Path, &str)> = mounts
+            .iter()
+            .filter_map(|op| match op {
+                MountOp::SystemBind { src, dst }
+                | MountOp::Bind { src, dst, .. }
+                | MountOp::DevBind { src, dst } => Some((src.as_path(), dst.as_str())),
+                _ => None,
+            })
+            .collect();
+        let covers = guest_path::covers(&self.hidden, &binds);
+        for dst in covers {
+            mounts.push(MountOp::Tmpfs { dst: dst.clone(), mode: 0o555, owned_by_user: false, size: None });
+            mounts.push(MountOp::RemountRo { dst });
+        }
 
         let default_cwd = if self.workspace.is_some() { WORKSPACE.to_string() } else { home.clone() };
         let cwd = match &self.cwd {
@@ -245,6 +271,9 @@ impl SandboxBuilder {
             ("LOGNAME".to_string(), self.user.name.clone()),
             ("SHELL".to_string(), self.user.shell.clone()),
         ];
+        if self.network == Network::Proxied {
+            env.extend(crate::egress::proxy_env());
+        }
         for (k, v) in self.env {
             set_var(&mut env, k, v);
         }
@@ -282,9 +311,10 @@ fn require_dir(what: &str, dir: &Path) -> Result<(), SpecError> {
     }
 }
 
-/// The host's system directories as read-only binds, or as symlinks where
-/// the host has a top-level symlink (merged-/usr systems).
-fn system_view(network: Network) -> Result<Vec<MountOp>, SpecError> {
+/// The host directories every sandbox's system view shows read-only: the
+/// system directories and every top-level `/lib*` (symlinks included:
+/// they are reproduced as symlinks).
+pub fn system_dirs() -> Result<Vec<String>, SpecError> {
     let mut dirs: Vec<String> = SYSTEM_DIRS.iter().map(|s| s.to_string()).collect();
     let mut libs: Vec<String> = std::fs::read_dir("/")
         .map_err(|e| SpecError::new(format!("read /: {e}")))?
@@ -295,6 +325,13 @@ fn system_view(network: Network) -> Result<Vec<MountOp>, SpecError> {
         .collect();
     libs.sort();
     dirs.extend(libs);
+    Ok(dirs)
+}
+
+/// The host's system directories as read-only binds, or as symlinks where
+/// the host has a top-level symlink (merged-/usr systems).
+fn system_view(network: Network) -> Result<Vec<MountOp>, SpecError> {
+    let dirs = system_dirs()?;
 
     let mut ops = Vec::new();
     for dir in &dirs {

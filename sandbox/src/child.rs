@@ -31,6 +31,8 @@ pub(crate) struct ChildFds {
     /// Write end of the exit pipe: PID 1 writes the command's wait status
     /// there once the command and everything it left behind are gone.
     pub exit: RawFd,
+    /// The caller's unix socket for the egress listener (-1 without one).
+    pub egress: RawFd,
 }
 
 /// A setup failure: which step, which call, and a hint if one is known.
@@ -95,9 +97,9 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
     //    A nested sandbox also keeps the caller's descriptors, which the
     //    launcher numbered from `fd_base` up for the command.
     let mut keep = [-1 as RawFd; sys::MAX_KEPT_FDS];
-    keep[..4].copy_from_slice(&[fds.report, fds.sync, fds.ack, fds.exit]);
-    let n = 4 + plan.kept_fds.len().min(sys::MAX_KEPT_FDS - 4);
-    keep[4..n].copy_from_slice(&plan.kept_fds[..n - 4]);
+    keep[..5].copy_from_slice(&[fds.report, fds.sync, fds.ack, fds.exit, fds.egress]);
+    let n = 5 + plan.kept_fds.len().min(sys::MAX_KEPT_FDS - 5);
+    keep[5..n].copy_from_slice(&plan.kept_fds[..n - 5]);
     let below = plan.nested.as_ref().map_or(libc::c_uint::MAX, |n| n.fd_base as libc::c_uint);
     sys::close_all_except(&keep[..n], below)
         .map_err(|e| fail("close inherited descriptors", "close_range", c"3..", e))?;
@@ -257,6 +259,16 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
     }
     if plan.network_off {
         sys::loopback_up().map_err(|e| fail("bring up loopback", "ioctl(SIOCSIFFLAGS)", c"lo", e))?;
+    }
+    // 9b. A proxied network: the egress listener, on the loopback just
+    //     brought up, goes out to whoever serves the proxy; PID 1 keeps
+    //     neither it nor the socket it went out on.
+    if plan.egress {
+        crate::egress::hand_out(fds.egress)
+            .map_err(|(call, e)| fail("hand out the egress listener", call, c"", e))?;
+        // SAFETY: the caller's socket, inherited for this one message;
+        // nothing else in this process uses or closes it.
+        let _ = unsafe { sys::close(fds.egress) };
     }
 
     // 10. The apply phase: the launcher lands its inputs in this tree and

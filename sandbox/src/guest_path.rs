@@ -37,6 +37,43 @@ pub fn is_within(path: &str, base: &str) -> bool {
     path == base || (path.starts_with(base) && path.as_bytes().get(base.len()) == Some(&b'/'))
 }
 
+/// Where host path `host` shows through a bind of host `src` at guest
+/// `dst`: `dst` plus what `host` adds below `src`; `None` when `host` is
+/// neither `src` nor below it. Paths compare by components, as given
+/// (canonical paths compare right).
+pub fn shown_at(host: &std::path::Path, src: &std::path::Path, dst: &str) -> Option<String> {
+    let rest = host.strip_prefix(src).ok()?;
+    let mut out = dst.trim_end_matches('/').to_string();
+    for c in rest.components() {
+        out.push('/');
+        out.push_str(c.as_os_str().to_str()?);
+    }
+    if out.is_empty() {
+        out.push('/');
+    }
+    Some(out)
+}
+
+/// The guest paths where one of the host paths `hidden` would show
+/// through one of `binds` (host source, guest destination; sources
+/// compared canonical), each once, none inside another.
+pub fn covers(hidden: &[std::path::PathBuf], binds: &[(&std::path::Path, &str)]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for (src, dst) in binds {
+        let src = std::fs::canonicalize(src).unwrap_or_else(|_| src.to_path_buf());
+        out.extend(hidden.iter().filter_map(|host| shown_at(host, &src, dst)));
+    }
+    out.sort();
+    out.dedup();
+    let mut kept: Vec<String> = Vec::new();
+    for at in out {
+        if !kept.iter().any(|k| is_within(&at, k)) {
+            kept.push(at);
+        }
+    }
+    kept
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -63,5 +100,18 @@ mod tests {
         assert!(is_within("/workspace/x", "/workspace"));
         assert!(!is_within("/workspace2", "/workspace"));
         assert!(is_within("/anything", "/"));
+    }
+
+    #[test]
+    fn where_a_host_path_shows() {
+        use std::path::Path;
+        let at = |h: &str, s: &str, d: &str| shown_at(Path::new(h), Path::new(s), d);
+        assert_eq!(at("/opt/ws", "/opt", "/opt").as_deref(), Some("/opt/ws"));
+        assert_eq!(at("/srv/a/ws", "/srv/a", "/mnt/x/").as_deref(), Some("/mnt/x/ws"));
+        assert_eq!(at("/srv/ws", "/srv/ws", "/data").as_deref(), Some("/data"));
+        assert_eq!(at("/srv/ws", "/", "/").as_deref(), Some("/srv/ws"));
+        assert_eq!(at("/srv/ws", "/srv/ws/run-1", "/workspace"), None);
+        assert_eq!(at("/srv/wsx", "/srv/ws", "/x"), None);
+        assert_eq!(at("/optx/ws", "/opt", "/opt"), None);
     }
 }

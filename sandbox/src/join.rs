@@ -11,7 +11,8 @@
 //!  │    (one call: the pid namespace is checked with the sandbox user's
 //!  │    capabilities, which an unprivileged caller has only there)
 //!  │  fork ─▶ child (in the sandbox's pid namespace)
-//!  │          setresgid/uid, PDEATHSIG + lifeline, chdir
+//!  │          setresgid/uid, PDEATHSIG + lifeline, chdir (or fchdir to
+//!  │          the directory descriptor the caller resolved)
 //!  │          no_new_privs, no capabilities, setsid, rlimits,
 //!  │          close_range, Landlock, seccomp, execve
 //!  │  report pipe: a record = failure (125/126/127); EOF = exec happened
@@ -24,7 +25,7 @@
 
 use std::ffi::CString;
 use std::fmt::Write as _;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 
 use nix::errno::Errno;
 
@@ -36,11 +37,22 @@ use crate::report::{self, Report};
 use crate::spec::{Network, SandboxSpec};
 use crate::sys;
 
+/// Where a joined process starts.
+enum Cwd<'a> {
+    /// The spec's working directory, by path.
+    Path(CString),
+    /// A directory descriptor the caller resolved inside the sandbox's view
+    /// (an `O_PATH` one does), entered with `fchdir`: nothing in the
+    /// sandbox can redirect it between the caller's check and the start.
+    /// The spec's path names it in errors.
+    Dir(BorrowedFd<'a>, CString),
+}
+
 /// What a joined process needs, computed before any namespace changes.
-struct JoinPlan {
+struct JoinPlan<'a> {
     uid: u32,
     gid: u32,
-    cwd: CString,
+    cwd: Cwd<'a>,
     new_session: bool,
     exec: ExecPlan,
     seccomp: Option<crate::seccomp::Program>,
@@ -48,7 +60,7 @@ struct JoinPlan {
     rlimits: Vec<(libc::c_int, u64)>,
 }
 
-fn prepare(spec: &SandboxSpec) -> Result<JoinPlan, SpecError> {
+fn prepare<'a>(spec: &SandboxSpec, cwd_dir: Option<BorrowedFd<'a>>) -> Result<JoinPlan<'a>, SpecError> {
     spec.user.validate()?;
     let limits = &spec.security.limits;
     if limits.memory.is_some() || limits.cpu_millis.is_some() || limits.pids.is_some() {
@@ -61,17 +73,21 @@ fn prepare(spec: &SandboxSpec) -> Result<JoinPlan, SpecError> {
     let security = &spec.security;
     let sockets = match (spec.network, security.no_ip) {
         (_, true) => crate::seccomp::Sockets::UnixOnly,
-        (Network::Off, false) => crate::seccomp::Sockets::LocalAndInet,
+        (Network::Off | Network::Proxied, false) => crate::seccomp::Sockets::LocalAndInet,
         (Network::On, false) => crate::seccomp::Sockets::Profile,
     };
     let seccomp = crate::seccomp::compile(&security.seccomp, security.allow_ptrace, sockets)?;
     let (landlock, _) =
         crate::landlock::plan(security.landlock, &crate::prepare::landlock_paths(spec)?, security.no_ip)?;
     let prepared = crate::limits::prepare(limits, false)?;
+    let cwd = CString::new(cwd).map_err(|_| SpecError::new("working directory contains a NUL byte"))?;
     Ok(JoinPlan {
         uid: spec.user.uid,
         gid: spec.user.gid,
-        cwd: CString::new(cwd).map_err(|_| SpecError::new("working directory contains a NUL byte"))?,
+        cwd: match cwd_dir {
+            Some(fd) => Cwd::Dir(fd, cwd),
+            None => Cwd::Path(cwd),
+        },
         new_session: spec.new_session,
         exec: ExecPlan::prepare(spec)?,
         seccomp,
@@ -95,15 +111,19 @@ fn same_ns(pid: i32, ns: &str) -> bool {
 /// Runs `spec`'s command (argv, env, cwd, user, hardening; its mounts are
 /// ignored: the sandbox has them) inside the running sandbox whose PID 1
 /// is host pid `pid`. Must be called from a single-threaded process.
-/// `on_started(host_pid)` is called once the command runs. When the
-/// command is killed by a signal, the caller dies of the same signal.
+/// With `cwd_dir`, a directory of the sandbox's tree the caller resolved
+/// (through `/proc/<pid>/root`), the command starts there (`fchdir`), and
+/// the spec's `cwd` only names it. `on_started(host_pid)` is called once
+/// the command runs. When the command is killed by a signal, the caller
+/// dies of the same signal.
 pub fn join(
     spec: &SandboxSpec,
     pid: i32,
+    cwd_dir: Option<BorrowedFd<'_>>,
     on_started: impl FnOnce(i32),
 ) -> Result<crate::ExitStatus, LaunchError> {
     crate::launch::ensure_single_threaded()?;
-    let plan = prepare(spec)?;
+    let plan = prepare(spec, cwd_dir)?;
     // A root caller's supplementary groups would show up as nogroup inside.
     crate::launch::drop_supplementary_groups();
     let pipe = |what: &str| {
@@ -233,11 +253,15 @@ fn joined_child(plan: &JoinPlan, report_fd: RawFd, life: RawFd) -> ! {
     if sys::poll_now(life, libc::POLLIN).is_some_and(|revents| revents & libc::POLLHUP != 0) {
         sys::exit_now(crate::EXIT_SETUP_FAILED as i32);
     }
-    if let Err(e) = sys::chdir(&plan.cwd) {
+    let entered = match &plan.cwd {
+        Cwd::Path(path) => sys::chdir(path).map_err(|e| ("chdir", path, e)),
+        Cwd::Dir(fd, path) => sys::fchdir(*fd).map_err(|e| ("fchdir", path, e)),
+    };
+    if let Err((call, path, e)) = entered {
         let _ = write!(
             report,
-            "enter the working directory: chdir(\"{}\") => {}",
-            plan.cwd.to_string_lossy(),
+            "enter the working directory: {call}(\"{}\") => {}",
+            path.to_string_lossy(),
             ErrnoText(e)
         );
         report.send(report_fd, crate::EXIT_SETUP_FAILED);

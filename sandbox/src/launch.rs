@@ -73,6 +73,10 @@ pub struct LaunchOptions {
     pub lifeline_fd: Option<RawFd>,
     /// bubblewrap's `--info-fd`, `--json-status-fd` and `--userns-block-fd`.
     pub bwrap_status: Option<BwrapStatus>,
+    /// A unix stream socket on which PID 1 of a [`crate::Network::Proxied`]
+    /// sandbox sends its egress listener (`crate::egress`); the caller
+    /// holds the other end and serves the proxy. Required for that network.
+    pub egress_fd: Option<RawFd>,
 }
 
 /// bubblewrap's reports on a sandbox, in its formats: once the namespaces
@@ -203,6 +207,16 @@ pub(crate) fn execute(
     let (sync_r, sync_w) = pipe("sync")?;
     let (exit_r, exit_w) = pipe("exit")?;
     let acks = if plan.apply_phase { Some(pipe("ack")?) } else { None };
+    let egress = match (plan.egress, options.egress_fd) {
+        (false, _) => -1,
+        (true, Some(fd)) => fd,
+        (true, None) => {
+            return Err(SpecError::new(
+                "a proxied network needs someone to serve its egress proxy (no egress socket was given)",
+            )
+            .into());
+        }
+    };
 
     // Block the forwarded signals and SIGCHLD before clone, so none is lost
     // between clone and the signalfd, and none runs a default action on us.
@@ -220,6 +234,7 @@ pub(crate) fn execute(
         sync: sync_r.as_raw_fd(),
         ack: acks.as_ref().map_or(-1, |(_, w)| w.as_raw_fd()),
         exit: exit_w.as_raw_fd(),
+        egress,
     };
     // SAFETY: we checked that this process is single-threaded, and the
     // child branch never returns: `child::main` ends in `_exit`.

@@ -24,6 +24,7 @@ mod builder;
 mod bwrap_words;
 mod child;
 mod confine;
+pub mod egress;
 pub mod error;
 pub mod guest_path;
 pub mod idmap;
@@ -51,7 +52,7 @@ pub mod test_only;
 pub mod user;
 
 pub use apply::ApplyContext;
-pub use builder::{DEFAULT_PATH, Home, SandboxBuilder, set_var};
+pub use builder::{DEFAULT_PATH, Home, SandboxBuilder, set_var, system_dirs};
 pub use error::{
     EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND, EXIT_SETUP_FAILED, LaunchError, SpecError, SyscallError,
 };

@@ -208,6 +208,8 @@ pub(crate) struct Plan {
     /// `None` keeps the UTS namespace's name (a nested sandbox that shares it).
     pub hostname: Option<CString>,
     pub network_off: bool,
+    /// PID 1 makes the egress listener and hands it out (`egress.rs`).
+    pub egress: bool,
     /// Working directories to try, in order; the first that works is used.
     pub cwd: Vec<CString>,
     pub new_session: bool,
@@ -383,7 +385,7 @@ impl Plan {
             | libc::CLONE_NEWPID
             | libc::CLONE_NEWIPC
             | libc::CLONE_NEWUTS;
-        if spec.network == Network::Off {
+        if spec.network.is_private() {
             clone_flags |= libc::CLONE_NEWNET;
         }
 
@@ -470,7 +472,7 @@ impl Plan {
         }
         let sockets = match (spec.network, security.no_ip) {
             (_, true) => Sockets::UnixOnly,
-            (Network::Off, false) => Sockets::LocalAndInet,
+            (Network::Off | Network::Proxied, false) => Sockets::LocalAndInet,
             (Network::On, false) => Sockets::Profile,
         };
         let seccomp = seccomp::compile(&security.seccomp, security.allow_ptrace, sockets)?;
@@ -530,7 +532,8 @@ impl Plan {
             host_sources: plan.host_sources,
             steps: plan.steps,
             hostname: Some(cstring("hostname", spec.hostname.as_str())?),
-            network_off: spec.network == Network::Off,
+            network_off: spec.network.is_private(),
+            egress: spec.network == Network::Proxied,
             cwd: vec![cstring("working directory", cwd_text.as_str())?],
             new_session: spec.new_session,
             exec: ExecPlan::prepare(spec)?,
@@ -594,6 +597,7 @@ impl Plan {
             steps: plan.steps,
             hostname: parts.hostname.map(|h| cstring("hostname", h)).transpose()?,
             network_off: parts.clone_flags & libc::CLONE_NEWNET as c_ulong != 0,
+            egress: false,
             cwd,
             new_session: parts.new_session,
             exec: ExecPlan::new(&parts.program, &spec.argv, &spec.env)?,
@@ -1159,7 +1163,7 @@ impl SecretHiding {
             return SecretHiding::NotNeeded;
         }
         // The child keeps their descriptors through its descriptor sweep.
-        let too_many = system.len() > crate::sys::MAX_KEPT_FDS - 3;
+        let too_many = system.len() > crate::sys::MAX_KEPT_FDS - 6;
         let attempt = || -> Result<(std::collections::VecDeque<OwnedFd>, idmap::Helper), String> {
             let (userns, helper) = idmap::nobody_userns().map_err(|(call, e)| format!("{call} => {e}"))?;
             let mut trees = std::collections::VecDeque::with_capacity(system.len());

@@ -115,6 +115,18 @@ pub enum Network {
     On,
     /// A private network namespace with only loopback, which is brought up.
     Off,
+    /// [`Network::Off`] plus an egress listener on `127.0.0.1:3128`
+    /// inside, handed out to the launcher's caller, who serves a proxy
+    /// there from outside ([`crate::egress`]); the proxy variables point
+    /// at it.
+    Proxied,
+}
+
+impl Network {
+    /// The sandbox gets a network namespace of its own.
+    pub fn is_private(self) -> bool {
+        self != Network::On
+    }
 }
 
 /// How the sandbox gets its `/proc` (procfs.rs).

@@ -19,9 +19,11 @@ use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
 use super::fs::{FsError, GuestError, GuestFs};
+use super::output::Tail;
 use super::port::{Context, PermissionPolicy};
 use super::terminal::{self, Terminal, Terminals};
-use super::transport::{BoxFuture, Handler, RpcError, UpdateParams, code};
+use super::transport::{BoxFuture, Handler, Reply, RpcError, UpdateParams, code};
+use crate::blocking::Share;
 
 /// Starts a terminal's process in the run's sandbox.
 pub type Spawner = Arc<
@@ -48,7 +50,7 @@ pub struct Client {
     run_id_json: String,
     run_id_shared: Arc<str>,
     pub instance: String,
-    pub fs: Option<GuestFs>,
+    pub fs: Option<Arc<GuestFs>>,
     /// Why `fs` is missing, for the error the agent gets.
     pub fs_error: String,
     pub terminals: Terminals,
@@ -65,6 +67,9 @@ pub struct Client {
     /// Host pid of the sandbox's PID 1 (native), whose pid namespace holds
     /// the agent, its children and its terminals.
     pub sandbox_pid1: Option<u32>,
+    /// The run's share of the blocking pool: every filesystem call of
+    /// this client runs there, never on the daemon's thread.
+    blocking: Share,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -109,10 +114,13 @@ impl Client {
     ) -> Client {
         let policy = cx.settings.permission_policy;
         let (fs, fs_error) = match fs {
-            Ok(fs) => (Some(fs), String::new()),
+            Ok(fs) => (Some(Arc::new(fs)), String::new()),
             Err(e) => (None, e.to_string()),
         };
+        let blocking = cx.pool.share(&run_id);
+        let terminals = Terminals::new(cx.settings.run_terminal_memory_bytes);
         Client {
+            blocking,
             cx,
             run_id_json: serde_json::to_string(&run_id).expect("a string"),
             run_id_shared: Arc::from(run_id.as_str()),
@@ -120,7 +128,7 @@ impl Client {
             instance,
             fs,
             fs_error,
-            terminals: Terminals::default(),
+            terminals,
             spawner,
             env,
             home_guest,
@@ -132,32 +140,67 @@ impl Client {
         }
     }
 
-    fn fs(&self) -> Result<&GuestFs, RpcError> {
-        self.fs.as_ref().ok_or_else(|| {
+    fn fs(&self) -> Result<Arc<GuestFs>, RpcError> {
+        self.fs.clone().ok_or_else(|| {
             RpcError::internal(format!("the run's files are not reachable: {}", self.fs_error))
         })
+    }
+
+    /// Runs `job` on the run's share of the blocking pool (a panic in it
+    /// is an internal error for the agent).
+    pub async fn blocking<T: Send + 'static>(
+        &self,
+        job: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, RpcError> {
+        self.blocking.run(job).await.map_err(|e| RpcError::internal(e.to_string()))
     }
 
     pub fn prompt_id(&self) -> Value {
         lock(&self.active_prompt).clone().map_or(Value::Null, Value::String)
     }
 
-    async fn read(&self, p: Value) -> Result<Value, RpcError> {
-        let path = str_param(&p, "path")?;
+    /// `fs/read_text_file`: the file read, and its result written as JSON
+    /// (up to `fs_read_max_bytes` of text to escape), on the blocking pool.
+    async fn read(&self, p: Value) -> Result<Reply, RpcError> {
+        #[derive(serde::Serialize)]
+        struct Content {
+            content: String,
+        }
+        let path = str_param(&p, "path")?.to_string();
         let (line, limit) = (opt_u64(&p, "line")?, opt_u64(&p, "limit")?);
-        let content =
-            self.fs()?.read(path, line, limit, self.cx.settings.fs_read_max_bytes).map_err(fs_error)?;
-        Ok(json!({"content": content}))
+        let (fs, max) = (self.fs()?, self.cx.settings.fs_read_max_bytes);
+        let result = self
+            .blocking(move || {
+                let content = fs.read(&path, line, limit, max).map_err(fs_error)?;
+                serde_json::value::to_raw_value(&Content { content })
+                    .map_err(|e| RpcError::internal(format!("fs/read_text_file: {e}")))
+            })
+            .await??;
+        Ok(Reply::Raw(result))
     }
 
-    async fn write(&self, p: Value) -> Result<Value, RpcError> {
-        let path = str_param(&p, "path")?;
-        let content = match p.get("content") {
-            Some(Value::String(s)) => s.as_str(),
-            _ => return Err(RpcError::invalid_params("content must be a string")),
-        };
-        self.fs()?.write(path, content).map_err(fs_error)?;
-        Ok(json!({}))
+    /// `fs/write_text_file`: its params parsed, and the file written, on
+    /// the blocking pool.
+    async fn write(&self, params: Box<RawValue>) -> Result<Value, RpcError> {
+        #[derive(serde::Deserialize)]
+        struct Write {
+            path: Value,
+            content: Value,
+        }
+        let fs = self.fs();
+        self.blocking(move || {
+            let p: Write = serde_json::from_str(params.get())
+                .map_err(|e| RpcError::invalid_params(format!("params: {e}")))?;
+            let Value::String(path) = p.path else {
+                return Err(RpcError::invalid_params("path must be a string"));
+            };
+            let Value::String(content) = p.content else {
+                return Err(RpcError::invalid_params("content must be a string"));
+            };
+            fs?.write(&path, &content).map_err(fs_error)?;
+            Ok(json!({}))
+        })
+        .await?
     }
 
     fn terminal(&self, p: &Value) -> Result<Arc<Terminal>, RpcError> {
@@ -186,10 +229,21 @@ impl Client {
         };
         let limit = terminal::output_limit(p.get("outputByteLimit"))
             .map_err(|e| RpcError::invalid_params(e.to_string()))?;
+        // The working directory is resolved inside the run's view and the
+        // terminal starts in it by descriptor (docs/acp.md, "terminal/*").
         let cwd = match p.get("cwd") {
-            None | Some(Value::Null) => sandbox::WORKSPACE.to_string(),
-            Some(Value::String(c)) => self.fs()?.resolve_dir(c).map_err(fs_error)?,
+            None | Some(Value::Null) => None,
+            Some(Value::String(c)) => Some(c.clone()),
             Some(_) => return Err(RpcError::invalid_params("cwd must be an absolute path")),
+        };
+        let (cwd, cwd_dir) = match (cwd, self.fs()) {
+            (None, Err(_)) => (sandbox::WORKSPACE.to_string(), None),
+            (cwd, fs) => {
+                let (fs, cwd) = (fs?, cwd.unwrap_or_else(|| sandbox::WORKSPACE.to_string()));
+                let dir = self.blocking(move || fs.open_dir(&cwd)).await?.map_err(fs_error)?;
+                let shown = crate::hostfs::guest::shown(&dir.guest);
+                (shown, Some(crate::provider::DirFd(Arc::new(dir.fd))))
+            }
         };
         let mut env = self.env.clone();
         if let Some(Value::Array(vars)) = p.get("env") {
@@ -209,18 +263,31 @@ impl Client {
         } else {
             std::iter::once(command).chain(args).collect()
         };
-        let spec =
-            crate::provider::ProcessSpec { argv, env, cwd: Some(cwd), stdio: crate::provider::Stdio::Piped };
-        let slot = self.terminal_slot()?;
+        let spec = crate::provider::ProcessSpec {
+            argv,
+            env,
+            cwd: Some(cwd),
+            cwd_dir,
+            stdio: crate::provider::Stdio::Piped,
+        };
+        let slot = self.terminal_slot().await?;
+        // Where its output goes: memory while the run's budget has room.
+        let (budget, dir) = (self.terminals.budget().clone(), self.cx.settings.terminal_spill_dir.clone());
+        let tail = self
+            .blocking(move || Tail::new(limit, &budget, &dir))
+            .await?
+            .map_err(|e| RpcError::internal(format!("terminal/create: {e}")))?;
         let (process, killer) =
             (self.spawner)(spec).await.map_err(|e| RpcError::internal(format!("terminal/create: {e}")))?;
-        let id = self.terminals.insert(slot, Terminal::start(process, killer, limit));
+        let terminal = Terminal::start(process, killer, tail, self.blocking.clone());
+        let id = self.terminals.insert(slot, terminal);
         Ok(json!({"terminalId": id}))
     }
 
     /// The run's bounds (docs/acp.md, "terminal/*"): terminals held at
-    /// once, and processes in the run's sandbox, which the daemon counts.
-    fn terminal_slot(&self) -> Result<terminal::Slot<'_>, RpcError> {
+    /// once, and processes in the run's sandbox, which the daemon counts
+    /// (a walk of `/proc`, on the blocking pool).
+    async fn terminal_slot(&self) -> Result<terminal::Slot<'_>, RpcError> {
         let max = self.cx.settings.run_max_terminals;
         let slot = self.terminals.reserve(max).ok_or_else(|| {
             RpcError::internal(format!(
@@ -232,10 +299,11 @@ impl Client {
         // Native: the agent's pid namespace (the agent, everything it
         // started, the terminals' commands); elsewhere the agent and the
         // terminals still running.
-        let running = self
-            .sandbox_pid1
-            .and_then(terminal::processes_in_pid_ns_of)
-            .unwrap_or_else(|| self.terminals.running() + 1);
+        let counted = match self.sandbox_pid1 {
+            Some(pid1) => self.blocking(move || terminal::processes_in_pid_ns_of(pid1)).await?,
+            None => None,
+        };
+        let running = counted.unwrap_or_else(|| self.terminals.running() + 1);
         if running >= max {
             return Err(RpcError::internal(format!(
                 "terminal/create: this run's sandbox already runs {running} processes, the daemon's limit \
@@ -246,34 +314,26 @@ impl Client {
     }
 
     async fn permission(&self, id: Value, p: Value) -> Result<Value, RpcError> {
-        let options: Vec<&Value> = p
-            .get("options")
-            .and_then(Value::as_array)
-            .map(|a| a.iter().filter(|o| o.get("optionId").and_then(Value::as_str).is_some()).collect())
-            .unwrap_or_default();
-        let pick = |prefix: &str, exact: &str| -> Option<String> {
-            let kind = |o: &&Value| o.get("kind").and_then(Value::as_str).unwrap_or("").to_string();
-            options
-                .iter()
-                .find(|o| kind(o) == exact)
-                .or_else(|| options.iter().find(|o| kind(o).starts_with(prefix)))
-                .and_then(|o| o.get("optionId").and_then(Value::as_str).map(str::to_string))
+        let options = permission_options(&p)?;
+        // Only the ACP kinds count, exactly: an option of any other kind
+        // is never picked by a policy.
+        let pick = |kinds: [&str; 2]| -> Option<String> {
+            kinds.iter().find_map(|k| options.iter().find(|o| o.kind == Some(*k))).map(|o| o.id.to_string())
         };
         let selected = |id: String| json!({"outcome": {"outcome": "selected", "optionId": id}});
         let cancelled = json!({"outcome": {"outcome": "cancelled"}});
         match self.policy {
-            PermissionPolicy::AllowOnce => Ok(pick("allow", "allow_once").map_or(cancelled, selected)),
-            PermissionPolicy::Deny => Ok(pick("reject", "reject_once").map_or(cancelled, selected)),
+            PermissionPolicy::AllowOnce => {
+                Ok(pick(["allow_once", "allow_always"]).map_or(cancelled, selected))
+            }
+            PermissionPolicy::Deny => Ok(pick(["reject_once", "reject_always"]).map_or(cancelled, selected)),
             PermissionPolicy::Ask => {
                 if options.is_empty() {
                     return Ok(cancelled);
                 }
                 let key = request_key(&id);
                 let session_id = p.get("sessionId").and_then(Value::as_str).unwrap_or("").to_string();
-                let option_ids = options
-                    .iter()
-                    .filter_map(|o| o.get("optionId").and_then(Value::as_str).map(str::to_string))
-                    .collect();
+                let option_ids = options.iter().map(|o| o.id.to_string()).collect();
                 let (tx, rx) = oneshot::channel();
                 lock(&self.permissions)
                     .insert(key.clone(), Pending { session_id: session_id.clone(), option_ids, tx });
@@ -410,6 +470,44 @@ impl Client {
     }
 }
 
+/// The kinds of permission options ACP defines (`PermissionOptionKind`).
+const PERMISSION_KINDS: [&str; 4] = ["allow_once", "allow_always", "reject_once", "reject_always"];
+
+/// One option of a permission request: its id, and its kind when it is
+/// one ACP defines (any other kind is kept for the backend to show, and
+/// never picked by a policy).
+struct PermissionOption<'a> {
+    id: &'a str,
+    kind: Option<&'static str>,
+}
+
+/// The options of `session/request_permission`: each an object with a
+/// string `optionId`, ids unique (a duplicate could make the answer mean
+/// two options at once). Anything else is `-32602`.
+fn permission_options(p: &Value) -> Result<Vec<PermissionOption<'_>>, RpcError> {
+    let list = match p.get("options") {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(list)) => list,
+        Some(_) => return Err(RpcError::invalid_params("options must be an array")),
+    };
+    let mut out: Vec<PermissionOption<'_>> = Vec::with_capacity(list.len());
+    for (i, o) in list.iter().enumerate() {
+        let id = o
+            .get("optionId")
+            .and_then(Value::as_str)
+            .ok_or_else(|| RpcError::invalid_params(format!("options[{i}].optionId must be a string")))?;
+        if out.iter().any(|seen| seen.id == id) {
+            return Err(RpcError::invalid_params(format!(
+                "options[{i}].optionId {id:?} is used by an earlier option: option ids must be unique"
+            )));
+        }
+        let kind = o.get("kind").and_then(Value::as_str);
+        let kind = PERMISSION_KINDS.iter().find(|k| Some(**k) == kind).copied();
+        out.push(PermissionOption { id, kind });
+    }
+    Ok(out)
+}
+
 /// The length of `s` as a JSON string when it needs no escapes.
 fn json_str_len(s: &str) -> Option<usize> {
     s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\').then_some(s.len() + 2)
@@ -449,8 +547,8 @@ impl Handler for Client {
         self: Arc<Self>,
         id: Value,
         method: String,
-        params: Value,
-    ) -> BoxFuture<Result<Value, RpcError>> {
+        params: Box<RawValue>,
+    ) -> BoxFuture<Result<Reply, RpcError>> {
         Box::pin(async move {
             let terminal_off = || {
                 Err(RpcError::new(
@@ -461,20 +559,31 @@ impl Handler for Client {
                 ))
             };
             let terminals = self.cx.settings.terminal_enabled;
+            // A write's params may be 16 MB of text: parsed off the
+            // daemon's thread, with the write. The others are small.
+            if method == "fs/write_text_file" {
+                return self.write(params).await.map(Reply::from);
+            }
+            let params: Value = serde_json::from_str(params.get())
+                .map_err(|e| RpcError::invalid_params(format!("params: {e}")))?;
             match method.as_str() {
                 "fs/read_text_file" => self.read(params).await,
-                "fs/write_text_file" => self.write(params).await,
-                "session/request_permission" => self.permission(id, params).await,
+                "session/request_permission" => self.permission(id, params).await.map(Reply::from),
                 m if m.starts_with("terminal/") && !terminals => terminal_off(),
-                "terminal/create" => self.terminal_create(params).await,
-                "terminal/output" => Ok(self.terminal(&params)?.output()),
+                "terminal/create" => self.terminal_create(params).await.map(Reply::from),
+                "terminal/output" => self
+                    .terminal(&params)?
+                    .output()
+                    .await
+                    .map(Reply::Raw)
+                    .map_err(|e| RpcError::internal(format!("terminal/output: {e}"))),
                 "terminal/wait_for_exit" => {
                     let t = self.terminal(&params)?;
-                    Ok(t.wait().await.to_json())
+                    Ok(t.wait().await.to_json().into())
                 }
                 "terminal/kill" => {
                     self.terminal(&params)?.kill().await;
-                    Ok(json!({}))
+                    Ok(json!({}).into())
                 }
                 "terminal/release" => {
                     let id = str_param(&params, "terminalId")?;
@@ -483,7 +592,7 @@ impl Handler for Client {
                         .remove(id)
                         .ok_or_else(|| RpcError::not_found(format!("terminal {id:?} does not exist")))?;
                     t.kill().await;
-                    Ok(json!({}))
+                    Ok(json!({}).into())
                 }
                 _ => Err(RpcError {
                     code: code::METHOD_NOT_FOUND,
@@ -555,8 +664,14 @@ mod tests {
         let params = RawValue::from_string(r#"{"x": 1e9990, "y": [1, "z"]}"#.into()).unwrap();
         client.notification("_vendor/notice", Some(&params));
         client.notification("_vendor/bare", None);
-        let sent: Vec<String> =
-            d.outbox().peek_batch(2, usize::MAX).await.iter().map(|(_, t)| t.as_str().to_string()).collect();
+        let sent: Vec<String> = d
+            .outbox()
+            .peek_batch(2, usize::MAX)
+            .await
+            .texts()
+            .iter()
+            .map(|t| t.as_str().to_string())
+            .collect();
         let _ = std::fs::remove_dir_all(&dir);
         assert_eq!(
             sent,

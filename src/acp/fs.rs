@@ -22,9 +22,10 @@
 //! target and rename it into place: a reader never sees half a file, and
 //! a failed write leaves the old content.
 
-use std::ffi::CString;
+use std::ffi::{CString, OsStr, OsString};
 use std::io::{BufRead, Read};
 use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use nix::errno::Errno;
@@ -39,6 +40,14 @@ pub use crate::hostfs::guest::{ResolveError as FsError, ViewError as GuestError}
 /// ([`GuestView`]).
 pub struct GuestFs {
     view: GuestView,
+}
+
+/// A directory of the guest, resolved: its canonical guest path (bytes,
+/// as the guest names it) and an `O_PATH` descriptor of it.
+#[derive(Debug)]
+pub struct GuestDir {
+    pub guest: OsString,
+    pub fd: OwnedFd,
 }
 
 impl GuestFs {
@@ -72,23 +81,25 @@ impl GuestFs {
         self.view.walk(path, create)
     }
 
-    fn check(&self, path: &str, guest_path: &str) -> Result<(), FsError> {
+    fn check(&self, path: &str, guest_path: &OsStr) -> Result<(), FsError> {
         self.view.check(path, guest_path)
     }
 
-    /// Resolves a directory (a terminal's cwd): its canonical guest path.
-    pub fn resolve_dir(&self, path: &str) -> Result<String, FsError> {
+    /// Resolves a directory (a terminal's cwd): its canonical guest path
+    /// and an `O_PATH` descriptor of it, which the process to start there
+    /// enters (`fchdir`) instead of the path: a directory swapped for a
+    /// symlink after this check cannot move it elsewhere.
+    pub fn open_dir(&self, path: &str) -> Result<GuestDir, FsError> {
         let w = self.walk(path, false)?;
         self.check(path, &w.guest)?;
-        match &w.target {
+        match w.target {
             Some(fd)
                 if fstat(fd.as_fd())
                     .is_ok_and(|s| s.st_mode & SFlag::S_IFMT.bits() == SFlag::S_IFDIR.bits()) =>
             {
-                Ok(w.guest)
+                Ok(GuestDir { guest: w.guest, fd })
             }
             Some(_) => Err(Failed::NotADirectory { path: path.into() }.into()),
-            None if w.name.is_empty() => Ok(w.guest),
             None => Err(NotFound::Directory { path: path.into() }.into()),
         }
     }
@@ -186,7 +197,8 @@ impl GuestFs {
         // outside (a symlink may still lead out; checked after the walk).
         let lexical = sandbox::guest_path::normalize(path)
             .map_err(|why| BadPath::NotClean { path: path.into(), why })?;
-        self.check(path, &lexical)?;
+        crate::hostfs::bounds::check(lexical.as_bytes()).map_err(BadPath::Bound)?;
+        self.check(path, OsStr::new(&lexical))?;
         let w = self.walk(path, true)?;
         self.check(path, &w.guest)?;
         if w.name.is_empty() {
@@ -310,8 +322,62 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names.len(), 2, "{names:?}");
-        assert_eq!(fs.resolve_dir("/workspace/new/../src").unwrap(), "/workspace/src");
-        assert!(fs.resolve_dir("/workspace/etc-link").is_err());
+        assert_eq!(fs.open_dir("/workspace/new/../src").unwrap().guest, "/workspace/src");
+        assert!(fs.open_dir("/workspace/etc-link").is_err());
+    }
+
+    /// Names are bytes all the way: a link to a non-UTF-8 name reaches that
+    /// file, not one whose name is its lossy rendering.
+    #[test]
+    fn links_to_non_utf8_names_resolve_as_the_guest_sees_them() {
+        use std::os::unix::ffi::OsStrExt;
+        let (t, fs) = tree();
+        let ws = t.path().join("workspace");
+        let odd = ws.join(std::ffi::OsStr::from_bytes(b"\xff"));
+        std::fs::create_dir_all(&odd).unwrap();
+        std::fs::write(odd.join("f"), "the guest's file").unwrap();
+        std::fs::create_dir_all(ws.join("\u{fffd}")).unwrap();
+        std::fs::write(ws.join("\u{fffd}/f"), "another file").unwrap();
+        std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(b"\xff/f"), ws.join("link")).unwrap();
+        assert_eq!(fs.read("/workspace/link", None, None, 100).unwrap(), "the guest's file");
+        fs.write("/workspace/link", "written").unwrap();
+        assert_eq!(std::fs::read_to_string(odd.join("f")).unwrap(), "written");
+        assert_eq!(std::fs::read_to_string(ws.join("\u{fffd}/f")).unwrap(), "another file");
+        // A directory reached through such a link keeps its exact name.
+        std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(b"\xff"), ws.join("dirlink")).unwrap();
+        let dir = fs.open_dir("/workspace/dirlink").unwrap();
+        assert_eq!(dir.guest.as_bytes(), b"/workspace/\xff");
+        // Messages show the byte, escaped.
+        std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(b"/etc/\xfe"), ws.join("out")).unwrap();
+        let e = fs.read("/workspace/out", None, None, 100).unwrap_err();
+        assert!(e.message().contains("/etc/\\xfe"), "{e:?}");
+    }
+
+    /// Paths over the bounds are refused before anything is opened or made;
+    /// at the bounds they work.
+    #[test]
+    fn paths_are_bounded_in_length_and_depth() {
+        use crate::hostfs::bounds::{MAX_PATH_BYTES, MAX_PATH_DEPTH};
+        let (t, fs) = tree();
+        let deepest = format!("/workspace{}", "/d".repeat(MAX_PATH_DEPTH - 2));
+        fs.write(&format!("{deepest}/f"), "deep").unwrap();
+        assert_eq!(fs.read(&format!("{deepest}/f"), None, None, 100).unwrap(), "deep");
+        let too_deep = format!("{deepest}/d/f");
+        for e in [fs.write(&too_deep, "x").unwrap_err(), fs.read(&too_deep, None, None, 100).unwrap_err()] {
+            assert!(matches!(e, FsError::BadPath(BadPath::Bound(_))), "{e:?}");
+            assert!(e.message().contains("more than the 256"), "{e:?}");
+        }
+        assert!(!t.path().join(&too_deep[1..]).parent().unwrap().exists(), "nothing made");
+        let long = format!("/workspace/{}", "x/".repeat(MAX_PATH_BYTES / 2));
+        let e = fs.write(&long, "x").unwrap_err();
+        assert!(e.message().contains("PATH_MAX"), "{e:?}");
+        assert!(matches!(fs.open_dir(&long), Err(FsError::BadPath(_))));
+        // A link chain that resolves deeper than the bound.
+        let ws = t.path().join("workspace");
+        std::fs::create_dir_all(t.path().join(&deepest[1..]).join("d/d")).unwrap();
+        std::os::unix::fs::symlink(&deepest, ws.join("deep")).unwrap();
+        let e = fs.read("/workspace/deep/d/d/f", None, None, 100).unwrap_err();
+        assert!(e.message().contains("resolves to a path deeper"), "{e:?}");
     }
 
     #[test]

@@ -46,6 +46,10 @@ pub struct Settings {
     pub run_max_terminals: usize,
     /// Processes one run's sandbox may hold (counted by the host).
     pub run_max_processes: usize,
+    /// Memory one run's terminals keep output in (`acp::output::Budget`).
+    pub run_terminal_memory_bytes: usize,
+    /// Where output beyond that goes, as anonymous files.
+    pub terminal_spill_dir: std::path::PathBuf,
     /// `terminal/*` offered at all.
     pub terminal_enabled: bool,
 }
@@ -81,9 +85,11 @@ pub trait Sink: Send + Sync {
     fn redact(&self, text: &str) -> String;
 }
 
-/// What each agent of a run gets: the settings and the sink.
+/// What each agent of a run gets: the settings, the sink, and the
+/// blocking pool its filesystem work runs on.
 #[derive(Clone)]
 pub struct Context {
     pub settings: Arc<Settings>,
     pub sink: Arc<dyn Sink>,
+    pub pool: Arc<crate::blocking::Pool>,
 }

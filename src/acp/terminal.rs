@@ -1,64 +1,31 @@
 //! `terminal/*`: processes the agent starts inside its run's sandbox.
 //!
-//! Output (stdout and stderr together, in arrival order) is kept in an
-//! [`OutputBuffer`] bounded by the agent's `outputByteLimit` exactly as
-//! given (default 2 MiB, at most 64 MiB): the **tail** is kept and cut
-//! forward to a UTF-8 character boundary, so the result may be slightly
-//! shorter than the limit, never longer (terminals.mdx). The Node proxy
-//! raised small limits to 4 KiB; this does not.
+//! Output (stdout and stderr together, in arrival order) is kept in a
+//! [`Tail`] bounded by the agent's `outputByteLimit` exactly as given
+//! (default 2 MiB, at most 64 MiB): the **tail** is kept and cut forward to
+//! a UTF-8 character boundary, so the result may be slightly shorter than
+//! the limit, never longer (terminals.mdx). The Node proxy raised small
+//! limits to 4 KiB; this does not. Where the bytes are kept (memory within
+//! the run's budget, else an anonymous file) is `super::output`'s.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::watch;
 
+use super::output::{Budget, OutputError, Tail};
+use crate::blocking::Share;
 use crate::provider::{ExitStatus, Killer, Process};
 
 pub const DEFAULT_OUTPUT_LIMIT: u64 = 2 * 1024 * 1024;
 pub const MAX_OUTPUT_LIMIT: u64 = 64 * 1024 * 1024;
 
-/// The retained tail of a terminal's output.
-#[derive(Debug)]
-pub struct OutputBuffer {
-    bytes: Vec<u8>,
-    limit: usize,
-    truncated: bool,
-}
-
-impl OutputBuffer {
-    pub fn new(limit: usize) -> OutputBuffer {
-        OutputBuffer { bytes: Vec::new(), limit, truncated: false }
-    }
-
-    pub fn push(&mut self, chunk: &[u8]) {
-        self.bytes.extend_from_slice(chunk);
-        // Keep a little more than the limit in raw bytes (a multi-byte
-        // character may straddle the cut); compact in amortized O(1).
-        let keep = self.limit.saturating_add(4);
-        if self.bytes.len() > keep.saturating_mul(2).max(keep + 64 * 1024) {
-            let cut = self.bytes.len() - keep;
-            self.bytes.drain(..cut);
-            self.truncated = true;
-        }
-    }
-
-    /// The output as the agent gets it: valid UTF-8 (invalid bytes become
-    /// U+FFFD), at most `limit` bytes, the tail, starting on a character.
-    pub fn snapshot(&self) -> (String, bool) {
-        let text = String::from_utf8_lossy(&self.bytes);
-        if text.len() <= self.limit {
-            return (text.into_owned(), self.truncated);
-        }
-        let mut cut = text.len() - self.limit;
-        while !text.is_char_boundary(cut) {
-            cut += 1;
-        }
-        (text[cut..].to_string(), true)
-    }
-}
+/// Bytes read from a terminal's pipe at a time.
+const PUMP_BUFFER: usize = 16 * 1024;
 
 /// How a terminal's command ended, in ACP's shape.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -113,17 +80,20 @@ pub fn signal_name(sig: i32) -> String {
 
 /// One running (or finished) terminal.
 pub struct Terminal {
-    output: Arc<Mutex<OutputBuffer>>,
+    output: Arc<Mutex<Tail>>,
+    /// The run's share of the blocking pool (a tail in a file is written
+    /// and read there).
+    blocking: Share,
     exit: watch::Receiver<Option<TermExit>>,
     killer: Killer,
     killed_by: Arc<Mutex<Option<i32>>>,
 }
 
 impl Terminal {
-    /// Takes over `process`: its stdout and stderr feed the buffer; its
-    /// exit is recorded. `killer` ends it (usually the process group).
-    pub fn start(mut process: Process, killer: Killer, limit: usize) -> Terminal {
-        let output = Arc::new(Mutex::new(OutputBuffer::new(limit)));
+    /// Takes over `process`: its stdout and stderr feed `tail`; its exit
+    /// is recorded. `killer` ends it (usually the process group).
+    pub fn start(mut process: Process, killer: Killer, tail: Tail, blocking: Share) -> Terminal {
+        let output = Arc::new(Mutex::new(tail));
         drop(process.stdin.take());
         let readers: Vec<_> = [
             process.stdout.take().map(|s| Box::new(s) as Box<dyn AsyncRead + Unpin + Send>),
@@ -131,7 +101,7 @@ impl Terminal {
         ]
         .into_iter()
         .flatten()
-        .map(|r| tokio::spawn(pump(r, output.clone())))
+        .map(|r| tokio::spawn(pump(r, output.clone(), blocking.clone())))
         .collect();
         let (tx, rx) = watch::channel(None);
         let killed_by = Arc::new(Mutex::new(None));
@@ -152,17 +122,29 @@ impl Terminal {
             };
             let _ = tx.send(Some(exit));
         });
-        Terminal { output, exit: rx, killer, killed_by }
+        Terminal { output, blocking, exit: rx, killer, killed_by }
     }
 
-    /// `terminal/output`.
-    pub fn output(&self) -> Value {
-        let (text, truncated) = self.output.lock().unwrap_or_else(|p| p.into_inner()).snapshot();
-        let mut v = json!({"output": text, "truncated": truncated});
-        if let Some(exit) = self.exit.borrow().as_ref() {
-            v["exitStatus"] = exit.to_json();
+    /// `terminal/output`, as JSON: the tail read, converted and written on
+    /// the blocking pool (it may be a file, and it may be 64 MiB).
+    pub async fn output(&self) -> Result<Box<RawValue>, OutputError> {
+        #[derive(serde::Serialize)]
+        struct Output {
+            output: String,
+            truncated: bool,
+            #[serde(rename = "exitStatus", skip_serializing_if = "Option::is_none")]
+            exit_status: Option<Value>,
         }
-        v
+        // The exit status first: output that came before it is all in.
+        let exit_status = self.exit.borrow().as_ref().map(TermExit::to_json);
+        let tail = self.output.clone();
+        self.blocking
+            .run(move || {
+                let (output, truncated) = lock(&tail).snapshot()?;
+                serde_json::value::to_raw_value(&Output { output, truncated, exit_status })
+                    .map_err(|e| OutputError::Io(std::io::Error::other(e)))
+            })
+            .await?
     }
 
     /// `terminal/wait_for_exit`.
@@ -194,23 +176,44 @@ impl Terminal {
     }
 }
 
-async fn pump(mut r: Box<dyn AsyncRead + Unpin + Send>, out: Arc<Mutex<OutputBuffer>>) {
-    let mut buf = vec![0u8; 64 * 1024];
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Feeds one pipe into the tail: in memory at once, into a file on the
+/// blocking pool. A tail that cannot be written (a full disk) is said once
+/// in the log; the command runs on.
+async fn pump(mut r: Box<dyn AsyncRead + Unpin + Send>, out: Arc<Mutex<Tail>>, blocking: Share) {
+    let mut buf = vec![0u8; PUMP_BUFFER];
+    let mut failed = false;
     loop {
-        match r.read(&mut buf).await {
+        let n = match r.read(&mut buf).await {
             Ok(0) | Err(_) => break,
-            Ok(n) => out.lock().unwrap_or_else(|p| p.into_inner()).push(&buf[..n]),
+            Ok(n) => n,
+        };
+        let in_file = lock(&out).in_file();
+        let pushed = if in_file {
+            let (chunk, out) = (buf[..n].to_vec(), out.clone());
+            blocking.run(move || lock(&out).push(&chunk)).await.unwrap_or_else(|e| Err(e.into()))
+        } else {
+            lock(&out).push(&buf[..n])
+        };
+        if let Err(e) = pushed
+            && !std::mem::replace(&mut failed, true)
+        {
+            tracing::warn!("{e}; later output of this terminal may be missing");
         }
     }
 }
 
 /// The terminals of one agent process.
-#[derive(Default)]
 pub struct Terminals {
     map: Mutex<HashMap<String, Arc<Terminal>>>,
     next: AtomicU64,
     /// Terminals held plus those being created (see [`Terminals::reserve`]).
     held: std::sync::atomic::AtomicUsize,
+    /// The memory their output may take.
+    budget: Arc<Budget>,
 }
 
 /// A place for one terminal, taken before it is created (so concurrent
@@ -230,6 +233,21 @@ impl Drop for Slot<'_> {
 }
 
 impl Terminals {
+    /// No terminal yet; their output may take `memory` bytes of memory.
+    pub fn new(memory: usize) -> Terminals {
+        Terminals {
+            map: Mutex::default(),
+            next: AtomicU64::new(0),
+            held: Default::default(),
+            budget: Budget::new(memory),
+        }
+    }
+
+    /// The memory budget of their output.
+    pub fn budget(&self) -> &Arc<Budget> {
+        &self.budget
+    }
+
     /// A slot if fewer than `max` terminals are held (or being created).
     pub fn reserve(&self, max: usize) -> Option<Slot<'_>> {
         self.held
@@ -324,35 +342,6 @@ pub fn needs_shell(command: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn keeps_the_tail_at_a_char_boundary() {
-        let mut b = OutputBuffer::new(4);
-        b.push("ab".as_bytes());
-        assert_eq!(b.snapshot(), ("ab".to_string(), false));
-        b.push("cdé€".as_bytes()); // é = 2 bytes, € = 3 bytes: "abcdé€" = 9 bytes
-        let (s, t) = b.snapshot();
-        // The last 4 bytes start inside "é": cut forward to "€" (3 bytes).
-        assert_eq!((s.as_str(), t), ("€", true));
-        let mut b = OutputBuffer::new(6);
-        b.push("abcdé€".as_bytes());
-        assert_eq!(b.snapshot(), ("dé€".to_string(), true));
-        // A zero limit is honoured as given.
-        let mut b = OutputBuffer::new(0);
-        b.push(b"x");
-        assert_eq!(b.snapshot(), (String::new(), true));
-    }
-
-    #[test]
-    fn large_output_stays_bounded() {
-        let mut b = OutputBuffer::new(1000);
-        for i in 0..10_000 {
-            b.push(format!("line {i}\n").as_bytes());
-        }
-        assert!(b.bytes.len() < 70 * 1024);
-        let (s, t) = b.snapshot();
-        assert!(t && s.len() <= 1000 && s.ends_with("line 9999\n"), "{s}");
-    }
 
     #[test]
     fn limits_and_shell_detection() {

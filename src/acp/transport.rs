@@ -115,6 +115,26 @@ pub enum CallError {
 
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
+/// The result of a request the agent made: a tree, or JSON the handler
+/// already wrote (a large result serialized off the daemon's thread; the
+/// response then only copies it in).
+#[derive(Debug)]
+pub enum Reply {
+    Value(Value),
+    Raw(Box<RawValue>),
+}
+
+impl From<Value> for Reply {
+    fn from(v: Value) -> Reply {
+        Reply::Value(v)
+    }
+}
+
+/// "null", as the params of a request that has none.
+fn null_params() -> Box<RawValue> {
+    RawValue::from_string("null".into()).expect("null is JSON")
+}
+
 /// What the transport hands to its owner.
 pub trait Handler: Send + Sync + 'static {
     /// A notification, in arrival order (on the reader task: keep it
@@ -130,13 +150,15 @@ pub trait Handler: Send + Sync + 'static {
         None
     }
     /// A request; the future runs on its own task and its output is the
-    /// response.
+    /// response. `params` are the agent's JSON text (parsed by the handler,
+    /// where it likes: a 16 MB `fs/write_text_file` is parsed off the
+    /// daemon's thread).
     fn request(
         self: Arc<Self>,
         id: Value,
         method: String,
-        params: Value,
-    ) -> BoxFuture<Result<Value, RpcError>>;
+        params: Box<RawValue>,
+    ) -> BoxFuture<Result<Reply, RpcError>>;
     /// The agent's stdout ended (it exited or closed it).
     fn closed(&self);
 }
@@ -235,15 +257,28 @@ impl Transport {
         }
     }
 
-    fn respond(&self, id: &Value, result: Result<Value, RpcError>) {
+    fn respond(&self, id: &Value, result: Result<Reply, RpcError>) {
         let msg = match result {
-            Ok(v) => json!({"jsonrpc": "2.0", "id": id, "result": v}),
+            Ok(Reply::Value(v)) => json!({"jsonrpc": "2.0", "id": id, "result": v}),
+            Ok(Reply::Raw(raw)) => {
+                let id = id.to_string();
+                let mut line = String::with_capacity(raw.get().len() + id.len() + 36);
+                line.push_str(r#"{"jsonrpc":"2.0","id":"#);
+                line.push_str(&id);
+                line.push_str(r#","result":"#);
+                line.push_str(raw.get());
+                line.push('}');
+                if let Some(out) = lock(&self.out).as_ref() {
+                    let _ = out.send(line);
+                }
+                return;
+            }
             Err(e) => json!({"jsonrpc": "2.0", "id": id, "error": e.to_json()}),
         };
         self.send_raw(&msg);
     }
 
-    fn serve(self: &Arc<Self>, id: Value, method: String, params: Value, handler: Arc<dyn Handler>) {
+    fn serve(self: &Arc<Self>, id: Value, method: String, params: Box<RawValue>, handler: Arc<dyn Handler>) {
         let key = id.to_string();
         let me = Arc::downgrade(self);
         let serving = self.serving.clone();
@@ -364,6 +399,11 @@ async fn read_loop<R: AsyncRead + Unpin>(
             if let Some(wait) = handler.backpressure() {
                 wait.await;
             }
+            // One unit of the task's budget per line: a reader with a full
+            // buffer yields after a bounded number of lines, so every other
+            // task (another run's reader, a lane with a control) gets its
+            // turn within a fraction of a millisecond.
+            tokio::task::coop::consume_budget().await;
         }
         partial.extend_from_slice(&buf[at..]);
         let n = buf.len();
@@ -545,7 +585,8 @@ fn dispatch(
     match (env.method, env.id) {
         (Some(method), Some(id)) => {
             if let Some(t) = transport.upgrade() {
-                t.serve(to_value(Some(id)), method.into_owned(), to_value(env.params), handler.clone());
+                let params = env.params.map_or_else(null_params, RawValue::to_owned);
+                t.serve(to_value(Some(id)), method.into_owned(), params, handler.clone());
             }
         }
         (Some(method), None) => {
@@ -612,6 +653,7 @@ fn dispatch_value(
     match (obj.remove("method"), obj.remove("id")) {
         (Some(Value::String(method)), Some(id)) if !id.is_null() => {
             let params = obj.remove("params").unwrap_or(Value::Null);
+            let params = serde_json::value::to_raw_value(&params).unwrap_or_else(|_| null_params());
             if let Some(t) = transport.upgrade() {
                 t.serve(id, method, params, handler.clone());
             }
@@ -672,15 +714,15 @@ mod tests {
             self: Arc<Self>,
             _id: Value,
             method: String,
-            params: Value,
-        ) -> BoxFuture<Result<Value, RpcError>> {
+            params: Box<RawValue>,
+        ) -> BoxFuture<Result<Reply, RpcError>> {
             Box::pin(async move {
                 match method.as_str() {
                     "slow" => {
                         tokio::time::sleep(Duration::from_secs(3600)).await;
-                        Ok(Value::Null)
+                        Ok(Value::Null.into())
                     }
-                    "fast" => Ok(params),
+                    "fast" => Ok(Reply::Raw(params)),
                     _ => Err(RpcError::new(code::METHOD_NOT_FOUND, format!("method not found: {method}"))),
                 }
             })

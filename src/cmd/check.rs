@@ -57,6 +57,7 @@ pub fn main(args: CheckArgs) -> u8 {
             let r = daemon(dir);
             let ok = r.status != Status::Fail;
             rows.push(r);
+            rows.extend(daemon_paths(dir));
             ok
         }
         None => true,
@@ -428,6 +429,24 @@ fn daemon(dir: &Path) -> Row {
             Some("is `tuixiu-sandbox proxy` running with this --state-dir?"),
         ),
     }
+}
+
+/// `--daemon DIR`: what the daemon warned about its directories at
+/// startup (its workspace root or state directory where sandboxes see).
+fn daemon_paths(dir: &Path) -> Vec<Row> {
+    let Ok((status, _)) = tuixiu_sandbox::proxy::status::check(dir) else { return Vec::new() };
+    status
+        .warnings
+        .into_iter()
+        .map(|w| {
+            row(
+                "daemon paths",
+                Status::Warn,
+                w,
+                Some("move it outside the system directories and sandbox.volumes, then restart the daemon"),
+            )
+        })
+        .collect()
 }
 
 /// A throwaway sandbox whose command is codex's bwrap probe (the front end

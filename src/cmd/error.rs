@@ -26,6 +26,9 @@ pub enum CmdError {
     Provider(#[from] ProviderError),
     #[error(transparent)]
     Input(#[from] InputError),
+    /// The records of what `run --manifest` landed in a named instance.
+    #[error(transparent)]
+    Landed(#[from] tuixiu_sandbox::inputs::landed::RecordsError),
     #[error(transparent)]
     Name(#[from] NameError),
     #[error("start the async runtime: {0}")]

@@ -70,7 +70,7 @@ pub fn list(args: InstancesArgs) -> u8 {
 }
 
 fn print_table(infos: &[InstanceInfo]) {
-    let rows: Vec<[String; 5]> = infos
+    let rows: Vec<[String; 6]> = infos
         .iter()
         .map(|i| {
             [
@@ -79,10 +79,11 @@ fn print_table(infos: &[InstanceInfo]) {
                 i.status.as_str().to_string(),
                 i.run_id.clone().unwrap_or_else(|| "-".into()),
                 i.created_at.clone().unwrap_or_else(|| "-".into()),
+                i.egress.map_or_else(|| "-".into(), |c| c.denied.to_string()),
             ]
         })
         .collect();
-    let header = ["NAME", "PROVIDER", "STATUS", "RUN ID", "CREATED"].map(String::from);
+    let header = ["NAME", "PROVIDER", "STATUS", "RUN ID", "CREATED", "DENIED"].map(String::from);
     let mut widths = header.clone().map(|h| h.len());
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
@@ -133,6 +134,15 @@ fn print_info(info: &InstanceInfo, json: bool) {
         ("id", info.id.clone()),
         ("workspace", info.workspace.as_ref().map(|w| w.display().to_string())),
         ("last error", info.last_error.clone()),
+        (
+            "egress",
+            info.egress.map(|c| {
+                format!(
+                    "{} denied, {} failed, {} connections ({} open), {} bytes out, {} bytes in",
+                    c.denied, c.failed, c.connections, c.open, c.bytes_out, c.bytes_in
+                )
+            }),
+        ),
     ];
     for (label, value) in fields {
         if let Some(value) = value {

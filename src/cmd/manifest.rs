@@ -2,8 +2,9 @@
 
 use super::error::CmdError;
 use crate::cli::{ExtractArgs, ManifestCheckArgs, ManifestCommand};
-use crate::inputs::{Layout, Plan, ZipLimits, fsx, zip};
+use crate::inputs::{Described, Layout, Plan, ZipLimits, fsx, zip};
 use crate::{EXIT_TOOL_ERROR, report_error};
+use serde_json::json;
 use tuixiu_sandbox::launcher::error::RunError;
 use tuixiu_sandbox::launcher::run_inputs;
 
@@ -20,21 +21,69 @@ pub fn main(command: ManifestCommand) -> u8 {
 }
 
 fn check(args: &ManifestCheckArgs) -> u8 {
-    match plan(args) {
-        Ok(lines) => {
-            for line in lines {
-                println!("{line}");
+    let checked = plan(args);
+    if args.json {
+        println!("{}", as_json(args, &checked));
+    }
+    match checked {
+        Ok(checked) => {
+            if !args.json {
+                for line in checked.lines() {
+                    println!("{line}");
+                }
             }
             0
         }
         Err(e) => {
-            report_error(e);
+            if !args.json {
+                report_error(e);
+            }
             EXIT_INVALID
         }
     }
 }
 
-fn plan(args: &ManifestCheckArgs) -> Result<Vec<String>, CmdError> {
+/// A manifest that passed: what it does, in order.
+struct Checked {
+    items: usize,
+    env_patch: Vec<(String, String)>,
+    workspace: Option<(std::path::PathBuf, &'static str)>,
+    plan: Vec<Described>,
+    lines: Vec<String>,
+}
+
+impl Checked {
+    fn lines(&self) -> impl Iterator<Item = &String> {
+        self.lines.iter()
+    }
+}
+
+/// `manifest check --json`'s object (docs/json.md).
+fn as_json(args: &ManifestCheckArgs, checked: &Result<Checked, CmdError>) -> serde_json::Value {
+    let file = args.file.display().to_string();
+    match checked {
+        Ok(c) => json!({
+            "file": file,
+            "valid": true,
+            "items": c.items,
+            "envPatch": c.env_patch.iter().map(|(k, v)| (k.clone(), json!(v))).collect::<serde_json::Map<_, _>>(),
+            "workspace": c.workspace.as_ref().map(|(dir, access)| json!({"path": dir, "access": access})),
+            "plan": c.plan,
+        }),
+        Err(e) => {
+            let (code, item) = match e {
+                CmdError::Run(RunError::Manifest(m)) => (Some(m.code.as_str()), m.subject.clone()),
+                CmdError::Run(RunError::Input(i)) | CmdError::Input(i) => {
+                    (Some(i.code.as_str()), Some(i.item.clone()))
+                }
+                _ => (None, None),
+            };
+            json!({"file": file, "valid": false, "error": {"code": code, "item": item, "message": e.to_string()}})
+        }
+    }
+}
+
+fn plan(args: &ManifestCheckArgs) -> Result<Checked, CmdError> {
     let manifest = run_inputs::read_manifest(&args.file)?;
     let mut allowed = args.plan.allow_host_path.clone();
     match &args.workspace {
@@ -63,11 +112,18 @@ fn plan(args: &ManifestCheckArgs) -> Result<Vec<String>, CmdError> {
         let shown: Vec<String> = patch.iter().map(|(k, v)| format!("{k}={v}")).collect();
         lines.push(format!("envPatch: {}", shown.join(" ")));
     }
-    if let Some((dir, access)) = plan.workspace() {
-        lines.push(format!("workspace: {} ({})", dir.display(), access.as_str()));
+    let workspace = plan.workspace().map(|(dir, access)| (dir.to_path_buf(), access.as_str()));
+    if let Some((dir, access)) = &workspace {
+        lines.push(format!("workspace: {} ({access})", dir.display()));
     }
     lines.extend(plan.describe(&layout));
-    Ok(lines)
+    Ok(Checked {
+        items: count,
+        env_patch: patch.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        workspace,
+        plan: plan.described(&layout),
+        lines,
+    })
 }
 
 /// `__extract ZIP DIR [--threads N] [--zip-max-*]`: the downloadExtract

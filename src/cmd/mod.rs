@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod check;
+pub mod docs;
 pub mod engine_check;
 pub mod error;
 pub mod instances;

@@ -22,14 +22,14 @@ use tuixiu_sandbox::provider::host::{self, HostProvider};
 use tuixiu_sandbox::provider::names::{self, NameError};
 use tuixiu_sandbox::provider::native::NativeProvider;
 use tuixiu_sandbox::provider::{
-    InstanceConfig, Limits, Mount, ProcessSpec, Provider, Stdio, default_state_dir,
+    InstanceConfig, Limits, Mount, ProcessSpec, Provider, ProviderError, Stdio, default_state_dir,
 };
 
 use super::engine_check::EngineError;
 use super::error::CmdError;
 use super::relay;
 use crate::cli::{NetworkArg, ProviderArg, RunArgs};
-use crate::inputs::{self, HostDirs, Layout, Plan};
+use crate::inputs::{self, Layout, Plan, landed};
 use crate::manifest::Root;
 use crate::{EXIT_TOOL_ERROR, report_error};
 use tuixiu_sandbox::launcher::args::RunGiven;
@@ -67,8 +67,13 @@ fn run(args: &RunArgs, matches: &ArgMatches) -> Result<u8, CmdError> {
         run_inputs::user_view(&run_inputs::UserFlags::of(args, &given), plan.as_ref().map(Plan::env_patch))?;
     let mut env = environment(args)?;
     env.extend(run_inputs::environment(args, &user, plan.as_ref().map(Plan::env_patch), &init_env)?);
-    let process =
-        ProcessSpec { argv: args.command.clone(), env, cwd: args.chdir.clone(), stdio: Stdio::Inherit };
+    let process = ProcessSpec {
+        argv: args.command.clone(),
+        env,
+        cwd: args.chdir.clone(),
+        cwd_dir: None,
+        stdio: Stdio::Inherit,
+    };
     let cmdline = CommandLine { args, matches, given, user, plan, init_env };
     if cmdline.plan.is_some() && p.provider != ProviderArg::Docker {
         return Err(CmdError::ManifestUnsupported(match p.provider {
@@ -149,10 +154,12 @@ fn instance_config(cl: &CommandLine<'_>, name: &str, run_id: &str) -> Result<Ins
     config.user = cl.user.clone();
     config.image = args.provider.image.clone();
     config.network = match args.network {
-        NetworkArg::On => Network::On,
-        NetworkArg::Off => Network::Off,
         NetworkArg::None => return Err(CmdError::NetworkNone),
+        _ => tuixiu_sandbox::launcher::run::network(args)?,
     };
+    if config.network == Network::Proxied {
+        config.egress = Some(tuixiu_sandbox::launcher::run::egress_policy(&args.egress)?);
+    }
     config.hostname = args.hostname.clone();
     config.limits = limits(args)?;
     for op in extra_mounts(args, &cl.given) {
@@ -200,12 +207,46 @@ fn land_manifest_in_volumes(
     let volumes = provider.prepare_volumes(config, plan.uses(Root::Scratch))?;
     let options = run_inputs::fetch_options(&plan, cl.args, &cl.given, &cl.init_env)?;
     let mut audit = run_inputs::open_audit(cl.args)?;
-    let fetched = plan.fetch(&options)?;
-    let (workspace, home, scratch) = volumes.writable();
-    let mut dest =
-        HostDirs { layout, workspace: Some(workspace), home: Some(home), scratch, binds_are_volumes: true };
+    let roots = landed::Roots::open(&volumes.workspace, &volumes.home, volumes.scratch.as_deref())
+        .map_err(|e| ProviderError::File { op: "open", path: e.dir, source: e.source })?;
+    // A named instance is landed into again at every run: never over what
+    // its commands did (docs/manifest.md, "Landing again"). Its first
+    // landing (no records yet) lands everything, as a plain `run` does.
+    let named = cl.args.provider.instance_name.is_some();
+    let records_file = provider.landed_file(&config.name);
+    let recorded = if named { landed::read_records(&records_file)? } else { None };
+    let selection = recorded.as_ref().map(|r| landed::select(&plan.manifest(), r, &roots));
+    let to_land = match &selection {
+        Some(s) => plan.only(&s.land),
+        None => plan.clone(),
+    };
+    let landing_now = to_land.manifest();
+    let fetched = to_land.fetch(&options)?;
+    let mut dest = roots.host_dirs(layout.clone());
     let apply_options = run_inputs::apply_options(cl.args);
-    as_container_user(config, || inputs::apply(&fetched, &mut dest, &apply_options, &mut audit))?;
+    let landing =
+        as_container_user(config, || inputs::apply(&fetched, &mut dest, &apply_options, &mut audit));
+    drop(fetched);
+    if named {
+        let before = recorded.unwrap_or_default();
+        let (now, failed) = landed::record(&landing_now, &before, &roots);
+        for (id, e) in failed {
+            tracing::warn!("item {id}: fingerprint: {e}");
+        }
+        let mut records = selection.as_ref().map(|s| s.keep.clone()).unwrap_or_default();
+        records.extend(now);
+        landed::write_records(&records_file, &records)?;
+    }
+    if let Some(s) = selection {
+        let aside = (!s.aside.items.is_empty()).then(|| {
+            let dir = provider.incoming_dir(&config.name);
+            landed::land_aside(plan.only(&s.aside), &options, layout.clone(), &dir).map(|()| dir)
+        });
+        for item in &s.left_alone {
+            eprintln!("tuixiu-sandbox: {}", item.report(&layout, aside.as_ref()));
+        }
+    }
+    landing?;
     Ok(volumes)
 }
 
@@ -266,7 +307,15 @@ fn run_native(
     let mut spec = provider.spec_for(name, process)?;
     spec.new_session = !args.keep_session;
     let forget = provider.track_self(name)?;
-    let code = launch_and_report(&spec, matches.get_one::<i32>("json_status_fd").copied());
+    let egress = match provider.egress_policy(name)? {
+        Some(policy) => Some(
+            tuixiu_sandbox::egress::spawn_for_run(policy, Some(provider.egress_counts_file(name)))
+                .map_err(RunError::EgressProxy)?,
+        ),
+        None => None,
+    };
+    let egress_fd = egress.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
+    let code = launch_and_report(&spec, matches.get_one::<i32>("json_status_fd").copied(), egress_fd);
     forget();
     Ok(code)
 }

@@ -9,11 +9,12 @@ use serde_json::{Map, Value, json};
 
 use crate::inputs::ZipLimits;
 use crate::skills::engines::Engines;
-use crate::skills::http;
 use crate::skills::jobs::{ApiError, Config, Family, Service};
+use crate::skills::listener::{self, ConnLimits};
 use crate::skills::package;
 use crate::skills::run::JobLimits;
 use crate::{EXIT_TOOL_ERROR, report_error};
+use tuixiu_sandbox::metrics::{Endpoint, MetricsError};
 
 #[derive(Debug, Subcommand)]
 pub enum SkillsCommand {
@@ -61,6 +62,12 @@ pub struct LimitArgs {
     /// Grace period between SIGTERM and SIGKILL on timeout or cancel
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
     pub kill_grace: Duration,
+
+    /// Bytes of an engine's stdout, and of its stderr, kept on disk per
+    /// engine process: the start and the last 1 MiB, with a line saying
+    /// how much was left out between them
+    #[arg(long, value_name = "SIZE", default_value = "16M", value_parser = tuixiu_sandbox::launcher::units::parse_size)]
+    pub max_log: u64,
 }
 
 #[derive(Debug, Args)]
@@ -113,6 +120,34 @@ pub struct ServeArgs {
     /// with the engines' credentials and network
     #[arg(long)]
     pub temp_skills: bool,
+
+    /// Serve skill package installs (POST /v1/skill-packages/install):
+    /// clients add or update packages in --skills-dir. Off by default, for
+    /// the same reason as --temp-skills
+    #[arg(long)]
+    pub install_skills: bool,
+
+    /// Result-cache entries kept; the least recently used is evicted
+    #[arg(long, value_name = "N", default_value_t = 1024)]
+    pub cache_entries: usize,
+
+    /// Time a client has to send a request's headers (a connection that
+    /// is idle or too slow is closed)
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_duration)]
+    pub header_timeout: Duration,
+
+    /// Time a client has to send a request's body (408 after it)
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
+    pub body_timeout: Duration,
+
+    /// Connections open at a time; more wait until one closes
+    #[arg(long, value_name = "N", default_value_t = 256)]
+    pub max_connections: usize,
+
+    /// Serve Prometheus metrics (jobs by status, queue depth, the result
+    /// cache) at http://ADDR/metrics: IP:PORT or unix:/PATH [default: off]
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<tuixiu_sandbox::metrics::Listen>,
 }
 
 #[derive(Debug, Args)]
@@ -216,6 +251,9 @@ pub enum SkillsError {
     LocalAddr(std::io::Error),
     #[error("serving: {0}")]
     Serve(#[source] std::io::Error),
+    /// `--metrics-listen` (its own text).
+    #[error(transparent)]
+    Metrics(#[from] MetricsError),
     #[error("{flag} {item:?}: expected KEY=VALUE")]
     KeyValue { flag: &'static str, item: String },
     #[error("--skill {}: {source}", .path.display())]
@@ -257,7 +295,7 @@ fn launcher() -> Result<PathBuf, SkillsError> {
 }
 
 fn limits(args: &LimitArgs) -> JobLimits {
-    JobLimits { timeout: args.job_timeout, kill_grace: args.kill_grace }
+    JobLimits { timeout: args.job_timeout, kill_grace: args.kill_grace, max_log: args.max_log.max(1024) }
 }
 
 fn runtime(multi: bool) -> Result<tokio::runtime::Runtime, SkillsError> {
@@ -270,15 +308,11 @@ fn runtime(multi: bool) -> Result<tokio::runtime::Runtime, SkillsError> {
 }
 
 fn serve(args: ServeArgs) -> u8 {
-    let setup = || -> Result<(tokio::runtime::Runtime, Config), SkillsError> {
+    let setup = || -> Result<(tokio::runtime::Runtime, Config, Option<Endpoint>), SkillsError> {
         if !args.skills_dir.is_dir() {
             return Err(SkillsError::SkillsDir(args.skills_dir.clone()));
         }
         let cfg = Config {
-            skills_dir: args.skills_dir.clone(),
-            data_dir: args.data_dir.clone(),
-            engines: engines(&args.engines)?,
-            launcher: launcher()?,
             limits: limits(&args.limits),
             max_concurrent: args.max_concurrent.max(1),
             max_queue: args.max_queue,
@@ -288,12 +322,21 @@ fn serve(args: ServeArgs) -> u8 {
                 max_file_bytes: args.zip_max_file,
                 max_total_bytes: args.zip_max_total,
             },
-            host_ids: None,
             temp_skills: args.temp_skills,
+            install_skills: args.install_skills,
+            cache_entries: args.cache_entries.max(1),
+            body_timeout: args.body_timeout,
+            ..Config::new(
+                args.skills_dir.clone(),
+                args.data_dir.clone(),
+                engines(&args.engines)?,
+                launcher()?,
+            )
         };
-        Ok((runtime(true)?, cfg))
+        let metrics = args.metrics_listen.as_ref().map(Endpoint::bind).transpose()?;
+        Ok((runtime(true)?, cfg, metrics))
     };
-    let (rt, cfg) = match setup() {
+    let (rt, cfg, metrics) = match setup() {
         Ok(x) => x,
         Err(e) => {
             report_error(e);
@@ -302,6 +345,13 @@ fn serve(args: ServeArgs) -> u8 {
     };
     let result = rt.block_on(async move {
         let svc = Service::open(cfg).await.map_err(SkillsError::Service)?;
+        if let Some(endpoint) = metrics {
+            tracing::info!("metrics on {}/metrics", endpoint.local());
+            tokio::spawn(tuixiu_sandbox::metrics::serve(
+                endpoint,
+                crate::skills::metrics::render(svc.clone()),
+            ));
+        }
         if let Ok((_, invalid)) = package::scan(&args.skills_dir, &svc.config().engines.names()) {
             for bad in invalid {
                 report_error(format!("skill package {}: {}", bad.dir, bad.message));
@@ -314,7 +364,9 @@ fn serve(args: ServeArgs) -> u8 {
         println!("listening on {addr}");
         use std::io::Write;
         let _ = std::io::stdout().flush();
-        http::serve(svc, listener, shutdown_signal()).await.map_err(SkillsError::Serve)
+        let conns =
+            ConnLimits { header_timeout: args.header_timeout, max_connections: args.max_connections.max(1) };
+        listener::serve(svc, listener, shutdown_signal(), conns).await.map_err(SkillsError::Serve)
     });
     // Blocking tasks still running (a bundle being built, a stalled
     // download's read) do not hold the exit; the sandboxes die with us.
@@ -389,17 +441,11 @@ fn run_inner(args: RunArgs) -> Result<u8, SkillsError> {
         }
     };
     let cfg = Config {
-        skills_dir: skills_dir.to_path_buf(),
-        data_dir,
-        engines: engines(&args.engines)?,
-        launcher: launcher()?,
         limits: limits(&args.limits),
         max_concurrent: 1,
         max_queue: 1,
         max_upload_bytes: u64::MAX,
-        zip: ZipLimits::default(),
-        host_ids: None,
-        temp_skills: false,
+        ..Config::new(skills_dir.to_path_buf(), data_dir, engines(&args.engines)?, launcher()?)
     };
     let body = json!({
         "skill_id": id,

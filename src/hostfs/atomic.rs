@@ -3,7 +3,7 @@
 //!
 //! | entry point | callers |
 //! |---|---|
-//! | by path: [`write`], [`AtomicFile::new_in`] + [`AtomicFile::commit`] | skill records and bundles (`beneath::write_atomic`, `skills/artifacts.rs`), the input cache's downloads (`inputs/download.rs`), the daemon's identity and run state (`proxy::identity::write_private`, mode 0600, [`Durability::SyncedRename`]), instance records (`provider/records.rs`, synced), the daemon's `status.json` (`proxy/status.rs`, unsynced) |
+//! | by path: [`write`], [`AtomicFile::new_in`] + [`AtomicFile::commit`] | skill records and bundles (`beneath::write_atomic`, `skills/artifacts.rs`), result-cache entries and install records (`skills/cache.rs`, `skills/install.rs`), the input cache's downloads (`inputs/download.rs`), the daemon's identity and run state (`proxy::identity::write_private`, mode 0600, [`Durability::SyncedRename`]), instance records (`provider/records.rs`, synced), the daemon's `status.json` (`proxy/status.rs`, unsynced) |
 //! | by directory descriptor + name: [`AtomicFile::new_at`] + [`AtomicFile::commit_at`] | inputs landed under a root (`root::replace_file`: `writeFile`, single-file `copy`), the ACP host's `fs/write_text_file` (`guest::Walked::replace`) |
 //!
 //! Options: the mode the new file is created with (as `open(2)` with

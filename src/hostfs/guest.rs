@@ -16,9 +16,10 @@
 //! path is allowed, and descriptors: nothing is opened by a host path, so a
 //! swapped-in link cannot redirect a later step.
 
-use std::ffi::CString;
+use std::ffi::{CString, OsStr, OsString};
 use std::io::Write;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
@@ -60,6 +61,9 @@ pub enum BadPath {
     /// [`sandbox::guest_path::normalize`] refused it for `why`.
     #[error("{path:?} {why}")]
     NotClean { path: String, why: &'static str },
+    /// Longer or deeper than the daemon accepts ([`super::bounds`]).
+    #[error("{0}")]
+    Bound(super::bounds::PathBound),
 }
 
 /// A path that leads out of the workspace and the home.
@@ -193,20 +197,56 @@ fn errno_text(e: &Errno) -> String {
 pub struct GuestView {
     /// `(guest path, O_PATH directory)`: `/` for a sandbox root, or the
     /// allowed roots themselves for host directories.
-    mounts: Vec<(Vec<String>, OwnedFd)>,
+    mounts: Vec<(Vec<OsString>, OwnedFd)>,
     /// Guest paths (as components) that reads and writes must stay in.
-    allowed: Vec<Vec<String>>,
+    allowed: Vec<Vec<OsString>>,
     /// Files and directories we create are given to these ids (a root
     /// daemon writing into a docker volume for the container's user).
     owner: Option<(u32, u32)>,
 }
 
-pub fn components(path: &str) -> Vec<String> {
-    path.split('/').filter(|c| !c.is_empty() && *c != ".").map(str::to_string).collect()
+/// The components of an absolute path (empty ones and `.` left out).
+pub fn components(path: &[u8]) -> Vec<OsString> {
+    path.split(|b| *b == b'/')
+        .filter(|c| !c.is_empty() && *c != b".")
+        .map(|c| OsStr::from_bytes(c).to_os_string())
+        .collect()
 }
 
-fn guest(comps: &[String]) -> String {
-    if comps.is_empty() { "/".into() } else { format!("/{}", comps.join("/")) }
+/// The guest path of `comps`, as bytes.
+fn guest(comps: &[OsString]) -> OsString {
+    if comps.is_empty() {
+        return OsString::from("/");
+    }
+    let mut out = Vec::with_capacity(comps.iter().map(|c| c.len() + 1).sum());
+    for c in comps {
+        out.push(b'/');
+        out.extend_from_slice(c.as_bytes());
+    }
+    OsString::from_vec(out)
+}
+
+/// `path` for a message: as it is when it is UTF-8, any other byte written
+/// `\xNN` (the path itself is never changed: only its text).
+pub fn shown(path: &OsStr) -> String {
+    let mut out = String::with_capacity(path.len());
+    for chunk in path.as_bytes().utf8_chunks() {
+        out.push_str(chunk.valid());
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
+}
+
+/// The guest path of `comps` then `last`, for a message.
+fn shown_in(comps: &[OsString], last: &OsStr) -> String {
+    let mut g = guest(comps).into_vec();
+    if g != b"/" {
+        g.push(b'/');
+    }
+    g.extend_from_slice(last.as_bytes());
+    shown(OsStr::from_bytes(&g))
 }
 
 fn open_dir(path: &Path) -> Result<OwnedFd, ViewError> {
@@ -219,11 +259,11 @@ pub struct Walked {
     /// The directory holding the target.
     pub parent: OwnedFd,
     /// The target's name in `parent` (empty when the target is a mount root).
-    pub name: String,
+    pub name: OsString,
     /// The target, when it exists (`O_PATH`, not a symlink).
     pub target: Option<OwnedFd>,
     /// Canonical guest path of the target.
-    pub guest: String,
+    pub guest: OsString,
 }
 
 impl Walked {
@@ -258,13 +298,106 @@ impl Walked {
     }
 }
 
+/// Where the walk's current path is with respect to a list of guest paths
+/// (the mounts, the allowed roots), kept level by level as the walk goes
+/// down and up: which listed paths it is a prefix of, and whether it lies
+/// within one of them. Each step costs one comparison per listed path,
+/// whatever the depth, so the walk stays linear in it.
+struct Prefixes<'a> {
+    paths: Vec<&'a [OsString]>,
+    /// Per level of the current path (level 0: `/`): the listed paths it is
+    /// a prefix of (a bit set), and whether a listed path is a prefix of it.
+    levels: Vec<(u64, bool)>,
+}
+
+impl<'a> Prefixes<'a> {
+    fn new(paths: impl Iterator<Item = &'a [OsString]>) -> Prefixes<'a> {
+        let paths: Vec<&[OsString]> = paths.take(64).collect();
+        let all = if paths.len() == 64 { u64::MAX } else { (1u64 << paths.len()) - 1 };
+        let mut p = Prefixes { paths, levels: Vec::new() };
+        let within = p.equal_in(all, 0).is_some();
+        p.levels.push((all, within));
+        p
+    }
+
+    fn top(&self) -> (u64, bool) {
+        *self.levels.last().expect("level 0 stays")
+    }
+
+    /// The current path's depth.
+    fn depth(&self) -> usize {
+        self.levels.len() - 1
+    }
+
+    /// The listed paths the current path followed by `c` is a prefix of.
+    fn after(&self, c: &OsStr) -> u64 {
+        let (depth, (mut set, _)) = (self.depth(), self.top());
+        let mut out = 0;
+        while set != 0 {
+            let i = set.trailing_zeros() as usize;
+            set &= set - 1;
+            if self.paths[i].get(depth).is_some_and(|p| p == c) {
+                out |= 1 << i;
+            }
+        }
+        out
+    }
+
+    fn push(&mut self, c: &OsStr) {
+        let within = self.within_child(c);
+        let next = self.after(c);
+        self.levels.push((next, within));
+    }
+
+    fn pop(&mut self) {
+        if self.levels.len() > 1 {
+            self.levels.pop();
+        }
+    }
+
+    fn clear(&mut self) {
+        self.levels.truncate(1);
+    }
+
+    /// The listed path that is exactly the current path.
+    fn at(&self) -> Option<usize> {
+        self.equal_in(self.top().0, self.depth())
+    }
+
+    /// The listed path that is exactly the current path followed by `c`.
+    fn at_child(&self, c: &OsStr) -> Option<usize> {
+        self.equal_in(self.after(c), self.depth() + 1)
+    }
+
+    fn equal_in(&self, mut set: u64, depth: usize) -> Option<usize> {
+        while set != 0 {
+            let i = set.trailing_zeros() as usize;
+            set &= set - 1;
+            if self.paths[i].len() == depth {
+                return Some(i);
+            }
+        }
+        None
+    }
+
+    /// Whether the current path is a prefix of some listed path.
+    fn below_any(&self) -> bool {
+        self.top().0 != 0
+    }
+
+    /// Whether the current path followed by `c` lies within a listed path.
+    fn within_child(&self, c: &OsStr) -> bool {
+        self.top().1 || self.at_child(c).is_some()
+    }
+}
+
 impl GuestView {
     /// A whole tree whose `/` is `root` (a sandbox's, opened through
     /// `/proc`); reads and writes stay in `allowed`.
     pub fn over_root(root: OwnedFd, allowed: &[&str]) -> GuestView {
         GuestView {
             mounts: vec![(Vec::new(), root)],
-            allowed: allowed.iter().map(|a| components(a)).collect(),
+            allowed: allowed.iter().map(|a| components(a.as_bytes())).collect(),
             owner: None,
         }
     }
@@ -279,7 +412,7 @@ impl GuestView {
     pub fn host_dirs(dirs: &[(&str, &Path)], owner: Option<(u32, u32)>) -> Result<GuestView, ViewError> {
         let mut mounts = Vec::new();
         for (g, dir) in dirs {
-            mounts.push((components(g), open_dir(dir)?));
+            mounts.push((components(g.as_bytes()), open_dir(dir)?));
         }
         let allowed = mounts.iter().map(|(g, _)| g.clone()).collect();
         Ok(GuestView { mounts, allowed, owner })
@@ -288,7 +421,7 @@ impl GuestView {
     /// Also shows `dir` at guest path `guest` (nested in an allowed root),
     /// without making it an allowed root of its own.
     pub fn with_mount(mut self, guest: &str, dir: &Path) -> Result<GuestView, ViewError> {
-        self.mounts.push((components(guest), open_dir(dir)?));
+        self.mounts.push((components(guest.as_bytes()), open_dir(dir)?));
         Ok(self)
     }
 
@@ -297,8 +430,9 @@ impl GuestView {
         self.owner
     }
 
-    /// Resolves `path` (absolute); with `create`, makes missing directories
-    /// on the way (not the last component).
+    /// Resolves `path` (absolute, within the bounds of [`super::bounds`]);
+    /// with `create`, makes missing directories on the way (not the last
+    /// component).
     pub fn walk(&self, path: &str, create: bool) -> Result<Walked, ResolveError> {
         if !path.starts_with('/') {
             return Err(BadPath::NotAbsolute { path: path.into() }.into());
@@ -306,6 +440,7 @@ impl GuestView {
         if path.contains('\0') {
             return Err(BadPath::ContainsNul.into());
         }
+        super::bounds::check(path.as_bytes()).map_err(BadPath::Bound)?;
         match self.resolve_in_root(path) {
             Some(walked) => Ok(walked),
             None => self.walk_components(path, create),
@@ -319,7 +454,7 @@ impl GuestView {
     /// (a symlink on the way, something missing, any error): the component
     /// walk then gives the answer, and the exact error.
     fn resolve_in_root(&self, path: &str) -> Option<Walked> {
-        let comps = components(path);
+        let comps = components(path.as_bytes());
         if comps.iter().any(|c| c == "..") {
             return None;
         }
@@ -327,11 +462,12 @@ impl GuestView {
             self.mounts.iter().filter(|(g, _)| comps.starts_with(g)).max_by_key(|(g, _)| g.len())?;
         let rest = &comps[mount.len()..];
         let (name, dirs) = rest.split_last()?;
-        let rel = if dirs.is_empty() { ".".to_string() } else { dirs.join("/") };
+        let rel = if dirs.is_empty() { OsString::from(".") } else { guest(dirs) };
+        let rel = rel.as_bytes().strip_prefix(b"/").unwrap_or(rel.as_bytes());
         let dir_flags = OFlag::O_PATH | OFlag::O_DIRECTORY;
         let parent = super::open::open(
             fd.as_fd(),
-            &rel,
+            OsStr::from_bytes(rel),
             dir_flags,
             super::open::Scope::InRoot,
             super::open::Links::Never,
@@ -353,72 +489,78 @@ impl GuestView {
         Some(Walked { parent, name: name.clone(), target, guest: guest(&comps) })
     }
 
-    pub fn is_allowed(&self, comps: &[String]) -> bool {
+    /// Whether the guest path `comps` is in an allowed root.
+    pub fn is_allowed(&self, comps: &[OsString]) -> bool {
         self.allowed.iter().any(|a| comps.len() >= a.len() && comps[..a.len()] == a[..])
     }
 
-    fn mount_at(&self, comps: &[String]) -> Option<Result<OwnedFd, ResolveError>> {
-        self.mounts
-            .iter()
-            .find(|(g, _)| g[..] == comps[..])
-            .map(|(_, fd)| fd.try_clone().map_err(|e| Failed::Dup(e).into()))
+    fn dup_mount(&self, i: usize) -> Result<OwnedFd, ResolveError> {
+        self.mounts[i].1.try_clone().map_err(|e| Failed::Dup(e).into())
     }
 
     /// Walks `path`; with `create`, makes missing directories on the way
-    /// (not the last component).
+    /// (not the last component). Each component costs a fixed number of
+    /// system calls and comparisons, so the walk is linear in the path's
+    /// length (and in its symlinks' targets, at most [`MAX_LINKS`] of them,
+    /// each at most `PATH_MAX`); what it resolves to is bounded in depth
+    /// like the path itself.
     fn walk_components(&self, path: &str, create: bool) -> Result<Walked, ResolveError> {
-        let mut todo: std::collections::VecDeque<String> =
-            path.split('/').filter(|c| !c.is_empty()).map(str::to_string).collect();
-        let mut cur: Vec<String> = Vec::new();
+        let mut todo: std::collections::VecDeque<OsString> = components(path.as_bytes()).into();
+        let mut cur: Vec<OsString> = Vec::new();
+        // Where the current path is with respect to the mounts and the
+        // allowed roots.
+        let mut mounts = Prefixes::new(self.mounts.iter().map(|(g, _)| g.as_slice()));
+        let mut allowed = Prefixes::new(self.allowed.iter().map(Vec::as_slice));
         // Directory descriptors for `cur[base..]`, `fds[0]` being the mount
         // at `cur[..base]`; empty while outside any mount.
         let mut fds: Vec<OwnedFd> = Vec::new();
-        let mut base = 0;
         let mut links = 0;
-        let enter = |cur: &[String], fds: &mut Vec<OwnedFd>, base: &mut usize| -> Result<(), ResolveError> {
-            if let Some(fd) = self.mount_at(cur) {
-                fds.push(fd?);
-                *base = cur.len();
+        // Entering a level: a mount exactly there starts a new stack.
+        let enter = |mounts: &Prefixes<'_>, fds: &mut Vec<OwnedFd>| -> Result<(), ResolveError> {
+            if let Some(i) = mounts.at() {
+                fds.push(self.dup_mount(i)?);
             }
             Ok(())
         };
-        enter(&cur, &mut fds, &mut base)?;
+        enter(&mounts, &mut fds)?;
         let mut last_file: Option<OwnedFd> = None;
         while let Some(c) = todo.pop_front() {
             last_file = None;
-            match c.as_str() {
-                "." => continue,
-                ".." => {
-                    if fds.len() > 1 {
-                        fds.pop();
-                        cur.pop();
-                    } else {
-                        cur.pop();
-                        fds.clear();
-                        enter(&cur, &mut fds, &mut base)?;
-                    }
-                    continue;
+            if c == ".." {
+                cur.pop();
+                mounts.pop();
+                allowed.pop();
+                if fds.len() > 1 {
+                    fds.pop();
+                } else {
+                    fds.clear();
+                    enter(&mounts, &mut fds)?;
                 }
-                _ => {}
+                continue;
+            }
+            if cur.len() >= super::bounds::MAX_PATH_DEPTH {
+                return Err(BadPath::Bound(super::bounds::PathBound::ResolvesTooDeep).into());
             }
             let Some(dir) = fds.last() else {
+                // Outside any mount: only the way to one is walked.
+                mounts.push(&c);
+                allowed.push(&c);
                 cur.push(c);
-                enter(&cur, &mut fds, &mut base)?;
-                if fds.is_empty() && !self.mounts.iter().any(|(g, _)| g.starts_with(&cur)) {
-                    return Err(Outside::ResolvesTo { path: path.into(), guest: guest(&cur) }.into());
+                enter(&mounts, &mut fds)?;
+                if fds.is_empty() && !mounts.below_any() {
+                    return Err(Outside::ResolvesTo { path: path.into(), guest: shown(&guest(&cur)) }.into());
                 }
                 continue;
             };
             // A mount nested in another one (the agent's state directory in
             // the home of a docker instance) hides what is below it.
-            if self.mounts.len() > 1 {
-                let mut next = cur.clone();
-                next.push(c.clone());
-                if let Some(fd) = self.mount_at(&next) {
-                    cur = next;
-                    fds.push(fd?);
-                    continue;
-                }
+            if let Some(i) = mounts.at_child(&c) {
+                let fd = self.dup_mount(i)?;
+                mounts.push(&c);
+                allowed.push(&c);
+                cur.push(c);
+                fds.push(fd);
+                continue;
             }
             let name = CString::new(c.as_bytes()).map_err(|_| BadPath::Nul)?;
             let opened = nix::fcntl::openat(
@@ -440,9 +582,8 @@ impl GuestView {
                     });
                 }
                 Err(Errno::ENOENT) if create => {
-                    let g = guest(&[cur.clone(), vec![c.clone()]].concat());
-                    if !self.is_allowed(&[cur.clone(), vec![c.clone()]].concat()) {
-                        return Err(Outside::Creates { path: path.into(), guest: g }.into());
+                    if !allowed.within_child(&c) {
+                        return Err(Outside::Creates { path: path.into(), guest: shown_in(&cur, &c) }.into());
                     }
                     match nix::sys::stat::mkdirat(
                         dir.as_fd(),
@@ -450,7 +591,7 @@ impl GuestView {
                         Mode::from_bits_truncate(0o755),
                     ) {
                         Ok(()) | Err(Errno::EEXIST) => {}
-                        Err(e) => return Err(sys("mkdir", &g, e)),
+                        Err(e) => return Err(sys("mkdir", &shown_in(&cur, &c), e)),
                     }
                     let fd = nix::fcntl::openat(
                         dir.as_fd(),
@@ -458,45 +599,49 @@ impl GuestView {
                         OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
                         Mode::empty(),
                     )
-                    .map_err(|e| sys("open", &g, e))?;
-                    self.give(fd.as_fd(), &g);
+                    .map_err(|e| sys("open", &shown_in(&cur, &c), e))?;
+                    self.give(fd.as_fd(), || shown_in(&cur, &c));
                     fd
                 }
-                Err(e) => return Err(sys("open", &guest(&[cur.clone(), vec![c]].concat()), e)),
+                Err(e) => return Err(sys("open", &shown_in(&cur, &c), e)),
             };
-            let st = fstat(fd.as_fd()).map_err(|e| sys("fstat", &guest(&cur), e))?;
+            let st = fstat(fd.as_fd()).map_err(|e| sys("fstat", &shown_in(&cur, &c), e))?;
             let kind = SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits());
             if kind == SFlag::S_IFLNK {
                 links += 1;
                 if links > MAX_LINKS {
                     return Err(sys("open", path, Errno::ELOOP));
                 }
-                let target =
-                    nix::fcntl::readlinkat(fd.as_fd(), "").map_err(|e| sys("readlink", &guest(&cur), e))?;
-                let target = std::os::unix::ffi::OsStrExt::as_bytes(target.as_os_str()).to_vec();
-                let target = String::from_utf8_lossy(&target).into_owned();
-                for t in target.split('/').filter(|t| !t.is_empty()).rev() {
-                    todo.push_front(t.to_string());
+                // The target as bytes, as the guest's kernel would read it.
+                let target = nix::fcntl::readlinkat(fd.as_fd(), "")
+                    .map_err(|e| sys("readlink", &shown_in(&cur, &c), e))?;
+                let target = target.as_bytes();
+                for t in components(target).into_iter().rev() {
+                    todo.push_front(t);
                 }
-                if target.starts_with('/') {
+                if target.starts_with(b"/") {
                     cur.clear();
+                    mounts.clear();
+                    allowed.clear();
                     fds.clear();
-                    enter(&cur, &mut fds, &mut base)?;
+                    enter(&mounts, &mut fds)?;
                 }
                 continue;
             }
+            mounts.push(&c);
+            allowed.push(&c);
             cur.push(c);
             if kind == SFlag::S_IFDIR {
                 fds.push(fd);
             } else if todo.is_empty() {
                 last_file = Some(fd);
             } else {
-                return Err(sys("open", &guest(&cur), Errno::ENOTDIR));
+                return Err(sys("open", &shown(&guest(&cur)), Errno::ENOTDIR));
             }
         }
         let g = guest(&cur);
         if fds.is_empty() {
-            return Err(Outside::ResolvesTo { path: path.into(), guest: g }.into());
+            return Err(Outside::ResolvesTo { path: path.into(), guest: shown(&g) }.into());
         }
         if let Some(file) = last_file {
             let parent = fds.pop().expect("checked");
@@ -519,26 +664,29 @@ impl GuestView {
             None => {
                 // A mount root (or `/`): no name in a parent we hold.
                 let parent = top.try_clone().map_err(Failed::Dup)?;
-                Ok(Walked { parent, name: String::new(), target: Some(top), guest: g })
+                Ok(Walked { parent, name: OsString::new(), target: Some(top), guest: g })
             }
         }
     }
 
-    pub fn give(&self, fd: BorrowedFd<'_>, what: &str) {
+    /// Gives a directory we made to the view's owner; `what` names it in
+    /// the warning when that fails.
+    pub fn give(&self, fd: BorrowedFd<'_>, what: impl FnOnce() -> String) {
         if let Some((uid, gid)) = self.owner
             && let Err(e) = nix::unistd::fchown(fd, Some(uid.into()), Some(gid.into()))
         {
-            tracing::warn!("fs: chown {what} to {uid}:{gid}: {e}");
+            tracing::warn!("fs: chown {} to {uid}:{gid}: {e}", what());
         }
     }
 
-    pub fn check(&self, path: &str, guest_path: &str) -> Result<(), ResolveError> {
-        if self.is_allowed(&components(guest_path)) {
+    /// Whether the canonical guest path `guest_path` of `path` may be used.
+    pub fn check(&self, path: &str, guest_path: &OsStr) -> Result<(), ResolveError> {
+        if self.is_allowed(&components(guest_path.as_bytes())) {
             Ok(())
-        } else if guest_path == path {
+        } else if guest_path.as_bytes() == path.as_bytes() {
             Err(Outside::Path { path: path.into() }.into())
         } else {
-            Err(Outside::ResolvesTo { path: path.into(), guest: guest_path.into() }.into())
+            Err(Outside::ResolvesTo { path: path.into(), guest: shown(guest_path) }.into())
         }
     }
 }

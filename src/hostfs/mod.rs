@@ -9,6 +9,7 @@
 //! | [`guest`] | guest paths of a sandbox seen from the host (the ACP host's `fs/*`): mounts at guest paths, allowed prefixes, `openat2(RESOLVE_IN_ROOT\|RESOLVE_NO_MAGICLINKS\|RESOLVE_NO_SYMLINKS)` for paths without a symlink, symlinks resolved by us otherwise, the canonical guest path; missing directories made and a resolved file replaced atomically |
 //! | [`atomic`] | the one atomic file writer, by path or by directory descriptor (an anonymous `O_TMPFILE` file linked over the target, a named `O_EXCL` fallback; a mode, three durability levels): skill records and bundles, the input cache's downloads, inputs landed as files, the ACP host's writes, the daemon's identity and run state |
 //! | [`under_root`] | a host path resolved inside the workspace root for the daemon's control actions |
+//! | [`bounds`] | the length and depth every path from an agent or the backend must stay within |
 //! | [`beneath`] | `openat2(RESOLVE_BENEATH)` opens (optionally no symlink at all), regular files opened only after an `O_PATH` check, plain-name checks |
 //!
 //! Resolution is `openat2` alone (the guest view walks components only
@@ -22,6 +23,7 @@
 
 pub mod atomic;
 pub mod beneath;
+pub mod bounds;
 pub mod guest;
 pub mod open;
 pub mod root;

@@ -51,6 +51,28 @@ pub enum Code {
 }
 
 impl Code {
+    /// Every code (the metrics count failures by code, and only these).
+    pub const ALL: [Code; 18] = [
+        Code::HostPathNotAllowed,
+        Code::HostPath,
+        Code::Conflict,
+        Code::Uri,
+        Code::DownloadFailed,
+        Code::DownloadTooLarge,
+        Code::DownloadTimeout,
+        Code::ContentHashMismatch,
+        Code::Cache,
+        Code::ZipUnsafe,
+        Code::ZipLimit,
+        Code::ZipInvalid,
+        Code::SkillMdMissing,
+        Code::GitFailed,
+        Code::GitTimeout,
+        Code::CopyFailed,
+        Code::TargetFailed,
+        Code::BindFailed,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Code::HostPathNotAllowed => "AGENT_INPUTS_HOST_PATH_NOT_ALLOWED",

@@ -44,6 +44,7 @@ mod error;
 pub use crate::hostfs::root as fsx;
 mod git;
 mod hostpath;
+pub mod landed;
 mod plan;
 pub mod zip;
 
@@ -64,7 +65,9 @@ pub use git::{ASKPASS_ENV, GitCredentials, GitOptions, askpass_main};
 #[allow(unused_imports)]
 pub use hostpath::{AllowlistError, HostAllowlist, HostPath};
 #[allow(unused_imports)]
-pub use plan::{Config, GitRepo, Layout, MAX_BINDS, Plan, Planned, Step, describe_source, display_url};
+pub use plan::{
+    Config, Described, GitRepo, Layout, MAX_BINDS, Plan, Planned, Step, describe_source, display_url,
+};
 pub use zip::ZipLimits;
 
 use crate::env::Redactor;

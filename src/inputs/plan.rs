@@ -205,6 +205,24 @@ impl Plan {
         &self.items
     }
 
+    /// The items of the plan as a manifest.
+    pub fn manifest(&self) -> Manifest {
+        Manifest {
+            version: 1,
+            env_patch: self.env_patch.clone(),
+            items: self.items.iter().map(|p| p.item.clone()).collect(),
+        }
+    }
+
+    /// The same plan with only the items of `wanted` (by id), in order.
+    pub fn only(&self, wanted: &Manifest) -> Plan {
+        let ids: std::collections::HashSet<&str> = wanted.items.iter().map(|i| i.id.as_str()).collect();
+        Plan {
+            env_patch: self.env_patch.clone(),
+            items: self.items.iter().filter(|p| ids.contains(p.item.id.as_str())).cloned().collect(),
+        }
+    }
+
     pub fn env_patch(&self) -> &EnvPatch {
         &self.env_patch
     }
@@ -233,29 +251,69 @@ impl Plan {
 
     /// One line per item: position, id, action, source, where it lands.
     pub fn describe(&self, layout: &Layout) -> Vec<String> {
-        self.items
+        self.described(layout)
             .iter()
             .enumerate()
-            .map(|(i, p)| {
-                let target = layout.guest(p.item.target.root, &p.item.target.path);
-                let action = match &p.step {
-                    Step::Workspace { access, .. } => {
-                        format!("bindMount {} (the workspace)", access.as_str())
-                    }
-                    Step::Bind { access, .. } => format!("bindMount {}", access.as_str()),
-                    _ => p.item.apply.as_str().to_string(),
+            .map(|(i, d)| {
+                let action = match (d.workspace, d.access) {
+                    (true, Some(access)) => format!("{} {access} (the workspace)", d.apply),
+                    (false, Some(access)) => format!("{} {access}", d.apply),
+                    _ => d.apply.to_string(),
                 };
                 format!(
                     "{:>3}. {}: {action} {} -> {} ({})",
                     i + 1,
-                    Shown(&p.item.id),
-                    Shown(&describe_source(p)),
-                    Shown(&target),
-                    Shown(&p.item.target.display())
+                    Shown(&d.id),
+                    Shown(&d.source),
+                    Shown(&d.target),
+                    Shown(&d.target_spec)
                 )
             })
             .collect()
     }
+
+    /// Each item as it will land, in order (`manifest check`: its lines,
+    /// and its `--json`).
+    pub fn described(&self, layout: &Layout) -> Vec<Described> {
+        self.items
+            .iter()
+            .map(|p| {
+                let (workspace, access) = match &p.step {
+                    Step::Workspace { access, .. } => (true, Some(access.as_str())),
+                    Step::Bind { access, .. } => (false, Some(access.as_str())),
+                    _ => (false, None),
+                };
+                Described {
+                    id: p.item.id.clone(),
+                    apply: p.item.apply.as_str(),
+                    access,
+                    workspace,
+                    source: describe_source(p),
+                    target: layout.guest(p.item.target.root, &p.item.target.path),
+                    target_spec: p.item.target.display(),
+                }
+            })
+            .collect()
+    }
+}
+
+/// One planned item, as `manifest check` shows it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Described {
+    pub id: String,
+    /// `bindMount`, `copy`, `downloadExtract`, `writeFile`, `checkout`.
+    pub apply: &'static str,
+    /// `ro` or `rw` for a bind (the mount enforces it); `None` otherwise.
+    pub access: Option<&'static str>,
+    /// The item is the workspace (bound at `/workspace` itself).
+    pub workspace: bool,
+    /// The source as logs show it: no credentials, no query string.
+    pub source: String,
+    /// The guest path it lands at.
+    pub target: String,
+    /// `ROOT/path` as the manifest names it.
+    pub target_spec: String,
 }
 
 /// The source as it may appear in logs: no credentials, no query string.

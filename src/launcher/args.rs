@@ -71,9 +71,14 @@ pub struct RunArgs {
     /// Network: `on` shares the host's; `off` gives a private namespace with
     /// only loopback (local TCP between the command's own processes works);
     /// `none` is `off` without IP at all: AF_INET/AF_INET6 sockets are denied
-    /// by seccomp and, with Landlock ABI 4 or newer, TCP bind/connect too
+    /// by seccomp and, with Landlock ABI 4 or newer, TCP bind/connect too;
+    /// `allow` is `off` plus an egress proxy (HTTP_PROXY, HTTPS_PROXY,
+    /// ALL_PROXY) that reaches only the --allow-host destinations
     #[arg(long, value_enum, value_name = "MODE", default_value_t = NetworkArg::On)]
     pub network: NetworkArg,
+
+    #[command(flatten)]
+    pub egress: EgressArgs,
 
     /// Seccomp profile: a built-in name (`default`, `strict`), a path to an
     /// OCI/Docker-style JSON profile, or `unconfined`
@@ -314,6 +319,34 @@ pub enum NetworkArg {
     On,
     Off,
     None,
+    Allow,
+}
+
+/// `--network allow`'s policy (docs/security.md, "Network by allowlist").
+#[derive(Debug, Default, Args)]
+#[command(next_help_heading = "Network allowlist (--network allow)")]
+pub struct EgressArgs {
+    /// A destination the command may reach through the egress proxy: a
+    /// host NAME, *.DOMAIN (its subdomains) or an IP address, with :PORT or
+    /// :* (any port) [default port: 443] (repeatable)
+    #[arg(long, value_name = "PATTERN[:PORT]", action = clap::ArgAction::Append)]
+    pub allow_host: Vec<String>,
+
+    /// Read more --allow-host patterns from FILE, one per line (# comments)
+    #[arg(long, value_name = "FILE", action = clap::ArgAction::Append)]
+    pub allow_hosts_file: Vec<PathBuf>,
+
+    /// Let the proxy connect to addresses in this range (CIDR, e.g.
+    /// 10.1.0.0/16) although they are private, loopback, link-local or
+    /// otherwise special, which it refuses by default (repeatable)
+    #[arg(long, value_name = "CIDR", action = clap::ArgAction::Append)]
+    pub allow_range: Vec<String>,
+}
+
+impl EgressArgs {
+    pub fn is_empty(&self) -> bool {
+        self.allow_host.is_empty() && self.allow_hosts_file.is_empty() && self.allow_range.is_empty()
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -362,6 +395,12 @@ pub struct ExecArgs {
     #[arg(long, value_name = "PID")]
     pub join_pid: Option<i32>,
 
+    /// With --join-pid: a directory descriptor (resolved by the caller
+    /// inside the sandbox's tree) the command starts in, by `fchdir`; the
+    /// spec's working directory then only names it
+    #[arg(long, value_name = "FD", requires = "join_pid")]
+    pub cwd_fd: Option<i32>,
+
     /// As for `run`; replaces the spec's choice
     #[arg(long, value_enum, value_name = "MODE")]
     pub proc: Option<ProcArg>,
@@ -374,6 +413,11 @@ pub struct ExecArgs {
     /// As for `run`; overrides the spec's own setting
     #[arg(long, value_enum, value_name = "MODE")]
     pub nested: Option<NestedArg>,
+
+    /// A unix stream socket on which the sandbox of a `proxied` network
+    /// sends its egress listener, for the caller to serve the proxy
+    #[arg(long, value_name = "FD")]
+    pub egress_fd: Option<i32>,
 }
 
 /// What planning a manifest needs (shared by `run` and `manifest check`).

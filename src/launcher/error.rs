@@ -29,6 +29,14 @@ pub enum RunError {
     },
     #[error("--seccomp: {0}")]
     Seccomp(#[source] SpecError),
+    #[error("--allow-host: {0}")]
+    Allowlist(#[source] crate::egress::PatternError),
+    #[error("--allow-hosts-file {0}")]
+    AllowHostsFile(String),
+    #[error("--allow-host, --allow-hosts-file and --allow-range need --network allow")]
+    AllowlistWithoutAllow,
+    #[error("starting the egress proxy: {0}")]
+    EgressProxy(#[source] io::Error),
     /// A limit option (`--memory`, `--timeout`, ...) that does not parse.
     #[error("{flag}: {source}")]
     Limit {

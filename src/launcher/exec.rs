@@ -48,18 +48,29 @@ pub fn main(args: ExecArgs) -> u8 {
     if let Some(nested) = args.nested {
         spec.nested = nested == super::args::NestedArg::On;
     }
-    if let Some(fd) = args.lifeline_fd
+    for (flag, fd) in [("--lifeline-fd", args.lifeline_fd), ("--egress-fd", args.egress_fd)] {
+        if let Some(fd) = fd
+            && let Err(e) = super::launch::check_fd(fd)
+        {
+            report_error(format!("{flag} {fd}: {}", sandbox::error::io_error_text(&e)));
+            return EXIT_TOOL_ERROR;
+        }
+    }
+    if let Some(fd) = args.cwd_fd
         && let Err(e) = super::launch::check_fd(fd)
     {
-        report_error(format!("--lifeline-fd {fd}: {}", sandbox::error::io_error_text(&e)));
+        report_error(format!("--cwd-fd {fd}: {}", sandbox::error::io_error_text(&e)));
         return EXIT_TOOL_ERROR;
     }
+    // SAFETY: checked open above; handed to us for this, and kept open
+    // (never closed here) until the process image is replaced.
+    let cwd_dir = args.cwd_fd.map(|fd| unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) });
     match args.join_pid {
         // The status line carries the command's host pid: it leads its own
         // process group (setsid), which is how the caller kills all of it.
-        Some(pid) => super::launch::report_launch(args.json_status_fd, |options| {
+        Some(pid) => super::launch::report_launch(args.json_status_fd, None, |options| {
             let fd = options.json_status_fd;
-            sandbox::join(&spec, pid, |child| {
+            sandbox::join(&spec, pid, cwd_dir, |child| {
                 if let Some(fd) = fd {
                     let line = format!("{{\"child-pid\": {child}}}\n");
                     // SAFETY: writing a buffer to a descriptor we were given.
@@ -69,7 +80,7 @@ pub fn main(args: ExecArgs) -> u8 {
         }),
         // A joined process lives in the sandbox of one that has the
         // lifeline: it ends with that sandbox's PID 1.
-        None => super::launch::report_launch(args.json_status_fd, |options| {
+        None => super::launch::report_launch(args.json_status_fd, args.egress_fd, |options| {
             let options = sandbox::LaunchOptions { lifeline_fd: args.lifeline_fd, ..options.clone() };
             sandbox::launch(&spec, &options)
         }),

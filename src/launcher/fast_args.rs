@@ -15,8 +15,8 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 use super::args::{
-    EnvArgs, InputArgs, LandlockArg, LimitArgs, MountFlag, NestedArg, NetworkArg, PlanArgs, ProcArg,
-    ProviderArg, ProviderOptions, RunArgs, RunGiven, RunProviderArgs,
+    EgressArgs, EnvArgs, InputArgs, LandlockArg, LimitArgs, MountFlag, NestedArg, NetworkArg, PlanArgs,
+    ProcArg, ProviderArg, ProviderOptions, RunArgs, RunGiven, RunProviderArgs,
 };
 use super::units::parse_size;
 
@@ -210,6 +210,7 @@ impl Parsed {
             env: self.env,
             pass_env: self.pass_env,
             network: self.network.unwrap_or(NetworkArg::On),
+            egress: EgressArgs::default(),
             seccomp: self.seccomp.unwrap_or_else(|| "default".into()),
             allow_ptrace: self.allow_ptrace,
             landlock: self.landlock.unwrap_or(LandlockArg::BestEffort),

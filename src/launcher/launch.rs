@@ -22,14 +22,16 @@ pub struct Built {
 
 /// Launches `spec` in this (single-threaded) process and maps the outcome to
 /// an exit status, printing one line on stderr for failures.
-pub fn launch_and_report(spec: &SandboxSpec, json_status_fd: Option<i32>) -> u8 {
-    report_launch(json_status_fd, |options| sandbox::launch(spec, options))
+pub fn launch_and_report(spec: &SandboxSpec, json_status_fd: Option<i32>, egress_fd: Option<i32>) -> u8 {
+    report_launch(json_status_fd, egress_fd, |options| sandbox::launch(spec, options))
 }
 
-/// Checks `--json-status-fd`, runs `launch` with the CLI's launch options,
-/// and maps the outcome to an exit status (one line on stderr on failure).
+/// Checks `--json-status-fd`, runs `launch` with the CLI's launch options
+/// (and the egress proxy's socket of a proxied network), and maps the
+/// outcome to an exit status (one line on stderr on failure).
 pub fn report_launch(
     json_status_fd: Option<i32>,
+    egress_fd: Option<i32>,
     launch: impl FnOnce(&LaunchOptions) -> Result<ExitStatus, LaunchError>,
 ) -> u8 {
     if let Some(fd) = json_status_fd
@@ -47,6 +49,7 @@ pub fn report_launch(
         release_stdio: true,
         return_before_teardown: true,
         bwrap_front_end,
+        egress_fd,
         ..LaunchOptions::default()
     };
     match launch(&options) {

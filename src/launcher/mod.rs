@@ -123,9 +123,11 @@ fn default_level(verbose: u8) -> tracing::level_filters::LevelFilter {
 }
 
 /// Whether a `run` needs the full tool: a manifest (downloads, checkouts),
-/// another provider, or a named instance.
+/// `--network allow` (the egress proxy), another provider, or a named
+/// instance.
 pub fn needs_full(args: &RunArgs) -> bool {
     args.manifest.is_some()
+        || args.network == args::NetworkArg::Allow
         || args.provider.provider != ProviderArg::Native
         || args.provider.instance_name.is_some()
 }

@@ -7,7 +7,7 @@ use sandbox::{
     Access, Home, LandlockMode, Limits, MountOp, Network, SandboxBuilder, SeccompPolicy, Security,
 };
 
-use super::args::{LandlockArg, MountFlag, NestedArg, NetworkArg, RunArgs, RunGiven};
+use super::args::{EgressArgs, LandlockArg, MountFlag, NestedArg, NetworkArg, RunArgs, RunGiven};
 use super::error::RunError;
 pub use super::launch::{Built, EXIT_TIMED_OUT, check_fd, launch_and_report, report_launch};
 use super::run_inputs;
@@ -35,11 +35,51 @@ pub fn main(args: RunArgs, given: &RunGiven) -> u8 {
             return EXIT_TOOL_ERROR;
         }
     };
+    // The proxy's process is forked now, while this process has one thread.
+    let egress = match start_egress(&args, &built.spec) {
+        Ok(egress) => egress,
+        Err(message) => {
+            report_error(message);
+            return EXIT_TOOL_ERROR;
+        }
+    };
+    let egress_fd = egress.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
     let json_status_fd = args.json_status_fd;
     match plan {
-        None => launch_and_report(&built.spec, json_status_fd),
-        Some(plan) => run_inputs::fetch_and_launch(plan, &args, given, built, &init_env, json_status_fd),
+        None => launch_and_report(&built.spec, json_status_fd, egress_fd),
+        Some(plan) => {
+            run_inputs::fetch_and_launch(plan, &args, given, built, &init_env, json_status_fd, egress_fd)
+        }
     }
+}
+
+/// `--network allow`'s policy: `--allow-host`, the files of
+/// `--allow-hosts-file`, `--allow-range`.
+pub fn egress_policy(args: &EgressArgs) -> Result<crate::egress::Policy, RunError> {
+    let mut hosts = args.allow_host.clone();
+    for file in &args.allow_hosts_file {
+        hosts.extend(crate::egress::policy::read_rules_file(file).map_err(RunError::AllowHostsFile)?);
+    }
+    crate::egress::Policy::parse(&hosts, &args.allow_range).map_err(RunError::Allowlist)
+}
+
+/// The egress proxy of a proxied network, in a child process: the socket
+/// its listener goes out on (the launcher's end).
+fn start_egress(
+    args: &RunArgs,
+    spec: &sandbox::SandboxSpec,
+) -> Result<Option<std::os::fd::OwnedFd>, RunError> {
+    if spec.network != Network::Proxied {
+        return Ok(None);
+    }
+    let policy = egress_policy(&args.egress)?;
+    if policy.hosts.is_empty() {
+        tracing::warn!("--network allow without --allow-host: every destination is refused");
+    }
+    for rule in &policy.hosts {
+        tracing::info!("egress proxy: allowing {rule}");
+    }
+    crate::egress::spawn_for_run(policy, None).map(Some).map_err(RunError::EgressProxy)
 }
 
 /// `run` without a manifest, provider or instance: what the small launcher
@@ -48,7 +88,7 @@ pub fn plain(args: RunArgs, given: &RunGiven) -> u8 {
     debug_assert!(!super::needs_full(&args));
     let built = run_inputs::init_env(&args).and_then(|init_env| build_spec(&args, given, None, &init_env));
     match built {
-        Ok(built) => launch_and_report(&built.spec, args.json_status_fd),
+        Ok(built) => launch_and_report(&built.spec, args.json_status_fd, None),
         Err(message) => {
             report_error(message);
             EXIT_TOOL_ERROR
@@ -89,10 +129,7 @@ pub fn build_spec(
         .args(args.command[1..].iter().cloned())
         .user(user.clone())
         .home(home)
-        .network(match args.network {
-            NetworkArg::On => Network::On,
-            NetworkArg::Off | NetworkArg::None => Network::Off,
-        })
+        .network(network(args)?)
         .security(security(args)?)
         .hostname(args.hostname.clone())
         .proc(args.proc.into())
@@ -126,6 +163,16 @@ pub fn build_spec(
     }
     let spec = builder.build()?;
     Ok(Built { spec, layout, binds })
+}
+
+/// `--network`; the allowlist's options only go with `allow`.
+pub fn network(args: &RunArgs) -> Result<Network, RunError> {
+    match args.network {
+        NetworkArg::Allow => Ok(Network::Proxied),
+        _ if !args.egress.is_empty() => Err(RunError::AllowlistWithoutAllow),
+        NetworkArg::On => Ok(Network::On),
+        NetworkArg::Off | NetworkArg::None => Ok(Network::Off),
+    }
 }
 
 /// `--seccomp`, `--landlock`, `--network none` and the limits.

@@ -236,6 +236,7 @@ pub fn fetch_and_launch(
     built: Built,
     init_env: &[(String, String)],
     json_status_fd: Option<i32>,
+    egress_fd: Option<i32>,
 ) -> u8 {
     let fail = |e: RunError| {
         report_error(e);
@@ -259,7 +260,7 @@ pub fn fetch_and_launch(
     }
     let apply_options = apply_options(args);
     let Built { spec, layout, binds } = built;
-    report_launch(json_status_fd, move |launch_options| {
+    report_launch(json_status_fd, egress_fd, move |launch_options| {
         sandbox::launch_with(&spec, launch_options, move |ctx| {
             let mut dest = SandboxDest::new(ctx, layout, binds);
             let result = inputs::apply(&fetched, &mut dest, &apply_options, &mut audit);

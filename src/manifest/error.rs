@@ -44,6 +44,30 @@ pub enum Code {
 }
 
 impl Code {
+    /// Every code (the metrics count failures by code, and only these).
+    pub const ALL: [Code; 20] = [
+        Code::Invalid,
+        Code::UnsupportedVersion,
+        Code::InvalidItems,
+        Code::InvalidEnvPatch,
+        Code::InvalidEnvPatchKey,
+        Code::InvalidItem,
+        Code::InvalidItemId,
+        Code::InvalidItemApply,
+        Code::InvalidItemAccess,
+        Code::InvalidItemTarget,
+        Code::InvalidItemTargetRoot,
+        Code::InvalidItemSource,
+        Code::InvalidItemSourceType,
+        Code::InvalidItemSourceHostPath,
+        Code::InvalidItemSourceUri,
+        Code::InvalidItemSourceContentHash,
+        Code::InvalidItemSourceText,
+        Code::InvalidItemSourceRepo,
+        Code::InvalidItemSourceRef,
+        Code::InvalidItemApplySource,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Code::Invalid => "INVALID_AGENT_INPUTS",

@@ -101,6 +101,18 @@ impl DockerProvider {
         self.state.join(name)
     }
 
+    /// `<state>/docker/<name>/landed.json`: what `run --manifest` landed
+    /// in the instance's volumes (`inputs::landed`); removed with it.
+    pub fn landed_file(&self, name: &str) -> PathBuf {
+        self.instance_dir(name).join("landed.json")
+    }
+
+    /// `<state>/docker/<name>/incoming`: the new content of items left
+    /// alone over the command's work (`inputs::landed::land_aside`).
+    pub fn incoming_dir(&self, name: &str) -> PathBuf {
+        self.instance_dir(name).join("incoming")
+    }
+
     fn command(&self, args: &[String]) -> std::process::Command {
         let mut cmd = std::process::Command::new(&self.cli);
         cmd.args(args);
@@ -152,6 +164,9 @@ impl DockerProvider {
             .map_err(|e| InvalidError::Hostname { hostname: config.hostname.clone(), source: e })?;
         check_env(&config.env)?;
         super::check_mounts(&config.mounts)?;
+        if config.network == sandbox::Network::Proxied || config.egress.is_some() {
+            return Err(InvalidError::DockerProxied.into());
+        }
         check_mount_path("workspace", &config.workspace.to_string_lossy())?;
         if let Some(home) = &config.home {
             check_mount_path("home", &home.to_string_lossy())?;

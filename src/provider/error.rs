@@ -154,6 +154,14 @@ pub enum InvalidError {
              run without --instance-name, or use --provider docker"
     )]
     NativeLimits,
+    #[error(
+        "--network allow (the egress proxy) is served for the native provider only; \
+             the docker provider has on and off"
+    )]
+    DockerProxied,
+    /// A proxied network without its policy, or a policy without one.
+    #[error("the instance's network and its egress policy disagree (network {network:?})")]
+    EgressPolicy { network: sandbox::Network },
     /// What the host provider cannot honour (`--image`, `--cpus`, ...).
     #[error("the host provider cannot honour {what}: it has no isolation (use --provider native or docker)")]
     HostCannot { what: &'static str },
@@ -171,6 +179,9 @@ pub enum InvalidError {
     NotClean { what: &'static str, path: String, why: &'static str },
     #[error("working directory {cwd:?} must be under {} or the home {home}", sandbox::WORKSPACE)]
     CwdOutside { cwd: String, home: String },
+    /// A working directory over the path bounds (`hostfs::bounds`).
+    #[error("working directory: {0}")]
+    CwdBound(#[source] crate::hostfs::bounds::PathBound),
     #[error("working directory {guest} leads out of {} through a symlink", .root.display())]
     SymlinkOut { guest: String, root: PathBuf },
     #[error("mount destination {dst:?} would hide the root, the workspace or the home")]

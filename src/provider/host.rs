@@ -121,8 +121,10 @@ pub fn check_supported(config: &InstanceConfig) -> Result<(), ProviderError> {
     if config.image.is_some() {
         return refuse("--image");
     }
-    if config.network == Network::Off {
-        return refuse("--network off");
+    match config.network {
+        Network::Off => return refuse("--network off"),
+        Network::Proxied => return refuse("--network allow"),
+        Network::On => {}
     }
     if config.workspace_read_only {
         return refuse("a read-only workspace");
@@ -155,8 +157,16 @@ pub fn command(
     };
     super::check_env(base_env)?;
     super::check_env(&process.env)?;
-    let guest = super::check_guest_cwd(process.cwd.as_deref().unwrap_or(sandbox::WORKSPACE), &user.home)?;
-    let cwd = host_path(&guest, workspace, home, &user.home)?;
+    // A directory the caller resolved is entered by its descriptor; a path
+    // is checked and mapped onto the host.
+    let cwd = match &process.cwd_dir {
+        Some(_) => None,
+        None => {
+            let guest =
+                super::check_guest_cwd(process.cwd.as_deref().unwrap_or(sandbox::WORKSPACE), &user.home)?;
+            Some(host_path(&guest, workspace, home, &user.home)?)
+        }
+    };
 
     let mut env = vec![
         ("PATH".to_string(), DEFAULT_PATH.to_string()),
@@ -171,7 +181,24 @@ pub fn command(
         set_var(&mut env, k.clone(), v);
     }
     let mut cmd = std::process::Command::new(program);
-    cmd.args(args).env_clear().envs(env).current_dir(cwd);
+    cmd.args(args).env_clear().envs(env);
+    match (cwd, &process.cwd_dir) {
+        (Some(cwd), _) => {
+            cmd.current_dir(cwd);
+        }
+        (None, Some(dir)) => {
+            use std::os::unix::process::CommandExt;
+            let dir = dir.0.clone();
+            // SAFETY: fchdir is async-signal-safe; the closure owns the
+            // descriptor, so it is open in the child.
+            unsafe {
+                cmd.pre_exec(move || {
+                    nix::unistd::fchdir(std::os::fd::AsFd::as_fd(&*dir)).map_err(std::io::Error::from)
+                })
+            };
+        }
+        (None, None) => {}
+    }
     Ok(cmd)
 }
 

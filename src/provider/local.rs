@@ -41,6 +41,9 @@ impl LocalInstances {
         config.user.validate().map_err(InvalidError::UserView)?;
         super::check_env(&config.env)?;
         super::check_mounts(&config.mounts)?;
+        if (config.network == sandbox::Network::Proxied) != config.egress.is_some() {
+            return Err(InvalidError::EgressPolicy { network: config.network }.into());
+        }
         Ok(())
     }
 
@@ -60,8 +63,12 @@ impl LocalInstances {
         let _lock = self.records.lock()?;
         if let Some(mut record) = self.records.load(&config.name)? {
             self.check_reuse(&record, config, &workspace)?;
-            if record.stopped {
+            // What must stay hidden applies to every process started from
+            // now on, also in an instance made before it was asked for.
+            let hidden_changed = record.config.hidden != config.hidden;
+            if record.stopped || hidden_changed {
                 record.stopped = false;
+                record.config.hidden = config.hidden.clone();
                 self.records.save(&record)?;
             }
             return Ok((record.info(self.kind), record));

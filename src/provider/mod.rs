@@ -114,6 +114,9 @@ pub struct InstanceInfo {
     pub workspace: Option<PathBuf>,
     /// Why the status is `error`, or the last failure seen.
     pub last_error: Option<String>,
+    /// The egress proxy's counters of an instance with `--network allow`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub egress: Option<crate::egress::Counts>,
 }
 
 impl InstanceInfo {
@@ -131,6 +134,7 @@ impl InstanceInfo {
             image: None,
             workspace: None,
             last_error: None,
+            egress: None,
         }
     }
 }
@@ -198,6 +202,14 @@ pub struct InstanceConfig {
     /// Native only: processes may run `bwrap` (nested sandboxes).
     #[serde(default = "nested_default")]
     pub nested: bool,
+    /// Native only: the egress proxy's policy, with [`Network::Proxied`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<crate::egress::Policy>,
+    /// Host paths (canonical) the instance must not see by any path:
+    /// covered wherever the system view (native) or a bind would show
+    /// them (the daemon's workspace root and state directory).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hidden: Vec<PathBuf>,
 }
 
 fn nested_default() -> bool {
@@ -223,6 +235,8 @@ impl InstanceConfig {
             env: Vec::new(),
             host_ids: None,
             nested: true,
+            egress: None,
+            hidden: Vec::new(),
         }
     }
 }
@@ -247,8 +261,26 @@ pub struct ProcessSpec {
     /// Working directory as the instance sees it (under `/workspace` or the
     /// home) [default: `/workspace`].
     pub cwd: Option<String>,
+    /// The working directory as a descriptor the caller resolved inside
+    /// the instance's view (a terminal's `cwd`): where the provider can, the
+    /// process starts there by `fchdir` (native: joined; host), and `cwd`
+    /// only names it; docker's `exec` takes the path.
+    pub cwd_dir: Option<DirFd>,
     pub stdio: Stdio,
 }
+
+/// A directory descriptor shared by the specs that name it (two are equal
+/// when they are the same descriptor).
+#[derive(Clone, Debug)]
+pub struct DirFd(pub std::sync::Arc<std::os::fd::OwnedFd>);
+
+impl PartialEq for DirFd {
+    fn eq(&self, other: &DirFd) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for DirFd {}
 
 impl ProcessSpec {
     pub fn new<I, S>(argv: I) -> Self
@@ -389,6 +421,7 @@ pub fn check_guest_cwd_pub(cwd: &str, home: &str) -> Result<String, ProviderErro
 }
 
 pub(crate) fn check_guest_cwd(cwd: &str, home: &str) -> Result<String, ProviderError> {
+    crate::hostfs::bounds::check(cwd.as_bytes()).map_err(InvalidError::CwdBound)?;
     let norm = sandbox::guest_path::normalize(cwd).map_err(|why| InvalidError::NotClean {
         what: "working directory",
         path: cwd.to_string(),

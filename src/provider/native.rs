@@ -17,8 +17,10 @@
 //! directories. The seam for it is [`NativeProvider::spec_for`], which
 //! yields the exact spec a joining launcher would need.
 
+use std::collections::HashMap;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, Weak};
 
 use sandbox::{Home, MountOp, SandboxBuilder, SandboxSpec};
 
@@ -26,6 +28,7 @@ use super::local::LocalInstances;
 use super::process::{Killer, Process, memfd_with, pass_fd, set_stdio};
 use super::records::{ProcKind, Record};
 use super::{InstanceConfig, InstanceInfo, InvalidError, Mount, ProcessSpec, ProviderError, ProviderKind};
+use crate::egress;
 
 pub struct NativeProvider {
     local: LocalInstances,
@@ -34,6 +37,45 @@ pub struct NativeProvider {
     /// (`__exec --lifeline-fd`): only this process holds the write end, so
     /// when it exits, however it exits, its sandboxes are killed.
     lifeline: Option<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)>,
+    /// How the proxies of instances with `--network allow` are served.
+    egress: Egress,
+}
+
+/// Where a proxied sandbox's refusals go, with the instance's run id (the
+/// daemon: an event to the backend).
+pub trait EgressReports: Send + Sync + 'static {
+    fn denied(&self, run_id: &str, instance: &str, denial: &egress::Denial);
+}
+
+/// Refusals as log lines.
+struct LogReports;
+
+impl EgressReports for LogReports {
+    fn denied(&self, _run_id: &str, instance: &str, denial: &egress::Denial) {
+        tracing::warn!("{instance}: egress proxy: {denial}");
+    }
+}
+
+/// The proxies of this provider's sandboxes, served on the caller's
+/// runtime: one per sandbox, with counters per instance (kept in its
+/// directory for `instances` and `inspect`).
+struct Egress {
+    reports: Arc<dyn EgressReports>,
+    resolver: egress::Resolver,
+    stats: Mutex<HashMap<String, Weak<egress::Stats>>>,
+}
+
+/// One sandbox's reports: its instance and run.
+struct SandboxReports {
+    reports: Arc<dyn EgressReports>,
+    run_id: String,
+    instance: String,
+}
+
+impl egress::Events for SandboxReports {
+    fn denied(&self, denial: &egress::Denial) {
+        self.reports.denied(&self.run_id, &self.instance, denial);
+    }
 }
 
 impl NativeProvider {
@@ -41,11 +83,30 @@ impl NativeProvider {
     /// sandboxes with `launcher` (the `tuixiu-sandbox` binary), accepting
     /// instance names with `prefix`.
     pub fn new(state_dir: &Path, launcher: impl Into<PathBuf>, prefix: &str) -> Result<Self, ProviderError> {
+        let resolver = egress::Resolver::from_env()
+            .map_err(|e| ProviderError::Sys { op: "set up the egress proxies' resolver", source: e })?;
         Ok(NativeProvider {
             local: LocalInstances::new(ProviderKind::Native, state_dir, prefix)?,
             launcher: launcher.into(),
             lifeline: None,
+            egress: Egress { reports: Arc::new(LogReports), resolver, stats: Mutex::default() },
         })
+    }
+
+    /// Refusals of the egress proxies go to `reports` (by default, log lines).
+    pub fn with_egress_reports(mut self, reports: Arc<dyn EgressReports>) -> Self {
+        self.egress.reports = reports;
+        self
+    }
+
+    /// The egress policy of instance `name` (`--network allow`), if any.
+    pub fn egress_policy(&self, name: &str) -> Result<Option<egress::Policy>, ProviderError> {
+        Ok(self.local.running(name)?.config.egress)
+    }
+
+    /// The file where instance `name`'s egress counters are kept.
+    pub fn egress_counts_file(&self, name: &str) -> PathBuf {
+        self.local.records.dir(name).join(egress::COUNTS_FILE)
     }
 
     /// Sandboxes started from now on die with this process (the daemon:
@@ -231,6 +292,11 @@ impl NativeProvider {
         match (join_pid, &self.lifeline) {
             (Some(pid), _) => {
                 cmd.arg(format!("--join-pid={pid}"));
+                if let Some(dir) = &process.cwd_dir {
+                    // Open until `spawn` below has exec'd the launcher.
+                    cmd.arg(format!("--cwd-fd={}", dir.0.as_raw_fd()));
+                    pass_fd(&mut cmd, dir.0.as_raw_fd());
+                }
             }
             (None, Some((lifeline, _))) => {
                 cmd.arg(format!("--lifeline-fd={}", lifeline.as_raw_fd()));
@@ -242,6 +308,20 @@ impl NativeProvider {
             cmd.arg(format!("--json-status-fd={}", fd.as_raw_fd()));
             pass_fd(&mut cmd, fd.as_raw_fd());
         }
+        // A sandbox of its own with a proxied network: its listener comes
+        // back on this socket, and its proxy lives as long as its launcher.
+        let handoff = match (&record.config.egress, join_pid) {
+            (Some(_), None) => {
+                let (launcher_end, ours) = egress::socket_pair().map_err(|e| ProviderError::Sys {
+                    op: "socketpair (the egress listener's)",
+                    source: e,
+                })?;
+                cmd.arg(format!("--egress-fd={}", launcher_end.as_raw_fd()));
+                pass_fd(&mut cmd, launcher_end.as_raw_fd());
+                Some((launcher_end, egress::Handoff::new(ours)))
+            }
+            _ => None,
+        };
         let child = tokio::process::Command::from(cmd)
             .spawn()
             .map_err(|e| ProviderError::Spawn { program: self.launcher.display().to_string(), source: e })?;
@@ -249,7 +329,46 @@ impl NativeProvider {
         drop(status_fd);
         let pid = child.id().ok_or(InvalidError::ExitedAtOnce("the launcher"))?;
         let forget = self.local.track(name, pid, kind)?;
-        Ok(Process::new(child, Killer::for_pid(pid, false), Some(forget)))
+        let on_exit: Box<dyn FnOnce() + Send + Sync> = match (handoff, &record.config.egress) {
+            (Some((launcher_end, handoff)), Some(policy)) => {
+                drop(launcher_end);
+                let proxy = egress::Proxy {
+                    policy: policy.clone(),
+                    limits: egress::Limits::default(),
+                    resolver: self.egress.resolver.clone(),
+                    stats: self.egress_stats(name),
+                    events: Arc::new(SandboxReports {
+                        reports: self.egress.reports.clone(),
+                        run_id: record.config.run_id.clone(),
+                        instance: name.to_string(),
+                    }),
+                };
+                let task = handoff
+                    .serve(Arc::new(proxy))
+                    .map_err(|e| ProviderError::Sys { op: "serve the egress proxy", source: e })?;
+                Box::new(move || {
+                    drop(task);
+                    forget();
+                })
+            }
+            _ => forget,
+        };
+        Ok(Process::new(child, Killer::for_pid(pid, false), Some(on_exit)))
+    }
+
+    /// The egress counters of instance `name`, shared by its sandboxes and
+    /// kept in its directory while any of them runs.
+    fn egress_stats(&self, name: &str) -> Arc<egress::Stats> {
+        let mut all = self.egress.stats.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(stats) = all.get(name).and_then(Weak::upgrade) {
+            return stats;
+        }
+        // The counters' writer goes with the proxies, off the caller's runtime.
+        let _proxies = egress::proxies().ok().map(|handle| handle.enter());
+        let stats = egress::keep_counts(self.egress_counts_file(name));
+        all.retain(|_, weak| weak.strong_count() > 0);
+        all.insert(name.to_string(), Arc::downgrade(&stats));
+        stats
     }
 }
 
@@ -294,6 +413,9 @@ fn build_spec(record: &Record, process: &ProcessSpec) -> Result<SandboxSpec, Pro
                 MountOp::Tmpfs { dst: dst.clone(), mode: 0o755, owned_by_user: true, size: None }
             }
         });
+    }
+    for host in &config.hidden {
+        builder = builder.hide(host.clone());
     }
     for (key, value) in config.env.iter().chain(&process.env) {
         builder = builder.env(key.clone(), value.clone());

@@ -246,7 +246,12 @@ impl Records {
                 }
             }
         };
-        Ok(Some(entry.record.info_given(kind, missing_dir)))
+        let mut info = entry.record.info_given(kind, missing_dir);
+        if entry.record.config.egress.is_some() {
+            let counts = crate::egress::read_counts(&self.dir(name).join(crate::egress::COUNTS_FILE));
+            info.egress = Some(counts.unwrap_or_default());
+        }
+        Ok(Some(info))
     }
 
     /// The current version of the record of `name`: from memory while one

@@ -27,9 +27,11 @@ impl RunContext {
             fs_read_max_bytes: cfg.fs_read_max_bytes,
             run_max_terminals: cfg.run_max_terminals,
             run_max_processes: cfg.run_max_processes,
+            run_terminal_memory_bytes: cfg.run_terminal_memory_bytes,
+            terminal_spill_dir: cfg.state_dir.join("terminals"),
             terminal_enabled: cfg.sandbox.terminal_enabled,
         };
-        Context { settings: Arc::new(settings), sink: self.report().clone() }
+        Context { settings: Arc::new(settings), sink: self.report().clone(), pool: self.pool().clone() }
     }
 }
 
@@ -46,6 +48,9 @@ impl Sink for Reporter {
         signal: Option<&str>,
         report_exit: bool,
     ) {
+        if let Some(m) = self.metrics() {
+            m.agent_exited(code, signal, !report_exit);
+        }
         self.push(&proxy_update(
             run,
             json!({"type": "transport_disconnected", "instance_name": instance,
@@ -58,6 +63,9 @@ impl Sink for Reporter {
     }
 
     fn agent_connected(&self, run_id: &str, instance: &str) {
+        if let Some(m) = self.metrics() {
+            m.agent_started();
+        }
         self.push(&proxy_update(
             run_id,
             json!({"type": "transport_connected", "instance_name": instance, "at": now_iso()}),
@@ -69,6 +77,9 @@ impl Sink for Reporter {
     }
 
     fn message_text(&self, text: String, kind: &'static str, run_id: &Arc<str>) {
+        if let Some(m) = self.metrics() {
+            m.relayed(kind);
+        }
         self.outbox().push_text(text, kind, run_id);
     }
 

@@ -5,7 +5,6 @@
 //! `session_cancel`, `session_permission` and `acp_message` reach the
 //! agent directly, never queued behind a prompt.
 
-use std::os::fd::{AsFd, AsRawFd};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,10 +21,10 @@ use crate::acp::client::{Client, Spawner};
 use crate::acp::fs::GuestFs;
 use crate::acp::host::Agent;
 use crate::env::{Allowlist, EnvError, UserVars};
+use crate::inputs::landed::{self, Landed};
 use crate::inputs::{self, InputError};
 use crate::manifest::ManifestError;
 use crate::provider::{AnyProvider, ProcessSpec, Provider, ProviderError, Stdio};
-use sandbox::error::io_error_text;
 
 /// Prompt timeout bounds (reference §1.3.2).
 const PROMPT_TIMEOUT_DEFAULT: u64 = 3_600_000;
@@ -57,10 +56,10 @@ pub enum AgentError {
     Cwd(#[source] ProviderError),
     #[error("git: {0}")]
     Git(#[source] RepoError),
-    #[error("open {}: {}", .dir.display(), io_error_text(.source))]
-    OpenRoot { dir: PathBuf, source: std::io::Error },
+    #[error(transparent)]
+    OpenRoot(crate::inputs::landed::OpenRootError),
     #[error("run {run}: agentInputs: {source}")]
-    InputsTask { run: String, source: tokio::task::JoinError },
+    InputsTask { run: String, source: crate::blocking::Panicked },
     #[error("init_failed: init.script exited with exitCode={0}")]
     InitExit(i32),
     #[error("init_failed: init.script {0}")]
@@ -180,14 +179,14 @@ impl Lane {
         self.prepare_repo(&state, &init).await?;
         // agentInputs, in order, into the host directories behind the
         // instance (binds were declared when the instance was made).
-        let landed = self.apply_inputs(&state, manifest).await?;
-        self.init_sent = false;
-        if let Some(st) = &mut self.state
-            && st.landed != landed
+        let (records, landing) = self.apply_inputs(&state, manifest).await;
+        if let (Some(st), Some(records)) = (&mut self.state, records)
+            && st.landed != records
         {
-            st.landed = landed;
+            st.landed = records;
             self.persist();
         }
+        landing?;
         if let Some(b) = d.cfg().sandbox.bootstrap.clone() {
             self.bootstrap(&state, &env, &b).await?;
         }
@@ -220,29 +219,40 @@ impl Lane {
         let owner = (d.cfg().sandbox.provider == ProviderChoice::Docker && root).then(|| state_user(state));
         let step = |stage: &str, status: &str, message: Option<String>| self.step(stage, status, message);
         let redact = |text: &str| d.report().redact(text);
-        let host = super::repo::Host { state_dir: &d.cfg().state_dir, redact: &redact };
+        let blocking = d.pool().share(&self.run_id);
+        let host = super::repo::Host { state_dir: &d.cfg().state_dir, redact: &redact, blocking: &blocking };
         super::repo::prepare(host, &req, &state.workspace, &env, owner, &step).await.map_err(fail)
     }
 
     /// Lands the manifest's items into the host directories behind the
-    /// instance, and returns the fingerprints of what is landed now. When
-    /// the backend did not send this `init` again, items are landed only
-    /// where that cannot overwrite the agent's work (`landed.rs`); the
-    /// others are reported and left alone.
+    /// instance, as `inputs::landed` decides (docs/manifest.md, "Landing
+    /// again"): never over the agent's work, whether or not the backend
+    /// sent `init` again. Items left alone are reported; new content of
+    /// theirs lands aside, in `<state>/incoming/<run>`. Returns the records
+    /// of what is landed now (also when a landing failed: what landed
+    /// before the failure is recorded) and the landing's outcome.
     async fn apply_inputs(
         &self,
         state: &RunState,
         manifest: crate::manifest::Manifest,
-    ) -> Result<super::landed::Landed, AgentError> {
-        use super::landed::{self, Decision};
+    ) -> (Option<Landed>, Result<(), AgentError>) {
         let d = &self.d;
-        let config = inputs_config(d).map_err(AgentError::InputsConfig)?;
+        let config = match inputs_config(d) {
+            Ok(c) => c,
+            Err(e) => return (None, Err(AgentError::InputsConfig(e))),
+        };
         // The whole manifest is checked every time, whatever lands.
-        let plan = inputs::Plan::new(manifest.clone(), &config)?;
+        let plan = match inputs::Plan::new(manifest.clone(), &config) {
+            Ok(p) => p,
+            Err(e) => return (None, Err(e.into())),
+        };
         if !manifest.items.iter().any(landed::lands) {
-            return Ok(Default::default());
+            return (Some(Landed::new()), Ok(()));
         }
-        let cache = inputs::cache_for(&plan, Some(&d.cfg().state_dir.join("inputs-cache")))?;
+        let cache = match inputs::cache_for(&plan, Some(&d.cfg().state_dir.join("inputs-cache"))) {
+            Ok(c) => c,
+            Err(e) => return (None, Err(e.into())),
+        };
         let token = d.cfg().auth_token.as_ref().map(|t| inputs::Secret::new(t.expose().to_string()));
         let redactor = d.report().redactor();
         let git_env: Vec<(String, String)> = state
@@ -272,116 +282,49 @@ impl Lane {
         let layout = inputs::Layout::new(state.home_guest.clone());
         let (ws, home) = (state.workspace.clone(), state.home.clone());
         let scratch = d.mounts().scratch_dir_of(&self.run_id);
-        let run = self.run_id.clone();
-        let init_sent = self.init_sent;
+        let incoming = d.mounts().incoming_dir(&self.run_id);
         let recorded = state.landed.clone();
         // Downloads, checkouts and tree walks block: off the daemon's thread.
-        let (landed, left_alone) = tokio::task::spawn_blocking(move || {
+        let share = d.pool().share(&self.run_id);
+        let task = share.run(move || {
             // The roots by descriptors opened now, as the daemon's user:
             // the docker user writing below cannot search the (private)
             // state directory that holds the scratch.
-            let handles = std::iter::once(&ws)
-                .chain([&home])
-                .chain(scratch.as_ref())
-                .map(|dir| {
-                    nix::fcntl::open(
-                        dir.as_path(),
-                        nix::fcntl::OFlag::O_PATH
-                            | nix::fcntl::OFlag::O_DIRECTORY
-                            | nix::fcntl::OFlag::O_CLOEXEC,
-                        nix::sys::stat::Mode::empty(),
-                    )
-                    .map_err(|e| AgentError::OpenRoot { dir: dir.clone(), source: e.into() })
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            let root_fd = |root: crate::manifest::Root| {
-                handles.get(match root {
-                    crate::manifest::Root::Workspace => 0,
-                    crate::manifest::Root::UserHome => 1,
-                    crate::manifest::Root::Scratch => 2,
-                })
+            let roots = match landed::Roots::open(&ws, &home, scratch.as_deref()) {
+                Ok(r) => r,
+                Err(e) => return Outcome { result: Err(AgentError::OpenRoot(e)), ..Outcome::default() },
             };
-            let fingerprint = |item: &crate::manifest::Item| match root_fd(item.target.root) {
-                Some(fd) => landed::fingerprint(fd.as_fd(), &item.target.path),
-                None => Ok(None),
-            };
-            // Which items land now.
-            let mut left_alone = Vec::new();
-            let mut keep = landed::Landed::new();
-            let mut selected = manifest.clone();
-            if !init_sent {
-                selected.items.retain(|item| {
-                    if !landed::lands(item) {
-                        return true;
-                    }
-                    let recorded = recorded.get(&item.id).map(String::as_str);
-                    match landed::decide(item, recorded, &fingerprint(item)) {
-                        Decision::Land => true,
-                        Decision::AsLanded => {
-                            keep.insert(item.id.clone(), recorded.unwrap_or_default().to_string());
-                            false
-                        }
-                        Decision::LeftAlone(why) => {
-                            if let Some(r) = recorded {
-                                keep.insert(item.id.clone(), r.to_string());
-                            }
-                            left_alone.push((
-                                item.id.clone(),
-                                layout.guest(item.target.root, &item.target.path),
-                                why,
-                            ));
-                            false
-                        }
-                    }
-                });
+            let selection = landed::select(&manifest, &recorded, &roots);
+            let mut out = Outcome { left_alone: selection.left_alone, ..Outcome::default() };
+            let mut records = selection.keep;
+            if selection.land.items.iter().any(landed::lands) {
+                out.result =
+                    land(plan.only(&selection.land), &options, roots.host_dirs(layout.clone()), docker_user);
+                let (now, failed) = landed::record(&selection.land, &recorded, &roots);
+                records.extend(now);
+                out.unrecorded = failed.into_iter().map(|(id, e)| (id, e.to_string())).collect();
             }
-            let mut landed_now = keep;
-            if selected.items.iter().any(landed::lands) {
-                let plan = inputs::Plan::new(selected.clone(), &config)?;
-                let fetched = plan.fetch(&options)?;
-                let by_fd = |i: usize| {
-                    handles.get(i).map(|fd| PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd())))
-                };
-                let mut dest = inputs::HostDirs {
-                    layout: layout.clone(),
-                    workspace: by_fd(0),
-                    home: by_fd(1),
-                    scratch: by_fd(2),
-                    binds_are_volumes: true,
-                };
-                let mut audit = inputs::Audit::log_only();
-                let mut apply =
-                    || inputs::apply(&fetched, &mut dest, &inputs::ApplyOptions::default(), &mut audit);
-                let r = match docker_user {
-                    Some((uid, gid)) => crate::provider::docker::as_user(uid, gid, apply),
-                    None => apply(),
-                };
-                r?;
-                // What landed, as it is now (every item, after all of them:
-                // a later item may land inside an earlier one's tree).
-                for item in selected.items.iter().filter(|i| landed::lands(i)) {
-                    match fingerprint(item) {
-                        Ok(Some(fp)) => {
-                            landed_now.insert(item.id.clone(), fp);
-                        }
-                        Ok(None) => {}
-                        Err(e) => tracing::warn!("run {run}: item {}: fingerprint: {e}", item.id),
-                    }
-                }
+            out.records = Some(records);
+            if !selection.aside.items.is_empty() {
+                let aside = landed::land_aside(plan.only(&selection.aside), &options, layout, &incoming);
+                out.aside = Some(aside.map(|()| incoming));
             }
-            Ok::<_, AgentError>((landed_now, left_alone))
-        })
-        .await
-        .map_err(|source| AgentError::InputsTask { run: self.run_id.clone(), source })??;
-        for (id, target, why) in left_alone {
-            let text = format!(
-                "agentInputs item {id}: {target} {why}: left as it is (inputs are applied again only \
-                 when the backend sends init)"
-            );
+            out
+        });
+        let out = match task.await {
+            Ok(out) => out,
+            Err(source) => return (None, Err(AgentError::InputsTask { run: self.run_id.clone(), source })),
+        };
+        for (id, e) in &out.unrecorded {
+            tracing::warn!("run {}: item {id}: fingerprint: {e}", self.run_id);
+        }
+        let layout = inputs::Layout::new(state.home_guest.clone());
+        for item in &out.left_alone {
+            let text = item.report(&layout, out.aside.as_ref());
             tracing::warn!("run {}: {text}", self.run_id);
             self.text(format!("[proxy] {text}"));
         }
-        Ok(landed)
+        (out.records, out.result)
     }
 
     /// Runs `argv` in the instance; lines go to `on_line(is_stderr, line)`.
@@ -400,6 +343,7 @@ impl Lane {
             argv,
             env: env.to_vec(),
             cwd: Some(sandbox::WORKSPACE.into()),
+            cwd_dir: None,
             stdio: Stdio::Piped,
         };
         let mut proc = d.provider().exec(&state.instance_name, &spec).await?;
@@ -582,6 +526,7 @@ impl Lane {
             argv: d.cfg().agent_command.clone(),
             env: env.clone(),
             cwd: Some(cwd),
+            cwd_dir: None,
             stdio: Stdio::Piped,
         };
         let name = state.instance_name.clone();
@@ -634,6 +579,9 @@ impl Lane {
         let (dd, run) = (d.clone(), self.run_id.clone());
         let on_exit = Box::new(move |_status| send(&dd, &run, Job::AgentExited { generation }));
         let spawned = t0.elapsed();
+        if let Some(m) = d.report().metrics() {
+            m.sandbox_started(d.report().wire_provider(), spawned);
+        }
         let agent =
             Agent::attach(cx, &self.run_id, &name, process, client, on_exit).map_err(AgentError::Acp)?;
         if let Err(e) = agent.initialize().await {
@@ -709,6 +657,43 @@ impl Lane {
     }
 }
 
+/// Fetches `plan` and lands it in `dest`, as the docker user when there
+/// is one (so the agent owns what lands).
+fn land(
+    plan: inputs::Plan,
+    options: &inputs::FetchOptions,
+    mut dest: inputs::HostDirs,
+    docker_user: Option<(u32, u32)>,
+) -> Result<(), AgentError> {
+    let fetched = plan.fetch(options)?;
+    let mut audit = inputs::Audit::log_only();
+    let mut apply = || inputs::apply(&fetched, &mut dest, &inputs::ApplyOptions::default(), &mut audit);
+    match docker_user {
+        Some((uid, gid)) => crate::provider::docker::as_user(uid, gid, apply),
+        None => apply(),
+    }?;
+    Ok(())
+}
+
+/// What a landing of agentInputs did (`Lane::apply_inputs`).
+struct Outcome {
+    result: Result<(), AgentError>,
+    /// `None`: nothing is known of what landed.
+    records: Option<Landed>,
+    left_alone: Vec<landed::LeftAlone>,
+    /// Items landed whose target could not be fingerprinted, with why.
+    unrecorded: Vec<(String, String)>,
+    /// Where the new content of items left alone was landed aside, if
+    /// any was (or why it could not be).
+    aside: Option<Result<PathBuf, landed::AsideError>>,
+}
+
+impl Default for Outcome {
+    fn default() -> Outcome {
+        Outcome { result: Ok(()), records: None, left_alone: Vec::new(), unrecorded: Vec::new(), aside: None }
+    }
+}
+
 fn state_user(state: &RunState) -> (u32, u32) {
     (state.uid, state.gid)
 }
@@ -748,7 +733,7 @@ pub fn direct(d: &Arc<RunContext>, run_id: &str, kind: &str, msg: &RunMessage) -
                 extra: msg.extra.clone(),
                 ..RunMessage::default()
             };
-            tokio::spawn(async move {
+            d.clone().spawn(async move {
                 let r = agent.control(&kind, &sid, &msg.extra).await;
                 reply_session(d.report(), &msg, r);
             });
@@ -786,7 +771,7 @@ fn forward_raw(d: &Arc<RunContext>, run_id: &str, agent: &Arc<Agent>, message: V
             m.insert("jsonrpc".into(), json!("2.0"));
             agent.transport.send_raw(&Value::Object(m));
             let (d, run) = (d.clone(), run_id.to_string());
-            tokio::spawn(async move {
+            d.clone().spawn(async move {
                 let reply = match rx.await {
                     Ok(Ok(v)) => json!({"jsonrpc": "2.0", "id": backend_id, "result": v}),
                     Ok(Err(e)) => {

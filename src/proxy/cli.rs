@@ -34,6 +34,12 @@ pub struct ProxyArgs {
     /// journald and log shippers)
     #[arg(long, value_enum, value_name = "FORMAT", default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+
+    /// Serve Prometheus metrics at http://ADDR/metrics: IP:PORT (a loopback
+    /// address unless the network is private to the daemon) or unix:/PATH
+    /// [default: off]
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<crate::metrics::Listen>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -59,6 +65,7 @@ impl ProxyArgs {
             state_dir: self.state_dir,
             allow_insecure_ws: self.allow_insecure_ws,
             overrides,
+            metrics_listen: self.metrics_listen,
         })
     }
 }

@@ -63,6 +63,7 @@ const SCHEMA: &[(&str, &str, Kind)] = &[
     ("", "shutdown_flush_seconds", Kind::Int),
     ("", "run_max_terminals", Kind::Int),
     ("", "run_max_processes", Kind::Int),
+    ("", "run_terminal_memory_bytes", Kind::Int),
     ("agent", "id", Kind::Str),
     ("agent", "name", Kind::Str),
     ("agent", "max_concurrent", Kind::Int),
@@ -80,6 +81,8 @@ const SCHEMA: &[(&str, &str, Kind)] = &[
     ("sandbox", "volumes", Kind::Any),
     ("sandbox", "instancePrefix", Kind::Str),
     ("sandbox", "network", Kind::Str),
+    ("sandbox", "allowHosts", Kind::List),
+    ("sandbox", "allowRanges", Kind::List),
     ("sandbox", "noIsolationAcknowledged", Kind::Bool),
     ("sandbox", "bootstrap", Kind::Any),
     ("sandbox", "secretFiles", Kind::Any),
@@ -183,7 +186,12 @@ pub struct SandboxConfig {
     pub env: Vec<(String, String)>,
     pub volumes: Vec<Volume>,
     pub instance_prefix: String,
+    /// `on`, `off`, or `proxied` (`allow`) with [`SandboxConfig::egress`].
     pub network: sandbox::Network,
+    /// `allow`'s policy (`allowHosts`, `allowRanges`); with `on`, the
+    /// ranges a run that narrows its network to a list (`init.network`)
+    /// may reach.
+    pub egress: crate::egress::Policy,
     pub no_isolation_acknowledged: bool,
     pub bootstrap: Option<Bootstrap>,
     /// `[sandbox.secretFiles] name = "/host/file"`: mounted read-only at
@@ -240,6 +248,9 @@ pub struct Config {
     pub run_max_terminals: usize,
     /// Processes in one run's sandbox above which no terminal starts.
     pub run_max_processes: usize,
+    /// Memory one run's terminals may keep their output in; the rest goes
+    /// to anonymous files in `<state>/terminals` (docs/acp.md).
+    pub run_terminal_memory_bytes: usize,
     pub agent: AgentConfig,
     pub sandbox: SandboxConfig,
     pub tls: TlsConfig,
@@ -618,11 +629,7 @@ impl Config {
             r.string("sandbox", "instancePrefix")?.unwrap_or_else(|| names::DEFAULT_INSTANCE_PREFIX.into());
         names::validate_prefix(&instance_prefix)
             .map_err(|e| r.err("sandbox.instancePrefix", e.to_string()))?;
-        let network = match r.string("sandbox", "network")?.as_deref() {
-            None | Some("on") | Some("host") => sandbox::Network::On,
-            Some("off") | Some("none") => sandbox::Network::Off,
-            Some(other) => return Err(r.err("sandbox.network", format!("{other:?}: use on or off"))),
-        };
+        let (network, egress) = network(&mut r, provider)?;
         let no_isolation_acknowledged = r.boolean("sandbox", "noIsolationAcknowledged", false)?;
         if provider == ProviderChoice::Host && !no_isolation_acknowledged {
             return Err(r.err(
@@ -762,6 +769,8 @@ impl Config {
         let shutdown_flush_seconds = r.int("", "shutdown_flush_seconds", 5, 0, 600)?;
         let run_max_terminals = r.int("", "run_max_terminals", 32, 1, 100_000)? as usize;
         let run_max_processes = r.int("", "run_max_processes", 512, 1, 1_000_000)? as usize;
+        let run_terminal_memory_bytes =
+            r.int("", "run_terminal_memory_bytes", 8 * 1024 * 1024, 0, 1 << 40)? as usize;
 
         let tls = TlsConfig {
             ca_file: r.string("tls", "ca_file")?.map(|p| absolute(&r, "tls.ca_file", &p)).transpose()?,
@@ -809,6 +818,7 @@ impl Config {
             shutdown_flush_seconds,
             run_max_terminals,
             run_max_processes,
+            run_terminal_memory_bytes,
             agent,
             sandbox: SandboxConfig {
                 provider,
@@ -822,6 +832,7 @@ impl Config {
                 volumes,
                 instance_prefix,
                 network,
+                egress,
                 no_isolation_acknowledged,
                 bootstrap,
                 secret_files,
@@ -839,6 +850,44 @@ impl Config {
             .flatten()
             .map(Secret::expose)
     }
+}
+
+/// `sandbox.network` and the egress policy of `allow` (`allowHosts`,
+/// `allowRanges`; the ranges also serve runs that narrow `on` to a list).
+fn network(
+    r: &mut Reader<'_>,
+    provider: ProviderChoice,
+) -> Result<(sandbox::Network, crate::egress::Policy), ConfigError> {
+    let network = match r.string("sandbox", "network")?.as_deref() {
+        None | Some("on") | Some("host") => sandbox::Network::On,
+        Some("off") | Some("none") => sandbox::Network::Off,
+        Some("allow") => sandbox::Network::Proxied,
+        Some(other) => return Err(r.err("sandbox.network", format!("{other:?}: use on, off or allow"))),
+    };
+    let allow_hosts = r.list("sandbox", "allowHosts")?.unwrap_or_default();
+    let allow_ranges = r.list("sandbox", "allowRanges")?.unwrap_or_default();
+    if !allow_hosts.is_empty() && network != sandbox::Network::Proxied {
+        return Err(r.err("sandbox.allowHosts", "needs sandbox.network = \"allow\""));
+    }
+    if !allow_ranges.is_empty() && network == sandbox::Network::Off {
+        return Err(r.err("sandbox.allowRanges", "means nothing with sandbox.network = \"off\""));
+    }
+    let egress = crate::egress::Policy {
+        hosts: allow_hosts
+            .iter()
+            .map(|h| crate::egress::Rule::parse(h))
+            .collect::<Result<_, _>>()
+            .map_err(|e| r.err("sandbox.allowHosts", e.to_string()))?,
+        ranges: allow_ranges
+            .iter()
+            .map(|h| crate::egress::Range::parse(h))
+            .collect::<Result<_, _>>()
+            .map_err(|e| r.err("sandbox.allowRanges", e.to_string()))?,
+    };
+    if network == sandbox::Network::Proxied && provider != ProviderChoice::Native {
+        return Err(r.err("sandbox.network", "allow (the egress proxy) needs the native provider"));
+    }
+    Ok((network, egress))
 }
 
 fn one_line(e: &dyn fmt::Display) -> String {

@@ -88,6 +88,8 @@ pub enum ControlError {
     Kind { name: String, want: &'static str, got: Value },
     #[error("the run's lane ended")]
     LaneEnded,
+    #[error(transparent)]
+    Blocking(#[from] crate::blocking::Panicked),
     #[error("remove_workspace needs a run_id (or an instance name tuixiu-run-<id>)")]
     NoWorkspaceRun,
     /// A path that is not under `workspaceHostRoot` (`hostfs`).
@@ -235,19 +237,7 @@ async fn run_action(
     out: &mut Map<String, Value>,
 ) -> Result<(), ControlError> {
     let d = lane.d.clone();
-    const KNOWN: &[&str] = &[
-        "inspect",
-        "ensure_running",
-        "stop",
-        "remove",
-        "report_inventory",
-        "prune_orphans",
-        "gc",
-        "remove_workspace",
-        "remove_image",
-        "git_push",
-    ];
-    if !KNOWN.contains(&action) {
+    if !super::protocol::CONTROL_ACTIONS.contains(&action) {
         return Err(ControlError::Unsupported);
     }
     // Before anything is looked at or touched: a control whose fields are
@@ -340,7 +330,7 @@ async fn run_action(
                 lane.run_id.clone()
             };
             let extra = lane.state.as_ref().map(|s| s.workspace.clone());
-            remove_workspace(&d, &run_id, extra.as_deref())?;
+            remove_workspace(&d, &run_id, extra.as_deref()).await?;
             d.report().push(&inventory::deleted_workspaces(
                 d.provider(),
                 vec![DeletedWorkspace {
@@ -560,7 +550,7 @@ async fn gc(
             },
             _ => {
                 let run = run_id.clone().unwrap_or_default();
-                match remove_workspace(d, &run, None) {
+                match remove_workspace(d, &run, None).await {
                     Ok(()) => deleted_workspaces.push(DeletedWorkspace {
                         instance_name: Some(name),
                         run_id: run,
@@ -597,10 +587,16 @@ async fn gc(
 
 /// Deletes `<root>/run-<id>`, `<root>/home-<id>` and the run's recorded
 /// workspace (if another directory under the root), each resolved inside
-/// the root first. Missing directories are fine.
-fn remove_workspace(d: &RunContext, run_id: &str, recorded: Option<&Path>) -> Result<(), ControlError> {
+/// the root first. Missing directories are fine. A workspace may be a
+/// large tree: the walk runs on the run's share of the blocking pool.
+async fn remove_workspace(d: &RunContext, run_id: &str, recorded: Option<&Path>) -> Result<(), ControlError> {
     names::validate_run_id(run_id)?;
-    let root = &d.cfg().sandbox.workspace_host_root;
+    let root = d.cfg().sandbox.workspace_host_root.clone();
+    let (run, recorded) = (run_id.to_string(), recorded.map(Path::to_path_buf));
+    d.pool().share(run_id).run(move || remove_workspace_dirs(&root, &run, recorded.as_deref())).await?
+}
+
+fn remove_workspace_dirs(root: &Path, run_id: &str, recorded: Option<&Path>) -> Result<(), ControlError> {
     let mut targets = vec![root.join(format!("run-{run_id}")), root.join(format!("home-{run_id}"))];
     if let Some(p) = recorded
         && !targets.iter().any(|t| t == p)

@@ -69,6 +69,15 @@ pub enum InstanceError {
     Provider(#[from] ProviderError),
     #[error("sandbox 实例未处于 running 状态：{0}")]
     NotRunning(&'static str),
+    #[error("init.network must be an object {{\"allowHosts\": [\"PATTERN[:PORT]\", ...]}}")]
+    InitNetwork,
+    #[error("init.network.allowHosts: {0}")]
+    InitNetworkRule(#[source] crate::egress::PatternError),
+    /// The run's list would reach what the daemon's policy does not.
+    #[error("init.network.allowHosts: {rule} is not allowed by this proxy's network policy ({policy})")]
+    NetworkWidened { rule: String, policy: &'static str },
+    #[error("init.network.allowHosts: the {0} provider cannot restrict a run's network to a list")]
+    NetworkNarrowing(&'static str),
 }
 
 /// How agentInputs are planned here: host paths only under
@@ -130,6 +139,14 @@ impl Lane {
             }
         };
         let home = under_root(&root, &root.join(format!("home-{}", self.run_id)), true)?;
+        // The run's own directories, made 0755 by earlier versions.
+        for dir in [&home, &workspace].into_iter().filter(|d| d.parent() == Some(root.as_path())) {
+            if dir.file_name().is_some_and(|n| {
+                *n == *format!("run-{}", self.run_id) || *n == *format!("home-{}", self.run_id)
+            }) {
+                make_private(dir);
+            }
+        }
         let home_guest = ["USER_HOME", "HOME"]
             .iter()
             .find_map(|k| env.get(*k).filter(|v| !v.is_empty()).cloned())
@@ -168,6 +185,7 @@ impl Lane {
             .collect();
         mounts.extend(run_mounts);
         mounts.extend(manifest_binds);
+        let (network, egress) = run_network(&self.d.cfg().sandbox, effective_init.as_ref())?;
         let config = InstanceConfig {
             image: match self.d.cfg().sandbox.provider {
                 super::config::ProviderChoice::Docker => self.d.cfg().sandbox.image.clone(),
@@ -176,10 +194,12 @@ impl Lane {
             home: Some(home.clone()),
             workspace_read_only,
             user,
-            network: self.d.cfg().sandbox.network,
+            network,
+            egress,
             mounts,
             env: self.d.cfg().sandbox.env.clone(),
             nested: self.d.cfg().sandbox.nested,
+            hidden: self.d.mounts().hidden().to_vec(),
             ..InstanceConfig::new(name.clone(), self.run_id.clone(), workspace.clone())
         };
         let info = match self.d.provider().ensure(&config).await {
@@ -205,10 +225,12 @@ impl Lane {
             gid,
             created_at: now.clone(),
             updated_at: now.clone(),
+            instance_removed: false,
             landed: Default::default(),
         });
         state.keepalive_ttl_seconds = ttl;
         state.expires_at_ms = None;
+        state.instance_removed = false;
         state.workspace = workspace;
         state.home = home;
         state.home_guest = home_guest;
@@ -216,7 +238,6 @@ impl Lane {
         state.gid = gid;
         if init.is_some() {
             state.init = init;
-            self.init_sent = true;
         }
         state.updated_at = now;
         self.persist();
@@ -272,6 +293,19 @@ impl Lane {
     }
 }
 
+/// Takes group and other access away from a run's own directory.
+fn make_private(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(meta) = std::fs::metadata(dir) else { return };
+    let mode = meta.permissions().mode() & 0o7777;
+    if mode & 0o077 != 0 {
+        match std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode & 0o7700)) {
+            Ok(()) => tracing::info!("{}: mode {mode:o} narrowed to {:o}", dir.display(), mode & 0o7700),
+            Err(e) => tracing::warn!("{}: narrowing mode {mode:o}: {e}", dir.display()),
+        }
+    }
+}
+
 /// Validates `init` as the Node proxy does (reference §1.3 table).
 fn check_init(v: &Value) -> Result<Value, InstanceError> {
     let Some(obj) = v.as_object() else {
@@ -304,7 +338,60 @@ fn check_init(v: &Value) -> Result<Value, InstanceError> {
             names::validate_env(k, &text).map_err(InstanceError::InitEnv)?;
         }
     }
+    if let Some(network) = obj.get("network")
+        && !network.is_null()
+    {
+        init_allow_hosts(network)?;
+    }
     Ok(v.clone())
+}
+
+/// `init.network.allowHosts`, parsed.
+fn init_allow_hosts(network: &Value) -> Result<Vec<crate::egress::Rule>, InstanceError> {
+    let hosts = network.get("allowHosts").and_then(Value::as_array).ok_or(InstanceError::InitNetwork)?;
+    hosts
+        .iter()
+        .map(|h| {
+            let text = h.as_str().ok_or(InstanceError::InitNetwork)?;
+            crate::egress::Rule::parse(text).map_err(InstanceError::InitNetworkRule)
+        })
+        .collect()
+}
+
+/// The run's network: the daemon's (`sandbox.network`), or narrowed to the
+/// run's own list (`init.network.allowHosts`), which may take away but never
+/// add: under `allow` every rule must be covered by one of the daemon's;
+/// under `on` (everything) the list becomes the run's allowlist, with the
+/// daemon's `allowRanges`; under `off` only an empty list is no wider.
+fn run_network(
+    cfg: &super::config::SandboxConfig,
+    init: Option<&Value>,
+) -> Result<(sandbox::Network, Option<crate::egress::Policy>), InstanceError> {
+    use sandbox::Network;
+    let wanted = match init.and_then(|i| i.get("network")) {
+        None | Some(Value::Null) => None,
+        Some(network) => Some(init_allow_hosts(network)?),
+    };
+    match (cfg.network, wanted) {
+        (Network::Proxied, None) => Ok((Network::Proxied, Some(cfg.egress.clone()))),
+        (Network::Proxied, Some(rules)) => match cfg.egress.narrowed(&rules) {
+            Ok(policy) => Ok((Network::Proxied, Some(policy))),
+            Err(rule) => Err(InstanceError::NetworkWidened { rule: rule.to_string(), policy: "allow" }),
+        },
+        (Network::On, Some(rules)) => match cfg.provider {
+            super::config::ProviderChoice::Native => Ok((
+                Network::Proxied,
+                Some(crate::egress::Policy { hosts: rules, ranges: cfg.egress.ranges.clone() }),
+            )),
+            super::config::ProviderChoice::Docker => Err(InstanceError::NetworkNarrowing("container_oci")),
+            super::config::ProviderChoice::Host => Err(InstanceError::NetworkNarrowing("host_process")),
+        },
+        (Network::Off, Some(rules)) => match rules.first() {
+            None => Ok((Network::Off, None)),
+            Some(rule) => Err(InstanceError::NetworkWidened { rule: rule.to_string(), policy: "off" }),
+        },
+        (network, None) => Ok((network, None)),
+    }
 }
 
 /// The host workspace the run asks for: the agentInputs `WORKSPACE`

@@ -57,10 +57,15 @@ pub struct RunState {
     pub gid: u32,
     pub created_at: String,
     pub updated_at: String,
-    /// Fingerprints of the agentInputs targets as they were landed
-    /// (`landed.rs`): landing again never overwrites the agent's work.
+    /// The daemon removed the run's instance at keepalive expiry and
+    /// reported it `missing`; a restart finds it missing and does not
+    /// report it again. Cleared when the instance is made again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub instance_removed: bool,
+    /// What landed of the agentInputs, per item (`inputs/landed.rs`):
+    /// landing again never overwrites the agent's work.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    pub landed: super::landed::Landed,
+    pub landed: crate::inputs::landed::Landed,
 }
 
 pub enum Job {
@@ -104,6 +109,11 @@ pub struct RunContext {
     runs_dir: PathBuf,
     persister: Persister,
     mounts: Mounts,
+    /// Where blocking work goes (`crate::blocking`), shared by every run.
+    pool: Arc<crate::blocking::Pool>,
+    /// The event loop the runs live on (the link has a thread of its own,
+    /// and routes messages from there).
+    runtime: Option<tokio::runtime::Handle>,
 }
 
 impl RunContext {
@@ -123,6 +133,19 @@ impl RunContext {
             report,
             runs: Runs::new(lane_loop),
             mounts,
+            pool: crate::blocking::Pool::daemon(),
+            runtime: tokio::runtime::Handle::try_current().ok(),
+        }
+    }
+
+    /// Starts `task` on the runs' event loop, from whichever thread.
+    pub fn spawn<F>(&self, task: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        match &self.runtime {
+            Some(rt) => drop(rt.spawn(task)),
+            None => drop(tokio::spawn(task)),
         }
     }
 
@@ -153,6 +176,11 @@ impl RunContext {
 
     pub fn mounts(&self) -> &Mounts {
         &self.mounts
+    }
+
+    /// The blocking pool ([`crate::blocking`]).
+    pub fn pool(&self) -> &Arc<crate::blocking::Pool> {
+        &self.pool
     }
 }
 
@@ -279,16 +307,9 @@ fn start_lane(
     let (tx, rx) = mpsc::unbounded_channel();
     tx.send(job).ok();
     lanes.insert(key.to_string(), tx);
-    let lane = Lane {
-        d: d.clone(),
-        run_id: key.to_string(),
-        state: None,
-        agent: None,
-        generation: 0,
-        prompts: 0,
-        init_sent: false,
-    };
-    tokio::spawn((d.runs.start)(lane, rx));
+    let lane =
+        Lane { d: d.clone(), run_id: key.to_string(), state: None, agent: None, generation: 0, prompts: 0 };
+    d.spawn((d.runs.start)(lane, rx));
 }
 
 /// Why a run id is refused.
@@ -353,9 +374,6 @@ pub struct Lane {
     pub generation: u64,
     /// Prompt turns in flight (the run is not idle while any is).
     pub prompts: usize,
-    /// The backend sent `init` since inputs last landed: the next landing
-    /// is the one it asked for (else it protects the agent's work).
-    pub init_sent: bool,
 }
 
 impl Lane {
@@ -380,10 +398,12 @@ impl Lane {
     }
 
     /// Drops the run's state, in memory and on disk, with the files the
-    /// daemon kept for its instance (scratch, staged secrets).
+    /// daemon kept for its instance (scratch, staged secrets) and for the
+    /// run (inputs kept aside).
     pub fn forget(&mut self) {
         self.state = None;
         self.d.mounts.discard(&self.run_id);
+        self.d.mounts.discard_incoming(&self.run_id);
         self.d.persister.write(&self.run_id, self.state_path(), None);
     }
 }

@@ -73,6 +73,35 @@ const OUTBOX_BATCH_BYTES: usize = 256 * 1024;
 /// whole, the buffer grows for them).
 const READ_BUFFER: usize = 16 * 1024;
 
+/// Runs the link on a thread of its own (a current-thread runtime of its
+/// own): the socket is read, the outbox drained and heartbeats sent
+/// however busy the runs' event loop is. Messages are routed from there to
+/// the lanes, which live on the runs' loop (`RunContext::spawn`). Should the
+/// thread not start, the link runs here.
+pub async fn run_apart(d: Arc<Daemon>, shutdown: tokio::sync::watch::Receiver<bool>) -> Exit {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let (dd, stop) = (d.clone(), shutdown.clone());
+    let started = std::thread::Builder::new().name("link".into()).spawn(move || {
+        match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            Ok(rt) => {
+                let _ = tx.send(Some(rt.block_on(run(dd, stop))));
+            }
+            Err(e) => {
+                tracing::warn!("link: no runtime of its own ({e}); it shares the runs' thread");
+                let _ = tx.send(None);
+            }
+        }
+    });
+    if let Err(e) = started {
+        tracing::warn!("link: no thread of its own ({e}); it shares the runs' thread");
+        return run(d, shutdown).await;
+    }
+    match rx.await {
+        Ok(Some(exit)) => exit,
+        _ => run(d, shutdown).await,
+    }
+}
+
 /// Runs the link until shutdown or an id conflict.
 pub async fn run(d: Arc<Daemon>, mut shutdown: tokio::sync::watch::Receiver<bool>) -> Exit {
     let mut tokens = TokenSource::new(d.cfg(), d.proxy_id());
@@ -350,7 +379,10 @@ async fn session_inner(
     finish(ws, end).await
 }
 
-/// The registered phase: outbox, heartbeats, inventories, liveness.
+/// The registered phase: outbox, heartbeats, inventories, liveness. A
+/// heartbeat (or inventory) that is due goes before the next batch of the
+/// outbox (a backlog that never empties while runs relay must not starve
+/// it), so it waits at most for the batch being written.
 async fn registered(d: &Arc<Daemon>, ws: &mut Ws, shutdown: &mut tokio::sync::watch::Receiver<bool>) -> End {
     let beat = Duration::from_secs(d.cfg().heartbeat_seconds);
     let mut heartbeat = tokio::time::interval_at(Instant::now() + beat, beat);
@@ -373,22 +405,6 @@ async fn registered(d: &Arc<Daemon>, ws: &mut Ws, shutdown: &mut tokio::sync::wa
                         Rx::Continue | Rx::Ack => {}
                         Rx::End(end) => return end,
                     },
-                }
-            }
-            batch = d.outbox().peek_batch(OUTBOX_BATCH, OUTBOX_BATCH_BYTES) => {
-                // Write the batch, flush once, and only then drop it from
-                // the outbox: a failure keeps it for the next connection.
-                let last = batch.last().map(|(seq, _)| *seq);
-                for (_, text) in batch {
-                    if let Err(e) = ws.feed(Message::Text(text)).await {
-                        return End::Retry { reason: format!("send: {e}"), healthy: true };
-                    }
-                }
-                if let Err(e) = ws.flush().await {
-                    return End::Retry { reason: format!("send: {e}"), healthy: true };
-                }
-                if let Some(last) = last {
-                    d.outbox().pop_through(last);
                 }
             }
             _ = heartbeat.tick() => {
@@ -414,6 +430,19 @@ async fn registered(d: &Arc<Daemon>, ws: &mut Ws, shutdown: &mut tokio::sync::wa
                     }
                 }
             }
+            batch = d.outbox().peek_batch(OUTBOX_BATCH, OUTBOX_BATCH_BYTES) => {
+                // Write the batch, flush once, and only then drop it from
+                // the outbox: a failure keeps it for the next connection.
+                for text in batch.texts() {
+                    if let Err(e) = ws.feed(Message::Text(text.clone())).await {
+                        return End::Retry { reason: format!("send: {e}"), healthy: true };
+                    }
+                }
+                if let Err(e) = ws.flush().await {
+                    return End::Retry { reason: format!("send: {e}"), healthy: true };
+                }
+                d.outbox().pop_sent(&batch);
+            }
         }
     }
 }
@@ -430,13 +459,28 @@ async fn finish(mut ws: Ws, end: End) -> End {
     };
     // `close` sends our Close (or completes the reply to the peer's) and
     // flushes; then wait for the peer's Close so the backend has removed
-    // this socket before the next one registers.
-    let _ = timeout(CLOSE_TIMEOUT, async {
+    // this socket before the next one registers. Its Close ends the wait:
+    // a backend (or a proxy in front of it) may keep the TCP connection
+    // open after the handshake, and nothing is left to wait for.
+    let shutdown = matches!(end, End::Shutdown);
+    if shutdown {
+        tracing::info!(
+            "shutting down: closing the link (waiting for the backend's close, at most {CLOSE_TIMEOUT:?})"
+        );
+    }
+    let answered = timeout(CLOSE_TIMEOUT, async {
         if ws.close(frame).await.is_ok() {
-            while let Some(Ok(_)) = ws.next().await {}
+            while let Some(Ok(m)) = ws.next().await {
+                if m.is_close() {
+                    break;
+                }
+            }
         }
     })
     .await;
+    if shutdown && answered.is_err() {
+        tracing::warn!("shutting down: the backend did not answer the close within {CLOSE_TIMEOUT:?}");
+    }
     end
 }
 

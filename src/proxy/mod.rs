@@ -17,16 +17,20 @@
 //! | [`report`] | what goes to the backend: the outbox, secrets scrubbed out, instance status reports |
 //! | [`persist`] | run state files written by one blocking worker, latest content first |
 //! | [`control`] | every `sandbox_control` action and its protections |
+//! | [`exposed`] | warnings when the workspace root or the state directory lies where sandboxes see |
 //! | [`gitenv`] | host git processes: credentials through askpass/ssh key files, hardening, deadlines |
 //! | [`repo`] | the workspace made a checkout of `TUIXIU_REPO_URL` (clone, or from a per-URL cache) |
 //! | [`inventory`] | `sandbox_inventory` and `workspace_inventory` |
 //! | [`status`] | `<state_dir>/status.json`, the daemon's liveness for health checks |
 //! | [`acp_sink`] | the daemon's side of the ACP host's interface: its settings, its reports as wire messages |
-//! | [`landed`] | fingerprints of landed agentInputs targets: landing again never overwrites the agent's work |
+//! | [`metrics`] | the Prometheus metrics (`--metrics-listen`): families fed from the message streams |
 //!
-//! Threading: one tokio current-thread runtime. Nothing here enters a
-//! namespace: sandboxes are launched by `tuixiu-sandbox __exec` through the
-//! native provider, containers by the docker CLI.
+//! Threading: a tokio current-thread runtime for the runs, one for the
+//! link (its own thread, `link::run_apart`), and the blocking pool
+//! (`crate::blocking`) for anything that may block (docs/architecture.md,
+//! "Threading"). Nothing here enters a namespace: sandboxes are launched by
+//! `tuixiu-sandbox __exec` through the native provider, containers by the
+//! docker CLI.
 
 pub mod acp_sink;
 pub mod agent;
@@ -34,13 +38,14 @@ pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod control;
+pub mod exposed;
 pub mod gitenv;
 pub mod identity;
 pub mod instance;
 pub mod inventory;
-pub mod landed;
 pub mod lane;
 pub mod link;
+pub mod metrics;
 pub mod mounts;
 pub mod outbox;
 pub mod pathmap;
@@ -81,15 +86,20 @@ pub struct Daemon {
     /// Registered with the backend right now.
     connected: AtomicBool,
     run: Arc<lane::RunContext>,
+    /// Private directories that lie where sandboxes see ([`exposed`]).
+    path_warnings: Vec<String>,
 }
 
 impl Daemon {
     pub fn new(cfg: Config, proxy_id: String) -> Result<Daemon, ProviderError> {
         let state = &cfg.state_dir;
         let prefix = cfg.sandbox.instance_prefix.as_str();
+        let network_events = Arc::new(report::NetworkEvents::default());
         let provider = match cfg.sandbox.provider {
             ProviderChoice::Native => AnyProvider::Native(
-                NativeProvider::with_current_exe(state, prefix).and_then(NativeProvider::with_lifeline)?,
+                NativeProvider::with_current_exe(state, prefix)
+                    .and_then(NativeProvider::with_lifeline)?
+                    .with_egress_reports(network_events.clone()),
             ),
             ProviderChoice::Docker => {
                 AnyProvider::Docker(DockerProvider::new(&cfg.sandbox.runtime, state, prefix)?)
@@ -98,7 +108,9 @@ impl Daemon {
                 AnyProvider::Host(HostProvider::new(state, prefix, cfg.sandbox.no_isolation_acknowledged)?)
             }
         };
-        Ok(Self::with_provider(cfg, proxy_id, provider))
+        let daemon = Self::with_provider(cfg, proxy_id, provider);
+        network_events.attach(daemon.run.report().clone());
+        Ok(daemon)
     }
 
     /// As [`Daemon::new`], with `provider` instead of the configured one
@@ -125,8 +137,14 @@ impl Daemon {
             provider.runtime().map(str::to_string),
         ));
         let mounts = mounts::Mounts::new(&cfg, &proxy_id);
+        let path_warnings = exposed::warnings(&cfg);
         let run = lane::RunContext::new(cfg, provider, report, mounts, runs::lane_loop);
-        Daemon { proxy_id, connected: AtomicBool::new(false), run: Arc::new(run) }
+        Daemon { proxy_id, connected: AtomicBool::new(false), run: Arc::new(run), path_warnings }
+    }
+
+    /// The private directories that lie where sandboxes see, as warnings.
+    pub fn path_warnings(&self) -> &[String] {
+        &self.path_warnings
     }
 
     pub fn cfg(&self) -> &Config {
@@ -156,11 +174,33 @@ impl Daemon {
     pub fn set_connected(&self, on: bool) {
         self.connected.store(on, Ordering::SeqCst);
         self.outbox().set_connected(on);
+        if let Some(m) = self.run.report().metrics() {
+            m.link(on);
+        }
     }
 
     /// Routes a decoded message to its lane (never blocks).
     pub fn dispatch(&self, msg: protocol::Incoming) {
+        if let Some(m) = self.run.report().metrics() {
+            m.received(&msg);
+        }
         runs::dispatch(&self.run, msg);
+    }
+
+    /// Starts feeding metrics; returns what renders them.
+    pub fn enable_metrics(&self) -> crate::metrics::Render {
+        let m = Arc::new(metrics::Metrics::new());
+        self.run.report().set_metrics(m.clone());
+        let run = self.run.clone();
+        Arc::new(move || {
+            let runs = run.runs();
+            m.render(metrics::Now {
+                lanes: runs.len(),
+                agents: runs.all_agents().iter().filter(|a| !a.has_exited()).count(),
+                prompts_in_flight: runs.turns_in_flight(),
+                outbox: run.report().outbox().stats(),
+            })
+        })
     }
 
     /// The two inventories the backend gets after registering and every
@@ -234,6 +274,8 @@ pub struct Options {
     /// Variables that win over the environment: the tokens read from
     /// `--auth-token-file`/`--bootstrap-token-file` (cli.rs).
     pub overrides: Vec<(String, String)>,
+    /// `--metrics-listen`: where to serve Prometheus metrics.
+    pub metrics_listen: Option<crate::metrics::Listen>,
 }
 
 /// Loads the config, takes the identity lock and runs the daemon until
@@ -285,9 +327,16 @@ pub fn main(opts: Options) -> u8 {
             return sandbox::EXIT_SETUP_FAILED;
         }
     };
-    // One thread: the daemon's work is I/O (the socket, CLI children, small
-    // files) and a single thread keeps the idle footprint small (see
-    // docs/benchmarks.md). Sandboxes are launched by `__exec`, never here.
+    // Bound now: an address in use or a bad path is a startup error.
+    let metrics = opts.metrics_listen.as_ref().map(crate::metrics::Endpoint::bind).transpose();
+    let Ok(metrics) = metrics.map_err(|e| report(&format!("proxy: {e}"))) else {
+        return sandbox::EXIT_SETUP_FAILED;
+    };
+    // One thread for the runs: the daemon's work is I/O (the socket, CLI
+    // children, small files) and a single thread keeps the idle footprint
+    // small (see docs/benchmarks.md); the link has one of its own, and
+    // blocking work the pool's. Sandboxes are launched by `__exec`, never
+    // here.
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -310,6 +359,9 @@ pub fn main(opts: Options) -> u8 {
             return sandbox::EXIT_SETUP_FAILED;
         }
         run.mounts().sweep_leftovers();
+        if let Some(endpoint) = metrics {
+            serve_metrics(&daemon, endpoint);
+        }
         tracing::info!(
             "proxy {} starting: provider {}, state {}, workspaces {}",
             daemon.proxy_id(),
@@ -317,25 +369,48 @@ pub fn main(opts: Options) -> u8 {
             run.cfg().state_dir.display(),
             run.cfg().sandbox.workspace_host_root.display()
         );
+        for w in daemon.path_warnings() {
+            tracing::warn!("{w}");
+        }
         tokio::spawn(status::keep_writing(daemon.clone()));
         runs::adopt_persisted(&run).await;
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let stopping = daemon.clone();
+        let signalled = Arc::new(std::sync::OnceLock::new());
+        let signalled_at = signalled.clone();
         tokio::spawn(async move {
             wait_for_signal().await;
+            let _ = signalled_at.set(tokio::time::Instant::now());
             // While the link is still up: the agents first (their exits and
             // the results of interrupted prompts are the last messages),
             // then the outbox, within a bound; only then the link closes.
-            tracing::info!("shutting down: closing the agents");
+            // Each step is logged with what it waits for, and ends as soon
+            // as nothing is pending.
             let runs = stopping.run_context().runs();
             runs.stop_starting();
-            close_agents(runs).await;
+            close_agents(runs, stopping.cfg().agent_shutdown_grace_seconds).await;
             let bound = std::time::Duration::from_secs(stopping.cfg().shutdown_flush_seconds);
             let deadline = tokio::time::Instant::now() + bound;
+            let turns = runs.turns_in_flight();
+            if turns > 0 {
+                tracing::info!(
+                    "shutting down: waiting for {turns} prompt turn(s) to queue their results (at most {} s: \
+                     shutdown_flush_seconds)",
+                    bound.as_secs()
+                );
+            }
             while runs.turns_in_flight() > 0 && tokio::time::Instant::now() < deadline {
                 tokio::time::sleep(std::time::Duration::from_millis(10)).await;
             }
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let queued = stopping.outbox().len();
+            if queued > 0 {
+                tracing::info!(
+                    "shutting down: waiting for the backend to take {queued} message(s){} (at most {} ms)",
+                    if stopping.connected() { "" } else { " (the link is down: until it is back)" },
+                    left.as_millis()
+                );
+            }
             if !stopping.outbox().drained(left).await {
                 tracing::warn!(
                     "shutting down: the backend did not take the last {} message(s) within {} s \
@@ -346,12 +421,15 @@ pub fn main(opts: Options) -> u8 {
             }
             let _ = stop_tx.send(true);
         });
-        let exit = link::run(daemon.clone(), stop_rx).await;
+        let exit = link::run_apart(daemon.clone(), stop_rx).await;
         // Agents do not outlive the daemon that holds their stdio (an id
         // conflict ends the link without the signal above).
         run.runs().stop_starting();
-        close_agents(run.runs()).await;
+        close_agents(run.runs(), run.cfg().agent_shutdown_grace_seconds).await;
         run.persister().flush();
+        if let Some(at) = signalled.get() {
+            tracing::info!("shut down in {} ms", at.elapsed().as_millis());
+        }
         match exit {
             link::Exit::Shutdown => {
                 if !daemon.outbox().is_empty() {
@@ -376,11 +454,24 @@ pub fn main(opts: Options) -> u8 {
     code
 }
 
-/// Closes every agent (stdin, SIGTERM, SIGKILL), concurrently; instances
-/// and runs stay.
-async fn close_agents(runs: &lane::Runs) {
-    let closing: Vec<_> = runs
-        .all_agents()
+/// Feeds the metrics from now on and serves them at `endpoint`.
+fn serve_metrics(daemon: &Daemon, endpoint: crate::metrics::Endpoint) {
+    tracing::info!("metrics on {}/metrics", endpoint.local());
+    tokio::spawn(crate::metrics::serve(endpoint, daemon.enable_metrics()));
+}
+
+/// Closes every live agent (stdin, SIGTERM after `grace` seconds, SIGKILL
+/// after as many more), concurrently; instances and runs stay.
+async fn close_agents(runs: &lane::Runs, grace: u64) {
+    let live: Vec<_> = runs.all_agents().into_iter().filter(|a| !a.has_exited()).collect();
+    if live.is_empty() {
+        return;
+    }
+    tracing::info!(
+        "shutting down: closing {} agent(s) (stdin closed; SIGTERM after {grace} s, SIGKILL after {grace} s more)",
+        live.len()
+    );
+    let closing: Vec<_> = live
         .into_iter()
         .map(|a| tokio::spawn(async move { a.shutdown("daemon shutting down").await }))
         .collect();

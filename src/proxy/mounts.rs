@@ -7,6 +7,10 @@
 //! | `agent.statePath` | `<state>/agents/<agent id>/state` (0700), shared by the agent's runs | rw |
 //! | `/run/secrets/<name>` | `[sandbox.secretFiles]` (native: the file itself; docker: a 0400 copy owned by the container user) | ro |
 //!
+//! Not mounted, but kept here per run too: `<state>/incoming/<run_id>`, the
+//! new content of agentInputs items left alone over the agent's work
+//! ([`Mounts::incoming_dir`]).
+//!
 //! The scratch is a host directory rather than a tmpfs (which `run
 //! --manifest` uses): SCRATCH items land before the agent starts, and the
 //! init script, the agent and its terminals are separate processes that
@@ -68,6 +72,9 @@ pub struct Mounts {
     /// `[sandbox.secretFiles]`.
     secret_files: Vec<(String, PathBuf)>,
     proxy_id: String,
+    /// The workspace root and the state directory, canonical: no
+    /// instance may see them (`InstanceConfig::hidden`).
+    hidden: Vec<PathBuf>,
 }
 
 impl Mounts {
@@ -78,7 +85,17 @@ impl Mounts {
             state_path: cfg.agent.state_path.clone(),
             secret_files: cfg.sandbox.secret_files.clone(),
             proxy_id: proxy_id.to_string(),
+            hidden: [&cfg.sandbox.workspace_host_root, &cfg.state_dir]
+                .into_iter()
+                .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()))
+                .collect(),
         }
+    }
+
+    /// What no instance may see by any path: every run's workspace and
+    /// home (the workspace root) and the daemon's state.
+    pub fn hidden(&self) -> &[PathBuf] {
+        &self.hidden
     }
 
     fn scratch_dir(&self, run_id: &str) -> PathBuf {
@@ -87,6 +104,14 @@ impl Mounts {
 
     fn secrets_dir(&self, run_id: &str) -> PathBuf {
         self.state_dir.join("secrets").join(run_id)
+    }
+
+    /// `<state>/incoming/<run_id>`: the new content of agentInputs items
+    /// that were left alone because the agent changed their targets
+    /// (`inputs::landed::land_aside`). It belongs to the run, not to its
+    /// instance: only forgetting the run removes it.
+    pub fn incoming_dir(&self, run_id: &str) -> PathBuf {
+        self.state_dir.join("incoming").join(run_id)
     }
 
     /// The host directory behind `/scratch` of run `run_id` (`None` for the
@@ -150,7 +175,17 @@ impl Mounts {
     /// renamed aside at once, so a new instance of the same run starts empty,
     /// and deleted off the daemon's thread (a scratch can be large).
     pub fn discard(&self, run_id: &str) {
-        for dir in [self.scratch_dir(run_id), self.secrets_dir(run_id)] {
+        self.discard_dirs(run_id, [self.scratch_dir(run_id), self.secrets_dir(run_id)]);
+    }
+
+    /// Removes what the run kept aside ([`Mounts::incoming_dir`]), as
+    /// [`Mounts::discard`] does.
+    pub fn discard_incoming(&self, run_id: &str) {
+        self.discard_dirs(run_id, [self.incoming_dir(run_id)]);
+    }
+
+    fn discard_dirs<const N: usize>(&self, run_id: &str, dirs: [PathBuf; N]) {
+        for dir in dirs {
             let trash = dir.with_file_name(format!(".{run_id}.removed-{}", uuid::Uuid::new_v4().simple()));
             match std::fs::rename(&dir, &trash) {
                 Ok(()) => {
@@ -178,6 +213,7 @@ impl Mounts {
                 (|n: &str| n.starts_with('.') && n.contains(".removed-")) as fn(&str) -> bool,
             ),
             (state.join("secrets"), |n: &str| n.starts_with('.') && n.contains(".removed-")),
+            (state.join("incoming"), |n: &str| n.starts_with('.') && n.contains(".removed-")),
             (state.join("tmp"), |n: &str| n.starts_with("git-")),
         ] {
             let Ok(entries) = std::fs::read_dir(&dir) else { continue };

@@ -14,8 +14,19 @@
 //! that belong to no run are reported in the log only).
 //!
 //! A message leaves the queue only after the WebSocket flushed it
-//! ([`Outbox::peek_batch`], then [`Outbox::pop_through`] once the batch
+//! ([`Outbox::peek_batch`], then [`Outbox::pop_sent`] once the batch
 //! was written), so a send that fails keeps it for the next connection.
+//!
+//! **Two lanes.** The answers to controls (`sandbox_control_result`,
+//! `session_control_result`: [`URGENT`]) queue in a lane of their own that
+//! every batch takes first, so a control never waits behind the updates of
+//! relaying runs (thousands of them while the backend reads slower than
+//! the agents write). Everything else keeps one FIFO: a run's updates, its
+//! `prompt_result` and its status reports are never reordered among
+//! themselves; a control's answer may overtake what was queued before it.
+//! (Heartbeats and `register_agent` never queue here: the link writes them
+//! itself, ahead of the next batch.) The bounds count both lanes; an
+//! overflow drops the oldest bulk message first.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, VecDeque};
@@ -36,13 +47,48 @@ struct Item {
     run_id: Option<Arc<str>>,
 }
 
+/// Message types that go ahead of the bulk (see the module doc).
+pub const URGENT: &[&str] = &["sandbox_control_result", "session_control_result"];
+
 #[derive(Default)]
 struct State {
+    /// The bulk lane, in order.
     queue: VecDeque<Item>,
+    /// The control answers' lane, in order.
+    urgent: VecDeque<Item>,
     bytes: usize,
     next_seq: u64,
     /// Dropped messages per run id ("" for messages without one).
     dropped: BTreeMap<String, u64>,
+    /// Every message dropped since the start.
+    dropped_total: u64,
+}
+
+impl State {
+    fn len(&self) -> usize {
+        self.queue.len() + self.urgent.len()
+    }
+}
+
+/// Messages taken for one write ([`Outbox::peek_batch`]): the urgent
+/// lane's first, then the bulk's, in the order to send them.
+#[derive(Debug, Default)]
+pub struct Batch {
+    texts: Vec<Utf8Bytes>,
+    /// The last message taken from each lane.
+    urgent_through: Option<u64>,
+    bulk_through: Option<u64>,
+}
+
+impl Batch {
+    /// The messages, in the order to send them.
+    pub fn texts(&self) -> &[Utf8Bytes] {
+        &self.texts
+    }
+
+    pub fn into_texts(self) -> Vec<Utf8Bytes> {
+        self.texts
+    }
 }
 
 pub struct Outbox {
@@ -109,13 +155,15 @@ impl Outbox {
 
     fn enqueue(&self, text: String, kind: Cow<'static, str>, run_id: Option<Arc<str>>) {
         let text = Utf8Bytes::from(text);
+        let urgent = URGENT.contains(&kind.as_ref());
         let mut st = self.lock();
         let seq = st.next_seq;
         st.next_seq += 1;
-        while !st.queue.is_empty()
-            && (st.queue.len() + 1 > self.max_messages || st.bytes + text.len() > self.max_bytes)
-        {
-            let old = st.queue.pop_front().expect("not empty");
+        while st.len() > 0 && (st.len() + 1 > self.max_messages || st.bytes + text.len() > self.max_bytes) {
+            let old = match st.queue.pop_front() {
+                Some(old) => old,
+                None => st.urgent.pop_front().expect("not empty"),
+            };
             st.bytes -= old.text.len();
             tracing::error!(
                 "outbox full ({} messages, {} bytes max): dropped the oldest message, {} for run {}",
@@ -125,9 +173,15 @@ impl Outbox {
                 old.run_id.as_deref().unwrap_or("-")
             );
             *st.dropped.entry(old.run_id.as_deref().unwrap_or_default().to_string()).or_default() += 1;
+            st.dropped_total += 1;
         }
         st.bytes += text.len();
-        st.queue.push_back(Item { seq, text, kind, run_id });
+        let item = Item { seq, text, kind, run_id };
+        if urgent {
+            st.urgent.push_back(item)
+        } else {
+            st.queue.push_back(item)
+        }
         drop(st);
         self.notify.notify_one();
     }
@@ -144,7 +198,7 @@ impl Outbox {
 
     fn over_high_water(&self) -> bool {
         let st = self.lock();
-        st.queue.len() >= self.max_messages / 2 || st.bytes >= self.max_bytes / 2
+        st.len() >= self.max_messages / 2 || st.bytes >= self.max_bytes / 2
     }
 
     /// Whether [`Outbox::wait_for_room`] would wait now.
@@ -168,45 +222,60 @@ impl Outbox {
         }
     }
 
-    /// The oldest messages as `(seq, text)`, at most `max` of them and
-    /// about `max_bytes` (always at least one), waiting until there is one.
-    pub async fn peek_batch(&self, max: usize, max_bytes: usize) -> Vec<(u64, Utf8Bytes)> {
+    /// The next messages to send: the urgent lane's, then the bulk's
+    /// oldest, at most `max` of them and about `max_bytes` (always at
+    /// least one), waiting until there is one.
+    pub async fn peek_batch(&self, max: usize, max_bytes: usize) -> Batch {
         loop {
             let notified = self.notify.notified();
             {
                 let st = self.lock();
-                if !st.queue.is_empty() {
+                if st.len() > 0 {
+                    let mut batch = Batch::default();
                     let mut bytes = 0;
-                    return st
-                        .queue
-                        .iter()
-                        .take(max)
-                        .take_while(|i| {
-                            let first = bytes == 0;
-                            bytes += i.text.len().max(1);
-                            first || bytes <= max_bytes
-                        })
-                        .map(|i| (i.seq, i.text.clone()))
-                        .collect();
+                    let mut room = |i: &Item| {
+                        let first = bytes == 0;
+                        bytes += i.text.len().max(1);
+                        first || bytes <= max_bytes
+                    };
+                    for i in st.urgent.iter().take(max).take_while(|i| room(i)) {
+                        batch.texts.push(i.text.clone());
+                        batch.urgent_through = Some(i.seq);
+                    }
+                    let left = max - batch.texts.len();
+                    for i in st.queue.iter().take(left).take_while(|i| room(i)) {
+                        batch.texts.push(i.text.clone());
+                        batch.bulk_through = Some(i.seq);
+                    }
+                    return batch;
                 }
             }
             notified.await;
         }
     }
 
-    /// Removes every message up to and including `seq` once they were sent.
-    pub fn pop_through(&self, seq: u64) {
+    /// Removes the messages of `batch` once they were sent.
+    pub fn pop_sent(&self, batch: &Batch) {
         let mut st = self.lock();
-        while st.queue.front().is_some_and(|i| i.seq <= seq) {
-            let item = st.queue.pop_front().expect("front exists");
-            st.bytes -= item.text.len();
+        let st = &mut *st;
+        for (lane, through) in [(&mut st.urgent, batch.urgent_through), (&mut st.queue, batch.bulk_through)] {
+            let Some(through) = through else { continue };
+            while lane.front().is_some_and(|i| i.seq <= through) {
+                let item = lane.pop_front().expect("front exists");
+                st.bytes -= item.text.len();
+            }
         }
-        drop(st);
         self.room.notify_waiters();
     }
 
     pub fn len(&self) -> usize {
-        self.lock().queue.len()
+        self.lock().len()
+    }
+
+    /// Messages and bytes queued now, and messages dropped since the start.
+    pub fn stats(&self) -> (usize, usize, u64) {
+        let st = self.lock();
+        (st.queue.len(), st.bytes, st.dropped_total)
     }
 
     /// Waits until every queued message was sent, at most `bound`; true
@@ -261,12 +330,50 @@ mod tests {
         o.push(&json!({"type":"a","run_id":"r"}));
         o.push_text(r#"{"type":"b","run_id":"r"}"#.into(), "b", &Arc::from("r"));
         let first = o.peek_batch(1, 1 << 20).await;
-        let text: serde_json::Value = serde_json::from_str(first[0].1.as_str()).unwrap();
+        let text: serde_json::Value = serde_json::from_str(first.texts()[0].as_str()).unwrap();
         assert_eq!(text, json!({"type":"a","run_id":"r"}));
         // Not popped yet: a failed send keeps it.
-        assert_eq!(o.peek_batch(5, 1 << 20).await.len(), 2);
-        o.pop_through(first[0].0);
-        assert_eq!(o.peek_batch(5, 1 << 20).await[0].1.as_str(), r#"{"type":"b","run_id":"r"}"#);
+        assert_eq!(o.peek_batch(5, 1 << 20).await.texts().len(), 2);
+        o.pop_sent(&first);
+        assert_eq!(o.peek_batch(5, 1 << 20).await.texts()[0].as_str(), r#"{"type":"b","run_id":"r"}"#);
+    }
+
+    /// Control answers go out ahead of the queued updates; the updates
+    /// keep their order, and a batch cut short leaves the rest queued.
+    #[tokio::test]
+    async fn control_answers_overtake_the_bulk() {
+        let o = Outbox::new(100, 1 << 20);
+        let run: Arc<str> = Arc::from("r");
+        for i in 0..5 {
+            o.push_text(format!(r#"{{"type":"acp_update","run_id":"r","i":{i}}}"#), "acp_update", &run);
+        }
+        o.push(&json!({"type":"sandbox_control_result","request_id":"q1"}));
+        o.push_text(r#"{"type":"acp_update","run_id":"r","i":5}"#.into(), "acp_update", &run);
+        o.push(&json!({"type":"session_control_result","control_id":"c1"}));
+        let types = |b: &Batch| -> Vec<String> {
+            b.texts()
+                .iter()
+                .map(|t| {
+                    let v: serde_json::Value = serde_json::from_str(t.as_str()).unwrap();
+                    v.get("i").map_or_else(|| v["type"].as_str().unwrap().to_string(), |i| i.to_string())
+                })
+                .collect()
+        };
+        let b = o.peek_batch(4, 1 << 20).await;
+        assert_eq!(types(&b), ["sandbox_control_result", "session_control_result", "0", "1"]);
+        o.pop_sent(&b);
+        // An answer queued meanwhile still goes first.
+        o.push(&json!({"type":"sandbox_control_result","request_id":"q2"}));
+        let b = o.peek_batch(100, 1 << 20).await;
+        assert_eq!(types(&b), ["sandbox_control_result", "2", "3", "4", "5"]);
+        o.pop_sent(&b);
+        assert!(o.is_empty());
+        // Overflow drops the oldest bulk message, not an answer.
+        let o = Outbox::new(2, 1 << 20);
+        o.push(&json!({"type":"sandbox_control_result","request_id":"q3"}));
+        o.push(&json!({"type":"acp_update","run_id":"r","i":0}));
+        o.push(&json!({"type":"acp_update","run_id":"r","i":1}));
+        assert_eq!(types(&o.peek_batch(5, 1 << 20).await), ["sandbox_control_result", "1"]);
     }
 
     #[tokio::test]
@@ -285,7 +392,7 @@ mod tests {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         assert!(!waiting.is_finished(), "half full: the producer waits");
         let batch = o.peek_batch(1, 1 << 20).await;
-        o.pop_through(batch[0].0);
+        o.pop_sent(&batch);
         tokio::time::timeout(std::time::Duration::from_secs(5), waiting).await.unwrap().unwrap();
         // Going down releases a waiter too.
         o.push(&json!({"type":"u"}));

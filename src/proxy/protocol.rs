@@ -76,6 +76,20 @@ pub struct RunMessage {
     pub extra: Map<String, Value>,
 }
 
+/// Every `sandbox_control` action the daemon serves.
+pub const CONTROL_ACTIONS: &[&str] = &[
+    "inspect",
+    "ensure_running",
+    "stop",
+    "remove",
+    "report_inventory",
+    "prune_orphans",
+    "gc",
+    "remove_workspace",
+    "remove_image",
+    "git_push",
+];
+
 /// `sandbox_control` (reference §1.3.6).
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
 pub struct SandboxControl {
@@ -350,6 +364,12 @@ pub fn proxy_update(run_id: &str, content: Value) -> Value {
 /// `proxy_update` text `[proxy:error] <message>`.
 pub fn proxy_error_text(run_id: &str, message: &str) -> Value {
     proxy_update(run_id, serde_json::json!({"type": "text", "text": format!("[proxy:error] {message}")}))
+}
+
+/// `proxy_update` text `[proxy:network] <what>`: a refusal of the run's
+/// egress proxy.
+pub fn proxy_network_text(run_id: &str, what: &str) -> Value {
+    proxy_update(run_id, serde_json::json!({"type": "text", "text": format!("[proxy:network] {what}")}))
 }
 
 #[cfg(test)]

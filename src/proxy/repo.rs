@@ -61,6 +61,8 @@ pub struct Host<'a> {
     pub state_dir: &'a Path,
     /// Scrubs every known secret from git's output before it is reported.
     pub redact: &'a (dyn Fn(&str) -> String + Sync),
+    /// Where tree walks go (the run's share of the blocking pool).
+    pub blocking: &'a crate::blocking::Share,
 }
 
 /// Why the workspace could not be made a checkout. The text goes to the
@@ -100,10 +102,10 @@ pub enum RepoError {
     LockOpen { path: PathBuf, source: std::io::Error },
     #[error("the repository cache is busy (flock {}: {errno}) after {} s", .path.display(), LOCK_WAIT.as_secs())]
     LockBusy { path: PathBuf, errno: nix::errno::Errno },
-    #[error("chown the checkout: {0}")]
-    ChownTask(#[source] tokio::task::JoinError),
     #[error("chown {}: {}", .path.display(), io_error_text(.source))]
     Chown { path: PathBuf, source: std::io::Error },
+    #[error(transparent)]
+    Blocking(#[from] crate::blocking::Panicked),
     #[error("{}: {source}", .path.display())]
     Walk { path: PathBuf, source: std::io::Error },
 }
@@ -228,17 +230,24 @@ pub async fn prepare(
     })?;
     step("auth", "done", None);
 
-    if std::fs::symlink_metadata(workspace.join(".git")).is_ok() {
+    let ws = workspace.to_path_buf();
+    let (is_checkout, listed) = h
+        .blocking
+        .run(move || {
+            let is_checkout = std::fs::symlink_metadata(ws.join(".git")).is_ok();
+            let listed = std::fs::read_dir(&ws).map(|mut entries| entries.next().is_none());
+            (is_checkout, listed)
+        })
+        .await?;
+    if is_checkout {
         let note = Some("the workspace is already a git checkout; left as it is".to_string());
         step("clone", "skip", note.clone());
         step("checkout", "skip", note);
         step("ready", "done", None);
         return Ok(());
     }
-    let empty = std::fs::read_dir(workspace)
-        .map_err(|source| RepoError::ReadWorkspace { path: workspace.to_path_buf(), source })?
-        .next()
-        .is_none();
+    let empty =
+        listed.map_err(|source| RepoError::ReadWorkspace { path: workspace.to_path_buf(), source })?;
     if !empty {
         return Err(RepoError::NotEmpty(workspace.to_path_buf()));
     }
@@ -257,14 +266,15 @@ pub async fn prepare(
     }
     .await;
     if let Err(e) = result {
-        empty_dir(workspace);
+        let ws = workspace.to_path_buf();
+        if let Err(panicked) = h.blocking.run(move || empty_dir(&ws)).await {
+            tracing::warn!("cleaning {} after a failed git preparation: {panicked}", workspace.display());
+        }
         return Err(e);
     }
     if let Some((uid, gid)) = owner {
         let ws = workspace.to_path_buf();
-        tokio::task::spawn_blocking(move || chown_tree(&ws, uid, gid))
-            .await
-            .map_err(RepoError::ChownTask)??;
+        h.blocking.run(move || chown_tree(&ws, uid, gid)).await??;
     }
     step("ready", "done", None);
     Ok(())
@@ -358,7 +368,7 @@ async fn refresh_cache(
         let made = git_ok(h, "clone (the cache)", cmd, deadline).await;
         let made = made.and_then(|()| std::fs::rename(&tmp, &cache).map_err(RepoError::CacheRename));
         if let Err(e) = made {
-            let _ = std::fs::remove_dir_all(&tmp);
+            let _ = h.blocking.run(move || std::fs::remove_dir_all(&tmp)).await;
             return Err(e);
         }
     }

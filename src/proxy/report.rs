@@ -6,10 +6,11 @@
 //! the run-state writer (`persist.rs`) only fill it. None of them needs
 //! the rest of the daemon for that, so this is all they are given.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use serde::Serialize;
 
+use super::metrics::Metrics;
 use super::outbox::Outbox;
 use super::protocol;
 use crate::env::Redactor;
@@ -23,6 +24,8 @@ pub struct Reporter {
     /// The provider named in status reports.
     provider: ProviderKind,
     runtime: Option<String>,
+    /// Set when the daemon serves metrics (`--metrics-listen`).
+    metrics: OnceLock<Arc<Metrics>>,
 }
 
 impl Reporter {
@@ -32,7 +35,7 @@ impl Reporter {
         provider: ProviderKind,
         runtime: Option<String>,
     ) -> Reporter {
-        Reporter { outbox, redactor: Mutex::new(redactor), provider, runtime }
+        Reporter { outbox, redactor: Mutex::new(redactor), provider, runtime, metrics: OnceLock::new() }
     }
 
     pub fn outbox(&self) -> &Outbox {
@@ -41,7 +44,35 @@ impl Reporter {
 
     /// Queues `msg` for the backend.
     pub fn push<T: Serialize + ?Sized>(&self, msg: &T) {
-        self.outbox.push(msg)
+        match self.metrics() {
+            None => self.outbox.push(msg),
+            Some(metrics) => self.push_counted(metrics, serde_json::to_string(msg)),
+        }
+    }
+
+    /// Serialized once: the metrics read the text, the outbox takes it as
+    /// is. Out of line and cold, so the usual path (no metrics) stays as
+    /// small as it was.
+    #[cold]
+    #[inline(never)]
+    fn push_counted(&self, metrics: &Metrics, text: serde_json::Result<String>) {
+        match text.map(serde_json::value::RawValue::from_string) {
+            Ok(Ok(raw)) => {
+                metrics.sent(raw.get());
+                self.outbox.push(&raw);
+            }
+            Ok(Err(e)) | Err(e) => tracing::error!("outbox: a message could not be serialized: {e}"),
+        }
+    }
+
+    /// The metrics, when the daemon serves them.
+    pub fn metrics(&self) -> Option<&Metrics> {
+        self.metrics.get().map(Arc::as_ref)
+    }
+
+    /// From now on, what is queued feeds `metrics` too.
+    pub fn set_metrics(&self, metrics: Arc<Metrics>) {
+        let _ = self.metrics.set(metrics);
     }
 
     /// `text` with every known secret replaced by `[REDACTED]`.
@@ -94,5 +125,30 @@ impl Reporter {
         info.status = InstanceStatus::Error;
         info.last_error = Some(error.to_string());
         self.status(run_id, &info);
+    }
+}
+
+/// The native provider's egress refusals as `[proxy:network] denied …`
+/// events of their runs. Made before the reporter exists (the provider
+/// comes first), attached to it once it does; nothing is lost in between,
+/// since no sandbox runs before the daemon does.
+#[derive(Default)]
+pub struct NetworkEvents {
+    report: std::sync::OnceLock<std::sync::Arc<Reporter>>,
+}
+
+impl NetworkEvents {
+    pub fn attach(&self, report: std::sync::Arc<Reporter>) {
+        let _ = self.report.set(report);
+    }
+}
+
+impl crate::provider::native::EgressReports for NetworkEvents {
+    fn denied(&self, run_id: &str, instance: &str, denial: &crate::egress::Denial) {
+        tracing::info!("run {run_id} ({instance}): egress proxy: {denial}");
+        if let Some(report) = self.report.get() {
+            let text = report.redact(&denial.to_string());
+            report.push(&protocol::proxy_network_text(run_id, &text));
+        }
     }
 }

@@ -318,6 +318,7 @@ impl Lane {
                 self.d.report().status(&self.run_id, &info);
                 if let Some(state) = &mut self.state {
                     state.expires_at_ms = None;
+                    state.instance_removed = true;
                     state.updated_at = super::now_iso();
                 }
                 self.persist();
@@ -338,8 +339,16 @@ impl Lane {
 
     async fn adopt(&mut self, state: RunState) {
         let name = state.instance_name.clone();
+        let removed = state.instance_removed;
         self.state = Some(state);
         match self.d.provider().inspect(&name).await {
+            // Removed at its expiry, and reported then: not again.
+            Ok(info) if removed && info.status == crate::provider::InstanceStatus::Missing => {
+                tracing::info!(
+                    "run {}: re-adopted; its instance {name} was removed at keepalive expiry",
+                    self.run_id
+                );
+            }
             Ok(info) => {
                 tracing::info!("run {}: re-adopted instance {name} ({})", self.run_id, info.status.as_str());
                 self.d.report().status(&self.run_id, &info);

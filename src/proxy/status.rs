@@ -35,6 +35,10 @@ pub struct Status {
     pub updated_at: u64,
     /// Seconds between writes.
     pub interval_seconds: u64,
+    /// What the daemon warned about at startup that an operator should
+    /// fix (private directories where sandboxes see: `exposed.rs`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// Rewrites the status file until the daemon's runtime stops.
@@ -49,6 +53,7 @@ pub async fn keep_writing(daemon: Arc<Daemon>) {
             runs: daemon.run_context().runs().len(),
             updated_at: now(),
             interval_seconds: interval,
+            warnings: daemon.path_warnings().to_vec(),
         };
         // A few hundred bytes on the local state directory, without fsync:
         // cheaper than a hop to the blocking pool. A failure shows up as a
@@ -131,6 +136,7 @@ mod tests {
             runs: 2,
             updated_at: now(),
             interval_seconds: 10,
+            warnings: vec!["w".into()],
         };
         assert!(check(&dir).unwrap_err().to_string().contains("ENOENT"));
         write(&dir.join(FILE), &status).unwrap();

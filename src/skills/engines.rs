@@ -86,6 +86,8 @@ pub enum NetworkChoice {
     On,
     /// Loopback only.
     Off,
+    /// Loopback and the egress proxy to `allow_hosts` (docs/security.md).
+    Allow,
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -106,6 +108,12 @@ pub struct Engine {
     pub settings: Option<Settings>,
     #[serde(default)]
     pub network: NetworkChoice,
+    /// With `network: "allow"`: the destinations (`--allow-host` patterns).
+    #[serde(default)]
+    pub allow_hosts: Vec<String>,
+    /// With `network: "allow"`: special ranges the proxy may connect to.
+    #[serde(default)]
+    pub allow_ranges: Vec<String>,
     /// Another guest path where the skill package is bound read-only
     /// (`{skill_id}` and `{home}` replaced), where the CLI discovers skills.
     #[serde(default)]
@@ -113,6 +121,74 @@ pub struct Engine {
     /// Models a request may ask for; any when absent.
     #[serde(default)]
     pub models: Option<Vec<String>>,
+    /// How an interactive job continues after a question: run again
+    /// with the reply (`resumable`), or kept running and given the reply
+    /// on its stdin (`sticky`, also when absent).
+    #[serde(default)]
+    pub interactive: Option<Interactive>,
+}
+
+/// An engine's interactive style (docs/skills.md, "Interactive jobs").
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(tag = "style", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Interactive {
+    /// The engine exits after asking; it is started again with
+    /// `resume_argv` (`{session}` is the session it named, `{prompt}` the
+    /// reply) in the same run directory and home.
+    Resumable { resume_argv: Vec<ArgItem>, session: String },
+    /// The engine keeps running while the job waits: it prints its
+    /// question as one line of JSON and reads the reply as one line
+    /// `{"interaction_id": N, "response": ...}` on its standard input.
+    Sticky,
+}
+
+/// Where a resumable engine names its session in a turn's stdout.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SessionFrom {
+    /// codex `--json`: `thread_id` of the first event, `thread.started`.
+    CodexThread,
+    /// The first `"NAME": "value"` pair in the output (gemini's
+    /// `session_id`, iflow's `session-id`).
+    Key(String),
+}
+
+impl SessionFrom {
+    pub fn parse(text: &str) -> Option<SessionFrom> {
+        match text {
+            "codex-thread" => Some(SessionFrom::CodexThread),
+            _ => text.strip_prefix("key:").filter(|k| !k.is_empty()).map(|k| SessionFrom::Key(k.into())),
+        }
+    }
+
+    /// The session named in `stdout`, if any.
+    pub fn find(&self, stdout: &str) -> Option<String> {
+        let found = match self {
+            SessionFrom::CodexThread => {
+                let first = stdout.lines().map(str::trim).find(|l| !l.is_empty())?;
+                let event: Value = serde_json::from_str(first).ok()?;
+                (event.get("type")? == "thread.started").then_some(())?;
+                event.get("thread_id")?.as_str()?.to_string()
+            }
+            SessionFrom::Key(key) => {
+                let needle = format!("\"{key}\"");
+                let mut rest = stdout;
+                loop {
+                    let at = rest.find(&needle)?;
+                    rest = &rest[at + needle.len()..];
+                    let Some(value) = rest.trim_start().strip_prefix(':').map(str::trim_start) else {
+                        continue;
+                    };
+                    let mut stream = serde_json::Deserializer::from_str(value).into_iter::<Value>();
+                    if let Some(Ok(Value::String(s))) = stream.next() {
+                        break s;
+                    }
+                }
+            }
+        };
+        let found = found.trim();
+        (!found.is_empty() && found.len() <= 512 && !found.chars().any(char::is_control))
+            .then(|| found.to_string())
+    }
 }
 
 /// The engine configuration file: `{"engines": {"name": {...}}}`.
@@ -152,6 +228,14 @@ pub enum EngineError {
     HomeFile(String),
     #[error("settings file {0:?} must be a relative path in the run directory")]
     SettingsFile(String),
+    #[error("allow_hosts/allow_ranges: {0}")]
+    Allowlist(#[source] crate::egress::PatternError),
+    #[error("allow_hosts and allow_ranges need \"network\": \"allow\"")]
+    AllowlistWithoutAllow,
+    #[error("interactive.resume_argv must start with the program")]
+    NoResumeProgram,
+    #[error("interactive.session {0:?} must be \"codex-thread\" or \"key:NAME\"")]
+    Session(String),
 }
 
 /// The engine reported a failed turn instead of an answer.
@@ -216,28 +300,61 @@ impl Engine {
         {
             return Err(EngineError::SettingsFile(s.file.clone()));
         }
+        if let Some(Interactive::Resumable { resume_argv, session }) = &self.interactive {
+            if !matches!(resume_argv.first(), Some(ArgItem::Word(w)) if !w.is_empty()) {
+                return Err(EngineError::NoResumeProgram);
+            }
+            if SessionFrom::parse(session).is_none() {
+                return Err(EngineError::Session(session.clone()));
+            }
+        }
+        if self.network != NetworkChoice::Allow
+            && !(self.allow_hosts.is_empty() && self.allow_ranges.is_empty())
+        {
+            return Err(EngineError::AllowlistWithoutAllow);
+        }
+        self.egress_policy()?;
         Ok(())
+    }
+
+    /// The egress proxy's policy of `network: "allow"`.
+    pub fn egress_policy(&self) -> Result<Option<crate::egress::Policy>, EngineError> {
+        if self.network != NetworkChoice::Allow {
+            return Ok(None);
+        }
+        crate::egress::Policy::parse(&self.allow_hosts, &self.allow_ranges)
+            .map(Some)
+            .map_err(EngineError::Allowlist)
+    }
+
+    /// How the engine's session is found, for a resumable engine.
+    pub fn resumable(&self) -> Option<SessionFrom> {
+        match &self.interactive {
+            Some(Interactive::Resumable { session, .. }) => SessionFrom::parse(session),
+            _ => None,
+        }
+    }
+
+    /// The command line that resumes `session` with `prompt` (the reply),
+    /// for a resumable engine.
+    pub fn resume_argv(
+        &self,
+        prompt: &str,
+        model: Option<&str>,
+        skill_id: &str,
+        session: &str,
+    ) -> Option<Vec<String>> {
+        match &self.interactive {
+            Some(Interactive::Resumable { resume_argv, .. }) => {
+                Some(expand(resume_argv, prompt, model, skill_id, session))
+            }
+            _ => None,
+        }
     }
 
     /// The command line for one job.
     pub fn argv(&self, prompt: &str, model: Option<&str>, skill_id: &str) -> Vec<String> {
-        let subst = |w: &str| {
-            w.replace("{model}", model.unwrap_or_default())
-                .replace("{skill_id}", skill_id)
-                .replace("{prompt}", prompt)
-        };
-        let mut out = Vec::new();
-        for item in &self.argv {
-            match item {
-                ArgItem::Word(w) => out.push(subst(w)),
-                ArgItem::Optional { when, args } => {
-                    if when == "model" && model.is_some() {
-                        out.extend(args.iter().map(|a| subst(a)));
-                    }
-                }
-            }
-        }
-        out
+        expand(&self.argv, prompt, model, skill_id, "")
     }
 
     /// The answer text in the engine's stdout, and whether taking it out
@@ -273,6 +390,35 @@ impl Engine {
     }
 }
 
+/// An argv template with `{prompt}`, `{model}`, `{skill_id}` and
+/// `{session}` replaced.
+fn expand(
+    template: &[ArgItem],
+    prompt: &str,
+    model: Option<&str>,
+    skill_id: &str,
+    session: &str,
+) -> Vec<String> {
+    let subst = |w: &str| {
+        w.replace("{model}", model.unwrap_or_default())
+            .replace("{skill_id}", skill_id)
+            .replace("{session}", session)
+            .replace("{prompt}", prompt)
+    };
+    let mut out = Vec::new();
+    for item in template {
+        match item {
+            ArgItem::Word(w) => out.push(subst(w)),
+            ArgItem::Optional { when, args } => {
+                if when == "model" && model.is_some() {
+                    out.extend(args.iter().map(|a| subst(a)));
+                }
+            }
+        }
+    }
+    out
+}
+
 fn word(w: &str) -> ArgItem {
     ArgItem::Word(w.into())
 }
@@ -291,53 +437,107 @@ fn builtin(name: &str) -> Engine {
         home_files: Vec::new(),
         settings: None,
         network: NetworkChoice::On,
+        allow_hosts: Vec::new(),
+        allow_ranges: Vec::new(),
         skill_path: None,
         models: None,
+        interactive: None,
     };
     match name {
-        // The tuixiu sandbox is the boundary, so codex's own sandbox is
-        // off (upstream's `--yolo` fallback).
-        "codex" => Engine {
-            argv: vec![
+        "codex" => codex(base),
+        "gemini" => gemini(base),
+        "iflow" => iflow(base),
+        _ => unreachable!("not a built-in engine: {name}"),
+    }
+}
+
+/// codex: its own sandbox off, since the tuixiu sandbox is the boundary
+/// (upstream's `--yolo` fallback); resumed by thread.
+fn codex(base: Engine) -> Engine {
+    Engine {
+        argv: vec![
+            word("codex"),
+            word("exec"),
+            word("--dangerously-bypass-approvals-and-sandbox"),
+            word("--skip-git-repo-check"),
+            word("--json"),
+            model_flag("-m"),
+            word("{prompt}"),
+        ],
+        output: OutputFormat::CodexJson,
+        skill_path: Some("{home}/.codex/skills/{skill_id}".into()),
+        interactive: Some(Interactive::Resumable {
+            resume_argv: vec![
                 word("codex"),
                 word("exec"),
                 word("--dangerously-bypass-approvals-and-sandbox"),
+                word("resume"),
                 word("--skip-git-repo-check"),
                 word("--json"),
                 model_flag("-m"),
+                word("{session}"),
                 word("{prompt}"),
             ],
-            output: OutputFormat::CodexJson,
-            skill_path: Some("{home}/.codex/skills/{skill_id}".into()),
-            ..base
-        },
-        "gemini" => Engine {
-            argv: vec![word("gemini"), word("--yolo"), model_flag("-m"), word("{prompt}")],
-            output: OutputFormat::GeminiJson,
-            settings: Some(Settings {
-                file: ".gemini/settings.json".into(),
-                from_skill: Some("assets/gemini_settings.json".into()),
-                enforced: json!({
-                    "output": {"format": "json"},
-                    "tools": {"autoAccept": true},
-                    "experimental": {"skills": true},
-                    "privacy": {"usageStatisticsEnabled": false}
-                }),
+            session: "codex-thread".into(),
+        }),
+        ..base
+    }
+}
+
+/// gemini: JSON output, the skill's settings asset merged; resumed by session.
+fn gemini(base: Engine) -> Engine {
+    Engine {
+        argv: vec![word("gemini"), word("--yolo"), model_flag("-m"), word("{prompt}")],
+        output: OutputFormat::GeminiJson,
+        settings: Some(Settings {
+            file: ".gemini/settings.json".into(),
+            from_skill: Some("assets/gemini_settings.json".into()),
+            enforced: json!({
+                "output": {"format": "json"},
+                "tools": {"autoAccept": true},
+                "experimental": {"skills": true},
+                "privacy": {"usageStatisticsEnabled": false}
             }),
-            skill_path: Some("/workspace/.gemini/skills/{skill_id}".into()),
-            ..base
-        },
-        "iflow" => Engine {
-            argv: vec![word("iflow"), word("--yolo"), model_flag("-m"), word("-p"), word("{prompt}")],
-            settings: Some(Settings {
-                file: ".iflow/settings.json".into(),
-                from_skill: Some("assets/iflow_settings.json".into()),
-                enforced: json!({"sandbox": "false", "approvalMode": "yolo", "telemetry": {"enabled": false}}),
-            }),
-            skill_path: Some("/workspace/.iflow/skills/{skill_id}".into()),
-            ..base
-        },
-        _ => unreachable!("not a built-in engine: {name}"),
+        }),
+        skill_path: Some("/workspace/.gemini/skills/{skill_id}".into()),
+        interactive: Some(Interactive::Resumable {
+            resume_argv: vec![
+                word("gemini"),
+                word("--resume"),
+                word("{session}"),
+                word("--yolo"),
+                model_flag("-m"),
+                word("{prompt}"),
+            ],
+            session: "key:session_id".into(),
+        }),
+        ..base
+    }
+}
+
+/// iflow: text output, the skill's settings asset merged; resumed by session.
+fn iflow(base: Engine) -> Engine {
+    Engine {
+        argv: vec![word("iflow"), word("--yolo"), model_flag("-m"), word("-p"), word("{prompt}")],
+        settings: Some(Settings {
+            file: ".iflow/settings.json".into(),
+            from_skill: Some("assets/iflow_settings.json".into()),
+            enforced: json!({"sandbox": "false", "approvalMode": "yolo", "telemetry": {"enabled": false}}),
+        }),
+        skill_path: Some("/workspace/.iflow/skills/{skill_id}".into()),
+        interactive: Some(Interactive::Resumable {
+            resume_argv: vec![
+                word("iflow"),
+                word("--resume"),
+                word("{session}"),
+                word("--yolo"),
+                model_flag("-m"),
+                word("-p"),
+                word("{prompt}"),
+            ],
+            session: "key:session-id".into(),
+        }),
+        ..base
     }
 }
 
@@ -474,6 +674,32 @@ mod tests {
         let gemini = builtin("gemini");
         assert_eq!(gemini.answer("{\"response\":\"{\\\"a\\\":1}\"}").unwrap(), ("{\"a\":1}".into(), true));
         assert!(gemini.answer("{\"error\":{\"message\":\"quota\"}}").is_err());
+    }
+
+    #[test]
+    fn sessions() {
+        let codex = SessionFrom::parse("codex-thread").unwrap();
+        assert_eq!(codex.find("{\"type\":\"thread.started\",\"thread_id\":\"t-1\"}\n{}"), Some("t-1".into()));
+        assert_eq!(codex.find("{\"type\":\"turn.started\"}"), None);
+        let key = SessionFrom::parse("key:session-id").unwrap();
+        assert_eq!(key.find("x \"session-id\" : \"abc\" y"), Some("abc".into()));
+        assert_eq!(key.find("\"session-id\" 5 \"session-id\": \"b\""), Some("b".into()));
+        assert_eq!(key.find("\"session-id\": 5"), None);
+        assert_eq!(SessionFrom::parse("key:"), None);
+        assert_eq!(SessionFrom::parse("other"), None);
+        assert_eq!(
+            builtin("codex").resume_argv("yes", None, "s", "t-1").unwrap(),
+            [
+                "codex",
+                "exec",
+                "--dangerously-bypass-approvals-and-sandbox",
+                "resume",
+                "--skip-git-repo-check",
+                "--json",
+                "t-1",
+                "yes"
+            ]
+        );
     }
 
     #[test]

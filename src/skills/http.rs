@@ -1,19 +1,36 @@
 //! The HTTP API (axum): upstream's `/v1` routes, JSON bodies and
-//! `{"detail": ...}` errors (reference §1).
+//! `{"detail": ...}` errors. Each handler takes its typed request
+//! ([`super::protocol`]) and calls one method of the service.
+//!
+//! What a web page could send is refused before any handler runs or any
+//! body is read: a state-changing request (`POST`, ...) whose `Origin` is
+//! not this server's is 403, a JSON endpoint answers 415 unless the body
+//! is `application/json` (which a page cannot send to another origin
+//! without a CORS preflight this server never grants), an upload 415
+//! unless it is `multipart/form-data`. Bodies must arrive within
+//! `--body-timeout` (408). Connections are the listener's
+//! ([`super::listener`]).
 
 use std::io::Write;
 use std::sync::Arc;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
+use axum::extract::multipart::MultipartRejection;
 use axum::extract::rejection::PathRejection;
-use axum::extract::{DefaultBodyLimit, Multipart, Path, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::extract::{DefaultBodyLimit, Multipart, Path, RawQuery, Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
 
+use super::events;
 use super::jobs::{ApiError, Family, Service};
+use super::protocol::{EventsQuery, ReplyRequest};
+
+/// Largest JSON body.
+const JSON_LIMIT: usize = 2 << 20;
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
@@ -43,6 +60,7 @@ pub fn router(svc: Arc<Service>) -> Router {
         .route("/v1/engines", get(list_engines))
         .route("/v1/engines/{engine}/models", get(engine_models))
         .route("/v1/jobs", post(create))
+        .route("/v1/jobs/cleanup", post(cleanup))
         .route("/v1/jobs/{request_id}/upload", post(upload).layer(DefaultBodyLimit::max(upload_limit)))
         .merge(run_routes("/v1/jobs", Family::Jobs))
         .route("/v1/temp-skill-runs", post(temp_create))
@@ -52,7 +70,10 @@ pub fn router(svc: Arc<Service>) -> Router {
             post(temp_upload).layer(DefaultBodyLimit::max(upload_limit.saturating_mul(2))),
         )
         .merge(run_routes("/v1/temp-skill-runs", Family::Temp))
+        .route("/v1/skill-packages/install", post(install).layer(DefaultBodyLimit::max(upload_limit)))
+        .route("/v1/skill-packages/{request_id}", get(install_status))
         .fallback(|| async { ApiError::new(404, "Not Found") })
+        .layer(axum::middleware::from_fn(same_origin))
         .with_state(svc)
 }
 
@@ -60,60 +81,127 @@ type IdPath = Result<Path<String>, PathRejection>;
 type S = State<Arc<Service>>;
 
 /// The routes of one request family below `prefix`: status, result,
-/// artifacts, bundle, logs, cancel.
+/// artifacts, bundles, logs, events, cancel, interaction.
 fn run_routes(prefix: &str, family: Family) -> Router<Arc<Service>> {
     let f = family;
+    let at = |tail: &str| format!("{prefix}/{{request_id}}{tail}");
     Router::new()
-        .route(&format!("{prefix}/{{request_id}}"), get(move |s: S, id: IdPath| status(s, id, f)))
-        .route(&format!("{prefix}/{{request_id}}/result"), get(move |s: S, id: IdPath| result(s, id, f)))
+        .route(&at(""), get(move |s: S, id: IdPath| status(s, id, f)))
+        .route(&at("/result"), get(move |s: S, id: IdPath| result(s, id, f)))
+        .route(&at("/artifacts"), get(move |s: S, id: IdPath| artifacts(s, id, f)))
+        .route(&at("/artifacts/"), get(move |s: S, id: IdPath| artifact_empty(s, id, f)))
         .route(
-            &format!("{prefix}/{{request_id}}/artifacts"),
-            get(move |s: S, id: IdPath| artifacts(s, id, f)),
-        )
-        .route(
-            &format!("{prefix}/{{request_id}}/artifacts/"),
-            get(move |s: S, id: IdPath| artifact_empty(s, id, f)),
-        )
-        .route(
-            &format!("{prefix}/{{request_id}}/artifacts/{{*artifact_path}}"),
+            &at("/artifacts/{*artifact_path}"),
             get(move |s: S, p: Result<Path<(String, String)>, PathRejection>| artifact(s, p, f)),
         )
-        .route(&format!("{prefix}/{{request_id}}/bundle"), get(move |s: S, id: IdPath| bundle(s, id, f)))
-        .route(&format!("{prefix}/{{request_id}}/logs"), get(move |s: S, id: IdPath| logs(s, id, f)))
-        .route(&format!("{prefix}/{{request_id}}/cancel"), post(move |s: S, id: IdPath| cancel(s, id, f)))
+        .route(&at("/bundle"), get(move |s: S, id: IdPath| bundle(s, id, f, false)))
+        .route(&at("/bundle/debug"), get(move |s: S, id: IdPath| bundle(s, id, f, true)))
+        .route(&at("/logs"), get(move |s: S, id: IdPath| logs(s, id, f)))
+        .route(&at("/events"), get(move |s: S, id: IdPath, q: RawQuery| events(s, id, q, f)))
+        .route(&at("/cancel"), post(move |s: S, id: IdPath| cancel(s, id, f)))
+        .route(&at("/interaction/pending"), get(move |s: S, id: IdPath| pending(s, id, f)))
+        .route(
+            &at("/interaction/reply"),
+            post(move |s: S, id: IdPath, h: HeaderMap, b: Body| reply(s, id, h, b, f)),
+        )
 }
 
-async fn list_skills(State(svc): State<Arc<Service>>) -> Reply {
-    ok(svc.list_skills().await?)
+/// Refuses a state-changing request from another origin: a browser
+/// sends `Origin` with every cross-origin `POST`, forms included, and a
+/// page must not reach a server on this machine that way.
+async fn same_origin(request: Request, next: Next) -> Response {
+    let safe = matches!(*request.method(), Method::GET | Method::HEAD | Method::OPTIONS);
+    if !safe && let Some(origin) = request.headers().get(header::ORIGIN) {
+        let host = request.headers().get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or_default();
+        let origin = origin.to_str().unwrap_or_default();
+        let same =
+            origin.strip_prefix("http://").is_some_and(|o| !host.is_empty() && o.eq_ignore_ascii_case(host));
+        if !same {
+            return ApiError::new(403, format!("Cross-origin requests are not allowed (Origin: {origin})"))
+                .into_response();
+        }
+    }
+    next.run(request).await
 }
 
-async fn get_skill(State(svc): State<Arc<Service>>, id: Result<Path<String>, PathRejection>) -> Reply {
-    let Path(id) = id.map_err(path_error)?;
-    ok(svc.get_skill(&id).await?)
+/// The media type of a request (`type/subtype`, lowercase, no parameters).
+fn media_type(headers: &HeaderMap) -> String {
+    let value = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    value.split(';').next().unwrap_or_default().trim().to_ascii_lowercase()
 }
 
-async fn list_engines(State(svc): State<Arc<Service>>) -> Reply {
-    ok(svc.engines())
+fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
+    let t = media_type(headers);
+    if t == "application/json" || (t.starts_with("application/") && t.ends_with("+json")) {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        415,
+        format!("Unsupported Media Type: the body must be application/json, not {}", shown(&t)),
+    ))
 }
 
-async fn engine_models(
-    State(svc): State<Arc<Service>>,
-    engine: Result<Path<String>, PathRejection>,
-) -> Reply {
-    let Path(engine) = engine.map_err(path_error)?;
-    ok(svc.engine_models(&engine)?)
+fn require_multipart(headers: &HeaderMap) -> Result<(), ApiError> {
+    let t = media_type(headers);
+    if t == "multipart/form-data" {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        415,
+        format!("Unsupported Media Type: the body must be multipart/form-data, not {}", shown(&t)),
+    ))
 }
 
-/// A JSON body, or FastAPI's 422 for one that does not parse.
-fn json_body(body: &[u8]) -> Result<Value, ApiError> {
-    serde_json::from_slice(body).map_err(|e| ApiError {
+fn shown(media_type: &str) -> &str {
+    if media_type.is_empty() { "none" } else { media_type }
+}
+
+/// A JSON body, sent as `application/json` within the body timeout, or
+/// FastAPI's 422 for one that does not parse.
+async fn json_body(svc: &Service, headers: &HeaderMap, body: Body) -> Result<Value, ApiError> {
+    require_json(headers)?;
+    let bytes = tokio::time::timeout(svc.config().body_timeout, axum::body::to_bytes(body, JSON_LIMIT))
+        .await
+        .map_err(|_| body_timeout(svc))?
+        .map_err(|e| ApiError::new(413, format!("Request body too large or unreadable: {e}")))?;
+    serde_json::from_slice(&bytes).map_err(|e| ApiError {
         status: 422,
         detail: json!([{"type": "json_invalid", "loc": ["body", e.column()], "msg": "JSON decode error", "ctx": {"error": e.to_string()}}]),
     })
 }
 
-async fn create(State(svc): S, body: Bytes) -> Reply {
-    ok(svc.create(&json_body(&body)?).await?)
+fn body_timeout(svc: &Service) -> ApiError {
+    ApiError::new(
+        408,
+        format!("Request body timeout: the body did not arrive within {:?}", svc.config().body_timeout),
+    )
+}
+
+async fn list_skills(State(svc): S) -> Reply {
+    ok(svc.list_skills().await?)
+}
+
+async fn get_skill(State(svc): S, id: IdPath) -> Reply {
+    let Path(id) = id.map_err(path_error)?;
+    ok(svc.get_skill(&id).await?)
+}
+
+async fn list_engines(State(svc): S) -> Reply {
+    ok(svc.engines())
+}
+
+async fn engine_models(State(svc): S, engine: IdPath) -> Reply {
+    let Path(engine) = engine.map_err(path_error)?;
+    ok(svc.engine_models(&engine)?)
+}
+
+async fn create(State(svc): S, headers: HeaderMap, body: Body) -> Reply {
+    let body = json_body(&svc, &headers, body).await?;
+    ok(svc.create(&body).await?)
+}
+
+async fn cleanup(State(svc): S) -> Reply {
+    ok(svc.cleanup().await?)
 }
 
 async fn status(State(svc): S, id: IdPath, family: Family) -> Reply {
@@ -121,33 +209,40 @@ async fn status(State(svc): S, id: IdPath, family: Family) -> Reply {
     ok(svc.status(family, &id)?)
 }
 
+type Form = Result<Multipart, MultipartRejection>;
+
 /// `POST /v1/jobs/{id}/upload`: the multipart field `file`.
-async fn upload(
-    State(svc): S,
-    id: IdPath,
-    multipart: Result<Multipart, axum::extract::multipart::MultipartRejection>,
-) -> Reply {
+async fn upload(State(svc): S, id: IdPath, headers: HeaderMap, form: Form) -> Reply {
     let Path(id) = id.map_err(path_error)?;
-    let [archive] = read_files(&svc, multipart, ["file"]).await?;
+    let [archive] = read_files(&svc, &headers, form, ["file"]).await?;
     let archive = archive.ok_or_else(|| missing("file"))?;
     ok(svc.upload(&id, archive).await?)
 }
 
-async fn temp_create(State(svc): S, body: Bytes) -> Reply {
-    ok(svc.temp_create(&json_body(&body)?).await?)
+async fn temp_create(State(svc): S, headers: HeaderMap, body: Body) -> Reply {
+    let body = json_body(&svc, &headers, body).await?;
+    ok(svc.temp_create(&body).await?)
 }
 
 /// `POST /v1/temp-skill-runs/{id}/upload`: the multipart fields
 /// `skill_package` (required) and `file` (the inputs, optional).
-async fn temp_upload(
-    State(svc): S,
-    id: IdPath,
-    multipart: Result<Multipart, axum::extract::multipart::MultipartRejection>,
-) -> Reply {
+async fn temp_upload(State(svc): S, id: IdPath, headers: HeaderMap, form: Form) -> Reply {
     let Path(id) = id.map_err(path_error)?;
-    let [package, inputs] = read_files(&svc, multipart, ["skill_package", "file"]).await?;
+    let [package, inputs] = read_files(&svc, &headers, form, ["skill_package", "file"]).await?;
     let package = package.ok_or_else(|| missing("skill_package"))?;
     ok(svc.temp_upload(&id, package, inputs).await?)
+}
+
+/// `POST /v1/skill-packages/install`: the multipart field `file`.
+async fn install(State(svc): S, headers: HeaderMap, form: Form) -> Reply {
+    let [package] = read_files(&svc, &headers, form, ["file"]).await?;
+    let package = package.ok_or_else(|| missing("file"))?;
+    ok(svc.install(package)?)
+}
+
+async fn install_status(State(svc): S, id: IdPath) -> Reply {
+    let Path(id) = id.map_err(path_error)?;
+    ok(svc.install_status(&id)?)
 }
 
 fn missing(field: &str) -> ApiError {
@@ -155,21 +250,32 @@ fn missing(field: &str) -> ApiError {
 }
 
 /// Takes the multipart fields `names` into temporary files, each capped
-/// at `--max-upload`; other fields are skipped, a repeated one ignored.
+/// at `--max-upload`, the whole body within the body timeout; other
+/// fields are skipped, a repeated one ignored.
 async fn read_files<const N: usize>(
     svc: &Service,
-    multipart: Result<Multipart, axum::extract::multipart::MultipartRejection>,
+    headers: &HeaderMap,
+    form: Form,
     names: [&str; N],
 ) -> Result<[Option<std::fs::File>; N], ApiError> {
-    let mut multipart = multipart.map_err(|_| missing(names[0]))?;
+    require_multipart(headers)?;
+    let form = form.map_err(|_| missing(names[0]))?;
+    tokio::time::timeout(svc.config().body_timeout, take_fields(svc, form, names))
+        .await
+        .map_err(|_| body_timeout(svc))?
+}
+
+async fn take_fields<const N: usize>(
+    svc: &Service,
+    mut form: Multipart,
+    names: [&str; N],
+) -> Result<[Option<std::fs::File>; N], ApiError> {
     let max = svc.config().max_upload_bytes;
     let mut files: [Option<std::fs::File>; N] = std::array::from_fn(|_| None);
-    loop {
-        let field = multipart
-            .next_field()
-            .await
-            .map_err(|e| ApiError::new(400, format!("Invalid multipart body: {e}")))?;
-        let Some(mut field) = field else { break };
+    let invalid = |e: axum::extract::multipart::MultipartError| {
+        ApiError::new(e.status().as_u16().max(400), format!("Invalid multipart body: {e}"))
+    };
+    while let Some(mut field) = form.next_field().await.map_err(invalid)? {
         let Some(slot) = names.iter().position(|n| field.name() == Some(n)) else { continue };
         if files[slot].is_some() {
             continue;
@@ -177,9 +283,7 @@ async fn read_files<const N: usize>(
         let mut tmp = tempfile::tempfile_in(svc.tmp_dir())
             .map_err(|e| ApiError::new(500, format!("cannot store the upload: {e}")))?;
         let mut size = 0u64;
-        while let Some(chunk) =
-            field.chunk().await.map_err(|e| ApiError::new(400, format!("Invalid multipart body: {e}")))?
-        {
+        while let Some(chunk) = field.chunk().await.map_err(invalid)? {
             size += chunk.len() as u64;
             if size > max {
                 return Err(ApiError::new(413, format!("Upload too large: more than {max} bytes")));
@@ -217,9 +321,9 @@ async fn artifact(
     Ok(file_response(file, size, &name, mime_of(&name)))
 }
 
-async fn bundle(State(svc): S, id: IdPath, family: Family) -> Reply {
+async fn bundle(State(svc): S, id: IdPath, family: Family, debug: bool) -> Reply {
     let Path(id) = id.map_err(path_error)?;
-    let (path, name) = svc.bundle(family, &id).await?;
+    let (path, name) = svc.bundle(family, &id, debug).await?;
     let file =
         std::fs::File::open(&path).map_err(|e| ApiError::new(500, format!("cannot open the bundle: {e}")))?;
     let size = file.metadata().map(|m| m.len()).unwrap_or(0);
@@ -231,9 +335,32 @@ async fn logs(State(svc): S, id: IdPath, family: Family) -> Reply {
     ok(svc.logs(family, &id).await?)
 }
 
+async fn events(State(svc): S, id: IdPath, RawQuery(query): RawQuery, family: Family) -> Reply {
+    let Path(id) = id.map_err(path_error)?;
+    let from = EventsQuery::parse(query.as_deref())?;
+    let stream = events::stream(&svc, family, &id, from)?;
+    let mut response = Response::new(Body::from_stream(stream));
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    Ok(response)
+}
+
 async fn cancel(State(svc): S, id: IdPath, family: Family) -> Reply {
     let Path(id) = id.map_err(path_error)?;
     ok(svc.cancel(family, &id).await?)
+}
+
+async fn pending(State(svc): S, id: IdPath, family: Family) -> Reply {
+    let Path(id) = id.map_err(path_error)?;
+    ok(svc.pending(family, &id)?)
+}
+
+async fn reply(State(svc): S, id: IdPath, headers: HeaderMap, body: Body, family: Family) -> Reply {
+    let Path(id) = id.map_err(path_error)?;
+    let body = json_body(&svc, &headers, body).await?;
+    ok(svc.reply(family, &id, ReplyRequest::parse(&body)?).await?)
 }
 
 /// Streams an open file as an attachment.
@@ -278,37 +405,5 @@ fn mime_of(name: &str) -> &'static str {
         "pdf" => "application/pdf",
         "zip" => "application/zip",
         _ => "application/octet-stream",
-    }
-}
-
-/// How long open requests may take to finish once shutdown begins.
-pub const SHUTDOWN_DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// Serves until `shutdown` completes, then stops accepting and gives the
-/// requests still open [`SHUTDOWN_DRAIN`] to finish: a client that stops
-/// reading a download must not keep the server from stopping.
-pub async fn serve(
-    svc: Arc<Service>,
-    listener: tokio::net::TcpListener,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    let (begun_tx, begun_rx) = tokio::sync::oneshot::channel::<()>();
-    let signal = async move {
-        shutdown.await;
-        let _ = begun_tx.send(());
-    };
-    let server = axum::serve(listener, router(svc)).with_graceful_shutdown(signal);
-    let deadline = async move {
-        if begun_rx.await.is_err() {
-            return std::future::pending().await;
-        }
-        tokio::time::sleep(SHUTDOWN_DRAIN).await;
-    };
-    tokio::select! {
-        served = server => served,
-        () = deadline => {
-            tracing::warn!("stopping with requests still open after {SHUTDOWN_DRAIN:?}");
-            Ok(())
-        }
     }
 }

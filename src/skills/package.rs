@@ -506,6 +506,61 @@ fn is_version(v: &str) -> bool {
     i == v.len()
 }
 
+/// PEP 440 order of two versions that [`is_version`] accepts (release
+/// numbers, trailing zeros ignored; then `.devN` < `aN` < `bN` < `rcN` <
+/// the release < `.postN`); `None` when either is not a version.
+pub fn version_order(a: &str, b: &str) -> Option<std::cmp::Ordering> {
+    Some(version_key(a)?.cmp(&version_key(b)?))
+}
+
+type VersionKey = (Vec<u64>, (i8, u64), (i8, u64), (i8, u64));
+
+fn version_key(v: &str) -> Option<VersionKey> {
+    if !is_version(v) {
+        return None;
+    }
+    let v = v.strip_prefix('v').unwrap_or(v);
+    let b = v.as_bytes();
+    let digits_from = |i: usize| i + b[i..].iter().take_while(|c| c.is_ascii_digit()).count();
+    let mut end = digits_from(0);
+    while end + 1 < b.len() && b[end] == b'.' && b[end + 1].is_ascii_digit() {
+        end = digits_from(end + 1);
+    }
+    let (release, mut rest) = v.split_at(end);
+    let mut nums: Vec<u64> = release.split('.').map(|n| n.parse().unwrap_or(u64::MAX)).collect();
+    while nums.len() > 1 && nums.last() == Some(&0) {
+        nums.pop();
+    }
+    let number = |s: &str| -> (u64, usize) {
+        let n = s.bytes().take_while(u8::is_ascii_digit).count();
+        (s[..n].parse().unwrap_or(u64::MAX), n)
+    };
+    let mut pre = None;
+    for (rank, tag) in [(0i8, "a"), (1, "b"), (2, "rc")] {
+        if let Some(after) = rest.strip_prefix(tag) {
+            let (n, len) = number(after);
+            pre = Some((rank, n));
+            rest = &after[len..];
+            break;
+        }
+    }
+    let mut post = None;
+    if let Some(after) = rest.strip_prefix(".post") {
+        let (n, len) = number(after);
+        post = Some(n);
+        rest = &after[len..];
+    }
+    let dev = rest.strip_prefix(".dev").map(|after| number(after).0);
+    let pre_key = match (pre, post, dev) {
+        (Some((rank, n)), _, _) => (0, (rank as u64) << 32 | n.min(u32::MAX as u64)),
+        (None, None, Some(_)) => (-1, 0),
+        (None, _, _) => (1, 0),
+    };
+    let post_key = post.map_or((-1, 0), |n| (0, n));
+    let dev_key = dev.map_or((1, 0), |n| (0, n));
+    Some((nums, pre_key, post_key, dev_key))
+}
+
 /// The meta-validation of one schema (upstream's meta-schemas, §2.2).
 fn meta_error(key: &str, schema: &Value) -> Option<String> {
     let Some(obj) = schema.as_object() else {
@@ -705,6 +760,21 @@ pub fn scan(skills_dir: &Path, engines: &[String]) -> std::io::Result<(Vec<Skill
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn versions_in_pep440_order() {
+        use std::cmp::Ordering::*;
+        let order = |a, b| version_order(a, b).unwrap();
+        assert_eq!(order("1.0.0", "1.0"), Equal);
+        assert_eq!(order("1.0.1", "1.0"), Greater);
+        assert_eq!(order("1.10", "1.9"), Greater);
+        assert_eq!(order("1.0rc1", "1.0"), Less);
+        assert_eq!(order("1.0a2", "1.0b1"), Less);
+        assert_eq!(order("1.0.dev1", "1.0a1"), Less);
+        assert_eq!(order("1.0.post1", "1.0"), Greater);
+        assert_eq!(order("v2", "1.9.9"), Greater);
+        assert_eq!(version_order("abc", "1"), None);
+    }
 
     fn known() -> Vec<String> {
         BUILTIN_ENGINES.iter().map(|s| s.to_string()).collect()

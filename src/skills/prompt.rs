@@ -26,6 +26,8 @@ pub struct Vars<'a> {
     pub run_dir: &'a str,
     /// The skill package as the engine sees it.
     pub skill_dir: &'a str,
+    /// An interactive job: the engine may ask the user.
+    pub interactive: bool,
 }
 
 impl Vars<'_> {
@@ -152,9 +154,22 @@ fn runtime_patch(vars: &Vars<'_>) -> String {
     }
     out.push_str("\n# Automation Context\n");
     out.push_str("You must ensure that the output is a schema-compatible JSON.\n");
-    out.push_str("You must NOT ask the user for anything: decide on your own and finish the task.\n");
+    if vars.interactive {
+        out.push_str(ASK_USER_CONTRACT);
+    } else {
+        out.push_str("You must NOT ask the user for anything: decide on your own and finish the task.\n");
+    }
     out
 }
+
+/// How an interactive job's engine asks (upstream's contract; the kinds
+/// and fields of `GET /v1/jobs/{id}/interaction/pending`).
+const ASK_USER_CONTRACT: &str = "\
+You may ask the user when you cannot decide on your own. To ask, output only the JSON object
+{\"ask_user\": {\"interaction_id\": <1 for the first question, then 2, ...>, \"kind\": \"choose_one\" | \"confirm\" | \"fill_fields\" | \"open_text\" | \"risk_ack\", \"prompt\": \"<the question>\"}}
+optionally with \"options\": [{\"label\": ..., \"value\": ...}], \"ui_hints\", \"default_decision_policy\" and \"required_fields\".
+The user's answer comes back as your next instruction. Once you have everything, output the final JSON.
+";
 
 #[cfg(test)]
 mod tests {

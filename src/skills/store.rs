@@ -27,12 +27,23 @@ use crate::hostfs::beneath as fsio;
 pub enum Status {
     Queued,
     Running,
+    WaitingUser,
     Succeeded,
     Failed,
     Canceled,
 }
 
 impl Status {
+    /// Every status, in the order a job may pass through them.
+    pub const ALL: [Status; 6] = [
+        Status::Queued,
+        Status::Running,
+        Status::WaitingUser,
+        Status::Succeeded,
+        Status::Failed,
+        Status::Canceled,
+    ];
+
     pub fn is_terminal(self) -> bool {
         matches!(self, Status::Succeeded | Status::Failed | Status::Canceled)
     }
@@ -41,6 +52,7 @@ impl Status {
         match self {
             Status::Queued => "queued",
             Status::Running => "running",
+            Status::WaitingUser => "waiting_user",
             Status::Succeeded => "succeeded",
             Status::Failed => "failed",
             Status::Canceled => "canceled",
@@ -81,6 +93,102 @@ pub struct JobRecord {
     pub recovered_at: Option<String>,
     #[serde(default)]
     pub recovery_reason: Option<String>,
+    /// The request was answered with another request's succeeded run
+    /// (the result cache): `run_id` is that run's.
+    #[serde(default)]
+    pub cache_hit: bool,
+    /// The result-cache key of this request's inputs (absent for
+    /// interactive jobs, temporary runs and `skills run`).
+    #[serde(default)]
+    pub cache_key: Option<String>,
+    /// Interactive jobs only.
+    #[serde(default)]
+    pub interaction: Option<InteractionState>,
+}
+
+/// How an interactive job's engine continues after the user's reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Profile {
+    /// The engine exits after asking and is run again with the reply
+    /// (and the session it named).
+    Resumable,
+    /// The engine keeps running in its sandbox while it waits and reads
+    /// the reply on its standard input.
+    StickyProcess,
+}
+
+impl Profile {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Profile::Resumable => "resumable",
+            Profile::StickyProcess => "sticky_process",
+        }
+    }
+}
+
+/// A reply the job took, kept to answer a replay of it
+/// (`idempotency_key`) and to resume the engine with it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TakenReply {
+    pub interaction_id: i64,
+    #[serde(default)]
+    pub idempotency_key: Option<String>,
+    pub response: Value,
+    /// `user_reply`, or `auto_decide_timeout` for the server's own reply
+    /// when the wait ended without one.
+    pub resolution_mode: String,
+    pub resolved_at: String,
+}
+
+/// An interactive job's conversation state, written with its record.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct InteractionState {
+    pub profile: Profile,
+    /// The question waiting for its answer (upstream's
+    /// `PendingInteraction`), while the job is `waiting_user`.
+    #[serde(default)]
+    pub pending: Option<Value>,
+    /// When the wait ends, milliseconds since the epoch.
+    #[serde(default)]
+    pub wait_deadline_ms: Option<u64>,
+    /// The session a resumable engine named in its last turn.
+    #[serde(default)]
+    pub session: Option<String>,
+    /// Every reply taken, oldest first.
+    #[serde(default)]
+    pub replies: Vec<TakenReply>,
+    /// A resumable job's reply that its next turn starts with (the job
+    /// is queued for that turn).
+    #[serde(default)]
+    pub next: Option<TakenReply>,
+    /// Questions asked so far.
+    #[serde(default)]
+    pub asked: u32,
+}
+
+impl InteractionState {
+    pub fn new(profile: Profile) -> InteractionState {
+        InteractionState {
+            profile,
+            pending: None,
+            wait_deadline_ms: None,
+            session: None,
+            replies: Vec::new(),
+            next: None,
+            asked: 0,
+        }
+    }
+
+    /// The id of the pending question, if any.
+    pub fn pending_id(&self) -> Option<i64> {
+        self.pending.as_ref()?.get("interaction_id")?.as_i64()
+    }
+
+    /// Replies the server made itself when a wait ran out.
+    pub fn auto_decisions(&self) -> impl Iterator<Item = &TakenReply> {
+        self.replies.iter().filter(|r| r.resolution_mode == "auto_decide_timeout")
+    }
 }
 
 /// The directory of job records.
@@ -103,6 +211,22 @@ impl Store {
     pub fn save(&self, record: &JobRecord) -> std::io::Result<()> {
         let bytes = serde_json::to_vec_pretty(record).expect("a record is plain data");
         fsio::write_atomic(&self.path(&record.request_id), &bytes)
+    }
+
+    /// Removes the record of `request_id` (synced: a cleanup that
+    /// answered must not come back after a crash).
+    pub fn remove(&self, request_id: &str) -> std::io::Result<()> {
+        match std::fs::remove_file(self.path(request_id)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        std::fs::File::open(&self.dir)?.sync_all()
+    }
+
+    /// The directory of the records (the result cache keeps its entries
+    /// in `cache/` below it).
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
     /// Every readable record. Leftover temporary files are removed; a record
@@ -137,8 +261,18 @@ impl Store {
 
 /// Now as RFC 3339 UTC with milliseconds, e.g. `2026-11-01T12:00:00.123Z`.
 pub fn now() -> String {
+    rfc3339_ms(now_ms())
+}
+
+/// Now in milliseconds since the epoch.
+pub fn now_ms() -> u64 {
     let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    rfc3339(d.as_secs() as i64, d.subsec_millis())
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// `ms` since the epoch as RFC 3339 UTC with milliseconds.
+pub fn rfc3339_ms(ms: u64) -> String {
+    rfc3339(i64::try_from(ms / 1000).unwrap_or(i64::MAX), (ms % 1000) as u32)
 }
 
 fn rfc3339(secs: i64, millis: u32) -> String {

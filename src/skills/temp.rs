@@ -54,7 +54,31 @@ pub fn stage(
 ) -> Result<Skill, StageError> {
     let io = |e: std::io::Error| StageError::Io(sandbox::error::io_error_text(&e));
     std::fs::create_dir_all(request_dir).map_err(io)?;
-    let staging = tempfile::Builder::new().prefix(".skill-").tempdir_in(request_dir).map_err(io)?;
+    let (staging, top) = unpack(request_dir, archive, limits)?;
+    // In place: the package, and nothing else, under skill/; then checked
+    // whole where it will be used.
+    let root = package_root(request_dir);
+    if root.exists() {
+        std::fs::remove_dir_all(&root).map_err(io)?;
+    }
+    std::fs::create_dir(&root).map_err(io)?;
+    std::fs::rename(staging.path().join(&top), root.join(&top)).map_err(io)?;
+    package::load(&root.join(&top), engines).map_err(|e| {
+        let _ = std::fs::remove_dir_all(&root);
+        StageError::Invalid(e.0)
+    })
+}
+
+/// Extracts the package `archive` into a fresh private directory under
+/// `parent`: the directory (removed when dropped) and the name of the
+/// package's one top-level directory in it.
+pub fn unpack(
+    parent: &Path,
+    archive: &std::fs::File,
+    limits: &ZipLimits,
+) -> Result<(tempfile::TempDir, String), StageError> {
+    let io = |e: std::io::Error| StageError::Io(sandbox::error::io_error_text(&e));
+    let staging = tempfile::Builder::new().prefix(".skill-").tempdir_in(parent).map_err(io)?;
     let dir = fsio::open_dir(staging.path()).map_err(io)?;
     extract(archive, dir.as_fd(), limits).map_err(|e| match e {
         ZipError::Fs(e) => StageError::Io(e.to_string()),
@@ -71,27 +95,13 @@ pub fn stage(
     let mut tops: Vec<&str> =
         walked.files.iter().map(|f| f.rel.split('/').next().unwrap_or_default()).collect();
     tops.dedup();
-    let top = match tops.as_slice() {
-        [top] if walked.files.iter().all(|f| f.rel.contains('/')) => top.to_string(),
-        _ => {
-            return Err(StageError::Invalid(
-                "Skill package must contain exactly one top-level directory".into(),
-            ));
+    match tops.as_slice() {
+        [top] if walked.files.iter().all(|f| f.rel.contains('/')) => {
+            let top = top.to_string();
+            Ok((staging, top))
         }
-    };
-    drop(dir);
-    // In place: the package, and nothing else, under skill/; then checked
-    // whole where it will be used.
-    let root = package_root(request_dir);
-    if root.exists() {
-        std::fs::remove_dir_all(&root).map_err(io)?;
+        _ => Err(StageError::Invalid("Skill package must contain exactly one top-level directory".into())),
     }
-    std::fs::create_dir(&root).map_err(io)?;
-    std::fs::rename(staging.path().join(&top), root.join(&top)).map_err(io)?;
-    package::load(&root.join(&top), engines).map_err(|e| {
-        let _ = std::fs::remove_dir_all(&root);
-        StageError::Invalid(e.0)
-    })
 }
 
 /// Loads the staged package of a temporary run again (after a restart).

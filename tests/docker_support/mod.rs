@@ -105,3 +105,37 @@ pub fn inspect_format(name: &str, format: &str) -> String {
     assert!(out.status.success(), "docker inspect {name:?}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
+
+/// A container booted with systemd as PID 1 (deploy/systemd/check-hardening.sh
+/// `boot`, scripts/deb-test.sh `boot`); removed when dropped.
+pub struct Booted(pub String);
+
+impl Booted {
+    /// `docker exec NAME ARGS...`, waited for.
+    pub fn exec(&self, args: &[&str]) -> Output {
+        let mut all = vec!["exec", self.0.as_str()];
+        all.extend_from_slice(args);
+        docker(&all)
+    }
+
+    /// `systemctl start tuixiu-sandbox`, asserted.
+    pub fn start_service(&self) {
+        let start = self.exec(&["systemctl", "start", "tuixiu-sandbox"]);
+        let stderr = String::from_utf8_lossy(&start.stderr).into_owned();
+        assert!(start.status.success(), "systemctl start: {stderr}\n{}", self.journal());
+    }
+
+    /// The journal of tuixiu-sandbox.service, messages only.
+    pub fn journal(&self) -> String {
+        String::from_utf8_lossy(
+            &self.exec(&["journalctl", "-u", "tuixiu-sandbox", "-o", "cat", "--no-pager"]).stdout,
+        )
+        .into_owned()
+    }
+}
+
+impl Drop for Booted {
+    fn drop(&mut self) {
+        let _ = docker(&["rm", "-f", &self.0]);
+    }
+}

@@ -18,6 +18,9 @@ pub mod agent;
 #[path = "../install/mod.rs"]
 mod install;
 pub mod net;
+#[path = "../pki/mod.rs"]
+mod pki;
+pub use pki::Pki;
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -84,86 +87,15 @@ struct Shared {
     routes: Mutex<std::collections::HashMap<String, (String, usize)>>,
     /// Runs whose proxy went away while they were routed to it, with why.
     failed: Mutex<Vec<(String, String)>>,
+    /// After answering a proxy's Close, keep the TCP connection open this
+    /// long (a backend behind a proxy that does not close first).
+    linger_after_close: Mutex<Option<Duration>>,
 }
 
 pub struct Backend {
     pub addr: SocketAddr,
     pub url: String,
     shared: Arc<Shared>,
-}
-
-/// Certificates for a TLS backend, written to `dir`.
-pub struct Pki {
-    pub ca_file: PathBuf,
-    pub server_cert: PathBuf,
-    pub server_key: PathBuf,
-    pub client_cert: PathBuf,
-    pub client_key: PathBuf,
-}
-
-impl Pki {
-    pub fn generate(dir: &Path) -> Pki {
-        Self::generate_for(dir, &["localhost", "127.0.0.1"])
-    }
-
-    /// A PKI whose server certificate names `names` (host names or IP addresses).
-    pub fn generate_for(dir: &Path, names: &[&str]) -> Pki {
-        use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
-        std::fs::create_dir_all(dir).unwrap();
-        let ca_key = KeyPair::generate().unwrap();
-        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params.distinguished_name.push(rcgen::DnType::CommonName, "tuixiu test CA");
-        let ca_cert = ca_params.self_signed(&ca_key).unwrap();
-        let issuer = Issuer::new(ca_params, ca_key);
-        let server_key = KeyPair::generate().unwrap();
-        let server = CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
-            .unwrap()
-            .signed_by(&server_key, &issuer)
-            .unwrap();
-        let client_key = KeyPair::generate().unwrap();
-        let mut client_params = CertificateParams::new(vec!["proxy.test".to_string()]).unwrap();
-        client_params.distinguished_name.push(rcgen::DnType::CommonName, "proxy-test");
-        let client = client_params.signed_by(&client_key, &issuer).unwrap();
-        let w = |name: &str, text: String| {
-            let p = dir.join(name);
-            std::fs::write(&p, text).unwrap();
-            p
-        };
-        Pki {
-            ca_file: w("ca.pem", ca_cert.pem()),
-            server_cert: w("server.pem", server.pem()),
-            server_key: w("server.key", server_key.serialize_pem()),
-            client_cert: w("client.pem", client.pem()),
-            client_key: w("client.key", client_key.serialize_pem()),
-        }
-    }
-
-    fn server_config(&self, require_client_cert: bool) -> rustls::ServerConfig {
-        use rustls::pki_types::pem::PemObject;
-        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-        let certs: Vec<_> =
-            CertificateDer::pem_file_iter(&self.server_cert).unwrap().collect::<Result<_, _>>().unwrap();
-        let key = PrivateKeyDer::from_pem_file(&self.server_key).unwrap();
-        let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
-            .with_safe_default_protocol_versions()
-            .unwrap();
-        let builder = if require_client_cert {
-            let mut roots = rustls::RootCertStore::empty();
-            for c in CertificateDer::pem_file_iter(&self.ca_file).unwrap() {
-                roots.add(c.unwrap()).unwrap();
-            }
-            let verifier =
-                rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-                    .build()
-                    .unwrap();
-            builder.with_client_cert_verifier(verifier)
-        } else {
-            builder.with_no_client_auth()
-        };
-        builder.with_single_cert(certs, key).unwrap()
-    }
 }
 
 impl Backend {
@@ -244,6 +176,11 @@ impl Backend {
         self.shared.conns.lock().unwrap().len()
     }
 
+    /// Answer a proxy's Close, then keep the connection open for `d`.
+    pub fn linger_after_close(&self, d: Duration) {
+        *self.shared.linger_after_close.lock().unwrap() = Some(d);
+    }
+
     /// Refuse a `register_agent` whose id an open connection already holds.
     pub fn refuse_duplicate_ids(&self, on: bool) {
         self.shared.refuse_duplicate_ids.store(on, Ordering::SeqCst);
@@ -258,6 +195,15 @@ impl Backend {
             .rev()
             .find(|(_, c)| c.open.load(Ordering::SeqCst) && c.proxy_id.as_deref() == Some(proxy))
             .map(|(i, c)| (i, c.tx.clone()))
+    }
+
+    /// Waits until `proxy` is connected; `context` says what to show if not.
+    pub async fn wait_connected(&self, proxy: &str, timeout: Duration, context: impl Fn() -> String) {
+        let deadline = Instant::now() + timeout;
+        while !self.is_connected(proxy) {
+            assert!(Instant::now() < deadline, "{proxy} did not register:\n{}", context());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// Whether `proxy` is registered on an open connection.
@@ -467,6 +413,14 @@ where
                                 let _ = ws.send(Message::text(json!({"type":"register_ack","success":true}).to_string())).await;
                             }
                         }
+                    }
+                }
+                Some(Ok(Message::Close(_))) => {
+                    // The answer went out with this read; the socket stays.
+                    let linger = *s.linger_after_close.lock().unwrap();
+                    if let Some(d) = linger {
+                        let _ = ws.flush().await;
+                        tokio::time::sleep(d).await;
                     }
                 }
                 Some(Ok(_)) => {}

@@ -37,12 +37,24 @@ impl Env {
         std::fs::create_dir_all(&data).unwrap();
         chown(&data, Some(caller.host_uid()), Some(caller.host_uid())).unwrap();
         let engines = fx.dir.join("engines.json");
-        let config = json!({"engines": {"command": {
-            "argv": ["sh", "/engine/stub-engine.sh", "{prompt}"],
-            "ro_binds": [{"src": engine_dir, "dst": "/engine"}],
-            "network": "off",
-            "models": ["stub-model", "stub-model-large"]
-        }}});
+        // `command` is resumable (run again with the reply), `sticky`
+        // keeps running while its question waits.
+        let config = json!({"engines": {
+            "command": {
+                "argv": ["sh", "/engine/stub-engine.sh", "{prompt}"],
+                "ro_binds": [{"src": engine_dir, "dst": "/engine"}],
+                "network": "off",
+                "models": ["stub-model", "stub-model-large"],
+                "interactive": {"style": "resumable", "session": "key:session_id",
+                                "resume_argv": ["sh", "/engine/stub-engine.sh", "--resume", "{session}", "{prompt}"]}
+            },
+            "sticky": {
+                "argv": ["sh", "/engine/stub-engine.sh", "{prompt}"],
+                "ro_binds": [{"src": engine_dir, "dst": "/engine"}],
+                "network": "off",
+                "interactive": {"style": "sticky"}
+            }
+        }});
         std::fs::write(&engines, serde_json::to_vec_pretty(&config).unwrap()).unwrap();
         for p in [&skills, &engine_dir] {
             make_readable(p);
@@ -228,6 +240,49 @@ impl Server {
         }
     }
 
+    /// Creates a job of the demo skill with `engine`, `mode` and extra
+    /// runtime options, and uploads its input file; returns its id.
+    pub fn start_demo(&self, engine: &str, mode: &str, query: &str, options: Value) -> String {
+        let r = self.post_json(
+            "/v1/jobs",
+            &json!({"skill_id": "tuixiu-demo", "engine": engine, "input": {"query": query},
+                    "parameter": {"mode": mode}, "runtime_options": options}),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        let rid = r.json()["request_id"].as_str().unwrap().to_string();
+        let zip = crate::inputs_support::zip(&[crate::inputs_support::ZipEntry::file(
+            "input_file",
+            b"numbers: 2 3 5 7\n",
+        )]);
+        let r = self.upload(&rid, &zip);
+        assert_eq!(r.status, 200, "{}", r.text());
+        rid
+    }
+
+    /// Polls until the job's status is `want`; panics when it ends
+    /// otherwise.
+    pub fn wait_status(&self, request_id: &str, want: &str) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let r = self.get(&format!("/v1/jobs/{request_id}"));
+            if r.status == 200 {
+                let v = r.json();
+                if v["status"] == want {
+                    return v;
+                }
+                let ended = matches!(v["status"].as_str(), Some("succeeded" | "failed" | "canceled"));
+                assert!(!ended, "job {request_id} ended as {v}, not {want}");
+            }
+            assert!(Instant::now() < deadline, "job {request_id} not {want}: {}", r.text());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `POST .../interaction/reply` with `body`.
+    pub fn reply(&self, request_id: &str, body: Value) -> Resp {
+        self.post_json(&format!("/v1/jobs/{request_id}/interaction/reply"), &body)
+    }
+
     /// Polls until the job's artifacts list contains `path`.
     pub fn wait_artifact(&self, request_id: &str, path: &str) {
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -277,11 +332,26 @@ impl Resp {
 
 /// One request on a fresh connection; `path` is sent exactly as given.
 pub fn request(addr: &str, method: &str, path: &str, content_type: Option<&str>, body: &[u8]) -> Resp {
+    request_with(addr, method, path, content_type, &[], body)
+}
+
+/// As [`request`], with more header lines (`"Name: value"`).
+pub fn request_with(
+    addr: &str,
+    method: &str,
+    path: &str,
+    content_type: Option<&str>,
+    extra: &[&str],
+    body: &[u8],
+) -> Resp {
     let mut conn = TcpStream::connect(addr).unwrap();
     conn.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
     if let Some(ct) = content_type {
         head.push_str(&format!("Content-Type: {ct}\r\n"));
+    }
+    for line in extra {
+        head.push_str(&format!("{line}\r\n"));
     }
     head.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
     conn.write_all(head.as_bytes()).unwrap();

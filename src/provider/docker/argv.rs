@@ -82,6 +82,20 @@ fn run_options(config: &InstanceConfig, paths: &InstancePaths<'_>, env_file: &st
             Mount::Tmpfs { dst } => format!("--tmpfs={dst}:uid={},gid={},mode=0755", user.uid, user.gid),
         });
     }
+    // What must not show: covered where a bind would show it (a
+    // container sees no host directory but its binds).
+    let binds: Vec<(&std::path::Path, &str)> = config
+        .mounts
+        .iter()
+        .filter_map(|m| match m {
+            Mount::Bind { src, dst, .. } => Some((src.as_path(), dst.as_str())),
+            Mount::Tmpfs { .. } => None,
+        })
+        .collect();
+    let covers = sandbox::guest_path::covers(&config.hidden, &binds);
+    for dst in covers {
+        args.push(format!("--tmpfs={dst}:ro,mode=0555"));
+    }
     if config.network == Network::Off {
         args.push("--network=none".into());
     }
@@ -286,6 +300,22 @@ mod tests {
             KEEPER_SCRIPT,
         ];
         assert_eq!(args, expect);
+    }
+
+    #[test]
+    fn hidden_paths_are_covered_where_a_bind_shows_them() {
+        let paths = InstancePaths {
+            workspace: Path::new("/srv/data/runs/r1"),
+            home: None,
+            passwd: Path::new("/state/etc/passwd"),
+            group: Path::new("/state/etc/group"),
+        };
+        let mut c = config();
+        // The bind of /srv/data shows the workspace root at /data/runs.
+        c.hidden = vec![PathBuf::from("/srv/data/runs"), PathBuf::from("/elsewhere")];
+        let args = create(&c, &paths, "img:1", "/dev/fd/9");
+        let covers: Vec<&String> = args.iter().filter(|a| a.starts_with("--tmpfs=/data")).collect();
+        assert_eq!(covers, ["--tmpfs=/data/runs:ro,mode=0555"]);
     }
 
     #[test]

@@ -70,6 +70,7 @@ fn from_json(cli: &str, item: &Value) -> Inspected {
             image: s(&item["Config"]["Image"]).or_else(|| s(&item["ImageName"])),
             workspace,
             last_error,
+            egress: None,
         },
     }
 }
