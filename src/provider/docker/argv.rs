@@ -309,6 +309,7 @@ mod tests {
             home: None,
             passwd: Path::new("/state/etc/passwd"),
             group: Path::new("/state/etc/group"),
+            seccomp: "/dev/fd/8",
         };
         let mut c = config();
         // The bind of /srv/data shows the workspace root at /data/runs.
