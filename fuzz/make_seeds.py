@@ -439,6 +439,40 @@ def bwrap_seeds():
     put("bwrap_args", "flatpak-args-data", b"\0".join([b"--args", b"3", b"--", b"true"]) + b"\xff" + data)
 
 
+def portal_seeds():
+    # The first byte: descriptors received (low bits), sandbox user host
+    # root (0x10); then the worker's JSON, as src/bwrap/client.rs makes it.
+    base = {"command": ["/bin/true"], "argv0": None, "env": [["PATH", "/usr/bin:/bin"]], "cwd": "/workspace",
+            "chdir": None, "umask": 18,
+            "ops": [{"op": "bind", "src": "/", "dst": "/", "mode": "ro", "optional": False},
+                    {"op": "tmpfs", "dst": "/tmp", "mode": 0o755, "size": None},
+                    {"op": "dev", "dst": "/dev"}, {"op": "proc", "dst": "/proc"}],
+            "unshare": {"user": True, "pid": True, "ipc": False, "net": True, "uts": False, "cgroup": False},
+            "uid": None, "gid": None, "hostname": None, "caps": None, "fds": [0, 1, 2]}
+    variants = {
+        "codex": {},
+        "userns2": {"fds": [0, 1, 2, 3], "userns2Fd": 3},
+        "host-only": {"hostOnly": ["--info-fd", "--pidns"]},
+        "chmod-suid": {"ops": [{"op": "chmod", "dst": "/tmp/x", "mode": 0o4755}]},
+        "perms": {"ops": [{"op": "data", "dst": "/f", "contents": [104, 105], "mode": 0o2644, "how": "file"},
+                          {"op": "dir", "dst": "/d", "mode": 0o1777}]},
+        "overlay": {"ops": [{"op": "overlay", "sources": ["/etc", "/usr"], "dst": "/o",
+                             "kind": {"rw": {"upper": "/workspace/u", "work": "/workspace/w"}}},
+                            {"op": "overlay", "sources": ["/etc"], "dst": "/t", "kind": "tmp"}]},
+        "sizes": {"ops": [{"op": "tmpfs", "dst": "/a", "mode": 0o700, "size": 1048576},
+                          {"op": "tmpfs", "dst": "/b", "mode": 0o700, "size": 0}]},
+        "caps": {"unshare": {"user": False, "ipc": True, "net": False, "uts": True, "cgroup": False},
+                 "caps": 4096, "hostname": "h", "uid": 0},
+        "disable": {"disableUserns": True, "assertUsernsDisabled": True, "blockFd": 1, "lockFiles": ["/tmp/l"]},
+        "dotdot": {"ops": [{"op": "symlink", "target": "/etc", "dst": "/../x"}]},
+    }
+    for name, change in variants.items():
+        req = dict(base, **change)
+        received = len(req["fds"])
+        for root in (0, 0x10):
+            put("portal_request", name + ("-root" if root else ""), bytes([received | root]) + js(req).encode())
+
+
 EGRESS_HEADS = {
     "connect": b"CONNECT api.openai.com:443 HTTP/1.1\r\nHost: api.openai.com:443\r\nUser-Agent: curl/7.88.1\r\n\r\n",
     "connect-v6": b"CONNECT [2001:db8::1]:8443 HTTP/1.1\r\n\r\n\x16\x03\x01",
@@ -472,6 +506,7 @@ if __name__ == "__main__":
     skills_seeds()
     launcher_seeds()
     bwrap_seeds()
+    portal_seeds()
     egress_seeds()
     for t in sorted(os.listdir(SEEDS)):
         print(t, len(os.listdir(os.path.join(SEEDS, t))))

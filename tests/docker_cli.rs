@@ -73,6 +73,26 @@ fn one_off_passes_stdio_and_exit_codes_through() {
     assert!(left.is_empty(), "one-off host files left behind: {left:?}");
 }
 
+// Inside the container a set-uid file is powerless (no-new-privileges),
+// but the workspace is a host directory, where it would not be: the
+// runtime's profile keeps the bits off (busybox's chmod and mkdir make the
+// calls), and a named instance gets the same profile.
+#[test]
+fn set_id_bits_stay_off_the_host_workspace() {
+    let scratch = Scratch::new("cli-setid");
+    let script = "cd /workspace; touch f; chmod 4755 f; echo chmod=$?; chmod g+s f; echo sgid=$?; \
+                  mkdir -m 2775 d; echo mkdir=$?; chmod 755 f; echo plain=$?";
+    let out = run(&scratch, &[], &["sh", "-c", script]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "chmod=1\nsgid=1\nmkdir=1\nplain=0\n", "{}", text(&out.stderr));
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(scratch.workspace.join("f")).unwrap().permissions().mode();
+    assert_eq!(mode & 0o7777, 0o755);
+    // busybox's mkdir makes the directory, then fails to chmod it.
+    let mode = std::fs::metadata(scratch.workspace.join("d")).map(|m| m.permissions().mode()).unwrap_or(0);
+    assert_eq!(mode & 0o6000, 0);
+}
+
 #[test]
 fn one_off_container_is_removed_and_labelled() {
     let scratch = Scratch::new("cli-label");

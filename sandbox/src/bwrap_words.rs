@@ -133,7 +133,13 @@ mod tests {
 
     #[test]
     fn destinations_and_mounts_in_bubblewraps_words() {
-        let tmpfs = Action::Fs { fstype: c"tmpfs".into(), options: Vec::new(), attrs: 0, dst: c"x/y".into() };
+        let tmpfs = Action::Fs {
+            fstype: c"tmpfs".into(),
+            options: Vec::new(),
+            attrs: 0,
+            dst: c"x/y".into(),
+            pooled: false,
+        };
         let fail = Fail::rooted("create", c"x/y", Errno::EROFS);
         assert_eq!(words(&tmpfs, &fail).unwrap(), "Can't mkdir /x/y: Read-only file system");
         let fail = Fail { parent: true, ..Fail::rooted("mkdirat", c"x/y", Errno::ENOTDIR) };

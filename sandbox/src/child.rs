@@ -146,19 +146,26 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
     // 4. Files created during setup get exactly the modes we ask for.
     let caller_umask = sys::umask(0);
 
-    // 5. Nothing we mount may propagate back to the host.
+    // 5. Nothing we mount may propagate back to the host. (A nested
+    //    sandbox's PID 1 starts in its portal worker's mount namespace and
+    //    makes its own after step 6.)
     let root_what = "prepare the new root";
-    sys::mount(None, c"/", None, libc::MS_SLAVE | libc::MS_REC, None)
-        .map_err(|e| fail(root_what, "mount(MS_SLAVE|MS_REC)", c"/", e))?;
+    let slave = || {
+        sys::mount(None, c"/", None, libc::MS_SLAVE | libc::MS_REC, None)
+            .map_err(|e| fail(root_what, "mount(MS_SLAVE|MS_REC)", c"/", e))
+    };
+    if plan.pool.is_none() {
+        slave()?;
+    }
 
     // 6. Clone every host source now, while the host's tree is our root:
     //    detached copies with their read-only/nosuid/nodev flags already set.
     let dir = libc::O_PATH | libc::O_DIRECTORY;
-    let host = sys::open(c"/", dir, 0).map_err(|e| fail(root_what, "open", c"/", e))?;
+    let mut host = sys::open(c"/", dir, 0).map_err(|e| fail(root_what, "open", c"/", e))?;
     // A nested sandbox that gets its own user namespace writes its id maps
     // after the mounts, through a procfs that is never attached anywhere
     // (the sandbox's own /proc may be missing or covered).
-    let proc_self = match plan.nested.as_ref().and_then(|n| n.userns.as_ref()) {
+    let proc_self = match plan.nested.as_ref().filter(|n| !n.userns.is_empty()) {
         Some(_) => Some(private_proc(host.as_fd()).map_err(|(call, e)| fail(root_what, call, c"proc", e))?),
         None => None,
     };
@@ -173,7 +180,14 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
         )),
         None => None,
     };
-    let mut clones = Clones::make(&plan.host_sources, host.as_fd()).map_err(|(i, f)| {
+    // A nested sandbox's tmpfs content goes to its directory of the outer
+    // sandbox's pool (mounts.rs), which the portal attached below an
+    // unbindable mount in its own mount namespace: no recursive clone of a
+    // source carries it (nested/pool.rs).
+    let pool_rel = plan.pool.as_deref();
+    let mut pool = mounts::Pool::open(host.as_fd(), pool_rel)
+        .map_err(|f| fail(root_what, f.call, c"the pool", f.errno))?;
+    let mut clones = Clones::make(&plan.host_sources, host.as_fd(), &mut pool).map_err(|(i, f)| {
         let source = &plan.host_sources[i];
         match source.overlay.as_ref().filter(|_| plan.nested.is_some()) {
             // bubblewrap's words for its overlay mount.
@@ -187,11 +201,34 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
             },
         }
     })?;
+    if let Some(nested) = &plan.nested {
+        // Cloned: the descriptors the caller's sources were opened through
+        // are of no more use here.
+        for &fd in &nested.source_fds {
+            // SAFETY: the plan's descriptors, closed once, here.
+            let _ = unsafe { sys::close(fd) };
+        }
+    }
+    if pool.is_some() {
+        // A nested sandbox's sources are descriptors the worker opened in
+        // its mount namespace, which a clone (or an overlay layer) must be
+        // made in: they are, and this process has a namespace of its own
+        // only now, whose copy of the pool hands out its directories.
+        sys::unshare(libc::CLONE_NEWNS).map_err(|e| fail(root_what, "unshare(CLONE_NEWNS)", c"", e))?;
+        slave()?;
+        host = sys::open(c"/", dir, 0).map_err(|e| fail(root_what, "open", c"/", e))?;
+        pool.reopen(host.as_fd(), pool_rel).map_err(|f| fail(root_what, f.call, c"the pool", f.errno))?;
+    }
 
-    // 7. A fresh tmpfs, stacked on top of `/` in our namespace, becomes the
-    //    new root; build it step by step, in the planned order, through its
-    //    descriptor.
-    let mut new = new_root(&plan.root_tmpfs).map_err(|(call, e)| fail(root_what, call, c"tmpfs", e))?;
+    // 7. A fresh tmpfs (for a nested sandbox, a directory of the pool),
+    //    stacked on top of `/` in our namespace, becomes the new root; build
+    //    it step by step, in the planned order, through its descriptor.
+    let mut new = match pool.is_some() {
+        true => pool
+            .tmpfs(0o755, &[], libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV)
+            .map_err(|f| fail(root_what, f.call, c"the pool", f.errno))?,
+        false => new_root(&plan.root_tmpfs).map_err(|(call, e)| fail(root_what, call, c"tmpfs", e))?,
+    };
     sys::move_mount_fd(new.as_fd(), host.as_fd()).map_err(|e| fail(root_what, "move_mount", c"/", e))?;
     // `host` still names the caller's tree below the new root: a mount on
     // `/` replaces the new root there, and a bind of the caller's /proc is
@@ -199,16 +236,16 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
     let mut dirs = mounts::Dirs::new();
     for step in &plan.steps {
         dirs.set_parents(step.parents);
-        mounts::run(&step.action, &mut new, host.as_fd(), &mut clones, &mut dirs, fds.report).map_err(
-            |f| StepFail {
+        mounts::run(&step.action, &mut new, host.as_fd(), &mut clones, &mut dirs, &mut pool, fds.report)
+            .map_err(|f| StepFail {
                 what: &step.what,
                 hint: step_hint(&step.action, &f),
                 fail: f,
                 action: Some(&step.action),
-            },
-        )?;
+            })?;
     }
     drop(dirs);
+    drop(pool);
     drop(host);
     // The idmapped trees are attached; PID 1 keeps no descriptor of them.
     for &fd in &plan.kept_fds {
@@ -295,10 +332,23 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
     if let Some(fd) = plan.nested.as_ref().and_then(|n| n.userns2_fd) {
         sys::setns(fd, libc::CLONE_NEWUSER).map_err(|e| fail("Setting userns2 failed", "", c"", e))?;
     }
-    if let (Some(nested), Some(proc_self)) = (&plan.nested, &proc_self) {
-        enter_userns(nested, proc_self.as_fd(), fds.sync)?;
+    if let (Some(nested), Some(proc_self), Some(holder)) = (&plan.nested, &proc_self, &plan.holder_filter) {
+        enter_userns(nested, &holder.filter, proc_self.as_fd(), fds.sync)?;
     }
     drop(proc_self);
+    // PID 1 holds the launcher's memory: out of the command's reach from
+    // here on, whether Landlock is enforced or not (confine.rs). After the
+    // last credential change, which may reset the flag (to the host's
+    // `fs.suid_dumpable`); a nested sandbox's PID 1 has been non-dumpable
+    // all along, a fork of the non-dumpable portal worker. A bwrap run on
+    // the host leaves it as bubblewrap does: its caller reads
+    // `/proc/PID/ns` of the `child-pid` it reports, and the command is the
+    // caller's anyway.
+    if !plan.nested.as_ref().is_some_and(|n| n.dumpable) {
+        crate::confine::make_undumpable().map_err(|e| {
+            fail("keep PID 1 out of the command's reach", "prctl(PR_SET_DUMPABLE, 0)", c"", e)
+        })?;
+    }
 
     // 12. Drop privileges for good, here in PID 1 before the fork, so the
     //     command inherits nothing and the reaper keeps nothing while the
@@ -334,18 +384,6 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
         // COMMAND must not inherit; nothing here uses it any more.
         let _ = unsafe { sys::close(fd) };
     }
-    // PID 1 holds the launcher's memory: out of the command's reach from
-    // here on, whether Landlock is enforced or not (confine.rs). After the
-    // last credential change (a nested sandbox's user namespace, above),
-    // which would make it dumpable again. A bwrap run on the host leaves
-    // it as bubblewrap does: its caller reads `/proc/PID/ns` of the
-    // `child-pid` it reports, and the command is the caller's anyway.
-    if !plan.nested.as_ref().is_some_and(|n| n.dumpable) {
-        crate::confine::make_undumpable().map_err(|e| {
-            fail("keep PID 1 out of the command's reach", "prctl(PR_SET_DUMPABLE, 0)", c"", e)
-        })?;
-    }
-
     // 12b. `--exec-label`: COMMAND inherits the attribute and is executed
     //      in that context (bubblewrap's `setexeccon`, at the same point).
     if let Some((attr, label, what)) = exec_label {
@@ -486,57 +524,42 @@ fn bubblewrap_caps(caps: crate::prepare::BwrapCaps) -> Result<(), (&'static str,
     Ok(())
 }
 
-/// A nested sandbox's own user namespace: unshare, write this process's
-/// maps through `proc` (a procfs of the nested pid namespace),
-/// become the inner ids, and re-arm the parent-death signal, which the
-/// credential change may have cleared.
+/// A nested sandbox's own user namespaces, in order (`nested.userns`),
+/// then its inner ids, with the parent-death signal re-armed (the
+/// credential change may have cleared it).
+///
+/// PID 1 is never dumpable on the way. Its `/proc` files belong to the root
+/// of the launcher's user namespace while it is not, and an unprivileged
+/// owner is not that root: writing its own id maps would need it dumpable,
+/// and for that moment the outer command, which owns the new namespace and
+/// so holds `CAP_SYS_PTRACE` in it, could open `/proc/1/mem` and keep the
+/// descriptor (a held descriptor outlives the moment: PID 1's code then
+/// runs whatever was written there, with no filter). So each namespace is
+/// made by a helper forked for it ([`hold_userns`]), which installs its own
+/// allowlist filter before it becomes dumpable; PID 1 writes the helper's
+/// maps, which it may as a process of the parent namespace with
+/// `CAP_SETUID` there, joins the namespace with `setns`, and lets the
+/// helper go. `proc` is a procfs in which the helper can be found (a fresh
+/// one of the nested pid namespace, or a private copy of an ancestor's).
 fn enter_userns<'a>(
     nested: &'a crate::prepare::NestedChild,
+    holder: &[libc::sock_filter],
     proc: std::os::fd::BorrowedFd<'_>,
     sync: RawFd,
 ) -> Result<(), StepFail<'a>> {
-    let Some((uid_map, gid_map)) = &nested.userns else { return Ok(()) };
-    if nested.disable_userns {
-        let what = "disable user namespaces";
-        let name = c"sys/user/max_user_namespaces";
-        let file = sys::openat(proc, name, libc::O_WRONLY, 0).map_err(|e| fail(what, "open", name, e))?;
-        sys::write_all(file.as_raw_fd(), b"1").map_err(|e| fail(what, "write", name, e))?;
+    for userns in &nested.userns {
+        if userns.limit_first {
+            // In the namespace PID 1 is in now, the sandbox's own (made
+            // above, or by the launcher on the host), never an outer one.
+            let what = "disable user namespaces";
+            let name = c"sys/user/max_user_namespaces";
+            let file = sys::openat(proc, name, libc::O_WRONLY, 0).map_err(|e| fail(what, "open", name, e))?;
+            sys::write_all(file.as_raw_fd(), b"1").map_err(|e| fail(what, "write", name, e))?;
+        }
+        join_made_userns(&userns.maps, holder, proc)
+            .map_err(|(call, arg, e)| fail("create the user namespace", call, arg, e))?;
     }
     let what = "create the user namespace";
-    sys::unshare(libc::CLONE_NEWUSER).map_err(|e| fail(what, "unshare(CLONE_NEWUSER)", c"", e))?;
-    let files = [
-        (c"self/setgroups", c"deny"),
-        (c"self/uid_map", uid_map.as_c_str()),
-        (c"self/gid_map", gid_map.as_c_str()),
-    ];
-    let open_all = || -> Result<[OwnedFd; 3], (&'static CStr, Errno)> {
-        let open = |(name, _): (&'static CStr, &CStr)| {
-            sys::openat(proc, name, libc::O_WRONLY, 0).map_err(|e| (name, e))
-        };
-        Ok([open(files[0])?, open(files[1])?, open(files[2])?])
-    };
-    // This process is not dumpable (the portal's worker was not), so its
-    // /proc files belong to the root of the launcher's user namespace:
-    // ours to open when that is who we are (a root or nested-root owner).
-    // Otherwise they are ours only while we are dumpable, and then the
-    // outer sandbox's processes may open them too, Landlock aside, and
-    // read this copy of the launcher's memory: dumpable for the opens
-    // alone, never while anything else happens (the writes only need the
-    // open descriptors).
-    let opened = match open_all() {
-        Err((_, Errno::EACCES)) => {
-            sys::prctl(libc::PR_SET_DUMPABLE, 1)
-                .map_err(|e| fail(what, "prctl(PR_SET_DUMPABLE, 1)", c"", e))?;
-            let opened = open_all();
-            crate::confine::make_undumpable().map_err(|e| fail(what, "prctl(PR_SET_DUMPABLE, 0)", c"", e))?;
-            opened
-        }
-        other => other,
-    };
-    let opened = opened.map_err(|(name, e)| fail(what, "open", name, e))?;
-    for (file, (name, contents)) in opened.iter().zip(files) {
-        sys::write_all(file.as_raw_fd(), contents.to_bytes()).map_err(|e| fail(what, "write", name, e))?;
-    }
     let (uid, gid) = nested.inner_ids;
     sys::setresgid(gid).map_err(|e| fail(what, "setresgid", c"", e))?;
     sys::setresuid(uid).map_err(|e| fail(what, "setresuid", c"", e))?;
@@ -546,6 +569,165 @@ fn enter_userns<'a>(
         sys::exit_now(EXIT_SETUP_FAILED as i32);
     }
     Ok(())
+}
+
+/// What the user-namespace helper failed at, by the number it reports.
+const HOLDER_STEPS: [&str; 4] = [
+    "close_range",
+    "unshare(CLONE_NEWUSER)",
+    "seccomp(SECCOMP_SET_MODE_FILTER)",
+    "prctl(PR_SET_DUMPABLE, 1)",
+];
+
+type SysFail = (&'static str, &'static CStr, Errno);
+
+/// A new user namespace, a child of this process's, with `maps` written,
+/// joined by this process. See [`enter_userns`].
+fn join_made_userns(
+    maps: &(CString, CString),
+    filter: &[libc::sock_filter],
+    proc: std::os::fd::BorrowedFd<'_>,
+) -> Result<(), SysFail> {
+    let (ready_r, ready_w) = sys::pipe().map_err(|e| ("pipe2", c"", e))?;
+    let (done_r, done_w) = sys::pipe().map_err(|e| ("pipe2", c"", e))?;
+    // SAFETY: PID 1 is single-threaded; the helper never returns here.
+    let pid = match unsafe { sys::fork() } {
+        Ok(0) => {
+            drop((ready_r, done_w));
+            hold_userns(ready_w, done_r, filter)
+        }
+        Ok(pid) => pid,
+        Err(e) => return Err(("fork", c"", e)),
+    };
+    let holder = Holder { pid, done: Some(done_w) };
+    drop((ready_w, done_r));
+    let mut word = [0u8; 4];
+    match sys::read(ready_r.as_raw_fd(), &mut word) {
+        Ok(4) => {}
+        Ok(_) => return Err(("read", c"the helper's report", Errno::EPIPE)),
+        Err(e) => return Err(("read", c"the helper's report", e)),
+    }
+    let word = u32::from_ne_bytes(word);
+    if word != 0 {
+        let call = HOLDER_STEPS.get((word >> 16) as usize).copied().unwrap_or("the helper");
+        return Err((call, c"", Errno::from_raw((word & 0xffff) as i32)));
+    }
+    let dir = proc_dir_of(proc, holder.pid)?;
+    let open =
+        |name: &'static CStr, flags| sys::openat(dir.as_fd(), name, flags, 0).map_err(|e| ("open", name, e));
+    let setgroups = open(c"setgroups", libc::O_WRONLY)?;
+    let uid_map = open(c"uid_map", libc::O_WRONLY)?;
+    let gid_map = open(c"gid_map", libc::O_WRONLY)?;
+    let userns = open(c"ns/user", libc::O_RDONLY)?;
+    for (file, name, contents) in [
+        (&setgroups, c"setgroups", c"deny"),
+        (&uid_map, c"uid_map", maps.0.as_c_str()),
+        (&gid_map, c"gid_map", maps.1.as_c_str()),
+    ] {
+        sys::write_all(file.as_raw_fd(), contents.to_bytes()).map_err(|e| ("write", name, e))?;
+    }
+    sys::setns(userns.as_raw_fd(), libc::CLONE_NEWUSER).map_err(|e| ("setns(CLONE_NEWUSER)", c"", e))?;
+    drop(holder);
+    Ok(())
+}
+
+/// The user-namespace helper: alone with its two pipes, it makes the
+/// namespace, installs the holder's allowlist filter, and only then
+/// becomes dumpable (so that PID 1, its parent, may open its `/proc`
+/// files); reports, then waits for PID 1 to close `done`. Whatever is
+/// written into its memory meanwhile can only read, write and leave.
+fn hold_userns(ready: OwnedFd, done: OwnedFd, filter: &[libc::sock_filter]) -> ! {
+    let steps = || -> Result<(), (u32, Errno)> {
+        sys::close_all_except(&[ready.as_raw_fd(), done.as_raw_fd()], libc::c_uint::MAX)
+            .map_err(|e| (0, e))?;
+        sys::unshare(libc::CLONE_NEWUSER).map_err(|e| (1, e))?;
+        sys::prctl5(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0).map_err(|e| (2, e))?;
+        sys::seccomp_set_filter(filter).map_err(|e| (2, e))?;
+        sys::prctl(libc::PR_SET_DUMPABLE, 1).map_err(|e| (3, e))?;
+        Ok(())
+    };
+    let word = match steps() {
+        Ok(()) => 0,
+        Err((step, e)) => step << 16 | (e as i32 as u32 & 0xffff),
+    };
+    let _ = sys::write_all(ready.as_raw_fd(), &word.to_ne_bytes());
+    let mut byte = [0u8; 1];
+    // End-of-file once PID 1 has joined the namespace (or given up).
+    let _ = sys::read(done.as_raw_fd(), &mut byte);
+    sys::exit_now(0)
+}
+
+/// The user-namespace helper, released (its `done` pipe closed) and reaped
+/// when dropped.
+struct Holder {
+    pid: libc::pid_t,
+    done: Option<OwnedFd>,
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        drop(self.done.take());
+        while let Err(Errno::EINTR) = sys::waitpid(self.pid, 0) {}
+    }
+}
+
+/// `pid`'s directory in `proc`, found through a pidfd's `fdinfo`, which
+/// procfs writes in its own pid namespace's numbers (the private copy of an
+/// ancestor's `/proc` numbers our child otherwise).
+fn proc_dir_of(proc: std::os::fd::BorrowedFd<'_>, pid: libc::pid_t) -> Result<OwnedFd, SysFail> {
+    let pidfd = sys::pidfd_open(pid).map_err(|e| ("pidfd_open", c"", e))?;
+    let mut path = StackPath::new();
+    let _ = write!(path, "self/fdinfo/{}", pidfd.as_raw_fd());
+    let info = sys::openat(proc, path.as_c_str(), libc::O_RDONLY, 0).map_err(|e| ("open", c"fdinfo", e))?;
+    let mut buf = [0u8; 1024];
+    let n = sys::read(info.as_raw_fd(), &mut buf).map_err(|e| ("read", c"fdinfo", e))?;
+    let seen = fdinfo_pid(&buf[..n]).ok_or(("read", c"fdinfo", Errno::ESRCH))?;
+    let mut path = StackPath::new();
+    let _ = write!(path, "{seen}");
+    sys::openat(proc, path.as_c_str(), libc::O_PATH | libc::O_DIRECTORY, 0)
+        .map_err(|e| ("open", c"/proc/PID", e))
+}
+
+/// The `Pid:` field of a pidfd's `fdinfo`.
+fn fdinfo_pid(info: &[u8]) -> Option<u32> {
+    let field = info.split(|&b| b == b'\n').find_map(|line| line.strip_prefix(b"Pid:\t"))?;
+    let mut n: u32 = 0;
+    for &d in field {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        n = n.checked_mul(10)?.checked_add(u32::from(d - b'0'))?;
+    }
+    (n > 0).then_some(n)
+}
+
+/// A short path formatted on the stack (the child does not allocate).
+struct StackPath {
+    buf: [u8; 64],
+    len: usize,
+}
+
+impl StackPath {
+    fn new() -> StackPath {
+        StackPath { buf: [0; 64], len: 0 }
+    }
+
+    fn as_c_str(&self) -> &CStr {
+        CStr::from_bytes_until_nul(&self.buf).unwrap_or(c"")
+    }
+}
+
+impl std::fmt::Write for StackPath {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        // Room for the terminating NUL always stays.
+        let end = self.len + s.len();
+        if end >= self.buf.len() || s.contains('\0') {
+            return Err(std::fmt::Error);
+        }
+        self.buf[self.len..end].copy_from_slice(s.as_bytes());
+        self.len = end;
+        Ok(())
+    }
 }
 
 /// A writable procfs in which `self` is this process, detached: where a
@@ -827,5 +1009,31 @@ fn hint_for(call: &str, errno: Errno) -> Option<&'static str> {
             Some("too many mounts (fs.mount-max) or out of memory")
         }
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pidfds_pid_comes_from_its_own_line() {
+        let info = b"pos:\t0\nflags:\t02000002\nmnt_id:\t15\nino:\t1057\nPid:\t4242\nNSpid:\t4242\t7\n";
+        assert_eq!(fdinfo_pid(info), Some(4242));
+        assert_eq!(fdinfo_pid(b"Pid:\t17\n"), Some(17));
+        assert_eq!(fdinfo_pid(b"NSpid:\t17\n"), None, "NSpid is another field");
+        assert_eq!(fdinfo_pid(b"NSpid:\t3\nPid:\t9\n"), Some(9));
+        assert_eq!(fdinfo_pid(b"Pid:\t-1\n"), None, "a pidfd of a process gone");
+        assert_eq!(fdinfo_pid(b"Pid:\t0\n"), None, "a process outside this procfs's namespace");
+    }
+
+    #[test]
+    fn stack_paths_hold_short_paths_and_refuse_the_rest() {
+        let mut p = StackPath::new();
+        write!(p, "self/fdinfo/{}", 12).unwrap();
+        assert_eq!(p.as_c_str(), c"self/fdinfo/12");
+        let mut p = StackPath::new();
+        assert!(write!(p, "{}", "x".repeat(64)).is_err());
+        assert!(write!(p, "a\0b").is_err());
     }
 }

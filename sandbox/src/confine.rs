@@ -24,10 +24,10 @@
 //!   ([`crate::seccomp::reaper`]), an allowlist of what its loop calls.
 //!
 //! The nested-sandbox portal's server is a copy of the launcher too, and
-//! so is every process it forks, down to a nested sandbox's PID 1, which
-//! must be dumpable for an instant to open its id-map files (child.rs):
-//! the server wipes the caller's environment from its copy first
-//! ([`forget_inherited`]).
+//! so is every process it forks, down to a nested sandbox's PID 1 (never
+//! dumpable) and the helper that makes its user namespace (dumpable, under
+//! its own allowlist filter: child.rs): the server wipes the caller's
+//! environment from its copy first ([`forget_inherited`]).
 
 use std::ffi::c_char;
 use std::os::fd::AsRawFd;

@@ -25,10 +25,10 @@ use nix::errno::Errno;
 
 use crate::sys;
 
-/// Test-only: pretend idmapped mounts are impossible, so the tests can
-/// check the masking fallback on a host where they work. Never set it in
-/// production.
-pub const TEST_NO_IDMAP_ENV: &str = "TUIXIU_SANDBOX_TEST_ONLY_NO_IDMAP";
+/// Test-only, debug builds only: pretend idmapped mounts are impossible,
+/// so the tests can check the masking fallback on a host where they work
+/// (`test_only.rs`).
+pub const TEST_NO_IDMAP_ENV: &str = crate::test_only::NO_IDMAP;
 
 /// The host id root's files are shown as.
 const NOBODY: u32 = 65534;

@@ -235,6 +235,18 @@ fn joined_child(plan: &JoinPlan, report_fd: RawFd, life: RawFd) -> ! {
     if let Err(e) = sys::setresuid(plan.uid) {
         fail(&mut report, "switch to the sandbox user", "setresuid", e);
     }
+    // In the sandbox's pid namespace, as the command's user, with no filter
+    // until the last step: not dumpable (after the last credential change,
+    // before the capabilities go), or the command could write this copy of
+    // the joiner's memory meanwhile. `execve` makes the command dumpable.
+    if let Err(e) = crate::confine::make_undumpable() {
+        fail(
+            &mut report,
+            "keep the joined process out of the sandbox's reach",
+            "prctl(PR_SET_DUMPABLE, 0)",
+            e,
+        );
+    }
     if let Err(e) = sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) {
         fail(&mut report, "die with the joiner", "prctl(PR_SET_PDEATHSIG)", e);
     }

@@ -49,10 +49,10 @@ pub enum LandlockMode {
 /// The lowest ABI that enforces everything this module asks for.
 const FULL_ABI: i32 = 6;
 
-/// Test-only: pretend the kernel reports this Landlock ABI (0 = none).
-/// Exists so the tests can check `--landlock require` on an "unsupported"
-/// kernel honestly; never set it in production.
-pub const TEST_ABI_ENV: &str = "TUIXIU_SANDBOX_TEST_ONLY_LANDLOCK_ABI";
+/// Test-only, debug builds only: pretend the kernel reports this Landlock
+/// ABI (0 = none), so the tests can check `--landlock require` on an
+/// "unsupported" kernel honestly (`test_only.rs`).
+pub const TEST_ABI_ENV: &str = crate::test_only::LANDLOCK_ABI;
 
 /// How Landlock is enforced for a sandbox.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -81,7 +81,7 @@ impl std::fmt::Display for Enforcement {
 pub fn probe_abi() -> Result<i32, Errno> {
     static ABI: std::sync::OnceLock<Result<i32, Errno>> = std::sync::OnceLock::new();
     *ABI.get_or_init(|| {
-        if let Ok(v) = std::env::var(TEST_ABI_ENV) {
+        if let Some(v) = crate::test_only::var(TEST_ABI_ENV) {
             return match v.parse::<i32>() {
                 Ok(n) if n > 0 => Ok(n),
                 _ => Err(Errno::EOPNOTSUPP),

@@ -268,9 +268,16 @@ pub(crate) fn execute(
     });
     let host = plan.nested.as_ref().and_then(|n| n.host.as_ref());
     if let Some(nested) = &plan.nested {
-        // The caller's descriptors are the nested PID 1's now.
+        // The caller's descriptors, and those its sources were opened
+        // through, are the nested PID 1's now.
         let held = host.map_or(&[][..], |h| &h.held);
-        for &source in nested.fds.iter().map(|(_, source)| source).chain(held) {
+        for source in nested
+            .fds
+            .iter()
+            .map(|&(_, source)| source)
+            .chain(nested.source_fds.iter().copied())
+            .chain(held.iter().copied())
+        {
             // SAFETY: the plan's raw copies, ours to close, closed once.
             let _ = unsafe { sys::close(source) };
         }

@@ -47,6 +47,8 @@ pub mod spec;
 mod splice;
 mod start;
 mod sys;
+#[doc(hidden)]
+pub mod test_only;
 pub mod user;
 
 pub use apply::ApplyContext;

@@ -46,12 +46,16 @@ impl Clones {
     pub(crate) fn make<'a>(
         sources: &'a [HostSource],
         host: BorrowedFd<'_>,
+        pool: &mut Pool,
     ) -> std::result::Result<Clones, (usize, Fail<'a>)> {
         let mut fds = [const { None }; MAX_HOST_SOURCES];
         for (i, source) in sources.iter().enumerate() {
-            let copy = match &source.overlay {
-                Some(overlay) => overlay_fs(overlay, source.attrs, host).map_err(|f| (i, f))?,
-                None => clone_tree(host, &source.src, RESOLVE_CANONICAL, source.attrs).map_err(|f| (i, f))?,
+            let copy = match (&source.overlay, source.fd) {
+                (Some(overlay), _) => overlay_fs(overlay, source.attrs, host, pool).map_err(|f| (i, f))?,
+                (None, Some(fd)) => clone_fd(fd, &source.src, source.attrs).map_err(|f| (i, f))?,
+                (None, None) => {
+                    clone_tree(host, &source.src, RESOLVE_CANONICAL, source.attrs).map_err(|f| (i, f))?
+                }
             };
             fds[i] = Some(copy);
         }
@@ -64,12 +68,147 @@ impl Clones {
     }
 }
 
+/// A recursive copy of the mount tree a descriptor is open on (`what`
+/// names it in errors), with `attrs` added to every mount of the copy.
+fn clone_fd<'a>(fd: std::os::fd::RawFd, what: &'a CStr, attrs: u64) -> Result<'a, OwnedFd> {
+    // SAFETY: a descriptor of the plan (HostSource::fd), open until PID 1
+    // closes it after every clone is made.
+    let source = unsafe { BorrowedFd::borrow_raw(fd) };
+    let flags = libc::OPEN_TREE_CLONE
+        | libc::OPEN_TREE_CLOEXEC
+        | libc::AT_EMPTY_PATH as u32
+        | libc::AT_RECURSIVE as u32;
+    let copy = sys::open_tree(source, c"", flags).map_err(|e| Fail::rooted("open_tree", what, e))?;
+    sys::mount_setattr(copy.as_fd(), attrs, true).map_err(|e| Fail::rooted("mount_setattr", what, e))?;
+    Ok(copy)
+}
+
+/// Where a nested sandbox's tmpfs content lives: new directories of its
+/// outer sandbox's pool, a tmpfs of `--tmpfs-size` shared by every nested
+/// sandbox of it (one budget), each cloned as a mount of its own. Without
+/// one (every other sandbox), a fresh tmpfs each.
+pub(crate) struct Pool {
+    dir: Option<OwnedFd>,
+    next: u32,
+}
+
+impl Pool {
+    /// `rel` (a nested sandbox's directory of the pool) in `root`, or no
+    /// pool.
+    pub(crate) fn open<'a>(root: BorrowedFd<'_>, rel: Option<&'a CStr>) -> Result<'a, Pool> {
+        let dir = match rel {
+            Some(rel) => {
+                let how = libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
+                let dir = sys::openat2(root, rel, libc::O_PATH | libc::O_DIRECTORY, 0, how)
+                    .map_err(|e| Fail::new("openat2", rel, e))?;
+                Some(dir)
+            }
+            None => None,
+        };
+        Ok(Pool { dir, next: 0 })
+    }
+
+    /// The same directory as seen from `root` (another mount namespace),
+    /// going on with the same names.
+    pub(crate) fn reopen<'a>(&mut self, root: BorrowedFd<'_>, rel: Option<&'a CStr>) -> Result<'a, ()> {
+        let next = self.next;
+        *self = Pool::open(root, rel)?;
+        self.next = next;
+        Ok(())
+    }
+
+    pub(crate) fn is_some(&self) -> bool {
+        self.dir.is_some()
+    }
+
+    /// A new directory of the pool with `mode`, open as a directory.
+    fn new_dir(&mut self, mode: u32) -> Result<'static, OwnedFd> {
+        let Some(pool) = self.dir.as_ref().map(|d| d.as_fd()) else {
+            return Err(Fail::new("open", c"the pool", Errno::ENOENT));
+        };
+        let mut buf = [0u8; 16];
+        let name = numbered(self.next, &mut buf);
+        self.next += 1;
+        sys::mkdirat(pool, name, mode).map_err(|e| Fail::new("mkdirat", c"the pool", e))?;
+        let flags = libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW;
+        sys::openat(pool, name, flags, 0).map_err(|e| Fail::new("openat", c"the pool", e))
+    }
+
+    /// A new directory of the pool with `mode`, as a detached mount with
+    /// `attrs` added (the pool's own are `nosuid`, `nodev`).
+    fn mount(&mut self, mode: u32, attrs: u64) -> Result<'static, OwnedFd> {
+        let dir = self.new_dir(mode)?;
+        let flags = libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC | libc::AT_EMPTY_PATH as u32;
+        let copy =
+            sys::open_tree(dir.as_fd(), c"", flags).map_err(|e| Fail::new("open_tree", c"the pool", e))?;
+        sys::mount_setattr(copy.as_fd(), attrs, false)
+            .map_err(|e| Fail::new("mount_setattr", c"the pool", e))?;
+        Ok(copy)
+    }
+
+    /// A tmpfs for content of the sandbox's own: a pool directory (`mode`),
+    /// or, without a pool, a fresh tmpfs with `options`.
+    pub(crate) fn tmpfs<'o>(
+        &mut self,
+        mode: u32,
+        options: &'o [(std::ffi::CString, Option<std::ffi::CString>)],
+        attrs: u64,
+    ) -> Result<'o, OwnedFd> {
+        if self.is_some() {
+            return self.mount(mode, attrs);
+        }
+        let fs = sys::fsopen(c"tmpfs").map_err(|e| Fail::new("fsopen", c"tmpfs", e))?;
+        sys::fsconfig_set(fs.as_fd(), c"source", Some(c"tmpfs"))
+            .map_err(|e| Fail::new("fsconfig", c"source", e))?;
+        for (key, value) in options {
+            sys::fsconfig_set(fs.as_fd(), key, value.as_deref())
+                .map_err(|e| Fail::new("fsconfig", key, e))?;
+        }
+        sys::fsconfig_create(fs.as_fd())
+            .map_err(|e| Fail::new("fsconfig(FSCONFIG_CMD_CREATE)", c"tmpfs", e))?;
+        sys::fsmount(fs.as_fd(), attrs).map_err(|e| Fail::new("fsmount", c"tmpfs", e))
+    }
+}
+
+/// `n` as the decimal name `nN` in `buf`.
+fn numbered(n: u32, buf: &mut [u8; 16]) -> &CStr {
+    let mut digits = [0u8; 10];
+    let mut len = 0;
+    let mut rest = n;
+    loop {
+        digits[len] = b'0' + (rest % 10) as u8;
+        len += 1;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    buf[0] = b'n';
+    for i in 0..len {
+        buf[1 + i] = digits[len - 1 - i];
+    }
+    buf[1 + len] = 0;
+    CStr::from_bytes_until_nul(&buf[..]).unwrap_or(c"n")
+}
+
+/// The `mode` option of a tmpfs, octal (0755 without one).
+fn mode_of(options: &[(std::ffi::CString, Option<std::ffi::CString>)]) -> u32 {
+    let value = options.iter().find(|(k, _)| k.as_c_str() == c"mode").and_then(|(_, v)| v.as_deref());
+    value.map_or(0o755, |v| v.to_bytes().iter().fold(0, |m, &d| m * 8 + u32::from(d.wrapping_sub(b'0') & 7)))
+}
+
 /// A detached overlay of host directories (`host`'s tree is our root).
-/// A `tmp` one writes to a private tmpfs, which overlayfs wants attached
-/// while it is made: on `/tmp` of this namespace's copy of the host's tree
-/// for that moment, named relative to it (overlayfs resolves its paths
-/// from the working directory), and detached again right after.
-fn overlay_fs<'a>(overlay: &'a OverlayFs, attrs: u64, host: BorrowedFd<'_>) -> Result<'a, OwnedFd> {
+/// A `tmp` one writes to a private tmpfs (a directory of the pool for a
+/// nested sandbox), which overlayfs wants attached while it is made: on
+/// `/tmp` of this namespace's copy of the host's tree for that moment,
+/// named relative to it (overlayfs resolves its paths from the working
+/// directory), and detached again right after; the pool is attached.
+fn overlay_fs<'a>(
+    overlay: &'a OverlayFs,
+    attrs: u64,
+    host: BorrowedFd<'_>,
+    pool: &mut Pool,
+) -> Result<'a, OwnedFd> {
     let fs = sys::fsopen(c"overlay").map_err(|e| Fail::new("fsopen", c"overlay", e))?;
     sys::fsconfig_set(fs.as_fd(), c"source", Some(c"overlay"))
         .map_err(|e| Fail::new("fsconfig", c"source", e))?;
@@ -84,6 +223,21 @@ fn overlay_fs<'a>(overlay: &'a OverlayFs, attrs: u64, host: BorrowedFd<'_>) -> R
             .map_err(|e| Fail::new("fsconfig(FSCONFIG_CMD_CREATE)", c"overlay", e))?;
         return sys::fsmount(fs.as_fd(), attrs).map_err(|e| Fail::new("fsmount", c"overlay", e));
     }
+    let upper_and_work = |fs: BorrowedFd<'_>| {
+        for (key, value) in [(c"upperdir", c"upper"), (c"workdir", c"work")] {
+            sys::fsconfig_set(fs, key, Some(value)).map_err(|e| Fail::new("fsconfig", key, e))?;
+        }
+        sys::fsconfig_create(fs).map_err(|e| Fail::new("fsconfig(FSCONFIG_CMD_CREATE)", c"overlay", e))?;
+        sys::fsmount(fs, attrs).map_err(|e| Fail::new("fsmount", c"overlay", e))
+    };
+    if pool.is_some() {
+        let dir = pool.new_dir(0o755)?;
+        for name in [c"upper", c"work"] {
+            sys::mkdirat(dir.as_fd(), name, 0o755).map_err(|e| Fail::new("mkdirat", name, e))?;
+        }
+        sys::fchdir(dir.as_fd()).map_err(|e| Fail::new("fchdir", c"the pool", e))?;
+        return upper_and_work(fs.as_fd());
+    }
     let tmp = sys::fsopen(c"tmpfs").map_err(|e| Fail::new("fsopen", c"tmpfs", e))?;
     sys::fsconfig_set(tmp.as_fd(), c"mode", Some(c"755")).map_err(|e| Fail::new("fsconfig", c"mode", e))?;
     sys::fsconfig_create(tmp.as_fd()).map_err(|e| Fail::new("fsconfig(FSCONFIG_CMD_CREATE)", c"tmpfs", e))?;
@@ -96,14 +250,7 @@ fn overlay_fs<'a>(overlay: &'a OverlayFs, attrs: u64, host: BorrowedFd<'_>) -> R
         .map_err(|e| Fail::new("openat2", c"/tmp", e))?;
     sys::move_mount_fd(tmp.as_fd(), at.as_fd()).map_err(|e| Fail::new("move_mount", c"/tmp", e))?;
     sys::fchdir(tmp.as_fd()).map_err(|e| Fail::new("fchdir", c"tmpfs", e))?;
-    let made = (|| {
-        for (key, value) in [(c"upperdir", c"upper"), (c"workdir", c"work")] {
-            sys::fsconfig_set(fs.as_fd(), key, Some(value)).map_err(|e| Fail::new("fsconfig", key, e))?;
-        }
-        sys::fsconfig_create(fs.as_fd())
-            .map_err(|e| Fail::new("fsconfig(FSCONFIG_CMD_CREATE)", c"overlay", e))?;
-        sys::fsmount(fs.as_fd(), attrs).map_err(|e| Fail::new("fsmount", c"overlay", e))
-    })();
+    let made = upper_and_work(fs.as_fd());
     // The overlay keeps its own private copy of the tmpfs.
     sys::umount2(c".", libc::MNT_DETACH).map_err(|e| Fail::new("umount2(MNT_DETACH)", c"/tmp", e))?;
     made
@@ -306,6 +453,7 @@ pub(crate) fn run<'a>(
     host: BorrowedFd<'_>,
     clones: &mut Clones,
     dirs: &mut Dirs,
+    pool: &mut Pool,
     notices: std::os::fd::RawFd,
 ) -> Result<'a, ()> {
     let root = new.as_fd();
@@ -327,7 +475,11 @@ pub(crate) fn run<'a>(
             };
             attach_owned(copy, new, host, dirs, dst, *kind)
         }
-        Action::Fs { fstype, options, attrs, dst } => {
+        Action::Fs { options, attrs, dst, pooled: true, .. } => {
+            let dir = pool.mount(mode_of(options), *attrs)?;
+            attach_owned(dir, new, host, dirs, dst, Kind::Dir)
+        }
+        Action::Fs { fstype, options, attrs, dst, .. } => {
             let fs = sys::fsopen(fstype).map_err(|e| Fail::new("fsopen", fstype, e))?;
             // The "source" shows up in /proc/mounts; default would be "none".
             sys::fsconfig_set(fs.as_fd(), c"source", Some(fstype))
@@ -362,10 +514,10 @@ pub(crate) fn run<'a>(
                 .map_err(|e| Fail::rooted("write", dst, e))
         }
         Action::BindData { dst, contents, mode, attrs } => {
-            let fs = sys::fsopen(c"tmpfs").map_err(|e| Fail::new("fsopen", c"tmpfs", e))?;
-            sys::fsconfig_create(fs.as_fd())
-                .map_err(|e| Fail::new("fsconfig(FSCONFIG_CMD_CREATE)", c"tmpfs", e))?;
-            let tmp = sys::fsmount(fs.as_fd(), 0).map_err(|e| Fail::new("fsmount", c"tmpfs", e))?;
+            let tmp = match pool.is_some() {
+                true => pool.new_dir(0o755)?,
+                false => pool.tmpfs(0o755, &[], 0)?,
+            };
             let flags = libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY;
             let file = sys::openat(tmp.as_fd(), c"data", flags, *mode)
                 .map_err(|e| Fail::rooted("openat", dst, e))?;
@@ -468,20 +620,6 @@ pub(crate) fn run<'a>(
             sys::fchdir(dir_fd.as_fd()).map_err(|e| Fail::rooted("fchdir", dir, e))?;
             sys::bind_unix(*socket, name).map_err(|e| Fail::rooted("bind", dir, e))?;
             sys::listen(*socket).map_err(|e| Fail::rooted("listen", dir, e))
-        }
-        Action::Detach { path, dev } => {
-            let fd = match sys::openat2(root, path, libc::O_PATH, 0, RESOLVE_IN_ROOT) {
-                Ok(fd) => fd,
-                Err(Errno::ENOENT) => return Ok(()),
-                Err(e) => return Err(Fail::rooted("openat2", path, e)),
-            };
-            if sys::dev_of(&fd) != Some(*dev) {
-                return Ok(());
-            }
-            dirs.mounted_on(path);
-            // umount2 takes a path: the mount is the working directory's.
-            sys::fchdir(fd.as_fd()).map_err(|e| Fail::rooted("fchdir", path, e))?;
-            sys::umount2(c".", libc::MNT_DETACH).map_err(|e| Fail::rooted("umount2(MNT_DETACH)", path, e))
         }
     }
 }

@@ -21,3 +21,11 @@ pub(crate) fn socket() -> Result<OwnedFd, SpecError> {
     crate::sys::unix_stream_socket()
         .map_err(|e| SpecError::new(format!("create the nested-sandbox socket: socket(AF_UNIX) => {e}")))
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_socket_is_in_the_portal_directory() {
+        assert_eq!(super::SOCKET, format!("{}/{}", super::PORTAL_DIR, super::SOCKET_NAME));
+    }
+}

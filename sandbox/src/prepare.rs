@@ -97,12 +97,15 @@ pub(crate) enum Action {
         dst: CString,
         mode: u32,
     },
-    /// Mount a fresh filesystem at `dst` (created as a directory).
+    /// Mount a fresh filesystem at `dst` (created as a directory). A
+    /// `pooled` tmpfs of a nested sandbox is a new directory of its outer
+    /// sandbox's pool instead, with the mode of `options` (mounts.rs).
     Fs {
         fstype: CString,
         options: Vec<(CString, Option<CString>)>,
         attrs: u64,
         dst: CString,
+        pooled: bool,
     },
     /// Create the generated file `path` (inside [`STAGING_DIR`]) with these bytes.
     WriteFile {
@@ -150,12 +153,6 @@ pub(crate) enum Action {
         dir: CString,
         name: CString,
     },
-    /// Detach the mount at `path` if it is the portal's filesystem (device
-    /// `dev`): a nested sandbox's recursive bind must not carry the portal.
-    Detach {
-        path: CString,
-        dev: u64,
-    },
 }
 
 /// A primitive with the words used when it fails.
@@ -188,6 +185,10 @@ pub(crate) struct HostSource {
     pub overlay: Option<OverlayFs>,
     /// Canonical path relative to the host root ("." for `/`).
     pub src: CString,
+    /// Or the descriptor it was opened through, cloned as it is: a nested
+    /// request's source, resolved once by the portal's worker (its
+    /// `/proc/self/fd/N`), never looked up by path again.
+    pub fd: Option<std::os::fd::RawFd>,
     pub kind: Kind,
     /// `MOUNT_ATTR_*` added to every mount of the clone.
     pub attrs: u64,
@@ -206,6 +207,8 @@ pub(crate) struct Plan {
     pub gid: u32,
     pub host_uid: u32,
     pub host_gid: u32,
+    /// The sandbox user is host root (uid 0 of the initial user namespace).
+    pub user_is_host_root: bool,
     pub host_sources: Vec<HostSource>,
     pub steps: Vec<Step>,
     /// `None` keeps the UTS namespace's name (a nested sandbox that shares it).
@@ -238,11 +241,21 @@ pub(crate) struct Plan {
     pub command_stack: crate::sys::ChildStack,
     /// PID 1's own seccomp filter, installed once the command runs.
     pub reaper_filter: seccomp::Program,
+    /// The filter of the helper that makes a nested user namespace
+    /// (`seccomp::userns_holder`), when the plan makes one.
+    pub holder_filter: Option<seccomp::Program>,
     /// The nested-sandbox portal's listening socket (bound and listened on
     /// by the child during setup, served by the launcher).
     pub portal: Option<OwnedFd>,
     /// What PID 1 of a nested sandbox does besides the checklist.
     pub nested: Option<NestedChild>,
+    /// A nested sandbox's directory in its outer sandbox's tmpfs pool
+    /// (relative to the root PID 1 starts in): its new root and every
+    /// tmpfs without a size of its own are new directories there.
+    pub pool: Option<CString>,
+    /// The guest paths the secret masks cover (the fallback without
+    /// idmapped mounts): a nested overlay must not show what is below them.
+    pub masked: Vec<String>,
     /// Options of the new root's tmpfs besides its mode (`size`,
     /// `nr_inodes` for a nested sandbox, whose root stays writable).
     pub root_tmpfs: Vec<(CString, Option<CString>)>,
@@ -255,9 +268,11 @@ pub(crate) struct NestedParts {
     pub program: String,
     pub hostname: Option<String>,
     pub cwd: Vec<String>,
-    /// After mount number `.0`, detach the portal's mount at guest path `.1`.
-    pub detach: Vec<(usize, String)>,
-    pub portal_dev: u64,
+    /// The outer sandbox's pool directory for this one (see [`Plan::pool`]).
+    pub pool: Option<String>,
+    /// Bind and overlay sources are `/proc/self/fd/N` of descriptors the
+    /// caller opened (see [`HostSource::fd`]).
+    pub fd_sources: bool,
     pub child: NestedChild,
     /// `setsid` before COMMAND.
     pub new_session: bool,
@@ -322,9 +337,9 @@ pub(crate) struct LockFile {
 
 /// The parts of a nested sandbox's setup that an outer one has not.
 pub(crate) struct NestedChild {
-    /// After the mounts, enter a new user namespace with these one-line
-    /// `uid_map` and `gid_map` contents (bwrap's `--unshare-user`).
-    pub userns: Option<(CString, CString)>,
+    /// After the mounts, enter these user namespaces, each a child of the
+    /// one before (bwrap's `--unshare-user`; `--disable-userns` adds one).
+    pub userns: Vec<UserNs>,
     /// The ids to become inside that user namespace.
     pub inner_ids: (u32, u32),
     /// Capabilities the command keeps (only inside its own user namespace).
@@ -335,6 +350,9 @@ pub(crate) struct NestedChild {
     pub fd_base: std::os::fd::RawFd,
     /// What a bwrap run on the host does besides (bubblewrap's own rules).
     pub host: Option<HostChild>,
+    /// The descriptors its sources were opened through (numbered from
+    /// `fd_base` up, after `fds`), closed once they are cloned.
+    pub source_fds: Vec<std::os::fd::RawFd>,
     /// `--seccomp`/`--add-seccomp-fd` programs, installed after the runtime's.
     pub extra_filters: Vec<seccomp::Program>,
     /// `--as-pid-1` (or no new pid namespace): PID 1 executes COMMAND
@@ -347,7 +365,8 @@ pub(crate) struct NestedChild {
     /// `--lock-file` paths, read-locked by PID 1 for the sandbox's life.
     pub lock_files: Vec<LockFile>,
     /// `--disable-userns`: `user.max_user_namespaces` = 1 in the sandbox's
-    /// user namespace, then one more (`userns`): none can be made inside.
+    /// own user namespace, then one more (the last of `userns`): none can
+    /// be made inside.
     pub disable_userns: bool,
     /// `--assert-userns-disabled`.
     pub assert_userns_disabled: bool,
@@ -356,6 +375,18 @@ pub(crate) struct NestedChild {
     /// bubblewrap's `--exec-label` (with its NUL, selinux.rs) and its words
     /// for a failure (`label_exec COMMAND`).
     pub exec_label: Option<(Vec<u8>, String)>,
+}
+
+/// A user namespace the sandbox's PID 1 enters after its mounts. It is
+/// made by a short-lived helper process and joined, so that PID 1 itself is
+/// never dumpable (child.rs, docs/security.md).
+pub(crate) struct UserNs {
+    /// One-line `uid_map` and `gid_map` contents, written by PID 1.
+    pub maps: (CString, CString),
+    /// Set `user.max_user_namespaces` to 1 in the user namespace PID 1 is
+    /// in before this one is made (bubblewrap's `--disable-userns`: the
+    /// limit lives in the sandbox's own namespace, this one uses it up).
+    pub limit_first: bool,
 }
 
 fn cstring(what: &str, s: impl Into<Vec<u8>>) -> Result<CString, SpecError> {
@@ -416,6 +447,8 @@ impl Plan {
             file_label: None,
             parents: 0o755,
             bwrap: false,
+            pool: false,
+            fd_sources: false,
         };
         let portal = match front_end.filter(|_| spec.nested) {
             Some(exe) => Some((crate::portal::socket()?, exe)),
@@ -508,6 +541,10 @@ impl Plan {
             _ => tracing::warn!("landlock: {enforcement}"),
         }
         let limits = limits::prepare(&security.limits, plan.user_is_host_root)?;
+        let masked = match &plan.hiding {
+            SecretHiding::Masks(masks) => masks.iter().map(|(path, _)| path.clone()).collect(),
+            _ => Vec::new(),
+        };
 
         let mut kept_fds: Vec<std::os::fd::RawFd> = plan
             .steps
@@ -524,6 +561,7 @@ impl Plan {
         Ok(Plan {
             command_stack,
             reaper_filter: seccomp::reaper(),
+            holder_filter: None,
             kept_fds,
             idmap_helper: std::cell::Cell::new(plan.hiding.take_helper()),
             seccomp,
@@ -534,6 +572,7 @@ impl Plan {
             gid: spec.user.gid,
             host_uid,
             host_gid,
+            user_is_host_root: plan.user_is_host_root,
             host_sources: plan.host_sources,
             steps: plan.steps,
             hostname: Some(cstring("hostname", spec.hostname.as_str())?),
@@ -546,6 +585,8 @@ impl Plan {
             apply_phase: false,
             portal,
             nested: None,
+            pool: None,
+            masked,
             // Read-only once built: nothing is written there but the
             // generated files.
             root_tmpfs: Vec::new(),
@@ -576,19 +617,12 @@ impl Plan {
             file_label: parts.file_label,
             parents: 0o755,
             bwrap: true,
+            pool: parts.pool.is_some(),
+            fd_sources: parts.fd_sources,
         };
-        for (i, op) in spec.mounts.iter().enumerate() {
+        for op in &spec.mounts {
             plan.parents = bwrap_parents(op);
             plan.expand(op)?;
-            for (at, path) in &parts.detach {
-                if *at == i {
-                    let (text, rel) = guest_rel("detached path", path)?;
-                    plan.push(
-                        format!("keep the portal out of {text}"),
-                        Action::Detach { path: rel, dev: parts.portal_dev },
-                    );
-                }
-            }
         }
         plan.parents = 0o755;
         plan.finish()?;
@@ -606,6 +640,7 @@ impl Plan {
             gid,
             host_uid,
             host_gid,
+            user_is_host_root: false,
             host_sources: plan.host_sources,
             steps: plan.steps,
             hostname: parts.hostname.map(|h| cstring("hostname", h)).transpose()?,
@@ -621,11 +656,14 @@ impl Plan {
             limits: limits::Prepared { rlimits: parts.rlimits, ..limits::Prepared::default() },
             idmap_helper: std::cell::Cell::new(None),
             reaper_filter: seccomp::reaper(),
+            holder_filter: (!parts.child.userns.is_empty()).then(seccomp::userns_holder),
             kept_fds: Vec::new(),
             command_stack: crate::sys::ChildStack::new()
                 .map_err(|e| SpecError::new(format!("allocate the command's stack: mmap => {e}")))?,
             portal: None,
             nested: Some(parts.child),
+            pool: parts.pool.map(|p| cstring("pool directory", p.trim_start_matches('/'))).transpose()?,
+            masked: Vec::new(),
             root_tmpfs,
         })
     }
@@ -663,6 +701,11 @@ struct Expansion<'a> {
     parents: u32,
     /// A bwrap sandbox (bubblewrap's rules where they differ).
     bwrap: bool,
+    /// A nested sandbox with a pool: tmpfs without a size of their own are
+    /// directories of it.
+    pool: bool,
+    /// Sources are `/proc/self/fd/N` (see [`HostSource::fd`]).
+    fd_sources: bool,
 }
 
 impl Expansion<'_> {
@@ -680,6 +723,7 @@ impl Expansion<'_> {
                 options: vec![option("mode", &format!("{mode:o}"))?],
                 attrs: MOUNT_NOSUID | MOUNT_NODEV,
                 dst: path(dst)?,
+                pooled: false,
             },
             splice::Op::Keep { src, dst, dir } => Action::Bind {
                 source: Source::New { path: path(src)?, attrs: RO, optional: true },
@@ -727,6 +771,23 @@ impl Expansion<'_> {
         let bad = |e: std::io::Error| {
             SpecError::new(format!("bind source {}: {}", src.display(), io_error_text(&e)))
         };
+        if self.fd_sources {
+            let fd = descriptor_of(src)?;
+            // SAFETY: the caller's open descriptor (the plan keeps it until
+            // PID 1 has cloned it), borrowed for one fstat.
+            let stat = nix::sys::stat::fstat(unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) })
+                .map_err(|e| bad(e.into()))?;
+            let dir = stat.st_mode & libc::S_IFMT == libc::S_IFDIR;
+            self.host_sources.push(HostSource {
+                what,
+                overlay: None,
+                src: CString::default(),
+                fd: Some(fd),
+                kind: if dir { Kind::Dir } else { Kind::File },
+                attrs,
+            });
+            return Ok(self.host_sources.len() - 1);
+        }
         let canonical = std::fs::canonicalize(src).map_err(bad)?;
         let meta = std::fs::metadata(&canonical).map_err(bad)?;
         let rel = canonical
@@ -737,6 +798,7 @@ impl Expansion<'_> {
             what,
             overlay: None,
             src: cstring("bind source", if rel.is_empty() { "." } else { rel })?,
+            fd: None,
             kind: if meta.is_dir() { Kind::Dir } else { Kind::File },
             attrs,
         });
@@ -757,6 +819,7 @@ impl Expansion<'_> {
                 options: vec![option("mode", "755")?, option("size", "64k")?],
                 attrs: MOUNT_NOSUID | MOUNT_NODEV | MOUNT_NOEXEC,
                 dst: dir.clone(),
+                pooled: false,
             },
         );
         let bin_dir = PORTAL_BIN.rsplit_once('/').map_or(PORTAL_BIN, |(dir, _)| dir);
@@ -843,6 +906,9 @@ impl Expansion<'_> {
                         options,
                         attrs: MOUNT_NOSUID | MOUNT_NODEV,
                         dst,
+                        // bwrap's `--size` makes a tmpfs of its own (the
+                        // portal's worker reserves it from the pool).
+                        pooled: self.pool && size.is_none(),
                     },
                 );
             }
@@ -887,6 +953,7 @@ impl Expansion<'_> {
                     options: Vec::new(),
                     attrs: MOUNT_NOSUID | MOUNT_NODEV | MOUNT_NOEXEC,
                     dst,
+                    pooled: false,
                 },
             ),
             MountOp::CreateFile { contents, mode, .. } => self.push(
@@ -937,6 +1004,7 @@ impl Expansion<'_> {
                         options: vec![option("mode", "0")?],
                         attrs: ro,
                         dst,
+                        pooled: false,
                     },
                 );
                 continue;
@@ -970,7 +1038,14 @@ impl Expansion<'_> {
         dst: CString,
         dst_text: &str,
     ) -> Result<(), SpecError> {
+        let fd_sources = self.fd_sources;
         let path = |p: &Path| -> Result<String, SpecError> {
+            if fd_sources {
+                // A descriptor the caller opened: overlayfs follows the
+                // magic link to what it is open on.
+                descriptor_of(p)?;
+                return Ok(p.display().to_string());
+            }
             let real = std::fs::canonicalize(p).map_err(|e| {
                 SpecError::new(format!("overlay source {}: {}", p.display(), io_error_text(&e)))
             })?;
@@ -1030,6 +1105,7 @@ impl Expansion<'_> {
             what: what.clone(),
             overlay: Some(OverlayFs { options, tmp, failure }),
             src: CString::default(),
+            fd: None,
             kind: Kind::Dir,
             attrs,
         });
@@ -1068,12 +1144,14 @@ impl Expansion<'_> {
         let exec = if bwrap { MOUNT_NODEV } else { MOUNT_NOEXEC };
         let at = |entry: &str| cstring("dev path", child_rel(dst_text, entry));
         let label = self.file_label.as_ref().map(crate::selinux::mount_option);
+        let pooled = self.pool;
         let tmpfs = |dst: CString, mode: &str, attrs: u64| -> Result<Action, SpecError> {
             Ok(Action::Fs {
                 fstype: cstring("fstype", "tmpfs")?,
                 options: std::iter::once(option("mode", mode)?).chain(label.clone()).collect(),
                 attrs,
                 dst,
+                pooled,
             })
         };
         self.push(format!("mount tmpfs on {dst_text}"), tmpfs(at("")?, "755", MOUNT_NOSUID | exec)?);
@@ -1087,6 +1165,7 @@ impl Expansion<'_> {
                 overlay: None,
                 what: format!("bind {host} -> {dst_text}/{dev}"),
                 src: cstring("device", format!("dev/{dev}"))?,
+                fd: None,
                 kind: Kind::File,
                 // Device nodes: no nodev, of course.
                 attrs: MOUNT_NOSUID | if bwrap { 0 } else { MOUNT_NOEXEC },
@@ -1121,6 +1200,7 @@ impl Expansion<'_> {
                 ],
                 attrs: MOUNT_NOSUID | MOUNT_NOEXEC,
                 dst: at("pts")?,
+                pooled: false,
             },
         );
         if bwrap {
@@ -1188,7 +1268,7 @@ impl SecretHiding {
             if too_many {
                 return Err(format!("{} system binds are more than can be idmapped", system.len()));
             }
-            if std::env::var_os(crate::idmap::TEST_NO_IDMAP_ENV).is_some() {
+            if crate::test_only::var(crate::idmap::TEST_NO_IDMAP_ENV).is_some() {
                 return Err(format!("{} is set (test-only)", crate::idmap::TEST_NO_IDMAP_ENV));
             }
             attempt()
@@ -1284,6 +1364,14 @@ pub(crate) fn parents_for(mode: u32) -> u32 {
 }
 
 /// A `key=value` filesystem option.
+/// The descriptor number a `/proc/self/fd/N` source names.
+fn descriptor_of(src: &Path) -> Result<std::os::fd::RawFd, SpecError> {
+    src.to_str()
+        .and_then(|s| s.strip_prefix("/proc/self/fd/"))
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| SpecError::new(format!("bind source {}: not a descriptor", src.display())))
+}
+
 fn option(key: &str, value: &str) -> Result<(CString, Option<CString>), SpecError> {
     Ok((cstring("option", key)?, Some(cstring("option value", value)?)))
 }

@@ -144,6 +144,7 @@ pub fn request(parsed: &Parsed, caps_from: u64) -> Result<Request, BwrapError> {
         userns2_fd: parsed.fds.get("--userns2").copied(),
         disable_userns: parsed.disable_userns,
         assert_userns_disabled: parsed.assert_userns_disabled,
+        host_only: parsed.host_only(),
     })
 }
 

@@ -30,7 +30,9 @@ pub enum BwrapError {
     /// message, already in bubblewrap's words where bubblewrap has some.
     #[error("{0}")]
     Refused(String),
-    #[error("the launcher ended the nested sandbox without a status")]
+    #[error(
+        "the nested sandbox ended without a status: the portal's process serving it is gone (killed from inside the sandbox, or the sandbox is ending)"
+    )]
     NoStatus,
     #[error("reading the launcher's reply: {}", sandbox::error::io_error_text(.0))]
     Reply(#[source] io::Error),
@@ -93,7 +95,7 @@ mod tests {
                 BwrapError::Refused("Can't mkdir /x: Permission denied".into()),
                 "Can't mkdir /x: Permission denied".into(),
             ),
-            (BwrapError::NoStatus, "the launcher ended the nested sandbox without a status".into()),
+            (BwrapError::NoStatus, "the nested sandbox ended without a status: the portal's process serving it is gone (killed from inside the sandbox, or the sandbox is ending)".into()),
             (
                 BwrapError::Reply(ebadf()),
                 format!("reading the launcher's reply: {}", sandbox::error::io_error_text(&e)),

@@ -80,7 +80,7 @@ pub struct Parsed {
     pub as_pid_1: bool,
     /// `--cap-add`/`--cap-drop` in order: (add?, capability mask).
     pub caps: Vec<(bool, u64)>,
-    /// Options given, in order (each name once), for [`Parsed::unsupported`].
+    /// Options given, in order (each name once), for [`Parsed::host_only`].
     pub given: Vec<&'static str>,
     pub command: Vec<String>,
     /// `--tx-seccomp PROFILE` (ours).
@@ -514,22 +514,13 @@ impl Parser<'_> {
 }
 
 impl Parsed {
-    /// The first option given that is not served where this runs: on the
-    /// host every option is; a nested sandbox is started by the outer
-    /// launcher, which cannot serve the ones about the caller's own
-    /// namespaces and status descriptors.
-    pub fn unsupported(&self, nested: bool) -> Option<&'static str> {
-        const HOST_ONLY: &[&str] = &[
-            "--userns",
-            "--userns2",
-            "--pidns",
-            "--userns-block-fd",
-            "--info-fd",
-            "--json-status-fd",
-            "--exec-label",
-            "--file-label",
-        ];
-        self.given.iter().copied().find(|name| nested && HOST_ONLY.contains(name))
+    /// The options given that only a bwrap on the host serves (the
+    /// caller's own namespaces and status descriptors, SELinux labels),
+    /// once each, in the order given. A nested request names them and the
+    /// launcher's worker refuses them: the one check, made where a raw
+    /// request meets it too.
+    pub fn host_only(&self) -> Vec<String> {
+        self.given.iter().filter(|n| sandbox::nested::HOST_ONLY.contains(n)).map(|n| n.to_string()).collect()
     }
 
     /// The capability set COMMAND keeps (bwrap starts from nothing inside
@@ -769,8 +760,7 @@ mod tests {
         assert_eq!((p.exec_label.as_deref(), p.file_label.as_deref()), (Some(EXEC), Some(FILE)));
         assert_eq!(io.warnings, ["Only the last --exec-label option will take effect"]);
         assert_eq!(io.file_labels, [FILE], "the file label is applied while parsing, as setfscreatecon");
-        assert_eq!(p.unsupported(true), Some("--exec-label"), "labels are the host's business");
-        assert_eq!(p.unsupported(false), None);
+        assert_eq!(p.host_only(), ["--exec-label", "--file-label"], "labels are the host's business");
     }
 
     #[test]
@@ -814,8 +804,7 @@ mod tests {
         assert_eq!(p.ops[5], Op::RemountRo { dst: "/ws/.codex".into() });
         assert_eq!(p.command[0], "/h/codex-linux-sandbox");
         assert_eq!(p.command.len(), 6);
-        assert_eq!(p.unsupported(true), None);
-        assert_eq!(p.unsupported(false), None);
+        assert!(p.host_only().is_empty());
     }
 
     #[test]
@@ -1038,17 +1027,17 @@ mod tests {
     }
 
     #[test]
-    fn only_a_nested_sandbox_refuses_the_callers_own_namespaces_and_status() {
+    fn the_callers_own_namespaces_and_status_are_named_once_each() {
         for opt in
             [&["--info-fd", "3"][..], &["--json-status-fd", "3"], &["--userns", "3"], &["--pidns", "3"]]
         {
             let mut args = opt.to_vec();
             args.push("true");
-            let p = parsed(&args);
-            assert_eq!(p.unsupported(true), Some(opt[0]));
-            assert_eq!(p.unsupported(false), None);
+            assert_eq!(parsed(&args).host_only(), [opt[0]]);
         }
+        let p = parsed(&["--pidns", "3", "--info-fd", "4", "--pidns", "5", "true"]);
+        assert_eq!(p.host_only(), ["--pidns", "--info-fd"]);
         let p = parsed(&["--mqueue", "/mq", "--chmod", "0755", "/x", "--as-pid-1", "--unshare-pid", "true"]);
-        assert_eq!(p.unsupported(true), None);
+        assert!(p.host_only().is_empty());
     }
 }

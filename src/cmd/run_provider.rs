@@ -375,7 +375,7 @@ fn run_docker(
                 },
                 None => None,
             };
-            let (cmd, env_fd, files) = provider.run_once_command(&config, process)?;
+            let (cmd, memfds, files) = provider.run_once_command(&config, process)?;
             drop(volumes);
             // `docker run` forwards the signals it receives to the
             // container (sig-proxy); a terminal's ^C reached it already.
@@ -384,7 +384,7 @@ fn run_docker(
                     relay::signal_child(child, received.signal);
                 }
             });
-            drop(env_fd);
+            drop(memfds);
             files.remove();
             let status = status.map_err(|source| CmdError::CliSpawn { cli: cli.clone(), source })?;
             check_engine_after(&cli, None, status)?;

@@ -383,19 +383,23 @@ impl DockerProvider {
         let files = self.prepare_host_files(config, true)?;
         let env = instance_env(config);
         let env_fd = memfd_with("tuixiu-sandbox-env", &argv::env_file(&env))?;
+        let seccomp_fd = memfd_with("tuixiu-sandbox-seccomp", sandbox::seccomp::engine_profile().as_bytes())?;
+        let seccomp = fd_path(&seccomp_fd);
         let paths = InstancePaths {
             workspace: &workspace,
             home: files.home.as_deref(),
             passwd: &files.passwd,
             group: &files.group,
+            seccomp: &seccomp,
         };
         let args = argv::create(config, &paths, image, &fd_path(&env_fd));
         tracing::debug!("{} {}", self.cli, args.join(" "));
         let mut cmd = self.command(&args);
         cmd.stdin(std::process::Stdio::null());
         pass_fd(&mut cmd, env_fd.as_raw_fd());
+        pass_fd(&mut cmd, seccomp_fd.as_raw_fd());
         let out = tokio::process::Command::from(cmd).output().await.map_err(|e| self.spawn_error(e))?;
-        drop(env_fd);
+        drop((env_fd, seccomp_fd));
         if out.status.success() {
             tracing::info!("docker: created instance {name} from {image}");
             return self.inspect_one(name).await;
@@ -490,12 +494,13 @@ impl DockerProvider {
     }
 
     /// Builds a one-off `run --rm -i` (no instance kept): the command, the
-    /// env memfd, and the host files to delete once it has ended.
+    /// memfds it reads (environment, seccomp profile) to keep open until
+    /// it has run, and the host files to delete once it has ended.
     pub fn run_once_command(
         &self,
         config: &InstanceConfig,
         process: &ProcessSpec,
-    ) -> Result<(std::process::Command, OwnedFd, HostFiles), ProviderError> {
+    ) -> Result<(std::process::Command, [OwnedFd; 2], HostFiles), ProviderError> {
         let image = self.check_config(config)?;
         if process.argv.is_empty() {
             return Err(InvalidError::EmptyCommand.into());
@@ -507,17 +512,21 @@ impl DockerProvider {
         let mut env = instance_env(config);
         env.extend(process.env.iter().cloned());
         let env_fd = memfd_with("tuixiu-sandbox-env", &argv::env_file(&env))?;
+        let seccomp_fd = memfd_with("tuixiu-sandbox-seccomp", sandbox::seccomp::engine_profile().as_bytes())?;
+        let seccomp = fd_path(&seccomp_fd);
         let paths = InstancePaths {
             workspace: &workspace,
             home: files.home.as_deref(),
             passwd: &files.passwd,
             group: &files.group,
+            seccomp: &seccomp,
         };
         let args = argv::run_once(config, &paths, &image, &fd_path(&env_fd), &cwd, &process.argv);
         tracing::debug!("{} {}", self.cli, args.join(" "));
         let mut cmd = self.command(&args);
         pass_fd(&mut cmd, env_fd.as_raw_fd());
-        Ok((cmd, env_fd, files))
+        pass_fd(&mut cmd, seccomp_fd.as_raw_fd());
+        Ok((cmd, [env_fd, seccomp_fd], files))
     }
 
     /// The guest home of a running, managed instance (its `HOME`), after

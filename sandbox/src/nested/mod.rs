@@ -36,6 +36,7 @@
 
 mod host;
 mod plan;
+mod pool;
 pub mod request;
 mod server;
 pub mod wire;
@@ -45,7 +46,7 @@ pub use crate::launch::BwrapStatus;
 pub use crate::portal::{PORTAL_BIN, PORTAL_DIR, SOCKET, SOCKET_NAME};
 pub use host::{HostError, run_on_host};
 pub use plan::HostOptions;
-pub use request::{BindMode, DataKind, Op, OverlayKind, Request, RequestError, Unshare};
+pub use request::{BindMode, DataKind, HOST_ONLY, Op, OverlayKind, Request, RequestError, Unshare};
 pub(crate) use server::Server;
 pub(crate) use worker::Context;
 

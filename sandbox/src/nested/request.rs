@@ -11,6 +11,22 @@ pub const MAX_ARGS: usize = 9000;
 pub const MAX_ENV: usize = 8192;
 /// The kernel's cap on one BPF program (`BPF_MAXINSNS`).
 pub const MAX_BPF_INSNS: usize = 4096;
+/// `S_ISUID | S_ISGID`: never in a mode a nested request sets.
+const SET_ID_BITS: u32 = 0o6000;
+/// bubblewrap's options only a bwrap on the host serves: the caller's own
+/// namespaces and status descriptors, SELinux labels. Inside a sandbox
+/// the portal's worker refuses them ([`Request::check_served`]), the one
+/// place that decides; the front end only names them in the request.
+pub const HOST_ONLY: &[&str] = &[
+    "--userns",
+    "--userns2",
+    "--pidns",
+    "--userns-block-fd",
+    "--info-fd",
+    "--json-status-fd",
+    "--exec-label",
+    "--file-label",
+];
 
 /// One nested sandbox, as the front end parsed it from bwrap's options.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -72,6 +88,10 @@ pub struct Request {
     /// `--assert-userns-disabled`: fail unless user namespaces are off.
     #[serde(default)]
     pub assert_userns_disabled: bool,
+    /// The options of [`HOST_ONLY`] given, by name (the host serves them
+    /// from its own parse; inside a sandbox they are refused).
+    #[serde(default)]
+    pub host_only: Vec<String>,
 }
 
 /// Namespaces beyond the mount and pid ones every nested sandbox has.
@@ -173,17 +193,74 @@ pub enum RequestError {
         "capset failed: Operation not permitted (capabilities are kept only inside a new user namespace)"
     )]
     CapsWithoutUserns,
+    #[error(
+        "{option} {mode:o}: set-uid and set-gid bits cannot be set inside a sandbox (see docs/security.md)"
+    )]
+    SetId { option: &'static str, mode: u32 },
+    #[error(
+        "--overlay with a writable host directory is refused inside a sandbox whose user is host root: \
+         copying a file up would keep its set-uid bit (see docs/security.md)"
+    )]
+    RootCopyUp,
+    #[error("Can't use overlay source {src}: the sandbox masks files below it (see docs/security.md)")]
+    Masked { src: String },
+    #[error("{0} is not supported by tuixiu-sandbox's bwrap inside a sandbox (see docs/bwrap.md)")]
+    HostOnly(&'static str),
     #[error("invalid request: {0}")]
     Invalid(String),
 }
 
 impl Request {
+    /// Every check the portal's worker makes before it touches anything
+    /// (`user_is_host_root`: the outer sandbox's user is host root): the
+    /// one place that decides what a nested request may ask for.
+    pub fn check_served(&self, received: usize, user_is_host_root: bool) -> Result<(), RequestError> {
+        self.check_nested(received)?;
+        // overlayfs copies a file up with its owner and mode, set-uid bit
+        // included, as the nested PID 1, which may: where the sandbox user
+        // is host root, the system view's set-uid-root programs would land
+        // in a host directory as set-uid-root files (the upper layer of a
+        // tmp overlay stays in memory, and is not refused).
+        if user_is_host_root
+            && self.ops.iter().any(|op| matches!(op, Op::Overlay { kind: OverlayKind::Rw { .. }, .. }))
+        {
+            return Err(RequestError::RootCopyUp);
+        }
+        Ok(())
+    }
+
     /// Checks a nested request: as [`Request::check`], and capabilities
     /// only inside a new user namespace (the outer sandbox has none to give).
-    pub fn check_nested(&self, received: usize) -> Result<(), RequestError> {
+    fn check_nested(&self, received: usize) -> Result<(), RequestError> {
         self.check(received)?;
+        // What only the host serves: named by the front end, or present as
+        // a field (a raw request need not name what it sends).
+        if let Some(name) = self.host_only.first() {
+            let known = HOST_ONLY.iter().find(|o| **o == name.as_str());
+            return Err(known.map_or_else(
+                || RequestError::Invalid(format!("host option {name:?}")),
+                |o| RequestError::HostOnly(o),
+            ));
+        }
+        if self.userns2_fd.is_some() {
+            return Err(RequestError::HostOnly("--userns2"));
+        }
         if !self.unshare.user && self.caps.is_some_and(|c| c != 0) {
             return Err(RequestError::CapsWithoutUserns);
+        }
+        // Nothing inside a sandbox makes a set-uid or set-gid file, the
+        // nested PID 1's own steps included.
+        for op in &self.ops {
+            let (option, mode) = match op {
+                Op::Chmod { mode, .. } => ("--chmod", *mode),
+                Op::Tmpfs { mode, .. } => ("--perms (--tmpfs)", *mode),
+                Op::Dir { mode, .. } => ("--perms (--dir)", *mode),
+                Op::Data { mode, .. } => ("--perms", *mode),
+                _ => continue,
+            };
+            if mode & SET_ID_BITS != 0 {
+                return Err(RequestError::SetId { option, mode });
+            }
         }
         Ok(())
     }
@@ -243,6 +320,9 @@ impl Request {
             if program.len() % 8 != 0 || program.len() / 8 > MAX_BPF_INSNS {
                 return bad(format!("seccomp program of {} bytes", program.len()));
             }
+        }
+        if self.host_only.len() > HOST_ONLY.len() || self.host_only.iter().any(|n| n.contains('\0')) {
+            return bad("host options".into());
         }
         if self.lock_files.iter().any(|p| p.contains('\0')) {
             return bad("lock file path".into());
@@ -394,6 +474,45 @@ mod tests {
         assert!(r.check(3).is_err());
         r.fds = vec![0, 1, -1];
         assert!(r.check(3).is_err());
+    }
+
+    #[test]
+    fn what_only_the_host_serves_is_refused_nested() {
+        let mut r = request();
+        r.fds = vec![3];
+        r.userns2_fd = Some(3);
+        assert_eq!(r.check(1), Ok(()), "on the host");
+        assert_eq!(r.check_nested(1), Err(RequestError::HostOnly("--userns2")));
+        let mut r = request();
+        r.host_only = vec!["--pidns".into()];
+        assert_eq!(r.check(0), Ok(()));
+        assert_eq!(
+            r.check_nested(0).unwrap_err().to_string(),
+            "--pidns is not supported by tuixiu-sandbox's bwrap inside a sandbox (see docs/bwrap.md)"
+        );
+        r.host_only = vec!["--frob".into()];
+        assert!(matches!(r.check_nested(0), Err(RequestError::Invalid(_))));
+    }
+
+    #[test]
+    fn set_id_modes_are_refused_nested() {
+        let mut r = request();
+        r.ops = vec![Op::Chmod { dst: "/x".into(), mode: 0o4755 }];
+        assert_eq!(r.check(0), Ok(()), "bwrap on the host is the caller's");
+        assert_eq!(r.check_nested(0), Err(RequestError::SetId { option: "--chmod", mode: 0o4755 }));
+        r.ops = vec![Op::Tmpfs { dst: "/x".into(), mode: 0o1777, size: None }];
+        assert_eq!(r.check_nested(0), Ok(()), "the sticky bit is fine");
+    }
+
+    #[test]
+    fn a_root_users_request_writes_no_overlay_to_the_host() {
+        let mut r = request();
+        let kind = OverlayKind::Rw { upper: "/u".into(), work: "/w".into() };
+        r.ops = vec![Op::Overlay { sources: vec!["/usr".into()], dst: "/o".into(), kind }];
+        assert_eq!(r.check_served(0, false), Ok(()));
+        assert_eq!(r.check_served(0, true), Err(RequestError::RootCopyUp));
+        r.ops = vec![Op::Overlay { sources: vec!["/usr".into()], dst: "/o".into(), kind: OverlayKind::Tmp }];
+        assert_eq!(r.check_served(0, true), Ok(()), "a tmp overlay's upper layer is memory");
     }
 
     #[test]

@@ -67,10 +67,15 @@ impl Portal for Server<'_> {
             && p == pid
         {
             self.server = None;
+            let code = sys::exit_code_of(status);
+            // Its acceptor was killed (the sandbox is ending, or the agent
+            // killed it): the next connection gets a new server.
+            if code == worker::SERVER_STOPPED {
+                return;
+            }
             self.failed = true;
             tracing::warn!(
-                "nested sandboxes: the portal's server ended (status {}); the waiting requests are refused",
-                sys::exit_code_of(status)
+                "nested sandboxes: the portal's server ended (status {code}); the waiting requests are refused"
             );
         }
     }

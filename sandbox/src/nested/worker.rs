@@ -21,6 +21,7 @@ use std::panic::AssertUnwindSafe;
 
 use super::MAX_WORKERS;
 use super::plan;
+use super::pool;
 use super::request::Request;
 use super::wire::{self, Reply};
 use crate::launch::{self, LaunchOptions, Watch};
@@ -35,6 +36,9 @@ pub(crate) struct Context<'a> {
     pub plan: &'a Plan,
     pub pid1: libc::pid_t,
 }
+
+/// The name `/proc/PID/cmdline` shows for the portal's processes.
+const PORTAL_NAME: &[u8] = b"tuixiu-sandbox-portal";
 
 /// How long a front end may take to send its request.
 const REQUEST_TIMEOUT_SECS: libc::time_t = 10;
@@ -75,12 +79,20 @@ fn serve(listener: RawFd, ctx: &Context<'_>, monitor: libc::pid_t) -> i32 {
     let _ = unsafe { sys::close(listener) };
     loop {
         match sys::waitpid(child, 0) {
+            // Killed: by the end of the sandbox's pid namespace, or by a
+            // process of the sandbox (the agent's own user may). Either
+            // way nothing failed here: the launcher starts a new server at
+            // the next connection, and says nothing.
+            Ok((_, status)) if libc::WIFSIGNALED(status) => return SERVER_STOPPED,
             Ok((_, status)) => return sys::exit_code_of(status),
             Err(nix::errno::Errno::EINTR) => continue,
             Err(_) => return 1,
         }
     }
 }
+
+/// The server's status when its acceptor was killed (see `serve`).
+pub(crate) const SERVER_STOPPED: i32 = 0;
 
 /// Armed parent-death signal, then a check that the parent did not die
 /// before it was armed (the write end of `life` is the parent's).
@@ -114,7 +126,15 @@ fn accept_forever(listener: RawFd, ctx: &Context<'_>, life: OwnedFd) -> i32 {
         if pfds[1].revents != 0 {
             let mut info = [0u8; std::mem::size_of::<libc::signalfd_siginfo>()];
             while sys::read(sfd.as_raw_fd(), &mut info).is_ok_and(|n| n > 0) {}
-            workers.retain(|&pid| !matches!(sys::waitpid(pid, libc::WNOHANG), Ok((p, _)) if p == pid));
+            workers.retain(|&pid| {
+                let ended = matches!(sys::waitpid(pid, libc::WNOHANG), Ok((p, _)) if p == pid);
+                if ended {
+                    // A worker killed before it cleaned up leaves its part
+                    // of the pool behind.
+                    pool::clean_after(pid);
+                }
+                !ended
+            });
         }
         if pfds[0].revents == 0 {
             continue;
@@ -175,14 +195,24 @@ fn serve_one(conn: &OwnedFd, ctx: &Context<'_>, life: OwnedFd) -> i32 {
         Err(e) => return fail(format!("invalid request: {e}")),
     };
     drop(body);
-    let nested = match plan::prepare(&request, fds, conn.as_raw_fd(), ctx.spec, ctx.plan) {
+    let mut dir = match pool::WorkerDir::make() {
+        Ok(dir) => dir,
+        Err(e) => return fail(format!("the nested sandboxes' tmpfs pool: {e}")),
+    };
+    let nested = match plan::prepare(&request, fds, conn.as_raw_fd(), ctx.spec, ctx.plan, &dir.path()) {
         Ok(plan) => plan,
         Err(e) => return fail(e.to_string()),
     };
+    if let Err(e) = dir.reserve(plan::reserved_tmpfs(&request, ctx.spec)) {
+        return fail(e);
+    }
     // The nested PID 1 restores this one for COMMAND.
     sys::umask(request.umask as libc::mode_t);
-    let options = LaunchOptions { return_before_teardown: true, ..LaunchOptions::default() };
-    match launch::execute(&nested, &options, None, Watch::Caller(conn.as_raw_fd())) {
+    // Until PID 1 has gone, with its mounts: what they held in the pool is
+    // free again when the caller learns the status.
+    let outcome = launch::execute(&nested, &LaunchOptions::default(), None, Watch::Caller(conn.as_raw_fd()));
+    drop(dir);
+    match outcome {
         Ok(status) => {
             wire::send_reply(conn.as_fd(), &Reply::Exit(status.code()));
             0
@@ -193,12 +223,14 @@ fn serve_one(conn: &OwnedFd, ctx: &Context<'_>, life: OwnedFd) -> i32 {
 
 /// Everything the worker gives up before it reads the request.
 fn leave_host(listener: RawFd, ctx: &Context<'_>, monitor: libc::pid_t) -> Result<(), String> {
-    // This process and every one it forks (down to a nested sandbox's
-    // PID 1, dumpable for an instant: child.rs) are copies of the
+    // This process and every one it forks (down to the helper that makes
+    // a nested sandbox's user namespace, dumpable: child.rs) are copies of the
     // launcher's memory: the caller's whole environment goes first (found
     // through the host's /proc, before the sandbox's mount namespace hides
-    // this process's pid). Its arguments are anyone's to read in /proc.
-    crate::confine::forget_inherited(None);
+    // this process's pid), and its arguments, which the sandbox's
+    // processes may read in /proc/PID/cmdline (bind sources, `--env`
+    // values, the workspace's host path).
+    crate::confine::forget_inherited(Some(PORTAL_NAME));
     crate::confine::trim_heap();
     // Not in the launcher's session or process group (the caller's
     // terminal), and gone with the launcher.
@@ -218,6 +250,22 @@ fn leave_host(listener: RawFd, ctx: &Context<'_>, monitor: libc::pid_t) -> Resul
     let user = &ctx.spec.user;
     sys::setresgid(user.gid).map_err(|e| format!("setresgid({}) => {e}", user.gid))?;
     sys::setresuid(user.uid).map_err(|e| format!("setresuid({}) => {e}", user.uid))?;
+    // A mount namespace of the portal's own: the nested sandboxes' tmpfs
+    // pool where the portal's socket was (pool.rs), made as the sandbox
+    // user (the launcher's own ids may not be mapped in the sandbox).
+    let budget = ctx.spec.security.limits.tmpfs_size.unwrap_or(crate::limits::DEFAULT_TMPFS_SIZE);
+    pool::make(budget).map_err(|e| format!("the nested sandboxes' tmpfs pool: {e}"))?;
+    // `--pids` without a cgroup is RLIMIT_NPROC, counted per user in each
+    // user namespace and checked, for a namespace's processes, against the
+    // limit its creator had: set here, before anything below makes one,
+    // every process of every nested sandbox counts against the sandbox's
+    // limit (docs/security.md).
+    for &(resource, value) in &ctx.plan.limits.rlimits {
+        if resource == libc::RLIMIT_NPROC as libc::c_int {
+            sys::setrlimit(resource, value)
+                .map_err(|e| format!("setrlimit(RLIMIT_NPROC, {value}) => {e}"))?;
+        }
+    }
     // Nothing of the launcher's: its pipes, its signalfd, its stdio (the
     // caller's terminal) are not the nested sandbox's business.
     sys::close_all_except(&[listener], libc::c_uint::MAX).map_err(|e| format!("close_range => {e}"))?;

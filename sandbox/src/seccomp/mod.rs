@@ -187,6 +187,72 @@ pub(crate) fn reaper() -> Program {
     Program { filter: bpf::compile(&native_filter(&rules, bpf::RET_KILL_PROCESS)) }
 }
 
+/// The built-in `default` profile for a container engine (the docker
+/// provider passes it as `--security-opt seccomp=FILE`), with the set-uid
+/// rules of [`no_set_id_rules`] first, in the engine's JSON format: the
+/// engine's own default profile has no such rules, and with
+/// `no-new-privileges` a set-uid file is powerless only inside the
+/// container, not in the host directories it writes to.
+pub fn engine_profile() -> String {
+    let (_, json) =
+        BUILTIN.iter().find(|(name, _)| *name == "default").expect("the default profile is built in");
+    let mut profile: serde_json::Value = serde_json::from_str(json).expect("built-in profiles are JSON");
+    let entry = |name: &str, errno: i32, args: Vec<(u8, u64)>| {
+        let args: Vec<serde_json::Value> = args
+            .into_iter()
+            .map(|(index, bits)| {
+                serde_json::json!({ "index": index, "value": bits, "valueTwo": bits, "op": "SCMP_CMP_MASKED_EQ" })
+            })
+            .collect();
+        serde_json::json!({ "names": [name], "action": "SCMP_ACT_ERRNO", "errnoRet": errno, "args": args })
+    };
+    let creating = [libc::O_CREAT as u64, (libc::O_TMPFILE & !libc::O_DIRECTORY) as u64];
+    let mut rules = Vec::new();
+    for &(name, mode, flags) in MODE_ARGS {
+        for bit in SET_ID_BITS {
+            match flags {
+                None => rules.push(entry(name, libc::EPERM, vec![(mode, bit)])),
+                Some(flags) => {
+                    for create in creating {
+                        rules.push(entry(name, libc::EPERM, vec![(flags, create), (mode, bit)]));
+                    }
+                }
+            }
+        }
+    }
+    for name in ["openat2", "io_uring_setup", "io_uring_enter", "io_uring_register"] {
+        rules.push(entry(name, libc::ENOSYS, Vec::new()));
+    }
+    if let Some(serde_json::Value::Array(own)) = profile.get_mut("syscalls") {
+        rules.append(own);
+    }
+    profile["syscalls"] = serde_json::Value::Array(rules);
+    profile.to_string()
+}
+
+/// What the helper that makes a nested sandbox's user namespace calls once
+/// it is dumpable (child.rs): tell PID 1 it is ready, wait to be released,
+/// leave. `prctl` only as `PR_SET_DUMPABLE`, the call that opens its
+/// `/proc` files to PID 1 (and to the agent, whose code written there can
+/// then do no more than these).
+const HOLDER_SYSCALLS: &[&str] = &["read", "write", "rt_sigreturn", "restart_syscall", "exit", "exit_group"];
+
+/// The user-namespace helper's filter: [`HOLDER_SYSCALLS`] and
+/// `prctl(PR_SET_DUMPABLE, ...)`; anything else kills it.
+pub(crate) fn userns_holder() -> Program {
+    let arch = profile::Arch::NATIVE;
+    let mut rules: Vec<Rule> = HOLDER_SYSCALLS
+        .iter()
+        .filter_map(|name| arch.syscall_nr(name))
+        .map(|nr| Rule { nr, conds: Vec::new(), ret: bpf::RET_ALLOW })
+        .collect();
+    if let Some(nr) = arch.syscall_nr("prctl") {
+        let conds = vec![Cond { arg: 0, op: Op::Eq(libc::PR_SET_DUMPABLE as u64) }];
+        rules.push(Rule { nr, conds, ret: bpf::RET_ALLOW });
+    }
+    Program { filter: bpf::compile(&native_filter(&rules, bpf::RET_KILL_PROCESS)) }
+}
+
 /// The rules of the program: the network policy's socket rules in front of
 /// the profile's, with the ptrace syscalls allowed when asked.
 fn assemble(
@@ -203,7 +269,64 @@ fn assemble(
         }
     }
     let mut rules = socket_rules(sockets, arch);
+    rules.extend(no_set_id_rules(arch));
     rules.append(&mut profile.rules);
+    rules
+}
+
+/// The mode bits no file made inside a sandbox may carry.
+const SET_ID_BITS: [u64; 2] = [libc::S_ISUID as u64, libc::S_ISGID as u64];
+
+/// Where each call that sets a mode takes it: `(name, mode argument,
+/// flags argument)`; with flags, only when they create a file (`O_CREAT`
+/// or `O_TMPFILE`, whose file `linkat` may name later).
+const MODE_ARGS: &[(&str, u8, Option<u8>)] = &[
+    ("chmod", 1, None),
+    ("fchmod", 1, None),
+    ("fchmodat", 2, None),
+    ("fchmodat2", 2, None),
+    ("mkdir", 1, None),
+    ("mkdirat", 2, None),
+    ("mknod", 1, None),
+    ("mknodat", 2, None),
+    ("creat", 1, None),
+    ("open", 2, Some(1)),
+    ("openat", 3, Some(2)),
+];
+
+/// No set-uid or set-gid bit is ever set from inside a sandbox: what
+/// systemd's `RestrictSUIDSGID=` denies (EPERM for a mode with either bit
+/// to the `chmod` family, or to calls that create files, directories and
+/// nodes), plus `fchmodat2` and `O_TMPFILE`; `openat2` (its mode is in
+/// memory, out of the filter's sight) and io_uring (which creates files
+/// without syscalls) answer ENOSYS, so that callers fall back to what the
+/// filter can see. In front of every profile's own rules, which cannot
+/// re-allow them. docs/security.md says why.
+fn no_set_id_rules(arch: profile::Arch) -> Vec<Rule> {
+    let eperm = Action::Errno(libc::EPERM as u16).ret();
+    let creating = [libc::O_CREAT as u64, (libc::O_TMPFILE & !libc::O_DIRECTORY) as u64];
+    let mut rules = Vec::new();
+    for &(name, mode, flags) in MODE_ARGS {
+        let Some(nr) = arch.syscall_nr(name) else { continue };
+        for bit in SET_ID_BITS {
+            let set = Cond { arg: mode, op: Op::MaskedEq { mask: bit, value: bit } };
+            match flags {
+                None => rules.push(Rule { nr, conds: vec![set], ret: eperm }),
+                Some(flags) => {
+                    for create in creating {
+                        let create = Cond { arg: flags, op: Op::MaskedEq { mask: create, value: create } };
+                        rules.push(Rule { nr, conds: vec![create, set], ret: eperm });
+                    }
+                }
+            }
+        }
+    }
+    let enosys = Action::Errno(libc::ENOSYS as u16).ret();
+    for name in ["openat2", "io_uring_setup", "io_uring_enter", "io_uring_register"] {
+        if let Some(nr) = arch.syscall_nr(name) {
+            rules.push(Rule { nr, conds: Vec::new(), ret: enosys });
+        }
+    }
     rules
 }
 
@@ -374,6 +497,102 @@ mod tests {
             assert_eq!(run(&p, name, [0; 6]), bpf::RET_ALLOW, "{name}");
         }
         for name in ["read", "openat", "mmap", "mprotect", "ptrace", "unshare", "mount", "execve", "clone"] {
+            assert_eq!(run(&p, name, [0; 6]), bpf::RET_KILL_PROCESS, "{name}");
+        }
+    }
+
+    #[test]
+    fn no_profile_lets_a_set_id_bit_through() {
+        let custom = std::env::temp_dir().join(format!("allow-all-{}.json", std::process::id()));
+        std::fs::write(
+            &custom,
+            r#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[
+            {"names":["chmod","fchmodat","openat","openat2","io_uring_setup"],"action":"SCMP_ACT_ALLOW"}]}"#,
+        )
+        .unwrap();
+        let policies = [
+            SeccompPolicy::default(),
+            SeccompPolicy::Builtin("strict".into()),
+            SeccompPolicy::File(custom.clone()),
+        ];
+        for policy in &policies {
+            let p = program(policy, false, Sockets::Profile);
+            let at = libc::AT_FDCWD as u64;
+            let create = libc::O_CREAT as u64 | libc::O_WRONLY as u64;
+            let tmpfile = libc::O_TMPFILE as u64 | libc::O_WRONLY as u64;
+            for (name, args) in [
+                ("chmod", [0, 0o4755, 0, 0, 0, 0]),
+                ("chmod", [0, 0o2755, 0, 0, 0, 0]),
+                ("fchmod", [3, 0o6755, 0, 0, 0, 0]),
+                ("fchmodat", [at, 0, 0o4700, 0, 0, 0]),
+                ("fchmodat2", [at, 0, 0o2700, 0, 0, 0]),
+                ("mkdir", [0, 0o2775, 0, 0, 0, 0]),
+                ("mkdirat", [at, 0, 0o2775, 0, 0, 0]),
+                ("mknod", [0, libc::S_IFREG as u64 | 0o4755, 0, 0, 0, 0]),
+                ("mknodat", [at, 0, libc::S_IFREG as u64 | 0o4755, 0, 0, 0]),
+                ("creat", [0, 0o4755, 0, 0, 0, 0]),
+                ("open", [0, create, 0o4755, 0, 0, 0]),
+                ("openat", [at, 0, create, 0o4755, 0, 0]),
+                ("openat", [at, 0, tmpfile, 0o2755, 0, 0]),
+                // Upper bits of the mode do not hide it.
+                ("chmod", [0, 0xffff_0000_0000_0000 | 0o4000, 0, 0, 0, 0]),
+            ] {
+                assert_eq!(run(&p, name, args), EPERM, "{} {name} {args:?}", policy.describe());
+            }
+            for name in ["openat2", "io_uring_setup"] {
+                assert_eq!(run(&p, name, [0; 6]), ENOSYS, "{} {name}", policy.describe());
+            }
+        }
+        // Everything else about modes is untouched.
+        let p = program(&SeccompPolicy::default(), false, Sockets::Profile);
+        let at = libc::AT_FDCWD as u64;
+        for (name, args) in [
+            ("chmod", [0, 0o1777, 0, 0, 0, 0]),
+            ("fchmodat", [at, 0, 0o755, 0, 0, 0]),
+            ("mkdirat", [at, 0, 0o755, 0, 0, 0]),
+            // Without O_CREAT the mode argument is garbage: ignored.
+            ("openat", [at, 0, libc::O_RDONLY as u64, 0o4755, 0, 0]),
+            ("openat", [at, 0, libc::O_CREAT as u64, 0o644, 0, 0]),
+        ] {
+            assert_eq!(run(&p, name, args), bpf::RET_ALLOW, "{name} {args:?}");
+        }
+        std::fs::remove_file(custom).unwrap();
+    }
+
+    #[test]
+    fn the_engine_profile_is_default_with_the_set_id_rules() {
+        // Read back as a profile file: the same program as `default`
+        // (the set-uid rules twice, harmlessly, as the file has them too).
+        let file = std::env::temp_dir().join(format!("engine-{}.json", std::process::id()));
+        std::fs::write(&file, engine_profile()).unwrap();
+        let engine = program(&SeccompPolicy::File(file.clone()), false, Sockets::Profile);
+        let default = program(&SeccompPolicy::default(), false, Sockets::Profile);
+        let at = libc::AT_FDCWD as u64;
+        for (name, args) in [
+            ("fchmodat", [at, 0, 0o4755, 0, 0, 0]),
+            ("openat", [at, 0, libc::O_CREAT as u64, 0o2755, 0, 0]),
+            ("openat", [at, 0, libc::O_CREAT as u64, 0o755, 0, 0]),
+            ("openat2", [0; 6]),
+            ("mount", [0; 6]),
+            ("read", [0; 6]),
+        ] {
+            assert_eq!(run(&engine, name, args), run(&default, name, args), "{name}");
+        }
+        std::fs::remove_file(file).unwrap();
+    }
+
+    #[test]
+    fn the_userns_holder_may_only_wait_and_toggle_dumpable() {
+        let p = userns_holder().filter;
+        for name in HOLDER_SYSCALLS {
+            assert_eq!(run(&p, name, [0; 6]), bpf::RET_ALLOW, "{name}");
+        }
+        let dumpable = libc::PR_SET_DUMPABLE as u64;
+        assert_eq!(run(&p, "prctl", [dumpable, 1, 0, 0, 0, 0]), bpf::RET_ALLOW);
+        for other in [libc::PR_SET_SECCOMP, libc::PR_CAP_AMBIENT, libc::PR_SET_NO_NEW_PRIVS] {
+            assert_eq!(run(&p, "prctl", [other as u64, 1, 0, 0, 0, 0]), bpf::RET_KILL_PROCESS);
+        }
+        for name in ["openat", "mmap", "mprotect", "unshare", "setns", "mount", "execve", "clone", "keyctl"] {
             assert_eq!(run(&p, name, [0; 6]), bpf::RET_KILL_PROCESS, "{name}");
         }
     }

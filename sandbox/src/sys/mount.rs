@@ -126,6 +126,29 @@ pub fn fsconfig_create(fd: BorrowedFd<'_>) -> SysResult<()> {
     .map(drop)
 }
 
+/// `fspick(path)`: a context to reconfigure the filesystem mounted there.
+pub fn fspick(path: &CStr) -> SysResult<OwnedFd> {
+    // SAFETY: valid C string; flags are plain integers.
+    owned(unsafe { libc::syscall(libc::SYS_fspick, libc::AT_FDCWD, path.as_ptr(), libc::FSPICK_CLOEXEC) })
+}
+
+/// `fsconfig(FSCONFIG_CMD_RECONFIGURE)`: applies what was set on an
+/// [`fspick`] context.
+pub fn fsconfig_reconfigure(fd: BorrowedFd<'_>) -> SysResult<()> {
+    // SAFETY: FSCONFIG_CMD_RECONFIGURE takes no key or value.
+    check_long(unsafe {
+        libc::syscall(
+            libc::SYS_fsconfig,
+            fd.as_raw_fd(),
+            libc::FSCONFIG_CMD_RECONFIGURE,
+            ptr::null::<c_char>(),
+            ptr::null::<c_void>(),
+            0,
+        )
+    })
+    .map(drop)
+}
+
 /// `fsmount`: a detached mount of the configured filesystem with `MOUNT_ATTR_*` flags.
 pub fn fsmount(fd: BorrowedFd<'_>, attrs: u64) -> SysResult<OwnedFd> {
     // SAFETY: valid descriptor; flags are plain integers.

@@ -47,6 +47,9 @@ pub struct InstancePaths<'a> {
     pub home: Option<&'a Path>,
     pub passwd: &'a Path,
     pub group: &'a Path,
+    /// The seccomp profile (`sandbox::seccomp::engine_profile`, in a file
+    /// the CLI reads: `/dev/fd/N`).
+    pub seccomp: &'a str,
 }
 
 /// The options shared by `run -d` (instances) and `run --rm` (one-off).
@@ -101,6 +104,10 @@ fn run_options(config: &InstanceConfig, paths: &InstancePaths<'_>, env_file: &st
     // capabilities even for a uid-0 user).
     args.push("--cap-drop=ALL".into());
     args.push("--security-opt=no-new-privileges".into());
+    // The runtime's default profile, whose rules also keep set-uid and
+    // set-gid bits off every file the container writes (the engine's own
+    // profile lets them be set, and a host directory keeps them).
+    args.push(format!("--security-opt=seccomp={}", paths.seccomp));
     args.push(format!("--env-file={env_file}"));
     args
 }
@@ -258,6 +265,7 @@ mod tests {
             home: Some(Path::new("/state/home")),
             passwd: Path::new("/state/etc/passwd"),
             group: Path::new("/state/etc/group"),
+            seccomp: "/dev/fd/8",
         };
         let args = create(&config(), &paths, "img:1", "/dev/fd/9");
         let expect = [
@@ -283,6 +291,7 @@ mod tests {
             "--pids-limit=100",
             "--cap-drop=ALL",
             "--security-opt=no-new-privileges",
+            "--security-opt=seccomp=/dev/fd/8",
             "--env-file=/dev/fd/9",
             "--",
             "img:1",
@@ -300,6 +309,7 @@ mod tests {
             home: None,
             passwd: Path::new("/state/etc/passwd"),
             group: Path::new("/state/etc/group"),
+            seccomp: "/dev/fd/8",
         };
         let mut c = config();
         // The bind of /srv/data shows the workspace root at /data/runs.
@@ -316,6 +326,7 @@ mod tests {
             home: None,
             passwd: Path::new("/p"),
             group: Path::new("/g"),
+            seccomp: "/dev/fd/4",
         };
         let argv = ["--privileged".to_string()];
         let args = run_once(&config(), &paths, "img", "/dev/fd/3", "/workspace", &argv);
