@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bwrap on the host (issue 15): codex's and Flatpak's typical command lines
+# bwrap on the host (docs/benchmarks.md, "bwrap on the host"): codex's and Flatpak's typical command lines
 # (COMMAND is /usr/bin/true) through our launcher called as `bwrap` and
 # through a reference bubblewrap, alternating in one run (scripts/abbench.py,
 # which execs each directly: no shell in the measurement): start-to-exit

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Scaling curves of the execution-plane daemon (issue 18, curve a): one
+# Scaling curves of the execution-plane daemon (docs/benchmarks.md, "Curve (a)"): one
 # daemon with 1, 10, 100, 1 000 idle runs and one with 1, 10, 50 runs
 # relaying at once; RSS, the daemon's CPU per message, and the latency
 # p50/p99 of `sandbox_control inspect` round trips (during the relay they

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Scaling curve (c) of issue 18: zip extraction time and peak memory
+# Scaling curve (c) (docs/benchmarks.md, "Extraction against"): zip extraction time and peak memory
 # against archive size (1 MB ... 1 GB) and entry count (10 ... 100 000),
 # ours (`__extract`, default workers) next to `unzip -q` at every point.
 #

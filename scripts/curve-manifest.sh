@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Scaling curve (b) of issue 18: what a manifest adds to `run`, against
+# Scaling curve (b) (docs/benchmarks.md, "Manifest apply against"): what a manifest adds to `run`, against
 # its item count (1 ... 1 000) and against the bytes it lands (1 ... 256 MB).
 #
 #   scripts/curve-manifest.sh            (a few minutes on 2 cores)

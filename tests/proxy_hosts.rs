@@ -1,4 +1,5 @@
-//! Several daemons under one backend (seed 002 §6, §8.2; docs/deploy.md):
+//! Several daemons under one backend (docs/deploy.md, "Topology", "Adding a host";
+//! docs/protocol.md, "Identity and proxy_id_conflict"):
 //! a backend stand-in and three daemons, each on its own "host" — a
 //! network namespace with its own address — registering with distinct
 //! proxy ids over wss://. Runs dispatched to each id land on that host and
