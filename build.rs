@@ -44,13 +44,13 @@
 //!    static daemon idles 0.8 MiB smaller: docs/benchmarks.md.)
 //!
 //! 4. The full tool and the daemon, dynamic by default, link the static
-//!    unwinder (`libgcc_eh.a` found where rustc asks for `-lgcc_s`), as
-//!    the launcher does: no `libgcc_s.so.1` to map and relocate, and no
-//!    constructor issuing `cpuid` at every start. With `panic = "abort"`
-//!    the unwinder only walks stacks for backtraces. The idle daemon maps
-//!    84 KiB less (docs/benchmarks.md, issue 18). `libm.so` stays:
-//!    glibc's `libm.a` resolves its ifuncs through the dynamic loader's
-//!    private symbols, so it cannot be linked into a dynamic program.
+//!    unwinder (`libgcc_eh.a` found where rustc asks for `-lgcc_s`), as the
+//!    launcher does: no `libgcc_s.so.1` to map and relocate, and no constructor
+//!    issuing `cpuid` at every start. With `panic = "abort"` the unwinder only
+//!    walks stacks for backtraces. The idle daemon maps 84 KiB less
+//!    (docs/benchmarks.md, "every target, side by side"). `libm.so` stays:
+//!    glibc's `libm.a` resolves its ifuncs through the dynamic loader's private
+//!    symbols, so it cannot be linked into a dynamic program.
 
 use std::path::PathBuf;
 use std::process::Command;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The daemon's agent host against its targets (issue 7), native provider,
-# release build, driven by a Rust fake backend on loopback
-# (examples/acp_bench.rs) with a minimal compiled agent
+# The daemon's agent host against its targets (docs/benchmarks.md, "The
+# daemon's agent host"), native provider, release build, driven by a Rust
+# fake backend on loopback (examples/acp_bench.rs) with a minimal compiled
+# agent
 # (examples/acp_bench_agent.rs; AGENT=examples/acp_bench_agent.py for the
 # stdlib-only Python one, run as `python3 -S`):
 #   * acp_open -> acp_opened with a fresh run each time (target: median
@@ -11,8 +12,9 @@
 #     16.5 ms), and 8 concurrent reads against 8 sequential ones (target:
 #     concurrent not slower);
 #   * session/update relay, 200 B each, all in order, none lost (target
-#     >= 1 000 000 per second, issue 18; Node: 42 500), and the daemon's
-#     peak RSS over it (target < 12 MB; Node: 63 MB idle, 84 MB peak);
+#     >= 1 000 000 per second: docs/benchmarks.md, "a million relayed
+#     updates a second"; Node: 42 500), and the daemon's peak RSS over
+#     it (target < 12 MB; Node: 63 MB idle, 84 MB peak);
 #     then the agent alone into a pipe and the backend alone over
 #     loopback, so neither end is what limits the rate.
 # Needs root (the sandbox runs as the daemon's user; /proc/<pid>/clear_refs).
@@ -29,7 +31,7 @@ AGENT=${AGENT:-target/release/examples/acp_bench_agent}
 cargo build --release --quiet --bins --example acp_bench --example acp_bench_agent
 echo "machine: $(nproc) cores ($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "tuixiu-sandbox $(target/release/tuixiu-sandbox --version | cut -d' ' -f2), $(/usr/bin/python3 --version)"
-echo "anchor (Node acp-proxy on bwrap, same kind of machine, issue 7): acp_open 50 ms; 10 KB read 16.5 ms; 42 500 updates/s; RSS 63 MB idle, 84 MB peak"
+echo "anchor (Node acp-proxy on bwrap, same kind of machine; docs/benchmarks.md): acp_open 50 ms; 10 KB read 16.5 ms; 42 500 updates/s; RSS 63 MB idle, 84 MB peak"
 for i in $(seq 1 "$ROUNDS"); do
     echo "--- round $i (load $(cut -d' ' -f1-3 /proc/loadavg))"
     target/release/examples/acp_bench target/release/tuixiu-sandbox \

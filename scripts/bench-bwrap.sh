@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# bwrap on the host (issue 15): codex's and Flatpak's typical command lines
-# (COMMAND is /usr/bin/true) through our launcher called as `bwrap` and
-# through a reference bubblewrap, alternating in one run (scripts/abbench.py,
-# which execs each directly: no shell in the measurement): start-to-exit
-# wall time, median, ratio. Then the CPU time of each (perf stat), which a
-# loaded machine disturbs less.
+# bwrap on the host (docs/benchmarks.md, "bwrap on the host"): codex's and
+# Flatpak's typical command lines (COMMAND is /usr/bin/true) through our
+# launcher called as `bwrap` and through a reference bubblewrap, alternating in
+# one run (scripts/abbench.py, which execs each directly: no shell in the
+# measurement): start-to-exit wall time, median, ratio. Then the CPU time of
+# each (perf stat), which a loaded machine disturbs less.
 #
 #   BWRAP_REF=/path/to/bubblewrap-0.11.1/bwrap scripts/bench-bwrap.sh
 #   RUNS=300 AS_USER=nobody BWRAP_REF=... scripts/bench-bwrap.sh

@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
-# Scaling curves of the execution-plane daemon (issue 18, curve a): one
-# daemon with 1, 10, 100, 1 000 idle runs and one with 1, 10, 50 runs
-# relaying at once; RSS, the daemon's CPU per message, and the latency
-# p50/p99 of `sandbox_control inspect` round trips (during the relay they
-# queue behind the updates in the daemon's one outbound FIFO).
-# examples/proxy_curve.rs is the backend, examples/acp_bench_agent.rs the
-# agent; release build, native provider. Needs root (sandboxes as the
-# daemon's user, /proc/<pid>/clear_refs).
+# Scaling curves of the execution-plane daemon (docs/benchmarks.md, "Curve
+# (a)"): one daemon with 1, 10, 100, 1 000 idle runs and one with 1, 10, 50 runs
+# relaying at once; RSS, the daemon's CPU per message, and the latency p50/p99
+# of `sandbox_control inspect` round trips (during the relay they queue behind
+# the updates in the daemon's one outbound FIFO). examples/proxy_curve.rs is the
+# backend, examples/acp_bench_agent.rs the agent; release build, native
+# provider. Needs root (sandboxes as the daemon's user, /proc/<pid>/clear_refs).
 #
 #   scripts/bench-daemon-curve.sh                   # docs/plots/daemon.csv + SVGs
 #   TOTAL=1000000 OUT=/tmp/curve scripts/bench-daemon-curve.sh

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Nested sandboxes (issue 13): codex-acp's bwrap probe,
+# Nested sandboxes (docs/benchmarks.md, "Nested sandboxes"):
+# codex-acp's bwrap probe,
 #
 #   bwrap --ro-bind / / --dev /dev --unshare-user --unshare-pid --unshare-net --proc /proc -- /usr/bin/true
 #

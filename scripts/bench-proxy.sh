@@ -3,7 +3,7 @@
 # (`tuixiu-sandbox proxy`, native provider, release build), driven by a
 # Rust fake backend on loopback (examples/proxy_bench.rs):
 #   * idle RSS once registered (target <= 8 MB; the Node acp-proxy idles at
-#     about 63 MB, issue 6);
+#     about 63 MB: docs/benchmarks.md, "Execution-plane daemon");
 #   * RSS added by 100 idle runs (target <= 2 MB each, no agents);
 #   * bursts of 1 000 `sandbox_control inspect` sent back to back: all
 #     answered, in order; per-message latency and the daemon's CPU per

@@ -1,21 +1,21 @@
 #!/usr/bin/env bash
-# Startup latency of `tuixiu-sandbox run -- /bin/true` (issues 2 and 3), hardened:
-# with the default seccomp profile and Landlock (best effort, i.e. fully
-# enforced on a kernel with Landlock ABI >= 6) and, for a root caller, the
-# idmapped system view; against bubblewrap with the closest equivalent
-# flags (bwrap has neither seccomp nor Landlock), alternating in one run.
-# A third column runs tuixiu-sandbox with seccomp and Landlock off, to show
-# what the hardening itself costs. The last column, the anchor of issue 18,
-# is the bare-namespace floor: `unshare -Urmpf --mount-proc /bin/true`
-# (user, mount and pid namespaces and a fresh /proc, nothing else).
+# Startup latency of `tuixiu-sandbox run -- /bin/true` (docs/benchmarks.md,
+# "Startup"), hardened: with the default seccomp profile and Landlock (best
+# effort, i.e. fully enforced on a kernel with Landlock ABI >= 6) and, for a
+# root caller, the idmapped system view; against bubblewrap with the closest
+# equivalent flags (bwrap has neither seccomp nor Landlock), alternating in one
+# run. A third column runs tuixiu-sandbox with seccomp and Landlock off, to show
+# what the hardening itself costs. The last column, the anchor, is the
+# bare-namespace floor: `unshare -Urmpf --mount-proc /bin/true` (user, mount and
+# pid namespaces and a fresh /proc, nothing else).
 #
 #   scripts/bench-startup.sh            # 300 runs each, as the current user
 #   RUNS=500 scripts/bench-startup.sh
 #   AS_USER=nobody scripts/bench-startup.sh   # unprivileged (needs root)
 #
 # Needs bubblewrap (apt-get install bubblewrap) and util-linux's unshare.
-# Targets: the hardened median <= 0.8x bwrap's (issue 3) and <= 1.2x
-# unshare's (issue 18).
+# Targets: the hardened median <= 0.8x bwrap's and <= 1.2x
+# unshare's (docs/benchmarks.md, "against the bare namespaces").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-300}

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The daemon's peak RSS with terminal output at the cap (issue 32): one run,
+# The daemon's peak RSS with terminal output at the cap (docs/benchmarks.md,
+# "One run cannot hold up another"): one run,
 # then four, each with 32 terminals at outputByteLimit 64 MiB printing
 # 80 MiB each, their output read once all have exited
 # (examples/terminal_rss.rs, agent examples/acp_bench_agent.rs). Native

@@ -1,7 +1,8 @@
 #!/bin/sh
-# Counts `Result<_, String>` in src/ outside tests (issue 16: at most 12,
-# each with a reason). A `#[cfg(test)] mod` runs to the end of its file by
-# the project's habit, so everything after its line is left out.
+# Counts `Result<_, String>` in src/ outside tests (at most 12,
+# each with a reason: docs/architecture.md, "Layers"). A `#[cfg(test)]
+# mod` runs to the end of its file by the project's habit, so everything
+# after its line is left out.
 # usage: scripts/count-string-errors.sh [-v]
 cd "$(dirname "$0")/.." || exit 1
 for f in $(find src -name '*.rs' ! -path '*/tests/*' ! -name tests.rs | sort); do

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Scaling curve (c) of issue 18: zip extraction time and peak memory
-# against archive size (1 MB ... 1 GB) and entry count (10 ... 100 000),
-# ours (`__extract`, default workers) next to `unzip -q` at every point.
+# Scaling curve (c) (docs/benchmarks.md, "Extraction against"): zip extraction
+# time and peak memory against archive size (1 MB ... 1 GB) and entry count (10
+# ... 100 000), ours (`__extract`, default workers) next to `unzip -q` at every
+# point.
 #
 #   scripts/curve-extract.sh            (about 10 minutes on 2 cores)
 #   ROUNDS=3 MAX_MB=256 scripts/curve-extract.sh   (more rounds, smaller top)

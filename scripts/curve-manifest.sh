@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Scaling curve (b) of issue 18: what a manifest adds to `run`, against
-# its item count (1 ... 1 000) and against the bytes it lands (1 ... 256 MB).
+# Scaling curve (b) (docs/benchmarks.md, "Manifest apply against"): what a
+# manifest adds to `run`, against its item count (1 ... 1 000) and against the
+# bytes it lands (1 ... 256 MB).
 #
 #   scripts/curve-manifest.sh            (a few minutes on 2 cores)
 #   ROUNDS=20 scripts/curve-manifest.sh  (more rounds per point)

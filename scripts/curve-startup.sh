@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Scaling curve (d) of issue 18: startup time of `run -- /bin/true` against
-# the number of bind mounts (0 ... 110: a sandbox takes at most 128 host
-# sources, MAX_HOST_SOURCES in sandbox/src/prepare.rs, of which the system
-# view and /dev use about ten) and against the size of the seccomp profile
-# (0 ... 1 000 rules).
+# Scaling curve (d) (docs/benchmarks.md, "Startup against bind mounts"): startup
+# time of `run -- /bin/true` against the number of bind mounts (0 ... 110: a
+# sandbox takes at most 128 host sources, MAX_HOST_SOURCES in
+# sandbox/src/prepare.rs, of which the system view and /dev use about ten) and
+# against the size of the seccomp profile (0 ... 1 000 rules).
 #
 #   scripts/curve-startup.sh              (a few minutes on 2 cores)
 #   ROUNDS=100 scripts/curve-startup.sh   (more rounds per point)

@@ -2,7 +2,7 @@
 """Import cycles between the files of one module of a Rust crate.
 
 usage: filecycles.py SRC_DIR
-Complements /work/shared/tools/modgraph.py (top-level modules): inside each
+Complements a check of cycles between top-level modules: inside each
 module, a file's references (`crate::a::b`, `super::x`, `self::x`) are
 resolved to the file that defines the longest matching module path. Edges
 between a module file and its own descendants (`mod.rs` and what it

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Where the startup time of `tuixiu-sandbox run -- /bin/true` goes, next to
 # the bare-namespace floor `unshare -Urmpf --mount-proc /bin/true`
-# (issue 18, docs/benchmarks.md, "Issue 18: against the bare namespaces").
+# (docs/benchmarks.md, "against the bare namespaces").
 #
 #   scripts/profile-startup.sh            # as the current user, 300 starts each
 #   RUNS=500 scripts/profile-startup.sh

@@ -31,6 +31,8 @@ done
 
 echo "==> lock files up to date (the fuzz workspace has its own)"
 (cd fuzz && cargo metadata --locked --format-version 1 >/dev/null)
+echo "==> comments cite only docs/ (scripts/check-citations.sh)"
+scripts/check-citations.sh
 echo "==> cargo fmt --check"
 cargo fmt --all -- --check
 echo "==> cargo clippy"

@@ -58,7 +58,8 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HERE = os.path.join(ROOT, "scripts", "upstream-e2e")
-# The upstream commit whose protocol docs/skills.md follows (reference REF).
+# The upstream commit whose protocol docs/skills.md follows (docs/skills.md,
+# "Upstream's own e2e runner").
 DEFAULT_COMMIT = "70da26fa80cab5962a7bd5205f16c9e41ac5b9f9"
 RUNNER = "tests/e2e/run_container_e2e_tests.py"
 

@@ -1,6 +1,7 @@
 //! The environment pipeline of a run, and secret redaction.
 //!
-//! Order (seed 001 §3.2), each step overriding the previous one:
+//! Order (docs/manifest.md, "Environment"), each step overriding the previous
+//! one:
 //!
 //! 1. `init.env`: `--env-file FILE` lines, then `--env KEY=VALUE` flags;
 //! 2. the user view: `HOME`, `USER`, `LOGNAME` of the sandbox user;
@@ -17,7 +18,8 @@
 use std::borrow::Cow;
 use std::collections::BTreeSet;
 
-/// The Node proxy's default `agent_env_allowlist` (reference §2.6).
+/// The Node proxy's default `agent_env_allowlist` (docs/protocol.md,
+/// "Environment of a run").
 pub const DEFAULT_ALLOWLIST: &[&str] = &[
     "USER_HOME",
     "HOME",
@@ -50,7 +52,8 @@ pub const DEFAULT_ALLOWLIST: &[&str] = &[
     "GITLAB_ACCESS_TOKEN",
 ];
 
-/// Variables whose values are secrets (reference §2.6, `utils/secrets.ts`).
+/// Variables whose values are secrets (the Node proxy's list: docs/protocol.md,
+/// "Environment of a run").
 pub const SECRET_KEYS: &[&str] = &[
     "GH_TOKEN",
     "GITHUB_TOKEN",

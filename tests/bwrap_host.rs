@@ -1,8 +1,9 @@
-//! `bwrap` on the host (issue 15): the launcher answering bubblewrap 0.11's
-//! command line outside any sandbox of ours, through the runtime, as root,
-//! as uid 65534 and nested in `unshare -U -r`. Expectations come from
-//! bwrap(1) and from what bubblewrap itself does on this machine (the
-//! side-by-side test runs the host's bubblewrap on the same lines).
+//! `bwrap` on the host (docs/bwrap.md, "How it runs on the host"): the launcher
+//! answering bubblewrap 0.11's command line outside any sandbox of ours,
+//! through the runtime, as root, as uid 65534 and nested in `unshare -U -r`.
+//! Expectations come from bwrap(1) and from what bubblewrap itself does on this
+//! machine (the side-by-side test runs the host's bubblewrap on the same
+//! lines).
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! `run --manifest`: each apply kind and root, binds, ordering, the first
 //! failing item, envPatch, the env allowlist, checkouts, `manifest check`,
-//! and every scenario of seed 000 (tests named `seed000_*`).
+//! and every acceptance scenario (docs/manifest.md, "Acceptance
+//! scenarios"; tests named `seed000_*`).
 
 mod common;
 mod inputs_support;
@@ -584,7 +585,7 @@ fn audit_log_records_every_item() {
     assert!(!text.contains("secret-q"), "{text}");
 }
 
-// ------------------------------------------------------------ seed 000
+// ------------------------------------------------- acceptance scenarios
 
 #[test]
 fn seed000_backend_provides_a_single_list_of_inputs() {

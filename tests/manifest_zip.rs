@@ -232,7 +232,8 @@ fn not_a_zip_and_missing_skill_md() {
     );
 }
 
-// Seed 000: "Malicious zip cannot escape target directory", for every caller.
+// Acceptance scenario "a malicious zip cannot escape the target directory"
+// (docs/manifest.md, "Acceptance scenarios"), for every caller.
 crate::for_each_caller!(seed000_malicious_zip_cannot_escape_target_directory, |caller: Caller| {
     let (t, server) =
         setup(caller, zip(&[skill_md(), ZipEntry::file("ok", b"1"), ZipEntry::file("../../../evil", b"x")]));

@@ -1,7 +1,8 @@
-//! Nested sandboxes (issue 13): an agent that runs `bwrap` itself, inside
-//! `tuixiu-sandbox run`, as root, as uid 65534 and nested in `unshare -U -r`.
-//! The stand-in agent (tests/fixtures/nested/) calls bwrap with codex-acp's
-//! exact command lines and Claude Code's sandbox-runtime options.
+//! Nested sandboxes (docs/bwrap.md, "Nested sandboxes"): an agent that runs
+//! `bwrap` itself, inside `tuixiu-sandbox run`, as root, as uid 65534 and
+//! nested in `unshare -U -r`. The stand-in agent (tests/fixtures/nested/) calls
+//! bwrap with codex-acp's exact command lines and Claude Code's sandbox-runtime
+//! options.
 
 mod common;
 mod nested_support;
@@ -291,7 +292,8 @@ for_each_caller!(the_lifeline_ends_nested_sandboxes_too, |caller: Caller| {
     }
 });
 
-// The options issue 15 added are served nested too, through the portal.
+// The options of `bwrap` on the host (docs/bwrap.md, "Options") are served
+// nested too, through the portal.
 for_each_caller!(data_overlay_seccomp_and_pid_1_options_nested, |caller: Caller| {
     let f = Fixture::new(caller);
     let bpf = "import errno, seccomp\n\

@@ -1,10 +1,11 @@
-//! Several daemons under one backend (seed 002 §6, §8.2; docs/deploy.md):
-//! a backend stand-in and three daemons, each on its own "host" — a
-//! network namespace with its own address — registering with distinct
-//! proxy ids over wss://. Runs dispatched to each id land on that host and
-//! complete; killing one daemon fails only its runs while the other two
-//! keep streaming; a second daemon with a connected id gets the conflict
-//! exit; each host keeps its own state and workspace root.
+//! Several daemons under one backend (docs/deploy.md, "Topology", "Adding a
+//! host"; docs/protocol.md, "Identity and proxy_id_conflict"): a backend
+//! stand-in and three daemons, each on its own "host" — a network namespace
+//! with its own address — registering with distinct proxy ids over wss://. Runs
+//! dispatched to each id land on that host and complete; killing one daemon
+//! fails only its runs while the other two keep streaming; a second daemon with
+//! a connected id gets the conflict exit; each host keeps its own state and
+//! workspace root.
 //!
 //! The network is the test's own: a private namespace for the backend and
 //! one per host, joined by veth pairs created inside the backend's

@@ -1,8 +1,8 @@
-//! Nested sandboxes through the daemon (issue 13): a run on the native
-//! provider whose agent runs `bwrap` itself, with the daemon as root, as
-//! uid 65534 and nested in `unshare -U -r`. The agent is the scripted one
-//! (tests/fixtures/scripted_agent.py); its `run` command starts the
-//! stand-in of tests/fixtures/nested/ as the agent's own child process.
+//! Nested sandboxes through the daemon (docs/security.md, "Nested sandboxes"):
+//! a run on the native provider whose agent runs `bwrap` itself, with the
+//! daemon as root, as uid 65534 and nested in `unshare -U -r`. The agent is the
+//! scripted one (tests/fixtures/scripted_agent.py); its `run` command starts
+//! the stand-in of tests/fixtures/nested/ as the agent's own child process.
 
 mod nested_support;
 mod proxy_support;

@@ -231,7 +231,8 @@ impl Agent {
         Ok(id.to_string())
     }
 
-    /// One prompt turn (reference §1.3.2, §4.6).
+    /// One prompt turn (docs/protocol.md, "prompt_send"; docs/acp.md, "Prompts
+    /// and sessions").
     pub async fn prompt(
         &self,
         prompt_id: &str,
@@ -353,7 +354,8 @@ impl Agent {
     }
 
     /// `session_cancel`: the notification, and pending permissions of the
-    /// session answered `cancelled` (prompt-turn.mdx §Cancellation).
+    /// session answered `cancelled` (ACP's cancellation rule: docs/acp.md,
+    /// "Controls that never wait for a prompt").
     pub fn cancel(&self, session_id: &str) {
         self.transport.notify("session/cancel", json!({"sessionId": session_id}));
         self.client.cancel_permissions(session_id);

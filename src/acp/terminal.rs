@@ -1,12 +1,12 @@
 //! `terminal/*`: processes the agent starts inside its run's sandbox.
 //!
-//! Output (stdout and stderr together, in arrival order) is kept in a
-//! [`Tail`] bounded by the agent's `outputByteLimit` exactly as given
-//! (default 2 MiB, at most 64 MiB): the **tail** is kept and cut forward to
-//! a UTF-8 character boundary, so the result may be slightly shorter than
-//! the limit, never longer (terminals.mdx). The Node proxy raised small
-//! limits to 4 KiB; this does not. Where the bytes are kept (memory within
-//! the run's budget, else an anonymous file) is `super::output`'s.
+//! Output (stdout and stderr together, in arrival order) is kept in a [`Tail`]
+//! bounded by the agent's `outputByteLimit` exactly as given (default 2 MiB, at
+//! most 64 MiB): the **tail** is kept and cut forward to a UTF-8 character
+//! boundary, so the result may be slightly shorter than the limit, never longer
+//! (docs/acp.md, "`terminal/*`"). The Node proxy raised small limits to 4 KiB;
+//! this does not. Where the bytes are kept (memory within the run's budget,
+//! else an anonymous file) is `super::output`'s.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,13 +1,13 @@
-//! NDJSON JSON-RPC 2.0 over an agent's stdio (ACP transports.mdx).
+//! NDJSON JSON-RPC 2.0 over an agent's stdio (docs/acp.md, "Prompts and
+//! sessions").
 //!
-//! Messages are never re-typed: the daemon relays what the agent says
-//! without a typed round trip, so fields and update kinds newer than this
-//! code survive (reference acp-client.md §1.4). A line is first read as an
-//! envelope whose members stay raw JSON text ([`RawValue`]): a
-//! notification's `params` reach the handler as the agent wrote them (the
-//! `session/update` relay copies them into the backend message without
-//! building a tree), while requests and responses become
-//! [`serde_json::Value`]s.
+//! Messages are never re-typed: the daemon relays what the agent says without a
+//! typed round trip, so fields and update kinds newer than this code survive
+//! (docs/acp.md, "Prompts and sessions"). A line is first read as an envelope
+//! whose members stay raw JSON text ([`RawValue`]): a notification's `params`
+//! reach the handler as the agent wrote them (the `session/update` relay copies
+//! them into the backend message without building a tree), while requests and
+//! responses become [`serde_json::Value`]s.
 //!
 //! * Our requests get integer ids from 1; responses are matched by id.
 //!   The agent's own ids (integers or strings) live in a separate space

@@ -14,8 +14,8 @@
 //! allowed root, where is the download endpoint) is checked when the
 //! inputs plan is made (`crate::inputs::Plan`).
 //!
-//! Names: the live backend speaks `httpZip`, `inlineText`,
-//! `downloadExtract`; the seed documents also say `http_zip`, `inline_text`,
+//! Names: the live backend speaks `httpZip`, `inlineText`, `downloadExtract`;
+//! older documents of the protocol also say `http_zip`, `inline_text`,
 //! `host_path`, `extract`, which are accepted as aliases. The types below
 //! serialize with the backend's names.
 

@@ -1,8 +1,8 @@
-//! The run's agent, as its lane drives it (reference §1.3.1–1.3.2, §1.3.9):
-//! `acp_open` lands agentInputs, runs the bootstrap and the init script,
-//! starts `agent_command` in the instance and `initialize`s it;
-//! `prompt_send` runs one turn on its own task; session controls,
-//! `session_cancel`, `session_permission` and `acp_message` reach the
+//! The run's agent, as its lane drives it (docs/protocol.md, "acp_open",
+//! "prompt_send", "The init script"): `acp_open` lands agentInputs, runs the
+//! bootstrap and the init script, starts `agent_command` in the instance and
+//! `initialize`s it; `prompt_send` runs one turn on its own task; session
+//! controls, `session_cancel`, `session_permission` and `acp_message` reach the
 //! agent directly, never queued behind a prompt.
 
 use std::path::PathBuf;
@@ -26,7 +26,7 @@ use crate::inputs::{self, InputError};
 use crate::manifest::ManifestError;
 use crate::provider::{AnyProvider, ProcessSpec, Provider, ProviderError, Stdio};
 
-/// Prompt timeout bounds (reference §1.3.2).
+/// Prompt timeout bounds (docs/protocol.md, "prompt_send").
 const PROMPT_TIMEOUT_DEFAULT: u64 = 3_600_000;
 const PROMPT_TIMEOUT_MIN: u64 = 5_000;
 const PROMPT_TIMEOUT_MAX: u64 = 86_400_000;
@@ -402,7 +402,8 @@ impl Lane {
         self.d.report().push(&proxy_update(&self.run_id, c));
     }
 
-    /// `init.script` with `bash -lc` in the instance (reference §1.3.9).
+    /// `init.script` with `bash -lc` in the instance (docs/protocol.md, "The
+    /// init script").
     async fn init_script(
         &self,
         _state: &RunState,

@@ -1,12 +1,12 @@
 //! The Bearer token of the link.
 //!
 //! * `auth_token` is used as it is.
-//! * Otherwise, with `register_url` + `bootstrap_token`, the token is
-//!   obtained by `POST register_url` (header `x-acp-proxy-bootstrap`, body
-//!   `{proxyId, name}` → `{success, data:{token}}`, reference §1.1), and
-//!   obtained again when the backend rejects it (close 1008, HTTP 401) or
-//!   when it nears its `exp` (the Node proxy registered once and then
-//!   failed forever once the token expired: [QUIRK]).
+//! * Otherwise, with `register_url` + `bootstrap_token`, the token is obtained
+//!   by `POST register_url` (header `x-acp-proxy-bootstrap`, body `{proxyId,
+//!   name}` → `{success, data:{token}}`, docs/protocol.md, "Transport and
+//!   authentication"), and obtained again when the backend rejects it (close
+//!   1008, HTTP 401) or when it nears its `exp` (the Node proxy registered once
+//!   and then failed forever once the token expired).
 //! * A configured `auth_token` that the backend rejects falls back to the
 //!   bootstrap registration when that is configured too.
 //!

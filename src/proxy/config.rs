@@ -197,7 +197,8 @@ pub struct SandboxConfig {
     /// `[sandbox.secretFiles] name = "/host/file"`: mounted read-only at
     /// `/run/secrets/<name>` in every instance.
     pub secret_files: Vec<(String, PathBuf)>,
-    /// `pathMapping`: host paths from a backend on Windows (seed 004 §0).
+    /// `pathMapping`: host paths from a backend on Windows (docs/acp.md, "Host
+    /// paths from a backend on Windows").
     pub path_mapping: super::pathmap::PathMapping,
 }
 

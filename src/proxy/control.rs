@@ -1,8 +1,8 @@
-//! `sandbox_control`: every action of reference §1.3.6, each answered by
-//! exactly one `sandbox_control_result` echoing `action`, `request_id`,
-//! `run_id` and `instance_name`.
+//! `sandbox_control`: every action of docs/protocol.md, "sandbox_control", each
+//! answered by exactly one `sandbox_control_result` echoing `action`,
+//! `request_id`, `run_id` and `instance_name`.
 //!
-//! Protections (seed 002 §8.3):
+//! Protections (docs/proxy.md, "Protections"):
 //! * instance names must carry the configured prefix, and docker refuses
 //!   containers without the `acp-proxy.managed=1` label: a foreign
 //!   container is never stopped or removed;

@@ -1,16 +1,17 @@
 //! The daemon's identity (`proxyId`) and the lock that keeps a second
 //! daemon off the same state directory.
 //!
-//! The id comes from `[agent] id` (or `ACP_PROXY_AGENT_ID`); without one it
-//! is generated once (`<hostname>-<uuid>`) and kept in
-//! `<state>/identity.json`, so it is stable across restarts (seed 002 §8.2).
+//! The id comes from `[agent] id` (or `ACP_PROXY_AGENT_ID`); without one it is
+//! generated once (`<hostname>-<uuid>`) and kept in `<state>/identity.json`, so
+//! it is stable across restarts (docs/protocol.md, "Identity and
+//! proxy_id_conflict").
 //!
-//! The backend keys its connections by this id and misbehaves when two
-//! sockets share it (the older one's close marks the newer one offline:
-//! reference §1.5.4). So the daemon takes an exclusive `flock` on
-//! `<state>/daemon.lock` for its whole life; a second daemon with the same
-//! state directory (hence the same persisted id and the same runs) refuses
-//! to start and names the holder.
+//! The backend keys its connections by this id and misbehaves when two sockets
+//! share it (the older one's close marks the newer one offline:
+//! docs/protocol.md, "Identity and proxy_id_conflict"). So the daemon takes an
+//! exclusive `flock` on `<state>/daemon.lock` for its whole life; a second
+//! daemon with the same state directory (hence the same persisted id and the
+//! same runs) refuses to start and names the holder.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};

@@ -1,8 +1,9 @@
 //! A run's instance, as its lane makes sure of it (`ensureRuntime`,
-//! reference §1.3): the instance name, TTL and `init` checked, the run's
-//! host directories resolved under `workspaceHostRoot`, the sandbox user,
-//! the mounts (`sandbox.volumes`, `mounts.rs`, the manifest's binds), the
-//! instance ensured and the run state persisted; and removing it.
+//! docs/protocol.md, "Messages from the backend"): the instance name, TTL and
+//! `init` checked, the run's host directories resolved under
+//! `workspaceHostRoot`, the sandbox user, the mounts (`sandbox.volumes`,
+//! `mounts.rs`, the manifest's binds), the instance ensured and the run state
+//! persisted; and removing it.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -306,7 +307,8 @@ fn make_private(dir: &Path) {
     }
 }
 
-/// Validates `init` as the Node proxy does (reference §1.3 table).
+/// Validates `init` as the Node proxy does (docs/protocol.md, "init
+/// validation").
 fn check_init(v: &Value) -> Result<Value, InstanceError> {
     let Some(obj) = v.as_object() else {
         return Err(InstanceError::InitNotObject);

@@ -1,4 +1,5 @@
-//! `sandbox_inventory` and `workspace_inventory` (reference §1.4.7–1.4.8).
+//! `sandbox_inventory` and `workspace_inventory` (docs/protocol.md,
+//! "Inventories").
 //!
 //! Instances are the provider's managed ones (configured prefix; docker:
 //! label `acp-proxy.managed=1`). `run_id` is derived from `tuixiu-run-`

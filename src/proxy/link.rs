@@ -12,9 +12,11 @@
 //!
 //! Endings:
 //! * close 1008 / HTTP 401: the token is re-obtained before the next try;
-//! * `proxy_id_conflict`: the daemon exits non-zero (seed 002 §8.2);
+//! * `proxy_id_conflict`: the daemon exits non-zero (docs/protocol.md,
+//!   "Identity and proxy_id_conflict");
 //! * shutdown: a proper close handshake (1000), so the backend removes
-//!   this socket before any successor registers (reference §1.5.4).
+//!   this socket before any successor registers (docs/protocol.md,
+//!   "Identity and proxy_id_conflict").
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -362,7 +364,8 @@ async fn session_inner(
         }
     }
     tracing::info!("link: registered as {}", d.proxy_id());
-    // Inventories right after registering (reference §1.2).
+    // Inventories right after registering (docs/protocol.md, "Connection
+    // lifecycle").
     for text in d.inventories().await.into_iter().flatten() {
         if let Err(e) = send_text(&mut ws, &text).await {
             return End::Retry { reason: format!("send inventory: {e}"), healthy: false };

@@ -1,4 +1,4 @@
-//! `tuixiu-sandbox proxy`: the execution-plane daemon (seed 002), a
+//! `tuixiu-sandbox proxy`: the execution-plane daemon (docs/proxy.md), a
 //! drop-in replacement for the Node acp-proxy against the tuixiu backend.
 //!
 //! | module | job |
@@ -219,7 +219,8 @@ impl Daemon {
         self.run.acp_context()
     }
 
-    /// `register_agent.agent.capabilities` (reference §1.4.1).
+    /// `register_agent.agent.capabilities` (docs/protocol.md,
+    /// "register_agent").
     pub fn capabilities(&self) -> Map<String, Value> {
         let cfg = self.cfg();
         let mut caps = cfg.agent.capabilities.clone();

@@ -17,12 +17,12 @@
 //! must all see them. It lives as long as the instance and is removed with
 //! it ([`discard`]).
 //!
-//! The agent's state directory keeps what the agent itself stores (its
-//! session files, e.g. `~/.codex/sessions`) across runs and sandboxes, so
-//! `session/load` finds a session after the sandbox was recreated (seed 004
-//! §4, §6.2). It is shared by every run of this daemon's agent: an agent
-//! can read the sessions of its other runs, which is what it needs to load
-//! them. It is opt-in (`agent.statePath`).
+//! The agent's state directory keeps what the agent itself stores (its session
+//! files, e.g. `~/.codex/sessions`) across runs and sandboxes, so
+//! `session/load` finds a session after the sandbox was recreated (docs/acp.md,
+//! "What every instance gets"). It is shared by every run of this daemon's
+//! agent: an agent can read the sessions of its other runs, which is what it
+//! needs to load them. It is opt-in (`agent.statePath`).
 //!
 //! Secret files never pass through the workspace or the home, and their
 //! content is added to the redactor, so an agent echoing one on stderr

@@ -2,7 +2,7 @@
 //! through one FIFO queue, which the link drains while it is connected and
 //! registered. Messages produced while the link is down wait here and go
 //! out, in order, after the next `register_agent` (the Node proxy threw
-//! them away: reference §1.2 [QUIRK]).
+//! them away: docs/protocol.md, "Connection lifecycle").
 //!
 //! The queue is bounded by `outbox_max_messages` and `outbox_max_bytes`
 //! (defaults 10 000 and 64 MiB). When a new message would exceed either,

@@ -1,13 +1,14 @@
 //! `sandbox.pathMapping`: host paths from a backend on another OS.
 //!
-//! Seed 004 §0: a backend on Windows sends host paths such as
-//! `D:\repo\x`, while the daemon runs in WSL2, where that directory is
-//! `/mnt/d/repo/x`. With `pathMapping = "windows_to_wsl"` the daemon maps
-//! every host path of an incoming run message before anything checks it
-//! (the allowlist under `workspaceHostRoot`, symlink resolution, existence):
-//! the `hostPath` sources of `init.agentInputs`, `init.env.TUIXIU_WORKSPACE`,
-//! and a `cwd` given as a Windows path. Paths that are already absolute
-//! POSIX paths pass unchanged; UNC and relative drive paths are refused.
+//! A backend (docs/acp.md, "Host paths from a backend on Windows") on Windows
+//! sends host paths such as `D:\repo\x`, while the daemon runs in WSL2, where
+//! that directory is `/mnt/d/repo/x`. With `pathMapping = "windows_to_wsl"` the
+//! daemon maps every host path of an incoming run message before anything
+//! checks it (the allowlist under `workspaceHostRoot`, symlink resolution,
+//! existence): the `hostPath` sources of `init.agentInputs`,
+//! `init.env.TUIXIU_WORKSPACE`, and a `cwd` given as a Windows path. Paths that
+//! are already absolute POSIX paths pass unchanged; UNC and relative drive
+//! paths are refused.
 
 use serde_json::Value;
 

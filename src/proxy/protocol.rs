@@ -1,5 +1,5 @@
 //! The WebSocket messages between the tuixiu backend and the daemon
-//! (reference §1.3, §1.4), as serde types.
+//! (docs/protocol.md), as serde types.
 //!
 //! Incoming messages are decoded leniently: every field is a
 //! [`serde_json::Value`] so that a field of the wrong type never turns a
@@ -27,13 +27,15 @@ pub enum Incoming {
         msg: RunMessage,
     },
     SessionPermission(RunMessage),
-    /// The seed's raw tunnel: `{run_id, message}` with a JSON-RPC message
-    /// for the agent (in `extra["message"]`).
+    /// The raw tunnel (docs/acp.md, "Controls that never wait for a prompt"):
+    /// `{run_id, message}` with a JSON-RPC message for the agent (in
+    /// `extra["message"]`).
     AcpMessage(RunMessage),
     SandboxControl(SandboxControl),
     RegisterAck(RegisterAck),
-    /// The backend refuses this proxy id (seed 002 §8.2): `proxy_id_conflict`
-    /// or `proxy_id_taken_over`, as a message type or an `error` field.
+    /// The backend refuses this proxy id (docs/protocol.md, "Identity and
+    /// proxy_id_conflict"): `proxy_id_conflict` or `proxy_id_taken_over`, as a
+    /// message type or an `error` field.
     IdConflict {
         reason: String,
     },
@@ -90,7 +92,7 @@ pub const CONTROL_ACTIONS: &[&str] = &[
     "git_push",
 ];
 
-/// `sandbox_control` (reference §1.3.6).
+/// `sandbox_control` (docs/protocol.md, "sandbox_control").
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
 pub struct SandboxControl {
     #[serde(default)]
@@ -205,8 +207,8 @@ pub struct RegisterAgent {
     #[serde(rename = "type")]
     pub kind: &'static str,
     pub agent: AgentInfo,
-    /// Supplementary authentication (seed 002 §8.1), present only when
-    /// `register_hmac_secret` is configured.
+    /// Supplementary authentication (docs/protocol.md, "register_agent"),
+    /// present only when `register_hmac_secret` is configured.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub auth: Option<RegisterAuth>,
 }

@@ -1,8 +1,8 @@
-//! Host-side git preparation of a run's workspace (reference §1.3.10):
-//! when `init.env` carries `TUIXIU_REPO_URL`, the workspace is made a
-//! checkout of `TUIXIU_RUN_BRANCH` (created from `origin/<TUIXIU_BASE_BRANCH>`,
-//! default `main`) before agentInputs land, reported as `init_step` stages
-//! `auth`, `clone`, `checkout`, `ready`.
+//! Host-side git preparation of a run's workspace (docs/acp.md, "The workspace
+//! as a git checkout"): when `init.env` carries `TUIXIU_REPO_URL`, the
+//! workspace is made a checkout of `TUIXIU_RUN_BRANCH` (created from
+//! `origin/<TUIXIU_BASE_BRANCH>`, default `main`) before agentInputs land,
+//! reported as `init_step` stages `auth`, `clone`, `checkout`, `ready`.
 //!
 //! Two modes, as the Node proxy has them:
 //!

@@ -11,19 +11,18 @@
 //! directory: `init.env` carries tokens) on every change and re-adopted at
 //! startup, so runs and their instances survive a daemon restart and a
 //! later `prompt_send` without `init` still finds the run's `init`
-//! (reference §1.5.3 [QUIRK]).
+//! (docs/protocol.md, "Reconnects and restarts").
 //!
-//! Keepalive: `keepalive_ttl_seconds` (clamped to
-//! [`keepalive_min_seconds` (60), 86 400], default 1 800). The clock starts
-//! at `acp_close` and — unless `expire_idle_runs = false` — whenever the
-//! run becomes idle (the backend never sends `acp_close`, so with the Node
-//! behaviour instances were never reclaimed: reference §3.6 [QUIRK]). New
-//! work stops the clock. On expiry the instance is removed and
-//! `sandbox_instance_status missing` reported; the run (its record and
-//! `init`) and the workspace stay, so a later prompt re-creates the
-//! instance and resumes (the backend removes runs with `remove`, workspaces
-//! with `remove_workspace` or `gc`). `expire_idle_runs` defaults to false,
-//! as the Node proxy never expired runs.
+//! Keepalive: `keepalive_ttl_seconds` (clamped to [`keepalive_min_seconds`
+//! (60), 86 400], default 1 800). The clock starts at `acp_close` and — unless
+//! `expire_idle_runs = false` — whenever the run becomes idle (the backend
+//! never sends `acp_close`, so with the Node behaviour instances were never
+//! reclaimed: docs/protocol.md, "Keepalive"). New work stops the clock. On
+//! expiry the instance is removed and `sandbox_instance_status missing`
+//! reported; the run (its record and `init`) and the workspace stay, so a later
+//! prompt re-creates the instance and resumes (the backend removes runs with
+//! `remove`, workspaces with `remove_workspace` or `gc`). `expire_idle_runs`
+//! defaults to false, as the Node proxy never expired runs.
 //!
 //! The agent (docs/acp.md): the lane holds the run's agent process
 //! ([`super::agent`]: `Lane::open_agent` lands inputs, runs the init
@@ -202,7 +201,8 @@ impl Lane {
                     Err(e) => Err(e),
                 };
                 // The open path's own share against the agent's start
-                // (docs/benchmarks.md, issue 18); `start_agent` logs its part.
+                // (docs/benchmarks.md, "Execution-plane daemon"); `start_agent`
+                // logs its part.
                 tracing::debug!(
                     "run {}: acp_open: instance ready in {prepared:?}, answered after {:?}",
                     self.run_id,

@@ -3,8 +3,8 @@
 //! (mTLS). Certificate verification is never disabled.
 //!
 //! The config is rebuilt from the files at every (re)connect, so rotating
-//! the CA, the client certificate or its key needs no restart (seed 002
-//! §8.1).
+//! the CA, the client certificate or its key needs no restart (docs/proxy.md,
+//! "The link").
 
 use std::path::Path;
 use std::sync::Arc;

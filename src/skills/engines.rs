@@ -1,16 +1,15 @@
 //! Engines: how an agent CLI is started for a job, and how its answer is
 //! read back.
 //!
-//! An engine is a command template (the prompt is always the last
-//! argument, as upstream passes it) plus what the sandbox needs for it:
-//! variables, read-only host binds (an install prefix), files copied into
-//! the per-run home (credentials), a settings file written into the run
-//! directory, the network policy, and where the skill package is shown
-//! (besides `/skill`). `codex`, `gemini` and `iflow` are built in with the
-//! command lines of the reference (§5.1); a configuration file can change
-//! them or add engines, such as a plain `command` engine for tests and
-//! custom CLIs. Nothing from the server's environment reaches an engine
-//! unless `pass_env` names it.
+//! An engine is a command template (the prompt is always the last argument, as
+//! upstream passes it) plus what the sandbox needs for it: variables, read-only
+//! host binds (an install prefix), files copied into the per-run home
+//! (credentials), a settings file written into the run directory, the network
+//! policy, and where the skill package is shown (besides `/skill`). `codex`,
+//! `gemini` and `iflow` are built in with the command lines of upstream
+//! (docs/skills.md, "Engines"); a configuration file can change them or add
+//! engines, such as a plain `command` engine for tests and custom CLIs. Nothing
+//! from the server's environment reaches an engine unless `pass_env` names it.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

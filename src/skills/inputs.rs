@@ -1,4 +1,5 @@
-//! Inputs and parameters of a job (seed 003 §4–6).
+//! Inputs and parameters of a job (docs/skills.md, "Inputs, parameters and the
+//! prompt").
 //!
 //! * At create, only inline inputs are checked: an undeclared key, or a
 //!   file-sourced key sent inline, is an error, then the inline values are

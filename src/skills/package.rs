@@ -1,14 +1,14 @@
 //! Skill packages: `SKILL.md`, `assets/runner.json` and the three schemas.
 //!
 //! A package is checked whole when it is loaded, in the order and with the
-//! messages of the upstream package validator (reference §2.1 B, §2.2):
-//! required files, `runner.json` syntax, the manifest's shape (Python
-//! `jsonschema` best-match wording), the engine policy (the legacy
+//! messages of the upstream package validator (docs/skills.md, "Package
+//! validation"): required files, `runner.json` syntax, the manifest's shape
+//! (Python `jsonschema` best-match wording), the engine policy (the legacy
 //! `unsupport_engine` rejected with its own message), the id, `SKILL.md`'s
-//! front-matter name, the identity of directory, id and name, then each
-//! schema (present, JSON, meta-validated, and compilable as a JSON Schema).
-//! A package that fails is reported with that message, never skipped
-//! silently (see [`scan`]).
+//! front-matter name, the identity of directory, id and name, then each schema
+//! (present, JSON, meta-validated, and compilable as a JSON Schema). A package
+//! that fails is reported with that message, never skipped silently (see
+//! [`scan`]).
 //!
 //! Beyond upstream: schema paths are opened beneath the package directory
 //! (a `../` or a symlink out of it is refused), file-input keys must be
@@ -561,7 +561,8 @@ fn version_key(v: &str) -> Option<VersionKey> {
     Some((nums, pre_key, post_key, dev_key))
 }
 
-/// The meta-validation of one schema (upstream's meta-schemas, §2.2).
+/// The meta-validation of one schema (upstream's meta-schemas: docs/skills.md,
+/// "Package validation").
 fn meta_error(key: &str, schema: &Value) -> Option<String> {
     let Some(obj) = schema.as_object() else {
         return Some(format!("{} is not of type 'object'", py_repr(schema)));
@@ -672,11 +673,11 @@ fn property_order(bytes: &[u8]) -> Vec<String> {
     serde_json::from_slice::<Doc>(bytes).ok().and_then(|d| d.properties).map(|k| k.0).unwrap_or_default()
 }
 
-/// `runner.json.artifacts` when it has entries, else inferred from the
-/// output schema (§2.7.1), in the order of its properties (`order`, see
-/// [`property_order`]): every top-level property with `x-type`
-/// artifact|file gives `{role: x-role or "output", pattern: x-filename or
-/// the name, required: name in output.required}`.
+/// `runner.json.artifacts` when it has entries, else inferred from the output
+/// schema (docs/skills.md, "Skill packages"), in the order of its properties
+/// (`order`, see [`property_order`]): every top-level property with `x-type`
+/// artifact|file gives `{role: x-role or "output", pattern: x-filename or the
+/// name, required: name in output.required}`.
 fn artifacts_of(
     obj: &Map<String, Value>,
     output: &Value,

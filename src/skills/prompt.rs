@@ -2,12 +2,12 @@
 //!
 //! A skill may give a template per engine (`runner.json`
 //! `entrypoint.prompts.<engine>`); otherwise the engine's default prompt is
-//! used (reference §2.4). Templates are rendered with variable lookups
-//! only: `{{ input.x }}`, `{{ parameter.x }}`, `{{ skill_id }}`,
-//! `{{ run_dir }}`, `{{ skill_dir }}`. A string renders as itself, any
-//! other value as compact JSON, an undefined name as nothing (upstream's
-//! lenient Jinja). There are no filters, loops or calls: a template is data
-//! from a skill package, and rendering it cannot run anything.
+//! used (docs/skills.md, "Inputs, parameters and the prompt"). Templates are
+//! rendered with variable lookups only: `{{ input.x }}`, `{{ parameter.x }}`,
+//! `{{ skill_id }}`, `{{ run_dir }}`, `{{ skill_dir }}`. A string renders as
+//! itself, any other value as compact JSON, an undefined name as nothing
+//! (upstream's lenient Jinja). There are no filters, loops or calls: a template
+//! is data from a skill package, and rendering it cannot run anything.
 //!
 //! The installed `SKILL.md` is bound read-only, so upstream's runtime patch
 //! of it (where artifacts go; never ask the user) is appended to the prompt

@@ -49,7 +49,8 @@ fn get<'a>(seen: &'a BTreeMap<String, String>, key: &str) -> &'a str {
         .unwrap_or_else(|| panic!("the stand-in did not report {key}: {seen:#?}"))
 }
 
-/// Asserts everything issue 13 asks of a nested sandbox, on what the
+/// Asserts everything a nested sandbox promises (docs/security.md,
+/// "Nested sandboxes"), on what the
 /// stand-in saw (`ws` is the workspace on the host, `uid` who owns what
 /// the sandbox writes there).
 pub fn assert_codex_and_sandbox_runtime(seen: &BTreeMap<String, String>, ws: &Path, uid: u32) {

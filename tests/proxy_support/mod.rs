@@ -9,8 +9,8 @@
 //! remembers which proxy each run was dispatched to, marks a proxy's runs
 //! failed when its connection goes away ("proxy disconnected"), and, with
 //! [`Backend::refuse_duplicate_ids`], refuses a second connection with an
-//! id that is already connected (close 4409 `proxy_id_conflict`, seed 002
-//! §8.2).
+//! id that is already connected (close 4409 `proxy_id_conflict`:
+//! docs/protocol.md, "Identity and proxy_id_conflict").
 
 #![allow(dead_code)]
 
