@@ -384,6 +384,9 @@ where
                 Some(Ok(Message::Text(text))) => {
                     let msg: Value = serde_json::from_str(&text).unwrap_or(json!({"unparsable": text.to_string()}));
                     let register = msg["type"] == "register_agent";
+                    // This message's own id: `received` is shared by every
+                    // connection, so its last entry may be another's by now.
+                    let id = msg["agent"]["id"].as_str().map(str::to_string);
                     if (msg["type"] == "acp_opened" || msg["type"] == "prompt_result")
                         && let Some(run) = msg["run_id"].as_str()
                         && let Some(route) = s.routes.lock().unwrap().get_mut(run)
@@ -393,7 +396,6 @@ where
                     s.received.lock().unwrap().push(Received { conn, msg, at: Instant::now() });
                     if register {
                         let mut action = s.on_register.lock().unwrap().clone();
-                        let id = s.received.lock().unwrap().last().and_then(|r| r.msg["agent"]["id"].as_str().map(str::to_string));
                         {
                             let mut conns = s.conns.lock().unwrap();
                             let taken = conns.iter().enumerate().any(|(i, c)| {
