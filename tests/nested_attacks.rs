@@ -395,21 +395,41 @@ for_each_caller!(no_race_puts_the_portal_in_a_nested_sandbox, |caller: Caller| {
 // start, so every user namespace made below them counts against it too.
 for_each_caller!(nested_sandboxes_count_against_the_process_limit, |caller: Caller| {
     let f = Fixture::new(caller);
-    // Root's own processes are exempt: the sandbox user maps onto nobody.
-    let ws = f.workspace.to_str().unwrap().to_string();
+    // RLIMIT_NPROC counts every process of the sandbox user's host uid, so
+    // each variant gets a host uid of its own: with 65534 the other tests'
+    // sandboxes (and the other variants of this one, running at the same
+    // time) took from the same 40 and too few of ours could start.
+    let uid = match caller {
+        Caller::Root => 65530,
+        Caller::Unprivileged => 65531,
+        Caller::Nested => 65532,
+    };
+    let (uid_s, ws) = (uid.to_string(), f.workspace.to_str().unwrap().to_string());
+    std::os::unix::fs::chown(&f.workspace, Some(uid), Some(uid)).unwrap();
     let mut args = vec!["run", "--workspace", ws.as_str(), "--pids", "40"];
     if caller == Caller::Root {
-        args.extend(["--map-uid", "65534", "--map-gid", "65534"]);
+        // Root's own processes are exempt: the sandbox user maps onto `uid`.
+        args.extend(["--map-uid", uid_s.as_str(), "--map-gid", uid_s.as_str()]);
     }
     let script = "for i in $(seq 12); do \
                     bwrap --ro-bind / / --dev /dev --unshare-user -- sh -c 'for j in $(seq 60); do sleep 4 & done; wait' \
                     2>/dev/null & done; wait";
     args.extend(["--", "sh", "-c", script]);
-    // RLIMIT_NPROC counts every process of the sandbox user's host uid:
-    // processes of uid 65534 outside this test (another test's, left
-    // over) take from the same 40, and then fewer of ours can start.
-    let others = uid_processes(common::NOBODY);
-    let child = f.command(&args).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let others = uid_processes(uid);
+    let mut cmd = match caller {
+        Caller::Root => std::process::Command::new(common::binary()),
+        Caller::Unprivileged | Caller::Nested => {
+            let mut c = std::process::Command::new("setpriv");
+            c.args(["--reuid", &uid_s, "--regid", &uid_s, "--clear-groups"]);
+            if caller == Caller::Nested {
+                c.args(["unshare", "-U", "-r"]);
+            }
+            c.arg(common::binary());
+            c
+        }
+    };
+    cmd.args(&args).env_clear().env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin").current_dir(&f.dir);
+    let child = cmd.stdin(std::process::Stdio::null()).stderr(std::process::Stdio::piped()).spawn().unwrap();
     // Counted from outside: everything below the launcher (the launcher
     // itself is the caller's, not the sandbox's).
     let mut most = 0;
@@ -420,11 +440,8 @@ for_each_caller!(nested_sandboxes_count_against_the_process_limit, |caller: Call
     }
     let out = child.wait_with_output().unwrap();
     assert!(most <= 40, "{most} processes in the sandbox under --pids 40: {}", stderr(&out));
-    if others == 0 {
-        assert!(most >= 30, "the processes did start: {most}: {}", stderr(&out));
-    } else {
-        eprintln!("{others} processes of uid 65534 outside the test share its --pids budget: {most} started");
-    }
+    assert_eq!(others, 0, "processes of uid {uid} outside the test would share its --pids budget");
+    assert!(most >= 30, "the processes did start: {most}: {}", stderr(&out));
 });
 
 /// How many processes have `uid` as their real uid.
