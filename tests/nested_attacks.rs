@@ -412,7 +412,7 @@ for_each_caller!(nested_sandboxes_count_against_the_process_limit, |caller: Call
         args.extend(["--map-uid", uid_s.as_str(), "--map-gid", uid_s.as_str()]);
     }
     let script = "for i in $(seq 12); do \
-                    bwrap --ro-bind / / --dev /dev --unshare-user -- sh -c 'for j in $(seq 60); do sleep 4 & done; wait' \
+                    bwrap --ro-bind / / --dev /dev --unshare-user -- sh -c 'for j in $(seq 60); do sleep 10 & done; wait' \
                     2>/dev/null & done; wait";
     args.extend(["--", "sh", "-c", script]);
     let others = uid_processes(uid);
@@ -432,12 +432,16 @@ for_each_caller!(nested_sandboxes_count_against_the_process_limit, |caller: Call
     let child = cmd.stdin(std::process::Stdio::null()).stderr(std::process::Stdio::piped()).spawn().unwrap();
     // Counted from outside: everything below the launcher (the launcher
     // itself is the caller's, not the sandbox's).
+    // For the sandbox's whole life (its sleeps last 10 s, long enough for
+    // every start to be attempted on a loaded machine), or at most 60 s.
+    let mut child = child;
     let mut most = 0;
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(4);
-    while std::time::Instant::now() < until {
-        most = most.max(descendants(child.id()).len() - 1);
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::time::Instant::now() < until && child.try_wait().unwrap().is_none() {
+        most = most.max(descendants(child.id()).len().saturating_sub(1));
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
+    let _ = child.kill();
     let out = child.wait_with_output().unwrap();
     assert!(most <= 40, "{most} processes in the sandbox under --pids 40: {}", stderr(&out));
     assert_eq!(others, 0, "processes of uid {uid} outside the test would share its --pids budget");
