@@ -358,6 +358,56 @@ mod tests {
         assert!(e.contains("orchestrator_url") && e.contains("required"), "{e}");
     }
 
+    /// Whole error lines, as they were before the keys were declared in
+    /// one table.
+    #[test]
+    fn error_texts_are_the_old_ones() {
+        // (before the minimal config, after it, environment, the error).
+        type Case = (&'static str, &'static str, &'static [(&'static str, &'static str)], &'static str);
+        let cases: &[Case] = &[
+            (
+                "heartbeat_seconds = \"often\"\n",
+                "",
+                &[],
+                "heartbeat_seconds: expected an integer between 1 and 3600, got \"often\"",
+            ),
+            (
+                "allow_insecure_ws = \"maybe\"\n",
+                "",
+                &[],
+                "allow_insecure_ws: expected true or false, got \"maybe\"",
+            ),
+            ("agent_command = \"x\"\n", "", &[], "agent_command: expected a list of strings, got \"x\""),
+            ("agent_command = [1]\n", "", &[], "agent_command: expected a list of strings, found 1"),
+            ("", "env = 3\n", &[], "sandbox.env: expected a table, got 3"),
+            ("", "network = \"lan\"\n", &[], "sandbox.network: \"lan\": use on, off or allow"),
+            ("", "secretFiles = 1\n", &[], "sandbox.secretFiles: expected a table, got 1"),
+            ("", "[agent]\ncapabilities = 1\n", &[], "agent.capabilities: expected a table, got 1"),
+            (
+                "",
+                "[tls]\nclient_cert = \"/x\"\n",
+                &[],
+                "tls.client_cert: client_cert and client_key go together",
+            ),
+            (
+                "",
+                "",
+                &[("ACP_PROXY_SANDBOX_GIT_PUSH", "perhaps")],
+                "sandbox.gitPush: expected true or false, got \"perhaps\"",
+            ),
+            (
+                "",
+                "",
+                &[("ACP_PROXY_OUTBOX_MAX_BYTES", "10")],
+                "outbox_max_bytes: expected an integer between 1024 and 1099511627776, got \"10\"",
+            ),
+        ];
+        for (before, after, env, want) in cases {
+            let e = load(&format!("{before}{MIN}{after}"), env).unwrap_err().to_string();
+            assert_eq!(e, format!("proxy.toml: {want}"));
+        }
+    }
+
     #[test]
     fn documented_example_loads_cleanly() {
         let root = std::env::temp_dir().join(format!("tuixiu-proxy-example-{}", std::process::id()));

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::keys::*;
 use super::reader::Reader;
@@ -128,11 +128,7 @@ fn agent(r: &mut Reader<'_>) -> Result<AgentConfig, ConfigError> {
         },
         name: r.string(&AGENT_NAME)?,
         max_concurrent: r.int(&AGENT_MAX_CONCURRENT)?,
-        capabilities: match r.take(&AGENT_CAPABILITIES) {
-            None => Map::new(),
-            Some(Value::Object(map)) => map,
-            Some(other) => return Err(r.err("agent.capabilities", format!("expected a table, got {other}"))),
-        },
+        capabilities: r.table(&AGENT_CAPABILITIES)?.unwrap_or_default(),
         state_path: match r.string(&AGENT_STATE_PATH)? {
             None => None,
             Some(p) => {
@@ -247,11 +243,7 @@ fn workspace_root(r: &mut Reader<'_>) -> Result<PathBuf, ConfigError> {
 
 /// `[sandbox.env]`: strings (numbers and booleans as written).
 fn env(r: &mut Reader<'_>) -> Result<Vec<(String, String)>, ConfigError> {
-    let map = match r.take(&SANDBOX_ENV) {
-        None => return Ok(Vec::new()),
-        Some(Value::Object(map)) => map,
-        Some(other) => return Err(r.err("sandbox.env", format!("expected a table, got {other}"))),
-    };
+    let Some(map) = r.table(&SANDBOX_ENV)? else { return Ok(Vec::new()) };
     let mut out = Vec::new();
     for (k, v) in map {
         let v = match v {
@@ -334,11 +326,7 @@ fn network(
 
 /// `[sandbox.bootstrap]`; `None` when it has no command.
 fn bootstrap(r: &mut Reader<'_>) -> Result<Option<Bootstrap>, ConfigError> {
-    let map = match r.take(&SANDBOX_BOOTSTRAP) {
-        None => return Ok(None),
-        Some(Value::Object(map)) => map,
-        Some(other) => return Err(r.err("sandbox.bootstrap", format!("expected a table, got {other}"))),
-    };
+    let Some(map) = r.table(&SANDBOX_BOOTSTRAP)? else { return Ok(None) };
     let text = |k: &str| -> Result<Option<String>, ConfigError> {
         match map.get(k) {
             None | Some(Value::Null) => Ok(None),
@@ -400,11 +388,7 @@ fn path_mapping(r: &mut Reader<'_>) -> Result<PathMapping, ConfigError> {
 
 /// `[sandbox.secretFiles] name = "/host/file"`.
 fn secret_files(r: &mut Reader<'_>) -> Result<Vec<(String, PathBuf)>, ConfigError> {
-    let map = match r.take(&SANDBOX_SECRET_FILES) {
-        None => return Ok(Vec::new()),
-        Some(Value::Object(map)) => map,
-        Some(other) => return Err(r.err("sandbox.secretFiles", format!("expected a table, got {other}"))),
-    };
+    let Some(map) = r.table(&SANDBOX_SECRET_FILES)? else { return Ok(Vec::new()) };
     let mut out = Vec::new();
     for (name, v) in map {
         let key = format!("sandbox.secretFiles.{name}");

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::ConfigError;
 use super::keys::{IGNORED, Key, Kind, SCHEMA, TABLES, env_name};
@@ -69,6 +69,16 @@ impl<'a> Reader<'a> {
             *used = true;
             v.clone()
         })
+    }
+
+    /// A free-form table (`[sandbox.env]`, `[agent.capabilities]`, ...).
+    pub(super) fn table(&mut self, k: &'static Key) -> Result<Option<Map<String, Value>>, ConfigError> {
+        debug_assert_eq!(k.kind, Kind::Any, "{}", k.name);
+        match self.take(k) {
+            None => Ok(None),
+            Some(Value::Object(map)) => Ok(Some(map)),
+            Some(other) => Err(self.key_err(k, format!("expected a table, got {other}"))),
+        }
     }
 
     /// A trimmed string; empty counts as absent.
