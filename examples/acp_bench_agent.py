@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The ACP agent of the daemon benchmark (examples/acp_bench.rs).
+"""The ACP agent of the daemon benchmark (examples/daemon_bench/).
 
 Stdlib only, one thread, started with `python3 -S` so that its own start
 is as short as Python allows: `initialize` is answered before `json` is

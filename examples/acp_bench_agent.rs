@@ -1,4 +1,4 @@
-//! The minimal ACP agent of the daemon benchmark (examples/acp_bench.rs),
+//! The minimal ACP agent of the daemon benchmark (examples/daemon_bench/),
 //! compiled, so that neither its start nor its writing rate is what the
 //! benchmark measures (examples/acp_bench_agent.py does the same in Python,
 //! whose start alone is 7-9 ms and whose flood tops out near the target

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The daemon's agent host against its targets (docs/benchmarks.md, "The
 # daemon's agent host"), native provider, release build, driven by a Rust
-# fake backend on loopback (examples/acp_bench.rs) with a minimal compiled
+# fake backend on loopback (`daemon_bench acp`, examples/daemon_bench/) with a minimal compiled
 # agent
 # (examples/acp_bench_agent.rs; AGENT=examples/acp_bench_agent.py for the
 # stdlib-only Python one, run as `python3 -S`):
@@ -28,12 +28,12 @@ OPENS=${OPENS:-30}
 FLOOD=${FLOOD:-1000000}
 AGENT=${AGENT:-target/release/examples/acp_bench_agent}
 
-cargo build --release --quiet --bins --example acp_bench --example acp_bench_agent
+cargo build --release --quiet --bins --example daemon_bench --example acp_bench_agent
 echo "machine: $(nproc) cores ($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "tuixiu-sandbox $(target/release/tuixiu-sandbox --version | cut -d' ' -f2), $(/usr/bin/python3 --version)"
 echo "anchor (Node acp-proxy on bwrap, same kind of machine; docs/benchmarks.md): acp_open 50 ms; 10 KB read 16.5 ms; 42 500 updates/s; RSS 63 MB idle, 84 MB peak"
 for i in $(seq 1 "$ROUNDS"); do
     echo "--- round $i (load $(cut -d' ' -f1-3 /proc/loadavg))"
-    target/release/examples/acp_bench target/release/tuixiu-sandbox \
+    target/release/examples/daemon_bench acp target/release/tuixiu-sandbox \
         "$(mktemp -d /tmp/tuixiu-acp-bench-XXXXXX)" "$AGENT" "$OPENS" "$FLOOD"
 done

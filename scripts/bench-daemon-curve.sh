@@ -3,7 +3,7 @@
 # (a)"): one daemon with 1, 10, 100, 1 000 idle runs and one with 1, 10, 50 runs
 # relaying at once; RSS, the daemon's CPU per message, and the latency p50/p99
 # of `sandbox_control inspect` round trips (during the relay they queue behind
-# the updates in the daemon's one outbound FIFO). examples/proxy_curve.rs is the
+# the updates in the daemon's one outbound FIFO). `daemon_bench curve` (examples/daemon_bench/) is the
 # backend, examples/acp_bench_agent.rs the agent; release build, native
 # provider. Needs root (sandboxes as the daemon's user, /proc/<pid>/clear_refs).
 #
@@ -14,10 +14,10 @@ cd "$(dirname "$0")/.."
 TOTAL=${TOTAL:-500000}
 OUT=${OUT:-docs/plots}
 
-cargo build --release --quiet --bins --example proxy_curve --example acp_bench_agent
+cargo build --release --quiet --bins --example daemon_bench --example acp_bench_agent
 mkdir -p "$OUT"
 echo "machine: $(nproc) cores ($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-target/release/examples/proxy_curve target/release/tuixiu-sandbox \
+target/release/examples/daemon_bench curve target/release/tuixiu-sandbox \
     "$(mktemp -d /tmp/tuixiu-curve-XXXXXX)" target/release/examples/acp_bench_agent "$TOTAL" | tee "$OUT/daemon.csv"
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 

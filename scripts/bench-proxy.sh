@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Footprint and control latency of the execution-plane daemon
 # (`tuixiu-sandbox proxy`, native provider, release build), driven by a
-# Rust fake backend on loopback (examples/proxy_bench.rs):
+# Rust fake backend on loopback (`daemon_bench proxy`, examples/daemon_bench/):
 #   * idle RSS once registered (target <= 8 MB; the Node acp-proxy idles at
 #     about 63 MB: docs/benchmarks.md, "Execution-plane daemon");
 #   * RSS added by 100 idle runs (target <= 2 MB each, no agents);
@@ -19,12 +19,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
 
-cargo build --release --quiet --bins --example proxy_bench
+cargo build --release --quiet --bins --example daemon_bench
 echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "tuixiu-sandbox $(target/release/tuixiu-sandbox --version | cut -d' ' -f2)"
 for i in $(seq 1 "$ROUNDS"); do
     echo "--- round $i"
-    target/release/examples/proxy_bench target/release/tuixiu-sandbox "$(mktemp -d /tmp/tuixiu-proxy-bench-XXXXXX)"
+    target/release/examples/daemon_bench proxy target/release/tuixiu-sandbox "$(mktemp -d /tmp/tuixiu-proxy-bench-XXXXXX)"
 done
 
 if command -v node >/dev/null; then

@@ -8,6 +8,10 @@ use clap::{Args, Parser, Subcommand};
 pub use tuixiu_sandbox::launcher::args::*;
 pub use tuixiu_sandbox::proxy::cli::ProxyArgs;
 
+const PROXY_EXAMPLES: &str = "Examples:\n  \
+    tuixiu-sandbox proxy --config /etc/tuixiu/proxy.toml\n  \
+    ACP_PROXY_AUTH_TOKEN=... tuixiu-sandbox proxy --config proxy.toml -v";
+
 /// Sandbox runtime and execution-plane daemon for ACP coding agents.
 ///
 /// Exit status of `run`: the command's own status, 128+N when it was killed
@@ -89,10 +93,12 @@ pub enum Command {
     /// refuses the proxy id (another proxy uses it) and 125 on a startup
     /// error (bad config, state directory locked by another daemon). Every
     /// config key can be set by an environment variable ACP_PROXY_<KEY>
-    /// (tables: ACP_PROXY_<TABLE>_<KEY>); see docs/proxy.md.
-    #[command(after_help = "Examples:\n  \
-        tuixiu-sandbox proxy --config /etc/tuixiu/proxy.toml\n  \
-        ACP_PROXY_AUTH_TOKEN=... tuixiu-sandbox proxy --config proxy.toml -v")]
+    /// (tables: ACP_PROXY_<TABLE>_<KEY>); `--help` lists them all, and
+    /// docs/proxy.md says what each means.
+    #[command(
+        after_help = PROXY_EXAMPLES,
+        after_long_help = format!("{PROXY_EXAMPLES}\n\n{}", tuixiu_sandbox::proxy::config::help_text())
+    )]
     Proxy(ProxyArgs),
 
     /// Internal: extract a zip with the safe extractor into an empty

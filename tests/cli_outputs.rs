@@ -2,7 +2,8 @@
 //! schemas in docs/schema/ (validated with the `jsonschema` crate), the man
 //! pages (`__man`, each rendered by `man -l`), and the shell completions
 //! (`completions SHELL`, loaded and exercised in bash; zsh and fish
-//! checked by their shells where installed).
+//! checked by their shells where installed), and `proxy --help`'s list
+//! of config keys.
 
 mod common;
 
@@ -271,5 +272,20 @@ fn completions_load_and_complete_in_bash() {
         if let Ok(run) = Command::new(shell).args(&check).arg(&file).output() {
             assert!(run.status.success(), "{shell}: {}", String::from_utf8_lossy(&run.stderr));
         }
+    }
+}
+
+/// `proxy --help` lists every config key from its declaration (the list
+/// itself is checked against the keys by the unit tests of
+/// `proxy::config::keys`).
+#[test]
+fn proxy_help_lists_the_config_keys() {
+    let fx = Fixture::new(Caller::Root);
+    let out = fx.command(&["proxy", "--help"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains(&tuixiu_sandbox::proxy::config::help_text()), "{help}");
+    for key in tuixiu_sandbox::proxy::config::SCHEMA {
+        assert!(help.contains(&key.dotted()), "{} missing from:\n{help}", key.dotted());
     }
 }

@@ -12,6 +12,14 @@
 //! Unknown keys are warned about (a typo must not pass unnoticed, and a
 //! newer config must still start an older daemon); a value of the wrong
 //! type or out of range is an error naming the key.
+//!
+//! Each key is declared once, in `keys.rs` (location, type, default,
+//! bounds, meaning); `reader.rs` reads declared keys out of the file and
+//! the environment; `parse.rs` turns them into the checked [`Config`].
+
+mod keys;
+mod parse;
+mod reader;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -19,110 +27,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
-use crate::provider::names;
-
-/// Where a key lives: the top level or a table.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
-    Str,
-    Int,
-    Bool,
-    /// A list of strings.
-    List,
-    /// Free-form (a table or an array of tables): no environment override.
-    Any,
-}
-
-/// Every key the daemon reads, as `(table, key, kind)`; table `""` is the top level.
-const SCHEMA: &[(&str, &str, Kind)] = &[
-    ("", "orchestrator_url", Kind::Str),
-    ("", "auth_token", Kind::Str),
-    ("", "register_url", Kind::Str),
-    ("", "bootstrap_token", Kind::Str),
-    ("", "heartbeat_seconds", Kind::Int),
-    ("", "inventory_interval_seconds", Kind::Int),
-    ("", "agent_command", Kind::List),
-    ("", "agent_env_allowlist", Kind::List),
-    ("", "skills_download_max_bytes", Kind::Int),
-    ("", "state_dir", Kind::Str),
-    ("", "allow_insecure_ws", Kind::Bool),
-    ("", "control_signing_secret", Kind::Str),
-    ("", "register_hmac_secret", Kind::Str),
-    ("", "reconnect_max_seconds", Kind::Int),
-    ("", "register_ack_timeout_seconds", Kind::Int),
-    ("", "outbox_max_messages", Kind::Int),
-    ("", "outbox_max_bytes", Kind::Int),
-    ("", "keepalive_min_seconds", Kind::Int),
-    ("", "expire_idle_runs", Kind::Bool),
-    ("", "git_push_timeout_max_seconds", Kind::Int),
-    ("", "permission_policy", Kind::Str),
-    ("", "permission_timeout_seconds", Kind::Int),
-    ("", "fs_read_max_bytes", Kind::Int),
-    ("", "agent_shutdown_grace_seconds", Kind::Int),
-    ("", "acp_request_timeout_seconds", Kind::Int),
-    ("", "shutdown_flush_seconds", Kind::Int),
-    ("", "run_max_terminals", Kind::Int),
-    ("", "run_max_processes", Kind::Int),
-    ("", "run_terminal_memory_bytes", Kind::Int),
-    ("agent", "id", Kind::Str),
-    ("agent", "name", Kind::Str),
-    ("agent", "max_concurrent", Kind::Int),
-    ("agent", "capabilities", Kind::Any),
-    ("agent", "statePath", Kind::Str),
-    ("sandbox", "provider", Kind::Str),
-    ("sandbox", "image", Kind::Str),
-    ("sandbox", "runtime", Kind::Str),
-    ("sandbox", "workspaceHostRoot", Kind::Str),
-    ("sandbox", "workspaceProvider", Kind::Str),
-    ("sandbox", "terminalEnabled", Kind::Bool),
-    ("sandbox", "gitPush", Kind::Bool),
-    ("sandbox", "nested", Kind::Bool),
-    ("sandbox", "env", Kind::Any),
-    ("sandbox", "volumes", Kind::Any),
-    ("sandbox", "instancePrefix", Kind::Str),
-    ("sandbox", "network", Kind::Str),
-    ("sandbox", "allowHosts", Kind::List),
-    ("sandbox", "allowRanges", Kind::List),
-    ("sandbox", "noIsolationAcknowledged", Kind::Bool),
-    ("sandbox", "bootstrap", Kind::Any),
-    ("sandbox", "secretFiles", Kind::Any),
-    ("sandbox", "pathMapping", Kind::Any),
-    ("tls", "ca_file", Kind::Str),
-    ("tls", "client_cert", Kind::Str),
-    ("tls", "client_key", Kind::Str),
-];
-
-/// Keys of the Node proxy that this daemon accepts and ignores on purpose
-/// (no warning): they configure things that do not exist here.
-const IGNORED: &[(&str, &str)] = &[
-    ("", "mock_mode"),
-    ("", "skills_mounting_enabled"),
-    ("sandbox", "agentMode"),
-    ("sandbox", "workingDir"),
-    ("sandbox", "boxMode"),
-    ("sandbox", "boxName"),
-    ("sandbox", "boxReuse"),
-    ("sandbox", "autoRemove"),
-    ("sandbox", "extraRunArgs"),
-    ("sandbox", "cpus"),
-    ("sandbox", "memoryMib"),
-];
-
-/// The environment variable that overrides `table.key`.
-pub fn env_name(table: &str, key: &str) -> String {
-    let mut out = String::from("ACP_PROXY_");
-    if !table.is_empty() {
-        out.push_str(&table.to_ascii_uppercase());
-        out.push('_');
-    }
-    for (i, c) in key.chars().enumerate() {
-        if c.is_ascii_uppercase() && i > 0 {
-            out.push('_');
-        }
-        out.push(c.to_ascii_uppercase());
-    }
-    out
-}
+pub use keys::{Key, Kind, SCHEMA, docs_table, env_name, help_text};
 
 pub use crate::env::Secret;
 
@@ -266,128 +171,6 @@ pub enum ConfigError {
     Key { origin: String, key: String, reason: String },
 }
 
-/// Reads keys out of the parsed file, remembering which were used.
-struct Reader<'a> {
-    origin: &'a str,
-    table: BTreeMap<(String, String), (Value, bool)>,
-}
-
-impl<'a> Reader<'a> {
-    fn err(&self, key: &str, reason: impl Into<String>) -> ConfigError {
-        ConfigError::Key { origin: self.origin.to_string(), key: key.to_string(), reason: reason.into() }
-    }
-
-    fn take(&mut self, table: &str, key: &str) -> Option<Value> {
-        self.table.get_mut(&(table.to_string(), key.to_string())).map(|(v, used)| {
-            *used = true;
-            v.clone()
-        })
-    }
-
-    fn dotted(table: &str, key: &str) -> String {
-        if table.is_empty() { key.to_string() } else { format!("{table}.{key}") }
-    }
-
-    fn string(&mut self, table: &str, key: &str) -> Result<Option<String>, ConfigError> {
-        match self.take(table, key) {
-            None => Ok(None),
-            Some(Value::String(s)) => {
-                let s = s.trim().to_string();
-                Ok(if s.is_empty() { None } else { Some(s) })
-            }
-            Some(other) => {
-                Err(self.err(&Self::dotted(table, key), format!("expected a string, got {other}")))
-            }
-        }
-    }
-
-    fn int(&mut self, table: &str, key: &str, default: u64, min: u64, max: u64) -> Result<u64, ConfigError> {
-        let v = match self.take(table, key) {
-            None => return Ok(default),
-            Some(v) => v,
-        };
-        let n = match &v {
-            Value::Number(n) => n.as_u64(),
-            Value::String(s) => s.trim().parse::<u64>().ok(),
-            _ => None,
-        };
-        match n {
-            Some(n) if (min..=max).contains(&n) => Ok(n),
-            _ => Err(self.err(
-                &Self::dotted(table, key),
-                format!("expected an integer between {min} and {max}, got {v}"),
-            )),
-        }
-    }
-
-    fn boolean(&mut self, table: &str, key: &str, default: bool) -> Result<bool, ConfigError> {
-        match self.take(table, key) {
-            None => Ok(default),
-            Some(Value::Bool(b)) => Ok(b),
-            Some(Value::String(s)) => match s.trim().to_ascii_lowercase().as_str() {
-                "1" | "true" | "yes" | "on" => Ok(true),
-                "0" | "false" | "no" | "off" | "" => Ok(false),
-                _ => Err(self.err(&Self::dotted(table, key), format!("expected true or false, got {s:?}"))),
-            },
-            Some(other) => {
-                Err(self.err(&Self::dotted(table, key), format!("expected true or false, got {other}")))
-            }
-        }
-    }
-
-    fn list(&mut self, table: &str, key: &str) -> Result<Option<Vec<String>>, ConfigError> {
-        match self.take(table, key) {
-            None => Ok(None),
-            Some(Value::Array(items)) => items
-                .into_iter()
-                .map(|item| match item {
-                    Value::String(s) => Ok(s),
-                    other => Err(self.err(
-                        &Self::dotted(table, key),
-                        format!("expected a list of strings, found {other}"),
-                    )),
-                })
-                .collect::<Result<Vec<_>, _>>()
-                .map(Some),
-            Some(other) => {
-                Err(self.err(&Self::dotted(table, key), format!("expected a list of strings, got {other}")))
-            }
-        }
-    }
-
-    /// Keys present but never read: warned about, not fatal.
-    fn unused(&self) -> Vec<String> {
-        self.table
-            .iter()
-            .filter(|(_, (_, used))| !used)
-            .filter(|((t, k), _)| !IGNORED.contains(&(t.as_str(), k.as_str())))
-            .map(|((t, k), _)| Self::dotted(t, k))
-            .collect()
-    }
-}
-
-/// An environment value converted to the key's type.
-fn env_value(kind: Kind, raw: &str) -> Value {
-    match kind {
-        Kind::Str | Kind::Int | Kind::Bool | Kind::Any => Value::String(raw.to_string()),
-        Kind::List => {
-            let trimmed = raw.trim();
-            if trimmed.starts_with('[')
-                && let Ok(Value::Array(items)) = serde_json::from_str::<Value>(trimmed)
-            {
-                return Value::Array(items);
-            }
-            Value::Array(
-                trimmed
-                    .split(|c: char| c == ',' || c.is_whitespace())
-                    .filter(|s| !s.is_empty())
-                    .map(|s| Value::String(s.to_string()))
-                    .collect(),
-            )
-        }
-    }
-}
-
 impl Config {
     /// Loads `path` (if given) and applies the environment overrides of
     /// `env` (normally `std::env::vars()`). Returns the config and the
@@ -422,425 +205,10 @@ impl Config {
         doc: toml::Table,
         env: &BTreeMap<String, String>,
     ) -> Result<(Config, Vec<String>), ConfigError> {
-        // Flatten to (table, key) → JSON value; sub-tables of the known
-        // tables stay values (`capabilities`, `env`).
-        let mut flat = BTreeMap::new();
-        for (key, value) in doc {
-            let value = serde_json::to_value(&value).unwrap_or(Value::Null);
-            match value {
-                Value::Object(map) if ["agent", "sandbox", "tls"].contains(&key.as_str()) => {
-                    for (k, v) in map {
-                        flat.insert((key.clone(), k), (v, false));
-                    }
-                }
-                other => {
-                    flat.insert((String::new(), key), (other, false));
-                }
-            }
-        }
-        for (table, key, kind) in SCHEMA {
-            if *kind == Kind::Any {
-                continue;
-            }
-            if let Some(raw) = env.get(&env_name(table, key)) {
-                flat.insert((table.to_string(), key.to_string()), (env_value(*kind, raw), false));
-            }
-        }
-        let mut r = Reader { origin, table: flat };
-
-        let orchestrator_url = r.string("", "orchestrator_url")?.ok_or_else(|| {
-            r.err(
-                "orchestrator_url",
-                "required (e.g. wss://backend.example/ws/agent); or set ACP_PROXY_ORCHESTRATOR_URL",
-            )
-        })?;
-        let url = url_parts(&orchestrator_url).map_err(|why| r.err("orchestrator_url", why.to_string()))?;
-        if !matches!(url.scheme.as_str(), "ws" | "wss") {
-            return Err(
-                r.err("orchestrator_url", format!("{orchestrator_url:?}: the scheme must be ws or wss"))
-            );
-        }
-        let register_url = r.string("", "register_url")?;
-        if let Some(u) = &register_url {
-            let parts = url_parts(u).map_err(|why| r.err("register_url", why.to_string()))?;
-            if !matches!(parts.scheme.as_str(), "http" | "https") {
-                return Err(r.err("register_url", format!("{u:?}: the scheme must be http or https")));
-            }
-        }
-        let auth_token = r.string("", "auth_token")?.map(Secret::new);
-        let bootstrap_token = r.string("", "bootstrap_token")?.map(Secret::new);
-        if register_url.is_some() != bootstrap_token.is_some() && auth_token.is_none() {
-            return Err(r.err(
-                if register_url.is_some() { "bootstrap_token" } else { "register_url" },
-                "register_url and bootstrap_token go together (the token is obtained by POSTing to register_url)",
-            ));
-        }
-        let heartbeat_seconds = r.int("", "heartbeat_seconds", 30, 1, 3600)?;
-        let inventory_interval_seconds = r.int("", "inventory_interval_seconds", 300, 0, 86_400)?;
-        let agent_command = r.list("", "agent_command")?.unwrap_or_default();
-        let agent_env_allowlist = r.list("", "agent_env_allowlist")?;
-        if let Some(list) = &agent_env_allowlist
-            && let Some(bad) = list.iter().find(|k| !crate::env::is_name(k))
-        {
-            return Err(r.err("agent_env_allowlist", format!("{bad:?} is not a variable name")));
-        }
-        let skills_download_max_bytes =
-            r.int("", "skills_download_max_bytes", 200 * 1024 * 1024, 0, u64::MAX)?;
-        let state_dir = match r.string("", "state_dir")? {
-            Some(dir) => absolute(&r, "state_dir", &dir)?,
-            None => crate::provider::default_state_dir(),
-        };
-        let allow_insecure_ws = r.boolean("", "allow_insecure_ws", false)?;
-        let control_signing_secret = r.string("", "control_signing_secret")?.map(Secret::new);
-        let register_hmac_secret = r.string("", "register_hmac_secret")?.map(Secret::new);
-        let reconnect_max_seconds = r.int("", "reconnect_max_seconds", 30, 1, 3600)?;
-        let register_ack_timeout_seconds = r.int("", "register_ack_timeout_seconds", 10, 1, 600)?;
-        let outbox_max_messages = r.int("", "outbox_max_messages", 10_000, 1, 10_000_000)? as usize;
-        let outbox_max_bytes = r.int("", "outbox_max_bytes", 64 * 1024 * 1024, 1024, 1 << 40)? as usize;
-        let keepalive_min_seconds = r.int("", "keepalive_min_seconds", 60, 1, 86_400)?;
-        let expire_idle_runs = r.boolean("", "expire_idle_runs", false)?;
-        let git_push_timeout_max_seconds = r.int("", "git_push_timeout_max_seconds", 3600, 5, 86_400)?;
-
-        let agent = AgentConfig {
-            id: match r.string("agent", "id")? {
-                Some(id) => Some(check_proxy_id(&r, &id)?),
-                None => None,
-            },
-            name: r.string("agent", "name")?,
-            max_concurrent: r.int("agent", "max_concurrent", 1, 1, 10_000)?,
-            capabilities: match r.take("agent", "capabilities") {
-                None => Map::new(),
-                Some(Value::Object(map)) => map,
-                Some(other) => {
-                    return Err(r.err("agent.capabilities", format!("expected a table, got {other}")));
-                }
-            },
-            state_path: match r.string("agent", "statePath")? {
-                None => None,
-                Some(p) => {
-                    let norm = sandbox::guest_path::normalize(&p)
-                        .map_err(|why| r.err("agent.statePath", format!("{p:?} {why}")))?;
-                    if sandbox::guest_path::is_within(&norm, sandbox::WORKSPACE) || norm == "/" {
-                        return Err(r.err("agent.statePath", "must not be / or inside /workspace"));
-                    }
-                    Some(norm)
-                }
-            },
-        };
-
-        let provider = match r.string("sandbox", "provider")?.as_deref() {
-            None | Some("native") | Some("bwrap") => ProviderChoice::Native,
-            Some("container_oci") | Some("docker") => ProviderChoice::Docker,
-            Some("host_process") | Some("host") => ProviderChoice::Host,
-            Some(other) => {
-                return Err(r.err(
-                    "sandbox.provider",
-                    format!(
-                        "{other:?} is not supported (native or its alias bwrap, container_oci, host_process)"
-                    ),
-                ));
-            }
-        };
-        let image = r.string("sandbox", "image")?;
-        if let Some(image) = &image {
-            names::validate_image(image).map_err(|e| r.err("sandbox.image", e.to_string()))?;
-        }
-        if provider == ProviderChoice::Docker && image.is_none() {
-            return Err(r.err("sandbox.image", "required with provider container_oci"));
-        }
-        let runtime = r.string("sandbox", "runtime")?.unwrap_or_else(|| "docker".into());
-        if !crate::provider::docker::SUPPORTED_CLIS.contains(&runtime.as_str()) {
-            return Err(r.err("sandbox.runtime", format!("{runtime:?}: use docker, podman or nerdctl")));
-        }
-        let root = r.string("sandbox", "workspaceHostRoot")?.ok_or_else(|| {
-            r.err("sandbox.workspaceHostRoot", "required: the host directory holding run-<id> workspaces")
-        })?;
-        let root = absolute(&r, "sandbox.workspaceHostRoot", &root)?;
-        std::fs::create_dir_all(&root).map_err(|e| {
-            r.err(
-                "sandbox.workspaceHostRoot",
-                format!("create {}: {}", root.display(), sandbox::error::io_error_text(&e)),
-            )
-        })?;
-        let workspace_host_root = std::fs::canonicalize(&root).map_err(|e| {
-            r.err(
-                "sandbox.workspaceHostRoot",
-                format!("{}: {}", root.display(), sandbox::error::io_error_text(&e)),
-            )
-        })?;
-        match r.string("sandbox", "workspaceProvider")?.as_deref() {
-            None | Some("host") => {}
-            Some(other) => {
-                return Err(r.err(
-                    "sandbox.workspaceProvider",
-                    format!("{other:?} is not supported: only \"host\" (workspaces under workspaceHostRoot)"),
-                ));
-            }
-        }
-        let terminal_enabled = r.boolean("sandbox", "terminalEnabled", false)?;
-        let git_push = r.boolean("sandbox", "gitPush", true)?;
-        let nested = r.boolean("sandbox", "nested", true)?;
-        let env = match r.take("sandbox", "env") {
-            None => Vec::new(),
-            Some(Value::Object(map)) => {
-                let mut out = Vec::new();
-                for (k, v) in map {
-                    let v = match v {
-                        Value::String(s) => s,
-                        Value::Number(n) => n.to_string(),
-                        Value::Bool(b) => b.to_string(),
-                        other => {
-                            return Err(r.err(
-                                &format!("sandbox.env.{k}"),
-                                format!("expected a string, got {other}"),
-                            ));
-                        }
-                    };
-                    names::validate_env(&k, &v).map_err(|e| r.err(&format!("sandbox.env.{k}"), e.reason))?;
-                    out.push((k, v));
-                }
-                out
-            }
-            Some(other) => return Err(r.err("sandbox.env", format!("expected a table, got {other}"))),
-        };
-        let volumes = match r.take("sandbox", "volumes") {
-            None => Vec::new(),
-            Some(Value::Array(items)) => {
-                let mut out = Vec::new();
-                for (i, item) in items.into_iter().enumerate() {
-                    let key = format!("sandbox.volumes[{i}]");
-                    let Value::Object(map) = item else {
-                        return Err(r.err(&key, "expected a table {hostPath, guestPath, readOnly}"));
-                    };
-                    let get = |k: &str| map.get(k).and_then(Value::as_str).map(str::to_string);
-                    let host = get("hostPath").ok_or_else(|| r.err(&key, "hostPath is required"))?;
-                    let guest = get("guestPath").ok_or_else(|| r.err(&key, "guestPath is required"))?;
-                    let norm = sandbox::guest_path::normalize(&guest)
-                        .map_err(|why| r.err(&key, format!("guestPath {guest:?} {why}")))?;
-                    let read_only = map.get("readOnly").and_then(Value::as_bool).unwrap_or(false);
-                    out.push(Volume { host_path: absolute(&r, &key, &host)?, guest_path: norm, read_only });
-                }
-                out
-            }
-            Some(other) => {
-                return Err(r.err("sandbox.volumes", format!("expected an array of tables, got {other}")));
-            }
-        };
-        let instance_prefix =
-            r.string("sandbox", "instancePrefix")?.unwrap_or_else(|| names::DEFAULT_INSTANCE_PREFIX.into());
-        names::validate_prefix(&instance_prefix)
-            .map_err(|e| r.err("sandbox.instancePrefix", e.to_string()))?;
-        let (network, egress) = network(&mut r, provider)?;
-        let no_isolation_acknowledged = r.boolean("sandbox", "noIsolationAcknowledged", false)?;
-        if provider == ProviderChoice::Host && !no_isolation_acknowledged {
-            return Err(r.err(
-                "sandbox.provider",
-                "host_process runs agents without any isolation: set sandbox.noIsolationAcknowledged = true to allow it",
-            ));
-        }
-
-        let bootstrap = match r.take("sandbox", "bootstrap") {
-            None => None,
-            Some(Value::Object(map)) => {
-                let text = |k: &str| -> Result<Option<String>, ConfigError> {
-                    match map.get(k) {
-                        None | Some(Value::Null) => Ok(None),
-                        Some(Value::String(s)) if s.trim().is_empty() => Ok(None),
-                        Some(Value::String(s)) => Ok(Some(s.clone())),
-                        Some(other) => Err(r.err(
-                            &format!("sandbox.bootstrap.{k}"),
-                            format!("expected a string, got {other}"),
-                        )),
-                    }
-                };
-                let timeout_seconds = match map.get("timeoutSeconds") {
-                    None => 600,
-                    Some(v) => match v.as_u64().or_else(|| v.as_str().and_then(|s| s.trim().parse().ok())) {
-                        Some(n) if (1..=86_400).contains(&n) => n,
-                        _ => {
-                            return Err(r.err(
-                                "sandbox.bootstrap.timeoutSeconds",
-                                format!("expected an integer between 1 and 86400, got {v}"),
-                            ));
-                        }
-                    },
-                };
-                let b = Bootstrap {
-                    check_command: text("checkCommand")?,
-                    install_command: text("installCommand")?,
-                    timeout_seconds,
-                };
-                (b.check_command.is_some() || b.install_command.is_some()).then_some(b)
-            }
-            Some(other) => return Err(r.err("sandbox.bootstrap", format!("expected a table, got {other}"))),
-        };
-        let path_mapping = match r.take("sandbox", "pathMapping") {
-            None => super::pathmap::PathMapping::None,
-            Some(value) => {
-                let (kind, root) = match &value {
-                    Value::String(kind) => (Some(kind.clone()), None),
-                    Value::Object(map) => (
-                        map.get("type").and_then(Value::as_str).map(str::to_string),
-                        map.get("mountRoot").and_then(Value::as_str).map(str::to_string),
-                    ),
-                    other => (None, Some(other.to_string())),
-                };
-                match kind.as_deref() {
-                    Some("none") => super::pathmap::PathMapping::None,
-                    Some("windows_to_wsl") => {
-                        let mount_root = root.unwrap_or_else(|| "/mnt".into());
-                        if !mount_root.starts_with('/') {
-                            return Err(r.err("sandbox.pathMapping.mountRoot", "must be an absolute path"));
-                        }
-                        super::pathmap::PathMapping::WindowsToWsl { mount_root }
-                    }
-                    _ => {
-                        return Err(r.err(
-                            "sandbox.pathMapping",
-                            "expected \"windows_to_wsl\", \"none\", or a table {type = \"windows_to_wsl\", mountRoot = \"/mnt\"}",
-                        ));
-                    }
-                }
-            }
-        };
-        let secret_files = match r.take("sandbox", "secretFiles") {
-            None => Vec::new(),
-            Some(Value::Object(map)) => {
-                let mut out = Vec::new();
-                for (name, v) in map {
-                    let key = format!("sandbox.secretFiles.{name}");
-                    let ok_name = !name.is_empty()
-                        && name.len() <= 128
-                        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
-                        && !name.starts_with('.');
-                    if !ok_name {
-                        return Err(r.err(
-                            &key,
-                            "a secret name is letters, digits, '_', '.', '-' (not starting with '.')",
-                        ));
-                    }
-                    let Some(path) = v.as_str() else {
-                        return Err(r.err(&key, format!("expected a file path, got {v}")));
-                    };
-                    let path = absolute(&r, &key, path)?;
-                    if !path.is_file() {
-                        return Err(r.err(&key, format!("{} is not a readable file", path.display())));
-                    }
-                    out.push((name, path));
-                }
-                out
-            }
-            Some(other) => return Err(r.err("sandbox.secretFiles", format!("expected a table, got {other}"))),
-        };
-        if provider == ProviderChoice::Host {
-            // host_process has no mount namespace: nothing can be shown at
-            // a guest path, so these would silently not exist.
-            if agent.state_path.is_some() {
-                return Err(r.err(
-                    "agent.statePath",
-                    "needs a provider with mounts (native or container_oci), not host_process",
-                ));
-            }
-            if !secret_files.is_empty() {
-                return Err(r.err(
-                    "sandbox.secretFiles",
-                    "needs a provider with mounts (native or container_oci), not host_process",
-                ));
-            }
-        }
-        let permission_policy = match r.string("", "permission_policy")?.as_deref() {
-            None => {
-                if provider == ProviderChoice::Host {
-                    PermissionPolicy::Ask
-                } else {
-                    PermissionPolicy::AllowOnce
-                }
-            }
-            Some("allow_once" | "allow" | "auto") => PermissionPolicy::AllowOnce,
-            Some("ask") => PermissionPolicy::Ask,
-            Some("deny") => PermissionPolicy::Deny,
-            Some(other) => {
-                return Err(r.err("permission_policy", format!("{other:?}: use allow_once, ask or deny")));
-            }
-        };
-        let permission_timeout_seconds = r.int("", "permission_timeout_seconds", 600, 1, 86_400)?;
-        let fs_read_max_bytes = r.int("", "fs_read_max_bytes", 16 * 1024 * 1024, 1, 1 << 30)?;
-        let agent_shutdown_grace_seconds = r.int("", "agent_shutdown_grace_seconds", 2, 0, 600)?;
-        let acp_request_timeout_seconds = r.int("", "acp_request_timeout_seconds", 300, 1, 86_400)?;
-        let shutdown_flush_seconds = r.int("", "shutdown_flush_seconds", 5, 0, 600)?;
-        let run_max_terminals = r.int("", "run_max_terminals", 32, 1, 100_000)? as usize;
-        let run_max_processes = r.int("", "run_max_processes", 512, 1, 1_000_000)? as usize;
-        let run_terminal_memory_bytes =
-            r.int("", "run_terminal_memory_bytes", 8 * 1024 * 1024, 0, 1 << 40)? as usize;
-
-        let tls = TlsConfig {
-            ca_file: r.string("tls", "ca_file")?.map(|p| absolute(&r, "tls.ca_file", &p)).transpose()?,
-            client_cert: r
-                .string("tls", "client_cert")?
-                .map(|p| absolute(&r, "tls.client_cert", &p))
-                .transpose()?,
-            client_key: r
-                .string("tls", "client_key")?
-                .map(|p| absolute(&r, "tls.client_key", &p))
-                .transpose()?,
-        };
-        if tls.client_cert.is_some() != tls.client_key.is_some() {
-            return Err(r.err("tls.client_cert", "client_cert and client_key go together"));
-        }
-
+        let mut r = reader::Reader::new(origin, doc, env);
+        let config = parse::config(&mut r)?;
         let warnings =
             r.unused().into_iter().map(|k| format!("{origin}: unknown key {k:?} ignored")).collect();
-        let config = Config {
-            orchestrator_url,
-            auth_token,
-            register_url,
-            bootstrap_token,
-            heartbeat_seconds,
-            inventory_interval_seconds,
-            agent_command,
-            agent_env_allowlist,
-            skills_download_max_bytes,
-            state_dir,
-            allow_insecure_ws,
-            control_signing_secret,
-            register_hmac_secret,
-            reconnect_max_seconds,
-            register_ack_timeout_seconds,
-            outbox_max_messages,
-            outbox_max_bytes,
-            keepalive_min_seconds,
-            expire_idle_runs,
-            git_push_timeout_max_seconds,
-            permission_policy,
-            permission_timeout_seconds,
-            fs_read_max_bytes,
-            agent_shutdown_grace_seconds,
-            acp_request_timeout_seconds,
-            shutdown_flush_seconds,
-            run_max_terminals,
-            run_max_processes,
-            run_terminal_memory_bytes,
-            agent,
-            sandbox: SandboxConfig {
-                provider,
-                image,
-                runtime,
-                workspace_host_root,
-                terminal_enabled,
-                git_push,
-                nested,
-                env,
-                volumes,
-                instance_prefix,
-                network,
-                egress,
-                no_isolation_acknowledged,
-                bootstrap,
-                secret_files,
-                path_mapping,
-            },
-            tls,
-        };
         Ok((config, warnings))
     }
 
@@ -853,64 +221,8 @@ impl Config {
     }
 }
 
-/// `sandbox.network` and the egress policy of `allow` (`allowHosts`,
-/// `allowRanges`; the ranges also serve runs that narrow `on` to a list).
-fn network(
-    r: &mut Reader<'_>,
-    provider: ProviderChoice,
-) -> Result<(sandbox::Network, crate::egress::Policy), ConfigError> {
-    let network = match r.string("sandbox", "network")?.as_deref() {
-        None | Some("on") | Some("host") => sandbox::Network::On,
-        Some("off") | Some("none") => sandbox::Network::Off,
-        Some("allow") => sandbox::Network::Proxied,
-        Some(other) => return Err(r.err("sandbox.network", format!("{other:?}: use on, off or allow"))),
-    };
-    let allow_hosts = r.list("sandbox", "allowHosts")?.unwrap_or_default();
-    let allow_ranges = r.list("sandbox", "allowRanges")?.unwrap_or_default();
-    if !allow_hosts.is_empty() && network != sandbox::Network::Proxied {
-        return Err(r.err("sandbox.allowHosts", "needs sandbox.network = \"allow\""));
-    }
-    if !allow_ranges.is_empty() && network == sandbox::Network::Off {
-        return Err(r.err("sandbox.allowRanges", "means nothing with sandbox.network = \"off\""));
-    }
-    let egress = crate::egress::Policy {
-        hosts: allow_hosts
-            .iter()
-            .map(|h| crate::egress::Rule::parse(h))
-            .collect::<Result<_, _>>()
-            .map_err(|e| r.err("sandbox.allowHosts", e.to_string()))?,
-        ranges: allow_ranges
-            .iter()
-            .map(|h| crate::egress::Range::parse(h))
-            .collect::<Result<_, _>>()
-            .map_err(|e| r.err("sandbox.allowRanges", e.to_string()))?,
-    };
-    if network == sandbox::Network::Proxied && provider != ProviderChoice::Native {
-        return Err(r.err("sandbox.network", "allow (the egress proxy) needs the native provider"));
-    }
-    Ok((network, egress))
-}
-
 fn one_line(e: &dyn fmt::Display) -> String {
     e.to_string().split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
-fn absolute(r: &Reader<'_>, key: &str, path: &str) -> Result<PathBuf, ConfigError> {
-    let p = PathBuf::from(path);
-    if p.is_absolute() {
-        Ok(p)
-    } else {
-        std::env::current_dir()
-            .map(|cwd| cwd.join(p))
-            .map_err(|e| r.err(key, format!("relative path {path:?}: {e}")))
-    }
-}
-
-/// A proxy id: what the backend keys agents by. Same characters as an
-/// instance name, so it is safe in file names and logs.
-fn check_proxy_id(r: &Reader<'_>, id: &str) -> Result<String, ConfigError> {
-    names::validate_instance_name(id, "").map_err(|e| r.err("agent.id", e.reason))?;
-    Ok(id.to_string())
 }
 
 /// The parts of a URL the daemon needs.
@@ -1044,6 +356,56 @@ mod tests {
         assert!(e.contains("noIsolationAcknowledged"), "{e}");
         let e = load("[sandbox]\nworkspaceHostRoot = \"ROOT\"\n", &[]).unwrap_err().to_string();
         assert!(e.contains("orchestrator_url") && e.contains("required"), "{e}");
+    }
+
+    /// Whole error lines, as they were before the keys were declared in
+    /// one table.
+    #[test]
+    fn error_texts_are_the_old_ones() {
+        // (before the minimal config, after it, environment, the error).
+        type Case = (&'static str, &'static str, &'static [(&'static str, &'static str)], &'static str);
+        let cases: &[Case] = &[
+            (
+                "heartbeat_seconds = \"often\"\n",
+                "",
+                &[],
+                "heartbeat_seconds: expected an integer between 1 and 3600, got \"often\"",
+            ),
+            (
+                "allow_insecure_ws = \"maybe\"\n",
+                "",
+                &[],
+                "allow_insecure_ws: expected true or false, got \"maybe\"",
+            ),
+            ("agent_command = \"x\"\n", "", &[], "agent_command: expected a list of strings, got \"x\""),
+            ("agent_command = [1]\n", "", &[], "agent_command: expected a list of strings, found 1"),
+            ("", "env = 3\n", &[], "sandbox.env: expected a table, got 3"),
+            ("", "network = \"lan\"\n", &[], "sandbox.network: \"lan\": use on, off or allow"),
+            ("", "secretFiles = 1\n", &[], "sandbox.secretFiles: expected a table, got 1"),
+            ("", "[agent]\ncapabilities = 1\n", &[], "agent.capabilities: expected a table, got 1"),
+            (
+                "",
+                "[tls]\nclient_cert = \"/x\"\n",
+                &[],
+                "tls.client_cert: client_cert and client_key go together",
+            ),
+            (
+                "",
+                "",
+                &[("ACP_PROXY_SANDBOX_GIT_PUSH", "perhaps")],
+                "sandbox.gitPush: expected true or false, got \"perhaps\"",
+            ),
+            (
+                "",
+                "",
+                &[("ACP_PROXY_OUTBOX_MAX_BYTES", "10")],
+                "outbox_max_bytes: expected an integer between 1024 and 1099511627776, got \"10\"",
+            ),
+        ];
+        for (before, after, env, want) in cases {
+            let e = load(&format!("{before}{MIN}{after}"), env).unwrap_err().to_string();
+            assert_eq!(e, format!("proxy.toml: {want}"));
+        }
     }
 
     #[test]

@@ -9,28 +9,23 @@
 //! after the runs were opened) over the whole step, its RSS at the end,
 //! and the time the step took.
 //!
-//! Usage: terminal_rss <tuixiu-sandbox binary> <scratch dir> <agent binary> RUNS [BYTES]
+//! Usage: daemon_bench terminal-rss <tuixiu-sandbox binary> <scratch dir> <agent binary> RUNS [BYTES]
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-#[path = "common/procstat.rs"]
-mod procstat;
-use procstat::status_kib;
+use crate::procstat::status_kib;
 
-#[path = "common/backend.rs"]
-mod backend;
-use backend::{recv_json, send, until};
+use crate::backend::{recv_json, send, until};
 
 const TERMINALS: usize = 32;
 const LIMIT: u64 = 64 * 1024 * 1024;
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: terminal_rss BINARY SCRATCH AGENT RUNS [BYTES]";
+/// `args[0]` is the program, then this benchmark's arguments.
+pub async fn main(args: Vec<String>) {
+    let usage = "usage: daemon_bench terminal-rss BINARY SCRATCH AGENT RUNS [BYTES]";
     let bin = PathBuf::from(args.get(1).expect(usage));
     let scratch = PathBuf::from(args.get(2).expect(usage));
     let agent = PathBuf::from(args.get(3).expect(usage));
@@ -43,7 +38,7 @@ async fn main() {
     let dir = scratch.join("agent");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::copy(&agent, dir.join("agent")).unwrap();
-    let (listener, port) = backend::listen().await;
+    let (listener, port) = crate::backend::listen().await;
     let config = format!(
         "orchestrator_url = \"ws://127.0.0.1:{port}/ws/agent\"\nstate_dir = \"{}\"\n\
          agent_command = [\"/bench/agent\"]\nagent_shutdown_grace_seconds = 1\n\
@@ -56,7 +51,7 @@ async fn main() {
     );
     std::fs::write(scratch.join("proxy.toml"), config).unwrap();
     let (mut child, pid, mut ws) =
-        backend::start_daemon(&bin, &scratch.join("proxy.toml"), &[], &listener, true).await;
+        crate::backend::start_daemon(&bin, &scratch.join("proxy.toml"), &[], &listener, true).await;
 
     for r in 0..runs {
         let run = format!("t{r}");

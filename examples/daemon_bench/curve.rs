@@ -2,7 +2,7 @@
 //! how its memory, CPU per message and control latency grow with the work.
 //!
 //! The backend is this program (a WebSocket server on loopback, as in
-//! examples/acp_bench.rs); the daemon is the real one (release build,
+//! `acp`); the daemon is the real one (release build,
 //! native provider). Two phases, each one daemon:
 //!
 //! * idle: runs opened cumulatively up to 1, 10, 100, 1 000 (run state,
@@ -20,7 +20,7 @@
 //! Output: CSV on stdout, one row per step:
 //! `phase,runs,rss_kib,cpu_us_per_msg,ctl_p50_ms,ctl_p99_ms,rate_per_s`.
 //!
-//! Usage: proxy_curve <tuixiu-sandbox binary> <scratch dir> <agent binary> [TOTAL]
+//! Usage: daemon_bench curve <tuixiu-sandbox binary> <scratch dir> <agent binary> [TOTAL]
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -31,13 +31,9 @@ use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 
-#[path = "common/procstat.rs"]
-mod procstat;
-use procstat::{cpu_ms, status_kib};
+use crate::procstat::{cpu_ms, status_kib};
 
-#[path = "common/backend.rs"]
-mod backend;
-use backend::{Ws, recv_text, send, until};
+use crate::backend::{Ws, recv_text, send, until};
 
 fn pct(v: &mut [f64], p: f64) -> f64 {
     if v.is_empty() {
@@ -52,7 +48,7 @@ async fn daemon(bin: &Path, scratch: &Path, agent: Option<&Path>) -> (Child, u32
     let _ = std::fs::remove_dir_all(scratch);
     let root = scratch.join("ws");
     std::fs::create_dir_all(&root).unwrap();
-    let (listener, port) = backend::listen().await;
+    let (listener, port) = crate::backend::listen().await;
     let mut config = format!(
         "orchestrator_url = \"ws://127.0.0.1:{port}/ws/agent\"\nstate_dir = \"{}\"\n",
         scratch.join("state").display()
@@ -73,7 +69,7 @@ async fn daemon(bin: &Path, scratch: &Path, agent: Option<&Path>) -> (Child, u32
             &format!("[agent]\nid = \"curve\"\n[sandbox]\nworkspaceHostRoot = \"{}\"\n", root.display());
     }
     std::fs::write(scratch.join("proxy.toml"), config).unwrap();
-    backend::start_daemon(bin, &scratch.join("proxy.toml"), &[], &listener, true).await
+    crate::backend::start_daemon(bin, &scratch.join("proxy.toml"), &[], &listener, true).await
 }
 
 fn open_msg(run: &str) -> Value {
@@ -92,7 +88,7 @@ async fn open_runs(ws: &mut Ws, prefix: &str, from: usize, to: usize, agent: boo
         let m: Value = serde_json::from_str(&recv_text(ws).await).unwrap();
         if m["type"] == "acp_opened" {
             // Idle runs have no agent to start: their open ends there, as
-            // in examples/proxy_bench.rs, with the run kept.
+            // in `proxy`, with the run kept.
             let no_agent = m["error"].as_str().is_some_and(|e| e.contains("agent_command is not configured"));
             assert!(m["ok"] == true || (!agent && no_agent), "{m}");
             opened += 1;
@@ -234,10 +230,9 @@ async fn active_phase(bin: &Path, scratch: &Path, agent: &Path, total: usize) {
     let _ = child.wait();
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: proxy_curve BINARY SCRATCH AGENT [TOTAL]";
+/// `args[0]` is the program, then this benchmark's arguments.
+pub async fn main(args: Vec<String>) {
+    let usage = "usage: daemon_bench curve BINARY SCRATCH AGENT [TOTAL]";
     let bin = PathBuf::from(args.get(1).expect(usage));
     let scratch = PathBuf::from(args.get(2).expect(usage));
     let agent = PathBuf::from(args.get(3).expect(usage));

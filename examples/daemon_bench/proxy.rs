@@ -10,7 +10,7 @@
 //!    latency (send → result); the median over bursts is reported;
 //! 4. 1 000 sequential `inspect` round trips.
 //!
-//! Usage: proxy_bench <tuixiu-sandbox binary> <scratch dir>
+//! Usage: daemon_bench proxy <tuixiu-sandbox binary> <scratch dir>
 //! (`PROXY_ARGS="--log-format json -v"`: more options for the daemon)
 
 use std::path::{Path, PathBuf};
@@ -20,28 +20,23 @@ use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 
-#[path = "common/procstat.rs"]
-mod procstat;
-use procstat::{cpu_ms, status_kib};
+use crate::procstat::{cpu_ms, status_kib};
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[i]
 }
 
-#[path = "common/backend.rs"]
-mod backend;
-use backend::recv_json;
+use crate::backend::recv_json;
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let bin = PathBuf::from(args.get(1).expect("usage: proxy_bench BINARY SCRATCH"));
-    let scratch = PathBuf::from(args.get(2).expect("usage: proxy_bench BINARY SCRATCH"));
+/// `args[0]` is the program, then this benchmark's arguments.
+pub async fn main(args: Vec<String>) {
+    let bin = PathBuf::from(args.get(1).expect("usage: daemon_bench proxy BINARY SCRATCH"));
+    let scratch = PathBuf::from(args.get(2).expect("usage: daemon_bench proxy BINARY SCRATCH"));
     let _ = std::fs::remove_dir_all(&scratch);
     std::fs::create_dir_all(scratch.join("ws")).unwrap();
 
-    let (listener, port) = backend::listen().await;
+    let (listener, port) = crate::backend::listen().await;
     let config = scratch.join("proxy.toml");
     std::fs::write(
         &config,
@@ -56,7 +51,8 @@ async fn main() {
     // Options for the daemon beyond the config, e.g. `--log-format json -v`.
     let extra = std::env::var("PROXY_ARGS").unwrap_or_default();
     let extra: Vec<&str> = extra.split_whitespace().collect();
-    let (mut child, pid, mut ws) = backend::start_daemon(&bin, &config, &extra, &listener, false).await;
+    let (mut child, pid, mut ws) =
+        crate::backend::start_daemon(&bin, &config, &extra, &listener, false).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let idle = status_kib(pid, "VmRSS:");
     let (idle_anon, idle_file) = (status_kib(pid, "RssAnon:"), status_kib(pid, "RssFile:"));

@@ -1,5 +1,5 @@
 //! What the benchmarks read of the daemon from `/proc/<pid>` (shared by
-//! examples/acp_bench.rs, proxy_bench.rs, proxy_curve.rs and terminal_rss.rs).
+//! every subcommand of daemon_bench).
 
 #![allow(dead_code)] // each benchmark uses its own part of this
 

@@ -28,7 +28,7 @@
 //! The agent is examples/acp_bench_agent.rs (a compiled minimal agent) or,
 //! given a `.py` file, examples/acp_bench_agent.py (run as `python3 -S`).
 //!
-//! Usage: acp_bench <tuixiu-sandbox binary> <scratch dir> <agent> [OPENS] [FLOOD]
+//! Usage: daemon_bench acp <tuixiu-sandbox binary> <scratch dir> <agent> [OPENS] [FLOOD]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -39,13 +39,9 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio_tungstenite::tungstenite::Message;
 
-#[path = "common/procstat.rs"]
-mod procstat;
-use procstat::{cpu_ms, status_kib};
+use crate::procstat::{cpu_ms, status_kib};
 
-#[path = "common/backend.rs"]
-mod backend;
-use backend::{Ws, send, until};
+use crate::backend::{Ws, send, until};
 
 fn sorted(mut v: Vec<f64>) -> Vec<f64> {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
@@ -308,15 +304,14 @@ fn agent_argv(agent: &Path) -> (&'static str, &'static str) {
     }
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
-    let args: Vec<String> = std::env::args().collect();
+/// `args[0]` is the program, then this benchmark's arguments.
+pub async fn main(args: Vec<String>) {
     if args.get(1).map(String::as_str) == Some("--backend-alone") {
         let n = args.get(2).and_then(|v| v.parse().ok()).unwrap_or(1_000_000);
         println!("backend alone: {:.0} notifications/s over loopback", backend_alone(n).await);
         return;
     }
-    let usage = "usage: acp_bench BINARY SCRATCH AGENT [OPENS] [FLOOD]";
+    let usage = "usage: daemon_bench acp BINARY SCRATCH AGENT [OPENS] [FLOOD]";
     let bin = PathBuf::from(args.get(1).expect(usage));
     let scratch = PathBuf::from(args.get(2).expect(usage));
     let agent = PathBuf::from(args.get(3).expect(usage));
@@ -330,7 +325,7 @@ async fn main() {
     let (agent_file, agent_command) = agent_argv(&agent);
     std::fs::copy(&agent, agent_dir.join(agent_file)).unwrap();
 
-    let (listener, port) = backend::listen().await;
+    let (listener, port) = crate::backend::listen().await;
     let config = scratch.join("proxy.toml");
     std::fs::write(
         &config,
@@ -345,7 +340,7 @@ async fn main() {
         ),
     )
     .unwrap();
-    let (mut child, pid, mut ws) = backend::start_daemon(&bin, &config, &[], &listener, true).await;
+    let (mut child, pid, mut ws) = crate::backend::start_daemon(&bin, &config, &[], &listener, true).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     // The anonymous part is what the daemon allocates; the file-backed
     // part follows how the page cache holds its binary (docs/benchmarks.md).

@@ -1,7 +1,6 @@
-//! The fake backend's side of the link, shared by the daemon benchmarks
-//! (examples/acp_bench.rs, proxy_bench.rs, proxy_curve.rs, terminal_rss.rs): start the
-//! real daemon against a loopback listener, accept its WebSocket, and read
-//! and write JSON messages on it.
+//! The fake backend's side of the link, shared by every subcommand of
+//! daemon_bench: start the real daemon against a loopback listener, accept
+//! its WebSocket, and read and write JSON messages on it.
 
 #![allow(dead_code)] // each benchmark uses its own part of this
 
