@@ -50,6 +50,60 @@ for_each_caller!(nested_commands_run_under_the_outer_seccomp_profile, |caller: C
     }
 });
 
+/// What a sandboxing tool's helper does inside a nested sandbox (Claude
+/// Code's sandbox runtime's `apply-seccomp`: tests/fixtures/nested/
+/// own_namespaces.py), started the way that runtime starts it.
+const OWN_NAMESPACES: &str = "bwrap --ro-bind / / --unshare-user --unshare-pid --unshare-net --proc /proc \
+     --dev /dev --tmpfs /tmp -- python3 /workspace/stand-in/own_namespaces.py; echo own_status=$?; \
+     python3 /workspace/stand-in/probe.py agent";
+
+// docs/security.md, "Nested sandboxes": a nested command may make its own
+// user, mount and pid namespaces and mount in them, as under bubblewrap;
+// everything else the profile denies stays denied there, no network
+// namespace of its own; the agent itself keeps every restriction; and
+// `--nested-userns off` takes it away.
+for_each_caller!(nested_commands_make_their_own_user_mount_and_pid_namespaces, |caller: Caller| {
+    let f = Fixture::new(caller);
+    nested_support::install(&f.workspace.join("stand-in"));
+    for extra in [&[][..], &["--landlock", "off"], &["--seccomp", "strict"]] {
+        let out = f.run(extra, &["sh", "-c", OWN_NAMESPACES]);
+        assert!(out.status.success(), "{extra:?}: {}", stderr(&out));
+        let seen = observations(&String::from_utf8_lossy(&out.stdout));
+        let step = |key: &str| seen.get(&format!("own_{key}")).map(String::as_str);
+        for key in [
+            "unshare_user",
+            "setgroups",
+            "uid_map",
+            "gid_map",
+            "unshare_mnt_pid",
+            "mount_private",
+            "mount_proc",
+            "mount_tmpfs",
+            "no_new_privs",
+            "seccomp",
+            "inet_socket",
+        ] {
+            assert_eq!(step(key), Some("ok"), "{extra:?} {key}: {seen:#?}\n{}", stderr(&out));
+        }
+        assert_eq!(step("pid"), Some("1"), "{seen:#?}");
+        // Its own filter works, and ours is still under it.
+        assert_eq!(step("unix_socket"), Some("EPERM"), "{seen:#?}");
+        for key in ["keyctl", "bpf", "setns", "chroot", "unshare_net", "unshare_user_net"] {
+            assert_eq!(step(key), Some("EPERM"), "{extra:?} {key}: {seen:#?}");
+        }
+        assert_eq!(step("io_uring_setup"), Some("ENOSYS"), "{seen:#?}");
+        assert_eq!(step("status"), Some("0"), "{seen:#?}");
+        assert_eq!(seen["agent_unshare"], "EPERM", "{seen:#?}");
+        assert_eq!(seen["agent_mount"], "EPERM", "{seen:#?}");
+    }
+    let out = f.run(&["--nested-userns", "off"], &["sh", "-c", OWN_NAMESPACES]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let seen = observations(&String::from_utf8(out.stdout).unwrap());
+    assert_eq!(seen.get("own_unshare_user").map(String::as_str), Some("EPERM"), "{seen:#?}");
+    assert_eq!(seen["own_status"], "1", "{seen:#?}");
+    assert_eq!(seen["agent_unshare"], "EPERM", "{seen:#?}");
+});
+
 /// Starts nested sandboxes and, meanwhile, opens the `environ`, `maps` and
 /// `mem` of every process that appears next to them and reads them for the
 /// caller's secret (whose two halves are its first arguments, so that its

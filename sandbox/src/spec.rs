@@ -77,6 +77,22 @@ pub struct Security {
     pub no_ip: bool,
     /// Resource limits.
     pub limits: Limits,
+    /// Whether a nested sandbox's command may make its own user, mount
+    /// and pid namespaces, as under bubblewrap (docs/security.md).
+    pub nested_userns: NestedUserns,
+}
+
+/// `--nested-userns`: what a nested sandbox's command may build itself.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NestedUserns {
+    /// Its own user, mount and pid namespaces and the mounts they allow
+    /// (bubblewrap's semantics): the seccomp relaxation and Landlock
+    /// without filesystem rules of docs/security.md.
+    #[default]
+    On,
+    /// Nothing: the sandbox's own profile and Landlock rules, unchanged.
+    Off,
 }
 
 /// A bind whose source is cloned during setup and attached on request.

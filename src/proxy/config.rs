@@ -77,6 +77,7 @@ const SCHEMA: &[(&str, &str, Kind)] = &[
     ("sandbox", "terminalEnabled", Kind::Bool),
     ("sandbox", "gitPush", Kind::Bool),
     ("sandbox", "nested", Kind::Bool),
+    ("sandbox", "nestedUserns", Kind::Bool),
     ("sandbox", "env", Kind::Any),
     ("sandbox", "volumes", Kind::Any),
     ("sandbox", "instancePrefix", Kind::Str),
@@ -183,6 +184,9 @@ pub struct SandboxConfig {
     pub git_push: bool,
     /// Native provider: agents may run `bwrap` (nested sandboxes, docs/bwrap.md).
     pub nested: bool,
+    /// Native provider: nested commands may make their own user, mount and
+    /// pid namespaces (`--nested-userns`, docs/security.md).
+    pub nested_userns: bool,
     pub env: Vec<(String, String)>,
     pub volumes: Vec<Volume>,
     pub instance_prefix: String,
@@ -580,6 +584,7 @@ impl Config {
         let terminal_enabled = r.boolean("sandbox", "terminalEnabled", false)?;
         let git_push = r.boolean("sandbox", "gitPush", true)?;
         let nested = r.boolean("sandbox", "nested", true)?;
+        let nested_userns = r.boolean("sandbox", "nestedUserns", true)?;
         let env = match r.take("sandbox", "env") {
             None => Vec::new(),
             Some(Value::Object(map)) => {
@@ -829,6 +834,7 @@ impl Config {
                 terminal_enabled,
                 git_push,
                 nested,
+                nested_userns,
                 env,
                 volumes,
                 instance_prefix,

@@ -12,6 +12,7 @@ pub const FILES: &[(&str, &str)] = &[
     ("inside.sh", include_str!("../fixtures/nested/inside.sh")),
     ("helper.py", include_str!("../fixtures/nested/helper.py")),
     ("probe.py", include_str!("../fixtures/nested/probe.py")),
+    ("own_namespaces.py", include_str!("../fixtures/nested/own_namespaces.py")),
 ];
 
 /// Writes the stand-in agent into `dir` (readable by every caller).

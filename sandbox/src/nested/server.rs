@@ -50,7 +50,7 @@ impl Portal for Server<'_> {
             return;
         }
         let monitor = nix::unistd::getpid().as_raw();
-        let ctx = Context { spec: self.spec, plan: self.plan, pid1 };
+        let ctx = Context { spec: self.spec, plan: self.plan, pid1, command_filter: None };
         // SAFETY: the launcher is single-threaded (checked before the
         // sandbox started); the server never returns: it `_exit`s.
         match unsafe { sys::fork() } {

@@ -35,6 +35,9 @@ pub(crate) struct Context<'a> {
     pub spec: &'a SandboxSpec,
     pub plan: &'a Plan,
     pub pid1: libc::pid_t,
+    /// The nested commands' filter ([`plan::command_filter`]): set by the
+    /// server, once.
+    pub command_filter: Option<&'a crate::seccomp::Program>,
 }
 
 /// The name `/proc/PID/cmdline` shows for the portal's processes.
@@ -58,6 +61,8 @@ fn serve(listener: RawFd, ctx: &Context<'_>, monitor: libc::pid_t) -> i32 {
         tracing::warn!("nested sandboxes: the portal's server cannot enter the sandbox: {e}");
         return 1;
     }
+    let filter = plan::command_filter(ctx.spec, ctx.plan.seccomp.as_ref());
+    let ctx = &Context { command_filter: filter.as_ref(), ..*ctx };
     // The pipe's write end is this process's life: the acceptor checks it
     // once its parent-death signal is armed.
     let Ok((life_r, life_w)) = sys::pipe() else { return 1 };
@@ -199,7 +204,14 @@ fn serve_one(conn: &OwnedFd, ctx: &Context<'_>, life: OwnedFd) -> i32 {
         Ok(dir) => dir,
         Err(e) => return fail(format!("the nested sandboxes' tmpfs pool: {e}")),
     };
-    let nested = match plan::prepare(&request, fds, conn.as_raw_fd(), ctx.spec, ctx.plan, &dir.path()) {
+    let nested = match plan::prepare(
+        &request,
+        fds,
+        conn.as_raw_fd(),
+        ctx.spec,
+        (ctx.plan, ctx.command_filter),
+        &dir.path(),
+    ) {
         Ok(plan) => plan,
         Err(e) => return fail(e.to_string()),
     };
