@@ -104,6 +104,68 @@ for_each_caller!(nested_commands_make_their_own_user_mount_and_pid_namespaces, |
     assert_eq!(seen["agent_unshare"], "EPERM", "{seen:#?}");
 });
 
+/// Where scripts/ci-setup.d/47-sandbox-runtime.sh installs `srt`.
+const SRT_DIR: &str = "/opt/tuixiu-ci/sandbox-runtime-0.0.83";
+
+/// The sandbox runtime's directory, or `None` (with the reason printed)
+/// when its setup script found the npm registry unreachable.
+fn sandbox_runtime() -> Option<std::path::PathBuf> {
+    let dir =
+        std::env::var_os("TUIXIU_TEST_SRT_DIR").map_or_else(|| SRT_DIR.into(), std::path::PathBuf::from);
+    if dir.join("node_modules/.bin/srt").exists() {
+        return Some(dir);
+    }
+    match std::fs::read_to_string(dir.join("npm-unreachable")) {
+        Ok(why) => {
+            eprintln!("SKIPPED: @anthropic-ai/sandbox-runtime is not installed: {}", why.trim());
+            None
+        }
+        Err(_) => panic!(
+            "no srt in {} (run scripts/ci-setup.d/47-sandbox-runtime.sh, or set TUIXIU_TEST_SRT_DIR)",
+            dir.display()
+        ),
+    }
+}
+
+/// Runs `srt -c SCRIPT` (default settings) inside our sandbox.
+fn srt(f: &Fixture, srt_dir: &std::path::Path, extra: &[&str], script: &str) -> std::process::Output {
+    let bind = srt_dir.to_str().unwrap();
+    let mut args = vec!["--ro-bind", bind, "/srt"];
+    args.extend_from_slice(extra);
+    f.run(&args, &["/srt/node_modules/.bin/srt", "-c", script])
+}
+
+// Claude Code's sandbox runtime in its default settings: its bwrap is
+// served nested, and its helper makes its own user, mount and pid
+// namespaces in there before it installs the filter that blocks unix
+// sockets.
+for_each_caller!(the_sandbox_runtime_works_inside_in_its_default_settings, |caller: Caller| {
+    let Some(dir) = sandbox_runtime() else { return };
+    let f = Fixture::new(caller);
+    let out = srt(&f, &dir, &[], "echo srt-ran-$((6 * 7))");
+    assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "srt-ran-42", "{}", stderr(&out));
+    // The unix-socket block is srt's own filter at work.
+    let socket = "python3 -c 'import socket; socket.socket(socket.AF_UNIX)'";
+    let out = srt(&f, &dir, &[], socket);
+    assert!(!out.status.success(), "a unix socket was created under srt");
+    assert!(stderr(&out).contains("PermissionError: [Errno 1] Operation not permitted"), "{}", stderr(&out));
+    // Its filesystem policy: the workspace is not among its writable paths.
+    let out = srt(&f, &dir, &[], "echo x > /workspace/written-by-srt");
+    assert!(!out.status.success(), "srt let a write through");
+    assert!(stderr(&out).contains("Read-only file system"), "{}", stderr(&out));
+    assert!(!f.workspace.join("written-by-srt").exists());
+    // Not vacuous: without the command's own namespaces, srt's helper
+    // fails as it did before they were allowed.
+    let out = srt(&f, &dir, &["--nested-userns", "off"], "echo srt-ran");
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("apply-seccomp: unshare(CLONE_NEWUSER): Operation not permitted"),
+        "{}",
+        stderr(&out)
+    );
+});
+
 /// Starts nested sandboxes and, meanwhile, opens the `environ`, `maps` and
 /// `mem` of every process that appears next to them and reads them for the
 /// caller's secret (whose two halves are its first arguments, so that its
@@ -394,7 +456,11 @@ for_each_caller!(data_overlay_seccomp_and_pid_1_options_nested, |caller: Caller|
 fn a_bwrap_without_portal_says_a_seccomp_filter_refused() {
     assert!(std::path::Path::new("/usr/bin/bwrap").exists(), "install bubblewrap (scripts/ci-setup.d)");
     let f = Fixture::new(Caller::Unprivileged);
-    let text = f.sh(&[], "bwrap --ro-bind / / -- /usr/bin/bwrap --ro-bind / / true 2>&1; echo rc=$?");
+    // (With the nested command's own namespaces allowed, the default, that
+    // bwrap gets further: docs/bwrap.md, "Differences from bubblewrap
+    // (nested)".)
+    let script = "bwrap --ro-bind / / -- /usr/bin/bwrap --ro-bind / / true 2>&1; echo rc=$?";
+    let text = f.sh(&["--nested-userns", "off"], script);
     assert!(text.starts_with("bwrap: No permissions to create a new namespace"), "{text}");
     assert!(text.contains("this process runs under a seccomp filter"), "{text}");
     assert!(text.ends_with("rc=1\n"), "{text}");
