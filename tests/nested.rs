@@ -104,6 +104,53 @@ for_each_caller!(nested_commands_make_their_own_user_mount_and_pid_namespaces, |
     assert_eq!(seen["agent_unshare"], "EPERM", "{seen:#?}");
 });
 
+/// bubblewrap's status descriptors, nested: what bubblewrap's own
+/// test-run.sh and test-specifying-{pidns,userns}.sh rely on (the last two
+/// wait for the command's pid to appear in `--info-fd`'s file).
+const STATUS_FDS: &str = r#"
+bwrap --unshare-pid --info-fd 42 --json-status-fd 43 --ro-bind / / -- sh -c 'exit 42' 42>/tmp/info.json 43>/tmp/status.json
+echo "rc=$?"
+echo "info=$(tr '\n' ' ' </tmp/info.json)"
+echo "status=$(tr '\n' ' ' </tmp/status.json)"
+bwrap --json-status-fd 43 --ro-bind / / /nonexistent 43>/tmp/failed.json 2>/dev/null
+echo "failed_rc=$?"
+echo "failed=$(tr '\n' ' ' </tmp/failed.json)"
+bwrap --unshare-user --info-fd 5 --userns-block-fd 6 --ro-bind / / -- echo released 5>/tmp/block.json 6< <(sleep 1; echo go)
+echo "block_rc=$?"
+echo "block_info=$(tr '\n' ' ' </tmp/block.json)"
+bwrap --userns 7 --ro-bind / / -- true 7</proc/self/ns/user 2>&1
+echo "userns_rc=$?"
+"#;
+
+for_each_caller!(status_descriptors_are_served_nested, |caller: Caller| {
+    let f = Fixture::new(caller);
+    let out = f.run(&[], &["bash", "-c", STATUS_FDS]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let seen = observations(&text);
+    assert_eq!(seen["rc"], "42", "{text}");
+    // bubblewrap's formats: pretty-printed on --info-fd, one line each on
+    // --json-status-fd, the exit code only once COMMAND has run.
+    let pid = seen["info"]
+        .strip_prefix("{     \"child-pid\": ")
+        .and_then(|rest| rest.strip_suffix(" } "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(pid.parse::<u32>().is_ok_and(|p| p > 1), "{text}");
+    assert_eq!(seen["status"], format!("{{ \"child-pid\": {pid} }} {{ \"exit-code\": 42 }} "), "{text}");
+    assert_eq!(seen["failed_rc"], "1", "{text}");
+    assert!(
+        seen["failed"].starts_with("{ \"child-pid\": ") && !seen["failed"].contains("exit-code"),
+        "{text}"
+    );
+    // --userns-block-fd: COMMAND waited for the byte, then ran.
+    assert_eq!(seen["block_rc"], "0", "{text}");
+    assert!(text.contains("released\n"), "{text}");
+    assert!(seen["block_info"].contains("\"child-pid\": "), "{text}");
+    // Another sandbox's namespaces stay the host's business (docs/bwrap.md).
+    assert!(text.contains("--userns is not supported by tuixiu-sandbox's bwrap inside a sandbox"), "{text}");
+    assert_eq!(seen["userns_rc"], "1", "{text}");
+});
+
 /// Where scripts/ci-setup.d/47-sandbox-runtime.sh installs `srt`.
 const SRT_DIR: &str = "/opt/tuixiu-ci/sandbox-runtime-0.0.83";
 

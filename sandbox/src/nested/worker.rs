@@ -218,11 +218,18 @@ fn serve_one(conn: &OwnedFd, ctx: &Context<'_>, life: OwnedFd) -> i32 {
     if let Err(e) = dir.reserve(plan::reserved_tmpfs(&request, ctx.spec)) {
         return fail(e);
     }
+    // bubblewrap's reports go to the caller's descriptors: copies of this
+    // worker's (the ones the plan holds are the nested PID 1's).
+    let status = match status_fds(&request, &nested) {
+        Ok(status) => status,
+        Err(e) => return fail(format!("descriptors: dup => {e}")),
+    };
     // The nested PID 1 restores this one for COMMAND.
     sys::umask(request.umask as libc::mode_t);
     // Until PID 1 has gone, with its mounts: what they held in the pool is
     // free again when the caller learns the status.
-    let outcome = launch::execute(&nested, &LaunchOptions::default(), None, Watch::Caller(conn.as_raw_fd()));
+    let options = LaunchOptions { bwrap_status: status, ..LaunchOptions::default() };
+    let outcome = launch::execute(&nested, &options, None, Watch::Caller(conn.as_raw_fd()));
     drop(dir);
     match outcome {
         Ok(status) => {
@@ -231,6 +238,30 @@ fn serve_one(conn: &OwnedFd, ctx: &Context<'_>, life: OwnedFd) -> i32 {
         }
         Err(e) => fail(super::host::bwrap_message(e, &nested.exec.program)),
     }
+}
+
+/// `--info-fd`, `--json-status-fd`, `--userns-block-fd` of the request,
+/// as this worker's own descriptors (`launch` writes, and closes the first
+/// and the last, as bubblewrap's monitor does); `None` without any.
+fn status_fds(request: &Request, nested: &Plan) -> nix::Result<Option<launch::BwrapStatus>> {
+    let named = [request.info_fd, request.json_status_fd, request.userns_block_fd];
+    if named.iter().all(Option::is_none) {
+        return Ok(None);
+    }
+    let targets = nested.nested.as_ref().map_or(&[][..], |n| &n.fds);
+    let copy = |fd: Option<i32>| -> nix::Result<Option<RawFd>> {
+        let Some(&(_, source)) = fd.and_then(|fd| targets.iter().find(|(target, _)| *target == fd)) else {
+            return Ok(None);
+        };
+        // Held until this worker exits (the status lines are the last it writes).
+        Ok(Some(std::os::fd::IntoRawFd::into_raw_fd(sys::dup_cloexec(source, 0)?)))
+    };
+    Ok(Some(launch::BwrapStatus {
+        info_fd: copy(request.info_fd)?,
+        json_status_fd: copy(request.json_status_fd)?,
+        userns_block_fd: copy(request.userns_block_fd)?,
+        userns2_fd: None,
+    }))
 }
 
 /// Everything the worker gives up before it reads the request.
