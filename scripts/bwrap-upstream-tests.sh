@@ -147,8 +147,7 @@ if [ "$mode" != host ]; then
                 <(grep -E '^(ok|not ok)' "$work/inside-$who-$script.log") | grep '^[<>]' | sed 's/^/   /' || true
             if [ "$in_rc" != 0 ]; then
                 echo "   where ours stopped:"
-                grep -vE '^\+' "$work/inside-$who-$script.log" | grep -iE 'error|denied|not ok|doesn.t match|Unexpected|FAIL|Assertion|bwrap:' \
-                    | head -4 | sed 's/^/   | /'
+                grep -vE '^(\+|#|/proc/self/ns/)' "$work/inside-$who-$script.log" | tail -4 | sed 's/^/   | /'
             fi
         done <"$work/real-$who.rc"
     done
