@@ -71,7 +71,7 @@ fn prepare<'a>(spec: &SandboxSpec, cwd_dir: Option<BorrowedFd<'a>>) -> Result<Jo
     let cwd = crate::guest_path::normalize(&spec.cwd)
         .map_err(|why| SpecError::new(format!("working directory {:?} {why}", spec.cwd)))?;
     let security = &spec.security;
-    let sockets = crate::seccomp::Sockets::of(spec.network, security.no_ip);
+    let sockets = spec.sockets();
     let seccomp = crate::seccomp::compile(&security.seccomp, security.allow_ptrace, sockets)?;
     let (landlock, _) =
         crate::landlock::plan(security.landlock, &crate::prepare::landlock_paths(spec)?, security.no_ip)?;

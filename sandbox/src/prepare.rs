@@ -19,7 +19,7 @@ use crate::idmap;
 use crate::landlock::{self, Grant};
 use crate::limits;
 use crate::procfs;
-use crate::seccomp::{self, Sockets};
+use crate::seccomp;
 use crate::spec::{Access, MountOp, Network, SandboxSpec, UserView};
 use crate::splice::{self, Splicer};
 
@@ -518,7 +518,7 @@ impl Plan {
                 "denying IP sockets (network none) needs a private network namespace (network off)",
             ));
         }
-        let sockets = Sockets::of(spec.network, security.no_ip);
+        let sockets = spec.sockets();
         let seccomp = seccomp::compile(&security.seccomp, security.allow_ptrace, sockets)?;
         match &seccomp {
             Some(p) => tracing::info!(

@@ -59,6 +59,19 @@ fn yes() -> bool {
     true
 }
 
+impl SandboxSpec {
+    /// The socket families its command may create, beyond what the
+    /// seccomp profile says (`no_ip`: `--network none`).
+    pub(crate) fn sockets(&self) -> crate::seccomp::Sockets {
+        use crate::seccomp::Sockets;
+        match (self.network, self.security.no_ip) {
+            (_, true) => Sockets::UnixOnly,
+            (Network::Off | Network::Proxied, false) => Sockets::LocalAndInet,
+            (Network::On, false) => Sockets::Profile,
+        }
+    }
+}
+
 /// How the command is confined beyond namespaces. Capabilities are always
 /// dropped and `no_new_privs` always set; these are the choices.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -11,7 +11,7 @@ use libc::c_ulong;
 
 use super::request::{BindMode, DataKind, Op, OverlayKind, Request, RequestError, dest};
 use crate::prepare::{BwrapCaps, HostChild, LockFile, NestedChild, NestedParts, Plan, UserNs};
-use crate::seccomp::{Program, SeccompPolicy, Sockets};
+use crate::seccomp::{Program, SeccompPolicy};
 use crate::spec::{Access, MountOp, NestedUserns, Network, SandboxSpec};
 
 /// The filter every nested command of the sandbox of `spec` runs under:
@@ -25,7 +25,7 @@ pub(crate) fn command_filter(spec: &SandboxSpec, outer: Option<&Program>) -> Opt
     if security.nested_userns == NestedUserns::Off || !matches!(security.seccomp, SeccompPolicy::Builtin(_)) {
         return outer.cloned();
     }
-    let sockets = Sockets::of(spec.network, security.no_ip);
+    let sockets = spec.sockets();
     // A built-in profile compiled when the sandbox started: this cannot
     // fail but for memory, and the sandbox's own filter is then the answer.
     crate::seccomp::compile_nested(&security.seccomp, security.allow_ptrace, sockets)

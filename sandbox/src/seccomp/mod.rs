@@ -117,18 +117,6 @@ pub(crate) enum Sockets {
     UnixOnly,
 }
 
-impl Sockets {
-    /// What a sandbox on `network` may create (`no_ip`: `--network none`).
-    pub(crate) fn of(network: crate::spec::Network, no_ip: bool) -> Sockets {
-        use crate::spec::Network;
-        match (network, no_ip) {
-            (_, true) => Sockets::UnixOnly,
-            (Network::Off | Network::Proxied, false) => Sockets::LocalAndInet,
-            (Network::On, false) => Sockets::Profile,
-        }
-    }
-}
-
 /// A compiled filter, ready for `seccomp(SECCOMP_SET_MODE_FILTER)`.
 #[derive(Clone)]
 pub(crate) struct Program {
