@@ -126,7 +126,7 @@ pub fn assert_codex_and_sandbox_runtime(seen: &BTreeMap<String, String>, ws: &Pa
     expect("not_yet_rc", "1");
     expect(
         "not_yet_err",
-        "bwrap: --info-fd is not supported by tuixiu-sandbox's bwrap inside a sandbox (see docs/bwrap.md)",
+        "bwrap: --userns is not supported by tuixiu-sandbox's bwrap inside a sandbox (see docs/bwrap.md)",
     );
     expect("mounts", "unchanged");
     // Claude Code's sandbox runtime: --args, --setenv/--unsetenv, --tmpfs,

@@ -16,7 +16,7 @@
 //! be traced or have their /proc entries opened by the sandbox's
 //! processes, which lack those capabilities.
 
-use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::panic::AssertUnwindSafe;
 
 use super::MAX_WORKERS;
@@ -204,7 +204,7 @@ fn serve_one(conn: &OwnedFd, ctx: &Context<'_>, life: OwnedFd) -> i32 {
         Ok(dir) => dir,
         Err(e) => return fail(format!("the nested sandboxes' tmpfs pool: {e}")),
     };
-    let nested = match plan::prepare(
+    let mut nested = match plan::prepare(
         &request,
         fds,
         conn.as_raw_fd(),
@@ -220,10 +220,7 @@ fn serve_one(conn: &OwnedFd, ctx: &Context<'_>, life: OwnedFd) -> i32 {
     }
     // bubblewrap's reports go to the caller's descriptors: copies of this
     // worker's (the ones the plan holds are the nested PID 1's).
-    let status = match status_fds(&request, &nested) {
-        Ok(status) => status,
-        Err(e) => return fail(format!("descriptors: dup => {e}")),
-    };
+    let status = status_fds(&request, &mut nested);
     // The nested PID 1 restores this one for COMMAND.
     sys::umask(request.umask as libc::mode_t);
     // Until PID 1 has gone, with its mounts: what they held in the pool is
@@ -240,28 +237,37 @@ fn serve_one(conn: &OwnedFd, ctx: &Context<'_>, life: OwnedFd) -> i32 {
     }
 }
 
-/// `--info-fd`, `--json-status-fd`, `--userns-block-fd` of the request,
-/// as this worker's own descriptors (`launch` writes, and closes the first
-/// and the last, as bubblewrap's monitor does); `None` without any.
-fn status_fds(request: &Request, nested: &Plan) -> nix::Result<Option<launch::BwrapStatus>> {
+/// `--info-fd`, `--json-status-fd`, `--userns-block-fd` of the request:
+/// taken out of what COMMAND gets (bubblewrap consumes them: a caller
+/// reading one to its end must not wait for COMMAND) and kept by this
+/// worker, on which `launch` writes (and closes the first and the last, as
+/// bubblewrap's monitor does); `None` without any.
+fn status_fds(request: &Request, nested: &mut Plan) -> Option<launch::BwrapStatus> {
     let named = [request.info_fd, request.json_status_fd, request.userns_block_fd];
     if named.iter().all(Option::is_none) {
-        return Ok(None);
+        return None;
     }
-    let targets = nested.nested.as_ref().map_or(&[][..], |n| &n.fds);
-    let copy = |fd: Option<i32>| -> nix::Result<Option<RawFd>> {
-        let Some(&(_, source)) = fd.and_then(|fd| targets.iter().find(|(target, _)| *target == fd)) else {
-            return Ok(None);
-        };
-        // Held until this worker exits (the status lines are the last it writes).
-        Ok(Some(std::os::fd::IntoRawFd::into_raw_fd(sys::dup_cloexec(source, 0)?)))
+    let targets = &mut nested.nested.as_mut()?.fds;
+    let mut take = |fd: Option<i32>| {
+        let at = targets.iter().position(|(target, _)| Some(*target) == fd)?;
+        let source = targets.remove(at).1;
+        // Moved below the plan's numbers, which the nested PID 1 keeps (it
+        // closes everything under them): a copy there would hold the
+        // caller's pipe open for the nested sandbox's life. Held until this
+        // worker exits (the status lines are the last it writes).
+        // SAFETY: the plan's raw copy, taken out of it: ours alone.
+        let source = unsafe { OwnedFd::from_raw_fd(source) };
+        Some(match sys::dup_cloexec(source.as_raw_fd(), 3) {
+            Ok(low) => std::os::fd::IntoRawFd::into_raw_fd(low),
+            Err(_) => std::os::fd::IntoRawFd::into_raw_fd(source),
+        })
     };
-    Ok(Some(launch::BwrapStatus {
-        info_fd: copy(request.info_fd)?,
-        json_status_fd: copy(request.json_status_fd)?,
-        userns_block_fd: copy(request.userns_block_fd)?,
+    Some(launch::BwrapStatus {
+        info_fd: take(request.info_fd),
+        json_status_fd: take(request.json_status_fd),
+        userns_block_fd: take(request.userns_block_fd),
         userns2_fd: None,
-    }))
+    })
 }
 
 /// Everything the worker gives up before it reads the request.
