@@ -149,6 +149,9 @@ impl crate::provider::native::EgressReports for NetworkEvents {
         if let Some(report) = self.report.get() {
             let text = report.redact(&denial.to_string());
             report.push(&protocol::proxy_network_text(run_id, &text));
+            if let Some(metrics) = report.metrics() {
+                metrics.egress_denied(denial.via);
+            }
         }
     }
 }

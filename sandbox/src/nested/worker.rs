@@ -23,6 +23,7 @@ use super::MAX_WORKERS;
 use super::plan;
 use super::pool;
 use super::request::Request;
+use super::tally::{Outcome, Tally};
 use super::wire::{self, Reply};
 use crate::launch::{self, LaunchOptions, Watch};
 use crate::prepare::Plan;
@@ -38,6 +39,16 @@ pub(crate) struct Context<'a> {
     /// The nested commands' filter ([`plan::command_filter`]): set by the
     /// server, once.
     pub command_filter: Option<&'a crate::seccomp::Program>,
+    /// The caller's counters of how requests end, if it keeps them.
+    pub tally: Option<&'a Tally>,
+}
+
+impl Context<'_> {
+    fn count(&self, outcome: Outcome) {
+        if let Some(tally) = self.tally {
+            tally.add(outcome);
+        }
+    }
 }
 
 /// The name `/proc/PID/cmdline` shows for the portal's processes.
@@ -146,6 +157,7 @@ fn accept_forever(listener: RawFd, ctx: &Context<'_>, life: OwnedFd) -> i32 {
         }
         while let Ok(conn) = sys::accept(listener) {
             if workers.len() >= MAX_WORKERS {
+                ctx.count(Outcome::Refused);
                 let text = format!("too many nested sandboxes at once (at most {MAX_WORKERS} per sandbox)");
                 wire::send_reply(conn.as_fd(), &Reply::Error(text));
                 continue;
@@ -162,6 +174,7 @@ fn accept_forever(listener: RawFd, ctx: &Context<'_>, life: OwnedFd) -> i32 {
                     drop(life_w);
                     let code = std::panic::catch_unwind(AssertUnwindSafe(|| serve_one(&conn, ctx, life_r)))
                         .unwrap_or_else(|_| {
+                            ctx.count(Outcome::Failed);
                             let text = "internal error: the nested-sandbox worker panicked".to_string();
                             wire::send_reply(conn.as_fd(), &Reply::Error(text));
                             1
@@ -169,7 +182,10 @@ fn accept_forever(listener: RawFd, ctx: &Context<'_>, life: OwnedFd) -> i32 {
                     sys::exit_now(code)
                 }
                 Ok(pid) => workers.push(pid),
-                Err(e) => wire::send_reply(conn.as_fd(), &Reply::Error(format!("fork => {e}"))),
+                Err(e) => {
+                    ctx.count(Outcome::Failed);
+                    wire::send_reply(conn.as_fd(), &Reply::Error(format!("fork => {e}")))
+                }
             }
         }
     }
@@ -178,6 +194,7 @@ fn accept_forever(listener: RawFd, ctx: &Context<'_>, life: OwnedFd) -> i32 {
 /// A worker: read, check and run one request.
 fn serve_one(conn: &OwnedFd, ctx: &Context<'_>, life: OwnedFd) -> i32 {
     let fail = |text: String| {
+        ctx.count(Outcome::Refused);
         wire::send_reply(conn.as_fd(), &Reply::Error(text));
         1
     };
@@ -218,8 +235,8 @@ fn serve_one(conn: &OwnedFd, ctx: &Context<'_>, life: OwnedFd) -> i32 {
     if let Err(e) = dir.reserve(plan::reserved_tmpfs(&request, ctx.spec)) {
         return fail(e);
     }
-    // bubblewrap's reports go to the caller's descriptors: copies of this
-    // worker's (the ones the plan holds are the nested PID 1's).
+    // bubblewrap's reports go to the caller's status descriptors, which
+    // this worker keeps (COMMAND does not get them).
     let status = status_fds(&request, &mut nested);
     // The nested PID 1 restores this one for COMMAND.
     sys::umask(request.umask as libc::mode_t);
@@ -230,10 +247,18 @@ fn serve_one(conn: &OwnedFd, ctx: &Context<'_>, life: OwnedFd) -> i32 {
     drop(dir);
     match outcome {
         Ok(status) => {
+            ctx.count(Outcome::Started);
             wire::send_reply(conn.as_fd(), &Reply::Exit(status.code()));
             0
         }
-        Err(e) => fail(super::host::bwrap_message(e, &nested.exec.program)),
+        Err(e) => {
+            ctx.count(Outcome::Failed);
+            wire::send_reply(
+                conn.as_fd(),
+                &Reply::Error(super::host::bwrap_message(e, &nested.exec.program)),
+            );
+            1
+        }
     }
 }
 
