@@ -460,8 +460,14 @@ impl Plan {
         };
         match (&portal, spec.nested) {
             (Some(_), _) => tracing::info!(
-                "nested sandboxes: on (`bwrap` is {}, first on PATH, served by this launcher)",
-                crate::portal::PORTAL_BIN
+                "nested sandboxes: on (`bwrap` is {}, first on PATH, served by this launcher; \
+                 their commands' own user, mount and pid namespaces: {})",
+                crate::portal::PORTAL_BIN,
+                if spec.security.nested_userns == crate::NestedUserns::On {
+                    "on"
+                } else {
+                    "off (--nested-userns)"
+                }
             ),
             (None, true) => tracing::info!("nested sandboxes: not available (no bwrap front end given)"),
             (None, false) => tracing::info!("nested sandboxes: off"),
