@@ -174,12 +174,22 @@ fn sandbox_runtime() -> Option<std::path::PathBuf> {
     }
 }
 
-/// Runs `srt -c SCRIPT` (default settings) inside our sandbox.
+/// Runs `srt -c SCRIPT` (default settings) inside our sandbox. srt waits
+/// a fixed few rounds for the socat bridges it starts before the sandbox
+/// (outside ours' business); on a loaded machine that can run out, and
+/// srt says so: that start alone is tried again.
 fn srt(f: &Fixture, srt_dir: &std::path::Path, extra: &[&str], script: &str) -> std::process::Output {
     let bind = srt_dir.to_str().unwrap();
     let mut args = vec!["--ro-bind", bind, "/srt"];
     args.extend_from_slice(extra);
-    f.run(&args, &["/srt/node_modules/.bin/srt", "-c", script])
+    let mut tries = 0;
+    loop {
+        let out = f.run(&args, &["/srt/node_modules/.bin/srt", "-c", script]);
+        tries += 1;
+        if tries == 3 || !stderr(&out).contains("Failed to create bridge sockets") {
+            return out;
+        }
+    }
 }
 
 // Claude Code's sandbox runtime in its default settings: its bwrap is
