@@ -7,6 +7,16 @@
 # same `ok`/`# SKIP` lines.
 #
 #   scripts/bwrap-upstream-tests.sh [SOURCE]
+#   MODE=inside scripts/bwrap-upstream-tests.sh [SOURCE]
+#
+# MODE=inside runs the same scripts INSIDE `tuixiu-sandbox run` instead
+# (as root and as uid 65534; the sandbox user is its default, uid 1000),
+# with BWRAP=bwrap, the sandbox's own (served by the nested-sandbox
+# portal), and compares their `ok` lines with bubblewrap's on the host as
+# the same caller. Differences the outer sandbox's policy makes by design
+# are listed in docs/bwrap.md ("bubblewrap's own tests inside"); they are
+# reported, not failed. A script that hangs (600 s) always fails.
+# MODE=both does both.
 #
 # SOURCE is a bubblewrap v0.11.1 source tree or git directory (default:
 # $BWRAP_SRC, else the local mirror /work/.mirror/containers+bubblewrap/repo).
@@ -19,7 +29,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 src=${1:-${BWRAP_SRC:-/work/.mirror/containers+bubblewrap/repo}}
+mode=${MODE:-host}
+case $mode in host | inside | both) ;; *) echo "bwrap-upstream-tests: MODE is host, inside or both" >&2; exit 1 ;; esac
 users=${USERS:-root nobody nested}
+[ "$mode" = inside ] && users=${USERS:-root nobody}
 
 if [ ! -e "$src" ]; then
     echo "bwrap-upstream-tests: no bubblewrap source at $src (give a v0.11.1 tree or git dir)" >&2
@@ -45,9 +58,9 @@ if [ -d "$src/tests" ]; then
     cp -a "$src/." "$work/src"
 else
     mkdir "$work/src"
-    git -C "$src" archive HEAD | tar -x -C "$work/src"
+    git -C "$src" archive "${BWRAP_REF:-v0.11.1}" | tar -x -C "$work/src"
 fi
-echo "==> building bubblewrap $(git -C "$src" describe --tags 2>/dev/null || echo "from $src")"
+echo "==> building bubblewrap ${BWRAP_REF:-v0.11.1} from $src"
 meson setup "$work/build" "$work/src" -Dselinux=disabled -Dman=disabled \
     -Dbash_completion=disabled -Dzsh_completion=disabled >"$work/meson.log" 2>&1 \
     || { cat "$work/meson.log"; exit 1; }
@@ -60,6 +73,7 @@ if [ -z "$ours" ]; then
 fi
 mkdir "$work/ours"
 cp "$ours" "$work/ours/bwrap"
+cp "$ours" "$work/ours/tuixiu-sandbox"
 chmod -R a+rX "$work"
 
 # One caller's run of the four scripts against one binary; one line each.
@@ -83,7 +97,63 @@ EOF
     esac
 }
 
+# One caller's run of the four scripts inside `tuixiu-sandbox run`, with
+# the sandbox's bwrap; one line each.
+run_inside() {
+    local log=$1 who=$2 t pre=()
+    cat >"$work/in.sh" <<EOF
+#!/bin/bash
+cd "$work/src"
+export BWRAP=bwrap G_TEST_BUILDDIR=$work/build G_TEST_SRCDIR=$work/src PATH=/run/tuixiu/bin:/usr/bin:/usr/sbin:/bin:/sbin
+case \$1 in
+    *.py) exec python3 tests/\$1 ;;
+    *) exec bash tests/\$1 ;;
+esac
+EOF
+    chmod 755 "$work/in.sh"
+    mkdir -p "$work/ws-$who"
+    case $who in
+        root) ;;
+        nobody) pre=(setpriv --reuid 65534 --regid 65534 --clear-groups); chown 65534:65534 "$work/ws-$who" ;;
+        *) echo "bwrap-upstream-tests: MODE=inside runs as root or nobody, not $who" >&2; return 1 ;;
+    esac
+    for t in test-run.sh test-specifying-pidns.sh test-specifying-userns.sh test-seccomp.py; do
+        local rc=0
+        timeout 600 "${pre[@]}" "$work/ours/tuixiu-sandbox" run --workspace "$work/ws-$who" \
+            --ro-bind "$work" "$work" --tmpfs /var/tmp -- "$work/in.sh" "$t" >"$log-$t.log" 2>&1 || rc=$?
+        echo "$t $rc"
+    done
+}
+
 failed=0
+if [ "$mode" != host ]; then
+    printf '%-8s %-26s %-22s %-22s\n' caller script "bubblewrap, host" "ours, inside"
+    for who in $users; do
+        run_scripts "$work/build/bwrap" "$work/real-$who" "$who" >"$work/real-$who.rc"
+        run_inside "$work/inside-$who" "$who" >"$work/inside-$who.rc"
+        while read -r script rc; do
+            in_rc=$(awk -v s="$script" '$1 == s {print $2}' "$work/inside-$who.rc")
+            summary() {
+                local log=$1-$script.log
+                echo "rc=$2 $(grep -cE '^ok' "$log")/$(grep -cE '^ok.*# ?SKIP|^1\.\.0 # SKIP' "$log")"
+            }
+            printf '%-8s %-26s %-22s %-22s\n' "$who" "$script" "$(summary "$work/real-$who" "$rc")" \
+                "$(summary "$work/inside-$who" "$in_rc")"
+            if [ "$in_rc" = 124 ]; then
+                echo "   ours HUNG (600 s)"
+                failed=1
+            fi
+            diff <(grep -E '^(ok|not ok)' "$work/real-$who-$script.log") \
+                <(grep -E '^(ok|not ok)' "$work/inside-$who-$script.log") | grep '^[<>]' | sed 's/^/   /' || true
+            if [ "$in_rc" != 0 ]; then
+                echo "   where ours stopped:"
+                grep -vE '^(\+|#|/proc/self/ns/)' "$work/inside-$who-$script.log" | tail -4 | sed 's/^/   | /'
+            fi
+        done <"$work/real-$who.rc"
+    done
+    [ "$mode" = inside ] && exit $failed
+    users=${USERS:-root nobody nested}
+fi
 printf '%-8s %-26s %-22s %-22s\n' caller script "bubblewrap (ok/skip)" "ours (ok/skip)"
 for who in $users; do
     run_scripts "$work/build/bwrap" "$work/real-$who" "$who" >"$work/real-$who.rc"

@@ -539,7 +539,7 @@ for_each_caller!(the_worker_refuses_what_only_the_host_serves, |caller: Caller| 
         python3 /raw.py '{"ops": [{"op": "chmod", "dst": "/tmp", "mode": 2048}]}'
         python3 /raw.py '{}'
         bwrap --userns2 0 --ro-bind / / true 2>&1
-        bwrap --info-fd 1 --ro-bind / / true 2>&1; true"#;
+        bwrap --userns 0 --ro-bind / / true 2>&1; true"#;
     let text = f.sh(&["--ro-bind", raw.to_str().unwrap(), "/raw.py"], script);
     assert_eq!(
         text,
@@ -548,7 +548,7 @@ for_each_caller!(the_worker_refuses_what_only_the_host_serves, |caller: Caller| 
          {\"error\":\"--chmod 4000: set-uid and set-gid bits cannot be set inside a sandbox (see docs/security.md)\"}\n\
          {\"exit\":0}\n\
          bwrap: --userns2 is not supported by tuixiu-sandbox's bwrap inside a sandbox (see docs/bwrap.md)\n\
-         bwrap: --info-fd is not supported by tuixiu-sandbox's bwrap inside a sandbox (see docs/bwrap.md)\n"
+         bwrap: --userns is not supported by tuixiu-sandbox's bwrap inside a sandbox (see docs/bwrap.md)\n"
     );
 });
 

@@ -174,6 +174,13 @@ impl SandboxBuilder {
         self
     }
 
+    /// Whether a nested sandbox's command may make its own user, mount and
+    /// pid namespaces (default: yes; see [`crate::NestedUserns`]).
+    pub fn nested_userns(mut self, mode: crate::NestedUserns) -> Self {
+        self.security.nested_userns = mode;
+        self
+    }
+
     /// A host path the command must not see by any path: wherever it
     /// would show (under a system directory of the view, or under any
     /// bind's source), an empty read-only tmpfs covers it, after every

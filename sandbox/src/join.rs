@@ -34,7 +34,7 @@ use crate::error::{ErrnoText, LaunchError, SpecError, SyscallError};
 use crate::init::FORWARDED_SIGNALS;
 use crate::prepare::ExecPlan;
 use crate::report::{self, Report};
-use crate::spec::{Network, SandboxSpec};
+use crate::spec::SandboxSpec;
 use crate::sys;
 
 /// Where a joined process starts.
@@ -71,11 +71,7 @@ fn prepare<'a>(spec: &SandboxSpec, cwd_dir: Option<BorrowedFd<'a>>) -> Result<Jo
     let cwd = crate::guest_path::normalize(&spec.cwd)
         .map_err(|why| SpecError::new(format!("working directory {:?} {why}", spec.cwd)))?;
     let security = &spec.security;
-    let sockets = match (spec.network, security.no_ip) {
-        (_, true) => crate::seccomp::Sockets::UnixOnly,
-        (Network::Off | Network::Proxied, false) => crate::seccomp::Sockets::LocalAndInet,
-        (Network::On, false) => crate::seccomp::Sockets::Profile,
-    };
+    let sockets = spec.sockets();
     let seccomp = crate::seccomp::compile(&security.seccomp, security.allow_ptrace, sockets)?;
     let (landlock, _) =
         crate::landlock::plan(security.landlock, &crate::prepare::landlock_paths(spec)?, security.no_ip)?;

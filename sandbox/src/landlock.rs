@@ -207,6 +207,16 @@ pub(crate) fn plan(
     Ok((Some(Plan { handled_fs: all_fs, handled_net, scoped, attr_size, rules }), enforcement))
 }
 
+impl Plan {
+    /// The plan without its filesystem part: scoping and network rules
+    /// only (`None` when nothing is left). A domain that handles no
+    /// filesystem access lets its processes mount, in a mount namespace
+    /// they own (a nested command's own, `--nested-userns on`).
+    pub(crate) fn without_fs(self) -> Option<Plan> {
+        (self.scoped != 0 || self.handled_net != 0).then(|| Plan { handled_fs: 0, rules: Vec::new(), ..self })
+    }
+}
+
 /// Rights that make sense on a non-directory (the kernel rejects others).
 fn file_rights(handled: u64) -> u64 {
     let file = AccessFs::Execute

@@ -60,8 +60,8 @@ pub use init::FORWARDED_SIGNALS;
 pub use join::join;
 pub use launch::{ApplyError, ExitStatus, LaunchOptions};
 pub use spec::{
-    Access, DeferredBind, HostIds, LandlockMode, Limits, MountOp, Network, ProcMode, SandboxSpec,
-    SeccompPolicy, Security, UserView,
+    Access, DeferredBind, HostIds, LandlockMode, Limits, MountOp, NestedUserns, Network, ProcMode,
+    SandboxSpec, SeccompPolicy, Security, UserView,
 };
 pub use start::{launch, launch_with};
 

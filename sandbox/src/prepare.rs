@@ -19,7 +19,7 @@ use crate::idmap;
 use crate::landlock::{self, Grant};
 use crate::limits;
 use crate::procfs;
-use crate::seccomp::{self, Sockets};
+use crate::seccomp;
 use crate::spec::{Access, MountOp, Network, SandboxSpec, UserView};
 use crate::splice::{self, Splicer};
 
@@ -285,6 +285,10 @@ pub(crate) struct NestedParts {
     pub rlimits: Vec<(libc::c_int, u64)>,
     /// Landlock on the nested view.
     pub landlock: crate::LandlockMode,
+    /// Landlock's filesystem rules too (without them, only its scoping:
+    /// a nested command that may make its own mount namespace must be
+    /// able to mount in it, which any filesystem rule forbids).
+    pub landlock_fs: bool,
     /// Overlays need `userxattr` (made inside a user namespace).
     pub overlay_userxattr: bool,
     /// bubblewrap's `--file-label` (selinux.rs).
@@ -456,8 +460,14 @@ impl Plan {
         };
         match (&portal, spec.nested) {
             (Some(_), _) => tracing::info!(
-                "nested sandboxes: on (`bwrap` is {}, first on PATH, served by this launcher)",
-                crate::portal::PORTAL_BIN
+                "nested sandboxes: on (`bwrap` is {}, first on PATH, served by this launcher; \
+                 their commands' own user, mount and pid namespaces: {})",
+                crate::portal::PORTAL_BIN,
+                if spec.security.nested_userns == crate::NestedUserns::On {
+                    "on"
+                } else {
+                    "off (--nested-userns)"
+                }
             ),
             (None, true) => tracing::info!("nested sandboxes: not available (no bwrap front end given)"),
             (None, false) => tracing::info!("nested sandboxes: off"),
@@ -514,11 +524,7 @@ impl Plan {
                 "denying IP sockets (network none) needs a private network namespace (network off)",
             ));
         }
-        let sockets = match (spec.network, security.no_ip) {
-            (_, true) => Sockets::UnixOnly,
-            (Network::Off | Network::Proxied, false) => Sockets::LocalAndInet,
-            (Network::On, false) => Sockets::Profile,
-        };
+        let sockets = spec.sockets();
         let seccomp = seccomp::compile(&security.seccomp, security.allow_ptrace, sockets)?;
         match &seccomp {
             Some(p) => tracing::info!(
@@ -629,6 +635,8 @@ impl Plan {
         // bubblewrap's root stays writable: sized like every private tmpfs.
         let root_tmpfs = plan.tmpfs_size_options(None)?.to_vec();
         let (landlock, _) = landlock::plan(parts.landlock, &landlock_paths(spec)?, false)?;
+        let landlock =
+            if parts.landlock_fs { landlock } else { landlock.and_then(landlock::Plan::without_fs) };
         let cwd = parts
             .cwd
             .iter()

@@ -59,6 +59,19 @@ fn yes() -> bool {
     true
 }
 
+impl SandboxSpec {
+    /// The socket families its command may create, beyond what the
+    /// seccomp profile says (`no_ip`: `--network none`).
+    pub(crate) fn sockets(&self) -> crate::seccomp::Sockets {
+        use crate::seccomp::Sockets;
+        match (self.network, self.security.no_ip) {
+            (_, true) => Sockets::UnixOnly,
+            (Network::Off | Network::Proxied, false) => Sockets::LocalAndInet,
+            (Network::On, false) => Sockets::Profile,
+        }
+    }
+}
+
 /// How the command is confined beyond namespaces. Capabilities are always
 /// dropped and `no_new_privs` always set; these are the choices.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -77,6 +90,22 @@ pub struct Security {
     pub no_ip: bool,
     /// Resource limits.
     pub limits: Limits,
+    /// Whether a nested sandbox's command may make its own user, mount
+    /// and pid namespaces, as under bubblewrap (docs/security.md).
+    pub nested_userns: NestedUserns,
+}
+
+/// `--nested-userns`: what a nested sandbox's command may build itself.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NestedUserns {
+    /// Its own user, mount and pid namespaces and the mounts they allow
+    /// (bubblewrap's semantics): the seccomp relaxation and Landlock
+    /// without filesystem rules of docs/security.md.
+    #[default]
+    On,
+    /// Nothing: the sandbox's own profile and Landlock rules, unchanged.
+    Off,
 }
 
 /// A bind whose source is cloned during setup and attached on request.

@@ -28,6 +28,12 @@ pub fn run(parsed: &Parsed) -> Result<u8, BwrapError> {
     // A launcher that refuses at once (too many nested sandboxes) closes
     // the connection while we send: its reply says why.
     let sent = wire::send_request(conn.as_fd(), &body, &fds);
+    // The portal has its own copies now. bubblewrap closes these once
+    // used: a caller reading `--info-fd` to its end must not wait for us.
+    for fd in [request.info_fd, request.userns_block_fd].into_iter().flatten() {
+        // SAFETY: the caller's descriptors, given to bwrap to consume.
+        unsafe { libc::close(fd) };
+    }
     match wire::read_reply(conn.as_fd()) {
         Ok(None) | Err(_) if sent.is_err() => Err(BwrapError::Send(sent.unwrap_err())),
         Ok(Some(Reply::Exit(code))) => Ok(code.clamp(0, 255) as u8),
@@ -142,6 +148,9 @@ pub fn request(parsed: &Parsed, caps_from: u64) -> Result<Request, BwrapError> {
         lock_files: parsed.lock_files.clone(),
         block_fd: parsed.fds.get("--block-fd").copied(),
         userns2_fd: parsed.fds.get("--userns2").copied(),
+        info_fd: parsed.fds.get("--info-fd").copied(),
+        json_status_fd: parsed.fds.get("--json-status-fd").copied(),
+        userns_block_fd: parsed.fds.get("--userns-block-fd").copied(),
         disable_userns: parsed.disable_userns,
         assert_userns_disabled: parsed.assert_userns_disabled,
         host_only: parsed.host_only(),

@@ -23,6 +23,8 @@ pub fn run(parsed: &Parsed) -> Result<u8, BwrapError> {
     let consumed: Vec<i32> =
         ["--info-fd", "--json-status-fd", "--userns-block-fd"].iter().filter_map(|name| fd(name)).collect();
     request.fds = client::open_fds(&consumed)?;
+    // Served here, by the launcher (`BwrapStatus` below), not from the request.
+    (request.info_fd, request.json_status_fd, request.userns_block_fd) = (None, None, None);
     // bubblewrap reads `--block-fd` ignoring errors, and its monitor's
     // `setns` says what is wrong with `--userns2`'s descriptor.
     for slot in [&mut request.block_fd, &mut request.userns2_fd] {

@@ -1027,16 +1027,17 @@ mod tests {
     }
 
     #[test]
-    fn the_callers_own_namespaces_and_status_are_named_once_each() {
-        for opt in
-            [&["--info-fd", "3"][..], &["--json-status-fd", "3"], &["--userns", "3"], &["--pidns", "3"]]
-        {
+    fn the_callers_own_namespaces_are_named_once_each() {
+        for opt in [&["--userns", "3"][..], &["--pidns", "3"]] {
             let mut args = opt.to_vec();
             args.push("true");
             assert_eq!(parsed(&args).host_only(), [opt[0]]);
         }
-        let p = parsed(&["--pidns", "3", "--info-fd", "4", "--pidns", "5", "true"]);
-        assert_eq!(p.host_only(), ["--pidns", "--info-fd"]);
+        let p = parsed(&["--pidns", "3", "--info-fd", "4", "--userns", "6", "--pidns", "5", "true"]);
+        assert_eq!(p.host_only(), ["--pidns", "--userns"]);
+        // The status descriptors are served inside a sandbox too.
+        let p = parsed(&["--info-fd", "3", "--json-status-fd", "4", "true"]);
+        assert!(p.host_only().is_empty());
         let p = parsed(&["--mqueue", "/mq", "--chmod", "0755", "/x", "--as-pid-1", "--unshare-pid", "true"]);
         assert!(p.host_only().is_empty());
     }

@@ -140,6 +140,13 @@ pub struct RunArgs {
     #[arg(long, value_enum, value_name = "MODE", default_value_t = NestedArg::On)]
     pub nested: NestedArg,
 
+    /// Nested sandboxes' commands: `on` lets them make their own user, mount
+    /// and pid namespaces (and mount in them), as under bubblewrap (Claude
+    /// Code's sandbox runtime does); `off` keeps them to the sandbox's own
+    /// seccomp profile and Landlock rules (docs/security.md)
+    #[arg(long, value_enum, value_name = "MODE", default_value_t = NestedArg::On)]
+    pub nested_userns: NestedArg,
+
     /// Keep the caller's session and terminal (for interactive shells); by
     /// default the command runs in a new session, which blocks TIOCSTI injection
     #[arg(long)]

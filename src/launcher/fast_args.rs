@@ -135,6 +135,14 @@ pub fn parse_run(args: &[OsString]) -> Option<(RunArgs, RunGiven, u8)> {
                     _ => return None,
                 },
             )?,
+            "nested-userns" => once(
+                &mut p.nested_userns,
+                match value()?.as_str() {
+                    "on" => NestedArg::On,
+                    "off" => NestedArg::Off,
+                    _ => return None,
+                },
+            )?,
             "env-file" => p.env_file.push(value().map(PathBuf::from)?),
             "env-allow" => p.env_allow.push(value()?),
             "no-default-env-allow" if inline.is_none() => flag(&mut p.no_default_env_allow)?,
@@ -182,6 +190,7 @@ struct Parsed {
     json_status_fd: Option<i32>,
     keep_session: bool,
     nested: Option<NestedArg>,
+    nested_userns: Option<NestedArg>,
     env_file: Vec<PathBuf>,
     env_allow: Vec<String>,
     no_default_env_allow: bool,
@@ -224,6 +233,7 @@ impl Parsed {
             json_status_fd: self.json_status_fd,
             keep_session: self.keep_session,
             nested: self.nested.unwrap_or(NestedArg::On),
+            nested_userns: self.nested_userns.unwrap_or(NestedArg::On),
             manifest: None,
             plan: PlanArgs { allow_host_path: Vec::new(), inputs_base_url: None },
             inputs: InputArgs {

@@ -4,7 +4,8 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use sandbox::{
-    Access, Home, LandlockMode, Limits, MountOp, Network, SandboxBuilder, SeccompPolicy, Security,
+    Access, Home, LandlockMode, Limits, MountOp, NestedUserns, Network, SandboxBuilder, SeccompPolicy,
+    Security,
 };
 
 use super::args::{EgressArgs, LandlockArg, MountFlag, NestedArg, NetworkArg, RunArgs, RunGiven};
@@ -212,6 +213,10 @@ fn security(args: &RunArgs) -> Result<Security, RunError> {
         },
         no_ip: args.network == NetworkArg::None,
         limits,
+        nested_userns: match args.nested_userns {
+            NestedArg::On => NestedUserns::On,
+            NestedArg::Off => NestedUserns::Off,
+        },
     })
 }
 

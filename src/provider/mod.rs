@@ -202,6 +202,10 @@ pub struct InstanceConfig {
     /// Native only: processes may run `bwrap` (nested sandboxes).
     #[serde(default = "nested_default")]
     pub nested: bool,
+    /// Native only: nested commands may make their own user, mount and
+    /// pid namespaces (`--nested-userns`).
+    #[serde(default = "nested_default")]
+    pub nested_userns: bool,
     /// Native only: the egress proxy's policy, with [`Network::Proxied`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub egress: Option<crate::egress::Policy>,
@@ -235,6 +239,7 @@ impl InstanceConfig {
             env: Vec::new(),
             host_ids: None,
             nested: true,
+            nested_userns: true,
             egress: None,
             hidden: Vec::new(),
         }

@@ -22,7 +22,7 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
 
-use sandbox::{Home, MountOp, SandboxBuilder, SandboxSpec};
+use sandbox::{Home, MountOp, NestedUserns, SandboxBuilder, SandboxSpec};
 
 use super::local::LocalInstances;
 use super::process::{Killer, Process, memfd_with, pass_fd, set_stdio};
@@ -412,7 +412,8 @@ fn build_spec(record: &Record, process: &ProcessSpec) -> Result<SandboxSpec, Pro
         .network(config.network)
         .hostname(config.hostname.clone())
         .new_session(true)
-        .nested(config.nested);
+        .nested(config.nested)
+        .nested_userns(if config.nested_userns { NestedUserns::On } else { NestedUserns::Off });
     builder = if config.workspace_read_only {
         // The builder's workspace is read-write; a read-only one is a bind
         // of its own, still the default working directory.

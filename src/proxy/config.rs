@@ -88,6 +88,9 @@ pub struct SandboxConfig {
     pub git_push: bool,
     /// Native provider: agents may run `bwrap` (nested sandboxes, docs/bwrap.md).
     pub nested: bool,
+    /// Native provider: nested commands may make their own user, mount and
+    /// pid namespaces (`--nested-userns`, docs/security.md).
+    pub nested_userns: bool,
     pub env: Vec<(String, String)>,
     pub volumes: Vec<Volume>,
     pub instance_prefix: String,

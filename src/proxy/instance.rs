@@ -200,6 +200,7 @@ impl Lane {
             mounts,
             env: self.d.cfg().sandbox.env.clone(),
             nested: self.d.cfg().sandbox.nested,
+            nested_userns: self.d.cfg().sandbox.nested_userns,
             hidden: self.d.mounts().hidden().to_vec(),
             ..InstanceConfig::new(name.clone(), self.run_id.clone(), workspace.clone())
         };

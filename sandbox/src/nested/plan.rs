@@ -11,18 +11,38 @@ use libc::c_ulong;
 
 use super::request::{BindMode, DataKind, Op, OverlayKind, Request, RequestError, dest};
 use crate::prepare::{BwrapCaps, HostChild, LockFile, NestedChild, NestedParts, Plan, UserNs};
-use crate::spec::{Access, MountOp, Network, SandboxSpec};
+use crate::seccomp::{Program, SeccompPolicy};
+use crate::spec::{Access, MountOp, NestedUserns, Network, SandboxSpec};
+
+/// The filter every nested command of the sandbox of `spec` runs under:
+/// the sandbox's own program (`outer`), or, with `--nested-userns on` and
+/// a built-in profile, that profile with the command's own user, mount and
+/// pid namespaces let through (`seccomp::compile_nested`). A profile file
+/// is taken as written (its author decides), and `unconfined` stays
+/// without a filter. Compiled once per sandbox, by the portal's server.
+pub(crate) fn command_filter(spec: &SandboxSpec, outer: Option<&Program>) -> Option<Program> {
+    let security = &spec.security;
+    if security.nested_userns == NestedUserns::Off || !matches!(security.seccomp, SeccompPolicy::Builtin(_)) {
+        return outer.cloned();
+    }
+    let sockets = spec.sockets();
+    // A built-in profile compiled when the sandbox started: this cannot
+    // fail but for memory, and the sandbox's own filter is then the answer.
+    crate::seccomp::compile_nested(&security.seccomp, security.allow_ptrace, sockets)
+        .unwrap_or_else(|_| outer.cloned())
+}
 
 /// Builds the nested sandbox's plan. `fds` came with the request; they are
 /// renumbered above every number the command will see them at, where the
 /// nested sandbox's PID 1 keeps them (the caller closes its copies once
-/// that process exists, see [`crate::launch`]).
+/// that process exists, see [`crate::launch`]). COMMAND runs under
+/// `seccomp` ([`command_filter`]).
 pub(crate) fn prepare(
     req: &Request,
     fds: Vec<OwnedFd>,
     floor: RawFd,
     outer_spec: &SandboxSpec,
-    outer: &Plan,
+    (outer, seccomp): (&Plan, Option<&Program>),
     pool: &str,
 ) -> Result<Plan, RequestError> {
     req.check_served(fds.len(), outer.user_is_host_root)?;
@@ -111,9 +131,10 @@ pub(crate) fn prepare(
         fd_sources: true,
         new_session: true,
         ids: None,
-        seccomp: outer.seccomp.clone(),
+        seccomp: seccomp.cloned(),
         rlimits: outer.limits.rlimits.clone(),
         landlock: outer_spec.security.landlock,
+        landlock_fs: outer_spec.security.nested_userns == NestedUserns::Off,
         overlay_userxattr: true,
         file_label: None,
         child: NestedChild {
@@ -242,6 +263,7 @@ pub(crate) fn prepare_host(
         seccomp,
         rlimits: Vec::new(),
         landlock: host.landlock,
+        landlock_fs: true,
         overlay_userxattr: new_user || !in_initial_userns(),
         file_label: host
             .file_label

@@ -17,16 +17,7 @@ const SET_ID_BITS: u32 = 0o6000;
 /// namespaces and status descriptors, SELinux labels. Inside a sandbox
 /// the portal's worker refuses them ([`Request::check_served`]), the one
 /// place that decides; the front end only names them in the request.
-pub const HOST_ONLY: &[&str] = &[
-    "--userns",
-    "--userns2",
-    "--pidns",
-    "--userns-block-fd",
-    "--info-fd",
-    "--json-status-fd",
-    "--exec-label",
-    "--file-label",
-];
+pub const HOST_ONLY: &[&str] = &["--userns", "--userns2", "--pidns", "--exec-label", "--file-label"];
 
 /// One nested sandbox, as the front end parsed it from bwrap's options.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -82,6 +73,15 @@ pub struct Request {
     /// the sandbox is set up (on the host only).
     #[serde(default)]
     pub userns2_fd: Option<i32>,
+    /// `--info-fd`, `--json-status-fd`, `--userns-block-fd`: each one of
+    /// `fds`; the worker writes bubblewrap's reports on the nested
+    /// sandbox there (and waits on the last), as bubblewrap's monitor.
+    #[serde(default)]
+    pub info_fd: Option<i32>,
+    #[serde(default)]
+    pub json_status_fd: Option<i32>,
+    #[serde(default)]
+    pub userns_block_fd: Option<i32>,
     /// `--disable-userns`: COMMAND cannot make user namespaces.
     #[serde(default)]
     pub disable_userns: bool,
@@ -327,7 +327,8 @@ impl Request {
         if self.lock_files.iter().any(|p| p.contains('\0')) {
             return bad("lock file path".into());
         }
-        if self.block_fd.iter().chain(&self.userns2_fd).any(|fd| !self.fds.contains(fd)) {
+        let named = [self.block_fd, self.userns2_fd, self.info_fd, self.json_status_fd, self.userns_block_fd];
+        if named.iter().flatten().any(|fd| !self.fds.contains(fd)) {
             return bad("a descriptor named by an option is not passed".into());
         }
         if !self.unshare.user {

@@ -88,7 +88,13 @@ impl Portal for Server<'_> {
         }
         let monitor = nix::unistd::getpid().as_raw();
         self.tally();
-        let ctx = Context { spec: self.spec, plan: self.plan, pid1, tally: self.tally.as_ref() };
+        let ctx = Context {
+            spec: self.spec,
+            plan: self.plan,
+            pid1,
+            tally: self.tally.as_ref(),
+            command_filter: None,
+        };
         // SAFETY: the launcher is single-threaded (checked before the
         // sandbox started); the server never returns: it `_exit`s.
         match unsafe { sys::fork() } {

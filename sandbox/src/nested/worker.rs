@@ -16,7 +16,7 @@
 //! be traced or have their /proc entries opened by the sandbox's
 //! processes, which lack those capabilities.
 
-use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::panic::AssertUnwindSafe;
 
 use super::MAX_WORKERS;
@@ -36,6 +36,9 @@ pub(crate) struct Context<'a> {
     pub spec: &'a SandboxSpec,
     pub plan: &'a Plan,
     pub pid1: libc::pid_t,
+    /// The nested commands' filter ([`plan::command_filter`]): set by the
+    /// server, once.
+    pub command_filter: Option<&'a crate::seccomp::Program>,
     /// The caller's counters of how requests end, if it keeps them.
     pub tally: Option<&'a Tally>,
 }
@@ -69,6 +72,8 @@ fn serve(listener: RawFd, ctx: &Context<'_>, monitor: libc::pid_t) -> i32 {
         tracing::warn!("nested sandboxes: the portal's server cannot enter the sandbox: {e}");
         return 1;
     }
+    let filter = plan::command_filter(ctx.spec, ctx.plan.seccomp.as_ref());
+    let ctx = &Context { command_filter: filter.as_ref(), ..*ctx };
     // The pipe's write end is this process's life: the acceptor checks it
     // once its parent-death signal is armed.
     let Ok((life_r, life_w)) = sys::pipe() else { return 1 };
@@ -216,18 +221,29 @@ fn serve_one(conn: &OwnedFd, ctx: &Context<'_>, life: OwnedFd) -> i32 {
         Ok(dir) => dir,
         Err(e) => return fail(format!("the nested sandboxes' tmpfs pool: {e}")),
     };
-    let nested = match plan::prepare(&request, fds, conn.as_raw_fd(), ctx.spec, ctx.plan, &dir.path()) {
+    let mut nested = match plan::prepare(
+        &request,
+        fds,
+        conn.as_raw_fd(),
+        ctx.spec,
+        (ctx.plan, ctx.command_filter),
+        &dir.path(),
+    ) {
         Ok(plan) => plan,
         Err(e) => return fail(e.to_string()),
     };
     if let Err(e) = dir.reserve(plan::reserved_tmpfs(&request, ctx.spec)) {
         return fail(e);
     }
+    // bubblewrap's reports go to the caller's status descriptors, which
+    // this worker keeps (COMMAND does not get them).
+    let status = status_fds(&request, &mut nested);
     // The nested PID 1 restores this one for COMMAND.
     sys::umask(request.umask as libc::mode_t);
     // Until PID 1 has gone, with its mounts: what they held in the pool is
     // free again when the caller learns the status.
-    let outcome = launch::execute(&nested, &LaunchOptions::default(), None, Watch::Caller(conn.as_raw_fd()));
+    let options = LaunchOptions { bwrap_status: status, ..LaunchOptions::default() };
+    let outcome = launch::execute(&nested, &options, None, Watch::Caller(conn.as_raw_fd()));
     drop(dir);
     match outcome {
         Ok(status) => {
@@ -244,6 +260,39 @@ fn serve_one(conn: &OwnedFd, ctx: &Context<'_>, life: OwnedFd) -> i32 {
             1
         }
     }
+}
+
+/// `--info-fd`, `--json-status-fd`, `--userns-block-fd` of the request:
+/// taken out of what COMMAND gets (bubblewrap consumes them: a caller
+/// reading one to its end must not wait for COMMAND) and kept by this
+/// worker, on which `launch` writes (and closes the first and the last, as
+/// bubblewrap's monitor does); `None` without any.
+fn status_fds(request: &Request, nested: &mut Plan) -> Option<launch::BwrapStatus> {
+    let named = [request.info_fd, request.json_status_fd, request.userns_block_fd];
+    if named.iter().all(Option::is_none) {
+        return None;
+    }
+    let targets = &mut nested.nested.as_mut()?.fds;
+    let mut take = |fd: Option<i32>| {
+        let at = targets.iter().position(|(target, _)| Some(*target) == fd)?;
+        let source = targets.remove(at).1;
+        // Moved below the plan's numbers, which the nested PID 1 keeps (it
+        // closes everything under them): a copy there would hold the
+        // caller's pipe open for the nested sandbox's life. Held until this
+        // worker exits (the status lines are the last it writes).
+        // SAFETY: the plan's raw copy, taken out of it: ours alone.
+        let source = unsafe { OwnedFd::from_raw_fd(source) };
+        Some(match sys::dup_cloexec(source.as_raw_fd(), 3) {
+            Ok(low) => std::os::fd::IntoRawFd::into_raw_fd(low),
+            Err(_) => std::os::fd::IntoRawFd::into_raw_fd(source),
+        })
+    };
+    Some(launch::BwrapStatus {
+        info_fd: take(request.info_fd),
+        json_status_fd: take(request.json_status_fd),
+        userns_block_fd: take(request.userns_block_fd),
+        userns2_fd: None,
+    })
 }
 
 /// Everything the worker gives up before it reads the request.

@@ -983,32 +983,43 @@ mod tests {
         assert_matches_reference(&filter);
     }
 
-    /// The filters `seccomp::compile` builds from the built-in profiles,
-    /// with every network and ptrace setting it offers.
+    /// The filters `seccomp::compile` and `compile_nested` build from the
+    /// built-in profiles, with every network and ptrace setting they offer.
     fn builtin_filters() -> Vec<(String, Vec<Rule>, u32, Vec<sock_filter>)> {
         use super::super::profile::{self, Arch};
         use super::super::{
-            PTRACE_SYSCALLS, SeccompPolicy, Sockets, builtin_profile, no_set_id_rules, socket_rules,
+            PTRACE_SYSCALLS, SeccompPolicy, Sockets, builtin_profile, no_set_id_rules, own_namespace_rules,
+            socket_rules,
         };
         let mut filters = Vec::new();
         for name in ["default", "strict"] {
             for ptrace in [false, true] {
                 for sockets in [Sockets::Profile, Sockets::LocalAndInet, Sockets::UnixOnly] {
-                    // The rules as `seccomp::compile` puts them together
-                    // (checked below by comparing the programs).
-                    let mut profile = builtin_profile(name).unwrap();
-                    if ptrace {
-                        for syscall in PTRACE_SYSCALLS {
-                            profile::allow(&mut profile, Arch::NATIVE.syscall_nr(syscall).unwrap());
+                    for nested in [false, true] {
+                        // The rules as `seccomp::compile` puts them together
+                        // (checked below by comparing the programs).
+                        let mut profile = builtin_profile(name).unwrap();
+                        if ptrace {
+                            for syscall in PTRACE_SYSCALLS {
+                                profile::allow(&mut profile, Arch::NATIVE.syscall_nr(syscall).unwrap());
+                            }
                         }
+                        let mut rules = socket_rules(sockets, Arch::NATIVE);
+                        rules.extend(no_set_id_rules(Arch::NATIVE));
+                        if nested {
+                            rules.extend(own_namespace_rules(Arch::NATIVE));
+                        }
+                        rules.extend(profile.rules);
+                        let policy = SeccompPolicy::Builtin(name.into());
+                        let program = if nested {
+                            super::super::compile_nested(&policy, ptrace, sockets)
+                        } else {
+                            super::super::compile(&policy, ptrace, sockets)
+                        };
+                        let program = program.unwrap().unwrap().filter;
+                        let label = format!("{name}, ptrace {ptrace}, sockets {sockets:?}, nested {nested}");
+                        filters.push((label, rules, profile.default.ret(), program));
                     }
-                    let mut rules = socket_rules(sockets, Arch::NATIVE);
-                    rules.extend(no_set_id_rules(Arch::NATIVE));
-                    rules.extend(profile.rules);
-                    let policy = SeccompPolicy::Builtin(name.into());
-                    let program = super::super::compile(&policy, ptrace, sockets).unwrap().unwrap().filter;
-                    let label = format!("{name}, ptrace {ptrace}, sockets {sockets:?}");
-                    filters.push((label, rules, profile.default.ret(), program));
                 }
             }
         }
@@ -1044,9 +1055,9 @@ mod tests {
         // more syscall numbers, two of them with two flags to test) added
         // 52 to default (102 before), 53 to strict (104).
         if cfg!(target_arch = "x86_64") {
-            assert_eq!(size("default, ptrace false, sockets Profile"), 154, "{sizes:#?}");
-            assert_eq!(size("default, ptrace false, sockets LocalAndInet"), 156, "{sizes:#?}");
-            assert_eq!(size("strict, ptrace false, sockets Profile"), 157, "{sizes:#?}");
+            assert_eq!(size("default, ptrace false, sockets Profile, nested false"), 154, "{sizes:#?}");
+            assert_eq!(size("default, ptrace false, sockets LocalAndInet, nested false"), 156, "{sizes:#?}");
+            assert_eq!(size("strict, ptrace false, sockets Profile, nested false"), 157, "{sizes:#?}");
         }
         for (label, len) in &sizes {
             assert!(*len < 256, "{label}: {len} instructions");

@@ -129,6 +129,26 @@ pub(crate) fn compile(
     allow_ptrace: bool,
     sockets: Sockets,
 ) -> Result<Option<Program>, SpecError> {
+    compile_with(policy, allow_ptrace, sockets, false)
+}
+
+/// The filter of a nested sandbox's command when it may make namespaces
+/// of its own (`--nested-userns on`): the sandbox's, with
+/// [`own_namespace_rules`] in front of the profile's rules.
+pub(crate) fn compile_nested(
+    policy: &SeccompPolicy,
+    allow_ptrace: bool,
+    sockets: Sockets,
+) -> Result<Option<Program>, SpecError> {
+    compile_with(policy, allow_ptrace, sockets, true)
+}
+
+fn compile_with(
+    policy: &SeccompPolicy,
+    allow_ptrace: bool,
+    sockets: Sockets,
+    own_namespaces: bool,
+) -> Result<Option<Program>, SpecError> {
     let arch = profile::Arch::NATIVE;
     let (source, mut profile) = match policy {
         SeccompPolicy::Unconfined => return Ok(None),
@@ -148,7 +168,7 @@ pub(crate) fn compile(
             (source, profile)
         }
     };
-    let rules = assemble(&mut profile, allow_ptrace, sockets, arch);
+    let rules = assemble(&mut profile, allow_ptrace, sockets, own_namespaces, arch);
     let filter = bpf::compile(&native_filter(&rules, profile.default.ret()));
     // The kernel's limit (BPF_MAXINSNS).
     if filter.len() > 4096 {
@@ -254,11 +274,14 @@ pub(crate) fn userns_holder() -> Program {
 }
 
 /// The rules of the program: the network policy's socket rules in front of
-/// the profile's, with the ptrace syscalls allowed when asked.
+/// the profile's, with the ptrace syscalls allowed when asked, and a
+/// nested command's own namespaces (`own_namespaces`) allowed after the
+/// socket and set-id rules, which they cannot re-allow.
 fn assemble(
     profile: &mut profile::Profile,
     allow_ptrace: bool,
     sockets: Sockets,
+    own_namespaces: bool,
     arch: profile::Arch,
 ) -> Vec<Rule> {
     if allow_ptrace {
@@ -270,7 +293,58 @@ fn assemble(
     }
     let mut rules = socket_rules(sockets, arch);
     rules.extend(no_set_id_rules(arch));
+    if own_namespaces {
+        rules.extend(own_namespace_rules(arch));
+    }
     rules.append(&mut profile.rules);
+    rules
+}
+
+/// The namespaces a nested sandbox's command may make itself, as it may
+/// under bubblewrap: user, mount and pid. No network namespace (a new one
+/// owned by a new user namespace would give it `CAP_NET_ADMIN` there:
+/// netfilter, the most exploited surface of unprivileged namespaces), no
+/// ipc, uts, cgroup or time namespace (nothing it needs).
+pub(crate) const OWN_NAMESPACES: u64 = (libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID) as u64;
+
+/// `unshare` flags that make no namespace.
+const UNSHARE_PLAIN: u64 = (libc::CLONE_FS | libc::CLONE_FILES | libc::CLONE_SYSVSEM) as u64;
+
+/// The `CLONE_NEW*` flags `clone` takes (`CLONE_NEWTIME` shares its bit
+/// with the exit signal there, and is only `unshare`'s and `clone3`'s).
+const CLONE_NEW_ALL: u64 = (libc::CLONE_NEWUSER
+    | libc::CLONE_NEWNS
+    | libc::CLONE_NEWPID
+    | libc::CLONE_NEWNET
+    | libc::CLONE_NEWIPC
+    | libc::CLONE_NEWUTS
+    | libc::CLONE_NEWCGROUP) as u64;
+
+/// Allow rules for [`OWN_NAMESPACES`]: `unshare` with those flags (and
+/// the ones that make no namespace), `clone` without any other
+/// `CLONE_NEW*` flag, and `mount`, `umount2` and `pivot_root`, which the
+/// kernel lets through only with `CAP_SYS_ADMIN` over the mount namespace,
+/// so only in one the command made with its own user namespace. `setns`,
+/// `chroot`, `clone3` (its flags are in memory) and the new mount API stay
+/// as the profile has them. docs/security.md lists what this adds.
+fn own_namespace_rules(arch: profile::Arch) -> Vec<Rule> {
+    let allow = bpf::RET_ALLOW;
+    let mut rules = Vec::new();
+    let mut add = |name: &str, conds: Vec<Cond>| {
+        if let Some(nr) = arch.syscall_nr(name) {
+            rules.push(Rule { nr, conds, ret: allow });
+        }
+    };
+    // unshare(2) takes its 64 bits as they are (unknown ones are EINVAL):
+    // any bit outside the allowed ones falls through to the profile.
+    let unshare_others = !(OWN_NAMESPACES | UNSHARE_PLAIN);
+    add("unshare", vec![Cond { arg: 0, op: Op::MaskedEq { mask: unshare_others, value: 0 } }]);
+    // clone(2) reads only the low 32 bits of its flags.
+    let clone_others = CLONE_NEW_ALL & !OWN_NAMESPACES;
+    add("clone", vec![Cond { arg: 0, op: Op::MaskedEq { mask: clone_others, value: 0 } }]);
+    for name in ["mount", "umount2", "pivot_root"] {
+        add(name, Vec::new());
+    }
     rules
 }
 
@@ -349,7 +423,7 @@ pub fn compile_for_check(
 ) -> Result<(Vec<Rule>, u32, Vec<libc::sock_filter>), String> {
     let mut profile = profile::parse("fuzz.json", json, target)?;
     let sockets = [Sockets::Profile, Sockets::LocalAndInet, Sockets::UnixOnly][usize::from(sockets % 3)];
-    let rules = assemble(&mut profile, allow_ptrace, sockets, profile::Arch::NATIVE);
+    let rules = assemble(&mut profile, allow_ptrace, sockets, false, profile::Arch::NATIVE);
     let default = profile.default.ret();
     let program = bpf::compile(&native_filter(&rules, default));
     Ok((rules, default, program))
@@ -477,6 +551,59 @@ mod tests {
         let eaf = bpf::RET_ERRNO | libc::EAFNOSUPPORT as u32;
         assert_eq!(run(&p, "socket", [libc::AF_VSOCK as u64, 1, 0, 0, 0, 0]), eaf);
         assert_eq!(run(&p, "socket", [libc::AF_PACKET as u64, 3, 0, 0, 0, 0]), eaf);
+    }
+
+    #[test]
+    fn nested_commands_may_make_user_mount_and_pid_namespaces_only() {
+        let (user, ns, pid) =
+            (libc::CLONE_NEWUSER as u64, libc::CLONE_NEWNS as u64, libc::CLONE_NEWPID as u64);
+        let (net, ipc, uts) =
+            (libc::CLONE_NEWNET as u64, libc::CLONE_NEWIPC as u64, libc::CLONE_NEWUTS as u64);
+        let sigchld = libc::SIGCHLD as u64;
+        for name in ["default", "strict"] {
+            let policy = SeccompPolicy::Builtin(name.into());
+            for sockets in [Sockets::Profile, Sockets::UnixOnly] {
+                let p = compile_nested(&policy, false, sockets).unwrap().unwrap().filter;
+                for flags in [user, user | ns | pid, ns | pid, pid, libc::CLONE_FS as u64] {
+                    assert_eq!(
+                        run(&p, "unshare", [flags, 0, 0, 0, 0, 0]),
+                        bpf::RET_ALLOW,
+                        "{name} {flags:#x}"
+                    );
+                }
+                for flags in [net, user | net, ipc, uts, libc::CLONE_NEWCGROUP as u64, 0x80, user | (1 << 40)]
+                {
+                    assert_eq!(run(&p, "unshare", [flags, 0, 0, 0, 0, 0]), EPERM, "{name} {flags:#x}");
+                }
+                for flags in [user | sigchld, user | ns | pid | sigchld, 0x3d0f00] {
+                    assert_eq!(run(&p, "clone", [flags, 0, 0, 0, 0, 0]), bpf::RET_ALLOW, "{name} {flags:#x}");
+                }
+                for flags in [net, user | net | sigchld, user | ipc, uts | sigchld] {
+                    assert_eq!(run(&p, "clone", [flags, 0, 0, 0, 0, 0]), EPERM, "{name} {flags:#x}");
+                }
+                for call in ["mount", "umount2", "pivot_root"] {
+                    assert_eq!(run(&p, call, [0; 6]), bpf::RET_ALLOW, "{name} {call}");
+                }
+                // Everything else stays as the profile has it.
+                for call in ["setns", "chroot", "keyctl", "bpf", "perf_event_open", "ptrace", "userfaultfd"] {
+                    assert_eq!(run(&p, call, [0; 6]), EPERM, "{name} {call}");
+                }
+                for call in ["clone3", "io_uring_setup", "openat2"] {
+                    assert_eq!(run(&p, call, [0; 6]), ENOSYS, "{name} {call}");
+                }
+                let at = libc::AT_FDCWD as u64;
+                assert_eq!(run(&p, "fchmodat", [at, 0, 0o4755, 0, 0, 0]), EPERM, "{name}");
+                if sockets == Sockets::UnixOnly {
+                    let eaf = bpf::RET_ERRNO | libc::EAFNOSUPPORT as u32;
+                    assert_eq!(run(&p, "socket", [libc::AF_INET as u64, 1, 0, 0, 0, 0]), eaf);
+                }
+            }
+            // The agent's own filter is untouched.
+            let p = program(&policy, false, Sockets::Profile);
+            assert_eq!(run(&p, "unshare", [user, 0, 0, 0, 0, 0]), EPERM, "{name}");
+            assert_eq!(run(&p, "clone", [user | sigchld, 0, 0, 0, 0, 0]), EPERM, "{name}");
+            assert_eq!(run(&p, "mount", [0; 6]), EPERM, "{name}");
+        }
     }
 
     #[test]

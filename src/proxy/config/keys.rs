@@ -178,6 +178,8 @@ keys! {
         "allow `git_push`";
     SANDBOX_NESTED: "sandbox" . "nested" = boolean(true), "",
         "native provider: agents may run `bwrap` (nested sandboxes, bwrap.md)";
+    SANDBOX_NESTED_USERNS: "sandbox" . "nestedUserns" = boolean(true), "",
+        "native provider: nested commands may make their own user, mount and pid namespaces, as under bubblewrap (`run --nested-userns`, security.md)";
     SANDBOX_ENV: "sandbox" . "env" = ANY, "`{}`",
         "variables of every instance process";
     SANDBOX_VOLUMES: "sandbox" . "volumes" = ANY, "`[]`",

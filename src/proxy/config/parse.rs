@@ -160,6 +160,7 @@ fn sandbox(r: &mut Reader<'_>, agent: &AgentConfig) -> Result<SandboxConfig, Con
     let terminal_enabled = r.boolean(&SANDBOX_TERMINAL_ENABLED)?;
     let git_push = r.boolean(&SANDBOX_GIT_PUSH)?;
     let nested = r.boolean(&SANDBOX_NESTED)?;
+    let nested_userns = r.boolean(&SANDBOX_NESTED_USERNS)?;
     let env = env(r)?;
     let volumes = volumes(r)?;
     let instance_prefix =
@@ -195,6 +196,7 @@ fn sandbox(r: &mut Reader<'_>, agent: &AgentConfig) -> Result<SandboxConfig, Con
         terminal_enabled,
         git_push,
         nested,
+        nested_userns,
         env,
         volumes,
         instance_prefix,
