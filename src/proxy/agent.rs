@@ -15,7 +15,7 @@ use tokio::io::AsyncBufReadExt;
 use super::config::ProviderChoice;
 use super::instance::inputs_config;
 use super::lane::{Job, Lane, RunContext, RunState, init_env, reply_prompt, reply_session, send, user_name};
-use super::protocol::{RunMessage, proxy_update, str_field};
+use super::protocol::{AcpReply, Content, PromptResult, ProxyUpdate, RunMessage, str_field};
 use super::repo::RepoError;
 use crate::acp::client::{Client, Spawner};
 use crate::acp::fs::GuestFs;
@@ -391,15 +391,12 @@ impl Lane {
 
     fn text(&self, text: String) {
         let t = self.d.report().redact(&text);
-        self.d.report().push(&proxy_update(&self.run_id, json!({"type": "text", "text": t})));
+        self.d.report().push(&ProxyUpdate::new(&self.run_id, Content::text(t)));
     }
 
     fn step(&self, stage: &str, status: &str, message: Option<String>) {
-        let mut c = json!({"type": "init_step", "stage": stage, "status": status});
-        if let Some(m) = message {
-            c["message"] = json!(self.d.report().redact(&m));
-        }
-        self.d.report().push(&proxy_update(&self.run_id, c));
+        let message = message.map(|m| self.d.report().redact(&m));
+        self.d.report().push(&ProxyUpdate::new(&self.run_id, Content::init_step(stage, status, message)));
     }
 
     /// `init.script` with `bash -lc` in the instance (docs/protocol.md, "The
@@ -430,27 +427,25 @@ impl Lane {
                 }
             })
             .await;
-        let result = |c: Value| self.d.report().push(&proxy_update(&self.run_id, c));
+        let result = |r| self.d.report().push(&ProxyUpdate::new(&self.run_id, Content::init_result(r)));
         match outcome {
             Ok(0) => {
-                result(json!({"type": "init_result", "ok": true}));
+                result(Ok(()));
                 self.text("[init] done".into());
                 Ok(())
             }
             Ok(code) => {
-                result(
-                    json!({"type": "init_result", "ok": false, "exitCode": code, "error": format!("exitCode={code}")}),
-                );
+                result(Err((format!("exitCode={code}"), Some(code))));
                 Err(AgentError::InitExit(code))
             }
             Err(timeout @ ExecError::Timeout(_)) => {
-                result(json!({"type": "init_result", "ok": false, "error": timeout.to_string()}));
+                result(Err((timeout.to_string(), None)));
                 Err(AgentError::InitTimeout(timeout))
             }
             Err(spawn) => {
                 let text = spawn.to_string();
                 self.step("init", "failed", Some(text.clone()));
-                result(json!({"type": "init_result", "ok": false, "error": self.d.report().redact(&text)}));
+                result(Err((self.d.report().redact(&text), None)));
                 Err(AgentError::InitStart(spawn))
             }
         }
@@ -647,9 +642,11 @@ impl Lane {
                 )
                 .await;
             match r {
-                Ok(o) => d.report().push(&json!({"type": "prompt_result", "run_id": run, "prompt_id": prompt_id, "ok": true,
-                    "session_id": o.session_id, "stop_reason": o.stop_reason, "session_created": o.session_created,
-                    "session_recreated_from": o.session_recreated_from})),
+                Ok(o) => d.report().push(&PromptResult::done(
+                    &Value::from(run.as_str()),
+                    &Value::from(prompt_id),
+                    &o,
+                )),
                 Err(e) => reply_prompt(d.report(), &m, Err(e)),
             }
             d.runs().turn(false);
@@ -773,16 +770,7 @@ fn forward_raw(d: &Arc<RunContext>, run_id: &str, agent: &Arc<Agent>, message: V
             agent.transport.send_raw(&Value::Object(m));
             let (d, run) = (d.clone(), run_id.to_string());
             d.clone().spawn(async move {
-                let reply = match rx.await {
-                    Ok(Ok(v)) => json!({"jsonrpc": "2.0", "id": backend_id, "result": v}),
-                    Ok(Err(e)) => {
-                        json!({"jsonrpc": "2.0", "id": backend_id, "error": {"code": e.code, "message": e.message, "data": e.data}})
-                    }
-                    Err(_) => {
-                        json!({"jsonrpc": "2.0", "id": backend_id, "error": {"code": -32603, "message": "the agent's connection closed"}})
-                    }
-                };
-                d.report().push(&json!({"type": "acp_message", "run_id": run, "message": reply}));
+                d.report().push(&AcpReply::new(&run, &backend_id, rx.await.ok()));
             });
         }
         (true, _) => agent.transport.send_raw(&Value::Object(m)),

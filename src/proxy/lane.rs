@@ -18,13 +18,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
 use super::config::Config;
 use super::mounts::Mounts;
 use super::persist::Persister;
-use super::protocol::{RunMessage, SandboxControl, proxy_error_text};
+use super::protocol::{PromptResult, ProxyUpdate, RunMessage, SandboxControl, SessionControlResult};
 use super::report::Reporter;
 use crate::acp::host::Agent;
 use crate::acp::transport::BoxFuture;
@@ -340,21 +340,16 @@ pub fn reply_prompt(report: &Reporter, m: &RunMessage, result: Result<(), impl D
     if let Err(e) = result {
         let e = report.redact(&e.to_string());
         if let Some(id) = m.run_id.as_str() {
-            report.push(&proxy_error_text(id, &e));
+            report.push(&ProxyUpdate::error(id, &e));
         }
-        report.push(
-            &json!({"type":"prompt_result","run_id":m.run_id,"prompt_id":m.prompt_id,"ok":false,"error":e}),
-        );
+        report.push(&PromptResult::failed(&m.run_id, &m.prompt_id, e));
     }
 }
 
 /// Answers a session control.
 pub fn reply_session(report: &Reporter, m: &RunMessage, result: Result<(), impl Display>) {
-    let mut v = json!({"type":"session_control_result","run_id":m.run_id,"control_id":m.control_id,"ok":result.is_ok()});
-    if let Err(e) = result {
-        v["error"] = json!(report.redact(&e.to_string()));
-    }
-    report.push(&v);
+    let result = result.map_err(|e| report.redact(&e.to_string()));
+    report.push(&SessionControlResult::new(&m.run_id, &m.control_id, result));
 }
 
 pub fn now_ms() -> u64 {

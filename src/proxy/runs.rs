@@ -33,7 +33,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::agent::AgentError;
@@ -43,7 +43,7 @@ use super::lane::{
     valid_run_id,
 };
 use super::pathmap::PathMapError;
-use super::protocol::{Incoming, RunMessage, proxy_error_text, str_field};
+use super::protocol::{Incoming, ProxyUpdate, RunMessage, RunReply, str_field};
 use super::report::Reporter;
 use crate::acp::transport::BoxFuture;
 use crate::provider::{Provider, names};
@@ -91,9 +91,7 @@ pub fn dispatch(d: &Arc<RunContext>, msg: Incoming) {
         },
         Incoming::AcpClose(m) => match valid_run_id(&m.run_id) {
             Ok(id) => send(d, &id, Job::Close(m)),
-            Err(e) => d
-                .report()
-                .push(&json!({"type":"acp_closed","run_id":m.run_id,"ok":false,"error":e.to_string()})),
+            Err(e) => d.report().push(&RunReply::closed(&m.run_id, Err(e.to_string()))),
         },
         Incoming::SessionControl { kind, msg } => match valid_run_id(&msg.run_id) {
             // Straight to a live agent (never behind a prompt); the lane
@@ -142,13 +140,13 @@ fn session_fields_ok(kind: &str, msg: &RunMessage) -> bool {
 
 fn reply_open(report: &Reporter, run_id: &Value, result: Result<(), RunError>) {
     match result {
-        Ok(()) => report.push(&json!({"type":"acp_opened","run_id":run_id,"ok":true})),
+        Ok(()) => report.push(&RunReply::opened(run_id, Ok(()))),
         Err(e) => {
             let e = report.redact(&e.to_string());
             if let Some(id) = run_id.as_str() {
-                report.push(&proxy_error_text(id, &format!("acp_open failed: {e}")));
+                report.push(&ProxyUpdate::error(id, &format!("acp_open failed: {e}")));
             }
-            report.push(&json!({"type":"acp_opened","run_id":run_id,"ok":false,"error":e}));
+            report.push(&RunReply::opened(run_id, Err(e)));
         }
     }
 }
@@ -260,9 +258,9 @@ impl Lane {
                     Some(state) => {
                         state.expires_at_ms = Some(now_ms() + state.keepalive_ttl_seconds * 1000);
                         self.persist();
-                        json!({"type":"acp_closed","run_id":m.run_id,"ok":true})
+                        RunReply::closed(&m.run_id, Ok(()))
                     }
-                    None => json!({"type":"acp_closed","run_id":m.run_id,"ok":false,"error":"run_not_found"}),
+                    None => RunReply::closed(&m.run_id, Err("run_not_found".into())),
                 };
                 self.d.report().push(&reply);
             }
@@ -424,6 +422,7 @@ pub async fn adopt_persisted(d: &Arc<RunContext>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn run_ids() {
