@@ -253,7 +253,7 @@ impl Lane {
             Ok(c) => c,
             Err(e) => return (None, Err(e.into())),
         };
-        let token = d.cfg().auth_token.as_ref().map(|t| inputs::Secret::new(t.expose().to_string()));
+        let token = d.download_token().map(|t| inputs::Secret::new(t.expose().to_string()));
         let redactor = d.report().redactor();
         let git_env: Vec<(String, String)> = state
             .init

@@ -8,8 +8,9 @@
 //! `instance.rs` (the run's instance: `ensureRuntime`, removal),
 //! `agent.rs` (the run's agent), `control.rs` (`sandbox_control`), and
 //! `runs.rs` on top (routing, the lane's loop, keepalive, re-adoption).
-//! A lane's loop lives in `runs.rs`; this file starts it through the
-//! function the daemon gives [`Runs::new`], so it needs nothing above it.
+//! A lane's loop lives in `runs.rs`: [`send`] makes a new lane's queue and
+//! hands it to `runs.rs` as a [`NewLane`] over a channel, so this file
+//! needs nothing above it.
 
 use std::collections::HashMap;
 use std::fmt::Display;
@@ -21,13 +22,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
-use super::config::Config;
+use super::config::{Config, Secret};
 use super::mounts::Mounts;
 use super::persist::Persister;
 use super::protocol::{PromptResult, ProxyUpdate, RunMessage, SandboxControl, SessionControlResult};
 use super::report::Reporter;
+use super::signing::Signer;
 use crate::acp::host::Agent;
-use crate::acp::transport::BoxFuture;
 use crate::provider::{AnyProvider, ProviderError, names};
 
 pub const STATE_VERSION: u32 = 1;
@@ -109,6 +110,10 @@ pub struct RunContext {
     runs_dir: PathBuf,
     persister: Persister,
     mounts: Mounts,
+    /// Checks signed controls; the signing secret is in here only.
+    signer: Signer,
+    /// `auth_token`, for what the inputs fetcher downloads from the backend.
+    download_token: Option<Secret>,
     /// Where blocking work goes (`crate::blocking`), shared by every run.
     pool: Arc<crate::blocking::Pool>,
     /// The event loop the runs live on (the link has a thread of its own,
@@ -117,25 +122,32 @@ pub struct RunContext {
 }
 
 impl RunContext {
-    /// Lanes run `lane_loop` (`runs.rs`) over their jobs.
+    /// With the lanes to start, for `runs.rs` to run (`runs::serve_lanes`).
+    /// `cfg` holds no secret of the link or of signing any more: the
+    /// daemon took them out (`signer`, the link's own).
     pub fn new(
         cfg: Config,
         provider: AnyProvider,
         report: Arc<Reporter>,
         mounts: Mounts,
-        lane_loop: LaneLoop,
-    ) -> RunContext {
-        RunContext {
+        signer: Signer,
+        download_token: Option<Secret>,
+    ) -> (RunContext, mpsc::UnboundedReceiver<NewLane>) {
+        let (runs, new_lanes) = Runs::new();
+        let run = RunContext {
             runs_dir: cfg.state_dir.join("runs"),
             persister: Persister::new(report.clone()),
             cfg,
             provider,
             report,
-            runs: Runs::new(lane_loop),
+            runs,
             mounts,
+            signer,
+            download_token,
             pool: crate::blocking::Pool::daemon(),
             runtime: tokio::runtime::Handle::try_current().ok(),
-        }
+        };
+        (run, new_lanes)
     }
 
     /// Starts `task` on the runs' event loop, from whichever thread.
@@ -178,19 +190,34 @@ impl RunContext {
         &self.mounts
     }
 
+    /// Checks the signature of a destructive control.
+    pub fn signer(&self) -> &Signer {
+        &self.signer
+    }
+
+    /// The token the inputs fetcher authenticates its downloads from the
+    /// backend with.
+    pub fn download_token(&self) -> Option<&Secret> {
+        self.download_token.as_ref()
+    }
+
     /// The blocking pool ([`crate::blocking`]).
     pub fn pool(&self) -> &Arc<crate::blocking::Pool> {
         &self.pool
     }
 }
 
-/// A lane's loop over its jobs (`runs.rs`), as [`send`] starts it.
-pub type LaneLoop = fn(Lane, mpsc::UnboundedReceiver<Job>) -> BoxFuture<()>;
+/// A lane to start (by `runs.rs`): its key and its queue, which may
+/// already hold jobs.
+pub struct NewLane {
+    pub key: String,
+    pub jobs: mpsc::UnboundedReceiver<Job>,
+}
 
 pub struct Runs {
     lanes: Mutex<HashMap<String, mpsc::UnboundedSender<Job>>>,
-    /// Runs a new lane.
-    start: LaneLoop,
+    /// Where a new lane's queue goes to be served.
+    new_lanes: mpsc::UnboundedSender<NewLane>,
     agents: Agents,
     /// Prompt turns whose `prompt_result` is not yet queued (all runs).
     turns: std::sync::atomic::AtomicUsize,
@@ -199,15 +226,18 @@ pub struct Runs {
 }
 
 impl Runs {
-    /// No lane yet; a lane runs `start` when its first job comes.
-    pub fn new(start: LaneLoop) -> Runs {
-        Runs {
+    /// No lane yet; a lane's queue goes out on the channel returned when
+    /// its first job comes.
+    fn new() -> (Runs, mpsc::UnboundedReceiver<NewLane>) {
+        let (new_lanes, rx) = mpsc::unbounded_channel();
+        let runs = Runs {
             lanes: Mutex::default(),
-            start,
+            new_lanes,
             agents: Agents::default(),
             turns: Default::default(),
             stopping: Default::default(),
-        }
+        };
+        (runs, rx)
     }
 
     pub fn lanes(&self) -> std::sync::MutexGuard<'_, HashMap<String, mpsc::UnboundedSender<Job>>> {
@@ -304,12 +334,11 @@ fn start_lane(
     key: &str,
     job: Job,
 ) {
-    let (tx, rx) = mpsc::unbounded_channel();
+    let (tx, jobs) = mpsc::unbounded_channel();
     tx.send(job).ok();
     lanes.insert(key.to_string(), tx);
-    let lane =
-        Lane { d: d.clone(), run_id: key.to_string(), state: None, agent: None, generation: 0, prompts: 0 };
-    d.spawn((d.runs.start)(lane, rx));
+    // Err: nothing serves lanes any more (the daemon is going away).
+    let _ = d.runs.new_lanes.send(NewLane { key: key.to_string(), jobs });
 }
 
 /// Why a run id is refused.
@@ -372,6 +401,11 @@ pub struct Lane {
 }
 
 impl Lane {
+    /// A lane of `run_id` that holds nothing yet.
+    pub fn new(d: Arc<RunContext>, run_id: String) -> Lane {
+        Lane { d, run_id, state: None, agent: None, generation: 0, prompts: 0 }
+    }
+
     fn state_path(&self) -> PathBuf {
         self.d.runs_dir.join(format!("{}.json", self.run_id))
     }

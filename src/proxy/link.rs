@@ -106,7 +106,7 @@ pub async fn run_apart(d: Arc<Daemon>, shutdown: tokio::sync::watch::Receiver<bo
 
 /// Runs the link until shutdown or an id conflict.
 pub async fn run(d: Arc<Daemon>, mut shutdown: tokio::sync::watch::Receiver<bool>) -> Exit {
-    let mut tokens = TokenSource::new(d.cfg(), d.proxy_id());
+    let mut tokens = TokenSource::new(d.cfg(), d.link_secrets(), d.proxy_id());
     let mut backoff = BACKOFF_START;
     let cap = Duration::from_secs(d.cfg().reconnect_max_seconds);
     loop {
@@ -496,10 +496,10 @@ fn register_message(d: &Daemon) -> String {
             max_concurrent: d.cfg().agent.max_concurrent,
             capabilities: d.capabilities(),
         },
-        auth: d.cfg().register_hmac_secret.as_ref().map(|secret| {
+        auth: d.link_secrets().register_hmac_secret.as_ref().map(|secret| {
             let timestamp = super::now_iso();
             let signature =
-                super::control::hmac_hex(secret.expose(), format!("{}.{timestamp}", d.proxy_id()).as_bytes());
+                super::signing::hmac_hex(secret.expose(), format!("{}.{timestamp}", d.proxy_id()).as_bytes());
             super::protocol::RegisterAuth {
                 kind: Kind::HMAC_SHA256,
                 proxy_id: d.proxy_id().to_string(),

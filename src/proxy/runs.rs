@@ -30,7 +30,7 @@
 //! the lane keeps serving the run's other messages; session controls and
 //! permission answers bypass the lane and reach the agent directly.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -39,13 +39,12 @@ use tokio::sync::mpsc;
 use super::agent::AgentError;
 use super::instance::InstanceError;
 use super::lane::{
-    Job, Lane, RunContext, RunIdError, RunState, STATE_VERSION, now_ms, reply_prompt, reply_session, send,
-    valid_run_id,
+    Job, Lane, NewLane, RunContext, RunIdError, RunState, STATE_VERSION, now_ms, reply_prompt, reply_session,
+    send, valid_run_id,
 };
 use super::pathmap::PathMapError;
 use super::protocol::{Incoming, ProxyUpdate, RunMessage, RunReply, str_field};
 use super::report::Reporter;
-use crate::acp::transport::BoxFuture;
 use crate::provider::{Provider, names};
 
 /// Why a run's message failed, as its reply says it.
@@ -71,10 +70,13 @@ pub enum RunError {
     NotOpen,
 }
 
-/// A lane's loop ([`super::lane::Runs::new`] takes it as a
-/// [`LaneLoop`](super::lane::LaneLoop)).
-pub fn lane_loop(lane: Lane, rx: mpsc::UnboundedReceiver<Job>) -> BoxFuture<()> {
-    Box::pin(lane.run(rx))
+/// Starts every new lane (`lane::send` queues a run's first job and hands
+/// the queue over) on its own task, until the runs' context is gone.
+pub async fn serve_lanes(d: Weak<RunContext>, mut new_lanes: mpsc::UnboundedReceiver<NewLane>) {
+    while let Some(NewLane { key, jobs }) = new_lanes.recv().await {
+        let Some(d) = d.upgrade() else { break };
+        d.spawn(Lane::new(d.clone(), key).run(jobs));
+    }
 }
 
 /// Routes a message: validates what a lane needs (the run id) and answers
