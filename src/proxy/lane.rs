@@ -389,21 +389,52 @@ pub fn now_ms() -> u64 {
 /// (e.g. an `inspect` of an unknown run) and for the global lane.
 pub struct Lane {
     /// What every run shares ([`RunContext`]).
-    pub d: Arc<RunContext>,
-    pub run_id: String,
-    pub state: Option<RunState>,
-    /// The run's agent process and ACP connection.
-    pub agent: Option<Arc<Agent>>,
-    /// Which agent process `agent` is (exit notices of older ones are ignored).
-    pub generation: u64,
-    /// Prompt turns in flight (the run is not idle while any is).
-    pub prompts: usize,
+    d: Arc<RunContext>,
+    run_id: String,
+    state: Option<RunState>,
+    agent: AgentSlot,
 }
 
 impl Lane {
     /// A lane of `run_id` that holds nothing yet.
     pub fn new(d: Arc<RunContext>, run_id: String) -> Lane {
-        Lane { d, run_id, state: None, agent: None, generation: 0, prompts: 0 }
+        Lane { d, run_id, state: None, agent: AgentSlot::default() }
+    }
+
+    /// What every run shares.
+    pub fn ctx(&self) -> &Arc<RunContext> {
+        &self.d
+    }
+
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    /// The run's state: `None` for a run the daemon does not hold.
+    pub fn state(&self) -> Option<&RunState> {
+        self.state.as_ref()
+    }
+
+    pub fn state_mut(&mut self) -> Option<&mut RunState> {
+        self.state.as_mut()
+    }
+
+    /// The lane holds `state` from now on (a re-adopted run).
+    pub fn set_state(&mut self, state: RunState) {
+        self.state = Some(state);
+    }
+
+    /// The run's state, made by `new` when the lane holds none.
+    pub fn state_or_insert_with(&mut self, new: impl FnOnce() -> RunState) -> &mut RunState {
+        self.state.get_or_insert_with(new)
+    }
+
+    pub fn agent_slot(&self) -> &AgentSlot {
+        &self.agent
+    }
+
+    pub fn agent_slot_mut(&mut self) -> &mut AgentSlot {
+        &mut self.agent
     }
 
     fn state_path(&self) -> PathBuf {
@@ -434,6 +465,65 @@ impl Lane {
         self.d.mounts.discard(&self.run_id);
         self.d.mounts.discard_incoming(&self.run_id);
         self.d.persister.write(&self.run_id, self.state_path(), None);
+    }
+}
+
+/// The run's agent as its lane holds it: the process and ACP connection,
+/// which process it is (exit notices of older ones are ignored), and the
+/// prompt turns in flight (the run is not idle while any is).
+#[derive(Default)]
+pub struct AgentSlot {
+    agent: Option<Arc<Agent>>,
+    generation: u64,
+    prompts: usize,
+}
+
+impl AgentSlot {
+    /// The agent, unless it has exited.
+    pub fn live(&self) -> Option<Arc<Agent>> {
+        self.agent.clone().filter(|a| !a.has_exited())
+    }
+
+    /// The number of the agent process about to start.
+    pub fn next_generation(&mut self) -> u64 {
+        self.generation += 1;
+        self.generation
+    }
+
+    pub fn set(&mut self, agent: Arc<Agent>) {
+        self.agent = Some(agent);
+    }
+
+    pub fn take(&mut self) -> Option<Arc<Agent>> {
+        self.agent.take()
+    }
+
+    pub fn clear(&mut self) {
+        self.agent = None;
+    }
+
+    /// The agent process `generation` exited: true (and the agent
+    /// forgotten) when it is the current one.
+    pub fn exited(&mut self, generation: u64) -> bool {
+        if generation == self.generation && self.agent.is_some() {
+            self.agent = None;
+            true
+        } else {
+            false
+        }
+    }
+
+    pub fn prompt_started(&mut self) {
+        self.prompts += 1;
+    }
+
+    pub fn prompt_done(&mut self) {
+        self.prompts = self.prompts.saturating_sub(1);
+    }
+
+    /// Prompt turns are in flight.
+    pub fn busy(&self) -> bool {
+        self.prompts > 0
     }
 }
 

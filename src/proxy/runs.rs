@@ -156,10 +156,10 @@ fn reply_open(report: &Reporter, run_id: &Value, result: Result<(), RunError>) {
 impl Lane {
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Job>) {
         loop {
-            let deadline =
-                self.state.as_ref().and_then(|s| s.expires_at_ms).map(|at| {
-                    tokio::time::Instant::now() + Duration::from_millis(at.saturating_sub(now_ms()))
-                });
+            let deadline = self
+                .state()
+                .and_then(|s| s.expires_at_ms)
+                .map(|at| tokio::time::Instant::now() + Duration::from_millis(at.saturating_sub(now_ms())));
             tokio::select! {
                 job = rx.recv() => match job {
                     Some(job) => self.handle(job).await,
@@ -167,10 +167,10 @@ impl Lane {
                 },
                 _ = sleep_until_opt(deadline) => self.expire().await,
             }
-            if self.state.is_none() {
-                let mut lanes = self.d.runs().lanes();
+            if self.state().is_none() {
+                let mut lanes = self.ctx().runs().lanes();
                 if rx.is_empty() {
-                    lanes.remove(&self.run_id);
+                    lanes.remove(self.run_id());
                     break;
                 }
             }
@@ -182,7 +182,7 @@ impl Lane {
             Job::Open(mut m) => {
                 let t0 = std::time::Instant::now();
                 let result: Result<(), RunError> =
-                    self.d.cfg().sandbox.path_mapping.apply(&mut m).map_err(Into::into);
+                    self.ctx().cfg().sandbox.path_mapping.apply(&mut m).map_err(Into::into);
                 let result = match result {
                     Ok(()) => self
                         .prepare(&m.instance_name, &m.keepalive_ttl_seconds, &m.init)
@@ -205,18 +205,18 @@ impl Lane {
                 // logs its part.
                 tracing::debug!(
                     "run {}: acp_open: instance ready in {prepared:?}, answered after {:?}",
-                    self.run_id,
+                    self.run_id(),
                     t0.elapsed()
                 );
                 if let Some(record) = record {
                     // Err: the writer went away (the daemon is stopping).
                     let _ = record.await;
                 }
-                reply_open(self.d.report(), &m.run_id, result);
+                reply_open(self.ctx().report(), &m.run_id, result);
                 self.idle();
             }
             Job::Prompt(mut m) => {
-                let mapped = self.d.cfg().sandbox.path_mapping.apply(&mut m);
+                let mapped = self.ctx().cfg().sandbox.path_mapping.apply(&mut m);
                 let result: Result<(), RunError> = if let Err(e) = mapped {
                     Err(e.into())
                 } else if str_field(&m.prompt_id).is_none() {
@@ -232,31 +232,30 @@ impl Lane {
                 match result {
                     Ok(()) => self.start_prompt(m),
                     Err(e) => {
-                        reply_prompt(self.d.report(), &m, Err(e));
+                        reply_prompt(self.ctx().report(), &m, Err(e));
                         self.idle();
                     }
                 }
             }
             Job::PromptDone => {
-                self.prompts = self.prompts.saturating_sub(1);
+                self.agent_slot_mut().prompt_done();
                 self.idle();
             }
             Job::AgentExited { generation } => {
-                if generation == self.generation && self.agent.is_some() {
-                    self.agent = None;
-                    self.d.runs().set_agent(&self.run_id, None);
-                    if let Some(state) = &self.state
-                        && let Ok(info) = self.d.provider().inspect(&state.instance_name).await
+                if self.agent_slot_mut().exited(generation) {
+                    self.ctx().runs().set_agent(self.run_id(), None);
+                    if let Some(state) = self.state()
+                        && let Ok(info) = self.ctx().provider().inspect(&state.instance_name).await
                     {
-                        self.d.report().status(&self.run_id, &info);
+                        self.ctx().report().status(self.run_id(), &info);
                     }
                 }
             }
             Job::Close(m) => {
-                if self.state.is_some() {
+                if self.state().is_some() {
                     self.close_agent("requested").await;
                 }
-                let reply = match &mut self.state {
+                let reply = match self.state_mut() {
                     Some(state) => {
                         state.expires_at_ms = Some(now_ms() + state.keepalive_ttl_seconds * 1000);
                         self.persist();
@@ -264,13 +263,13 @@ impl Lane {
                     }
                     None => RunReply::closed(&m.run_id, Err("run_not_found".into())),
                 };
-                self.d.report().push(&reply);
+                self.ctx().report().push(&reply);
             }
             Job::Session { kind, msg } => {
                 // A live agent is reached directly by `dispatch`; here: a
                 // missing field, or no agent (the Node proxy's run_not_open).
                 let e = session_missing(&kind, &msg).unwrap_or(RunError::NotOpen);
-                reply_session(self.d.report(), &msg, Err(e));
+                reply_session(self.ctx().report(), &msg, Err(e));
             }
             Job::Permission(m) => {
                 tracing::info!(
@@ -289,10 +288,10 @@ impl Lane {
 
     /// Starts the keepalive clock of an idle run (see the module doc).
     fn idle(&mut self) {
-        if !self.d.cfg().expire_idle_runs || self.prompts > 0 {
+        if !self.ctx().cfg().expire_idle_runs || self.agent_slot().busy() {
             return;
         }
-        if let Some(state) = &mut self.state
+        if let Some(state) = self.state_mut()
             && state.expires_at_ms.is_none()
         {
             state.expires_at_ms = Some(now_ms() + state.keepalive_ttl_seconds * 1000);
@@ -307,16 +306,19 @@ impl Lane {
     /// over the same workspace and home, starts the agent and resumes the
     /// session. Only `remove` (and `prune_orphans`/`gc`) forget a run.
     async fn expire(&mut self) {
-        let Some(state) = &self.state else { return };
+        let Some(state) = self.state() else { return };
         let name = state.instance_name.clone();
-        tracing::info!("run {}: keepalive expired, removing instance {name} (the run is kept)", self.run_id);
+        tracing::info!(
+            "run {}: keepalive expired, removing instance {name} (the run is kept)",
+            self.run_id()
+        );
         self.close_agent("keepalive_expired").await;
-        match self.d.provider().remove(&name).await {
+        match self.ctx().provider().remove(&name).await {
             Ok(info) => {
                 // The instance's scratch and staged secrets go with it.
-                self.d.mounts().discard(&self.run_id);
-                self.d.report().status(&self.run_id, &info);
-                if let Some(state) = &mut self.state {
+                self.ctx().mounts().discard(self.run_id());
+                self.ctx().report().status(self.run_id(), &info);
+                if let Some(state) = self.state_mut() {
                     state.expires_at_ms = None;
                     state.instance_removed = true;
                     state.updated_at = super::now_iso();
@@ -327,10 +329,10 @@ impl Lane {
                 let e = e.to_string();
                 tracing::error!(
                     "run {}: removing expired instance {name}: {e}; retrying in 60 s",
-                    self.run_id
+                    self.run_id()
                 );
-                self.d.report().error_status(&self.run_id, &name, &e);
-                if let Some(state) = &mut self.state {
+                self.ctx().report().error_status(self.run_id(), &name, &e);
+                if let Some(state) = self.state_mut() {
                     state.expires_at_ms = Some(now_ms() + 60_000);
                 }
             }
@@ -340,20 +342,24 @@ impl Lane {
     async fn adopt(&mut self, state: RunState) {
         let name = state.instance_name.clone();
         let removed = state.instance_removed;
-        self.state = Some(state);
-        match self.d.provider().inspect(&name).await {
+        self.set_state(state);
+        match self.ctx().provider().inspect(&name).await {
             // Removed at its expiry, and reported then: not again.
             Ok(info) if removed && info.status == crate::provider::InstanceStatus::Missing => {
                 tracing::info!(
                     "run {}: re-adopted; its instance {name} was removed at keepalive expiry",
-                    self.run_id
+                    self.run_id()
                 );
             }
             Ok(info) => {
-                tracing::info!("run {}: re-adopted instance {name} ({})", self.run_id, info.status.as_str());
-                self.d.report().status(&self.run_id, &info);
+                tracing::info!(
+                    "run {}: re-adopted instance {name} ({})",
+                    self.run_id(),
+                    info.status.as_str()
+                );
+                self.ctx().report().status(self.run_id(), &info);
             }
-            Err(e) => tracing::warn!("run {}: inspecting {name}: {e}", self.run_id),
+            Err(e) => tracing::warn!("run {}: inspecting {name}: {e}", self.run_id()),
         }
         self.idle();
     }

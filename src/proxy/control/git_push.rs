@@ -39,7 +39,7 @@ pub(super) async fn git_push(
     c: &SandboxControl,
     out: &mut Map<String, Value>,
 ) -> Result<(), ControlError> {
-    let d = lane.d.clone();
+    let d = lane.ctx().clone();
     if !d.cfg().sandbox.git_push {
         return Err(ControlError::GitPushDisabled);
     }
@@ -65,15 +65,14 @@ pub(super) async fn git_push(
     d.report().add_secrets(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
     let get =
         |k: &str| env.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone()).filter(|v| !v.is_empty());
-    if lane.run_id.is_empty() {
+    if lane.run_id().is_empty() {
         return Err(ControlError::GitPushNoRun);
     }
     let root = &d.cfg().sandbox.workspace_host_root;
     let ws = lane
-        .state
-        .as_ref()
+        .state()
         .map(|s| s.workspace.clone())
-        .unwrap_or_else(|| root.join(format!("run-{}", lane.run_id)));
+        .unwrap_or_else(|| root.join(format!("run-{}", lane.run_id())));
     let ws = under_root(root, &ws)?;
     if !ws.is_dir() || std::fs::symlink_metadata(ws.join(".git")).is_err() {
         return Err(ControlError::NotCheckout(ws));

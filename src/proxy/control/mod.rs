@@ -191,7 +191,7 @@ fn dry_run(c: &SandboxControl) -> Option<bool> {
 }
 
 pub async fn handle(lane: &mut Lane, c: SandboxControl) {
-    let d = lane.d.clone();
+    let d = lane.ctx().clone();
     let mut res = ControlResult::for_msg(&c);
     let action = c.action.as_str().unwrap_or("").to_string();
     let outcome = run_action(lane, &action, &c, &mut res.fields).await;
@@ -225,7 +225,7 @@ async fn run_action(
     c: &SandboxControl,
     out: &mut Map<String, Value>,
 ) -> Result<(), ControlError> {
-    let d = lane.d.clone();
+    let d = lane.ctx().clone();
     if !super::protocol::CONTROL_ACTIONS.contains(&action) {
         return Err(ControlError::Unsupported);
     }
@@ -243,7 +243,7 @@ async fn run_action(
             // As the Node proxy: a status update only when the backend
             // named the run.
             if str_field(&c.run_id).is_some() {
-                d.report().status(&lane.run_id, &info);
+                d.report().status(lane.run_id(), &info);
             }
             out.insert("status".into(), json!(info.status.as_str()));
             out.insert("details".into(), json!({"created_at": info.created_at}));
@@ -259,25 +259,25 @@ async fn run_action(
         }
         "stop" => {
             let name = instance_name(lane, c)?;
-            if lane.state.as_ref().is_some_and(|s| s.instance_name == name) {
+            if lane.state().is_some_and(|s| s.instance_name == name) {
                 lane.close_agent("stopped").await;
             }
             let info = d.provider().stop(&name).await?;
-            if !lane.run_id.is_empty() {
-                d.report().status(&lane.run_id, &info);
+            if !lane.run_id().is_empty() {
+                d.report().status(lane.run_id(), &info);
             }
             out.insert("status".into(), json!(info.status.as_str()));
         }
         "remove" => {
             let name = instance_name(lane, c)?;
-            if lane.state.as_ref().is_some_and(|s| s.instance_name == name) {
+            if lane.state().is_some_and(|s| s.instance_name == name) {
                 lane.close_agent("removed").await;
             }
             lane.remove_instance(&name).await?;
             if let Ok(inv) = inventory::full(d.provider(), None).await {
                 d.report().push(&inv);
             }
-            let run_id = if lane.run_id.is_empty() { None } else { Some(lane.run_id.clone()) };
+            let run_id = if lane.run_id().is_empty() { None } else { Some(lane.run_id().to_string()) };
             d.report().push(&inventory::deleted_instances(
                 d.provider(),
                 vec![InventoryRef { instance_name: name, run_id, reason: Some("sandbox_control_remove") }],
@@ -313,12 +313,12 @@ async fn run_action(
         }
         "gc" => return gc(&d, c, out).await,
         "remove_workspace" => {
-            let run_id = if lane.run_id.is_empty() {
+            let run_id = if lane.run_id().is_empty() {
                 return Err(ControlError::NoWorkspaceRun);
             } else {
-                lane.run_id.clone()
+                lane.run_id().to_string()
             };
-            let extra = lane.state.as_ref().map(|s| s.workspace.clone());
+            let extra = lane.state().map(|s| s.workspace.clone());
             remove_workspace(&d, &run_id, extra.as_deref()).await?;
             d.report().push(&inventory::deleted_workspaces(
                 d.provider(),
@@ -346,12 +346,12 @@ async fn run_action(
 /// The instance a control names: `instance_name` (validated), else the
 /// run's, else `<prefix><run_id>`.
 fn instance_name(lane: &Lane, c: &SandboxControl) -> Result<String, ControlError> {
-    let prefix = &lane.d.cfg().sandbox.instance_prefix;
+    let prefix = &lane.ctx().cfg().sandbox.instance_prefix;
     let name = match &c.instance_name {
         Value::String(s) if !s.trim().is_empty() => s.trim().to_string(),
-        Value::Null | Value::String(_) => match &lane.state {
+        Value::Null | Value::String(_) => match lane.state() {
             Some(state) => state.instance_name.clone(),
-            None if !lane.run_id.is_empty() => format!("{prefix}{}", lane.run_id),
+            None if !lane.run_id().is_empty() => format!("{prefix}{}", lane.run_id()),
             None => return Err(ControlError::NoInstanceName),
         },
         other => return Err(ControlError::InstanceNameNotString(other.clone())),
