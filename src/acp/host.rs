@@ -238,7 +238,8 @@ impl Agent {
     }
 
     /// One prompt turn (docs/protocol.md, "prompt_send"; docs/acp.md, "Prompts
-    /// and sessions").
+    /// and sessions"). Long because the session choice, the turn and its one
+    /// retry on a new session share the outcome they build.
     pub async fn prompt(
         &self,
         prompt_id: &str,

@@ -230,7 +230,10 @@ impl Lane {
     /// sent `init` again. Items left alone are reported; new content of
     /// theirs lands aside, in `<state>/incoming/<run>`. Returns the records
     /// of what is landed now (also when a landing failed: what landed
-    /// before the failure is recorded) and the landing's outcome.
+    /// before the failure is recorded) and the landing's outcome. Long
+    /// because it gathers, on the lane, everything the blocking landing
+    /// needs (plan, cache, token, git environment, the records) before it
+    /// hands them over in one piece.
     async fn apply_inputs(
         &self,
         state: &RunState,
@@ -512,6 +515,10 @@ impl Lane {
         }
     }
 
+    /// The agent's process in the instance and its ACP connection: the
+    /// spec, the guest filesystem, the client, `initialize`. Long because
+    /// each step uses what the one before made; the timings logged at the
+    /// end cover them all (docs/benchmarks.md, "Execution-plane daemon").
     async fn start_agent(
         &mut self,
         state: &RunState,

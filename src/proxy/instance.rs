@@ -100,6 +100,21 @@ fn under_root(root: &Path, path: &Path, create: bool) -> Result<PathBuf, Instanc
     resolve_under_root(root, path, create).map_err(InstanceError::Path)
 }
 
+/// The sandbox user's home inside the sandbox (`USER_HOME`, `HOME`, else
+/// `/root`), normalized, never inside the workspace.
+fn guest_home(env: &HashMap<String, String>) -> Result<String, InstanceError> {
+    let home_guest = ["USER_HOME", "HOME"]
+        .iter()
+        .find_map(|k| env.get(*k).filter(|v| !v.is_empty()).cloned())
+        .unwrap_or_else(|| "/root".into());
+    let home_guest = sandbox::guest_path::normalize(&home_guest)
+        .map_err(|why| InstanceError::Home { home: home_guest.clone(), why })?;
+    if sandbox::guest_path::is_within(&home_guest, sandbox::WORKSPACE) {
+        return Err(InstanceError::HomeInWorkspace);
+    }
+    Ok(home_guest)
+}
+
 impl Lane {
     /// The TTL from a message: clamped, default 1 800 (or the run's current one).
     fn ttl(&self, v: &Value) -> u64 {
@@ -132,33 +147,8 @@ impl Lane {
         }
         let effective_init = init.clone().or_else(|| self.state().and_then(|s| s.init.clone()));
         let env = init_env(effective_init.as_ref());
-        let root = self.ctx().cfg().sandbox.workspace_host_root.clone();
-        let workspace = match (self.state(), &init) {
-            (Some(state), None) => state.workspace.clone(),
-            _ => {
-                let wanted = workspace_from_init(effective_init.as_ref(), &env)
-                    .unwrap_or_else(|| root.join(format!("run-{}", self.run_id())));
-                under_root(&root, &wanted, true)?
-            }
-        };
-        let home = under_root(&root, &root.join(format!("home-{}", self.run_id())), true)?;
-        // The run's own directories, made 0755 by earlier versions.
-        for dir in [&home, &workspace].into_iter().filter(|d| d.parent() == Some(root.as_path())) {
-            if dir.file_name().is_some_and(|n| {
-                *n == *format!("run-{}", self.run_id()) || *n == *format!("home-{}", self.run_id())
-            }) {
-                make_private(dir);
-            }
-        }
-        let home_guest = ["USER_HOME", "HOME"]
-            .iter()
-            .find_map(|k| env.get(*k).filter(|v| !v.is_empty()).cloned())
-            .unwrap_or_else(|| "/root".into());
-        let home_guest = sandbox::guest_path::normalize(&home_guest)
-            .map_err(|why| InstanceError::Home { home: home_guest.clone(), why })?;
-        if sandbox::guest_path::is_within(&home_guest, sandbox::WORKSPACE) {
-            return Err(InstanceError::HomeInWorkspace);
-        }
+        let (workspace, home) = self.run_dirs(init.is_some(), effective_init.as_ref(), &env)?;
+        let home_guest = guest_home(&env)?;
         let user = user_view(&env, &home_guest)?;
         let (uid, gid) = (user.uid, user.gid);
         if self.ctx().cfg().sandbox.provider == super::config::ProviderChoice::Docker {
@@ -174,20 +164,7 @@ impl Lane {
             None => (false, Vec::new()),
         };
         let run_mounts = self.ctx().mounts().prepare(self.run_id(), &user, &home_guest)?;
-        let mut mounts: Vec<Mount> = self
-            .ctx()
-            .cfg()
-            .sandbox
-            .volumes
-            .iter()
-            .map(|v| Mount::Bind {
-                src: v.host_path.clone(),
-                dst: v.guest_path.clone(),
-                access: if v.read_only { sandbox::Access::Ro } else { sandbox::Access::Rw },
-            })
-            .collect();
-        mounts.extend(run_mounts);
-        mounts.extend(manifest_binds);
+        let mounts = self.instance_mounts(run_mounts, manifest_binds);
         let (network, egress) = run_network(&self.ctx().cfg().sandbox, effective_init.as_ref())?;
         let config = InstanceConfig {
             image: match self.ctx().cfg().sandbox.provider {
@@ -249,6 +226,56 @@ impl Lane {
             return Err(InstanceError::NotRunning(info.status.as_str()));
         }
         Ok(())
+    }
+
+    /// The run's workspace and home on the host, made (private) under
+    /// `workspaceHostRoot`: the workspace the run has unless a new `init`
+    /// names one.
+    fn run_dirs(
+        &self,
+        fresh_init: bool,
+        effective_init: Option<&Value>,
+        env: &HashMap<String, String>,
+    ) -> Result<(PathBuf, PathBuf), InstanceError> {
+        let root = self.ctx().cfg().sandbox.workspace_host_root.clone();
+        let workspace = match (self.state(), fresh_init) {
+            (Some(state), false) => state.workspace.clone(),
+            _ => {
+                let wanted = workspace_from_init(effective_init, env)
+                    .unwrap_or_else(|| root.join(format!("run-{}", self.run_id())));
+                under_root(&root, &wanted, true)?
+            }
+        };
+        let home = under_root(&root, &root.join(format!("home-{}", self.run_id())), true)?;
+        // The run's own directories, made 0755 by earlier versions.
+        for dir in [&home, &workspace].into_iter().filter(|d| d.parent() == Some(root.as_path())) {
+            if dir.file_name().is_some_and(|n| {
+                *n == *format!("run-{}", self.run_id()) || *n == *format!("home-{}", self.run_id())
+            }) {
+                make_private(dir);
+            }
+        }
+        Ok((workspace, home))
+    }
+
+    /// The instance's mounts: `sandbox.volumes`, the run's own (scratch,
+    /// agent state, secrets), the manifest's binds.
+    fn instance_mounts(&self, run_mounts: Vec<Mount>, manifest_binds: Vec<Mount>) -> Vec<Mount> {
+        let mut mounts: Vec<Mount> = self
+            .ctx()
+            .cfg()
+            .sandbox
+            .volumes
+            .iter()
+            .map(|v| Mount::Bind {
+                src: v.host_path.clone(),
+                dst: v.guest_path.clone(),
+                access: if v.read_only { sandbox::Access::Ro } else { sandbox::Access::Rw },
+            })
+            .collect();
+        mounts.extend(run_mounts);
+        mounts.extend(manifest_binds);
+        mounts
     }
 
     /// The run's instance name: the message's (validated), else the

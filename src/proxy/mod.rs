@@ -302,7 +302,9 @@ pub struct Options {
 
 /// Loads the config, takes the identity lock and runs the daemon until
 /// SIGTERM/SIGINT (0), an id conflict ([`EXIT_ID_CONFLICT`]) or a startup
-/// error (125).
+/// error (125). Long because it is the daemon's startup and shutdown in
+/// the order they happen (config, lock, runtime, state, metrics, link,
+/// signals, drain), each step's failure answered where it happens.
 pub fn main(opts: Options) -> u8 {
     // Later entries win: the overrides over the environment.
     let vars = std::env::vars().chain(opts.overrides);

@@ -179,64 +179,8 @@ impl Lane {
 
     async fn handle(&mut self, job: Job) {
         match job {
-            Job::Open(mut m) => {
-                let t0 = std::time::Instant::now();
-                let result: Result<(), RunError> =
-                    self.ctx().cfg().sandbox.path_mapping.apply(&mut m).map_err(Into::into);
-                let result = match result {
-                    Ok(()) => self
-                        .prepare(&m.instance_name, &m.keepalive_ttl_seconds, &m.init)
-                        .await
-                        .map_err(Into::into),
-                    Err(e) => Err(e),
-                };
-                let prepared = t0.elapsed();
-                // The backend may rely on the run once it has the answer (its
-                // instance exists, ok or not): `prepare` queued the record,
-                // whose `fsync` overlaps the agent's start; the answer waits
-                // for it below.
-                let record = self.persisted();
-                let result = match result {
-                    Ok(()) => self.open_agent(&m.cwd).await.map_err(Into::into),
-                    Err(e) => Err(e),
-                };
-                // The open path's own share against the agent's start
-                // (docs/benchmarks.md, "Execution-plane daemon"); `start_agent`
-                // logs its part.
-                tracing::debug!(
-                    "run {}: acp_open: instance ready in {prepared:?}, answered after {:?}",
-                    self.run_id(),
-                    t0.elapsed()
-                );
-                if let Some(record) = record {
-                    // Err: the writer went away (the daemon is stopping).
-                    let _ = record.await;
-                }
-                reply_open(self.ctx().report(), &m.run_id, result);
-                self.idle();
-            }
-            Job::Prompt(mut m) => {
-                let mapped = self.ctx().cfg().sandbox.path_mapping.apply(&mut m);
-                let result: Result<(), RunError> = if let Err(e) = mapped {
-                    Err(e.into())
-                } else if str_field(&m.prompt_id).is_none() {
-                    Err(RunError::NoPromptId)
-                } else if !m.extra.get("prompt").is_some_and(Value::is_array) {
-                    Err(RunError::PromptNotArray)
-                } else {
-                    match self.prepare(&m.instance_name, &m.keepalive_ttl_seconds, &m.init).await {
-                        Ok(()) => self.open_agent(&m.cwd).await.map_err(Into::into),
-                        Err(e) => Err(e.into()),
-                    }
-                };
-                match result {
-                    Ok(()) => self.start_prompt(m),
-                    Err(e) => {
-                        reply_prompt(self.ctx().report(), &m, Err(e));
-                        self.idle();
-                    }
-                }
-            }
+            Job::Open(m) => self.open(m).await,
+            Job::Prompt(m) => self.prompt(m).await,
             Job::PromptDone => {
                 self.agent_slot_mut().prompt_done();
                 self.idle();
@@ -283,6 +227,68 @@ impl Lane {
                 let _ = done.send(result);
             }
             Job::Adopt(state) => self.adopt(*state).await,
+        }
+    }
+
+    /// `acp_open`: the instance prepared, the agent started, answered.
+    async fn open(&mut self, mut m: RunMessage) {
+        let t0 = std::time::Instant::now();
+        let result: Result<(), RunError> =
+            self.ctx().cfg().sandbox.path_mapping.apply(&mut m).map_err(Into::into);
+        let result = match result {
+            Ok(()) => {
+                self.prepare(&m.instance_name, &m.keepalive_ttl_seconds, &m.init).await.map_err(Into::into)
+            }
+            Err(e) => Err(e),
+        };
+        let prepared = t0.elapsed();
+        // The backend may rely on the run once it has the answer (its
+        // instance exists, ok or not): `prepare` queued the record,
+        // whose `fsync` overlaps the agent's start; the answer waits
+        // for it below.
+        let record = self.persisted();
+        let result = match result {
+            Ok(()) => self.open_agent(&m.cwd).await.map_err(Into::into),
+            Err(e) => Err(e),
+        };
+        // The open path's own share against the agent's start
+        // (docs/benchmarks.md, "Execution-plane daemon"); `start_agent`
+        // logs its part.
+        tracing::debug!(
+            "run {}: acp_open: instance ready in {prepared:?}, answered after {:?}",
+            self.run_id(),
+            t0.elapsed()
+        );
+        if let Some(record) = record {
+            // Err: the writer went away (the daemon is stopping).
+            let _ = record.await;
+        }
+        reply_open(self.ctx().report(), &m.run_id, result);
+        self.idle();
+    }
+
+    /// `prompt_send`: the instance and agent made ready if needed, then
+    /// the turn started (answered when it ends) or the failure answered.
+    async fn prompt(&mut self, mut m: RunMessage) {
+        let mapped = self.ctx().cfg().sandbox.path_mapping.apply(&mut m);
+        let result: Result<(), RunError> = if let Err(e) = mapped {
+            Err(e.into())
+        } else if str_field(&m.prompt_id).is_none() {
+            Err(RunError::NoPromptId)
+        } else if !m.extra.get("prompt").is_some_and(Value::is_array) {
+            Err(RunError::PromptNotArray)
+        } else {
+            match self.prepare(&m.instance_name, &m.keepalive_ttl_seconds, &m.init).await {
+                Ok(()) => self.open_agent(&m.cwd).await.map_err(Into::into),
+                Err(e) => Err(e.into()),
+            }
+        };
+        match result {
+            Ok(()) => self.start_prompt(m),
+            Err(e) => {
+                reply_prompt(self.ctx().report(), &m, Err(e));
+                self.idle();
+            }
         }
     }
 

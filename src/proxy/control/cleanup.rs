@@ -58,6 +58,10 @@ pub(super) async fn remove_via_lane(
     }
 }
 
+/// `gc`: the plan (orphaned instances, then workspaces without a run),
+/// bounded by `max_delete_count`, then, unless a dry run, the removals in
+/// the plan's order. Kept whole so the plan and what is removed cannot
+/// drift apart.
 pub(super) async fn gc(
     d: &Arc<RunContext>,
     c: &SandboxControl,

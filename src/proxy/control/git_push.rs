@@ -34,6 +34,10 @@ pub(super) fn tail(bytes: &[u8], d: &RunContext) -> String {
     format!("...{}", &text[start..])
 }
 
+/// `git_push` (docs/proxy.md, "Protections"). Long because its checks
+/// (branch, remote, workspace under the root, the workspace's own git
+/// config) and the push they guard read best as one sequence: splitting
+/// them would let a later step run without an earlier check in sight.
 pub(super) async fn git_push(
     lane: &mut Lane,
     c: &SandboxControl,

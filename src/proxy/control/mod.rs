@@ -219,6 +219,9 @@ pub async fn handle(lane: &mut Lane, c: SandboxControl) {
     d.report().push(&res);
 }
 
+/// Long because it is the table of actions: the checks every action
+/// shares, then one short arm per action, so that what each action does
+/// and the order of the checks before it read in one place.
 async fn run_action(
     lane: &mut Lane,
     action: &str,
