@@ -6,7 +6,7 @@
 //!
 //! The parts sit above this file and never import each other upwards:
 //! `instance.rs` (the run's instance: `ensureRuntime`, removal),
-//! `agent.rs` (the run's agent), `control.rs` (`sandbox_control`), and
+//! `agent.rs` (the run's agent), `control/` (`sandbox_control`), and
 //! `runs.rs` on top (routing, the lane's loop, keepalive, re-adoption).
 //! A lane's loop lives in `runs.rs`: [`send`] makes a new lane's queue and
 //! hands it to `runs.rs` as a [`NewLane`] over a channel, so this file
