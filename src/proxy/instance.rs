@@ -160,7 +160,7 @@ impl Lane {
         // mounted where they target (binds are fixed when the instance is
         // made; the applier only records them).
         let (workspace_read_only, manifest_binds) = match effective_init.as_ref() {
-            Some(init) => manifest_binds(&self.ctx(), init, &home_guest)?,
+            Some(init) => manifest_binds(self.ctx(), init, &home_guest)?,
             None => (false, Vec::new()),
         };
         let run_mounts = self.ctx().mounts().prepare(self.run_id(), &user, &home_guest)?;
