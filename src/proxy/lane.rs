@@ -25,7 +25,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::config::{Config, Secret};
 use super::mounts::Mounts;
 use super::persist::Persister;
-use super::protocol::{PromptResult, ProxyUpdate, RunMessage, SandboxControl, SessionControlResult};
+use super::protocol::{PromptResult, ProxyUpdate, RunMessage, RunReply, SandboxControl};
 use super::report::Reporter;
 use super::signing::Signer;
 use crate::acp::host::Agent;
@@ -378,7 +378,7 @@ pub fn reply_prompt(report: &Reporter, m: &RunMessage, result: Result<(), impl D
 /// Answers a session control.
 pub fn reply_session(report: &Reporter, m: &RunMessage, result: Result<(), impl Display>) {
     let result = result.map_err(|e| report.redact(&e.to_string()));
-    report.push(&SessionControlResult::new(&m.run_id, &m.control_id, result));
+    report.push(&RunReply::session_control(&m.run_id, &m.control_id, result));
 }
 
 pub fn now_ms() -> u64 {

@@ -392,10 +392,13 @@ pub struct WorkspaceInventory {
     pub workspaces: Vec<WorkspaceEntry>,
 }
 
-/// `acp_opened` and `acp_closed`: a run's open or close answered. The
-/// `run_id` is echoed as the backend sent it.
+/// `acp_opened`, `acp_closed` and `session_control_result`: a run's open,
+/// close or session control answered. `run_id` and `control_id` are echoed
+/// as the backend sent them.
 #[derive(Debug, Serialize)]
 pub struct RunReply<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    control_id: Option<&'a Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
     ok: bool,
@@ -406,16 +409,29 @@ pub struct RunReply<'a> {
 
 impl RunReply<'_> {
     pub fn opened(run_id: &Value, result: Result<(), String>) -> RunReply<'_> {
-        RunReply { error: result.err(), ok: true, run_id, kind: Kind::ACP_OPENED }.checked()
+        RunReply::new(Kind::ACP_OPENED, run_id, None, result)
     }
 
     pub fn closed(run_id: &Value, result: Result<(), String>) -> RunReply<'_> {
-        RunReply { error: result.err(), ok: true, run_id, kind: Kind::ACP_CLOSED }.checked()
+        RunReply::new(Kind::ACP_CLOSED, run_id, None, result)
     }
 
-    fn checked(mut self) -> Self {
-        self.ok = self.error.is_none();
-        self
+    pub fn session_control<'a>(
+        run_id: &'a Value,
+        control_id: &'a Value,
+        result: Result<(), String>,
+    ) -> RunReply<'a> {
+        RunReply::new(Kind::SESSION_CONTROL_RESULT, run_id, Some(control_id), result)
+    }
+
+    fn new<'a>(
+        kind: Kind,
+        run_id: &'a Value,
+        control_id: Option<&'a Value>,
+        result: Result<(), String>,
+    ) -> RunReply<'a> {
+        let ok = result.is_ok();
+        RunReply { control_id, error: result.err(), ok, run_id, kind }
     }
 }
 
@@ -461,31 +477,6 @@ impl<'a> PromptResult<'a> {
             run_id,
             turn: None,
             kind: Kind::PROMPT_RESULT,
-        }
-    }
-}
-
-/// `session_control_result`.
-#[derive(Debug, Serialize)]
-pub struct SessionControlResult<'a> {
-    control_id: &'a Value,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    error: Option<String>,
-    ok: bool,
-    run_id: &'a Value,
-    #[serde(rename = "type")]
-    kind: Kind,
-}
-
-impl<'a> SessionControlResult<'a> {
-    pub fn new(run_id: &'a Value, control_id: &'a Value, result: Result<(), String>) -> Self {
-        let ok = result.is_ok();
-        SessionControlResult {
-            control_id,
-            error: result.err(),
-            ok,
-            run_id,
-            kind: Kind::SESSION_CONTROL_RESULT,
         }
     }
 }
@@ -920,12 +911,12 @@ mod tests {
     fn session_control_results() {
         let (run, control) = (Value::from("r1"), Value::from("c1"));
         same(
-            &SessionControlResult::new(&run, &control, Ok(())),
+            &RunReply::session_control(&run, &control, Ok(())),
             r#"{"control_id":"c1","ok":true,"run_id":"r1","type":"session_control_result"}"#,
             r#"{"type":"session_control_result","run_id":"r1","control_id":"c1","ok":true}"#,
         );
         same(
-            &SessionControlResult::new(&run, &control, Err("no agent".into())),
+            &RunReply::session_control(&run, &control, Err("no agent".into())),
             r#"{"control_id":"c1","error":"no agent","ok":false,"run_id":"r1","type":"session_control_result"}"#,
             r#"{"type":"session_control_result","run_id":"r1","control_id":"c1","ok":false,"error":"no agent"}"#,
         );
