@@ -3,6 +3,7 @@
 //! scripted agent in real sandboxes, and read with a real parser of the
 //! text format (the `prometheus-parse` crate, tests/scrape/mod.rs).
 
+mod egress_support;
 mod proxy_support;
 mod scrape;
 
@@ -10,7 +11,8 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use proxy_support::agent::{acp_config, prompt};
+use egress_support::{HOSTS_ENV, Server, hosts_file};
+use proxy_support::agent::{acp_config, prompt, reports};
 use proxy_support::{Backend, Daemon, SECS, Scratch};
 use scrape::{Metrics, exchange, scrape, scrape_unix};
 use serde_json::json;
@@ -125,6 +127,64 @@ async fn the_daemon_serves_metrics_that_follow_its_runs() {
     let (status, _, _) = exchange(UnixStream::connect(&sock).unwrap(), "POST /metrics HTTP/1.1\r\n\r\n");
     assert_eq!(status, "HTTP/1.1 405 Method Not Allowed");
     assert!(daemon.stop().success());
+}
+
+// What happens inside the sandboxes, where the daemon does not see it
+// directly: nested sandboxes (counted by the portal's workers in memory
+// shared with the daemon) and the egress proxies' refusals.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nested_sandboxes_and_egress_refusals_are_counted() {
+    let backend = Backend::start().await;
+    let s = Scratch::new("metrics-inside");
+    let model = Server::start("127.0.0.2", None, "model-ok");
+    let p = model.port;
+    let mapping = hosts_file(&s.dir, &[("127.0.0.2", "api.model.test"), ("127.0.0.2", "other.test")]);
+    let sandbox =
+        format!("network = \"allow\"\nallowHosts = [\"api.model.test:{p}\"]\nallowRanges = [\"127.0.0.2\"]");
+    let cfg = acp_config(&s, &backend.url, "", &sandbox);
+    let sock = s.dir.join("metrics.sock");
+    let listen = format!("unix:{}", sock.display());
+    let env = [(HOSTS_ENV, mapping.to_str().unwrap())];
+    let mut daemon = Daemon::start_args_env(&s, "proxy", &cfg, &["--metrics-listen", &listen], &env);
+    backend.registered(0, 20 * SECS).await;
+    let idle = until(&sock, "registered", |m| m.get("tuixiu_backend_connected", &[]) == Some(1.0)).await;
+    for result in ["started", "refused", "failed"] {
+        assert_eq!(idle.value("tuixiu_nested_sandboxes_total", &[("result", result)]), 0.0, "{result}");
+    }
+
+    backend.send(&open_msg("n1", json!([])));
+    let opened = backend.wait_type("acp_opened", "run_id", &json!("n1"), 60 * SECS).await;
+    assert_eq!(opened["ok"], true, "{opened}\n{}", daemon.stderr());
+    let script = [
+        "run bwrap --ro-bind / / -- true".to_string(),
+        "run bwrap --ro-bind / / -- true".to_string(),
+        // A source the sandbox cannot see: refused before anything starts.
+        "run bwrap --ro-bind /no/such/dir /x -- true".to_string(),
+        // Built, then COMMAND cannot be executed.
+        "run bwrap --ro-bind / / -- /no/such/program".to_string(),
+        format!("run curl -sS http://other.test:{p}/"),
+    ]
+    .join("\n");
+    let r = prompt(&backend, "n1", "p1", serde_json::Value::Null, &script).await;
+    assert_eq!(r["ok"], true, "{r}\n{}", daemon.stderr());
+    let rep = reports(&backend, "p1");
+    let codes: Vec<_> = rep.iter().map(|r| r["code"].as_i64().unwrap()).collect();
+    assert_eq!(&codes[..2], [0, 0], "{rep:?}");
+    assert!(codes[2..4].iter().all(|c| *c != 0), "{rep:?}");
+
+    let m = until(&sock, "the nested requests counted", |m| {
+        m.get("tuixiu_nested_sandboxes_total", &[("result", "started")]) == Some(2.0)
+    })
+    .await;
+    assert_eq!(
+        m.value("tuixiu_nested_sandboxes_total", &[("result", "refused")]),
+        1.0,
+        "{rep:?}\n{}",
+        m.text
+    );
+    assert_eq!(m.value("tuixiu_nested_sandboxes_total", &[("result", "failed")]), 1.0, "{rep:?}\n{}", m.text);
+    assert_eq!(m.value("tuixiu_egress_denied_total", &[("via", "http")]), 1.0, "{rep:?}\n{}", m.text);
+    assert!(daemon.stop().success(), "{}", daemon.stderr());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -77,6 +77,9 @@ pub struct LaunchOptions {
     /// sandbox sends its egress listener (`crate::egress`); the caller
     /// holds the other end and serves the proxy. Required for that network.
     pub egress_fd: Option<RawFd>,
+    /// Counters shared with the caller ([`crate::nested::Tally`]), to which
+    /// the portal's workers add how each nested request ended.
+    pub nested_counts_fd: Option<RawFd>,
 }
 
 /// bubblewrap's reports on a sandbox, in its formats: once the namespaces

@@ -48,7 +48,10 @@ fn run(
     let mut plan = Plan::prepare(spec, options.bwrap_front_end.as_deref())?;
     plan.apply_phase = apply.is_some();
     launch::drop_supplementary_groups();
-    let mut server = plan.portal.as_ref().map(|listener| nested::Server::new(listener, spec, &plan));
+    let mut server = plan
+        .portal
+        .as_ref()
+        .map(|listener| nested::Server::new(listener, spec, &plan, options.nested_counts_fd));
     let watch = match &mut server {
         Some(server) => Watch::Portal(server),
         None => Watch::Nothing,

@@ -418,6 +418,11 @@ pub struct ExecArgs {
     /// sends its egress listener, for the caller to serve the proxy
     #[arg(long, value_name = "FD")]
     pub egress_fd: Option<i32>,
+
+    /// The caller's counters of nested requests (a sealed in-memory file),
+    /// to which the sandbox's portal adds how each request ended
+    #[arg(long, value_name = "FD")]
+    pub nested_counts_fd: Option<i32>,
 }
 
 /// What planning a manifest needs (shared by `run` and `manifest check`).

@@ -48,7 +48,12 @@ pub fn main(args: ExecArgs) -> u8 {
     if let Some(nested) = args.nested {
         spec.nested = nested == super::args::NestedArg::On;
     }
-    for (flag, fd) in [("--lifeline-fd", args.lifeline_fd), ("--egress-fd", args.egress_fd)] {
+    let fds = [
+        ("--lifeline-fd", args.lifeline_fd),
+        ("--egress-fd", args.egress_fd),
+        ("--nested-counts-fd", args.nested_counts_fd),
+    ];
+    for (flag, fd) in fds {
         if let Some(fd) = fd
             && let Err(e) = super::launch::check_fd(fd)
         {
@@ -81,7 +86,11 @@ pub fn main(args: ExecArgs) -> u8 {
         // A joined process lives in the sandbox of one that has the
         // lifeline: it ends with that sandbox's PID 1.
         None => super::launch::report_launch(args.json_status_fd, args.egress_fd, |options| {
-            let options = sandbox::LaunchOptions { lifeline_fd: args.lifeline_fd, ..options.clone() };
+            let options = sandbox::LaunchOptions {
+                lifeline_fd: args.lifeline_fd,
+                nested_counts_fd: args.nested_counts_fd,
+                ..options.clone()
+            };
             sandbox::launch(&spec, &options)
         }),
     }

@@ -39,6 +39,9 @@ pub struct NativeProvider {
     lifeline: Option<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)>,
     /// How the proxies of instances with `--network allow` are served.
     egress: Egress,
+    /// Counters every sandbox's portal adds to (`__exec
+    /// --nested-counts-fd`), with the file handed to the launchers.
+    nested_counts: Option<(sandbox::nested::Tally, std::os::fd::OwnedFd)>,
 }
 
 /// Where a proxied sandbox's refusals go, with the instance's run id (the
@@ -89,6 +92,7 @@ impl NativeProvider {
             local: LocalInstances::new(ProviderKind::Native, state_dir, prefix)?,
             launcher: launcher.into(),
             lifeline: None,
+            nested_counts: None,
             egress: Egress { reports: Arc::new(LogReports), resolver, stats: Mutex::default() },
         })
     }
@@ -113,6 +117,23 @@ impl NativeProvider {
     /// nobody could talk to an agent whose stdio went with it). A
     /// parent-death signal would not do: it fires when the *thread* that
     /// spawned the launcher ends, not the process.
+    /// Sandboxes started from now on count how their nested requests end
+    /// (the daemon's metrics): one set of counters for all of them.
+    pub fn with_nested_counts(mut self) -> Result<Self, ProviderError> {
+        let counts = sandbox::nested::Tally::create().map_err(|e| ProviderError::Sys {
+            op: "make the nested sandboxes' counters",
+            source: std::io::Error::other(e),
+        })?;
+        self.nested_counts = Some(counts);
+        Ok(self)
+    }
+
+    /// How the nested requests of every sandbox started since
+    /// [`NativeProvider::with_nested_counts`] ended, so far.
+    pub fn nested_counts(&self) -> Option<sandbox::nested::NestedCounts> {
+        self.nested_counts.as_ref().map(|(tally, _)| tally.counts())
+    }
+
     pub fn with_lifeline(mut self) -> Result<Self, ProviderError> {
         let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| ProviderError::Sys {
             op: "pipe2 (the sandboxes' lifeline)",
@@ -303,6 +324,10 @@ impl NativeProvider {
                 pass_fd(&mut cmd, lifeline.as_raw_fd());
             }
             (None, None) => {}
+        }
+        if let (None, Some((_, fd))) = (join_pid, &self.nested_counts) {
+            cmd.arg(format!("--nested-counts-fd={}", fd.as_raw_fd()));
+            pass_fd(&mut cmd, fd.as_raw_fd());
         }
         if let Some(fd) = &status_fd {
             cmd.arg(format!("--json-status-fd={}", fd.as_raw_fd()));

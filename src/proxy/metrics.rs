@@ -142,6 +142,8 @@ pub struct Now {
     pub prompts_in_flight: usize,
     /// The outbox's messages and bytes queued, and messages dropped since the start.
     pub outbox: (usize, usize, u64),
+    /// How the sandboxes' nested requests ended so far (native provider).
+    pub nested: Option<sandbox::nested::NestedCounts>,
 }
 
 /// The cgroup files read at scrape time.
@@ -177,6 +179,8 @@ pub struct Metrics {
     outbox_messages: Gauge,
     outbox_bytes: Gauge,
     outbox_dropped: Counter,
+    nested: Family<Label, Counter>,
+    egress_denied: Family<Label, Counter>,
     cgroup: Option<CgroupFiles>,
 }
 
@@ -223,6 +227,8 @@ impl Metrics {
             outbox_messages: Gauge::default(),
             outbox_bytes: Gauge::default(),
             outbox_dropped: Counter::default(),
+            nested: Family::default(),
+            egress_denied: Family::default(),
             cgroup: cgroup_files(),
         };
         r.register("backend_connected", "1 while registered with the backend", m.link_up.clone());
@@ -282,6 +288,17 @@ impl Metrics {
             "outbox_dropped",
             "Messages dropped from a full outbox (oldest first)",
             m.outbox_dropped.clone(),
+        );
+        r.register(
+            "nested_sandboxes",
+            "Nested sandboxes (bwrap inside a sandbox) by how their request ended: started, refused \
+             (before anything started), failed (while building it)",
+            m.nested.clone(),
+        );
+        r.register(
+            "egress_denied",
+            "Connections the egress proxies of --network allow refused, by protocol (connect, http, socks5)",
+            m.egress_denied.clone(),
         );
         if let Some(c) = &m.cgroup {
             r.register_with_unit(
@@ -404,6 +421,13 @@ impl Metrics {
         self.agents_exited.get_or_create(&[("reason", reason)]).inc();
     }
 
+    /// An egress proxy refused a connection asked `via` (`CONNECT`,
+    /// `HTTP`, `SOCKS5`).
+    pub fn egress_denied(&self, via: &str) {
+        let via = bounded(&["connect", "http", "socks5"], &via.to_ascii_lowercase());
+        self.egress_denied.get_or_create(&[("via", via)]).inc();
+    }
+
     /// The whole exposition, with the gauges as they are `now`.
     pub fn render(&self, now: Now) -> String {
         self.lanes.set(gauge(now.lanes));
@@ -413,6 +437,12 @@ impl Metrics {
         self.outbox_messages.set(gauge(messages));
         self.outbox_bytes.set(gauge(bytes));
         self.outbox_dropped.inc_by(dropped.saturating_sub(self.outbox_dropped.get()));
+        if let Some(n) = now.nested {
+            for (result, total) in [("started", n.started), ("refused", n.refused), ("failed", n.failed)] {
+                let counter = self.nested.get_or_create(&[("result", result)]);
+                counter.inc_by(total.saturating_sub(counter.get()));
+            }
+        }
         if let Some(c) = &self.cgroup {
             let read = |name: &str| std::fs::read_to_string(c.dir.join(name)).ok();
             if let Some(v) = read("memory.current").and_then(|t| t.trim().parse::<i64>().ok()) {

@@ -103,7 +103,8 @@ impl Daemon {
         let provider = match cfg.sandbox.provider {
             ProviderChoice::Native => AnyProvider::Native(
                 NativeProvider::with_current_exe(state, prefix)
-                    .and_then(NativeProvider::with_lifeline)?
+                    .and_then(NativeProvider::with_lifeline)
+                    .and_then(NativeProvider::with_nested_counts)?
                     .with_egress_reports(network_events.clone()),
             ),
             ProviderChoice::Docker => {
@@ -220,6 +221,10 @@ impl Daemon {
                 agents: runs.all_agents().iter().filter(|a| !a.has_exited()).count(),
                 prompts_in_flight: runs.turns_in_flight(),
                 outbox: run.report().outbox().stats(),
+                nested: match run.provider() {
+                    AnyProvider::Native(native) => native.nested_counts(),
+                    _ => None,
+                },
             })
         })
     }

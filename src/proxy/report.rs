@@ -148,6 +148,9 @@ impl crate::provider::native::EgressReports for NetworkEvents {
         if let Some(report) = self.report.get() {
             let text = report.redact(&denial.to_string());
             report.push(&protocol::ProxyUpdate::network(run_id, &text));
+            if let Some(metrics) = report.metrics() {
+                metrics.egress_denied(denial.via);
+            }
         }
     }
 }

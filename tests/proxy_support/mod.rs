@@ -671,6 +671,17 @@ impl Daemon {
         Self::spawn(scratch, name, config, &[], &[], args)
     }
 
+    /// As [`Daemon::start_args`], with variables for the daemon.
+    pub fn start_args_env(
+        scratch: &Scratch,
+        name: &str,
+        config: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Daemon {
+        Self::spawn(scratch, name, config, env, &[], args)
+    }
+
     fn spawn(
         scratch: &Scratch,
         name: &str,

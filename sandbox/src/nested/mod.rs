@@ -39,6 +39,7 @@ mod plan;
 mod pool;
 pub mod request;
 mod server;
+mod tally;
 pub mod wire;
 mod worker;
 
@@ -48,6 +49,7 @@ pub use host::{HostError, run_on_host};
 pub use plan::HostOptions;
 pub use request::{BindMode, DataKind, HOST_ONLY, Op, OverlayKind, Request, RequestError, Unshare};
 pub(crate) use server::Server;
+pub use tally::{NestedCounts, Outcome, Tally};
 pub(crate) use worker::Context;
 
 /// Most nested sandboxes one sandbox may run at once.

@@ -8,8 +8,9 @@
 //! rather than fork servers for them in a loop, and the connection after
 //! those starts a new server.
 
-use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
+use super::tally::{Outcome, Tally};
 use super::wire::{self, Reply};
 use super::{Context, worker};
 use crate::launch::Portal;
@@ -25,12 +26,45 @@ pub(crate) struct Server<'a> {
     server: Option<libc::pid_t>,
     /// The last server ended early: refuse the connections waiting now.
     failed: bool,
+    /// The caller's counters: the descriptor until the first connection
+    /// maps it, then the mapping (the servers' copies of this process).
+    counts_fd: Option<RawFd>,
+    tally: Option<Tally>,
 }
 
 impl<'a> Server<'a> {
     /// Serves `listener` for the sandbox of `spec`, prepared as `plan`.
-    pub(crate) fn new(listener: &'a OwnedFd, spec: &'a SandboxSpec, plan: &'a Plan) -> Self {
-        Server { listener: listener.as_raw_fd(), spec, plan, server: None, failed: false }
+    pub(crate) fn new(
+        listener: &'a OwnedFd,
+        spec: &'a SandboxSpec,
+        plan: &'a Plan,
+        counts_fd: Option<RawFd>,
+    ) -> Self {
+        Server {
+            listener: listener.as_raw_fd(),
+            spec,
+            plan,
+            server: None,
+            failed: false,
+            counts_fd,
+            tally: None,
+        }
+    }
+
+    /// The caller's counters, mapped at the first connection: none are
+    /// mapped in the sandbox's PID 1 (cloned before) and a sandbox that
+    /// never nests maps nothing. Not counting is only a warning: the
+    /// counters are for metrics, the sandbox is the same without them.
+    fn tally(&mut self) -> Option<&Tally> {
+        if let Some(fd) = self.counts_fd.take() {
+            // SAFETY: the caller gave this descriptor for the counters and
+            // keeps it open while the sandbox runs.
+            match Tally::map(unsafe { BorrowedFd::borrow_raw(fd) }) {
+                Ok(tally) => self.tally = Some(tally),
+                Err(e) => tracing::warn!("nested sandboxes are not counted: {e}"),
+            }
+        }
+        self.tally.as_ref()
     }
 }
 
@@ -43,6 +77,9 @@ impl Portal for Server<'_> {
         if std::mem::take(&mut self.failed) {
             // The listening socket is non-blocking: this takes what waits.
             while let Ok(conn) = sys::accept(self.listener) {
+                if let Some(tally) = self.tally() {
+                    tally.add(Outcome::Refused);
+                }
                 let text = "the nested-sandbox server could not start in this sandbox (the launcher's \
                             stderr says why)";
                 wire::send_reply(conn.as_fd(), &Reply::Error(text.into()));
@@ -50,7 +87,8 @@ impl Portal for Server<'_> {
             return;
         }
         let monitor = nix::unistd::getpid().as_raw();
-        let ctx = Context { spec: self.spec, plan: self.plan, pid1 };
+        self.tally();
+        let ctx = Context { spec: self.spec, plan: self.plan, pid1, tally: self.tally.as_ref() };
         // SAFETY: the launcher is single-threaded (checked before the
         // sandbox started); the server never returns: it `_exit`s.
         match unsafe { sys::fork() } {

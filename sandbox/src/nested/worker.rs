@@ -23,6 +23,7 @@ use super::MAX_WORKERS;
 use super::plan;
 use super::pool;
 use super::request::Request;
+use super::tally::{Outcome, Tally};
 use super::wire::{self, Reply};
 use crate::launch::{self, LaunchOptions, Watch};
 use crate::prepare::Plan;
@@ -35,6 +36,16 @@ pub(crate) struct Context<'a> {
     pub spec: &'a SandboxSpec,
     pub plan: &'a Plan,
     pub pid1: libc::pid_t,
+    /// The caller's counters of how requests end, if it keeps them.
+    pub tally: Option<&'a Tally>,
+}
+
+impl Context<'_> {
+    fn count(&self, outcome: Outcome) {
+        if let Some(tally) = self.tally {
+            tally.add(outcome);
+        }
+    }
 }
 
 /// The name `/proc/PID/cmdline` shows for the portal's processes.
@@ -141,6 +152,7 @@ fn accept_forever(listener: RawFd, ctx: &Context<'_>, life: OwnedFd) -> i32 {
         }
         while let Ok(conn) = sys::accept(listener) {
             if workers.len() >= MAX_WORKERS {
+                ctx.count(Outcome::Refused);
                 let text = format!("too many nested sandboxes at once (at most {MAX_WORKERS} per sandbox)");
                 wire::send_reply(conn.as_fd(), &Reply::Error(text));
                 continue;
@@ -157,6 +169,7 @@ fn accept_forever(listener: RawFd, ctx: &Context<'_>, life: OwnedFd) -> i32 {
                     drop(life_w);
                     let code = std::panic::catch_unwind(AssertUnwindSafe(|| serve_one(&conn, ctx, life_r)))
                         .unwrap_or_else(|_| {
+                            ctx.count(Outcome::Failed);
                             let text = "internal error: the nested-sandbox worker panicked".to_string();
                             wire::send_reply(conn.as_fd(), &Reply::Error(text));
                             1
@@ -164,7 +177,10 @@ fn accept_forever(listener: RawFd, ctx: &Context<'_>, life: OwnedFd) -> i32 {
                     sys::exit_now(code)
                 }
                 Ok(pid) => workers.push(pid),
-                Err(e) => wire::send_reply(conn.as_fd(), &Reply::Error(format!("fork => {e}"))),
+                Err(e) => {
+                    ctx.count(Outcome::Failed);
+                    wire::send_reply(conn.as_fd(), &Reply::Error(format!("fork => {e}")))
+                }
             }
         }
     }
@@ -173,6 +189,7 @@ fn accept_forever(listener: RawFd, ctx: &Context<'_>, life: OwnedFd) -> i32 {
 /// A worker: read, check and run one request.
 fn serve_one(conn: &OwnedFd, ctx: &Context<'_>, life: OwnedFd) -> i32 {
     let fail = |text: String| {
+        ctx.count(Outcome::Refused);
         wire::send_reply(conn.as_fd(), &Reply::Error(text));
         1
     };
@@ -214,10 +231,18 @@ fn serve_one(conn: &OwnedFd, ctx: &Context<'_>, life: OwnedFd) -> i32 {
     drop(dir);
     match outcome {
         Ok(status) => {
+            ctx.count(Outcome::Started);
             wire::send_reply(conn.as_fd(), &Reply::Exit(status.code()));
             0
         }
-        Err(e) => fail(super::host::bwrap_message(e, &nested.exec.program)),
+        Err(e) => {
+            ctx.count(Outcome::Failed);
+            wire::send_reply(
+                conn.as_fd(),
+                &Reply::Error(super::host::bwrap_message(e, &nested.exec.program)),
+            );
+            1
+        }
     }
 }
 

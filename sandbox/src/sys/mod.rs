@@ -18,6 +18,7 @@ use nix::errno::Errno;
 
 mod files;
 mod hardening;
+mod memory;
 mod mount;
 mod process;
 mod signal;
@@ -25,6 +26,7 @@ mod socket;
 
 pub use files::*;
 pub use hardening::*;
+pub use memory::*;
 pub use mount::*;
 pub use process::*;
 pub use signal::*;
