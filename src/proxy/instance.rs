@@ -127,7 +127,9 @@ impl Lane {
 
     /// `ensureRuntime`: validates the instance name, TTL and init; makes
     /// sure the run's directories and instance exist and run; persists the
-    /// state. Stops the keepalive clock (work is in flight).
+    /// state. Stops the keepalive clock (work is in flight). Long because
+    /// it is `ensureRuntime` in its order: every check before the first
+    /// directory is made, the instance before the state that records it.
     pub async fn prepare(
         &mut self,
         instance_name: &Value,
