@@ -20,7 +20,7 @@ use tokio::sync::oneshot;
 
 use super::fs::{FsError, GuestError, GuestFs};
 use super::output::Tail;
-use super::port::{Context, PermissionPolicy};
+use super::port::{Context, Event, PermissionAsk, PermissionPolicy, Relay};
 use super::terminal::{self, Terminal, Terminals};
 use super::transport::{BoxFuture, Handler, Reply, RpcError, UpdateParams, code};
 use crate::blocking::Share;
@@ -46,8 +46,7 @@ struct Pending {
 pub struct Client {
     pub cx: Context,
     pub run_id: String,
-    /// `run_id` as a JSON string, and shared, for the update relay.
-    run_id_json: String,
+    /// `run_id`, shared with the messages the relay queues.
     run_id_shared: Arc<str>,
     pub instance: String,
     pub fs: Option<Arc<GuestFs>>,
@@ -122,7 +121,6 @@ impl Client {
         Client {
             blocking,
             cx,
-            run_id_json: serde_json::to_string(&run_id).expect("a string"),
             run_id_shared: Arc::from(run_id.as_str()),
             run_id,
             instance,
@@ -345,12 +343,16 @@ impl Client {
                     }
                 }
                 let _forget = Forget(self, key.clone());
-                self.cx.sink.update(
-                    &self.run_id,
-                    json!({"type": "permission_request", "request_id": key, "session_id": session_id,
-                           "prompt_id": self.prompt_id(), "tool_call": p.get("toolCall").cloned().unwrap_or(Value::Null),
-                           "options": p.get("options").cloned().unwrap_or(json!([]))}),
-                );
+                static NULL: Value = Value::Null;
+                static NO_OPTIONS: Value = Value::Array(Vec::new());
+                let ask = PermissionAsk {
+                    request_id: &key,
+                    session_id: &session_id,
+                    prompt_id: self.prompt_id(),
+                    tool_call: p.get("toolCall").unwrap_or(&NULL),
+                    options: p.get("options").unwrap_or(&NO_OPTIONS),
+                };
+                self.cx.sink.event(&self.run_id, Event::Permission(ask));
                 let timeout = self.cx.settings.permission_timeout;
                 match tokio::time::timeout(timeout, rx).await {
                     Ok(Ok(outcome)) => Ok(outcome),
@@ -416,57 +418,16 @@ fn request_key(id: &Value) -> String {
     }
 }
 
-/// `acp_message {run_id, message}`, a notification other than
-/// `session/update` relayed with its params as the agent wrote them.
-#[derive(serde::Serialize)]
-struct AcpMessage<'a> {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    run_id: &'a str,
-    message: RawNotification<'a>,
-}
-
-#[derive(serde::Serialize)]
-struct RawNotification<'a> {
-    jsonrpc: &'static str,
-    method: &'a str,
-    params: Option<&'a RawValue>,
-}
-
 impl Client {
-    /// `acp_update {run_id, prompt_id, session_id, update}` with the
-    /// agent's `sessionId` and `update` JSON copied in as they are: no tree
-    /// is built, and nothing the agent sent is re-typed or dropped.
+    /// `session/update` relayed with the agent's `sessionId` and `update`
+    /// JSON as they are.
     fn relay_update(&self, params: Option<UpdateParams<'_>>) {
         let (session_id, update) = params.map_or(("null", "null"), |p| {
             (p.session_id.map_or("null", RawValue::get), p.update.map_or("null", RawValue::get))
         });
         let active = lock(&self.active_prompt);
-        // Exactly as long as the message: the outbox then shares this
-        // buffer with the frame without another allocation.
-        let prompt_len = active.as_deref().map_or(4, |p| json_str_len(p).unwrap_or(0));
-        let mut text =
-            String::with_capacity(67 + self.run_id_json.len() + prompt_len + session_id.len() + update.len());
-        text.push_str(r#"{"type":"acp_update","run_id":"#);
-        text.push_str(&self.run_id_json);
-        text.push_str(r#","prompt_id":"#);
-        match active.as_deref() {
-            None => text.push_str("null"),
-            // Ids are plain text in practice; anything else is escaped.
-            Some(p) if json_str_len(p).is_some() => {
-                text.push('"');
-                text.push_str(p);
-                text.push('"');
-            }
-            Some(p) => text.push_str(&serde_json::to_string(p).expect("a string")),
-        }
-        drop(active);
-        text.push_str(r#","session_id":"#);
-        text.push_str(session_id);
-        text.push_str(r#","update":"#);
-        text.push_str(update);
-        text.push('}');
-        self.cx.sink.message_text(text, "acp_update", &self.run_id_shared);
+        let relay = Relay::Update { prompt_id: active.as_deref(), session_id, update };
+        self.cx.sink.relay(&self.run_id_shared, relay);
     }
 }
 
@@ -508,11 +469,6 @@ fn permission_options(p: &Value) -> Result<Vec<PermissionOption<'_>>, RpcError> 
     Ok(out)
 }
 
-/// The length of `s` as a JSON string when it needs no escapes.
-fn json_str_len(s: &str) -> Option<usize> {
-    s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\').then_some(s.len() + 2)
-}
-
 impl Handler for Client {
     fn notification(&self, method: &str, params: Option<&RawValue>) {
         if method == "session/update" {
@@ -520,15 +476,7 @@ impl Handler for Client {
         } else {
             // The params stay the agent's text: a tree (`json!`) cannot hold
             // every number JSON allows (`1e999`), and the relay drops nothing.
-            let msg = AcpMessage {
-                kind: "acp_message",
-                run_id: &self.run_id,
-                message: RawNotification { jsonrpc: "2.0", method, params },
-            };
-            match serde_json::to_string(&msg) {
-                Ok(text) => self.cx.sink.message_text(text, "acp_message", &self.run_id_shared),
-                Err(e) => tracing::error!("run {}: {method} could not be relayed: {e}", self.run_id),
-            }
+            self.cx.sink.relay(&self.run_id_shared, Relay::Notification { method, params });
         }
     }
 

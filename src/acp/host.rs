@@ -15,7 +15,7 @@ use tokio::io::AsyncBufReadExt;
 use tokio::sync::watch;
 
 use super::client::Client;
-use super::port::Context;
+use super::port::{Context, Event};
 use super::transport::{CallError, Transport, code};
 use crate::provider::{ExitStatus, Killer, Process};
 
@@ -110,7 +110,7 @@ impl Agent {
                     let text = text.trim_end();
                     if !text.is_empty() {
                         let text = sink.redact(text);
-                        sink.update(&run, json!({"type": "text", "text": format!("[agent:stderr] {text}")}));
+                        sink.event(&run, Event::Stderr(&text));
                     }
                 }
             });
@@ -135,12 +135,20 @@ impl Agent {
                 let signal = status.signal.map(super::terminal::signal_name);
                 tracing::info!("run {run}: agent exited (code {:?}, signal {:?})", status.code, signal);
                 let report_exit = !closing.load(Ordering::SeqCst);
-                sink.agent_exited(&run, &instance, status.code, signal.as_deref(), report_exit);
+                sink.event(
+                    &run,
+                    Event::Exited {
+                        instance: &instance,
+                        code: status.code,
+                        signal: signal.as_deref(),
+                        report_exit,
+                    },
+                );
                 let _ = tx.send(Some(status));
                 on_exit(status);
             });
         }
-        cx.sink.agent_connected(run_id, instance);
+        cx.sink.event(run_id, Event::Connected { instance });
         Ok(Arc::new(Agent {
             transport,
             client,
@@ -219,10 +227,8 @@ impl Agent {
         };
         lock(&self.sessions).insert(id.to_string());
         let push = |update: Value| {
-            self.cx.sink.message(
-                &json!({"type": "acp_update", "run_id": self.run_id, "prompt_id": self.client.prompt_id(),
-                "session_id": id, "update": update}),
-            );
+            let prompt_id = self.client.prompt_id();
+            self.cx.sink.event(&self.run_id, Event::SessionUpdate { prompt_id, session_id: id, update });
         };
         push(json!({"sessionUpdate": "session_created", "content": {"type": "session_created"}}));
         if let Some(opts) = result.get("configOptions").filter(|v| v.is_array()) {
@@ -232,7 +238,8 @@ impl Agent {
     }
 
     /// One prompt turn (docs/protocol.md, "prompt_send"; docs/acp.md, "Prompts
-    /// and sessions").
+    /// and sessions"). Long because the session choice, the turn and its one
+    /// retry on a new session share the outcome they build.
     pub async fn prompt(
         &self,
         prompt_id: &str,
@@ -386,8 +393,9 @@ impl Agent {
             .await
             .map_err(|error| AgentError::Call { method, error })?;
         if let Some(opts) = result.get("configOptions").filter(|v| v.is_array()) {
-            self.cx.sink.message(&json!({"type": "acp_update", "run_id": self.run_id, "prompt_id": self.client.prompt_id(),
-                "session_id": session_id, "update": {"sessionUpdate": "config_option_update", "configOptions": opts}}));
+            let update = json!({"sessionUpdate": "config_option_update", "configOptions": opts});
+            let prompt_id = self.client.prompt_id();
+            self.cx.sink.event(&self.run_id, Event::SessionUpdate { prompt_id, session_id, update });
         }
         Ok(())
     }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use super::transport::BoxFuture;
 
@@ -54,29 +55,52 @@ pub struct Settings {
     pub terminal_enabled: bool,
 }
 
+/// What the host reports about a run's agent. The sink turns each into
+/// the backend's wire messages; nothing in `acp/` writes those.
+#[derive(Debug)]
+pub enum Event<'a> {
+    /// A line the agent wrote on stderr, secrets already scrubbed.
+    Stderr(&'a str),
+    /// The agent is connected.
+    Connected { instance: &'a str },
+    /// The agent ended; `report_exit` unless the host closed it itself.
+    Exited { instance: &'a str, code: Option<i32>, signal: Option<&'a str>, report_exit: bool },
+    /// `session/request_permission` forwarded under the `ask` policy.
+    Permission(PermissionAsk<'a>),
+    /// An update of a session the host made itself (`session_created`,
+    /// `config_option_update`).
+    SessionUpdate { prompt_id: Value, session_id: &'a str, update: Value },
+}
+
+/// A permission request as the backend is asked it: the agent's
+/// `toolCall` and `options` as it sent them (`null` and `[]` when absent).
+#[derive(Debug)]
+pub struct PermissionAsk<'a> {
+    pub request_id: &'a str,
+    pub session_id: &'a str,
+    pub prompt_id: Value,
+    pub tool_call: &'a Value,
+    pub options: &'a Value,
+}
+
+/// What the agent sent that goes to the backend as the agent wrote it
+/// (the relay copies JSON text; no tree is built).
+#[derive(Debug)]
+pub enum Relay<'a> {
+    /// A `session/update`: its `sessionId` and `update` as JSON text
+    /// (`null` when absent), and the prompt it belongs to.
+    Update { prompt_id: Option<&'a str>, session_id: &'a str, update: &'a str },
+    /// Any other notification, its params untouched.
+    Notification { method: &'a str, params: Option<&'a RawValue> },
+}
+
 /// Where the host's reports go (the backend, through the daemon's outbox).
 /// Never blocks, except [`Sink::wait_for_room`].
 pub trait Sink: Send + Sync {
-    /// A `proxy_update` of a run with this content (agent stderr,
-    /// transport events, permission requests).
-    fn update(&self, run_id: &str, content: Value);
-    /// The agent of a run ended (`transport_disconnected`; `acp_exit` too
-    /// unless the host closed it itself).
-    fn agent_exited(
-        &self,
-        run_id: &str,
-        instance: &str,
-        code: Option<i32>,
-        signal: Option<&str>,
-        report_exit: bool,
-    );
-    /// The agent of a run is connected (`transport_connected`).
-    fn agent_connected(&self, run_id: &str, instance: &str);
-    /// A message of the host (`acp_update` of a session it made).
-    fn message(&self, msg: &Value);
-    /// A message the host serialized itself (the relay, which copies the
-    /// agent's JSON text as it is): one JSON object of type `kind`.
-    fn message_text(&self, text: String, kind: &'static str, run_id: &Arc<str>);
+    /// Something happened to a run's agent.
+    fn event(&self, run_id: &str, event: Event<'_>);
+    /// Something the agent of a run sent, relayed as it is.
+    fn relay(&self, run_id: &Arc<str>, relay: Relay<'_>);
     /// Whether [`Sink::wait_for_room`] would wait now.
     fn is_backed_up(&self) -> bool;
     /// Backpressure for the agent's stdout.

@@ -342,6 +342,9 @@ async fn write_loop<W: AsyncWrite + Unpin>(mut stdin: W, mut rx: mpsc::Unbounded
     // Dropping `stdin` closes the pipe: end-of-file for the agent.
 }
 
+/// The agent's stdout, line by line, handled in the read buffer. Long
+/// because the buffer handling (partial lines, backpressure between lines)
+/// and the end of the connection must stay in one loop.
 async fn read_loop<R: AsyncRead + Unpin>(
     stdout: R,
     transport: std::sync::Weak<Transport>,

@@ -5,13 +5,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{Value, json};
-
 use super::lane::RunContext;
 use super::now_iso;
-use super::protocol::proxy_update;
+use super::protocol::{AcpExit, AcpMessage, AcpUpdate, Content, ProxyUpdate, acp_update_text};
 use super::report::Reporter;
-use crate::acp::port::{Context, Settings, Sink};
+use crate::acp::port::{Context, Event, Relay, Settings, Sink};
 use crate::acp::transport::BoxFuture;
 
 impl RunContext {
@@ -36,47 +34,52 @@ impl RunContext {
 }
 
 impl Sink for Reporter {
-    fn update(&self, run_id: &str, content: Value) {
-        self.push(&proxy_update(run_id, content));
+    fn event(&self, run_id: &str, event: Event<'_>) {
+        let content = match event {
+            Event::Stderr(text) => Content::text(format!("[agent:stderr] {text}")),
+            Event::Connected { instance } => {
+                if let Some(m) = self.metrics() {
+                    m.agent_started();
+                }
+                Content::transport_connected(instance, now_iso())
+            }
+            Event::Exited { instance, code, signal, report_exit } => {
+                if let Some(m) = self.metrics() {
+                    m.agent_exited(code, signal, !report_exit);
+                }
+                self.push(&ProxyUpdate::new(
+                    run_id,
+                    Content::agent_exited(instance, code, signal, now_iso()),
+                ));
+                if report_exit {
+                    self.push(&AcpExit::new(run_id, instance, code, signal));
+                }
+                return;
+            }
+            Event::Permission(ask) => {
+                self.push(&ProxyUpdate::new(run_id, Content::permission_request(&ask)));
+                return;
+            }
+            Event::SessionUpdate { prompt_id, session_id, update } => {
+                self.push(&AcpUpdate::new(run_id, &prompt_id, session_id, &update));
+                return;
+            }
+        };
+        self.push(&ProxyUpdate::new(run_id, content));
     }
 
-    fn agent_exited(
-        &self,
-        run: &str,
-        instance: &str,
-        code: Option<i32>,
-        signal: Option<&str>,
-        report_exit: bool,
-    ) {
-        if let Some(m) = self.metrics() {
-            m.agent_exited(code, signal, !report_exit);
-        }
-        self.push(&proxy_update(
-            run,
-            json!({"type": "transport_disconnected", "instance_name": instance,
-            "code": code, "signal": signal, "at": now_iso(), "reason": "agent_exit"}),
-        ));
-        if report_exit {
-            self.push(&json!({"type": "acp_exit", "run_id": run, "instance_name": instance,
-                "code": code, "signal": signal}));
-        }
-    }
-
-    fn agent_connected(&self, run_id: &str, instance: &str) {
-        if let Some(m) = self.metrics() {
-            m.agent_started();
-        }
-        self.push(&proxy_update(
-            run_id,
-            json!({"type": "transport_connected", "instance_name": instance, "at": now_iso()}),
-        ));
-    }
-
-    fn message(&self, msg: &Value) {
-        self.push(msg);
-    }
-
-    fn message_text(&self, text: String, kind: &'static str, run_id: &Arc<str>) {
+    fn relay(&self, run_id: &Arc<str>, relay: Relay<'_>) {
+        let (text, kind) = match relay {
+            Relay::Update { prompt_id, session_id, update } => {
+                (acp_update_text(run_id, prompt_id, session_id, update), "acp_update")
+            }
+            Relay::Notification { method, params } => {
+                match serde_json::to_string(&AcpMessage::notification(run_id, method, params)) {
+                    Ok(text) => (text, "acp_message"),
+                    Err(e) => return tracing::error!("run {run_id}: {method} could not be relayed: {e}"),
+                }
+            }
+        };
         if let Some(m) = self.metrics() {
             m.relayed(kind);
         }

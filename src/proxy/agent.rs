@@ -15,7 +15,7 @@ use tokio::io::AsyncBufReadExt;
 use super::config::ProviderChoice;
 use super::instance::inputs_config;
 use super::lane::{Job, Lane, RunContext, RunState, init_env, reply_prompt, reply_session, send, user_name};
-use super::protocol::{RunMessage, proxy_update, str_field};
+use super::protocol::{AcpReply, Content, PromptResult, ProxyUpdate, RunMessage, str_field};
 use super::repo::RepoError;
 use crate::acp::client::{Client, Spawner};
 use crate::acp::fs::GuestFs;
@@ -138,7 +138,7 @@ pub fn run_env(
 impl Lane {
     /// The live agent of this run, if any.
     pub fn live_agent(&self) -> Option<Arc<Agent>> {
-        self.agent.clone().filter(|a| !a.has_exited())
+        self.agent_slot().live()
     }
 
     /// Part 2's entry point: start (or reuse) the run's agent in its
@@ -147,12 +147,12 @@ impl Lane {
         if self.live_agent().is_some() {
             return Ok(());
         }
-        if self.d.runs().stopping() {
+        if self.ctx().runs().stopping() {
             return Err(AgentError::ShuttingDown);
         }
-        self.agent = None;
-        let d = self.d.clone();
-        let state = self.state.clone().ok_or(AgentError::NotPrepared)?;
+        self.agent_slot_mut().clear();
+        let d = self.ctx().clone();
+        let state = self.state().cloned().ok_or(AgentError::NotPrepared)?;
         let Some(init) = state.init.clone() else {
             return Err(AgentError::NoInit);
         };
@@ -180,7 +180,7 @@ impl Lane {
         // agentInputs, in order, into the host directories behind the
         // instance (binds were declared when the instance was made).
         let (records, landing) = self.apply_inputs(&state, manifest).await;
-        if let (Some(st), Some(records)) = (&mut self.state, records)
+        if let (Some(st), Some(records)) = (self.state_mut(), records)
             && st.landed != records
         {
             st.landed = records;
@@ -204,7 +204,7 @@ impl Lane {
     /// Host-side git preparation of the workspace (`repo.rs`); a failure is
     /// also an `init_step` `init` `failed`, as the Node proxy reports it.
     async fn prepare_repo(&self, state: &RunState, init: &Value) -> Result<(), AgentError> {
-        let d = &self.d;
+        let d = &self.ctx();
         let env = init_env(Some(init));
         let fail = |e: RepoError| {
             self.step("init", "failed", Some(e.to_string()));
@@ -219,7 +219,7 @@ impl Lane {
         let owner = (d.cfg().sandbox.provider == ProviderChoice::Docker && root).then(|| state_user(state));
         let step = |stage: &str, status: &str, message: Option<String>| self.step(stage, status, message);
         let redact = |text: &str| d.report().redact(text);
-        let blocking = d.pool().share(&self.run_id);
+        let blocking = d.pool().share(self.run_id());
         let host = super::repo::Host { state_dir: &d.cfg().state_dir, redact: &redact, blocking: &blocking };
         super::repo::prepare(host, &req, &state.workspace, &env, owner, &step).await.map_err(fail)
     }
@@ -230,13 +230,16 @@ impl Lane {
     /// sent `init` again. Items left alone are reported; new content of
     /// theirs lands aside, in `<state>/incoming/<run>`. Returns the records
     /// of what is landed now (also when a landing failed: what landed
-    /// before the failure is recorded) and the landing's outcome.
+    /// before the failure is recorded) and the landing's outcome. Long
+    /// because it gathers, on the lane, everything the blocking landing
+    /// needs (plan, cache, token, git environment, the records) before it
+    /// hands them over in one piece.
     async fn apply_inputs(
         &self,
         state: &RunState,
         manifest: crate::manifest::Manifest,
     ) -> (Option<Landed>, Result<(), AgentError>) {
-        let d = &self.d;
+        let d = &self.ctx();
         let config = match inputs_config(d) {
             Ok(c) => c,
             Err(e) => return (None, Err(AgentError::InputsConfig(e))),
@@ -253,7 +256,7 @@ impl Lane {
             Ok(c) => c,
             Err(e) => return (None, Err(e.into())),
         };
-        let token = d.cfg().auth_token.as_ref().map(|t| inputs::Secret::new(t.expose().to_string()));
+        let token = d.download_token().map(|t| inputs::Secret::new(t.expose().to_string()));
         let redactor = d.report().redactor();
         let git_env: Vec<(String, String)> = state
             .init
@@ -281,11 +284,11 @@ impl Lane {
         let docker_user = (d.cfg().sandbox.provider == ProviderChoice::Docker).then(|| state_user(state));
         let layout = inputs::Layout::new(state.home_guest.clone());
         let (ws, home) = (state.workspace.clone(), state.home.clone());
-        let scratch = d.mounts().scratch_dir_of(&self.run_id);
-        let incoming = d.mounts().incoming_dir(&self.run_id);
+        let scratch = d.mounts().scratch_dir_of(self.run_id());
+        let incoming = d.mounts().incoming_dir(self.run_id());
         let recorded = state.landed.clone();
         // Downloads, checkouts and tree walks block: off the daemon's thread.
-        let share = d.pool().share(&self.run_id);
+        let share = d.pool().share(self.run_id());
         let task = share.run(move || {
             // The roots by descriptors opened now, as the daemon's user:
             // the docker user writing below cannot search the (private)
@@ -313,15 +316,17 @@ impl Lane {
         });
         let out = match task.await {
             Ok(out) => out,
-            Err(source) => return (None, Err(AgentError::InputsTask { run: self.run_id.clone(), source })),
+            Err(source) => {
+                return (None, Err(AgentError::InputsTask { run: self.run_id().to_string(), source }));
+            }
         };
         for (id, e) in &out.unrecorded {
-            tracing::warn!("run {}: item {id}: fingerprint: {e}", self.run_id);
+            tracing::warn!("run {}: item {id}: fingerprint: {e}", self.run_id());
         }
         let layout = inputs::Layout::new(state.home_guest.clone());
         for item in &out.left_alone {
             let text = item.report(&layout, out.aside.as_ref());
-            tracing::warn!("run {}: {text}", self.run_id);
+            tracing::warn!("run {}: {text}", self.run_id());
             self.text(format!("[proxy] {text}"));
         }
         (out.records, out.result)
@@ -337,8 +342,8 @@ impl Lane {
         timeout: Duration,
         mut on_line: impl FnMut(bool, &str),
     ) -> Result<i32, ExecError> {
-        let d = &self.d;
-        let state = self.state.as_ref().ok_or(ExecError::NotPrepared)?;
+        let d = &self.ctx();
+        let state = self.state().ok_or(ExecError::NotPrepared)?;
         let spec = ProcessSpec {
             argv,
             env: env.to_vec(),
@@ -390,16 +395,15 @@ impl Lane {
     }
 
     fn text(&self, text: String) {
-        let t = self.d.report().redact(&text);
-        self.d.report().push(&proxy_update(&self.run_id, json!({"type": "text", "text": t})));
+        let t = self.ctx().report().redact(&text);
+        self.ctx().report().push(&ProxyUpdate::new(self.run_id(), Content::text(t)));
     }
 
     fn step(&self, stage: &str, status: &str, message: Option<String>) {
-        let mut c = json!({"type": "init_step", "stage": stage, "status": status});
-        if let Some(m) = message {
-            c["message"] = json!(self.d.report().redact(&m));
-        }
-        self.d.report().push(&proxy_update(&self.run_id, c));
+        let message = message.map(|m| self.ctx().report().redact(&m));
+        self.ctx()
+            .report()
+            .push(&ProxyUpdate::new(self.run_id(), Content::init_step(stage, status, message)));
     }
 
     /// `init.script` with `bash -lc` in the instance (docs/protocol.md, "The
@@ -430,27 +434,25 @@ impl Lane {
                 }
             })
             .await;
-        let result = |c: Value| self.d.report().push(&proxy_update(&self.run_id, c));
+        let result = |r| self.ctx().report().push(&ProxyUpdate::new(self.run_id(), Content::init_result(r)));
         match outcome {
             Ok(0) => {
-                result(json!({"type": "init_result", "ok": true}));
+                result(Ok(()));
                 self.text("[init] done".into());
                 Ok(())
             }
             Ok(code) => {
-                result(
-                    json!({"type": "init_result", "ok": false, "exitCode": code, "error": format!("exitCode={code}")}),
-                );
+                result(Err((format!("exitCode={code}"), Some(code))));
                 Err(AgentError::InitExit(code))
             }
             Err(timeout @ ExecError::Timeout(_)) => {
-                result(json!({"type": "init_result", "ok": false, "error": timeout.to_string()}));
+                result(Err((timeout.to_string(), None)));
                 Err(AgentError::InitTimeout(timeout))
             }
             Err(spawn) => {
                 let text = spawn.to_string();
                 self.step("init", "failed", Some(text.clone()));
-                result(json!({"type": "init_result", "ok": false, "error": self.d.report().redact(&text)}));
+                result(Err((self.ctx().report().redact(&text), None)));
                 Err(AgentError::InitStart(spawn))
             }
         }
@@ -513,13 +515,17 @@ impl Lane {
         }
     }
 
+    /// The agent's process in the instance and its ACP connection: the
+    /// spec, the guest filesystem, the client, `initialize`. Long because
+    /// each step uses what the one before made; the timings logged at the
+    /// end cover them all (docs/benchmarks.md, "Execution-plane daemon").
     async fn start_agent(
         &mut self,
         state: &RunState,
         env: Vec<(String, String)>,
         cwd: String,
     ) -> Result<(), AgentError> {
-        let d = self.d.clone();
+        let d = self.ctx().clone();
         if d.cfg().agent_command.is_empty() {
             return Err(AgentError::NoAgentCommand);
         }
@@ -567,7 +573,7 @@ impl Lane {
         let cx = d.acp_context();
         let mut client = Client::new(
             cx.clone(),
-            self.run_id.clone(),
+            self.run_id().to_string(),
             name.clone(),
             fs,
             spawner,
@@ -575,37 +581,36 @@ impl Lane {
             state.home_guest.clone(),
         );
         client.sandbox_pid1 = pid1;
-        self.generation += 1;
-        let generation = self.generation;
-        let (dd, run) = (d.clone(), self.run_id.clone());
+        let generation = self.agent_slot_mut().next_generation();
+        let (dd, run) = (d.clone(), self.run_id().to_string());
         let on_exit = Box::new(move |_status| send(&dd, &run, Job::AgentExited { generation }));
         let spawned = t0.elapsed();
         if let Some(m) = d.report().metrics() {
             m.sandbox_started(d.report().wire_provider(), spawned);
         }
         let agent =
-            Agent::attach(cx, &self.run_id, &name, process, client, on_exit).map_err(AgentError::Acp)?;
+            Agent::attach(cx, self.run_id(), &name, process, client, on_exit).map_err(AgentError::Acp)?;
         if let Err(e) = agent.initialize().await {
             agent.shutdown("initialize failed").await;
             return Err(AgentError::Acp(e));
         }
         tracing::debug!(
             "run {}: agent spawned in {spawned:?} (launcher started, sandbox made), initialize answered after {:?}",
-            self.run_id,
+            self.run_id(),
             t0.elapsed()
         );
-        d.runs().set_agent(&self.run_id, Some(agent.clone()));
-        self.agent = Some(agent);
+        d.runs().set_agent(self.run_id(), Some(agent.clone()));
+        self.agent_slot_mut().set(agent);
         if let Ok(info) = d.provider().inspect(&name).await {
-            d.report().status(&self.run_id, &info);
+            d.report().status(self.run_id(), &info);
         }
         Ok(())
     }
 
     /// Closes the agent (acp_close, stop, remove, keepalive expiry).
     pub async fn close_agent(&mut self, reason: &str) {
-        if let Some(agent) = self.agent.take() {
-            self.d.runs().set_agent(&self.run_id, None);
+        if let Some(agent) = self.agent_slot_mut().take() {
+            self.ctx().runs().set_agent(self.run_id(), None);
             if !agent.has_exited() {
                 agent.shutdown(reason).await;
             }
@@ -615,11 +620,11 @@ impl Lane {
     /// `prompt_send` after the open: the turn runs on its own task.
     pub fn start_prompt(&mut self, m: RunMessage) {
         let Some(agent) = self.live_agent() else {
-            reply_prompt(self.d.report(), &m, Err(AgentError::NotRunning));
+            reply_prompt(self.ctx().report(), &m, Err(AgentError::NotRunning));
             return;
         };
-        let d = self.d.clone();
-        let run = self.run_id.clone();
+        let d = self.ctx().clone();
+        let run = self.run_id().to_string();
         let prompt_id = str_field(&m.prompt_id).unwrap_or_default().to_string();
         let session_id = str_field(&m.session_id).map(str::to_string);
         let cwd = str_field(&m.cwd).unwrap_or(sandbox::WORKSPACE).to_string();
@@ -633,7 +638,7 @@ impl Lane {
             .map_or(PROMPT_TIMEOUT_DEFAULT, |t| {
                 (t.max(0.0) as u64).clamp(PROMPT_TIMEOUT_MIN, PROMPT_TIMEOUT_MAX)
             });
-        self.prompts += 1;
+        self.agent_slot_mut().prompt_started();
         d.runs().turn(true);
         tokio::spawn(async move {
             let r = agent
@@ -647,9 +652,11 @@ impl Lane {
                 )
                 .await;
             match r {
-                Ok(o) => d.report().push(&json!({"type": "prompt_result", "run_id": run, "prompt_id": prompt_id, "ok": true,
-                    "session_id": o.session_id, "stop_reason": o.stop_reason, "session_created": o.session_created,
-                    "session_recreated_from": o.session_recreated_from})),
+                Ok(o) => d.report().push(&PromptResult::done(
+                    &Value::from(run.as_str()),
+                    &Value::from(prompt_id),
+                    &o,
+                )),
                 Err(e) => reply_prompt(d.report(), &m, Err(e)),
             }
             d.runs().turn(false);
@@ -773,16 +780,7 @@ fn forward_raw(d: &Arc<RunContext>, run_id: &str, agent: &Arc<Agent>, message: V
             agent.transport.send_raw(&Value::Object(m));
             let (d, run) = (d.clone(), run_id.to_string());
             d.clone().spawn(async move {
-                let reply = match rx.await {
-                    Ok(Ok(v)) => json!({"jsonrpc": "2.0", "id": backend_id, "result": v}),
-                    Ok(Err(e)) => {
-                        json!({"jsonrpc": "2.0", "id": backend_id, "error": {"code": e.code, "message": e.message, "data": e.data}})
-                    }
-                    Err(_) => {
-                        json!({"jsonrpc": "2.0", "id": backend_id, "error": {"code": -32603, "message": "the agent's connection closed"}})
-                    }
-                };
-                d.report().push(&json!({"type": "acp_message", "run_id": run, "message": reply}));
+                d.report().push(&AcpReply::new(&run, &backend_id, rx.await.ok()));
             });
         }
         (true, _) => agent.transport.send_raw(&Value::Object(m)),

@@ -62,6 +62,15 @@ fn now_secs() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
+/// The secrets the link authenticates with, out of the config: the daemon
+/// keeps them for the link alone.
+pub struct LinkSecrets {
+    pub(super) auth_token: Option<Secret>,
+    pub(super) bootstrap_token: Option<Secret>,
+    /// Signs `register_agent` (`signing::hmac_hex`).
+    pub(super) register_hmac_secret: Option<Secret>,
+}
+
 pub struct TokenSource {
     configured: Option<Token>,
     configured_rejected: bool,
@@ -73,11 +82,11 @@ pub struct TokenSource {
 }
 
 impl TokenSource {
-    pub fn new(cfg: &Config, proxy_id: &str) -> TokenSource {
+    pub fn new(cfg: &Config, secrets: &LinkSecrets, proxy_id: &str) -> TokenSource {
         TokenSource {
-            configured: cfg.auth_token.clone().map(Token::new),
+            configured: secrets.auth_token.clone().map(Token::new),
             configured_rejected: false,
-            bootstrap: cfg.register_url.clone().zip(cfg.bootstrap_token.clone()),
+            bootstrap: cfg.register_url.clone().zip(secrets.bootstrap_token.clone()),
             current: None,
             proxy_id: proxy_id.to_string(),
             name: cfg.agent.name.clone().unwrap_or_else(|| proxy_id.to_string()),

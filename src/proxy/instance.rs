@@ -100,19 +100,36 @@ fn under_root(root: &Path, path: &Path, create: bool) -> Result<PathBuf, Instanc
     resolve_under_root(root, path, create).map_err(InstanceError::Path)
 }
 
+/// The sandbox user's home inside the sandbox (`USER_HOME`, `HOME`, else
+/// `/root`), normalized, never inside the workspace.
+fn guest_home(env: &HashMap<String, String>) -> Result<String, InstanceError> {
+    let home_guest = ["USER_HOME", "HOME"]
+        .iter()
+        .find_map(|k| env.get(*k).filter(|v| !v.is_empty()).cloned())
+        .unwrap_or_else(|| "/root".into());
+    let home_guest = sandbox::guest_path::normalize(&home_guest)
+        .map_err(|why| InstanceError::Home { home: home_guest.clone(), why })?;
+    if sandbox::guest_path::is_within(&home_guest, sandbox::WORKSPACE) {
+        return Err(InstanceError::HomeInWorkspace);
+    }
+    Ok(home_guest)
+}
+
 impl Lane {
     /// The TTL from a message: clamped, default 1 800 (or the run's current one).
     fn ttl(&self, v: &Value) -> u64 {
-        let min = self.d.cfg().keepalive_min_seconds;
+        let min = self.ctx().cfg().keepalive_min_seconds;
         match v.as_f64().or_else(|| v.as_str().and_then(|s| s.trim().parse().ok())) {
             Some(n) if n.is_finite() => (n.max(0.0) as u64).clamp(min, MAX_TTL),
-            _ => self.state.as_ref().map_or(DEFAULT_TTL.clamp(min, MAX_TTL), |s| s.keepalive_ttl_seconds),
+            _ => self.state().map_or(DEFAULT_TTL.clamp(min, MAX_TTL), |s| s.keepalive_ttl_seconds),
         }
     }
 
     /// `ensureRuntime`: validates the instance name, TTL and init; makes
     /// sure the run's directories and instance exist and run; persists the
-    /// state. Stops the keepalive clock (work is in flight).
+    /// state. Stops the keepalive clock (work is in flight). Long because
+    /// it is `ensureRuntime` in its order: every check before the first
+    /// directory is made, the instance before the state that records it.
     pub async fn prepare(
         &mut self,
         instance_name: &Value,
@@ -126,40 +143,17 @@ impl Lane {
             v => Some(check_init(v)?),
         };
         if let Some(env) = init.as_ref().and_then(|i| i.get("env")).and_then(Value::as_object) {
-            self.d.report().add_secrets(env.iter().filter_map(|(k, v)| v.as_str().map(|v| (k.as_str(), v))));
+            self.ctx()
+                .report()
+                .add_secrets(env.iter().filter_map(|(k, v)| v.as_str().map(|v| (k.as_str(), v))));
         }
-        let effective_init = init.clone().or_else(|| self.state.as_ref().and_then(|s| s.init.clone()));
+        let effective_init = init.clone().or_else(|| self.state().and_then(|s| s.init.clone()));
         let env = init_env(effective_init.as_ref());
-        let root = self.d.cfg().sandbox.workspace_host_root.clone();
-        let workspace = match (&self.state, &init) {
-            (Some(state), None) => state.workspace.clone(),
-            _ => {
-                let wanted = workspace_from_init(effective_init.as_ref(), &env)
-                    .unwrap_or_else(|| root.join(format!("run-{}", self.run_id)));
-                under_root(&root, &wanted, true)?
-            }
-        };
-        let home = under_root(&root, &root.join(format!("home-{}", self.run_id)), true)?;
-        // The run's own directories, made 0755 by earlier versions.
-        for dir in [&home, &workspace].into_iter().filter(|d| d.parent() == Some(root.as_path())) {
-            if dir.file_name().is_some_and(|n| {
-                *n == *format!("run-{}", self.run_id) || *n == *format!("home-{}", self.run_id)
-            }) {
-                make_private(dir);
-            }
-        }
-        let home_guest = ["USER_HOME", "HOME"]
-            .iter()
-            .find_map(|k| env.get(*k).filter(|v| !v.is_empty()).cloned())
-            .unwrap_or_else(|| "/root".into());
-        let home_guest = sandbox::guest_path::normalize(&home_guest)
-            .map_err(|why| InstanceError::Home { home: home_guest.clone(), why })?;
-        if sandbox::guest_path::is_within(&home_guest, sandbox::WORKSPACE) {
-            return Err(InstanceError::HomeInWorkspace);
-        }
+        let (workspace, home) = self.run_dirs(init.is_some(), effective_init.as_ref(), &env)?;
+        let home_guest = guest_home(&env)?;
         let user = user_view(&env, &home_guest)?;
         let (uid, gid) = (user.uid, user.gid);
-        if self.d.cfg().sandbox.provider == super::config::ProviderChoice::Docker {
+        if self.ctx().cfg().sandbox.provider == super::config::ProviderChoice::Docker {
             chown_new(&workspace, &user);
             chown_new(&home, &user);
         }
@@ -168,28 +162,15 @@ impl Lane {
         // mounted where they target (binds are fixed when the instance is
         // made; the applier only records them).
         let (workspace_read_only, manifest_binds) = match effective_init.as_ref() {
-            Some(init) => manifest_binds(&self.d, init, &home_guest)?,
+            Some(init) => manifest_binds(self.ctx(), init, &home_guest)?,
             None => (false, Vec::new()),
         };
-        let run_mounts = self.d.mounts().prepare(&self.run_id, &user, &home_guest)?;
-        let mut mounts: Vec<Mount> = self
-            .d
-            .cfg()
-            .sandbox
-            .volumes
-            .iter()
-            .map(|v| Mount::Bind {
-                src: v.host_path.clone(),
-                dst: v.guest_path.clone(),
-                access: if v.read_only { sandbox::Access::Ro } else { sandbox::Access::Rw },
-            })
-            .collect();
-        mounts.extend(run_mounts);
-        mounts.extend(manifest_binds);
-        let (network, egress) = run_network(&self.d.cfg().sandbox, effective_init.as_ref())?;
+        let run_mounts = self.ctx().mounts().prepare(self.run_id(), &user, &home_guest)?;
+        let mounts = self.instance_mounts(run_mounts, manifest_binds);
+        let (network, egress) = run_network(&self.ctx().cfg().sandbox, effective_init.as_ref())?;
         let config = InstanceConfig {
-            image: match self.d.cfg().sandbox.provider {
-                super::config::ProviderChoice::Docker => self.d.cfg().sandbox.image.clone(),
+            image: match self.ctx().cfg().sandbox.provider {
+                super::config::ProviderChoice::Docker => self.ctx().cfg().sandbox.image.clone(),
                 _ => None,
             },
             home: Some(home.clone()),
@@ -198,24 +179,25 @@ impl Lane {
             network,
             egress,
             mounts,
-            env: self.d.cfg().sandbox.env.clone(),
-            nested: self.d.cfg().sandbox.nested,
-            nested_userns: self.d.cfg().sandbox.nested_userns,
-            hidden: self.d.mounts().hidden().to_vec(),
-            ..InstanceConfig::new(name.clone(), self.run_id.clone(), workspace.clone())
+            env: self.ctx().cfg().sandbox.env.clone(),
+            nested: self.ctx().cfg().sandbox.nested,
+            nested_userns: self.ctx().cfg().sandbox.nested_userns,
+            hidden: self.ctx().mounts().hidden().to_vec(),
+            ..InstanceConfig::new(name.clone(), self.run_id().to_string(), workspace.clone())
         };
-        let info = match self.d.provider().ensure(&config).await {
+        let info = match self.ctx().provider().ensure(&config).await {
             Ok(info) => info,
             Err(e) => {
-                self.d.report().error_status(&self.run_id, &name, &e.to_string());
+                self.ctx().report().error_status(self.run_id(), &name, &e.to_string());
                 return Err(e.into());
             }
         };
-        self.d.report().status(&self.run_id, &info);
+        self.ctx().report().status(self.run_id(), &info);
         let now = super::now_iso();
-        let state = self.state.get_or_insert_with(|| RunState {
+        let run_id = self.run_id().to_string();
+        let state = self.state_or_insert_with(|| RunState {
             version: STATE_VERSION,
-            run_id: self.run_id.clone(),
+            run_id,
             instance_name: name.clone(),
             keepalive_ttl_seconds: ttl,
             expires_at_ms: None,
@@ -249,6 +231,56 @@ impl Lane {
         Ok(())
     }
 
+    /// The run's workspace and home on the host, made (private) under
+    /// `workspaceHostRoot`: the workspace the run has unless a new `init`
+    /// names one.
+    fn run_dirs(
+        &self,
+        fresh_init: bool,
+        effective_init: Option<&Value>,
+        env: &HashMap<String, String>,
+    ) -> Result<(PathBuf, PathBuf), InstanceError> {
+        let root = self.ctx().cfg().sandbox.workspace_host_root.clone();
+        let workspace = match (self.state(), fresh_init) {
+            (Some(state), false) => state.workspace.clone(),
+            _ => {
+                let wanted = workspace_from_init(effective_init, env)
+                    .unwrap_or_else(|| root.join(format!("run-{}", self.run_id())));
+                under_root(&root, &wanted, true)?
+            }
+        };
+        let home = under_root(&root, &root.join(format!("home-{}", self.run_id())), true)?;
+        // The run's own directories, made 0755 by earlier versions.
+        for dir in [&home, &workspace].into_iter().filter(|d| d.parent() == Some(root.as_path())) {
+            if dir.file_name().is_some_and(|n| {
+                *n == *format!("run-{}", self.run_id()) || *n == *format!("home-{}", self.run_id())
+            }) {
+                make_private(dir);
+            }
+        }
+        Ok((workspace, home))
+    }
+
+    /// The instance's mounts: `sandbox.volumes`, the run's own (scratch,
+    /// agent state, secrets), the manifest's binds.
+    fn instance_mounts(&self, run_mounts: Vec<Mount>, manifest_binds: Vec<Mount>) -> Vec<Mount> {
+        let mut mounts: Vec<Mount> = self
+            .ctx()
+            .cfg()
+            .sandbox
+            .volumes
+            .iter()
+            .map(|v| Mount::Bind {
+                src: v.host_path.clone(),
+                dst: v.guest_path.clone(),
+                access: if v.read_only { sandbox::Access::Ro } else { sandbox::Access::Rw },
+            })
+            .collect();
+        mounts.extend(run_mounts);
+        mounts.extend(manifest_binds);
+        mounts
+    }
+
     /// The run's instance name: the message's (validated), else the
     /// existing one, else `<prefix><run_id>`. A different name than the
     /// run's existing instance is an error.
@@ -259,13 +291,13 @@ impl Lane {
             Value::String(s) => Some(s.trim().to_string()),
             other => return Err(InstanceError::NameNotString(other.clone())),
         };
-        let name = match (name, &self.state) {
+        let name = match (name, self.state()) {
             (Some(n), _) => n,
             (None, Some(state)) => state.instance_name.clone(),
-            (None, None) => format!("{}{}", self.d.cfg().sandbox.instance_prefix, self.run_id),
+            (None, None) => format!("{}{}", self.ctx().cfg().sandbox.instance_prefix, self.run_id()),
         };
-        names::validate_instance_name(&name, &self.d.cfg().sandbox.instance_prefix)?;
-        if let Some(state) = &self.state
+        names::validate_instance_name(&name, &self.ctx().cfg().sandbox.instance_prefix)?;
+        if let Some(state) = self.state()
             && state.instance_name != name
         {
             return Err(InstanceError::NameDiffers { name, existing: state.instance_name.clone() });
@@ -275,19 +307,19 @@ impl Lane {
 
     /// Removes instance `name`; if it is this run's, the run is forgotten.
     pub async fn remove_instance(&mut self, name: &str) -> Result<InstanceInfo, ProviderError> {
-        match self.d.provider().remove(name).await {
+        match self.ctx().provider().remove(name).await {
             Ok(info) => {
-                if self.state.as_ref().is_some_and(|s| s.instance_name == name) {
+                if self.state().is_some_and(|s| s.instance_name == name) {
                     self.forget();
                 }
-                if !self.run_id.is_empty() {
-                    self.d.report().status(&self.run_id, &info);
+                if !self.run_id().is_empty() {
+                    self.ctx().report().status(self.run_id(), &info);
                 }
                 Ok(info)
             }
             Err(e) => {
-                if !self.run_id.is_empty() {
-                    self.d.report().error_status(&self.run_id, name, &e.to_string());
+                if !self.run_id().is_empty() {
+                    self.ctx().report().error_status(self.run_id(), name, &e.to_string());
                 }
                 Err(e)
             }

@@ -8,7 +8,8 @@
 use std::path::Path;
 
 use super::protocol::{
-    DeletedWorkspace, InventoryInstance, InventoryRef, SandboxInventory, WorkspaceEntry, WorkspaceInventory,
+    DeletedWorkspace, InventoryInstance, InventoryRef, Kind, SandboxInventory, WorkspaceEntry,
+    WorkspaceInventory,
 };
 use crate::provider::{AnyProvider, InstanceInfo, Provider, ProviderError, names};
 
@@ -18,7 +19,7 @@ pub fn run_id_of(name: &str) -> Option<String> {
 
 fn empty(provider: &AnyProvider) -> SandboxInventory {
     SandboxInventory {
-        kind: "sandbox_inventory",
+        kind: Kind::SANDBOX_INVENTORY,
         inventory_id: uuid::Uuid::new_v4().to_string(),
         provider: provider.kind().wire_name(),
         runtime: provider.runtime().map(str::to_string),
@@ -117,7 +118,7 @@ pub fn workspace_inventory(root: &Path) -> WorkspaceInventory {
     }
     workspaces.sort_by(|a, b| a.run_id.cmp(&b.run_id));
     WorkspaceInventory {
-        kind: "workspace_inventory",
+        kind: Kind::WORKSPACE_INVENTORY,
         inventory_id: uuid::Uuid::new_v4().to_string(),
         captured_at: super::now_iso(),
         workspace_provider: "host",

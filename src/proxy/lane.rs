@@ -6,10 +6,11 @@
 //!
 //! The parts sit above this file and never import each other upwards:
 //! `instance.rs` (the run's instance: `ensureRuntime`, removal),
-//! `agent.rs` (the run's agent), `control.rs` (`sandbox_control`), and
+//! `agent.rs` (the run's agent), `control/` (`sandbox_control`), and
 //! `runs.rs` on top (routing, the lane's loop, keepalive, re-adoption).
-//! A lane's loop lives in `runs.rs`; this file starts it through the
-//! function the daemon gives [`Runs::new`], so it needs nothing above it.
+//! A lane's loop lives in `runs.rs`: [`send`] makes a new lane's queue and
+//! hands it to `runs.rs` as a [`NewLane`] over a channel, so this file
+//! needs nothing above it.
 
 use std::collections::HashMap;
 use std::fmt::Display;
@@ -18,16 +19,16 @@ use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
-use super::config::Config;
+use super::config::{Config, Secret};
 use super::mounts::Mounts;
 use super::persist::Persister;
-use super::protocol::{RunMessage, SandboxControl, proxy_error_text};
+use super::protocol::{PromptResult, ProxyUpdate, RunMessage, RunReply, SandboxControl};
 use super::report::Reporter;
+use super::signing::Signer;
 use crate::acp::host::Agent;
-use crate::acp::transport::BoxFuture;
 use crate::provider::{AnyProvider, ProviderError, names};
 
 pub const STATE_VERSION: u32 = 1;
@@ -109,6 +110,10 @@ pub struct RunContext {
     runs_dir: PathBuf,
     persister: Persister,
     mounts: Mounts,
+    /// Checks signed controls; the signing secret is in here only.
+    signer: Signer,
+    /// `auth_token`, for what the inputs fetcher downloads from the backend.
+    download_token: Option<Secret>,
     /// Where blocking work goes (`crate::blocking`), shared by every run.
     pool: Arc<crate::blocking::Pool>,
     /// The event loop the runs live on (the link has a thread of its own,
@@ -117,25 +122,32 @@ pub struct RunContext {
 }
 
 impl RunContext {
-    /// Lanes run `lane_loop` (`runs.rs`) over their jobs.
+    /// With the lanes to start, for `runs.rs` to run (`runs::serve_lanes`).
+    /// `cfg` holds no secret of the link or of signing any more: the
+    /// daemon took them out (`signer`, the link's own).
     pub fn new(
         cfg: Config,
         provider: AnyProvider,
         report: Arc<Reporter>,
         mounts: Mounts,
-        lane_loop: LaneLoop,
-    ) -> RunContext {
-        RunContext {
+        signer: Signer,
+        download_token: Option<Secret>,
+    ) -> (RunContext, mpsc::UnboundedReceiver<NewLane>) {
+        let (runs, new_lanes) = Runs::new();
+        let run = RunContext {
             runs_dir: cfg.state_dir.join("runs"),
             persister: Persister::new(report.clone()),
             cfg,
             provider,
             report,
-            runs: Runs::new(lane_loop),
+            runs,
             mounts,
+            signer,
+            download_token,
             pool: crate::blocking::Pool::daemon(),
             runtime: tokio::runtime::Handle::try_current().ok(),
-        }
+        };
+        (run, new_lanes)
     }
 
     /// Starts `task` on the runs' event loop, from whichever thread.
@@ -178,19 +190,34 @@ impl RunContext {
         &self.mounts
     }
 
+    /// Checks the signature of a destructive control.
+    pub fn signer(&self) -> &Signer {
+        &self.signer
+    }
+
+    /// The token the inputs fetcher authenticates its downloads from the
+    /// backend with.
+    pub fn download_token(&self) -> Option<&Secret> {
+        self.download_token.as_ref()
+    }
+
     /// The blocking pool ([`crate::blocking`]).
     pub fn pool(&self) -> &Arc<crate::blocking::Pool> {
         &self.pool
     }
 }
 
-/// A lane's loop over its jobs (`runs.rs`), as [`send`] starts it.
-pub type LaneLoop = fn(Lane, mpsc::UnboundedReceiver<Job>) -> BoxFuture<()>;
+/// A lane to start (by `runs.rs`): its key and its queue, which may
+/// already hold jobs.
+pub struct NewLane {
+    pub key: String,
+    pub jobs: mpsc::UnboundedReceiver<Job>,
+}
 
 pub struct Runs {
     lanes: Mutex<HashMap<String, mpsc::UnboundedSender<Job>>>,
-    /// Runs a new lane.
-    start: LaneLoop,
+    /// Where a new lane's queue goes to be served.
+    new_lanes: mpsc::UnboundedSender<NewLane>,
     agents: Agents,
     /// Prompt turns whose `prompt_result` is not yet queued (all runs).
     turns: std::sync::atomic::AtomicUsize,
@@ -199,15 +226,18 @@ pub struct Runs {
 }
 
 impl Runs {
-    /// No lane yet; a lane runs `start` when its first job comes.
-    pub fn new(start: LaneLoop) -> Runs {
-        Runs {
+    /// No lane yet; a lane's queue goes out on the channel returned when
+    /// its first job comes.
+    fn new() -> (Runs, mpsc::UnboundedReceiver<NewLane>) {
+        let (new_lanes, rx) = mpsc::unbounded_channel();
+        let runs = Runs {
             lanes: Mutex::default(),
-            start,
+            new_lanes,
             agents: Agents::default(),
             turns: Default::default(),
             stopping: Default::default(),
-        }
+        };
+        (runs, rx)
     }
 
     pub fn lanes(&self) -> std::sync::MutexGuard<'_, HashMap<String, mpsc::UnboundedSender<Job>>> {
@@ -304,12 +334,11 @@ fn start_lane(
     key: &str,
     job: Job,
 ) {
-    let (tx, rx) = mpsc::unbounded_channel();
+    let (tx, jobs) = mpsc::unbounded_channel();
     tx.send(job).ok();
     lanes.insert(key.to_string(), tx);
-    let lane =
-        Lane { d: d.clone(), run_id: key.to_string(), state: None, agent: None, generation: 0, prompts: 0 };
-    d.spawn((d.runs.start)(lane, rx));
+    // Err: nothing serves lanes any more (the daemon is going away).
+    let _ = d.runs.new_lanes.send(NewLane { key: key.to_string(), jobs });
 }
 
 /// Why a run id is refused.
@@ -340,21 +369,16 @@ pub fn reply_prompt(report: &Reporter, m: &RunMessage, result: Result<(), impl D
     if let Err(e) = result {
         let e = report.redact(&e.to_string());
         if let Some(id) = m.run_id.as_str() {
-            report.push(&proxy_error_text(id, &e));
+            report.push(&ProxyUpdate::error(id, &e));
         }
-        report.push(
-            &json!({"type":"prompt_result","run_id":m.run_id,"prompt_id":m.prompt_id,"ok":false,"error":e}),
-        );
+        report.push(&PromptResult::failed(&m.run_id, &m.prompt_id, e));
     }
 }
 
 /// Answers a session control.
 pub fn reply_session(report: &Reporter, m: &RunMessage, result: Result<(), impl Display>) {
-    let mut v = json!({"type":"session_control_result","run_id":m.run_id,"control_id":m.control_id,"ok":result.is_ok()});
-    if let Err(e) = result {
-        v["error"] = json!(report.redact(&e.to_string()));
-    }
-    report.push(&v);
+    let result = result.map_err(|e| report.redact(&e.to_string()));
+    report.push(&RunReply::session_control(&m.run_id, &m.control_id, result));
 }
 
 pub fn now_ms() -> u64 {
@@ -365,18 +389,54 @@ pub fn now_ms() -> u64 {
 /// (e.g. an `inspect` of an unknown run) and for the global lane.
 pub struct Lane {
     /// What every run shares ([`RunContext`]).
-    pub d: Arc<RunContext>,
-    pub run_id: String,
-    pub state: Option<RunState>,
-    /// The run's agent process and ACP connection.
-    pub agent: Option<Arc<Agent>>,
-    /// Which agent process `agent` is (exit notices of older ones are ignored).
-    pub generation: u64,
-    /// Prompt turns in flight (the run is not idle while any is).
-    pub prompts: usize,
+    d: Arc<RunContext>,
+    run_id: String,
+    state: Option<RunState>,
+    agent: AgentSlot,
 }
 
 impl Lane {
+    /// A lane of `run_id` that holds nothing yet.
+    pub fn new(d: Arc<RunContext>, run_id: String) -> Lane {
+        Lane { d, run_id, state: None, agent: AgentSlot::default() }
+    }
+
+    /// What every run shares.
+    pub fn ctx(&self) -> &Arc<RunContext> {
+        &self.d
+    }
+
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    /// The run's state: `None` for a run the daemon does not hold.
+    pub fn state(&self) -> Option<&RunState> {
+        self.state.as_ref()
+    }
+
+    pub fn state_mut(&mut self) -> Option<&mut RunState> {
+        self.state.as_mut()
+    }
+
+    /// The lane holds `state` from now on (a re-adopted run).
+    pub fn set_state(&mut self, state: RunState) {
+        self.state = Some(state);
+    }
+
+    /// The run's state, made by `new` when the lane holds none.
+    pub fn state_or_insert_with(&mut self, new: impl FnOnce() -> RunState) -> &mut RunState {
+        self.state.get_or_insert_with(new)
+    }
+
+    pub fn agent_slot(&self) -> &AgentSlot {
+        &self.agent
+    }
+
+    pub fn agent_slot_mut(&mut self) -> &mut AgentSlot {
+        &mut self.agent
+    }
+
     fn state_path(&self) -> PathBuf {
         self.d.runs_dir.join(format!("{}.json", self.run_id))
     }
@@ -405,6 +465,65 @@ impl Lane {
         self.d.mounts.discard(&self.run_id);
         self.d.mounts.discard_incoming(&self.run_id);
         self.d.persister.write(&self.run_id, self.state_path(), None);
+    }
+}
+
+/// The run's agent as its lane holds it: the process and ACP connection,
+/// which process it is (exit notices of older ones are ignored), and the
+/// prompt turns in flight (the run is not idle while any is).
+#[derive(Default)]
+pub struct AgentSlot {
+    agent: Option<Arc<Agent>>,
+    generation: u64,
+    prompts: usize,
+}
+
+impl AgentSlot {
+    /// The agent, unless it has exited.
+    pub fn live(&self) -> Option<Arc<Agent>> {
+        self.agent.clone().filter(|a| !a.has_exited())
+    }
+
+    /// The number of the agent process about to start.
+    pub fn next_generation(&mut self) -> u64 {
+        self.generation += 1;
+        self.generation
+    }
+
+    pub fn set(&mut self, agent: Arc<Agent>) {
+        self.agent = Some(agent);
+    }
+
+    pub fn take(&mut self) -> Option<Arc<Agent>> {
+        self.agent.take()
+    }
+
+    pub fn clear(&mut self) {
+        self.agent = None;
+    }
+
+    /// The agent process `generation` exited: true (and the agent
+    /// forgotten) when it is the current one.
+    pub fn exited(&mut self, generation: u64) -> bool {
+        if generation == self.generation && self.agent.is_some() {
+            self.agent = None;
+            true
+        } else {
+            false
+        }
+    }
+
+    pub fn prompt_started(&mut self) {
+        self.prompts += 1;
+    }
+
+    pub fn prompt_done(&mut self) {
+        self.prompts = self.prompts.saturating_sub(1);
+    }
+
+    /// Prompt turns are in flight.
+    pub fn busy(&self) -> bool {
+        self.prompts > 0
     }
 }
 

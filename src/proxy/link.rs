@@ -34,7 +34,7 @@ use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use super::Daemon;
 use super::auth::TokenSource;
 use super::config::url_parts;
-use super::protocol::{Incoming, RegisterAgent};
+use super::protocol::{Incoming, Kind, RegisterAgent};
 
 pub trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
@@ -106,7 +106,7 @@ pub async fn run_apart(d: Arc<Daemon>, shutdown: tokio::sync::watch::Receiver<bo
 
 /// Runs the link until shutdown or an id conflict.
 pub async fn run(d: Arc<Daemon>, mut shutdown: tokio::sync::watch::Receiver<bool>) -> Exit {
-    let mut tokens = TokenSource::new(d.cfg(), d.proxy_id());
+    let mut tokens = TokenSource::new(d.cfg(), d.link_secrets(), d.proxy_id());
     let mut backoff = BACKOFF_START;
     let cap = Duration::from_secs(d.cfg().reconnect_max_seconds);
     loop {
@@ -372,7 +372,7 @@ async fn session_inner(
         }
     }
     for notice in d.outbox().take_overflow_notices() {
-        if let Err(e) = send_text(&mut ws, &notice.to_string()).await {
+        if let Err(e) = send_text(&mut ws, &notice).await {
             return End::Retry { reason: format!("send: {e}"), healthy: false };
         }
     }
@@ -417,7 +417,7 @@ async fn registered(d: &Arc<Daemon>, ws: &mut Ws, shutdown: &mut tokio::sync::wa
                         healthy: true,
                     };
                 }
-                let hb = super::protocol::Heartbeat { kind: "heartbeat", agent_id: d.proxy_id(), timestamp: super::now_iso() };
+                let hb = super::protocol::Heartbeat::new(d.proxy_id(), super::now_iso());
                 let text = serde_json::to_string(&hb).expect("plain data");
                 if let Err(e) = send_text(ws, &text).await {
                     return End::Retry { reason: format!("send heartbeat: {e}"), healthy: true };
@@ -489,19 +489,19 @@ async fn finish(mut ws: Ws, end: End) -> End {
 
 fn register_message(d: &Daemon) -> String {
     let msg = RegisterAgent {
-        kind: "register_agent",
+        kind: Kind::REGISTER_AGENT,
         agent: super::protocol::AgentInfo {
             id: d.proxy_id().to_string(),
             name: d.cfg().agent.name.clone().unwrap_or_else(|| d.proxy_id().to_string()),
             max_concurrent: d.cfg().agent.max_concurrent,
             capabilities: d.capabilities(),
         },
-        auth: d.cfg().register_hmac_secret.as_ref().map(|secret| {
+        auth: d.link_secrets().register_hmac_secret.as_ref().map(|secret| {
             let timestamp = super::now_iso();
             let signature =
-                super::control::hmac_hex(secret.expose(), format!("{}.{timestamp}", d.proxy_id()).as_bytes());
+                super::signing::hmac_hex(secret.expose(), format!("{}.{timestamp}", d.proxy_id()).as_bytes());
             super::protocol::RegisterAuth {
-                kind: "hmac-sha256",
+                kind: Kind::HMAC_SHA256,
                 proxy_id: d.proxy_id().to_string(),
                 timestamp,
                 signature,

@@ -200,6 +200,8 @@ fn prompt_histogram() -> Histogram {
 }
 
 impl Metrics {
+    /// Every family registered, in the order `/metrics` lists them: long,
+    /// and meant to be read as the list of what the daemon exports.
     pub fn new() -> Metrics {
         let mut r = Registry::with_prefix("tuixiu");
         crate::metrics::register_build_info(&mut r, "tuixiu-sandbox-proxy");

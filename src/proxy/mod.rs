@@ -54,6 +54,7 @@ pub mod protocol;
 pub mod repo;
 pub mod report;
 pub mod runs;
+pub mod signing;
 pub mod status;
 pub mod tls;
 
@@ -68,6 +69,7 @@ use crate::provider::docker::DockerProvider;
 use crate::provider::host::HostProvider;
 use crate::provider::native::NativeProvider;
 use crate::provider::{AnyProvider, Provider, ProviderError};
+use auth::LinkSecrets;
 use config::{Config, ProviderChoice};
 
 /// Exit status when the backend refuses the proxy id.
@@ -83,6 +85,9 @@ pub const EXIT_ID_CONFLICT: u8 = 3;
 /// status file see the registration state and the proxy id.
 pub struct Daemon {
     proxy_id: String,
+    /// What the link authenticates with; taken out of the config the runs
+    /// get.
+    link_secrets: LinkSecrets,
     /// Registered with the backend right now.
     connected: AtomicBool,
     run: Arc<lane::RunContext>,
@@ -118,7 +123,7 @@ impl Daemon {
     /// (the `proxy_messages` and `acp_transport` fuzz targets pass a native
     /// provider whose launcher does not exist: instances, but no process).
     #[doc(hidden)]
-    pub fn with_provider(cfg: Config, proxy_id: String, provider: AnyProvider) -> Daemon {
+    pub fn with_provider(mut cfg: Config, proxy_id: String, provider: AnyProvider) -> Daemon {
         let mut redactor = Redactor::default();
         for s in cfg.secrets() {
             redactor.add(s);
@@ -139,8 +144,19 @@ impl Daemon {
         ));
         let mounts = mounts::Mounts::new(&cfg, &proxy_id);
         let path_warnings = exposed::warnings(&cfg);
-        let run = lane::RunContext::new(cfg, provider, report, mounts, runs::lane_loop);
-        Daemon { proxy_id, connected: AtomicBool::new(false), run: Arc::new(run), path_warnings }
+        // Each secret goes to the one part that signs or authenticates
+        // with it; the runs get the config without them.
+        let link_secrets = LinkSecrets {
+            auth_token: cfg.auth_token.take(),
+            bootstrap_token: cfg.bootstrap_token.take(),
+            register_hmac_secret: cfg.register_hmac_secret.take(),
+        };
+        let signer = signing::Signer::new(cfg.control_signing_secret.take());
+        let download_token = link_secrets.auth_token.clone();
+        let (run, new_lanes) = lane::RunContext::new(cfg, provider, report, mounts, signer, download_token);
+        let run = Arc::new(run);
+        run.spawn(runs::serve_lanes(Arc::downgrade(&run), new_lanes));
+        Daemon { proxy_id, link_secrets, connected: AtomicBool::new(false), run, path_warnings }
     }
 
     /// The private directories that lie where sandboxes see, as warnings.
@@ -150,6 +166,11 @@ impl Daemon {
 
     pub fn cfg(&self) -> &Config {
         self.run.cfg()
+    }
+
+    /// The link's tokens and registration secret.
+    fn link_secrets(&self) -> &LinkSecrets {
+        &self.link_secrets
     }
 
     pub fn proxy_id(&self) -> &str {
@@ -286,7 +307,9 @@ pub struct Options {
 
 /// Loads the config, takes the identity lock and runs the daemon until
 /// SIGTERM/SIGINT (0), an id conflict ([`EXIT_ID_CONFLICT`]) or a startup
-/// error (125).
+/// error (125). Long because it is the daemon's startup and shutdown in
+/// the order they happen (config, lock, runtime, state, metrics, link,
+/// signals, drain), each step's failure answered where it happens.
 pub fn main(opts: Options) -> u8 {
     // Later entries win: the overrides over the environment.
     let vars = std::env::vars().chain(opts.overrides);

@@ -299,8 +299,9 @@ impl Outbox {
         self.len() == 0
     }
 
-    /// The overflow report, per run, to send before the queue; clears it.
-    pub fn take_overflow_notices(&self) -> Vec<serde_json::Value> {
+    /// The overflow report, per run, to send before the queue (as
+    /// sent); clears it.
+    pub fn take_overflow_notices(&self) -> Vec<String> {
         let dropped = std::mem::take(&mut self.lock().dropped);
         dropped
             .into_iter()
@@ -313,7 +314,8 @@ impl Outbox {
                      (bound: {} messages / {} bytes)",
                     self.max_messages, self.max_bytes
                 );
-                super::protocol::proxy_error_text(&run_id, &text)
+                let notice = super::protocol::ProxyUpdate::error(&run_id, &text);
+                serde_json::to_string(&notice).expect("plain data")
             })
             .collect()
     }
@@ -413,7 +415,8 @@ mod tests {
             o.push(&json!({"type":"prompt_result","run_id":"r1","i":i}));
         }
         assert_eq!(o.len(), 2);
-        let notices = o.take_overflow_notices();
+        let notices: Vec<serde_json::Value> =
+            o.take_overflow_notices().iter().map(|t| serde_json::from_str(t).unwrap()).collect();
         assert_eq!(notices.len(), 1);
         assert_eq!(notices[0]["run_id"], "r1");
         assert!(notices[0]["content"]["text"].as_str().unwrap().contains("3 message(s)"));

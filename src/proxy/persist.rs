@@ -147,7 +147,7 @@ fn write_batch(report: &Reporter, batch: HashMap<PathBuf, Entry>) {
             Some(bytes) => {
                 if let Err(e) = super::identity::write_private(&path, &bytes) {
                     tracing::error!("run {run_id}: persisting its state: {e}");
-                    report.push(&super::protocol::proxy_error_text(
+                    report.push(&super::protocol::ProxyUpdate::error(
                         &run_id,
                         &format!("persisting run state: {e}"),
                     ));

@@ -107,16 +107,15 @@ impl Reporter {
 
     /// Queues `proxy_update sandbox_instance_status` for `run_id`.
     pub fn status(&self, run_id: &str, info: &InstanceInfo) {
-        let content = protocol::InstanceStatusContent {
-            kind: "sandbox_instance_status",
-            instance_name: info.name.clone(),
-            provider: self.wire_provider(),
-            runtime: self.runtime.clone(),
-            status: info.status.as_str(),
-            last_seen_at: super::now_iso(),
-            last_error: info.last_error.as_deref().map(|e| self.redact(e)),
-        };
-        self.push(&protocol::proxy_update(run_id, serde_json::to_value(content).expect("plain data")));
+        let content = protocol::InstanceStatus::new(
+            info.name.clone(),
+            self.wire_provider(),
+            self.runtime.clone(),
+            info.status.as_str(),
+            info.last_error.as_deref().map(|e| self.redact(e)),
+            super::now_iso(),
+        );
+        self.push(&protocol::ProxyUpdate::new(run_id, protocol::Content::InstanceStatus(content)));
     }
 
     /// Queues `sandbox_instance_status {status:"error", last_error}`.
@@ -148,7 +147,7 @@ impl crate::provider::native::EgressReports for NetworkEvents {
         tracing::info!("run {run_id} ({instance}): egress proxy: {denial}");
         if let Some(report) = self.report.get() {
             let text = report.redact(&denial.to_string());
-            report.push(&protocol::proxy_network_text(run_id, &text));
+            report.push(&protocol::ProxyUpdate::network(run_id, &text));
             if let Some(metrics) = report.metrics() {
                 metrics.egress_denied(denial.via);
             }

@@ -30,22 +30,21 @@
 //! the lane keeps serving the run's other messages; session controls and
 //! permission answers bypass the lane and reach the agent directly.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::agent::AgentError;
 use super::instance::InstanceError;
 use super::lane::{
-    Job, Lane, RunContext, RunIdError, RunState, STATE_VERSION, now_ms, reply_prompt, reply_session, send,
-    valid_run_id,
+    Job, Lane, NewLane, RunContext, RunIdError, RunState, STATE_VERSION, now_ms, reply_prompt, reply_session,
+    send, valid_run_id,
 };
 use super::pathmap::PathMapError;
-use super::protocol::{Incoming, RunMessage, proxy_error_text, str_field};
+use super::protocol::{Incoming, ProxyUpdate, RunMessage, RunReply, str_field};
 use super::report::Reporter;
-use crate::acp::transport::BoxFuture;
 use crate::provider::{Provider, names};
 
 /// Why a run's message failed, as its reply says it.
@@ -71,10 +70,13 @@ pub enum RunError {
     NotOpen,
 }
 
-/// A lane's loop ([`super::lane::Runs::new`] takes it as a
-/// [`LaneLoop`](super::lane::LaneLoop)).
-pub fn lane_loop(lane: Lane, rx: mpsc::UnboundedReceiver<Job>) -> BoxFuture<()> {
-    Box::pin(lane.run(rx))
+/// Starts every new lane (`lane::send` queues a run's first job and hands
+/// the queue over) on its own task, until the runs' context is gone.
+pub async fn serve_lanes(d: Weak<RunContext>, mut new_lanes: mpsc::UnboundedReceiver<NewLane>) {
+    while let Some(NewLane { key, jobs }) = new_lanes.recv().await {
+        let Some(d) = d.upgrade() else { break };
+        d.spawn(Lane::new(d.clone(), key).run(jobs));
+    }
 }
 
 /// Routes a message: validates what a lane needs (the run id) and answers
@@ -91,9 +93,7 @@ pub fn dispatch(d: &Arc<RunContext>, msg: Incoming) {
         },
         Incoming::AcpClose(m) => match valid_run_id(&m.run_id) {
             Ok(id) => send(d, &id, Job::Close(m)),
-            Err(e) => d
-                .report()
-                .push(&json!({"type":"acp_closed","run_id":m.run_id,"ok":false,"error":e.to_string()})),
+            Err(e) => d.report().push(&RunReply::closed(&m.run_id, Err(e.to_string()))),
         },
         Incoming::SessionControl { kind, msg } => match valid_run_id(&msg.run_id) {
             // Straight to a live agent (never behind a prompt); the lane
@@ -142,13 +142,13 @@ fn session_fields_ok(kind: &str, msg: &RunMessage) -> bool {
 
 fn reply_open(report: &Reporter, run_id: &Value, result: Result<(), RunError>) {
     match result {
-        Ok(()) => report.push(&json!({"type":"acp_opened","run_id":run_id,"ok":true})),
+        Ok(()) => report.push(&RunReply::opened(run_id, Ok(()))),
         Err(e) => {
             let e = report.redact(&e.to_string());
             if let Some(id) = run_id.as_str() {
-                report.push(&proxy_error_text(id, &format!("acp_open failed: {e}")));
+                report.push(&ProxyUpdate::error(id, &format!("acp_open failed: {e}")));
             }
-            report.push(&json!({"type":"acp_opened","run_id":run_id,"ok":false,"error":e}));
+            report.push(&RunReply::opened(run_id, Err(e)));
         }
     }
 }
@@ -156,10 +156,10 @@ fn reply_open(report: &Reporter, run_id: &Value, result: Result<(), RunError>) {
 impl Lane {
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Job>) {
         loop {
-            let deadline =
-                self.state.as_ref().and_then(|s| s.expires_at_ms).map(|at| {
-                    tokio::time::Instant::now() + Duration::from_millis(at.saturating_sub(now_ms()))
-                });
+            let deadline = self
+                .state()
+                .and_then(|s| s.expires_at_ms)
+                .map(|at| tokio::time::Instant::now() + Duration::from_millis(at.saturating_sub(now_ms())));
             tokio::select! {
                 job = rx.recv() => match job {
                     Some(job) => self.handle(job).await,
@@ -167,10 +167,10 @@ impl Lane {
                 },
                 _ = sleep_until_opt(deadline) => self.expire().await,
             }
-            if self.state.is_none() {
-                let mut lanes = self.d.runs().lanes();
+            if self.state().is_none() {
+                let mut lanes = self.ctx().runs().lanes();
                 if rx.is_empty() {
-                    lanes.remove(&self.run_id);
+                    lanes.remove(self.run_id());
                     break;
                 }
             }
@@ -179,98 +179,41 @@ impl Lane {
 
     async fn handle(&mut self, job: Job) {
         match job {
-            Job::Open(mut m) => {
-                let t0 = std::time::Instant::now();
-                let result: Result<(), RunError> =
-                    self.d.cfg().sandbox.path_mapping.apply(&mut m).map_err(Into::into);
-                let result = match result {
-                    Ok(()) => self
-                        .prepare(&m.instance_name, &m.keepalive_ttl_seconds, &m.init)
-                        .await
-                        .map_err(Into::into),
-                    Err(e) => Err(e),
-                };
-                let prepared = t0.elapsed();
-                // The backend may rely on the run once it has the answer (its
-                // instance exists, ok or not): `prepare` queued the record,
-                // whose `fsync` overlaps the agent's start; the answer waits
-                // for it below.
-                let record = self.persisted();
-                let result = match result {
-                    Ok(()) => self.open_agent(&m.cwd).await.map_err(Into::into),
-                    Err(e) => Err(e),
-                };
-                // The open path's own share against the agent's start
-                // (docs/benchmarks.md, "Execution-plane daemon"); `start_agent`
-                // logs its part.
-                tracing::debug!(
-                    "run {}: acp_open: instance ready in {prepared:?}, answered after {:?}",
-                    self.run_id,
-                    t0.elapsed()
-                );
-                if let Some(record) = record {
-                    // Err: the writer went away (the daemon is stopping).
-                    let _ = record.await;
-                }
-                reply_open(self.d.report(), &m.run_id, result);
-                self.idle();
-            }
-            Job::Prompt(mut m) => {
-                let mapped = self.d.cfg().sandbox.path_mapping.apply(&mut m);
-                let result: Result<(), RunError> = if let Err(e) = mapped {
-                    Err(e.into())
-                } else if str_field(&m.prompt_id).is_none() {
-                    Err(RunError::NoPromptId)
-                } else if !m.extra.get("prompt").is_some_and(Value::is_array) {
-                    Err(RunError::PromptNotArray)
-                } else {
-                    match self.prepare(&m.instance_name, &m.keepalive_ttl_seconds, &m.init).await {
-                        Ok(()) => self.open_agent(&m.cwd).await.map_err(Into::into),
-                        Err(e) => Err(e.into()),
-                    }
-                };
-                match result {
-                    Ok(()) => self.start_prompt(m),
-                    Err(e) => {
-                        reply_prompt(self.d.report(), &m, Err(e));
-                        self.idle();
-                    }
-                }
-            }
+            Job::Open(m) => self.open(m).await,
+            Job::Prompt(m) => self.prompt(m).await,
             Job::PromptDone => {
-                self.prompts = self.prompts.saturating_sub(1);
+                self.agent_slot_mut().prompt_done();
                 self.idle();
             }
             Job::AgentExited { generation } => {
-                if generation == self.generation && self.agent.is_some() {
-                    self.agent = None;
-                    self.d.runs().set_agent(&self.run_id, None);
-                    if let Some(state) = &self.state
-                        && let Ok(info) = self.d.provider().inspect(&state.instance_name).await
+                if self.agent_slot_mut().exited(generation) {
+                    self.ctx().runs().set_agent(self.run_id(), None);
+                    if let Some(state) = self.state()
+                        && let Ok(info) = self.ctx().provider().inspect(&state.instance_name).await
                     {
-                        self.d.report().status(&self.run_id, &info);
+                        self.ctx().report().status(self.run_id(), &info);
                     }
                 }
             }
             Job::Close(m) => {
-                if self.state.is_some() {
+                if self.state().is_some() {
                     self.close_agent("requested").await;
                 }
-                let reply = match &mut self.state {
+                let reply = match self.state_mut() {
                     Some(state) => {
                         state.expires_at_ms = Some(now_ms() + state.keepalive_ttl_seconds * 1000);
                         self.persist();
-                        json!({"type":"acp_closed","run_id":m.run_id,"ok":true})
+                        RunReply::closed(&m.run_id, Ok(()))
                     }
-                    None => json!({"type":"acp_closed","run_id":m.run_id,"ok":false,"error":"run_not_found"}),
+                    None => RunReply::closed(&m.run_id, Err("run_not_found".into())),
                 };
-                self.d.report().push(&reply);
+                self.ctx().report().push(&reply);
             }
             Job::Session { kind, msg } => {
                 // A live agent is reached directly by `dispatch`; here: a
                 // missing field, or no agent (the Node proxy's run_not_open).
                 let e = session_missing(&kind, &msg).unwrap_or(RunError::NotOpen);
-                reply_session(self.d.report(), &msg, Err(e));
+                reply_session(self.ctx().report(), &msg, Err(e));
             }
             Job::Permission(m) => {
                 tracing::info!(
@@ -287,12 +230,74 @@ impl Lane {
         }
     }
 
+    /// `acp_open`: the instance prepared, the agent started, answered.
+    async fn open(&mut self, mut m: RunMessage) {
+        let t0 = std::time::Instant::now();
+        let result: Result<(), RunError> =
+            self.ctx().cfg().sandbox.path_mapping.apply(&mut m).map_err(Into::into);
+        let result = match result {
+            Ok(()) => {
+                self.prepare(&m.instance_name, &m.keepalive_ttl_seconds, &m.init).await.map_err(Into::into)
+            }
+            Err(e) => Err(e),
+        };
+        let prepared = t0.elapsed();
+        // The backend may rely on the run once it has the answer (its
+        // instance exists, ok or not): `prepare` queued the record,
+        // whose `fsync` overlaps the agent's start; the answer waits
+        // for it below.
+        let record = self.persisted();
+        let result = match result {
+            Ok(()) => self.open_agent(&m.cwd).await.map_err(Into::into),
+            Err(e) => Err(e),
+        };
+        // The open path's own share against the agent's start
+        // (docs/benchmarks.md, "Execution-plane daemon"); `start_agent`
+        // logs its part.
+        tracing::debug!(
+            "run {}: acp_open: instance ready in {prepared:?}, answered after {:?}",
+            self.run_id(),
+            t0.elapsed()
+        );
+        if let Some(record) = record {
+            // Err: the writer went away (the daemon is stopping).
+            let _ = record.await;
+        }
+        reply_open(self.ctx().report(), &m.run_id, result);
+        self.idle();
+    }
+
+    /// `prompt_send`: the instance and agent made ready if needed, then
+    /// the turn started (answered when it ends) or the failure answered.
+    async fn prompt(&mut self, mut m: RunMessage) {
+        let mapped = self.ctx().cfg().sandbox.path_mapping.apply(&mut m);
+        let result: Result<(), RunError> = if let Err(e) = mapped {
+            Err(e.into())
+        } else if str_field(&m.prompt_id).is_none() {
+            Err(RunError::NoPromptId)
+        } else if !m.extra.get("prompt").is_some_and(Value::is_array) {
+            Err(RunError::PromptNotArray)
+        } else {
+            match self.prepare(&m.instance_name, &m.keepalive_ttl_seconds, &m.init).await {
+                Ok(()) => self.open_agent(&m.cwd).await.map_err(Into::into),
+                Err(e) => Err(e.into()),
+            }
+        };
+        match result {
+            Ok(()) => self.start_prompt(m),
+            Err(e) => {
+                reply_prompt(self.ctx().report(), &m, Err(e));
+                self.idle();
+            }
+        }
+    }
+
     /// Starts the keepalive clock of an idle run (see the module doc).
     fn idle(&mut self) {
-        if !self.d.cfg().expire_idle_runs || self.prompts > 0 {
+        if !self.ctx().cfg().expire_idle_runs || self.agent_slot().busy() {
             return;
         }
-        if let Some(state) = &mut self.state
+        if let Some(state) = self.state_mut()
             && state.expires_at_ms.is_none()
         {
             state.expires_at_ms = Some(now_ms() + state.keepalive_ttl_seconds * 1000);
@@ -307,16 +312,19 @@ impl Lane {
     /// over the same workspace and home, starts the agent and resumes the
     /// session. Only `remove` (and `prune_orphans`/`gc`) forget a run.
     async fn expire(&mut self) {
-        let Some(state) = &self.state else { return };
+        let Some(state) = self.state() else { return };
         let name = state.instance_name.clone();
-        tracing::info!("run {}: keepalive expired, removing instance {name} (the run is kept)", self.run_id);
+        tracing::info!(
+            "run {}: keepalive expired, removing instance {name} (the run is kept)",
+            self.run_id()
+        );
         self.close_agent("keepalive_expired").await;
-        match self.d.provider().remove(&name).await {
+        match self.ctx().provider().remove(&name).await {
             Ok(info) => {
                 // The instance's scratch and staged secrets go with it.
-                self.d.mounts().discard(&self.run_id);
-                self.d.report().status(&self.run_id, &info);
-                if let Some(state) = &mut self.state {
+                self.ctx().mounts().discard(self.run_id());
+                self.ctx().report().status(self.run_id(), &info);
+                if let Some(state) = self.state_mut() {
                     state.expires_at_ms = None;
                     state.instance_removed = true;
                     state.updated_at = super::now_iso();
@@ -327,10 +335,10 @@ impl Lane {
                 let e = e.to_string();
                 tracing::error!(
                     "run {}: removing expired instance {name}: {e}; retrying in 60 s",
-                    self.run_id
+                    self.run_id()
                 );
-                self.d.report().error_status(&self.run_id, &name, &e);
-                if let Some(state) = &mut self.state {
+                self.ctx().report().error_status(self.run_id(), &name, &e);
+                if let Some(state) = self.state_mut() {
                     state.expires_at_ms = Some(now_ms() + 60_000);
                 }
             }
@@ -340,20 +348,24 @@ impl Lane {
     async fn adopt(&mut self, state: RunState) {
         let name = state.instance_name.clone();
         let removed = state.instance_removed;
-        self.state = Some(state);
-        match self.d.provider().inspect(&name).await {
+        self.set_state(state);
+        match self.ctx().provider().inspect(&name).await {
             // Removed at its expiry, and reported then: not again.
             Ok(info) if removed && info.status == crate::provider::InstanceStatus::Missing => {
                 tracing::info!(
                     "run {}: re-adopted; its instance {name} was removed at keepalive expiry",
-                    self.run_id
+                    self.run_id()
                 );
             }
             Ok(info) => {
-                tracing::info!("run {}: re-adopted instance {name} ({})", self.run_id, info.status.as_str());
-                self.d.report().status(&self.run_id, &info);
+                tracing::info!(
+                    "run {}: re-adopted instance {name} ({})",
+                    self.run_id(),
+                    info.status.as_str()
+                );
+                self.ctx().report().status(self.run_id(), &info);
             }
-            Err(e) => tracing::warn!("run {}: inspecting {name}: {e}", self.run_id),
+            Err(e) => tracing::warn!("run {}: inspecting {name}: {e}", self.run_id()),
         }
         self.idle();
     }
@@ -424,6 +436,7 @@ pub async fn adopt_persisted(d: &Arc<RunContext>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn run_ids() {

@@ -92,6 +92,25 @@ struct Shared {
     linger_after_close: Mutex<Option<Duration>>,
 }
 
+/// With `TUIXIU_TEST_WIRE_LOG=<file>`, every text frame any test backend
+/// receives is appended to `<file>`, one line each, exactly as sent: the
+/// daemon's outgoing traffic, to compare two builds byte for byte
+/// (docs/protocol.md, "Checking the wire").
+fn wire_log(text: &str) {
+    use std::io::Write;
+    static LOG: std::sync::OnceLock<Option<Mutex<std::fs::File>>> = std::sync::OnceLock::new();
+    let log = LOG.get_or_init(|| {
+        let path = std::env::var_os("TUIXIU_TEST_WIRE_LOG")?;
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(path).ok()?;
+        Some(Mutex::new(file))
+    });
+    if let Some(file) = log {
+        let mut line = text.replace('\n', "\\n");
+        line.push('\n');
+        let _ = file.lock().unwrap().write_all(line.as_bytes());
+    }
+}
+
 pub struct Backend {
     pub addr: SocketAddr,
     pub url: String,
@@ -382,6 +401,7 @@ where
         tokio::select! {
             frame = ws.next() => match frame {
                 Some(Ok(Message::Text(text))) => {
+                    wire_log(&text);
                     let msg: Value = serde_json::from_str(&text).unwrap_or(json!({"unparsable": text.to_string()}));
                     let register = msg["type"] == "register_agent";
                     // This message's own id: `received` is shared by every
