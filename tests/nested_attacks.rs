@@ -411,10 +411,31 @@ for_each_caller!(nested_sandboxes_count_against_the_process_limit, |caller: Call
         // Root's own processes are exempt: the sandbox user maps onto `uid`.
         args.extend(["--map-uid", uid_s.as_str(), "--map-gid", uid_s.as_str()]);
     }
-    let script = "for i in $(seq 12); do \
-                    bwrap --ro-bind / / --dev /dev --unshare-user -- sh -c 'for j in $(seq 60); do sleep 10 & done; wait' \
-                    2>/dev/null & done; wait";
-    args.extend(["--", "sh", "-c", script]);
+    // Python, not a shell: a shell whose fork fails gives up and its
+    // sandbox ends at once, too soon to be counted from outside; these keep
+    // what they started alive for 10 s.
+    let spawner = r#"
+import os, subprocess, sys, time
+nested = sys.argv[1:] == ["nested"]
+children = []
+for _ in range(60 if nested else 12):
+    try:
+        if nested:
+            if os.fork() == 0:
+                time.sleep(10)
+                os._exit(0)
+        else:
+            children.append(subprocess.Popen(
+                ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--unshare-user", "--",
+                 "python3", "/workspace/spawner.py", "nested"], stderr=subprocess.DEVNULL))
+    except OSError:
+        pass
+time.sleep(10)
+for c in children:
+    c.wait()
+"#;
+    std::fs::write(f.workspace.join("spawner.py"), spawner).unwrap();
+    args.extend(["--", "python3", "/workspace/spawner.py"]);
     let others = uid_processes(uid);
     let mut cmd = match caller {
         Caller::Root => std::process::Command::new(common::binary()),
