@@ -395,10 +395,10 @@ for_each_caller!(no_race_puts_the_portal_in_a_nested_sandbox, |caller: Caller| {
 // start, so every user namespace made below them counts against it too.
 for_each_caller!(nested_sandboxes_count_against_the_process_limit, |caller: Caller| {
     let f = Fixture::new(caller);
-    // RLIMIT_NPROC counts every process of the sandbox user's host uid, so
-    // each variant gets a host uid of its own: with 65534 the other tests'
-    // sandboxes (and the other variants of this one, running at the same
-    // time) took from the same 40 and too few of ours could start.
+    // Each variant under a host uid of its own, which nothing else uses: the
+    // count from outside below is then the sandbox's alone. (The kernel
+    // counts RLIMIT_NPROC per user namespace, so other processes of the
+    // same host uid would not take from the 40 anyway.)
     let uid = match caller {
         Caller::Root => 65530,
         Caller::Unprivileged => 65531,
