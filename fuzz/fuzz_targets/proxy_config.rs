@@ -66,6 +66,9 @@ fuzz_target!(|data: &[u8]| {
             for w in &warnings {
                 assert_one_line("config warning", w);
             }
+            // A daemon starts its lanes' task on the runtime it is made in.
+            let rt = tuixiu_sandbox_fuzz::runtime();
+            let _in_runtime = rt.enter();
             let d = tuixiu_sandbox_fuzz::daemon(cfg);
             serde_json::to_string(&d.capabilities()).expect("capabilities serialize");
         }

@@ -96,6 +96,8 @@ pub struct Daemon {
 }
 
 impl Daemon {
+    /// The daemon of `cfg`, with its configured provider. Called inside a
+    /// Tokio runtime: the task that starts the runs' lanes runs there.
     pub fn new(cfg: Config, proxy_id: String) -> Result<Daemon, ProviderError> {
         let state = &cfg.state_dir;
         let prefix = cfg.sandbox.instance_prefix.as_str();
@@ -122,6 +124,7 @@ impl Daemon {
     /// As [`Daemon::new`], with `provider` instead of the configured one
     /// (the `proxy_messages` and `acp_transport` fuzz targets pass a native
     /// provider whose launcher does not exist: instances, but no process).
+    /// Like [`Daemon::new`], inside a Tokio runtime.
     #[doc(hidden)]
     pub fn with_provider(mut cfg: Config, proxy_id: String, provider: AnyProvider) -> Daemon {
         let mut redactor = Redactor::default();
