@@ -113,10 +113,6 @@ impl NativeProvider {
         self.local.records.dir(name).join(egress::COUNTS_FILE)
     }
 
-    /// Sandboxes started from now on die with this process (the daemon:
-    /// nobody could talk to an agent whose stdio went with it). A
-    /// parent-death signal would not do: it fires when the *thread* that
-    /// spawned the launcher ends, not the process.
     /// Sandboxes started from now on count how their nested requests end
     /// (the daemon's metrics): one set of counters for all of them.
     pub fn with_nested_counts(mut self) -> Result<Self, ProviderError> {
@@ -134,6 +130,10 @@ impl NativeProvider {
         self.nested_counts.as_ref().map(|(tally, _)| tally.counts())
     }
 
+    /// Sandboxes started from now on die with this process (the daemon:
+    /// nobody could talk to an agent whose stdio went with it). A
+    /// parent-death signal would not do: it fires when the *thread* that
+    /// spawned the launcher ends, not the process.
     pub fn with_lifeline(mut self) -> Result<Self, ProviderError> {
         let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| ProviderError::Sys {
             op: "pipe2 (the sandboxes' lifeline)",

@@ -55,7 +55,7 @@ impl<'a> Server<'a> {
     /// mapped in the sandbox's PID 1 (cloned before) and a sandbox that
     /// never nests maps nothing. Not counting is only a warning: the
     /// counters are for metrics, the sandbox is the same without them.
-    fn tally(&mut self) -> Option<&Tally> {
+    fn map_counts(&mut self) {
         if let Some(fd) = self.counts_fd.take() {
             // SAFETY: the caller gave this descriptor for the counters and
             // keeps it open while the sandbox runs.
@@ -64,7 +64,6 @@ impl<'a> Server<'a> {
                 Err(e) => tracing::warn!("nested sandboxes are not counted: {e}"),
             }
         }
-        self.tally.as_ref()
     }
 }
 
@@ -74,10 +73,11 @@ impl Portal for Server<'_> {
     }
 
     fn accept(&mut self, pid1: libc::pid_t) {
+        self.map_counts();
         if std::mem::take(&mut self.failed) {
             // The listening socket is non-blocking: this takes what waits.
             while let Ok(conn) = sys::accept(self.listener) {
-                if let Some(tally) = self.tally() {
+                if let Some(tally) = &self.tally {
                     tally.add(Outcome::Refused);
                 }
                 let text = "the nested-sandbox server could not start in this sandbox (the launcher's \
@@ -87,7 +87,6 @@ impl Portal for Server<'_> {
             return;
         }
         let monitor = nix::unistd::getpid().as_raw();
-        self.tally();
         let ctx = Context {
             spec: self.spec,
             plan: self.plan,
