@@ -149,6 +149,12 @@ pub fn gauge_value(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
+/// A count kept elsewhere (a table, a shared page) shown as a counter:
+/// raised to `total` when scraped, never lowered.
+pub fn raise_to(counter: &prometheus_client::metrics::counter::Counter, total: u64) {
+    counter.inc_by(total.saturating_sub(counter.get()));
+}
+
 /// `tuixiu_build_info{version, binary}` 1, in `registry`.
 pub fn register_build_info(registry: &mut Registry, binary: &'static str) {
     registry.register(

@@ -34,7 +34,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::protocol::{CONTROL_ACTIONS, Incoming};
-use crate::metrics::gauge_value as gauge;
+use crate::metrics::{gauge_value as gauge, raise_to};
 
 type Label = [(&'static str, &'static str); 1];
 type Labels2 = [(&'static str, &'static str); 2];
@@ -436,11 +436,10 @@ impl Metrics {
         let (messages, bytes, dropped) = now.outbox;
         self.outbox_messages.set(gauge(messages));
         self.outbox_bytes.set(gauge(bytes));
-        self.outbox_dropped.inc_by(dropped.saturating_sub(self.outbox_dropped.get()));
+        raise_to(&self.outbox_dropped, dropped);
         if let Some(n) = now.nested {
             for (result, total) in [("started", n.started), ("refused", n.refused), ("failed", n.failed)] {
-                let counter = self.nested.get_or_create(&[("result", result)]);
-                counter.inc_by(total.saturating_sub(counter.get()));
+                raise_to(&self.nested.get_or_create(&[("result", result)]), total);
             }
         }
         if let Some(c) = &self.cgroup {

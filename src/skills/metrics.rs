@@ -12,7 +12,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use super::jobs::Service;
-use crate::metrics::gauge_value;
+use crate::metrics::{gauge_value, raise_to};
 
 type Label = [(&'static str, &'static str); 1];
 
@@ -74,8 +74,7 @@ pub fn render(svc: Arc<Service>) -> crate::metrics::Render {
         f.max_concurrent.set(gauge_value(svc.config().max_concurrent));
         let (hits, misses, entries) = svc.cache_counts();
         for (result, now) in [("hit", hits), ("miss", misses)] {
-            let counter = f.cache_lookups.get_or_create(&[("result", result)]);
-            counter.inc_by(now.saturating_sub(counter.get()));
+            raise_to(&f.cache_lookups.get_or_create(&[("result", result)]), now);
         }
         f.cache_entries.set(gauge_value(entries));
         crate::metrics::encode(&f.registry)
