@@ -19,11 +19,8 @@ docker_setup_fail() {
 docker_need=()
 command -v dockerd >/dev/null || docker_need+=(docker.io)
 [ -x /bin/busybox ] || docker_need+=(busybox-static)
-if [ "${#docker_need[@]}" -gt 0 ]; then
-    echo "installing ${docker_need[*]}"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${docker_need[@]}" >/dev/null
-fi
+source "$(dirname "${BASH_SOURCE[0]}")/../ci-apt.sh"
+ci_apt_install "${docker_need[@]}"
 command -v docker >/dev/null || docker_setup_fail "no docker CLI after installing docker.io"
 
 docker_started_pid=""

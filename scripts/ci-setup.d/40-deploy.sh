@@ -14,11 +14,8 @@ deploy_need=()
 command -v systemd-analyze >/dev/null && [ -x /lib/systemd/systemd ] || deploy_need+=(systemd)
 command -v strip >/dev/null && command -v readelf >/dev/null || deploy_need+=(binutils)
 command -v nsenter >/dev/null || deploy_need+=(util-linux)
-if [ "${#deploy_need[@]}" -gt 0 ]; then
-    echo "installing ${deploy_need[*]}"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${deploy_need[@]}" >/dev/null
-fi
+source "$(dirname "${BASH_SOURCE[0]}")/../ci-apt.sh"
+ci_apt_install "${deploy_need[@]}"
 
 kubernetes_validate_version=1.37.0
 kubernetes_validate_venv=/opt/tuixiu-ci/kubernetes-validate-$kubernetes_validate_version

@@ -9,11 +9,8 @@ egress_need=()
 command -v curl >/dev/null || egress_need+=(curl)
 command -v node >/dev/null || egress_need+=(nodejs)
 command -v npm >/dev/null || egress_need+=(npm)
-if [ "${#egress_need[@]}" -gt 0 ]; then
-    echo "installing ${egress_need[*]}"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${egress_need[@]}" >/dev/null
-fi
+source "$(dirname "${BASH_SOURCE[0]}")/../ci-apt.sh"
+ci_apt_install "${egress_need[@]}"
 undici_version=6.29.1
 undici_dir=/opt/tuixiu-ci/undici-$undici_version
 if [ ! -f "$undici_dir/node_modules/undici/package.json" ]; then

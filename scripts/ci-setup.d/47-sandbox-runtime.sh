@@ -14,11 +14,8 @@ srt_need=()
 command -v socat >/dev/null || srt_need+=(socat)
 command -v rg >/dev/null || srt_need+=(ripgrep)
 command -v npm >/dev/null || srt_need+=(npm)
-if [ "${#srt_need[@]}" -gt 0 ]; then
-    echo "installing ${srt_need[*]}"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${srt_need[@]}" >/dev/null
-fi
+source "$(dirname "${BASH_SOURCE[0]}")/../ci-apt.sh"
+ci_apt_install "${srt_need[@]}"
 srt_version=0.0.83
 srt_dir=/opt/tuixiu-ci/sandbox-runtime-$srt_version
 if [ ! -x "$srt_dir/node_modules/.bin/srt" ]; then

@@ -12,11 +12,8 @@
 package_need=()
 command -v debootstrap >/dev/null || package_need+=(debootstrap)
 command -v man >/dev/null || package_need+=(man-db)
-if [ "${#package_need[@]}" -gt 0 ]; then
-    echo "installing ${package_need[*]}"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${package_need[@]}" >/dev/null
-fi
+source "$(dirname "${BASH_SOURCE[0]}")/../ci-apt.sh"
+ci_apt_install "${package_need[@]}"
 
 cargo_deb_version=3.8.0
 if [ "$(cargo deb --version 2>/dev/null | awk '{print $NF}')" != "$cargo_deb_version" ]; then
