@@ -182,8 +182,10 @@ fn accept_forever(listener: RawFd, ctx: &Context<'_>, life: OwnedFd) -> i32 {
                     sys::exit_now(code)
                 }
                 Ok(pid) => workers.push(pid),
+                // No worker (a limit reached, as `--pids`): refused, as
+                // `Outcome` counts it.
                 Err(e) => {
-                    ctx.count(Outcome::Failed);
+                    ctx.count(Outcome::Refused);
                     wire::send_reply(conn.as_fd(), &Reply::Error(format!("fork => {e}")))
                 }
             }
