@@ -84,6 +84,13 @@ impl Service {
         let canceled = json!({"code": "CANCELED_BY_USER", "message": "Canceled by user request"});
         let before = job.record();
         let timeout = session_timeout(&before);
+        // A terminal turn removes the home (it may hold credentials) before
+        // its status is written: a client that sees the end must not find
+        // the home still there.
+        let waiting = matches!(outcome, Outcome::Waiting { .. });
+        if !waiting {
+            run::cleanup(paths);
+        }
         let entry = match (&outcome, &before.cache_key, &before.run_id) {
             (Outcome::Succeeded { warnings }, Some(key), Some(run_id)) if !before.cache_hit => {
                 let (svc, key, run_id, id, warnings) = (
@@ -149,7 +156,10 @@ impl Service {
             self.arm_wait(Arc::clone(job));
             return;
         }
-        run::cleanup(paths);
+        if waiting {
+            // Canceled as it began to wait.
+            run::cleanup(paths);
+        }
         let Some(entry) = entry else { return };
         if record.status != Some(Status::Succeeded) {
             // Canceled as it ended: never answered from the cache.
