@@ -5,15 +5,13 @@
 //! controls, `session_cancel`, `session_permission` and `acp_message` reach the
 //! agent directly, never queued behind a prompt.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::io::AsyncBufReadExt;
 
-use super::config::ProviderChoice;
-use super::instance::inputs_config;
+use super::landing::{self, LandingError};
 use super::lane::{Job, Lane, RunContext, RunState, init_env, reply_prompt, reply_session, send, user_name};
 use super::protocol::{AcpReply, Content, PromptResult, ProxyUpdate, RunMessage, str_field};
 use super::repo::RepoError;
@@ -21,8 +19,7 @@ use crate::acp::client::{Client, Spawner};
 use crate::acp::fs::GuestFs;
 use crate::acp::host::Agent;
 use crate::env::{Allowlist, EnvError, UserVars};
-use crate::inputs::landed::{self, Landed};
-use crate::inputs::{self, InputError};
+use crate::inputs::landed::Landed;
 use crate::manifest::ManifestError;
 use crate::provider::{AnyProvider, ProcessSpec, Provider, ProviderError, Stdio};
 
@@ -45,21 +42,15 @@ pub enum AgentError {
     NoAgentInputs,
     #[error(transparent)]
     Manifest(#[from] ManifestError),
+    /// Landing the agentInputs ([`super::landing`]).
     #[error(transparent)]
-    Inputs(#[from] InputError),
-    /// `workspaceHostRoot` as the agentInputs' host path allowlist.
-    #[error("{0}")]
-    InputsConfig(#[source] crate::inputs::AllowlistError),
+    Landing(#[from] LandingError),
     #[error(transparent)]
     Env(#[from] EnvError),
     #[error("cwd: {0}")]
     Cwd(#[source] ProviderError),
     #[error("git: {0}")]
     Git(#[source] RepoError),
-    #[error(transparent)]
-    OpenRoot(crate::inputs::landed::OpenRootError),
-    #[error("run {run}: agentInputs: {source}")]
-    InputsTask { run: String, source: crate::blocking::Panicked },
     #[error("init_failed: init.script exited with exitCode={0}")]
     InitExit(i32),
     #[error("init_failed: init.script {0}")]
@@ -210,126 +201,39 @@ impl Lane {
             self.step("init", "failed", Some(e.to_string()));
             AgentError::Git(e)
         };
-        let Some(req) =
-            super::repo::Request::from_env(&env, &d.cfg().sandbox.workspace_host_root).map_err(fail)?
-        else {
+        let Some(req) = d.checkouts().request(&env).map_err(fail)? else {
             return Ok(());
         };
-        let root = nix::unistd::geteuid().is_root();
-        let owner = (d.cfg().sandbox.provider == ProviderChoice::Docker && root).then(|| state_user(state));
         let step = |stage: &str, status: &str, message: Option<String>| self.step(stage, status, message);
         let redact = |text: &str| d.report().redact(text);
         let blocking = d.pool().share(self.run_id());
-        let host = super::repo::Host { state_dir: &d.cfg().state_dir, redact: &redact, blocking: &blocking };
+        let (host, owner) = (d.checkouts().host(&redact, &blocking), d.checkouts().owner(state_user(state)));
         super::repo::prepare(host, &req, &state.workspace, &env, owner, &step).await.map_err(fail)
     }
 
     /// Lands the manifest's items into the host directories behind the
-    /// instance, as `inputs::landed` decides (docs/manifest.md, "Landing
-    /// again"): never over the agent's work, whether or not the backend
-    /// sent `init` again. Items left alone are reported; new content of
-    /// theirs lands aside, in `<state>/incoming/<run>`. Returns the records
-    /// of what is landed now (also when a landing failed: what landed
-    /// before the failure is recorded) and the landing's outcome. Long
-    /// because it gathers, on the lane, everything the blocking landing
-    /// needs (plan, cache, token, git environment, the records) before it
-    /// hands them over in one piece.
+    /// instance ([`super::landing`]) and reports the items left alone.
+    /// Returns the records of what is landed now and the landing's outcome.
     async fn apply_inputs(
         &self,
         state: &RunState,
         manifest: crate::manifest::Manifest,
     ) -> (Option<Landed>, Result<(), AgentError>) {
-        let d = &self.ctx();
-        let config = match inputs_config(d) {
-            Ok(c) => c,
-            Err(e) => return (None, Err(AgentError::InputsConfig(e))),
-        };
-        // The whole manifest is checked every time, whatever lands.
-        let plan = match inputs::Plan::new(manifest.clone(), &config) {
-            Ok(p) => p,
-            Err(e) => return (None, Err(e.into())),
-        };
-        if !manifest.items.iter().any(landed::lands) {
-            return (Some(Landed::new()), Ok(()));
-        }
-        let cache = match inputs::cache_for(&plan, Some(&d.cfg().state_dir.join("inputs-cache"))) {
-            Ok(c) => c,
-            Err(e) => return (None, Err(e.into())),
-        };
-        let token = d.download_token().map(|t| inputs::Secret::new(t.expose().to_string()));
-        let redactor = d.report().redactor();
-        let git_env: Vec<(String, String)> = state
-            .init
-            .as_ref()
-            .and_then(|i| i.get("env"))
-            .and_then(Value::as_object)
-            .map(|m| m.iter().filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string()))).collect())
-            .unwrap_or_default();
-        let options = inputs::FetchOptions {
-            cache,
-            download: inputs::DownloadOptions {
-                token_origin: config.base_url.as_ref().map(|u| u.origin()),
-                token,
-                max_bytes: d.cfg().skills_download_max_bytes,
-                progress: false,
-                ..inputs::DownloadOptions::default()
-            },
-            git: inputs::GitOptions {
-                credentials: inputs::GitCredentials::from_env(&git_env),
-                ..inputs::GitOptions::default()
-            },
-            redactor,
-            owner: None,
-        };
-        let docker_user = (d.cfg().sandbox.provider == ProviderChoice::Docker).then(|| state_user(state));
-        let layout = inputs::Layout::new(state.home_guest.clone());
-        let (ws, home) = (state.workspace.clone(), state.home.clone());
-        let scratch = d.mounts().scratch_dir_of(self.run_id());
-        let incoming = d.mounts().incoming_dir(self.run_id());
-        let recorded = state.landed.clone();
-        // Downloads, checkouts and tree walks block: off the daemon's thread.
-        let share = d.pool().share(self.run_id());
-        let task = share.run(move || {
-            // The roots by descriptors opened now, as the daemon's user:
-            // the docker user writing below cannot search the (private)
-            // state directory that holds the scratch.
-            let roots = match landed::Roots::open(&ws, &home, scratch.as_deref()) {
-                Ok(r) => r,
-                Err(e) => return Outcome { result: Err(AgentError::OpenRoot(e)), ..Outcome::default() },
-            };
-            let selection = landed::select(&manifest, &recorded, &roots);
-            let mut out = Outcome { left_alone: selection.left_alone, ..Outcome::default() };
-            let mut records = selection.keep;
-            if selection.land.items.iter().any(landed::lands) {
-                out.result =
-                    land(plan.only(&selection.land), &options, roots.host_dirs(layout.clone()), docker_user);
-                let (now, failed) = landed::record(&selection.land, &recorded, &roots);
-                records.extend(now);
-                out.unrecorded = failed.into_iter().map(|(id, e)| (id, e.to_string())).collect();
-            }
-            out.records = Some(records);
-            if !selection.aside.items.is_empty() {
-                let aside = landed::land_aside(plan.only(&selection.aside), &options, layout, &incoming);
-                out.aside = Some(aside.map(|()| incoming));
-            }
-            out
-        });
-        let out = match task.await {
-            Ok(out) => out,
-            Err(source) => {
-                return (None, Err(AgentError::InputsTask { run: self.run_id().to_string(), source }));
-            }
-        };
-        for (id, e) in &out.unrecorded {
-            tracing::warn!("run {}: item {id}: fingerprint: {e}", self.run_id());
-        }
-        let layout = inputs::Layout::new(state.home_guest.clone());
-        for item in &out.left_alone {
-            let text = item.report(&layout, out.aside.as_ref());
+        let d = self.ctx();
+        let to = landing::Target::new(
+            self.run_id(),
+            d.mounts().scratch_dir_of(self.run_id()),
+            d.mounts().incoming_dir(self.run_id()),
+            d.report().redactor(),
+            d.pool().share(self.run_id()),
+        );
+        let out = d.landing().land(state, manifest, to).await;
+        let (left_alone, records, result) = out.finish(self.run_id(), &state.home_guest);
+        for text in left_alone {
             tracing::warn!("run {}: {text}", self.run_id());
             self.text(format!("[proxy] {text}"));
         }
-        (out.records, out.result)
+        (records, result.map_err(AgentError::from))
     }
 
     /// Runs `argv` in the instance; lines go to `on_line(is_stderr, line)`.
@@ -662,43 +566,6 @@ impl Lane {
             d.runs().turn(false);
             send(&d, &run, Job::PromptDone);
         });
-    }
-}
-
-/// Fetches `plan` and lands it in `dest`, as the docker user when there
-/// is one (so the agent owns what lands).
-fn land(
-    plan: inputs::Plan,
-    options: &inputs::FetchOptions,
-    mut dest: inputs::HostDirs,
-    docker_user: Option<(u32, u32)>,
-) -> Result<(), AgentError> {
-    let fetched = plan.fetch(options)?;
-    let mut audit = inputs::Audit::log_only();
-    let mut apply = || inputs::apply(&fetched, &mut dest, &inputs::ApplyOptions::default(), &mut audit);
-    match docker_user {
-        Some((uid, gid)) => crate::provider::docker::as_user(uid, gid, apply),
-        None => apply(),
-    }?;
-    Ok(())
-}
-
-/// What a landing of agentInputs did (`Lane::apply_inputs`).
-struct Outcome {
-    result: Result<(), AgentError>,
-    /// `None`: nothing is known of what landed.
-    records: Option<Landed>,
-    left_alone: Vec<landed::LeftAlone>,
-    /// Items landed whose target could not be fingerprinted, with why.
-    unrecorded: Vec<(String, String)>,
-    /// Where the new content of items left alone was landed aside, if
-    /// any was (or why it could not be).
-    aside: Option<Result<PathBuf, landed::AsideError>>,
-}
-
-impl Default for Outcome {
-    fn default() -> Outcome {
-        Outcome { result: Ok(()), records: None, left_alone: Vec::new(), unrecorded: Vec::new(), aside: None }
     }
 }
 

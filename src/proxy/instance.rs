@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::lane::{Lane, RunContext, RunState, STATE_VERSION, init_env};
+use super::landing::Landing;
+use super::lane::{Lane, RunState, STATE_VERSION, init_env};
 use super::mounts::{MountError, chown_new};
 use crate::hostfs::under_root::{UnderRootError, resolve_under_root};
 use crate::inputs::{self, InputError};
@@ -81,20 +82,6 @@ pub enum InstanceError {
     NetworkNarrowing(&'static str),
 }
 
-/// How agentInputs are planned here: host paths only under
-/// `workspaceHostRoot`, relative URIs against the backend's origin.
-pub fn inputs_config(d: &RunContext) -> Result<inputs::Config, inputs::AllowlistError> {
-    let root = d.cfg().sandbox.workspace_host_root.clone();
-    Ok(inputs::Config {
-        host_paths: inputs::HostAllowlist::new(std::slice::from_ref(&root))?,
-        base_dir: root,
-        base_url: super::config::url_parts(&d.cfg().orchestrator_url).ok().and_then(|p| {
-            let scheme = if p.scheme == "wss" { "https" } else { "http" };
-            url::Url::parse(&format!("{scheme}://{}:{}/", p.host, p.port)).ok()
-        }),
-    })
-}
-
 /// `path` resolved inside `root` (made when `create`).
 fn under_root(root: &Path, path: &Path, create: bool) -> Result<PathBuf, InstanceError> {
     resolve_under_root(root, path, create).map_err(InstanceError::Path)
@@ -162,7 +149,7 @@ impl Lane {
         // mounted where they target (binds are fixed when the instance is
         // made; the applier only records them).
         let (workspace_read_only, manifest_binds) = match effective_init.as_ref() {
-            Some(init) => manifest_binds(self.ctx(), init, &home_guest)?,
+            Some(init) => manifest_binds(self.ctx().landing(), init, &home_guest)?,
             None => (false, Vec::new()),
         };
         let run_mounts = self.ctx().mounts().prepare(self.run_id(), &user, &home_guest)?;
@@ -450,7 +437,7 @@ fn workspace_from_init(init: Option<&Value>, env: &HashMap<String, String>) -> O
 /// From a run's `init.agentInputs`: whether the WORKSPACE `"."` bind is
 /// read-only, and the other bindMount items as instance mounts.
 fn manifest_binds(
-    d: &RunContext,
+    landing: &Landing,
     init: &Value,
     home_guest: &str,
 ) -> Result<(bool, Vec<Mount>), InstanceError> {
@@ -458,7 +445,7 @@ fn manifest_binds(
         return Ok((false, Vec::new()));
     };
     let manifest = crate::manifest::parse_value(value)?;
-    let plan = inputs::Plan::new(manifest, &inputs_config(d).map_err(InstanceError::InputsConfig)?)?;
+    let plan = inputs::Plan::new(manifest, &landing.config().map_err(InstanceError::InputsConfig)?)?;
     let layout = inputs::Layout::new(home_guest.to_string());
     let read_only = plan.workspace().is_some_and(|(_, a)| a == crate::manifest::Access::Ro);
     let binds = plan

@@ -22,10 +22,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
-use super::config::{Config, Secret};
+use super::config::Config;
+use super::landing::Landing;
 use super::mounts::Mounts;
 use super::persist::Persister;
 use super::protocol::{PromptResult, ProxyUpdate, RunMessage, RunReply, SandboxControl};
+use super::repo::Checkouts;
 use super::report::Reporter;
 use super::signing::Signer;
 use crate::acp::host::Agent;
@@ -112,8 +114,10 @@ pub struct RunContext {
     mounts: Mounts,
     /// Checks signed controls; the signing secret is in here only.
     signer: Signer,
-    /// `auth_token`, for what the inputs fetcher downloads from the backend.
-    download_token: Option<Secret>,
+    /// Lands agentInputs; holds the token their downloads use.
+    landing: Landing,
+    /// Makes a run's workspace a git checkout.
+    checkouts: Checkouts,
     /// Where blocking work goes (`crate::blocking`), shared by every run.
     pool: Arc<crate::blocking::Pool>,
     /// The event loop the runs live on (the link has a thread of its own,
@@ -131,11 +135,12 @@ impl RunContext {
         report: Arc<Reporter>,
         mounts: Mounts,
         signer: Signer,
-        download_token: Option<Secret>,
+        landing: Landing,
     ) -> (RunContext, mpsc::UnboundedReceiver<NewLane>) {
         let (runs, new_lanes) = Runs::new();
         let run = RunContext {
             runs_dir: cfg.state_dir.join("runs"),
+            checkouts: Checkouts::new(&cfg),
             persister: Persister::new(report.clone()),
             cfg,
             provider,
@@ -143,7 +148,7 @@ impl RunContext {
             runs,
             mounts,
             signer,
-            download_token,
+            landing,
             pool: crate::blocking::Pool::daemon(),
             runtime: tokio::runtime::Handle::try_current().ok(),
         };
@@ -195,10 +200,14 @@ impl RunContext {
         &self.signer
     }
 
-    /// The token the inputs fetcher authenticates its downloads from the
-    /// backend with.
-    pub fn download_token(&self) -> Option<&Secret> {
-        self.download_token.as_ref()
+    /// Makes a run's workspace a git checkout (`TUIXIU_REPO_URL`).
+    pub fn checkouts(&self) -> &Checkouts {
+        &self.checkouts
+    }
+
+    /// Lands agentInputs (the one part that sees the download token).
+    pub fn landing(&self) -> &Landing {
+        &self.landing
     }
 
     /// The blocking pool ([`crate::blocking`]).

@@ -11,6 +11,7 @@
 //! | [`outbox`] | the bounded FIFO of everything the daemon sends, kept across disconnects |
 //! | [`protocol`] | serde types of every message both ways |
 //! | [`lane`] | what a run's parts share: the [`lane::RunContext`] the daemon gives them, its state, its jobs, the lane, the registry of lanes and agents, the replies |
+//! | [`landing`] | a run's agentInputs landed (planned, fetched with the download token, never over the agent's work) |
 //! | [`instance`] | a run's instance: `ensureRuntime` (name, TTL, `init`, host directories, user, mounts), removal |
 //! | [`runs`] | routing to the lanes and each lane's loop: ordered processing, keepalive, re-adoption |
 //! | [`mounts`] | what every instance gets besides the workspace and home: `/scratch`, the agent's state directory, `/run/secrets/<name>` |
@@ -43,6 +44,7 @@ pub mod gitenv;
 pub mod identity;
 pub mod instance;
 pub mod inventory;
+pub mod landing;
 pub mod lane;
 pub mod link;
 pub mod metrics;
@@ -155,8 +157,8 @@ impl Daemon {
             register_hmac_secret: cfg.register_hmac_secret.take(),
         };
         let signer = signing::Signer::new(cfg.control_signing_secret.take());
-        let download_token = link_secrets.auth_token.clone();
-        let (run, new_lanes) = lane::RunContext::new(cfg, provider, report, mounts, signer, download_token);
+        let landing = landing::Landing::new(&cfg, link_secrets.auth_token.clone());
+        let (run, new_lanes) = lane::RunContext::new(cfg, provider, report, mounts, signer, landing);
         let run = Arc::new(run);
         run.spawn(runs::serve_lanes(Arc::downgrade(&run), new_lanes));
         Daemon { proxy_id, link_secrets, connected: AtomicBool::new(false), run, path_warnings }

@@ -53,6 +53,49 @@ const LOCK_WAIT: Duration = Duration::from_secs(300);
 /// Output of a failed git kept in the error (its tail).
 const ERROR_TAIL: usize = 2000;
 
+/// A lane's git part: what making a run's workspace a checkout needs of
+/// the daemon's config, and nothing else.
+pub struct Checkouts {
+    /// `<state>`: the repository caches and the credentials' directories.
+    state_dir: PathBuf,
+    /// `workspaceHostRoot`: where a local repository may lie.
+    root: PathBuf,
+    /// Docker instances: a root daemon hands the checkout to the sandbox
+    /// user.
+    docker: bool,
+}
+
+impl Checkouts {
+    pub fn new(cfg: &super::config::Config) -> Checkouts {
+        Checkouts {
+            state_dir: cfg.state_dir.clone(),
+            root: cfg.sandbox.workspace_host_root.clone(),
+            docker: cfg.sandbox.provider == super::config::ProviderChoice::Docker,
+        }
+    }
+
+    /// What `env` (a run's `init.env`) asks for: `None` without
+    /// `TUIXIU_REPO_URL`.
+    pub fn request(&self, env: &HashMap<String, String>) -> Result<Option<Request>, RepoError> {
+        Request::from_env(env, &self.root)
+    }
+
+    /// Who owns the checkout: the sandbox user `user` when the instance
+    /// is a container and the daemon root (else the daemon's user).
+    pub fn owner(&self, user: (u32, u32)) -> Option<(u32, u32)> {
+        (self.docker && nix::unistd::geteuid().is_root()).then_some(user)
+    }
+
+    /// What [`prepare`] needs, with the run's redaction and blocking share.
+    pub fn host<'a>(
+        &'a self,
+        redact: &'a (dyn Fn(&str) -> String + Sync),
+        blocking: &'a crate::blocking::Share,
+    ) -> Host<'a> {
+        Host { state_dir: &self.state_dir, redact, blocking }
+    }
+}
+
 /// What the preparation needs from the daemon, and nothing else.
 #[derive(Clone, Copy)]
 pub struct Host<'a> {
