@@ -312,17 +312,52 @@ pub struct Options {
 
 /// Loads the config, takes the identity lock and runs the daemon until
 /// SIGTERM/SIGINT (0), an id conflict ([`EXIT_ID_CONFLICT`]) or a startup
-/// error (125). Long because it is the daemon's startup and shutdown in
-/// the order they happen (config, lock, runtime, state, metrics, link,
-/// signals, drain), each step's failure answered where it happens.
-pub fn main(opts: Options) -> u8 {
+/// error (125). The steps in the order they happen: config, lock, metrics
+/// endpoint, runtime, then [`serve`].
+pub fn main(mut opts: Options) -> u8 {
+    let metrics_listen = opts.metrics_listen.take();
+    let Some(cfg) = load_config(opts) else {
+        return sandbox::EXIT_SETUP_FAILED;
+    };
+    let identity = match identity::acquire(&cfg.state_dir, cfg.agent.id.as_deref()) {
+        Ok(i) => i,
+        Err(e) => {
+            report(&format!("proxy: {e}"));
+            return sandbox::EXIT_SETUP_FAILED;
+        }
+    };
+    // Bound now: an address in use or a bad path is a startup error.
+    let metrics = metrics_listen.as_ref().map(crate::metrics::Endpoint::bind).transpose();
+    let Ok(metrics) = metrics.map_err(|e| report(&format!("proxy: {e}"))) else {
+        return sandbox::EXIT_SETUP_FAILED;
+    };
+    // One thread for the runs: the daemon's work is I/O (the socket, CLI
+    // children, small files) and a single thread keeps the idle footprint
+    // small (see docs/benchmarks.md); the link has one of its own, and
+    // blocking work the pool's. Sandboxes are launched by `__exec`, never
+    // here.
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            report(&format!("proxy: start the async runtime: {e}"));
+            return sandbox::EXIT_SETUP_FAILED;
+        }
+    };
+    let code = rt.block_on(serve(cfg, identity.proxy_id.clone(), metrics));
+    drop(identity);
+    code
+}
+
+/// The config of `opts` (file, environment, overrides, command-line
+/// options), checked; `None` once the reason is on stderr.
+fn load_config(opts: Options) -> Option<Config> {
     // Later entries win: the overrides over the environment.
     let vars = std::env::vars().chain(opts.overrides);
     let (mut cfg, warnings) = match Config::load(opts.config.as_deref(), vars) {
         Ok(c) => c,
         Err(e) => {
             report(&format!("proxy: {e}"));
-            return sandbox::EXIT_SETUP_FAILED;
+            return None;
         }
     };
     for w in warnings {
@@ -349,143 +384,131 @@ pub fn main(opts: Options) -> u8 {
                      use wss:// (or --allow-insecure-ws, for testing only)",
                     p.host, p.port
                 ));
-                return sandbox::EXIT_SETUP_FAILED;
+                return None;
             }
         }
         _ => {}
     }
-    let identity = match identity::acquire(&cfg.state_dir, cfg.agent.id.as_deref()) {
-        Ok(i) => i,
+    Some(cfg)
+}
+
+/// The daemon on the runs' runtime: made, its state directory checked, the
+/// runs of a previous daemon adopted, the link run until a signal or an id
+/// conflict, then the agents closed and the run state flushed. Returns the
+/// exit status.
+async fn serve(cfg: Config, proxy_id: String, metrics: Option<crate::metrics::Endpoint>) -> u8 {
+    let daemon = match Daemon::new(cfg, proxy_id) {
+        Ok(d) => Arc::new(d),
         Err(e) => {
             report(&format!("proxy: {e}"));
             return sandbox::EXIT_SETUP_FAILED;
         }
     };
-    // Bound now: an address in use or a bad path is a startup error.
-    let metrics = opts.metrics_listen.as_ref().map(crate::metrics::Endpoint::bind).transpose();
-    let Ok(metrics) = metrics.map_err(|e| report(&format!("proxy: {e}"))) else {
+    let run = daemon.run_context().clone();
+    if let Err(e) = identity::private_dir(run.runs_dir()) {
+        report(&format!("proxy: {e}"));
         return sandbox::EXIT_SETUP_FAILED;
-    };
-    // One thread for the runs: the daemon's work is I/O (the socket, CLI
-    // children, small files) and a single thread keeps the idle footprint
-    // small (see docs/benchmarks.md); the link has one of its own, and
-    // blocking work the pool's. Sandboxes are launched by `__exec`, never
-    // here.
-    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            report(&format!("proxy: start the async runtime: {e}"));
-            return sandbox::EXIT_SETUP_FAILED;
-        }
-    };
-    let proxy_id = identity.proxy_id.clone();
-    let code = rt.block_on(async move {
-        let daemon = match Daemon::new(cfg, proxy_id) {
-            Ok(d) => Arc::new(d),
-            Err(e) => {
-                report(&format!("proxy: {e}"));
-                return sandbox::EXIT_SETUP_FAILED;
-            }
-        };
-        let run = daemon.run_context().clone();
-        if let Err(e) = identity::private_dir(run.runs_dir()) {
-            report(&format!("proxy: {e}"));
-            return sandbox::EXIT_SETUP_FAILED;
-        }
-        run.mounts().sweep_leftovers();
-        if let Some(endpoint) = metrics {
-            serve_metrics(&daemon, endpoint);
-        }
+    }
+    run.mounts().sweep_leftovers();
+    if let Some(endpoint) = metrics {
+        serve_metrics(&daemon, endpoint);
+    }
+    tracing::info!(
+        "proxy {} starting: provider {}, state {}, workspaces {}",
+        daemon.proxy_id(),
+        run.report().wire_provider(),
+        run.cfg().state_dir.display(),
+        run.cfg().sandbox.workspace_host_root.display()
+    );
+    for w in daemon.path_warnings() {
+        tracing::warn!("{w}");
+    }
+    tokio::spawn(status::keep_writing(daemon.clone()));
+    runs::adopt_persisted(&run).await;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let signalled = Arc::new(std::sync::OnceLock::new());
+    tokio::spawn(drain_on_signal(daemon.clone(), stop_tx, signalled.clone()));
+    let exit = link::run_apart(daemon.clone(), stop_rx).await;
+    // Agents do not outlive the daemon that holds their stdio (an id
+    // conflict ends the link without the signal).
+    run.runs().stop_starting();
+    close_agents(run.runs(), run.cfg().agent_shutdown_grace_seconds).await;
+    run.persister().flush();
+    if let Some(at) = signalled.get() {
+        tracing::info!("shut down in {} ms", at.elapsed().as_millis());
+    }
+    exit_status(&daemon, exit)
+}
+
+/// On SIGTERM/SIGINT, while the link is still up: the agents first (their
+/// exits and the results of interrupted prompts are the last messages),
+/// then the outbox, within `shutdown_flush_seconds`; only then is the link
+/// told to close (`stop`). Each step is logged with what it waits for, and
+/// ends as soon as nothing is pending.
+async fn drain_on_signal(
+    daemon: Arc<Daemon>,
+    stop: tokio::sync::watch::Sender<bool>,
+    signalled: Arc<std::sync::OnceLock<tokio::time::Instant>>,
+) {
+    wait_for_signal().await;
+    let _ = signalled.set(tokio::time::Instant::now());
+    let runs = daemon.run_context().runs();
+    runs.stop_starting();
+    close_agents(runs, daemon.cfg().agent_shutdown_grace_seconds).await;
+    let bound = std::time::Duration::from_secs(daemon.cfg().shutdown_flush_seconds);
+    let deadline = tokio::time::Instant::now() + bound;
+    let turns = runs.turns_in_flight();
+    if turns > 0 {
         tracing::info!(
-            "proxy {} starting: provider {}, state {}, workspaces {}",
-            daemon.proxy_id(),
-            run.report().wire_provider(),
-            run.cfg().state_dir.display(),
-            run.cfg().sandbox.workspace_host_root.display()
+            "shutting down: waiting for {turns} prompt turn(s) to queue their results (at most {} s: \
+             shutdown_flush_seconds)",
+            bound.as_secs()
         );
-        for w in daemon.path_warnings() {
-            tracing::warn!("{w}");
-        }
-        tokio::spawn(status::keep_writing(daemon.clone()));
-        runs::adopt_persisted(&run).await;
-        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        let stopping = daemon.clone();
-        let signalled = Arc::new(std::sync::OnceLock::new());
-        let signalled_at = signalled.clone();
-        tokio::spawn(async move {
-            wait_for_signal().await;
-            let _ = signalled_at.set(tokio::time::Instant::now());
-            // While the link is still up: the agents first (their exits and
-            // the results of interrupted prompts are the last messages),
-            // then the outbox, within a bound; only then the link closes.
-            // Each step is logged with what it waits for, and ends as soon
-            // as nothing is pending.
-            let runs = stopping.run_context().runs();
-            runs.stop_starting();
-            close_agents(runs, stopping.cfg().agent_shutdown_grace_seconds).await;
-            let bound = std::time::Duration::from_secs(stopping.cfg().shutdown_flush_seconds);
-            let deadline = tokio::time::Instant::now() + bound;
-            let turns = runs.turns_in_flight();
-            if turns > 0 {
-                tracing::info!(
-                    "shutting down: waiting for {turns} prompt turn(s) to queue their results (at most {} s: \
-                     shutdown_flush_seconds)",
-                    bound.as_secs()
-                );
-            }
-            while runs.turns_in_flight() > 0 && tokio::time::Instant::now() < deadline {
-                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-            }
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            let queued = stopping.outbox().len();
-            if queued > 0 {
-                tracing::info!(
-                    "shutting down: waiting for the backend to take {queued} message(s){} (at most {} ms)",
-                    if stopping.connected() { "" } else { " (the link is down: until it is back)" },
-                    left.as_millis()
-                );
-            }
-            if !stopping.outbox().drained(left).await {
+    }
+    while runs.turns_in_flight() > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+    let queued = daemon.outbox().len();
+    if queued > 0 {
+        tracing::info!(
+            "shutting down: waiting for the backend to take {queued} message(s){} (at most {} ms)",
+            if daemon.connected() { "" } else { " (the link is down: until it is back)" },
+            left.as_millis()
+        );
+    }
+    if !daemon.outbox().drained(left).await {
+        tracing::warn!(
+            "shutting down: the backend did not take the last {} message(s) within {} s \
+             (shutdown_flush_seconds)",
+            daemon.outbox().len(),
+            bound.as_secs()
+        );
+    }
+    let _ = stop.send(true);
+}
+
+/// The exit status for how the link ended, with what is lost or wrong said.
+fn exit_status(daemon: &Daemon, exit: link::Exit) -> u8 {
+    match exit {
+        link::Exit::Shutdown => {
+            if !daemon.outbox().is_empty() {
                 tracing::warn!(
-                    "shutting down: the backend did not take the last {} message(s) within {} s \
-                     (shutdown_flush_seconds)",
-                    stopping.outbox().len(),
-                    bound.as_secs()
+                    "{} message(s) not yet delivered to the backend are lost with this shutdown",
+                    daemon.outbox().len()
                 );
             }
-            let _ = stop_tx.send(true);
-        });
-        let exit = link::run_apart(daemon.clone(), stop_rx).await;
-        // Agents do not outlive the daemon that holds their stdio (an id
-        // conflict ends the link without the signal above).
-        run.runs().stop_starting();
-        close_agents(run.runs(), run.cfg().agent_shutdown_grace_seconds).await;
-        run.persister().flush();
-        if let Some(at) = signalled.get() {
-            tracing::info!("shut down in {} ms", at.elapsed().as_millis());
+            0
         }
-        match exit {
-            link::Exit::Shutdown => {
-                if !daemon.outbox().is_empty() {
-                    tracing::warn!(
-                        "{} message(s) not yet delivered to the backend are lost with this shutdown",
-                        daemon.outbox().len()
-                    );
-                }
-                0
-            }
-            link::Exit::Conflict(reason) => {
-                report(&format!(
-                    "proxy: the backend refused proxy id {:?} ({reason}): another proxy is connected with \
-                     the same id; give each proxy its own [agent] id",
-                    daemon.proxy_id()
-                ));
-                EXIT_ID_CONFLICT
-            }
+        link::Exit::Conflict(reason) => {
+            report(&format!(
+                "proxy: the backend refused proxy id {:?} ({reason}): another proxy is connected with \
+                 the same id; give each proxy its own [agent] id",
+                daemon.proxy_id()
+            ));
+            EXIT_ID_CONFLICT
         }
-    });
-    drop(identity);
-    code
+    }
 }
 
 /// Feeds the metrics from now on and serves them at `endpoint`.
