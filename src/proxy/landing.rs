@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use serde_json::Value;
 
 use super::config::{Config, ProviderChoice, Secret};
-use super::lane::RunState;
+use super::run_state::RunState;
 use crate::env::Redactor;
 use crate::inputs::landed::{self, Landed};
 use crate::inputs::{self, InputError};

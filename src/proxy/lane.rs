@@ -1,6 +1,7 @@
 //! What every part of a run's handling shares, below them all: what the
 //! daemon gives its runs ([`RunContext`]), the run's persisted state
-//! ([`RunState`]), the jobs of a lane ([`Job`]), the lane itself
+//! ([`RunState`], from `run_state.rs`, below the parts that need it
+//! without the lane: `landing.rs`), the jobs of a lane ([`Job`]), the lane itself
 //! ([`Lane`]), the registry of lanes and agents ([`Runs`]), queuing a job
 //! ([`send`]) and the replies the lane's parts send.
 //!
@@ -18,7 +19,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
@@ -29,47 +29,13 @@ use super::persist::Persister;
 use super::protocol::{PromptResult, ProxyUpdate, RunMessage, RunReply, SandboxControl};
 use super::repo::Checkouts;
 use super::report::Reporter;
+pub use super::run_state::{RunState, STATE_VERSION};
 use super::signing::Signer;
 use crate::acp::host::Agent;
 use crate::provider::{AnyProvider, ProviderError, names};
 
-pub const STATE_VERSION: u32 = 1;
 /// The lane of messages that concern no single run.
 pub const GLOBAL: &str = "";
-
-/// What is persisted per run.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct RunState {
-    pub version: u32,
-    pub run_id: String,
-    pub instance_name: String,
-    pub keepalive_ttl_seconds: u64,
-    /// Unix milliseconds; `None` while the run is busy or never closed.
-    pub expires_at_ms: Option<u64>,
-    /// Canonical host directory at `/workspace`.
-    pub workspace: PathBuf,
-    /// Canonical host directory at the guest home.
-    pub home: PathBuf,
-    pub home_guest: String,
-    /// The last `init` received (script, timeout, env, agentInputs).
-    pub init: Option<Value>,
-    /// The sandbox user's ids (the docker container runs as them).
-    #[serde(default = "default_id")]
-    pub uid: u32,
-    #[serde(default = "default_id")]
-    pub gid: u32,
-    pub created_at: String,
-    pub updated_at: String,
-    /// The daemon removed the run's instance at keepalive expiry and
-    /// reported it `missing`; a restart finds it missing and does not
-    /// report it again. Cleared when the instance is made again.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub instance_removed: bool,
-    /// What landed of the agentInputs, per item (`inputs/landed.rs`):
-    /// landing again never overwrites the agent's work.
-    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    pub landed: crate::inputs::landed::Landed,
-}
 
 pub enum Job {
     Open(RunMessage),
@@ -93,10 +59,6 @@ pub enum Job {
     },
     /// A prompt turn ended.
     PromptDone,
-}
-
-fn default_id() -> u32 {
-    1000
 }
 
 /// What the daemon gives its runs, shared by every lane: the config, the

@@ -13,6 +13,7 @@
 //! | [`lane`] | what a run's parts share: the [`lane::RunContext`] the daemon gives them, its state, its jobs, the lane, the registry of lanes and agents, the replies |
 //! | [`landing`] | a run's agentInputs landed (planned, fetched with the download token, never over the agent's work) |
 //! | [`instance`] | a run's instance: `ensureRuntime` (name, TTL, `init`, host directories, user, mounts), removal |
+//! | [`run_state`] | what is persisted of a run (`RunState`) |
 //! | [`runs`] | routing to the lanes and each lane's loop: ordered processing, keepalive, re-adoption |
 //! | [`mounts`] | what every instance gets besides the workspace and home: `/scratch`, the agent's state directory, `/run/secrets/<name>` |
 //! | [`report`] | what goes to the backend: the outbox, secrets scrubbed out, instance status reports |
@@ -55,6 +56,7 @@ pub mod persist;
 pub mod protocol;
 pub mod repo;
 pub mod report;
+pub mod run_state;
 pub mod runs;
 pub mod signing;
 pub mod status;

@@ -101,11 +101,11 @@ impl Checkouts {
 pub struct Host<'a> {
     /// `<state>`: the repository caches (`git-cache/`) and the
     /// credentials' private directories.
-    pub state_dir: &'a Path,
+    state_dir: &'a Path,
     /// Scrubs every known secret from git's output before it is reported.
-    pub redact: &'a (dyn Fn(&str) -> String + Sync),
+    redact: &'a (dyn Fn(&str) -> String + Sync),
     /// Where tree walks go (the run's share of the blocking pool).
-    pub blocking: &'a crate::blocking::Share,
+    blocking: &'a crate::blocking::Share,
 }
 
 /// Why the workspace could not be made a checkout. The text goes to the
