@@ -269,3 +269,41 @@ impl Outcome {
         (left_alone, self.records, self.result)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// The download token goes with the landing's fetches, and only to
+    /// the backend's origin (relative URIs resolve against it).
+    #[test]
+    fn downloads_carry_the_token_to_the_backend_origin_only() {
+        let root = std::env::temp_dir().join(format!("tuixiu-landing-{}", std::process::id()));
+        std::fs::create_dir_all(&root).unwrap();
+        let doc: toml::Table = toml::from_str(&format!(
+            "orchestrator_url = \"wss://backend.example:8443/ws/agent\"\n[sandbox]\nworkspaceHostRoot = {:?}\n",
+            root.display().to_string()
+        ))
+        .unwrap();
+        let (cfg, _) = Config::from_table("proxy.toml", doc, &Default::default()).unwrap();
+        let landing = Landing::new(&cfg, Some(Secret::new("download-token-123")));
+        let config = landing.config().unwrap();
+        assert_eq!(config.base_url.as_ref().map(url::Url::as_str), Some("https://backend.example:8443/"));
+        let manifest = crate::manifest::parse_value(&json!({"version": 1, "items": []})).unwrap();
+        let plan = inputs::Plan::new(manifest, &config).unwrap();
+        let state: RunState = serde_json::from_value(json!({
+            "version": 1, "run_id": "r1", "instance_name": "i", "keepalive_ttl_seconds": 60,
+            "expires_at_ms": null, "workspace": "/w", "home": "/h", "home_guest": "/root",
+            "init": null, "created_at": "", "updated_at": ""
+        }))
+        .unwrap();
+        let options = landing.options(&plan, &config, &state, Redactor::default()).unwrap();
+        let token = options.download.token.as_ref().map(|t| t.expose().to_string());
+        assert_eq!(token.as_deref(), Some("download-token-123"));
+        let origin = options.download.token_origin.unwrap();
+        assert_eq!(origin.ascii_serialization(), "https://backend.example:8443");
+        let _ = std::fs::remove_dir_all(&root);
+    }
+}
