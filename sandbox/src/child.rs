@@ -21,6 +21,9 @@ use crate::sys;
 
 /// Descriptors the child inherits from the launcher.
 pub(crate) struct ChildFds {
+    /// A socket on which PID 1 sends its namespace ids for bubblewrap's
+    /// status lines and waits until they are written (-1 without one).
+    pub ns_ids: RawFd,
     /// Write end of the report pipe (close-on-exec).
     pub report: RawFd,
     /// Read end of the sync pipe: one byte once the id maps are written,
@@ -99,9 +102,10 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
     //    A nested sandbox also keeps the caller's descriptors, which the
     //    launcher numbered from `fd_base` up for the command.
     let mut keep = [-1 as RawFd; sys::MAX_KEPT_FDS];
-    keep[..5].copy_from_slice(&[fds.report, fds.sync, fds.ack, fds.exit, fds.egress]);
-    let n = 5 + plan.kept_fds.len().min(sys::MAX_KEPT_FDS - 5);
-    keep[5..n].copy_from_slice(&plan.kept_fds[..n - 5]);
+    let ours = [fds.report, fds.sync, fds.ack, fds.exit, fds.egress, fds.ns_ids];
+    keep[..ours.len()].copy_from_slice(&ours);
+    let n = ours.len() + plan.kept_fds.len().min(sys::MAX_KEPT_FDS - ours.len());
+    keep[ours.len()..n].copy_from_slice(&plan.kept_fds[..n - ours.len()]);
     let below = plan.nested.as_ref().map_or(libc::c_uint::MAX, |n| n.fd_base as libc::c_uint);
     sys::close_all_except(&keep[..n], below)
         .map_err(|e| fail("close inherited descriptors", "close_range", c"3..", e))?;
@@ -218,6 +222,20 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
         slave()?;
         host = sys::open(c"/", dir, 0).map_err(|e| fail(root_what, "open", c"/", e))?;
         pool.reopen(host.as_fd(), pool_rel).map_err(|f| fail(root_what, f.call, c"the pool", f.errno))?;
+    }
+    // Every namespace of ours exists now: their ids for bubblewrap's status
+    // lines, which only we may read, then wait until the launcher has
+    // written those (and read `--userns-block-fd`). End-of-file: it gave up.
+    if fds.ns_ids >= 0 {
+        let ids = crate::launch::namespace_ids(c"/proc/self/ns", plan.clone_flags);
+        let mut go = [0u8; 1];
+        if sys::write_all(fds.ns_ids, &crate::launch::namespace_ids_bytes(&ids)).is_err()
+            || sys::read(fds.ns_ids, &mut go) != Ok(1)
+        {
+            sys::exit_now(EXIT_SETUP_FAILED as i32);
+        }
+        // SAFETY: the launcher's socket for this exchange, ours, done with.
+        let _ = unsafe { sys::close(fds.ns_ids) };
     }
 
     // 7. A fresh tmpfs (for a nested sandbox, a directory of the pool),
