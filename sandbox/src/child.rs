@@ -227,9 +227,9 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
     // lines, which only we may read, then wait until the launcher has
     // written those (and read `--userns-block-fd`). End-of-file: it gave up.
     if fds.ns_ids >= 0 {
-        let ids = crate::launch::namespace_ids(c"/proc/self/ns", plan.clone_flags);
+        let ids = crate::ns_ids::namespace_ids(c"/proc/self/ns", plan.clone_flags);
         let mut go = [0u8; 1];
-        if sys::write_all(fds.ns_ids, &crate::launch::namespace_ids_bytes(&ids)).is_err()
+        if sys::write_all(fds.ns_ids, &crate::ns_ids::namespace_ids_bytes(&ids)).is_err()
             || sys::read(fds.ns_ids, &mut go) != Ok(1)
         {
             sys::exit_now(EXIT_SETUP_FAILED as i32);

@@ -29,7 +29,7 @@
 //! whole life: the child checks it right after setting its parent-death
 //! signal, closing the race where the launcher dies before `prctl`.
 
-use std::ffi::{CStr, CString};
+use std::ffi::CString;
 use std::fs;
 use std::io::Write as _;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
@@ -42,6 +42,7 @@ use crate::apply::{self, ApplyContext};
 use crate::child::{self, ChildFds};
 use crate::error::{LaunchError, SpecError, SyscallError};
 use crate::init::FORWARDED_SIGNALS;
+use crate::ns_ids::{NamespaceIds, STATUS_NAMESPACES, namespace_ids, read_namespace_ids};
 use crate::prepare::Plan;
 use crate::report;
 use crate::sys;
@@ -96,69 +97,6 @@ pub struct BwrapStatus {
     pub userns_block_fd: Option<RawFd>,
     /// `--userns2`: bubblewrap's monitor joins it too, before it reports.
     pub userns2_fd: Option<RawFd>,
-}
-
-/// The namespaces bubblewrap's status lines name, in its order. It names
-/// the user namespace never (made after it reports), the mount namespace
-/// always, the others when the sandbox has a new one.
-const STATUS_NAMESPACES: [(&str, libc::c_int); 6] = [
-    ("cgroup", libc::CLONE_NEWCGROUP),
-    ("ipc", libc::CLONE_NEWIPC),
-    ("mnt", libc::CLONE_NEWNS),
-    ("net", libc::CLONE_NEWNET),
-    ("pid", libc::CLONE_NEWPID),
-    ("uts", libc::CLONE_NEWUTS),
-];
-
-/// The ids (inode numbers) of [`STATUS_NAMESPACES`], in its order; 0 for
-/// one not reported or not readable, which bubblewrap leaves out too.
-pub(crate) type NamespaceIds = [u64; STATUS_NAMESPACES.len()];
-
-/// The ids of the namespaces in `ns_dir` (a `/proc/PID/ns`) that a
-/// sandbox made with `flags` reports. Allocates nothing: the nested PID 1
-/// calls it about itself (`/proc/self/ns`) during setup, because no other
-/// process may read its links (docs/bwrap.md).
-pub(crate) fn namespace_ids(ns_dir: &CStr, flags: libc::c_ulong) -> NamespaceIds {
-    let mut ids = [0; STATUS_NAMESPACES.len()];
-    let Ok(dir) = sys::open(ns_dir, libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC, 0) else {
-        return ids;
-    };
-    for (id, (name, flag)) in ids.iter_mut().zip(STATUS_NAMESPACES) {
-        if flag != libc::CLONE_NEWNS && flags & flag as libc::c_ulong == 0 {
-            continue;
-        }
-        if let Ok(st) = nix::sys::stat::fstatat(&dir, name, nix::fcntl::AtFlags::empty()) {
-            *id = st.st_ino;
-        }
-    }
-    ids
-}
-
-/// The ids a sandbox's PID 1 sent about itself ([`namespace_ids`]); all 0
-/// if it sent none.
-fn read_namespace_ids(fd: RawFd) -> NamespaceIds {
-    let mut bytes = [0u8; size_of::<NamespaceIds>()];
-    let mut got = 0;
-    while got < bytes.len() {
-        match sys::read(fd, &mut bytes[got..]) {
-            Ok(0) | Err(_) => return [0; STATUS_NAMESPACES.len()],
-            Ok(n) => got += n,
-        }
-    }
-    let mut ids = [0; STATUS_NAMESPACES.len()];
-    for (id, chunk) in ids.iter_mut().zip(bytes.chunks_exact(size_of::<u64>())) {
-        *id = u64::from_ne_bytes(chunk.try_into().expect("chunks of 8 bytes"));
-    }
-    ids
-}
-
-/// What the child sends for [`read_namespace_ids`].
-pub(crate) fn namespace_ids_bytes(ids: &NamespaceIds) -> [u8; size_of::<NamespaceIds>()] {
-    let mut bytes = [0u8; size_of::<NamespaceIds>()];
-    for (chunk, id) in bytes.chunks_exact_mut(size_of::<u64>()).zip(ids) {
-        chunk.copy_from_slice(&id.to_ne_bytes());
-    }
-    bytes
 }
 
 impl BwrapStatus {
