@@ -1,14 +1,16 @@
-//! The minimal ACP agent of the daemon benchmark (examples/daemon_bench/),
+//! The minimal ACP agent of the daemon benchmark (examples/daemon_bench/):
+//! the benchmarks' commands of the tests' scripted agent
+//! (tests/fixtures/scripted_agent.py, which speaks `reads` and `relay` too),
 //! compiled, so that neither its start nor its writing rate is what the
-//! benchmark measures (examples/acp_bench_agent.py does the same in Python,
-//! whose start alone is 7-9 ms and whose flood tops out near the target
-//! rate). One thread, blocking stdio. A prompt's text is one command:
+//! benchmark measures (in Python the start alone is 7-9 ms and the relay
+//! tops out near the target rate). One thread, blocking stdio. A prompt's
+//! text is one command:
 //!
 //!   reads N PATH   N sequential fs/read_text_file of PATH, then 50 rounds of
 //!                  8 sequential and 8 concurrent reads, each timed here
 //!                  (from writing the request to reading its response);
 //!                  reported as one agent_message_chunk (JSON)
-//!   flood N        N session/update notifications of exactly 200 bytes
+//!   relay N        N session/update notifications of exactly 200 bytes
 //!                  (sequence numbers in order), written in 256 KiB writes
 //!                  as fast as the pipe takes them, then the end of the turn
 //!   terms N LIMIT BYTES
@@ -228,7 +230,7 @@ impl Agent {
                         self.send(&json!({"jsonrpc":"2.0","method":"session/update","params":{"sessionId":sid,
                             "update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":report.to_string()}}}}));
                     }
-                    (Some("flood"), Some(n), _) => {
+                    (Some("relay"), Some(n), _) => {
                         let mut out = self.out.lock();
                         flood(&mut out, &sid, n.parse().unwrap_or(0));
                     }

@@ -3,8 +3,8 @@
 # daemon's agent host"), native provider, release build, driven by a Rust
 # fake backend on loopback (`daemon_bench acp`, examples/daemon_bench/) with a minimal compiled
 # agent
-# (examples/acp_bench_agent.rs; AGENT=examples/acp_bench_agent.py for the
-# stdlib-only Python one, run as `python3 -S`):
+# (examples/acp_bench_agent.rs; AGENT=tests/fixtures/scripted_agent.py for the
+# tests' stdlib-only Python agent, run as `python3 -S`):
 #   * acp_open -> acp_opened with a fresh run each time (target: median
 #     <= 20 ms; Node acp-proxy on bwrap: 50 ms), next to the agent's own
 #     start on the host, so the daemon's share shows;

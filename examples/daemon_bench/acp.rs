@@ -26,7 +26,9 @@
 //! pre-built flood of masked frames over loopback alone.
 //!
 //! The agent is examples/acp_bench_agent.rs (a compiled minimal agent) or,
-//! given a `.py` file, examples/acp_bench_agent.py (run as `python3 -S`).
+//! given a `.py` file, the tests' scripted agent
+//! (tests/fixtures/scripted_agent.py, run as `python3 -S`), which speaks the
+//! same `reads` and `relay` commands.
 //!
 //! Usage: daemon_bench acp <tuixiu-sandbox binary> <scratch dir> <agent> [OPENS] [FLOOD]
 
@@ -39,9 +41,9 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio_tungstenite::tungstenite::Message;
 
+use crate::ProxyToml;
+use crate::link::{Ws, send, until};
 use crate::procstat::{cpu_ms, status_kib};
-
-use crate::backend::{Ws, send, until};
 
 fn sorted(mut v: Vec<f64>) -> Vec<f64> {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
@@ -325,22 +327,13 @@ pub async fn main(args: Vec<String>) {
     let (agent_file, agent_command) = agent_argv(&agent);
     std::fs::copy(&agent, agent_dir.join(agent_file)).unwrap();
 
-    let (listener, port) = crate::backend::listen().await;
+    let (listener, url) = crate::link::listen().await;
     let config = scratch.join("proxy.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "orchestrator_url = \"ws://127.0.0.1:{port}/ws/agent\"\nstate_dir = \"{}\"\n\
-             agent_command = {agent_command}\nagent_shutdown_grace_seconds = 1\n\
-             [agent]\nid = \"bench\"\n[sandbox]\nworkspaceHostRoot = \"{}\"\n\
-             [[sandbox.volumes]]\nhostPath = \"{}\"\nguestPath = \"/bench\"\nreadOnly = true\n",
-            scratch.join("state").display(),
-            root.display(),
-            agent_dir.display()
-        ),
-    )
-    .unwrap();
-    let (mut child, pid, mut ws) = crate::backend::start_daemon(&bin, &config, &[], &listener, true).await;
+    ProxyToml::new(&url, &scratch.join("state"), "bench", &root)
+        .agent_command(agent_command)
+        .volume(&agent_dir, "/bench", true)
+        .write(&config);
+    let (mut child, pid, mut ws) = crate::link::start_daemon(&bin, &config, &[], &listener, true).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     // The anonymous part is what the daemon allocates; the file-backed
     // part follows how the page cache holds its binary (docs/benchmarks.md).
@@ -409,7 +402,7 @@ pub async fn main(args: Vec<String>) {
     let _ = std::fs::write(format!("/proc/{pid}/clear_refs"), "5");
     let rss_before = status_kib(pid, "VmRSS:");
     let cpu_before = cpu_ms(pid);
-    prompt(&mut ws, run, "f1", &format!("flood {flood}")).await;
+    prompt(&mut ws, run, "f1", &format!("relay {flood}")).await;
     let t = Instant::now();
     let (next, in_order, first, last, bytes, result) = receive_flood(&mut ws, run, "f1", t).await;
     let cpu = cpu_ms(pid) - cpu_before;

@@ -33,7 +33,8 @@ use tokio_tungstenite::tungstenite::Message;
 
 use crate::procstat::{cpu_ms, status_kib};
 
-use crate::backend::{Ws, recv_text, send, until};
+use crate::ProxyToml;
+use crate::link::{Ws, recv_text, send, until};
 
 fn pct(v: &mut [f64], p: f64) -> f64 {
     if v.is_empty() {
@@ -48,28 +49,19 @@ async fn daemon(bin: &Path, scratch: &Path, agent: Option<&Path>) -> (Child, u32
     let _ = std::fs::remove_dir_all(scratch);
     let root = scratch.join("ws");
     std::fs::create_dir_all(&root).unwrap();
-    let (listener, port) = crate::backend::listen().await;
-    let mut config = format!(
-        "orchestrator_url = \"ws://127.0.0.1:{port}/ws/agent\"\nstate_dir = \"{}\"\n",
-        scratch.join("state").display()
-    );
+    let (listener, url) = crate::link::listen().await;
+    let mut config = ProxyToml::new(&url, &scratch.join("state"), "curve", &root);
     if let Some(agent) = agent {
         let dir = scratch.join("agent");
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::copy(agent, dir.join("agent")).unwrap();
-        config += &format!(
-            "agent_command = [\"/bench/agent\"]\nagent_shutdown_grace_seconds = 1\n\
-             [agent]\nid = \"curve\"\nmax_concurrent = 100\n[sandbox]\nworkspaceHostRoot = \"{}\"\n\
-             [[sandbox.volumes]]\nhostPath = \"{}\"\nguestPath = \"/bench\"\nreadOnly = true\n",
-            root.display(),
-            dir.display()
-        );
-    } else {
-        config +=
-            &format!("[agent]\nid = \"curve\"\n[sandbox]\nworkspaceHostRoot = \"{}\"\n", root.display());
+        config = config
+            .agent_command(r#"["/bench/agent"]"#)
+            .agent("max_concurrent = 100")
+            .volume(&dir, "/bench", true);
     }
-    std::fs::write(scratch.join("proxy.toml"), config).unwrap();
-    crate::backend::start_daemon(bin, &scratch.join("proxy.toml"), &[], &listener, true).await
+    config.write(&scratch.join("proxy.toml"));
+    crate::link::start_daemon(bin, &scratch.join("proxy.toml"), &[], &listener, true).await
 }
 
 fn open_msg(run: &str) -> Value {
@@ -145,7 +137,7 @@ async fn flood_step(ws: Ws, pid: u32, runs: usize, per_run: usize, step: usize) 
     let (mut tx, mut rx) = ws.split();
     for r in 0..runs {
         let msg = json!({"type":"prompt_send","run_id":format!("a{r}"),"prompt_id":format!("f{step}-{r}"),
-            "session_id":null,"cwd":"/workspace","prompt":[{"type":"text","text":format!("flood {per_run}")}],
+            "session_id":null,"cwd":"/workspace","prompt":[{"type":"text","text":format!("relay {per_run}")}],
             "timeout_ms":600000});
         tx.send(Message::text(msg.to_string())).await.unwrap();
     }

@@ -13,14 +13,20 @@
 //! * `terminal-rss`: the memory for terminal output
 //!   (scripts/bench-terminal-rss.sh).
 //!
-//! The agent they start is examples/acp_bench_agent.rs.
+//! The backend's link and the proxy.toml builder are the tests' own fakes
+//! (tests/fake, included here); the agent they start is
+//! examples/acp_bench_agent.rs.
 
 mod acp;
-mod backend;
 mod curve;
+#[path = "../../tests/fake/mod.rs"]
+mod fake;
 mod procstat;
 mod proxy;
 mod terminal_rss;
+
+use fake::backend::link;
+use fake::config::ProxyToml;
 
 const USAGE: &str = "usage: daemon_bench acp|proxy|curve|terminal-rss ARGS...";
 

@@ -27,7 +27,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i]
 }
 
-use crate::backend::recv_json;
+use crate::link::recv_json;
 
 /// `args[0]` is the program, then this benchmark's arguments.
 pub async fn main(args: Vec<String>) {
@@ -36,23 +36,13 @@ pub async fn main(args: Vec<String>) {
     let _ = std::fs::remove_dir_all(&scratch);
     std::fs::create_dir_all(scratch.join("ws")).unwrap();
 
-    let (listener, port) = crate::backend::listen().await;
+    let (listener, url) = crate::link::listen().await;
     let config = scratch.join("proxy.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "orchestrator_url = \"ws://127.0.0.1:{port}/ws/agent\"\nstate_dir = \"{}\"\n\
-             [agent]\nid = \"bench\"\n[sandbox]\nworkspaceHostRoot = \"{}\"\n",
-            scratch.join("state").display(),
-            scratch.join("ws").display()
-        ),
-    )
-    .unwrap();
+    crate::ProxyToml::new(&url, &scratch.join("state"), "bench", &scratch.join("ws")).write(&config);
     // Options for the daemon beyond the config, e.g. `--log-format json -v`.
     let extra = std::env::var("PROXY_ARGS").unwrap_or_default();
     let extra: Vec<&str> = extra.split_whitespace().collect();
-    let (mut child, pid, mut ws) =
-        crate::backend::start_daemon(&bin, &config, &extra, &listener, false).await;
+    let (mut child, pid, mut ws) = crate::link::start_daemon(&bin, &config, &extra, &listener, false).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let idle = status_kib(pid, "VmRSS:");
     let (idle_anon, idle_file) = (status_kib(pid, "RssAnon:"), status_kib(pid, "RssFile:"));

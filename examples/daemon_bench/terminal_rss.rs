@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 
 use crate::procstat::status_kib;
 
-use crate::backend::{recv_json, send, until};
+use crate::link::{recv_json, send, until};
 
 const TERMINALS: usize = 32;
 const LIMIT: u64 = 64 * 1024 * 1024;
@@ -38,20 +38,15 @@ pub async fn main(args: Vec<String>) {
     let dir = scratch.join("agent");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::copy(&agent, dir.join("agent")).unwrap();
-    let (listener, port) = crate::backend::listen().await;
-    let config = format!(
-        "orchestrator_url = \"ws://127.0.0.1:{port}/ws/agent\"\nstate_dir = \"{}\"\n\
-         agent_command = [\"/bench/agent\"]\nagent_shutdown_grace_seconds = 1\n\
-         [agent]\nid = \"terminal-rss\"\nmax_concurrent = 100\n\
-         [sandbox]\nworkspaceHostRoot = \"{}\"\nterminalEnabled = true\n\
-         [[sandbox.volumes]]\nhostPath = \"{}\"\nguestPath = \"/bench\"\nreadOnly = true\n",
-        scratch.join("state").display(),
-        root.display(),
-        dir.display()
-    );
-    std::fs::write(scratch.join("proxy.toml"), config).unwrap();
+    let (listener, url) = crate::link::listen().await;
+    crate::ProxyToml::new(&url, &scratch.join("state"), "terminal-rss", &root)
+        .agent_command(r#"["/bench/agent"]"#)
+        .agent("max_concurrent = 100")
+        .sandbox("terminalEnabled = true")
+        .volume(&dir, "/bench", true)
+        .write(&scratch.join("proxy.toml"));
     let (mut child, pid, mut ws) =
-        crate::backend::start_daemon(&bin, &scratch.join("proxy.toml"), &[], &listener, true).await;
+        crate::link::start_daemon(&bin, &scratch.join("proxy.toml"), &[], &listener, true).await;
 
     for r in 0..runs {
         let run = format!("t{r}");

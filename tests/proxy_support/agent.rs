@@ -22,15 +22,16 @@ pub fn agent_dir(s: &Scratch) -> PathBuf {
 /// `[sandbox]` (before the volume tables).
 pub fn acp_config(s: &Scratch, url: &str, extra: &str, sandbox_extra: &str) -> String {
     let dir = agent_dir(s);
-    s.config(
-        url,
-        &format!("agent_command = [\"python3\", \"/agent/scripted_agent.py\"]\nagent_shutdown_grace_seconds = 1\n{extra}"),
-        &format!(
-            "terminalEnabled = true\n{sandbox_extra}\n[[sandbox.volumes]]\nhostPath = \"{}\"\nguestPath = \"/agent\"\nreadOnly = true\n",
-            dir.display()
-        ),
-    )
+    // The command comes first: `extra` may open tables of its own.
+    s.toml(url, &format!("{AGENT_COMMAND}\nagent_shutdown_grace_seconds = 1\n{extra}"))
+        .sandbox("terminalEnabled = true")
+        .sandbox(sandbox_extra)
+        .volume(&dir, "/agent", true)
+        .build()
 }
+
+/// The scripted agent's command line, as [`agent_dir`] places it.
+pub const AGENT_COMMAND: &str = r#"agent_command = ["python3", "/agent/scripted_agent.py"]"#;
 
 /// Sends a prompt and waits for its result.
 pub async fn prompt(b: &Backend, run: &str, id: &str, session: Value, text: &str) -> Value {

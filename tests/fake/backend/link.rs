@@ -1,25 +1,24 @@
-//! The fake backend's side of the link, shared by every subcommand of
-//! daemon_bench: start the real daemon against a loopback listener, accept
-//! its WebSocket, and read and write JSON messages on it.
-
-#![allow(dead_code)] // each benchmark uses its own part of this
+//! The fake backend driven directly, for the benchmarks (examples/
+//! daemon_bench/): start the real daemon against a loopback listener,
+//! accept its one WebSocket, and read and write JSON messages on it from
+//! the caller's task. Nothing is recorded or parsed unless asked.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 use futures_util::{SinkExt, StreamExt};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio_tungstenite::tungstenite::Message;
 
 pub type Ws = tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>;
 
-/// A loopback listener for the daemon to connect to, and its port (for the
-/// `orchestrator_url` in the daemon's config).
-pub async fn listen() -> (TcpListener, u16) {
+/// A loopback listener for the daemon to connect to, and its URL (the
+/// `orchestrator_url` of the daemon's config).
+pub async fn listen() -> (TcpListener, String) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    (listener, port)
+    let url = format!("ws://127.0.0.1:{}/ws/agent", listener.local_addr().unwrap().port());
+    (listener, url)
 }
 
 /// Starts `bin proxy --config CONFIG EXTRA...` with a clean environment
@@ -77,7 +76,7 @@ pub async fn until(ws: &mut Ws, pred: impl Fn(&Value) -> bool) -> Value {
     loop {
         let m = recv_json(ws).await;
         if m["type"] == "register_agent" {
-            send(ws, json!({"type":"register_ack","success":true})).await;
+            ws.send(super::register_ack()).await.unwrap();
         }
         if m["type"] == "proxy_update" && m["content"]["type"] == "text" {
             let t = m["content"]["text"].as_str().unwrap_or("");
