@@ -68,6 +68,8 @@ pub fn parse_run(args: &[OsString]) -> Option<(RunArgs, RunGiven, u8)> {
 
 /// One `--name[=value]` option of `run` into `p`; `inline`: its value came
 /// after `=`. `None` when clap must parse the line.
+///
+/// One arm per option, kept whole: it reads as the table of `run`'s options.
 fn option(
     p: &mut Parsed,
     given: &mut RunGiven,
