@@ -219,6 +219,51 @@ pub fn load(dir: &Path, engines: &[String]) -> Result<Skill, PackageError> {
     }
 
     // 8. The three schemas.
+    let Schemas { input, parameter, output, output_order } = schemas(&root, obj)?;
+
+    // 9. execution_modes (already shaped by step 3).
+    let execution_modes: Vec<String> = obj["execution_modes"]
+        .as_array()
+        .expect("checked")
+        .iter()
+        .filter_map(|v| v.as_str().map(str::to_string))
+        .collect();
+
+    // 10. version, when present.
+    let version = match obj.get("version").and_then(Value::as_str) {
+        Some(v) if !is_version(v) => return err(format!("Invalid skill version: {v}")),
+        Some(v) => v.to_string(),
+        None => "1.0.0".to_string(),
+    };
+
+    let artifacts = artifacts_of(obj, &output.json, &output_order)?;
+    Ok(Skill {
+        id,
+        dir,
+        manifest,
+        version,
+        engines: declared,
+        unsupported_engines: unsupported,
+        effective_engines: effective,
+        execution_modes,
+        artifacts,
+        input,
+        parameter,
+        output,
+    })
+}
+
+/// A package's input, parameter and output schemas, compiled, and the
+/// output's property order as written.
+struct Schemas {
+    input: SchemaDoc,
+    parameter: SchemaDoc,
+    output: SchemaDoc,
+    output_order: Vec<String>,
+}
+
+/// Reads, checks and compiles the schemas runner.json names (step 8).
+fn schemas(root: &OwnedFd, obj: &Map<String, Value>) -> Result<Schemas, PackageError> {
     let schemas = obj.get("schemas").and_then(Value::as_object).expect("checked");
     let mut docs = Vec::new();
     let mut absent = Vec::new();
@@ -253,37 +298,7 @@ pub fn load(dir: &Path, engines: &[String]) -> Result<Skill, PackageError> {
     let output = compiled.pop().expect("three schemas");
     let parameter = compiled.pop().expect("three schemas");
     let input = compiled.pop().expect("three schemas");
-
-    // 9. execution_modes (already shaped by step 3).
-    let execution_modes: Vec<String> = obj["execution_modes"]
-        .as_array()
-        .expect("checked")
-        .iter()
-        .filter_map(|v| v.as_str().map(str::to_string))
-        .collect();
-
-    // 10. version, when present.
-    let version = match obj.get("version").and_then(Value::as_str) {
-        Some(v) if !is_version(v) => return err(format!("Invalid skill version: {v}")),
-        Some(v) => v.to_string(),
-        None => "1.0.0".to_string(),
-    };
-
-    let artifacts = artifacts_of(obj, &output.json, &output_order)?;
-    Ok(Skill {
-        id,
-        dir,
-        manifest,
-        version,
-        engines: declared,
-        unsupported_engines: unsupported,
-        effective_engines: effective,
-        execution_modes,
-        artifacts,
-        input,
-        parameter,
-        output,
-    })
+    Ok(Schemas { input, parameter, output, output_order })
 }
 
 /// Why a package file could not be read.
