@@ -271,7 +271,7 @@ fn schemas(root: &OwnedFd, obj: &Map<String, Value>) -> Result<Schemas, PackageE
         let Some(rel) = schemas.get(key).and_then(Value::as_str).filter(|s| !s.trim().is_empty()) else {
             return err("runner.json schemas must define input, parameter and output");
         };
-        match read_doc(&root, rel) {
+        match read_doc(root, rel) {
             Ok(bytes) => docs.push((key, rel.to_string(), bytes)),
             Err(Missing::Absent) => absent.push(rel.to_string()),
             Err(e) => return Err(e.into_error(rel)),
