@@ -506,6 +506,21 @@ for_each_caller!(data_overlay_seccomp_and_pid_1_options_nested, |caller: Caller|
     );
 });
 
+// The helper that makes a nested user namespace (docs/security.md, "The
+// sandbox's PID 1") is let go without PID 1 waiting for it; with
+// `--as-pid-1` nothing reaps it after the `execve`, so PID 1 reaps it
+// first: the command, PID 1 of its pid namespace, sees no other process
+// (a shell's glob, no fork of its own), zombie or not.
+for_each_caller!(a_pid_1_command_inherits_no_user_namespace_helper, |caller: Caller| {
+    let f = Fixture::new(caller);
+    let script = "for i in 1 2 3; do \
+          bwrap --ro-bind / / --unshare-user --unshare-pid --proc /proc --as-pid-1 -- \
+            sh -c 'set -- /proc/[0-9]*; echo \"$*\"'; \
+        done";
+    let text = f.sh(&[], script);
+    assert_eq!(text, "/proc/1\n/proc/1\n/proc/1\n");
+});
+
 // Inside a nested sandbox there is no portal: the front end (bound over
 // the host's /usr/bin/bwrap) tries to build the sandbox itself, as on the
 // host, and says why the sandbox's seccomp profile refuses it.
