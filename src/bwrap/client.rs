@@ -49,58 +49,7 @@ pub fn run(parsed: &Parsed) -> Result<u8, BwrapError> {
 /// its descriptor closed) here; `--bind-fd` names what its descriptor is
 /// open on.
 pub fn request(parsed: &Parsed, caps_from: u64) -> Result<Request, BwrapError> {
-    let mut ops = Vec::with_capacity(parsed.ops.len());
-    for op in &parsed.ops {
-        ops.push(match op {
-            parse::Op::Bind { src, dst, mode, optional } => {
-                Op::Bind { src: src.clone(), dst: dst.clone(), mode: *mode, optional: *optional }
-            }
-            parse::Op::BindFd { fd, dst, ro } => {
-                let link = format!("/proc/self/fd/{fd}");
-                let src = match std::fs::read_link(&link) {
-                    Ok(path) => path.into_os_string().into_string(),
-                    Err(source) => return Err(BwrapError::SourcePath { link, source }),
-                };
-                let src = src.map_err(|_| BwrapError::SourcePathUtf8(link))?;
-                let mode = if *ro { BindMode::Ro } else { BindMode::Rw };
-                Op::Bind { src, dst: dst.clone(), mode, optional: false }
-            }
-            parse::Op::RemountRo { dst } => Op::RemountRo { dst: dst.clone() },
-            parse::Op::Tmpfs { dst, perms, size } => {
-                Op::Tmpfs { dst: dst.clone(), mode: perms.unwrap_or(0o755), size: *size }
-            }
-            parse::Op::Dir { dst, perms } => Op::Dir { dst: dst.clone(), mode: perms.unwrap_or(0o755) },
-            parse::Op::Symlink { target, dst } => Op::Symlink { target: target.clone(), dst: dst.clone() },
-            parse::Op::Proc { dst } => Op::Proc { dst: dst.clone() },
-            parse::Op::Dev { dst } => Op::Dev { dst: dst.clone() },
-            parse::Op::Mqueue { dst } => Op::Mqueue { dst: dst.clone() },
-            parse::Op::File { fd, dst, perms } => Op::Data {
-                dst: dst.clone(),
-                contents: read_data(*fd, dst)?,
-                mode: perms.unwrap_or(0o666),
-                how: DataKind::File,
-            },
-            parse::Op::BindData { fd, dst, perms, ro } => Op::Data {
-                dst: dst.clone(),
-                contents: read_data(*fd, dst)?,
-                mode: perms.unwrap_or(0o600),
-                how: if *ro { DataKind::RoBind } else { DataKind::Bind },
-            },
-            parse::Op::Chmod { mode, path } => Op::Chmod { dst: path.clone(), mode: *mode },
-            parse::Op::Overlay { sources, kind, dst } => Op::Overlay {
-                // overlayfs lists layers from the top: the last given first.
-                sources: sources.iter().rev().cloned().collect(),
-                dst: dst.clone(),
-                kind: match kind {
-                    parse::OverlayKind::Rw { upper, work } => {
-                        OverlayKind::Rw { upper: upper.clone(), work: work.clone() }
-                    }
-                    parse::OverlayKind::Tmp => OverlayKind::Tmp,
-                    parse::OverlayKind::Ro => OverlayKind::Ro,
-                },
-            },
-        });
-    }
+    let ops = parsed.ops.iter().map(op).collect::<Result<Vec<_>, _>>()?;
     let cwd = std::env::current_dir()
         .ok()
         .and_then(|p| p.into_os_string().into_string().ok())
@@ -154,6 +103,60 @@ pub fn request(parsed: &Parsed, caps_from: u64) -> Result<Request, BwrapError> {
         disable_userns: parsed.disable_userns,
         assert_userns_disabled: parsed.assert_userns_disabled,
         host_only: parsed.host_only(),
+    })
+}
+
+/// One parsed operation as the runtime's; a data descriptor is read (and
+/// closed) here, a `--bind-fd` descriptor named by what it is open on.
+fn op(op: &parse::Op) -> Result<Op, BwrapError> {
+    Ok(match op {
+        parse::Op::Bind { src, dst, mode, optional } => {
+            Op::Bind { src: src.clone(), dst: dst.clone(), mode: *mode, optional: *optional }
+        }
+        parse::Op::BindFd { fd, dst, ro } => {
+            let link = format!("/proc/self/fd/{fd}");
+            let src = match std::fs::read_link(&link) {
+                Ok(path) => path.into_os_string().into_string(),
+                Err(source) => return Err(BwrapError::SourcePath { link, source }),
+            };
+            let src = src.map_err(|_| BwrapError::SourcePathUtf8(link))?;
+            let mode = if *ro { BindMode::Ro } else { BindMode::Rw };
+            Op::Bind { src, dst: dst.clone(), mode, optional: false }
+        }
+        parse::Op::RemountRo { dst } => Op::RemountRo { dst: dst.clone() },
+        parse::Op::Tmpfs { dst, perms, size } => {
+            Op::Tmpfs { dst: dst.clone(), mode: perms.unwrap_or(0o755), size: *size }
+        }
+        parse::Op::Dir { dst, perms } => Op::Dir { dst: dst.clone(), mode: perms.unwrap_or(0o755) },
+        parse::Op::Symlink { target, dst } => Op::Symlink { target: target.clone(), dst: dst.clone() },
+        parse::Op::Proc { dst } => Op::Proc { dst: dst.clone() },
+        parse::Op::Dev { dst } => Op::Dev { dst: dst.clone() },
+        parse::Op::Mqueue { dst } => Op::Mqueue { dst: dst.clone() },
+        parse::Op::File { fd, dst, perms } => Op::Data {
+            dst: dst.clone(),
+            contents: read_data(*fd, dst)?,
+            mode: perms.unwrap_or(0o666),
+            how: DataKind::File,
+        },
+        parse::Op::BindData { fd, dst, perms, ro } => Op::Data {
+            dst: dst.clone(),
+            contents: read_data(*fd, dst)?,
+            mode: perms.unwrap_or(0o600),
+            how: if *ro { DataKind::RoBind } else { DataKind::Bind },
+        },
+        parse::Op::Chmod { mode, path } => Op::Chmod { dst: path.clone(), mode: *mode },
+        parse::Op::Overlay { sources, kind, dst } => Op::Overlay {
+            // overlayfs lists layers from the top: the last given first.
+            sources: sources.iter().rev().cloned().collect(),
+            dst: dst.clone(),
+            kind: match kind {
+                parse::OverlayKind::Rw { upper, work } => {
+                    OverlayKind::Rw { upper: upper.clone(), work: work.clone() }
+                }
+                parse::OverlayKind::Tmp => OverlayKind::Tmp,
+                parse::OverlayKind::Ro => OverlayKind::Ro,
+            },
+        },
     })
 }
 

@@ -238,37 +238,92 @@ impl Parser<'_> {
         Ok(())
     }
 
+    /// One option, by group: help and version stop, `--args` splices,
+    /// then filesystem operations, security settings, the rest.
     fn apply(&mut self, opt: &'static Opt, v: &[String], in_file: bool) -> Result<Option<Stop>, Error> {
-        let p = &mut self.parsed;
         match opt.kind {
             Kind::Help => return Ok(Some(Stop::Help)),
             Kind::Version => return Ok(Some(Stop::Version)),
-            Kind::Args => {
-                let fd = self.fd(&v[0])?;
-                if in_file {
-                    return Err(self.error("--args not supported in arguments file"));
-                }
-                let data = self
-                    .io
-                    .read_fd(fd)
-                    .map_err(|e| self.error(format!("Can't read --args data: {}", strerror(&e))))?;
-                let mut pieces: Vec<&[u8]> = data.split(|&b| b == 0).collect();
-                if data.last() == Some(&0) || data.is_empty() {
-                    pieces.pop();
-                }
-                let pieces = pieces
-                    .into_iter()
-                    .map(|b| String::from_utf8(b.to_vec()))
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(|_| {
-                        self.error("--args data is not valid UTF-8 (tuixiu-sandbox's bwrap needs UTF-8)")
-                    })?;
-                match self.options(&pieces, true)? {
-                    Stop::Help => return Ok(Some(Stop::Help)),
-                    Stop::Version => return Ok(Some(Stop::Version)),
-                    _ => {}
-                }
-            }
+            Kind::Args => return self.splice_args(&v[0], in_file),
+            Kind::Bind { .. }
+            | Kind::BindFd { .. }
+            | Kind::RemountRo
+            | Kind::OverlaySrc
+            | Kind::Overlay
+            | Kind::TmpOverlay
+            | Kind::RoOverlay
+            | Kind::Proc
+            | Kind::Dev
+            | Kind::Tmpfs
+            | Kind::Mqueue
+            | Kind::Dir
+            | Kind::File
+            | Kind::BindData { .. }
+            | Kind::Symlink
+            | Kind::Perms
+            | Kind::Size
+            | Kind::Chmod => self.filesystem(opt, v)?,
+            Kind::Fd(_)
+            | Kind::Label
+            | Kind::AddSeccompFd
+            | Kind::CapAdd
+            | Kind::CapDrop
+            | Kind::DisableUserns
+            | Kind::AssertUsernsDisabled
+            | Kind::TxSeccomp
+            | Kind::TxLandlock => self.security(opt, v)?,
+            Kind::Argv0
+            | Kind::LevelPrefix
+            | Kind::UnshareAll
+            | Kind::ShareNet
+            | Kind::Unshare(_)
+            | Kind::Uid
+            | Kind::Gid
+            | Kind::Hostname
+            | Kind::Chdir
+            | Kind::Clearenv
+            | Kind::Setenv
+            | Kind::Unsetenv
+            | Kind::LockFile
+            | Kind::NewSession
+            | Kind::DieWithParent
+            | Kind::AsPid1 => self.process(opt, v)?,
+        }
+        Ok(None)
+    }
+
+    /// `--args FD`: the descriptor's NUL-separated arguments, parsed in
+    /// place (not from within another `--args`).
+    fn splice_args(&mut self, fd_text: &str, in_file: bool) -> Result<Option<Stop>, Error> {
+        let fd = self.fd(fd_text)?;
+        if in_file {
+            return Err(self.error("--args not supported in arguments file"));
+        }
+        let data = self
+            .io
+            .read_fd(fd)
+            .map_err(|e| self.error(format!("Can't read --args data: {}", strerror(&e))))?;
+        let mut pieces: Vec<&[u8]> = data.split(|&b| b == 0).collect();
+        if data.last() == Some(&0) || data.is_empty() {
+            pieces.pop();
+        }
+        let pieces = pieces
+            .into_iter()
+            .map(|b| String::from_utf8(b.to_vec()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|_| self.error("--args data is not valid UTF-8 (tuixiu-sandbox's bwrap needs UTF-8)"))?;
+        Ok(match self.options(&pieces, true)? {
+            Stop::Help => Some(Stop::Help),
+            Stop::Version => Some(Stop::Version),
+            _ => None,
+        })
+    }
+
+    /// The process's settings: argv0, namespaces, ids, names, the
+    /// environment, lock files, session flags.
+    fn process(&mut self, opt: &'static Opt, v: &[String]) -> Result<(), Error> {
+        let p = &mut self.parsed;
+        match opt.kind {
             Kind::Argv0 => {
                 if p.argv0.is_some() {
                     return Err(self.error("--argv0 used multiple times"));
@@ -294,18 +349,6 @@ impl Parser<'_> {
                     Ns::CgroupTry => &mut u.cgroup_try,
                 } = true;
             }
-            Kind::Fd(which) => {
-                if which == FdOpt::Seccomp && !self.parsed.seccomp_programs.is_empty() {
-                    return Err(self.error("--seccomp cannot be combined with --add-seccomp-fd"));
-                }
-                if self.parsed.fds.contains_key(opt.name) {
-                    self.warn_last(opt.name);
-                }
-                let fd = self.fd(&v[0])?;
-                self.parsed.fds.insert(opt.name, fd);
-            }
-            Kind::DisableUserns => p.disable_userns = true,
-            Kind::AssertUsernsDisabled => p.assert_userns_disabled = true,
             Kind::Uid | Kind::Gid => {
                 let uid = opt.kind == Kind::Uid;
                 if if uid { p.uid.is_some() } else { p.gid.is_some() } {
@@ -339,6 +382,79 @@ impl Parser<'_> {
             }
             Kind::Unsetenv => p.env.retain(|(k, _)| *k != v[0]),
             Kind::LockFile => p.lock_files.push(v[0].clone()),
+            Kind::NewSession => p.new_session = true,
+            Kind::DieWithParent => p.die_with_parent = true,
+            Kind::AsPid1 => p.as_pid_1 = true,
+            _ => unreachable!("apply sends only process options here"),
+        }
+        Ok(())
+    }
+
+    /// Descriptors, labels, seccomp, capabilities, user namespace
+    /// nesting, and our own Landlock/seccomp additions.
+    fn security(&mut self, opt: &'static Opt, v: &[String]) -> Result<(), Error> {
+        let p = &mut self.parsed;
+        match opt.kind {
+            Kind::Fd(which) => {
+                if which == FdOpt::Seccomp && !p.seccomp_programs.is_empty() {
+                    return Err(self.error("--seccomp cannot be combined with --add-seccomp-fd"));
+                }
+                if p.fds.contains_key(opt.name) {
+                    self.warn_last(opt.name);
+                }
+                let fd = self.fd(&v[0])?;
+                self.parsed.fds.insert(opt.name, fd);
+            }
+            Kind::DisableUserns => p.disable_userns = true,
+            Kind::AssertUsernsDisabled => p.assert_userns_disabled = true,
+            // bubblewrap's order: the last one wins (with a warning), then
+            // the label is checked, and a file label applied at once.
+            Kind::Label => {
+                let exec = opt.name == "--exec-label";
+                let slot = if exec { &mut p.exec_label } else { &mut p.file_label };
+                if slot.replace(v[0].clone()).is_some() {
+                    self.warn_last(opt.name);
+                }
+                if !self.io.selinux() {
+                    return Err(self.error("labeling not supported on this system"));
+                }
+                if let Err(e) = self.io.check_label(&v[0]) {
+                    return Err(self.error(format!("invalid label {}: {}", v[0], strerror(&e))));
+                }
+                if !exec && let Err(e) = self.io.file_label(&v[0]) {
+                    return Err(self.error(format!("--file-label setup failed: {}", strerror(&e))));
+                }
+            }
+            Kind::AddSeccompFd => {
+                if p.fds.contains_key("--seccomp") {
+                    return Err(self.error("--add-seccomp-fd cannot be combined with --seccomp"));
+                }
+                let fd = self.fd(&v[0])?;
+                let data = self
+                    .io
+                    .read_fd(fd)
+                    .map_err(|e| self.error(format!("Can't read seccomp data: {}", strerror(&e))))?;
+                if data.len() % 8 != 0 {
+                    return Err(self.error("Invalid seccomp data, must be multiple of 8"));
+                }
+                self.parsed.seccomp_programs.push(data);
+            }
+            Kind::CapAdd | Kind::CapDrop => {
+                let mask = cap_mask(&v[0]).ok_or_else(|| self.error(format!("unknown cap: {}", v[0])))?;
+                self.parsed.caps.push((opt.kind == Kind::CapAdd, mask));
+            }
+            Kind::TxSeccomp => p.tx_seccomp = Some(v[0].clone()),
+            Kind::TxLandlock => p.tx_landlock = true,
+            _ => unreachable!("apply sends only security options here"),
+        }
+        Ok(())
+    }
+
+    /// Filesystem operations, in command-line order, with the `--perms`,
+    /// `--size` and `--overlay-src` that attach to the next one.
+    fn filesystem(&mut self, opt: &'static Opt, v: &[String]) -> Result<(), Error> {
+        let p = &mut self.parsed;
+        match opt.kind {
             Kind::Bind { mode, optional } => {
                 p.ops.push(Op::Bind { src: v[0].clone(), dst: v[1].clone(), mode, optional })
             }
@@ -363,24 +479,6 @@ impl Parser<'_> {
                 };
                 self.parsed.ops.push(Op::Overlay { sources, kind, dst });
             }
-            // bubblewrap's order: the last one wins (with a warning), then
-            // the label is checked, and a file label applied at once.
-            Kind::Label => {
-                let exec = opt.name == "--exec-label";
-                let slot = if exec { &mut p.exec_label } else { &mut p.file_label };
-                if slot.replace(v[0].clone()).is_some() {
-                    self.warn_last(opt.name);
-                }
-                if !self.io.selinux() {
-                    return Err(self.error("labeling not supported on this system"));
-                }
-                if let Err(e) = self.io.check_label(&v[0]) {
-                    return Err(self.error(format!("invalid label {}: {}", v[0], strerror(&e))));
-                }
-                if !exec && let Err(e) = self.io.file_label(&v[0]) {
-                    return Err(self.error(format!("--file-label setup failed: {}", strerror(&e))));
-                }
-            }
             Kind::Proc => p.ops.push(Op::Proc { dst: v[0].clone() }),
             Kind::Dev => p.ops.push(Op::Dev { dst: v[0].clone() }),
             Kind::Tmpfs => {
@@ -403,27 +501,6 @@ impl Parser<'_> {
                 self.parsed.ops.push(Op::BindData { fd, dst: v[1].clone(), perms, ro });
             }
             Kind::Symlink => p.ops.push(Op::Symlink { target: v[0].clone(), dst: v[1].clone() }),
-            Kind::AddSeccompFd => {
-                if self.parsed.fds.contains_key("--seccomp") {
-                    return Err(self.error("--add-seccomp-fd cannot be combined with --seccomp"));
-                }
-                let fd = self.fd(&v[0])?;
-                let data = self
-                    .io
-                    .read_fd(fd)
-                    .map_err(|e| self.error(format!("Can't read seccomp data: {}", strerror(&e))))?;
-                if data.len() % 8 != 0 {
-                    return Err(self.error("Invalid seccomp data, must be multiple of 8"));
-                }
-                self.parsed.seccomp_programs.push(data);
-            }
-            Kind::NewSession => p.new_session = true,
-            Kind::DieWithParent => p.die_with_parent = true,
-            Kind::AsPid1 => p.as_pid_1 = true,
-            Kind::CapAdd | Kind::CapDrop => {
-                let mask = cap_mask(&v[0]).ok_or_else(|| self.error(format!("unknown cap: {}", v[0])))?;
-                self.parsed.caps.push((opt.kind == Kind::CapAdd, mask));
-            }
             Kind::Perms => {
                 let mode = parse_octal(&v[0])
                     .ok_or_else(|| self.error("--perms takes an octal argument <= 07777"))?;
@@ -437,15 +514,14 @@ impl Parser<'_> {
                     return Err(self.error("--size given twice for the same action"));
                 }
             }
-            Kind::TxSeccomp => p.tx_seccomp = Some(v[0].clone()),
-            Kind::TxLandlock => p.tx_landlock = true,
             Kind::Chmod => {
                 let mode = parse_octal(&v[0])
                     .ok_or_else(|| self.error("--chmod takes an octal argument <= 07777"))?;
                 self.parsed.ops.push(Op::Chmod { mode, path: v[1].clone() });
             }
+            _ => unreachable!("apply sends only filesystem options here"),
         }
-        Ok(None)
+        Ok(())
     }
 
     fn fd(&self, text: &str) -> Result<i32, Error> {

@@ -504,6 +504,9 @@ impl GuestView {
     /// length (and in its symlinks' targets, at most [`MAX_LINKS`] of them,
     /// each at most `PATH_MAX`); what it resolves to is bounded in depth
     /// like the path itself.
+    ///
+    /// One loop on purpose: the guest path, the mount and allowed-root
+    /// cursors and the descriptor stack change together at each component.
     fn walk_components(&self, path: &str, create: bool) -> Result<Walked, ResolveError> {
         let mut todo: std::collections::VecDeque<OsString> = components(path.as_bytes()).into();
         let mut cur: Vec<OsString> = Vec::new();
@@ -585,23 +588,7 @@ impl GuestView {
                     if !allowed.within_child(&c) {
                         return Err(Outside::Creates { path: path.into(), guest: shown_in(&cur, &c) }.into());
                     }
-                    match nix::sys::stat::mkdirat(
-                        dir.as_fd(),
-                        name.as_c_str(),
-                        Mode::from_bits_truncate(0o755),
-                    ) {
-                        Ok(()) | Err(Errno::EEXIST) => {}
-                        Err(e) => return Err(sys("mkdir", &shown_in(&cur, &c), e)),
-                    }
-                    let fd = nix::fcntl::openat(
-                        dir.as_fd(),
-                        name.as_c_str(),
-                        OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-                        Mode::empty(),
-                    )
-                    .map_err(|e| sys("open", &shown_in(&cur, &c), e))?;
-                    self.give(fd.as_fd(), || shown_in(&cur, &c));
-                    fd
+                    self.make_dir(dir.as_fd(), &name, || shown_in(&cur, &c))?
                 }
                 Err(e) => return Err(sys("open", &shown_in(&cur, &c), e)),
             };
@@ -639,34 +626,30 @@ impl GuestView {
                 return Err(sys("open", &shown(&guest(&cur)), Errno::ENOTDIR));
             }
         }
-        let g = guest(&cur);
-        if fds.is_empty() {
-            return Err(Outside::ResolvesTo { path: path.into(), guest: shown(&g) }.into());
+        walked(path, cur, fds, last_file)
+    }
+
+    /// Makes a missing directory on the way (`create`), opens it and
+    /// gives it to the view's owner.
+    fn make_dir(
+        &self,
+        dir: BorrowedFd<'_>,
+        name: &std::ffi::CStr,
+        shown: impl Fn() -> String,
+    ) -> Result<OwnedFd, ResolveError> {
+        match nix::sys::stat::mkdirat(dir, name, Mode::from_bits_truncate(0o755)) {
+            Ok(()) | Err(Errno::EEXIST) => {}
+            Err(e) => return Err(sys("mkdir", &shown(), e)),
         }
-        if let Some(file) = last_file {
-            let parent = fds.pop().expect("checked");
-            return Ok(Walked {
-                parent,
-                name: cur.last().cloned().unwrap_or_default(),
-                target: Some(file),
-                guest: g,
-            });
-        }
-        // The target is the directory on top of the stack.
-        let top = fds.pop().expect("checked");
-        match fds.pop() {
-            Some(parent) => Ok(Walked {
-                parent,
-                name: cur.last().cloned().unwrap_or_default(),
-                target: Some(top),
-                guest: g,
-            }),
-            None => {
-                // A mount root (or `/`): no name in a parent we hold.
-                let parent = top.try_clone().map_err(Failed::Dup)?;
-                Ok(Walked { parent, name: OsString::new(), target: Some(top), guest: g })
-            }
-        }
+        let fd = nix::fcntl::openat(
+            dir,
+            name,
+            OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| sys("open", &shown(), e))?;
+        self.give(fd.as_fd(), shown);
+        Ok(fd)
     }
 
     /// Gives a directory we made to the view's owner; `what` names it in
@@ -687,6 +670,32 @@ impl GuestView {
             Err(Outside::Path { path: path.into() }.into())
         } else {
             Err(Outside::ResolvesTo { path: path.into(), guest: shown(guest_path) }.into())
+        }
+    }
+}
+
+/// What a finished walk resolved to: the last file, or the directory on
+/// top of the stack, with the directory holding it.
+fn walked(
+    path: &str,
+    cur: Vec<OsString>,
+    mut fds: Vec<OwnedFd>,
+    last_file: Option<OwnedFd>,
+) -> Result<Walked, ResolveError> {
+    let g = guest(&cur);
+    let name = cur.last().cloned().unwrap_or_default();
+    let Some(top) = fds.pop() else {
+        return Err(Outside::ResolvesTo { path: path.into(), guest: shown(&g) }.into());
+    };
+    if let Some(file) = last_file {
+        return Ok(Walked { parent: top, name, target: Some(file), guest: g });
+    }
+    match fds.pop() {
+        Some(parent) => Ok(Walked { parent, name, target: Some(top), guest: g }),
+        None => {
+            // A mount root (or `/`): no name in a parent we hold.
+            let parent = top.try_clone().map_err(Failed::Dup)?;
+            Ok(Walked { parent, name: OsString::new(), target: Some(top), guest: g })
         }
     }
 }

@@ -316,46 +316,7 @@ async fn download(
     redactor: &Redactor,
 ) -> Result<Zip, InputError> {
     let fail = |code: Code, cause: Cause| redacted(InputError::new(code, job.item, cause), redactor);
-    let mut url = job.url.clone();
-    let mut hops = 0;
-    let mut response = loop {
-        let mut request = client.get(url.clone()).header(reqwest::header::ACCEPT, "application/zip, */*");
-        if let (Some(token), Some(origin)) = (&options.token, &options.token_origin)
-            && url.origin() == *origin
-        {
-            let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {}", token.expose()))
-                .map_err(|e| fail(Code::DownloadFailed, Cause::TokenHeader(e)))?;
-            value.set_sensitive(true);
-            request = request.header(reqwest::header::AUTHORIZATION, value);
-        }
-        let response = request.send().await.map_err(|e| {
-            fail(Code::DownloadFailed, Cause::Request { url: display_url(&url), source: e.without_url() })
-        })?;
-        if !response.status().is_redirection() {
-            break response;
-        }
-        hops += 1;
-        if hops > MAX_REDIRECTS {
-            return Err(fail(Code::DownloadFailed, Cause::TooManyRedirects { max: MAX_REDIRECTS }));
-        }
-        let location = response
-            .headers()
-            .get(reqwest::header::LOCATION)
-            .and_then(|v| v.to_str().ok())
-            .ok_or_else(|| fail(Code::DownloadFailed, Cause::NoLocation { status: response.status() }))?;
-        let next = url.join(location).map_err(|e| fail(Code::DownloadFailed, Cause::BadLocation(e)))?;
-        if next.scheme() != "http" && next.scheme() != "https" {
-            return Err(fail(
-                Code::DownloadFailed,
-                Cause::RedirectScheme { scheme: next.scheme().to_string() },
-            ));
-        }
-        if url.scheme() == "https" && next.scheme() == "http" {
-            return Err(fail(Code::DownloadFailed, Cause::RedirectToHttp));
-        }
-        url = next;
-    };
-
+    let (mut response, url) = follow_redirects(client, job, options, &fail).await?;
     let status = response.status();
     if !status.is_success() {
         let mut body = String::new();
@@ -379,25 +340,7 @@ async fn download(
         return Err(fail(Code::DownloadTooLarge, Cause::DeclaredTooLarge { length, max }));
     }
 
-    let mut staged = match &cache.root {
-        // Anonymous (`O_TMPFILE`) where the filesystem can: a killed
-        // download leaves nothing. A named one is locked while we write
-        // it: a file nobody holds is a killed download's, which the next
-        // `Cache::open` removes.
-        Some(root) => loop {
-            let tmp = AtomicFile::new_in(&root.join("tmp"), TMP_PREFIX)
-                .map_err(|source| fail(Code::Cache, Cause::CacheFile { path: root.join("tmp"), source }))?;
-            if tmp.name().is_none()
-                || fsx::lock_new(tmp.file.as_fd(), c"download")
-                    .map_err(|e| fail(Code::Cache, Cause::CacheLock(e)))?
-            {
-                break tmp;
-            }
-            // A sweeper took it for litter: another name.
-            drop(tmp.discard());
-        },
-        None => AtomicFile::anonymous(unnamed_file().map_err(|e| fail(Code::Cache, Cause::Cache(e)))?),
-    };
+    let mut staged = staging_file(cache, &fail)?;
     let progress = progress_bar(options.progress, declared, &crate::manifest::shown(job.item));
     let mut hasher = Sha256::new();
     let mut received: u64 = 0;
@@ -425,28 +368,98 @@ async fn download(
         return Err(fail(Code::DownloadFailed, Cause::EmptyBody));
     }
     let sha256 = hex::encode(hasher.finalize());
-    match job.content_hash {
-        Some(expected) if expected != sha256 => Err(fail(
-            Code::ContentHashMismatch,
-            Cause::HashMismatch { expected: expected.to_string(), got: sha256, url: display_url(&url) },
-        )),
-        Some(_) => {
-            let mut file = match cache.zip_path(&sha256) {
-                Some(dest) => staged
-                    .commit(&dest, Durability::Unsynced)
-                    .map_err(|source| fail(Code::Cache, Cause::CacheFile { path: dest, source }))?,
-                None => staged.discard(),
-            };
-            file.seek(SeekFrom::Start(0)).map_err(|e| fail(Code::Cache, Cause::CacheSeek(e)))?;
-            Ok(Zip { file, sha256, bytes: received, cached: false })
+    let mut file = match job.content_hash {
+        Some(expected) if expected != sha256 => {
+            return Err(fail(
+                Code::ContentHashMismatch,
+                Cause::HashMismatch { expected: expected.to_string(), got: sha256, url: display_url(&url) },
+            ));
         }
-        None => {
-            // Nothing to key a cache entry by: the archive lives as an open,
-            // already unlinked file until it is extracted.
-            let mut file = staged.discard();
-            file.seek(SeekFrom::Start(0)).map_err(|e| fail(Code::Cache, Cause::CacheSeek(e)))?;
-            Ok(Zip { file, sha256, bytes: received, cached: false })
+        Some(_) => match cache.zip_path(&sha256) {
+            Some(dest) => staged
+                .commit(&dest, Durability::Unsynced)
+                .map_err(|source| fail(Code::Cache, Cause::CacheFile { path: dest, source }))?,
+            None => staged.discard(),
+        },
+        // Nothing to key a cache entry by: the archive lives as an open,
+        // already unlinked file until it is extracted.
+        None => staged.discard(),
+    };
+    file.seek(SeekFrom::Start(0)).map_err(|e| fail(Code::Cache, Cause::CacheSeek(e)))?;
+    Ok(Zip { file, sha256, bytes: received, cached: false })
+}
+
+/// Sends the request and follows its redirects (at most
+/// [`MAX_REDIRECTS`], http(s) only, never from https to http); the token
+/// goes only to its origin. Returns the first answer that is not a
+/// redirect, and the URL that gave it.
+async fn follow_redirects(
+    client: &reqwest::Client,
+    job: &Job<'_>,
+    options: &DownloadOptions,
+    fail: &impl Fn(Code, Cause) -> InputError,
+) -> Result<(reqwest::Response, Url), InputError> {
+    let mut url = job.url.clone();
+    let mut hops = 0;
+    loop {
+        let mut request = client.get(url.clone()).header(reqwest::header::ACCEPT, "application/zip, */*");
+        if let (Some(token), Some(origin)) = (&options.token, &options.token_origin)
+            && url.origin() == *origin
+        {
+            let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {}", token.expose()))
+                .map_err(|e| fail(Code::DownloadFailed, Cause::TokenHeader(e)))?;
+            value.set_sensitive(true);
+            request = request.header(reqwest::header::AUTHORIZATION, value);
         }
+        let response = request.send().await.map_err(|e| {
+            fail(Code::DownloadFailed, Cause::Request { url: display_url(&url), source: e.without_url() })
+        })?;
+        if !response.status().is_redirection() {
+            return Ok((response, url));
+        }
+        hops += 1;
+        if hops > MAX_REDIRECTS {
+            return Err(fail(Code::DownloadFailed, Cause::TooManyRedirects { max: MAX_REDIRECTS }));
+        }
+        let location = response
+            .headers()
+            .get(reqwest::header::LOCATION)
+            .and_then(|v| v.to_str().ok())
+            .ok_or_else(|| fail(Code::DownloadFailed, Cause::NoLocation { status: response.status() }))?;
+        let next = url.join(location).map_err(|e| fail(Code::DownloadFailed, Cause::BadLocation(e)))?;
+        if next.scheme() != "http" && next.scheme() != "https" {
+            return Err(fail(
+                Code::DownloadFailed,
+                Cause::RedirectScheme { scheme: next.scheme().to_string() },
+            ));
+        }
+        if url.scheme() == "https" && next.scheme() == "http" {
+            return Err(fail(Code::DownloadFailed, Cause::RedirectToHttp));
+        }
+        url = next;
+    }
+}
+
+/// The file a download is written to before it is checked.
+fn staging_file(cache: &Cache, fail: &impl Fn(Code, Cause) -> InputError) -> Result<AtomicFile, InputError> {
+    match &cache.root {
+        // Anonymous (`O_TMPFILE`) where the filesystem can: a killed
+        // download leaves nothing. A named one is locked while we write
+        // it: a file nobody holds is a killed download's, which the next
+        // `Cache::open` removes.
+        Some(root) => loop {
+            let tmp = AtomicFile::new_in(&root.join("tmp"), TMP_PREFIX)
+                .map_err(|source| fail(Code::Cache, Cause::CacheFile { path: root.join("tmp"), source }))?;
+            if tmp.name().is_none()
+                || fsx::lock_new(tmp.file.as_fd(), c"download")
+                    .map_err(|e| fail(Code::Cache, Cause::CacheLock(e)))?
+            {
+                return Ok(tmp);
+            }
+            // A sweeper took it for litter: another name.
+            drop(tmp.discard());
+        },
+        None => Ok(AtomicFile::anonymous(unnamed_file().map_err(|e| fail(Code::Cache, Cause::Cache(e)))?)),
     }
 }
 

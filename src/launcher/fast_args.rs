@@ -56,101 +56,7 @@ pub fn parse_run(args: &[OsString]) -> Option<(RunArgs, RunGiven, u8)> {
             };
             (!v.is_empty() && !v.starts_with('-')).then(|| v.to_string())
         };
-        match name {
-            "workspace" => once(&mut p.workspace, value().map(PathBuf::from)?)?,
-            "home" => once(&mut p.home, value().map(PathBuf::from)?)?,
-            "user" => {
-                once(&mut p.user, value()?)?;
-                given.user = true;
-            }
-            "uid" => once(&mut p.uid, number(&value()?)?)?,
-            "gid" => once(&mut p.gid, number(&value()?)?)?,
-            "home-path" => once(&mut p.home_path, value()?)?,
-            "chdir" => once(&mut p.chdir, value()?)?,
-            "ro-bind" | "bind" if inline.is_none() => {
-                let (src, dst) = (value()?, value()?);
-                let (list, flag) = if name == "bind" {
-                    (&mut p.bind, MountFlag::Bind)
-                } else {
-                    (&mut p.ro_bind, MountFlag::RoBind)
-                };
-                list.extend([src, dst]);
-                given.mount_order.push(flag);
-            }
-            "tmpfs" => {
-                p.tmpfs.push(value()?);
-                given.mount_order.push(MountFlag::Tmpfs);
-            }
-            "tmpfs-size" => once(&mut p.tmpfs_size, value()?)?,
-            "env" => p.env.push(value()?),
-            "pass-env" => p.pass_env.push(value()?),
-            "network" => once(
-                &mut p.network,
-                match value()?.as_str() {
-                    "on" => NetworkArg::On,
-                    "off" => NetworkArg::Off,
-                    "none" => NetworkArg::None,
-                    _ => return None,
-                },
-            )?,
-            "seccomp" => once(&mut p.seccomp, value()?)?,
-            "allow-ptrace" if inline.is_none() => flag(&mut p.allow_ptrace)?,
-            "landlock" => once(
-                &mut p.landlock,
-                match value()?.as_str() {
-                    "off" => LandlockArg::Off,
-                    "best-effort" => LandlockArg::BestEffort,
-                    "require" => LandlockArg::Require,
-                    _ => return None,
-                },
-            )?,
-            "nofile" => once(&mut p.nofile, number(&value()?)?)?,
-            "timeout" => once(&mut p.timeout, value()?)?,
-            "kill-after" => once(&mut p.kill_after, value()?)?,
-            "hostname" => once(&mut p.hostname, value()?)?,
-            "proc" => once(
-                &mut p.proc,
-                match value()?.as_str() {
-                    "fresh" => ProcArg::Fresh,
-                    "bind" => ProcArg::Bind,
-                    "auto" => ProcArg::Auto,
-                    _ => return None,
-                },
-            )?,
-            "map-uid" => {
-                once(&mut p.map_uid, number(&value()?)?)?;
-                given.map_ids = true;
-            }
-            "map-gid" => {
-                once(&mut p.map_gid, number(&value()?)?)?;
-                given.map_ids = true;
-            }
-            "json-status-fd" => once(&mut p.json_status_fd, number(&value()?)?)?,
-            "keep-session" if inline.is_none() => flag(&mut p.keep_session)?,
-            "nested" => once(
-                &mut p.nested,
-                match value()?.as_str() {
-                    "on" => NestedArg::On,
-                    "off" => NestedArg::Off,
-                    _ => return None,
-                },
-            )?,
-            "nested-userns" => once(
-                &mut p.nested_userns,
-                match value()?.as_str() {
-                    "on" => NestedArg::On,
-                    "off" => NestedArg::Off,
-                    _ => return None,
-                },
-            )?,
-            "env-file" => p.env_file.push(value().map(PathBuf::from)?),
-            "env-allow" => p.env_allow.push(value()?),
-            "no-default-env-allow" if inline.is_none() => flag(&mut p.no_default_env_allow)?,
-            "memory" => once(&mut p.memory, value()?)?,
-            "pids" => once(&mut p.pids, number(&value()?)?)?,
-            "cpus" => once(&mut p.cpus, cpus(&value()?)?)?,
-            _ => return None,
-        }
+        option(&mut p, &mut given, name, inline.is_some(), &mut value)?;
     }
     // clap's checks: a command is required; --kill-after requires --timeout.
     if command.is_empty() || (p.kill_after.is_some() && p.timeout.is_none()) {
@@ -158,6 +64,108 @@ pub fn parse_run(args: &[OsString]) -> Option<(RunArgs, RunGiven, u8)> {
     }
     let args = p.into_run_args(command)?;
     Some((args, given, verbose))
+}
+
+/// One `--name[=value]` option of `run` into `p`; `inline`: its value came
+/// after `=`. `None` when clap must parse the line.
+///
+/// One arm per option, kept whole: it reads as the table of `run`'s options.
+fn option(
+    p: &mut Parsed,
+    given: &mut RunGiven,
+    name: &str,
+    inline: bool,
+    value: &mut impl FnMut() -> Option<String>,
+) -> Option<()> {
+    match name {
+        "workspace" => once(&mut p.workspace, value().map(PathBuf::from)?)?,
+        "home" => once(&mut p.home, value().map(PathBuf::from)?)?,
+        "user" => {
+            once(&mut p.user, value()?)?;
+            given.user = true;
+        }
+        "uid" => once(&mut p.uid, number(&value()?)?)?,
+        "gid" => once(&mut p.gid, number(&value()?)?)?,
+        "home-path" => once(&mut p.home_path, value()?)?,
+        "chdir" => once(&mut p.chdir, value()?)?,
+        "ro-bind" | "bind" if !inline => {
+            let (src, dst) = (value()?, value()?);
+            let (list, flag) = if name == "bind" {
+                (&mut p.bind, MountFlag::Bind)
+            } else {
+                (&mut p.ro_bind, MountFlag::RoBind)
+            };
+            list.extend([src, dst]);
+            given.mount_order.push(flag);
+        }
+        "tmpfs" => {
+            p.tmpfs.push(value()?);
+            given.mount_order.push(MountFlag::Tmpfs);
+        }
+        "tmpfs-size" => once(&mut p.tmpfs_size, value()?)?,
+        "env" => p.env.push(value()?),
+        "pass-env" => p.pass_env.push(value()?),
+        "network" => once(
+            &mut p.network,
+            choice(
+                &value()?,
+                &[("on", NetworkArg::On), ("off", NetworkArg::Off), ("none", NetworkArg::None)],
+            )?,
+        )?,
+        "seccomp" => once(&mut p.seccomp, value()?)?,
+        "allow-ptrace" if !inline => flag(&mut p.allow_ptrace)?,
+        "landlock" => once(
+            &mut p.landlock,
+            choice(
+                &value()?,
+                &[
+                    ("off", LandlockArg::Off),
+                    ("best-effort", LandlockArg::BestEffort),
+                    ("require", LandlockArg::Require),
+                ],
+            )?,
+        )?,
+        "nofile" => once(&mut p.nofile, number(&value()?)?)?,
+        "timeout" => once(&mut p.timeout, value()?)?,
+        "kill-after" => once(&mut p.kill_after, value()?)?,
+        "hostname" => once(&mut p.hostname, value()?)?,
+        "proc" => once(
+            &mut p.proc,
+            choice(
+                &value()?,
+                &[("fresh", ProcArg::Fresh), ("bind", ProcArg::Bind), ("auto", ProcArg::Auto)],
+            )?,
+        )?,
+        "map-uid" => {
+            once(&mut p.map_uid, number(&value()?)?)?;
+            given.map_ids = true;
+        }
+        "map-gid" => {
+            once(&mut p.map_gid, number(&value()?)?)?;
+            given.map_ids = true;
+        }
+        "json-status-fd" => once(&mut p.json_status_fd, number(&value()?)?)?,
+        "keep-session" if !inline => flag(&mut p.keep_session)?,
+        "nested" => {
+            once(&mut p.nested, choice(&value()?, &[("on", NestedArg::On), ("off", NestedArg::Off)])?)?
+        }
+        "nested-userns" => {
+            once(&mut p.nested_userns, choice(&value()?, &[("on", NestedArg::On), ("off", NestedArg::Off)])?)?
+        }
+        "env-file" => p.env_file.push(value().map(PathBuf::from)?),
+        "env-allow" => p.env_allow.push(value()?),
+        "no-default-env-allow" if !inline => flag(&mut p.no_default_env_allow)?,
+        "memory" => once(&mut p.memory, value()?)?,
+        "pids" => once(&mut p.pids, number(&value()?)?)?,
+        "cpus" => once(&mut p.cpus, cpus(&value()?)?)?,
+        _ => return None,
+    }
+    Some(())
+}
+
+/// The value of a closed choice (`--network on`), `None` for any other.
+fn choice<T: Copy>(value: &str, table: &[(&str, T)]) -> Option<T> {
+    table.iter().find(|(name, _)| *name == value).map(|(_, v)| *v)
 }
 
 /// Options as given; `None`/empty for those that were not.

@@ -361,80 +361,90 @@ fn source(id: &str, raw: Option<&Value>) -> Result<Source> {
             ));
         }
     }
-    let text_field =
-        |key: &str| obj.get(key).and_then(Value::as_str).map(str::trim).filter(|s| !s.is_empty());
-    let clean = |s: &str| !s.chars().any(char::is_control);
-
     match kind {
-        "hostPath" => match text_field("path") {
+        "hostPath" => match text_field(obj, "path") {
             Some(path) if clean(path) => Ok(Source::HostPath { path: path.to_string() }),
             _ => Err(err(
                 Code::InvalidItemSourceHostPath,
                 "source.path must be a non-empty path without control characters".into(),
             )),
         },
-        "httpZip" => {
-            let uri = match text_field("uri") {
-                Some(uri) if !uri.chars().any(|c| c.is_control() || c.is_whitespace()) => uri.to_string(),
-                _ => {
-                    return Err(err(
-                        Code::InvalidItemSourceUri,
-                        "source.uri must be a non-empty URI without whitespace".into(),
-                    ));
-                }
-            };
-            let content_hash = match obj.get("contentHash") {
-                None | Some(Value::Null) => None,
-                Some(Value::String(s)) => Some(content_hash(s).ok_or_else(|| {
-                    err(
-                        Code::InvalidItemSourceContentHash,
-                        "source.contentHash must be a sha256 in hex (64 hex digits, optionally prefixed sha256:)"
-                            .into(),
-                    )
-                })?),
-                Some(_) => {
-                    return Err(err(
-                        Code::InvalidItemSourceContentHash,
-                        "source.contentHash must be a string".into(),
-                    ));
-                }
-            };
-            Ok(Source::HttpZip { uri, content_hash })
-        }
+        "httpZip" => http_zip(id, obj),
         "inlineText" => match obj.get("text") {
             Some(Value::String(text)) => Ok(Source::InlineText { text: text.clone() }),
             _ => Err(err(Code::InvalidItemSourceText, "source.text must be a string".into())),
         },
-        _ => {
-            let repo = match text_field("repo") {
-                Some(repo)
-                    if clean(repo) && !repo.starts_with('-') && !repo.contains(char::is_whitespace) =>
-                {
-                    repo.to_string()
-                }
-                _ => {
-                    return Err(err(
-                        Code::InvalidItemSourceRepo,
-                        "source.repo must be a repository URL or path (no whitespace, not starting with '-')"
-                            .into(),
-                    ));
-                }
-            };
-            let git_ref = match obj.get("ref") {
-                None | Some(Value::Null) => None,
-                Some(Value::String(r)) if valid_ref(r.trim()) => Some(r.trim().to_string()),
-                Some(_) => {
-                    return Err(err(
-                        Code::InvalidItemSourceRef,
-                        "source.ref must be a branch, tag or commit name (letters, digits, '/', '.', '_', '-'; \
-                         not starting with '-', no '..')"
-                            .into(),
-                    ));
-                }
-            };
-            Ok(Source::Git { repo, git_ref })
-        }
+        _ => git(id, obj),
     }
+}
+
+/// A source's string field, trimmed; `None` when absent or blank.
+fn text_field<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
+    obj.get(key).and_then(Value::as_str).map(str::trim).filter(|s| !s.is_empty())
+}
+
+fn clean(s: &str) -> bool {
+    !s.chars().any(char::is_control)
+}
+
+/// An `httpZip` source's URI and optional content hash.
+fn http_zip(id: &str, obj: &Map<String, Value>) -> Result<Source> {
+    let err = |code: Code, message: String| ManifestError::new(code, Some(id), message);
+    let uri = match text_field(obj, "uri") {
+        Some(uri) if !uri.chars().any(|c| c.is_control() || c.is_whitespace()) => uri.to_string(),
+        _ => {
+            return Err(err(
+                Code::InvalidItemSourceUri,
+                "source.uri must be a non-empty URI without whitespace".into(),
+            ));
+        }
+    };
+    let content_hash = match obj.get("contentHash") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(content_hash(s).ok_or_else(|| {
+            err(
+                Code::InvalidItemSourceContentHash,
+                "source.contentHash must be a sha256 in hex (64 hex digits, optionally prefixed sha256:)"
+                    .into(),
+            )
+        })?),
+        Some(_) => {
+            return Err(err(
+                Code::InvalidItemSourceContentHash,
+                "source.contentHash must be a string".into(),
+            ));
+        }
+    };
+    Ok(Source::HttpZip { uri, content_hash })
+}
+
+/// A `git` source's repository and optional ref.
+fn git(id: &str, obj: &Map<String, Value>) -> Result<Source> {
+    let err = |code: Code, message: String| ManifestError::new(code, Some(id), message);
+    let repo = match text_field(obj, "repo") {
+        Some(repo) if clean(repo) && !repo.starts_with('-') && !repo.contains(char::is_whitespace) => {
+            repo.to_string()
+        }
+        _ => {
+            return Err(err(
+                Code::InvalidItemSourceRepo,
+                "source.repo must be a repository URL or path (no whitespace, not starting with '-')".into(),
+            ));
+        }
+    };
+    let git_ref = match obj.get("ref") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(r)) if valid_ref(r.trim()) => Some(r.trim().to_string()),
+        Some(_) => {
+            return Err(err(
+                Code::InvalidItemSourceRef,
+                "source.ref must be a branch, tag or commit name (letters, digits, '/', '.', '_', '-'; \
+                 not starting with '-', no '..')"
+                    .into(),
+            ));
+        }
+    };
+    Ok(Source::Git { repo, git_ref })
 }
 
 /// `sha256:<hex>` or `<hex>`, 64 digits, returned lowercase.

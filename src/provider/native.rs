@@ -285,6 +285,56 @@ impl NativeProvider {
         self.spawn_with(name, process, kind, None, None)
     }
 
+    /// The launcher's arguments for what it joins or is tied to: the
+    /// sandbox to join (and the directory to start in), else the lifeline
+    /// and the nested counters; the status descriptor when asked for.
+    fn pass_descriptors(
+        &self,
+        cmd: &mut std::process::Command,
+        process: &ProcessSpec,
+        join_pid: Option<u32>,
+        status_fd: Option<&std::os::fd::OwnedFd>,
+    ) {
+        match (join_pid, &self.lifeline) {
+            (Some(pid), _) => {
+                cmd.arg(format!("--join-pid={pid}"));
+                if let Some(dir) = &process.cwd_dir {
+                    // Open until `spawn` below has exec'd the launcher.
+                    cmd.arg(format!("--cwd-fd={}", dir.0.as_raw_fd()));
+                    pass_fd(cmd, dir.0.as_raw_fd());
+                }
+            }
+            (None, Some((lifeline, _))) => {
+                cmd.arg(format!("--lifeline-fd={}", lifeline.as_raw_fd()));
+                pass_fd(cmd, lifeline.as_raw_fd());
+            }
+            (None, None) => {}
+        }
+        if let (None, Some((_, fd))) = (join_pid, &self.nested_counts) {
+            cmd.arg(format!("--nested-counts-fd={}", fd.as_raw_fd()));
+            pass_fd(cmd, fd.as_raw_fd());
+        }
+        if let Some(fd) = status_fd {
+            cmd.arg(format!("--json-status-fd={}", fd.as_raw_fd()));
+            pass_fd(cmd, fd.as_raw_fd());
+        }
+    }
+
+    /// The egress proxy of sandbox `name`, reporting to the run.
+    fn egress_proxy(&self, name: &str, run_id: &str, policy: &egress::Policy) -> egress::Proxy {
+        egress::Proxy {
+            policy: policy.clone(),
+            limits: egress::Limits::default(),
+            resolver: self.egress.resolver.clone(),
+            stats: self.egress_stats(name),
+            events: Arc::new(SandboxReports {
+                reports: self.egress.reports.clone(),
+                run_id: run_id.to_string(),
+                instance: name.to_string(),
+            }),
+        }
+    }
+
     fn spawn_with(
         &self,
         name: &str,
@@ -310,29 +360,7 @@ impl NativeProvider {
         }
         set_stdio(&mut cmd, process.stdio);
         pass_fd(&mut cmd, spec_fd.as_raw_fd());
-        match (join_pid, &self.lifeline) {
-            (Some(pid), _) => {
-                cmd.arg(format!("--join-pid={pid}"));
-                if let Some(dir) = &process.cwd_dir {
-                    // Open until `spawn` below has exec'd the launcher.
-                    cmd.arg(format!("--cwd-fd={}", dir.0.as_raw_fd()));
-                    pass_fd(&mut cmd, dir.0.as_raw_fd());
-                }
-            }
-            (None, Some((lifeline, _))) => {
-                cmd.arg(format!("--lifeline-fd={}", lifeline.as_raw_fd()));
-                pass_fd(&mut cmd, lifeline.as_raw_fd());
-            }
-            (None, None) => {}
-        }
-        if let (None, Some((_, fd))) = (join_pid, &self.nested_counts) {
-            cmd.arg(format!("--nested-counts-fd={}", fd.as_raw_fd()));
-            pass_fd(&mut cmd, fd.as_raw_fd());
-        }
-        if let Some(fd) = &status_fd {
-            cmd.arg(format!("--json-status-fd={}", fd.as_raw_fd()));
-            pass_fd(&mut cmd, fd.as_raw_fd());
-        }
+        self.pass_descriptors(&mut cmd, process, join_pid, status_fd.as_ref());
         // A sandbox of its own with a proxied network: its listener comes
         // back on this socket, and its proxy lives as long as its launcher.
         let handoff = match (&record.config.egress, join_pid) {
@@ -357,17 +385,7 @@ impl NativeProvider {
         let on_exit: Box<dyn FnOnce() + Send + Sync> = match (handoff, &record.config.egress) {
             (Some((launcher_end, handoff)), Some(policy)) => {
                 drop(launcher_end);
-                let proxy = egress::Proxy {
-                    policy: policy.clone(),
-                    limits: egress::Limits::default(),
-                    resolver: self.egress.resolver.clone(),
-                    stats: self.egress_stats(name),
-                    events: Arc::new(SandboxReports {
-                        reports: self.egress.reports.clone(),
-                        run_id: record.config.run_id.clone(),
-                        instance: name.to_string(),
-                    }),
-                };
+                let proxy = self.egress_proxy(name, &record.config.run_id, policy);
                 let task = handoff
                     .serve(Arc::new(proxy))
                     .map_err(|e| ProviderError::Sys { op: "serve the egress proxy", source: e })?;

@@ -219,40 +219,7 @@ pub fn load(dir: &Path, engines: &[String]) -> Result<Skill, PackageError> {
     }
 
     // 8. The three schemas.
-    let schemas = obj.get("schemas").and_then(Value::as_object).expect("checked");
-    let mut docs = Vec::new();
-    let mut absent = Vec::new();
-    for key in ["input", "parameter", "output"] {
-        let Some(rel) = schemas.get(key).and_then(Value::as_str).filter(|s| !s.trim().is_empty()) else {
-            return err("runner.json schemas must define input, parameter and output");
-        };
-        match read_doc(&root, rel) {
-            Ok(bytes) => docs.push((key, rel.to_string(), bytes)),
-            Err(Missing::Absent) => absent.push(rel.to_string()),
-            Err(e) => return Err(e.into_error(rel)),
-        }
-    }
-    if !absent.is_empty() {
-        return err(format!("Skill package missing required files: {}", absent.join(", ")));
-    }
-    let mut compiled = Vec::new();
-    let mut output_order = Vec::new();
-    for (key, rel, bytes) in docs {
-        if key == "output" {
-            output_order = property_order(&bytes);
-        }
-        let json: Value = serde_json::from_slice(&bytes)
-            .map_err(|_| PackageError(format!("Invalid {key} schema: not valid JSON")))?;
-        if let Some(message) = meta_error(key, &json) {
-            return err(format!("Invalid {key} schema: {message}"));
-        }
-        let validator = jsonschema::validator_for(&json)
-            .map_err(|e| PackageError(format!("Invalid {key} schema: {e}")))?;
-        compiled.push(SchemaDoc { rel, json, validator: Arc::new(validator) });
-    }
-    let output = compiled.pop().expect("three schemas");
-    let parameter = compiled.pop().expect("three schemas");
-    let input = compiled.pop().expect("three schemas");
+    let Schemas { input, parameter, output, output_order } = schemas(&root, obj)?;
 
     // 9. execution_modes (already shaped by step 3).
     let execution_modes: Vec<String> = obj["execution_modes"]
@@ -284,6 +251,54 @@ pub fn load(dir: &Path, engines: &[String]) -> Result<Skill, PackageError> {
         parameter,
         output,
     })
+}
+
+/// A package's input, parameter and output schemas, compiled, and the
+/// output's property order as written.
+struct Schemas {
+    input: SchemaDoc,
+    parameter: SchemaDoc,
+    output: SchemaDoc,
+    output_order: Vec<String>,
+}
+
+/// Reads, checks and compiles the schemas runner.json names (step 8).
+fn schemas(root: &OwnedFd, obj: &Map<String, Value>) -> Result<Schemas, PackageError> {
+    let schemas = obj.get("schemas").and_then(Value::as_object).expect("checked");
+    let mut docs = Vec::new();
+    let mut absent = Vec::new();
+    for key in ["input", "parameter", "output"] {
+        let Some(rel) = schemas.get(key).and_then(Value::as_str).filter(|s| !s.trim().is_empty()) else {
+            return err("runner.json schemas must define input, parameter and output");
+        };
+        match read_doc(root, rel) {
+            Ok(bytes) => docs.push((key, rel.to_string(), bytes)),
+            Err(Missing::Absent) => absent.push(rel.to_string()),
+            Err(e) => return Err(e.into_error(rel)),
+        }
+    }
+    if !absent.is_empty() {
+        return err(format!("Skill package missing required files: {}", absent.join(", ")));
+    }
+    let mut compiled = Vec::new();
+    let mut output_order = Vec::new();
+    for (key, rel, bytes) in docs {
+        if key == "output" {
+            output_order = property_order(&bytes);
+        }
+        let json: Value = serde_json::from_slice(&bytes)
+            .map_err(|_| PackageError(format!("Invalid {key} schema: not valid JSON")))?;
+        if let Some(message) = meta_error(key, &json) {
+            return err(format!("Invalid {key} schema: {message}"));
+        }
+        let validator = jsonschema::validator_for(&json)
+            .map_err(|e| PackageError(format!("Invalid {key} schema: {e}")))?;
+        compiled.push(SchemaDoc { rel, json, validator: Arc::new(validator) });
+    }
+    let output = compiled.pop().expect("three schemas");
+    let parameter = compiled.pop().expect("three schemas");
+    let input = compiled.pop().expect("three schemas");
+    Ok(Schemas { input, parameter, output, output_order })
 }
 
 /// Why a package file could not be read.
