@@ -13,14 +13,15 @@
 //!   sandbox) up to 1, 10, 50; at each step every run floods at once
 //!   (`TOTAL` updates of 200 B shared among them), every update checked in
 //!   order per run, while an `inspect` goes out every 5 ms and its round
-//!   trip (queued behind the updates in the daemon's one FIFO) is timed;
+//!   trip is timed;
 //!   the daemon's CPU per relayed update and its peak RSS (VmHWM, reset
 //!   before each step).
 //!
 //! Output: CSV on stdout, one row per step:
 //! `phase,runs,rss_kib,cpu_us_per_msg,ctl_p50_ms,ctl_p99_ms,rate_per_s`.
 //!
-//! Usage: daemon_bench curve <tuixiu-sandbox binary> <scratch dir> <agent binary> [TOTAL]
+//! Usage: daemon_bench curve <tuixiu-sandbox binary> <scratch dir> <agent binary> [TOTAL [PHASES]]
+//! (`PHASES`: `idle`, `active`, or `idle,active`, the default).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -232,13 +233,20 @@ async fn active_phase(bin: &Path, scratch: &Path, agent: &Path, total: usize) {
 
 /// `args[0]` is the program, then this benchmark's arguments.
 pub async fn main(args: Vec<String>) {
-    let usage = "usage: daemon_bench curve BINARY SCRATCH AGENT [TOTAL]";
+    let usage = "usage: daemon_bench curve BINARY SCRATCH AGENT [TOTAL [PHASES]]";
     let bin = PathBuf::from(args.get(1).expect(usage));
     let scratch = PathBuf::from(args.get(2).expect(usage));
     let agent = PathBuf::from(args.get(3).expect(usage));
     let total: usize = args.get(4).and_then(|v| v.parse().ok()).unwrap_or(500_000);
+    // `idle`, `active` or both (the default): an A/B of the relay needs
+    // only the active phase.
+    let phases = args.get(5).map(String::as_str).unwrap_or("idle,active");
     println!("phase,runs,rss_kib,cpu_us_per_msg,ctl_p50_ms,ctl_p99_ms,rate_per_s");
-    idle_phase(&bin, &scratch.join("idle")).await;
-    active_phase(&bin, &scratch.join("active"), &agent, total).await;
+    if phases.split(',').any(|p| p == "idle") {
+        idle_phase(&bin, &scratch.join("idle")).await;
+    }
+    if phases.split(',').any(|p| p == "active") {
+        active_phase(&bin, &scratch.join("active"), &agent, total).await;
+    }
     let _ = std::fs::remove_dir_all(&scratch);
 }
