@@ -17,7 +17,7 @@ TOTAL=${4:-500000}
 T=${CARGO_TARGET_DIR:-target}/release
 cargo build --release --quiet --bins --example daemon_bench --example acp_bench_agent
 echo "machine: $(nproc) cores ($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), $(uname -r); $(uptime)" >&2
-echo "round,daemon,phase,runs,rss_kib,cpu_us_per_msg,ctl_p50_ms,ctl_p99_ms,rate_per_s"
+echo "round,daemon,phase,runs,rss_kib,cpu_us_per_msg,ctl_p50_ms,ctl_p99_ms,rate_per_s,ahead_p50_kib,ahead_p99_kib"
 for r in $(seq 1 "$ROUNDS"); do
     for label in A B; do
         bin=$A
