@@ -115,11 +115,8 @@ pub fn dispatch(d: &Arc<RunContext>, msg: Incoming) {
         Incoming::SandboxControl(c) => match super::control::lane_of(d, &c) {
             // A read that needs no lane state is answered here when its
             // run has nothing pending (never behind the runs' thread).
-            Ok(key) => {
-                if let Err(c) = super::control::answer_now(d, &key, c) {
-                    send(d, &key, Job::Control(c))
-                }
-            }
+            Ok(key) if super::control::answer_now(d, &key, &c) => {}
+            Ok(key) => send(d, &key, Job::Control(c)),
             Err(e) => super::control::reply_error(d, &c, &e),
         },
         Incoming::RegisterAck(_) | Incoming::IdConflict { .. } => {}

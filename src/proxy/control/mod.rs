@@ -201,29 +201,26 @@ pub async fn handle(lane: &mut Lane, c: SandboxControl) {
 /// Answers `c` on the caller's thread (the link's) when it is a read that
 /// needs nothing of its lane and its lane has nothing pending: `inspect`
 /// of a named instance, with a provider that reads its records in
-/// microseconds. Otherwise `c` is handed back for its lane (which answers
+/// microseconds. `false`: not answered, `c` goes to its lane (which answers
 /// it in its run's order). Every other action changes something, or needs
 /// the run's state, or is global (`report_inventory` stays ordered with
-/// `gc` and `prune_orphans`): docs/architecture.md, "Threads".
-pub fn answer_now(d: &Arc<RunContext>, key: &str, c: SandboxControl) -> Result<(), SandboxControl> {
+/// `gc` and `prune_orphans`): docs/architecture.md, "Threading".
+pub fn answer_now(d: &Arc<RunContext>, key: &str, c: &SandboxControl) -> bool {
     let prefix = &d.cfg().sandbox.instance_prefix;
     if c.action.as_str() != Some("inspect") || key == lane::GLOBAL {
-        return Err(c);
+        return false;
     }
-    let Ok(Some(name)) = named_instance(&c, prefix) else { return Err(c) };
+    let Ok(Some(name)) = named_instance(c, prefix) else { return false };
     let answered = d.runs().when_idle(key, || {
         let info = d.provider().inspect_now(&name)?;
-        let mut res = ControlResult::for_msg(&c);
-        let outcome = admit("inspect", d, &c)
+        let mut res = ControlResult::for_msg(c);
+        let outcome = admit("inspect", d, c)
             .and_then(|()| Ok(info?))
-            .map(|info| inspected(d, key, &c, &info, &mut res.fields));
-        answer(d, &c, res, outcome);
+            .map(|info| inspected(d, key, c, &info, &mut res.fields));
+        answer(d, c, res, outcome);
         Some(())
     });
-    match answered {
-        Some(Some(())) => Ok(()),
-        _ => Err(c),
-    }
+    answered.flatten().is_some()
 }
 
 /// Completes and queues the result of `c`; a failure of a named run's
