@@ -8,6 +8,7 @@
 # round and the binary's label.
 #
 #   scripts/bench-control-ab.sh /tmp/main/tuixiu-sandbox target/release/tuixiu-sandbox [ROUNDS] [TOTAL]
+#   (NO_BUILD=1: use the release builds as they are)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 A=${1:?usage: $0 BINARY_A BINARY_B [ROUNDS] [TOTAL]}
@@ -15,7 +16,7 @@ B=${2:?usage: $0 BINARY_A BINARY_B [ROUNDS] [TOTAL]}
 ROUNDS=${3:-3}
 TOTAL=${4:-500000}
 T=${CARGO_TARGET_DIR:-target}/release
-cargo build --release --quiet --bins --example daemon_bench --example acp_bench_agent
+[ -n "${NO_BUILD:-}" ] || cargo build --release --quiet --bins --example daemon_bench --example acp_bench_agent
 echo "machine: $(nproc) cores ($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), $(uname -r); $(uptime)" >&2
 echo "round,daemon,phase,runs,rss_kib,cpu_us_per_msg,ctl_p50_ms,ctl_p99_ms,rate_per_s,ahead_p50_kib,ahead_p99_kib"
 for r in $(seq 1 "$ROUNDS"); do
