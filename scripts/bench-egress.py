@@ -6,7 +6,10 @@ builds the release binaries and calls this).
 
 1. Throughput: a 100 MB download (curl, to /dev/null) from a loopback
    server, directly from the host and from inside a sandbox through the
-   proxy, alternating, RUNS times each; medians and their ratio.
+   proxy, alternating, RUNS times each; medians and their ratio. With
+   `SRT=path/to/srt` (npm @anthropic-ai/sandbox-runtime), the anchor in
+   the same rounds: the same download inside `srt`, through its HTTP
+   proxy (Node, bridged into its sandbox by socat).
 2. Added latency per request: REQUESTS sequential requests for a small
    file, each on a new connection (the proxy's whole per-connection path:
    accept, parse, allowlist, resolve, guard, connect), by one Python client,
@@ -139,21 +142,44 @@ def curl_speed(inside):
     return float(out[0])
 
 
+SRT = os.environ.get("SRT")
+if SRT:
+    with open(os.path.join(work, "srt.json"), "w") as f:
+        json.dump({"network": {"allowedDomains": ["localhost"], "deniedDomains": []},
+                   "filesystem": {"denyRead": [], "allowWrite": [], "denyWrite": []}}, f)
+
+
+def srt_speed():
+    """The anchor: curl inside srt, through srt's proxy (its variables name it)."""
+    script = ('curl -sS -o /dev/null -w "%%{speed_download} %%{size_download}" --noproxy "" '
+              '-x "$HTTP_PROXY" http://localhost:%d/big' % port)
+    out = subprocess.run([SRT, "--settings", os.path.join(work, "srt.json"), "-c", script],
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert int(out[1]) == SIZE, out
+    return float(out[0])
+
+
 def load():
     return open("/proc/loadavg").read().split()[:3]
 
 
 print("load average before: %s" % " ".join(load()))
-direct, proxied = [], []
+direct, proxied, anchor = [], [], []
 curl_speed(False), curl_speed(True)  # warm the page cache and the binaries
 for i in range(args.runs):
     direct.append(curl_speed(False))
     proxied.append(curl_speed(True))
+    if SRT:
+        anchor.append(srt_speed())
 d, pr = statistics.median(direct), statistics.median(proxied)
 print("throughput, 100 MB over loopback (curl, median of %d):" % args.runs)
 print("  direct       %8.0f MB/s   %s" % (d / 1e6, " ".join("%.0f" % (x / 1e6) for x in direct)))
 print("  through proxy %7.0f MB/s   %s" % (pr / 1e6, " ".join("%.0f" % (x / 1e6) for x in proxied)))
 print("  ratio        %8.2f x" % (pr / d))
+if SRT:
+    a = statistics.median(anchor)
+    print("  srt's proxy  %8.0f MB/s   %s" % (a / 1e6, " ".join("%.0f" % (x / 1e6) for x in anchor)))
+    print("  srt ratio    %8.2f x   (ours / srt's: %.1f x)" % (a / d, pr / a))
 
 
 def lat(mode):

@@ -7,6 +7,7 @@
 #
 #   scripts/bench-egress.sh
 #   RUNS=9 REQUESTS=1000 scripts/bench-egress.sh
+#   SRT=/path/to/node_modules/.bin/srt scripts/bench-egress.sh   # with the anchor
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v curl >/dev/null || { echo "bench-egress: curl not found" >&2; exit 1; }

@@ -120,7 +120,25 @@ echo "block_rc=$?"
 echo "block_info=$(tr '\n' ' ' </tmp/block.json)"
 bwrap --userns 7 --ro-bind / / -- true 7</proc/self/ns/user 2>&1
 echo "userns_rc=$?"
+bwrap --unshare-all --ro-bind / / --proc /proc --info-fd 42 --json-status-fd 43 -- \
+    sh -c 'for n in cgroup ipc mnt net pid uts user; do echo "own_$n=$(stat -L -c %i /proc/self/ns/$n)"; done' \
+    42>/tmp/ids-info.json 43>/tmp/ids-status.json
+echo "ids_info=$(tr '\n' ' ' </tmp/ids-info.json)"
+echo "ids_status=$(head -n 1 /tmp/ids-status.json)"
+for n in mnt pid; do echo "outer_$n=$(stat -L -c %i /proc/self/ns/$n)"; done
 "#;
+
+/// The `*-namespace` keys of a status line, each with its id.
+fn namespace_ids(line: &str) -> std::collections::BTreeMap<String, u64> {
+    let value: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{line}: {e}"));
+    let object = value.as_object().unwrap_or_else(|| panic!("{line}"));
+    assert!(object["child-pid"].as_u64().is_some_and(|p| p > 1), "{line}");
+    object
+        .iter()
+        .filter(|(key, _)| key.as_str() != "child-pid")
+        .map(|(key, id)| (key.clone(), id.as_u64().unwrap_or_else(|| panic!("{key} in {line}"))))
+        .collect()
+}
 
 for_each_caller!(status_descriptors_are_served_nested, |caller: Caller| {
     let f = Fixture::new(caller);
@@ -131,12 +149,21 @@ for_each_caller!(status_descriptors_are_served_nested, |caller: Caller| {
     assert_eq!(seen["rc"], "42", "{text}");
     // bubblewrap's formats: pretty-printed on --info-fd, one line each on
     // --json-status-fd, the exit code only once COMMAND has run.
+    // With --unshare-pid alone: the new pid namespace and the mount
+    // namespace (always), as bubblewrap names them.
     let pid = seen["info"]
         .strip_prefix("{     \"child-pid\": ")
-        .and_then(|rest| rest.strip_suffix(" } "))
+        .and_then(|rest| rest.split_once(",     \"mnt-namespace\": "))
+        .map(|(pid, _)| pid)
         .unwrap_or_else(|| panic!("{text}"));
     assert!(pid.parse::<u32>().is_ok_and(|p| p > 1), "{text}");
-    assert_eq!(seen["status"], format!("{{ \"child-pid\": {pid} }} {{ \"exit-code\": 42 }} "), "{text}");
+    let ids = namespace_ids(&seen["info"]);
+    assert_eq!(ids.keys().collect::<Vec<_>>(), ["mnt-namespace", "pid-namespace"], "{text}");
+    let line = format!(
+        "{{ \"child-pid\": {pid}, \"mnt-namespace\": {}, \"pid-namespace\": {} }}",
+        ids["mnt-namespace"], ids["pid-namespace"]
+    );
+    assert_eq!(seen["status"], format!("{line} {{ \"exit-code\": 42 }} "), "{text}");
     assert_eq!(seen["failed_rc"], "1", "{text}");
     assert!(
         seen["failed"].starts_with("{ \"child-pid\": ") && !seen["failed"].contains("exit-code"),
@@ -149,6 +176,21 @@ for_each_caller!(status_descriptors_are_served_nested, |caller: Caller| {
     // Another sandbox's namespaces stay the host's business (docs/bwrap.md).
     assert!(text.contains("--userns is not supported by tuixiu-sandbox's bwrap inside a sandbox"), "{text}");
     assert_eq!(seen["userns_rc"], "1", "{text}");
+    // The ids are those of the nested sandbox's own namespaces, as its
+    // command sees them (bubblewrap's test-run.sh checks the same), the
+    // user namespace never named (bubblewrap makes it after it reports).
+    let want: std::collections::BTreeMap<String, u64> = ["cgroup", "ipc", "mnt", "net", "pid", "uts"]
+        .iter()
+        .map(|ns| {
+            let own = seen[&format!("own_{ns}")].parse().unwrap_or_else(|_| panic!("own_{ns}: {text}"));
+            (format!("{ns}-namespace"), own)
+        })
+        .collect();
+    assert_eq!(namespace_ids(&seen["ids_info"]), want, "{text}");
+    assert_eq!(namespace_ids(&seen["ids_status"]), want, "{text}");
+    // Its own, not the outer sandbox's.
+    assert_ne!(seen["outer_mnt"], want["mnt-namespace"].to_string(), "{text}");
+    assert_ne!(seen["outer_pid"], want["pid-namespace"].to_string(), "{text}");
 });
 
 /// Where scripts/ci-setup.d/47-sandbox-runtime.sh installs `srt`.
@@ -504,6 +546,21 @@ for_each_caller!(data_overlay_seccomp_and_pid_1_options_nested, |caller: Caller|
         "/tmp/f 666\n/tmp/r 640\n/tmp/d 700\npayload\nlower\nup\n1\nlower\n\
          mkdir: cannot create directory '/tmp/x': Permission denied\nrc=1\npid=1\nunblocked\n"
     );
+});
+
+// The helper that makes a nested user namespace (docs/security.md, "The
+// sandbox's PID 1") is let go without PID 1 waiting for it; with
+// `--as-pid-1` nothing reaps it after the `execve`, so PID 1 reaps it
+// first: the command, PID 1 of its pid namespace, sees no other process
+// (a shell's glob, no fork of its own), zombie or not.
+for_each_caller!(a_pid_1_command_inherits_no_user_namespace_helper, |caller: Caller| {
+    let f = Fixture::new(caller);
+    let script = "for i in 1 2 3; do \
+          bwrap --ro-bind / / --unshare-user --unshare-pid --proc /proc --as-pid-1 -- \
+            sh -c 'set -- /proc/[0-9]*; echo \"$*\"'; \
+        done";
+    let text = f.sh(&[], script);
+    assert_eq!(text, "/proc/1\n/proc/1\n/proc/1\n");
 });
 
 // Inside a nested sandbox there is no portal: the front end (bound over

@@ -21,6 +21,9 @@ use crate::sys;
 
 /// Descriptors the child inherits from the launcher.
 pub(crate) struct ChildFds {
+    /// A socket on which PID 1 sends its namespace ids for bubblewrap's
+    /// status lines and waits until they are written (-1 without one).
+    pub ns_ids: RawFd,
     /// Write end of the report pipe (close-on-exec).
     pub report: RawFd,
     /// Read end of the sync pipe: one byte once the id maps are written,
@@ -99,9 +102,10 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
     //    A nested sandbox also keeps the caller's descriptors, which the
     //    launcher numbered from `fd_base` up for the command.
     let mut keep = [-1 as RawFd; sys::MAX_KEPT_FDS];
-    keep[..5].copy_from_slice(&[fds.report, fds.sync, fds.ack, fds.exit, fds.egress]);
-    let n = 5 + plan.kept_fds.len().min(sys::MAX_KEPT_FDS - 5);
-    keep[5..n].copy_from_slice(&plan.kept_fds[..n - 5]);
+    let ours = [fds.report, fds.sync, fds.ack, fds.exit, fds.egress, fds.ns_ids];
+    keep[..ours.len()].copy_from_slice(&ours);
+    let n = ours.len() + plan.kept_fds.len().min(sys::MAX_KEPT_FDS - ours.len());
+    keep[ours.len()..n].copy_from_slice(&plan.kept_fds[..n - ours.len()]);
     let below = plan.nested.as_ref().map_or(libc::c_uint::MAX, |n| n.fd_base as libc::c_uint);
     sys::close_all_except(&keep[..n], below)
         .map_err(|e| fail("close inherited descriptors", "close_range", c"3..", e))?;
@@ -219,6 +223,20 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
         host = sys::open(c"/", dir, 0).map_err(|e| fail(root_what, "open", c"/", e))?;
         pool.reopen(host.as_fd(), pool_rel).map_err(|f| fail(root_what, f.call, c"the pool", f.errno))?;
     }
+    // Every namespace of ours exists now: their ids for bubblewrap's status
+    // lines, which only we may read, then wait until the launcher has
+    // written those (and read `--userns-block-fd`). End-of-file: it gave up.
+    if fds.ns_ids >= 0 {
+        let ids = crate::ns_ids::namespace_ids(c"/proc/self/ns", plan.clone_flags);
+        let mut go = [0u8; 1];
+        if sys::write_all(fds.ns_ids, &crate::ns_ids::namespace_ids_bytes(&ids)).is_err()
+            || sys::read(fds.ns_ids, &mut go) != Ok(1)
+        {
+            sys::exit_now(EXIT_SETUP_FAILED as i32);
+        }
+        // SAFETY: the launcher's socket for this exchange, ours, done with.
+        let _ = unsafe { sys::close(fds.ns_ids) };
+    }
 
     // 7. A fresh tmpfs (for a nested sandbox, a directory of the pool),
     //    stacked on top of `/` in our namespace, becomes the new root; build
@@ -332,8 +350,10 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
     if let Some(fd) = plan.nested.as_ref().and_then(|n| n.userns2_fd) {
         sys::setns(fd, libc::CLONE_NEWUSER).map_err(|e| fail("Setting userns2 failed", "", c"", e))?;
     }
+    let mut helpers_left = false;
     if let (Some(nested), Some(proc_self), Some(holder)) = (&plan.nested, &proc_self, &plan.holder_filter) {
-        enter_userns(nested, &holder.filter, proc_self.as_fd(), fds.sync)?;
+        enter_userns(nested, &holder.filter, proc_self.view(), fds.sync)?;
+        helpers_left = true;
     }
     drop(proc_self);
     // PID 1 holds the launcher's memory: out of the command's reach from
@@ -397,7 +417,12 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
     let _ = sys::write_all(fds.exit, &[crate::init::EXIT_STARTING]);
     if plan.nested.as_ref().is_some_and(|n| n.exec_in_pid1) {
         // bubblewrap's `--as-pid-1`: no reaper; the launcher waits for this
-        // process itself. Every pipe of ours is close-on-exec.
+        // process itself. Every pipe of ours is close-on-exec. The released
+        // user-namespace helpers (`join_made_userns`), our only children,
+        // are reaped first: COMMAND must not inherit them.
+        if helpers_left {
+            while sys::waitpid(-1, 0).is_ok() {}
+        }
         exec_command(plan, fds.report, caller_umask);
     }
     let start = CommandStart { plan, report: fds.report, umask: caller_umask };
@@ -544,7 +569,7 @@ fn bubblewrap_caps(caps: crate::prepare::BwrapCaps) -> Result<(), (&'static str,
 fn enter_userns<'a>(
     nested: &'a crate::prepare::NestedChild,
     holder: &[libc::sock_filter],
-    proc: std::os::fd::BorrowedFd<'_>,
+    proc: ProcView<'_>,
     sync: RawFd,
 ) -> Result<(), StepFail<'a>> {
     for userns in &nested.userns {
@@ -553,7 +578,8 @@ fn enter_userns<'a>(
             // above, or by the launcher on the host), never an outer one.
             let what = "disable user namespaces";
             let name = c"sys/user/max_user_namespaces";
-            let file = sys::openat(proc, name, libc::O_WRONLY, 0).map_err(|e| fail(what, "open", name, e))?;
+            let file =
+                sys::openat(proc.dir, name, libc::O_WRONLY, 0).map_err(|e| fail(what, "open", name, e))?;
             sys::write_all(file.as_raw_fd(), b"1").map_err(|e| fail(what, "write", name, e))?;
         }
         join_made_userns(&userns.maps, holder, proc)
@@ -586,7 +612,7 @@ type SysFail = (&'static str, &'static CStr, Errno);
 fn join_made_userns(
     maps: &(CString, CString),
     filter: &[libc::sock_filter],
-    proc: std::os::fd::BorrowedFd<'_>,
+    proc: ProcView<'_>,
 ) -> Result<(), SysFail> {
     let (ready_r, ready_w) = sys::pipe().map_err(|e| ("pipe2", c"", e))?;
     let (done_r, done_w) = sys::pipe().map_err(|e| ("pipe2", c"", e))?;
@@ -627,7 +653,7 @@ fn join_made_userns(
         sys::write_all(file.as_raw_fd(), contents.to_bytes()).map_err(|e| ("write", name, e))?;
     }
     sys::setns(userns.as_raw_fd(), libc::CLONE_NEWUSER).map_err(|e| ("setns(CLONE_NEWUSER)", c"", e))?;
-    drop(holder);
+    holder.release();
     Ok(())
 }
 
@@ -658,10 +684,21 @@ fn hold_userns(ready: OwnedFd, done: OwnedFd, filter: &[libc::sock_filter]) -> !
 }
 
 /// The user-namespace helper, released (its `done` pipe closed) and reaped
-/// when dropped.
+/// when dropped (a setup that failed).
 struct Holder {
     pid: libc::pid_t,
     done: Option<OwnedFd>,
+}
+
+impl Holder {
+    /// Lets the helper go without waiting for it: it exits at once, on
+    /// the other CPU, while PID 1 goes on, and the reaper (or, with
+    /// `--as-pid-1`, PID 1 before its `execve`) reaps it. Until then it
+    /// can only read, write and leave (docs/security.md).
+    fn release(mut self) {
+        drop(self.done.take());
+        std::mem::forget(self);
+    }
 }
 
 impl Drop for Holder {
@@ -671,10 +708,18 @@ impl Drop for Holder {
     }
 }
 
-/// `pid`'s directory in `proc`, found through a pidfd's `fdinfo`, which
-/// procfs writes in its own pid namespace's numbers (the private copy of an
-/// ancestor's `/proc` numbers our child otherwise).
-fn proc_dir_of(proc: std::os::fd::BorrowedFd<'_>, pid: libc::pid_t) -> Result<OwnedFd, SysFail> {
+/// `pid`'s directory in `proc`. A fresh procfs of our pid namespace
+/// numbers our child as `fork` did; the private copy of an ancestor's
+/// `/proc` numbers it otherwise, which a pidfd's `fdinfo` tells, written in
+/// that procfs's own pid namespace's numbers.
+fn proc_dir_of(proc: ProcView<'_>, pid: libc::pid_t) -> Result<OwnedFd, SysFail> {
+    if proc.own_numbers {
+        let mut path = StackPath::new();
+        let _ = write!(path, "{pid}");
+        return sys::openat(proc.dir, path.as_c_str(), libc::O_PATH | libc::O_DIRECTORY, 0)
+            .map_err(|e| ("open", c"/proc/PID", e));
+    }
+    let proc = proc.dir;
     let pidfd = sys::pidfd_open(pid).map_err(|e| ("pidfd_open", c"", e))?;
     let mut path = StackPath::new();
     let _ = write!(path, "self/fdinfo/{}", pidfd.as_raw_fd());
@@ -738,7 +783,7 @@ impl std::fmt::Write for StackPath {
 /// (that pid namespace is an ancestor of ours). Nothing else is done
 /// through it, and it is closed before the command starts.
 /// `(failing call, errno)` on failure.
-fn private_proc(host: std::os::fd::BorrowedFd<'_>) -> Result<OwnedFd, (&'static str, Errno)> {
+fn private_proc(host: std::os::fd::BorrowedFd<'_>) -> Result<PrivateProc, (&'static str, Errno)> {
     let fs = sys::fsopen(c"proc").map_err(|e| ("fsopen", e))?;
     let attrs = libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV | libc::MOUNT_ATTR_NOEXEC;
     // Refused where our user namespace does not own the pid namespace (a
@@ -747,7 +792,7 @@ fn private_proc(host: std::os::fd::BorrowedFd<'_>) -> Result<OwnedFd, (&'static 
         .map_err(|e| ("fsconfig(FSCONFIG_CMD_CREATE)", e))
         .and_then(|()| sys::fsmount(fs.as_fd(), attrs).map_err(|e| ("fsmount", e)));
     let refused = match fresh {
-        Ok(fresh) => return Ok(fresh),
+        Ok(fresh) => return Ok(PrivateProc { dir: fresh, own_numbers: true }),
         Err((_, Errno::EPERM)) => Errno::EPERM,
         Err(e) => return Err(e),
     };
@@ -761,7 +806,27 @@ fn private_proc(host: std::os::fd::BorrowedFd<'_>) -> Result<OwnedFd, (&'static 
     }
     sys::mount_clearattr(copy.as_fd(), libc::MOUNT_ATTR_RDONLY)
         .map_err(|e| ("mount_setattr(proc, clear MOUNT_ATTR_RDONLY)", e))?;
-    Ok(copy)
+    Ok(PrivateProc { dir: copy, own_numbers: false })
+}
+
+/// The procfs of [`private_proc`]: whether it numbers processes as this
+/// one's pid namespace does (a fresh one) or as an ancestor's (a copy).
+struct PrivateProc {
+    dir: OwnedFd,
+    own_numbers: bool,
+}
+
+impl PrivateProc {
+    fn view(&self) -> ProcView<'_> {
+        ProcView { dir: self.dir.as_fd(), own_numbers: self.own_numbers }
+    }
+}
+
+/// A borrowed [`PrivateProc`].
+#[derive(Clone, Copy)]
+struct ProcView<'a> {
+    dir: std::os::fd::BorrowedFd<'a>,
+    own_numbers: bool,
 }
 
 /// Whether this process's user namespace maps both its uid and its gid

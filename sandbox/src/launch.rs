@@ -29,17 +29,20 @@
 //! whole life: the child checks it right after setting its parent-death
 //! signal, closing the race where the launcher dies before `prctl`.
 
+use std::ffi::CString;
 use std::fs;
 use std::io::Write as _;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
+use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
 
 use crate::apply::{self, ApplyContext};
 use crate::child::{self, ChildFds};
 use crate::error::{LaunchError, SpecError, SyscallError};
 use crate::init::FORWARDED_SIGNALS;
+use crate::ns_ids::{NamespaceIds, STATUS_NAMESPACES, namespace_ids, read_namespace_ids};
 use crate::prepare::Plan;
 use crate::report;
 use crate::sys;
@@ -97,30 +100,23 @@ pub struct BwrapStatus {
 }
 
 impl BwrapStatus {
-    /// The namespace lines for the child `pid` made with `flags`.
-    fn announce(&self, pid: libc::pid_t, flags: libc::c_ulong) -> Result<(), SyscallError> {
-        use std::os::unix::fs::MetadataExt;
+    /// Whether the status lines want namespace ids at all.
+    fn reports_ids(&self) -> bool {
+        self.info_fd.is_some() || self.json_status_fd.is_some()
+    }
+
+    /// The status lines for the child `pid`, with the `ids` of its
+    /// namespaces.
+    fn announce(&self, pid: libc::pid_t, ids: &NamespaceIds) -> Result<(), SyscallError> {
         if let Some(fd) = self.userns2_fd {
             sys::setns(fd, libc::CLONE_NEWUSER)
                 .map_err(|e| SyscallError::new("Setting userns2 failed", "setns", e))?;
         }
-        let mut ids = String::new();
+        let mut line = String::new();
         let mut pretty = String::new();
-        for (name, flag) in [
-            ("cgroup", libc::CLONE_NEWCGROUP),
-            ("ipc", libc::CLONE_NEWIPC),
-            ("mnt", libc::CLONE_NEWNS),
-            ("net", libc::CLONE_NEWNET),
-            ("pid", libc::CLONE_NEWPID),
-            ("uts", libc::CLONE_NEWUTS),
-        ] {
-            if flags & flag as libc::c_ulong == 0 {
-                continue;
-            }
-            if let Ok(meta) = fs::metadata(format!("/proc/{}/ns/{name}", proc_pid(pid))) {
-                ids.push_str(&format!(", \"{name}-namespace\": {}", meta.ino()));
-                pretty.push_str(&format!(",\n    \"{name}-namespace\": {}", meta.ino()));
-            }
+        for (&id, (name, _)) in ids.iter().zip(STATUS_NAMESPACES).filter(|(id, _)| **id != 0) {
+            line.push_str(&format!(", \"{name}-namespace\": {id}"));
+            pretty.push_str(&format!(",\n    \"{name}-namespace\": {id}"));
         }
         let write = |fd: RawFd, text: &str| {
             sys::write_all(fd, text.as_bytes()).map_err(|e| SyscallError::new("Write to info_fd", "write", e))
@@ -132,7 +128,7 @@ impl BwrapStatus {
             let _ = unsafe { sys::close(fd) };
         }
         if let Some(fd) = self.json_status_fd {
-            write(fd, &format!("{{ \"child-pid\": {pid}{ids} }}\n"))?;
+            write(fd, &format!("{{ \"child-pid\": {pid}{line} }}\n"))?;
         }
         if let Some(fd) = self.userns_block_fd {
             let mut byte = [0u8; 1];
@@ -242,7 +238,20 @@ pub(crate) fn execute(
         let _ = sys::set_sigmask(libc::SIG_SETMASK, &old_mask);
     });
 
+    // A sandbox served through the portal makes its mount namespace itself,
+    // and no other process may read its namespace links (its PID 1 is never
+    // dumpable): it sends their ids for the status lines over this socket
+    // and waits there until they are written (docs/bwrap.md).
+    let status = options.bwrap_status.as_ref();
+    let ids_pair = match status.filter(|s| plan.pool.is_some() && s.reports_ids()) {
+        Some(_) => Some(
+            socketpair(AddressFamily::Unix, SockType::Stream, None, SockFlag::SOCK_CLOEXEC)
+                .map_err(|e| SyscallError::new("create the namespace ids socket", "socketpair", e))?,
+        ),
+        None => None,
+    };
     let child_fds = ChildFds {
+        ns_ids: ids_pair.as_ref().map_or(-1, |(_, theirs)| theirs.as_raw_fd()),
         report: report_w.as_raw_fd(),
         sync: sync_r.as_raw_fd(),
         ack: acks.as_ref().map_or(-1, |(_, w)| w.as_raw_fd()),
@@ -262,6 +271,7 @@ pub(crate) fn execute(
     if let Some(cgroup) = &plan.limits.cgroup {
         cgroup.add(pid)?;
     }
+    let ids_r = ids_pair.map(|(ours, _)| ours);
     drop(report_w);
     drop(sync_r);
     drop(exit_w);
@@ -290,11 +300,18 @@ pub(crate) fn execute(
     if plan.clone_flags & libc::CLONE_NEWUSER as libc::c_ulong != 0 && !host.is_some_and(|h| h.caller_maps) {
         write_id_maps(pid, plan)?;
     }
-    if let Some(status) = &options.bwrap_status {
-        status.announce(pid, plan.clone_flags)?;
+    if let Some(status) = status.filter(|_| ids_r.is_none()) {
+        let ns_dir = CString::new(format!("/proc/{}/ns", proc_pid(pid))).expect("a path of digits");
+        status.announce(pid, &namespace_ids(&ns_dir, plan.clone_flags))?;
     }
     sys::write_all(sync_w.as_raw_fd(), &[1])
         .map_err(|e| SyscallError::new("release the sandbox child", "write", e))?;
+    if let (Some(status), Some(ids_r)) = (status, &ids_r) {
+        // End-of-file: setup failed before the namespaces were complete;
+        // the lines still name the child, as bubblewrap's would.
+        status.announce(pid, &read_namespace_ids(ids_r.as_raw_fd()))?;
+        let _ = sys::write_all(ids_r.as_raw_fd(), &[1]);
+    }
     // Reap the (killed) idmap helper now, while the child builds its root,
     // rather than leave a zombie beside the sandbox for its whole life.
     drop(plan.idmap_helper.take());

@@ -35,6 +35,7 @@ mod launch;
 pub mod limits;
 mod mounts;
 pub mod nested;
+mod ns_ids;
 mod portal;
 mod prepare;
 mod procfs;

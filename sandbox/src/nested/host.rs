@@ -122,14 +122,15 @@ pub(crate) fn bwrap_message(e: LaunchError, program: &str) -> String {
                     .to_string(),
                 errno => format!("Creating new namespace failed: {}", errno.desc()),
             };
-            // Inside a sandbox without its portal (`--nested off`, the
-            // docker provider) a seccomp filter is what refuses.
+            // Inside a sandbox without a portal (`--nested off`, the
+            // docker provider, or a nested sandbox, which never gets one)
+            // a seccomp filter is what refuses.
             let filtered = std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
                 s.lines().any(|l| l.split_whitespace().collect::<Vec<_>>() == ["Seccomp:", "2"])
             });
             let inside = if filtered && e.errno == nix::errno::Errno::EPERM {
                 "; this process runs under a seccomp filter: inside a tuixiu-sandbox sandbox, `bwrap` needs \
-                 `--nested on`"
+                 `--nested on`, and a nested sandbox cannot make another"
             } else {
                 ""
             };
