@@ -275,11 +275,10 @@ async fn run_action(
 ) -> Result<(), ControlError> {
     let d = lane.ctx().clone();
     admit(action, &d, c)?;
-    match action {
-        "report_inventory" | "prune_orphans" | "gc" | "remove_image" => {
-            global_action(&d, action, c, out).await
-        }
-        _ => run_scoped(lane, action, c, out).await,
+    if GLOBAL_ACTIONS.contains(&action) {
+        global_action(&d, action, c, out).await
+    } else {
+        run_scoped(lane, action, c, out).await
     }
 }
 
