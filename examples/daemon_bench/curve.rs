@@ -13,14 +13,16 @@
 //!   sandbox) up to 1, 10, 50; at each step every run floods at once
 //!   (`TOTAL` updates of 200 B shared among them), every update checked in
 //!   order per run, while an `inspect` goes out every 5 ms and its round
-//!   trip (queued behind the updates in the daemon's one FIFO) is timed;
+//!   trip is timed;
 //!   the daemon's CPU per relayed update and its peak RSS (VmHWM, reset
 //!   before each step).
 //!
 //! Output: CSV on stdout, one row per step:
-//! `phase,runs,rss_kib,cpu_us_per_msg,ctl_p50_ms,ctl_p99_ms,rate_per_s`.
+//! `phase,runs,rss_kib,cpu_us_per_msg,ctl_p50_ms,ctl_p99_ms,rate_per_s,ahead_p50_kib,ahead_p99_kib`
+//! (`ahead`: KiB received between a control and its answer, active phase).
 //!
-//! Usage: daemon_bench curve <tuixiu-sandbox binary> <scratch dir> <agent binary> [TOTAL]
+//! Usage: daemon_bench curve <tuixiu-sandbox binary> <scratch dir> <agent binary> [TOTAL [PHASES]]
+//! (`PHASES`: `idle`, `active`, or `idle,active`, the default).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -123,7 +125,7 @@ async fn idle_phase(bin: &Path, scratch: &Path) {
         tokio::time::sleep(Duration::from_secs(3)).await;
         let rss = status_kib(pid, "VmRSS:");
         let (mut lat, cpu) = sequential_inspects(&mut ws, pid, "tuixiu-run-i0", 300).await;
-        println!("idle,{n},{rss},{cpu:.1},{:.3},{:.3},", pct(&mut lat, 0.5), pct(&mut lat, 0.99));
+        println!("idle,{n},{rss},{cpu:.1},{:.3},{:.3},,,", pct(&mut lat, 0.5), pct(&mut lat, 0.99));
     }
     // SAFETY: signalling our own child.
     unsafe { libc::kill(pid as i32, libc::SIGTERM) };
@@ -144,6 +146,11 @@ async fn flood_step(ws: Ws, pid: u32, runs: usize, per_run: usize, step: usize) 
     let t = Instant::now();
     // Controls every 5 ms while the flood lasts.
     let (stop_tx, mut stop_rx) = tokio::sync::oneshot::channel::<()>();
+    // Bytes received so far: what arrived between a control and its answer
+    // is what the answer waited behind on the way (in the daemon's last
+    // batch, the sockets' buffers and this reader).
+    let rx_bytes = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let rx_at_send = rx_bytes.clone();
     let ctl = tokio::spawn(async move {
         let mut sent = Vec::new();
         let mut tick = tokio::time::interval(Duration::from_millis(5));
@@ -151,7 +158,7 @@ async fn flood_step(ws: Ws, pid: u32, runs: usize, per_run: usize, step: usize) 
             tokio::select! {
                 _ = tick.tick() => {
                     let id = format!("c{step}-{}", sent.len());
-                    sent.push(Instant::now());
+                    sent.push((Instant::now(), rx_at_send.load(std::sync::atomic::Ordering::Relaxed)));
                     tx.send(Message::text(json!({"type":"sandbox_control","action":"inspect",
                         "instance_name":"tuixiu-run-a0","request_id":id}).to_string())).await.unwrap();
                 }
@@ -162,13 +169,14 @@ async fn flood_step(ws: Ws, pid: u32, runs: usize, per_run: usize, step: usize) 
     let mut next = vec![0usize; runs];
     let mut done = 0;
     let mut in_order = true;
-    let mut ctl_at: HashMap<usize, Instant> = HashMap::new();
+    let mut ctl_at: HashMap<usize, (Instant, usize)> = HashMap::new();
     let ctl_prefix = format!("\"request_id\":\"c{step}-");
     while done < runs {
         let text = match rx.next().await.expect("link").expect("read") {
             Message::Text(t) => t,
             _ => continue,
         };
+        let received = rx_bytes.fetch_add(text.len(), std::sync::atomic::Ordering::Relaxed) + text.len();
         if let Some(rest) = text.strip_prefix("{\"type\":\"acp_update\",\"run_id\":\"a") {
             let r: usize = rest.split('"').next().unwrap().parse().unwrap();
             let seq = text
@@ -182,7 +190,7 @@ async fn flood_step(ws: Ws, pid: u32, runs: usize, per_run: usize, step: usize) 
             done += 1;
         } else if let Some(i) = text.find(ctl_prefix.as_str()) {
             let n: usize = text[i + ctl_prefix.len()..].split('"').next().unwrap().parse().unwrap();
-            ctl_at.insert(n, Instant::now());
+            ctl_at.insert(n, (Instant::now(), received));
         }
     }
     let wall = t.elapsed();
@@ -191,17 +199,25 @@ async fn flood_step(ws: Ws, pid: u32, runs: usize, per_run: usize, step: usize) 
     let (tx, sent) = ctl.await.unwrap();
     // Controls still in flight are not counted (they were answered after
     // the flood's end).
-    let mut lat: Vec<f64> =
-        ctl_at.iter().filter_map(|(n, at)| sent.get(*n).map(|s| (*at - *s).as_secs_f64() * 1000.0)).collect();
+    let mut lat: Vec<f64> = ctl_at
+        .iter()
+        .filter_map(|(n, (at, _))| sent.get(*n).map(|(s, _)| (*at - *s).as_secs_f64() * 1000.0))
+        .collect();
+    let mut ahead: Vec<f64> = ctl_at
+        .iter()
+        .filter_map(|(n, (_, rx))| sent.get(*n).map(|(_, s)| rx.saturating_sub(*s) as f64 / 1024.0))
+        .collect();
     let total = runs * per_run;
     assert!(in_order && next.iter().all(|&n| n == per_run), "updates lost or out of order: {next:?}");
     let row = format!(
-        "active,{runs},{},{:.3},{:.3},{:.3},{:.0}",
+        "active,{runs},{},{:.3},{:.3},{:.3},{:.0},{:.0},{:.0}",
         status_kib(pid, "VmHWM:"),
         cpu * 1000.0 / total as f64,
         pct(&mut lat, 0.5),
         pct(&mut lat, 0.99),
-        total as f64 / wall.as_secs_f64()
+        total as f64 / wall.as_secs_f64(),
+        pct(&mut ahead, 0.5),
+        pct(&mut ahead, 0.99)
     );
     (rx.reunite(tx).unwrap(), row)
 }
@@ -224,13 +240,22 @@ async fn active_phase(bin: &Path, scratch: &Path, agent: &Path, total: usize) {
 
 /// `args[0]` is the program, then this benchmark's arguments.
 pub async fn main(args: Vec<String>) {
-    let usage = "usage: daemon_bench curve BINARY SCRATCH AGENT [TOTAL]";
+    let usage = "usage: daemon_bench curve BINARY SCRATCH AGENT [TOTAL [PHASES]]";
     let bin = PathBuf::from(args.get(1).expect(usage));
     let scratch = PathBuf::from(args.get(2).expect(usage));
     let agent = PathBuf::from(args.get(3).expect(usage));
     let total: usize = args.get(4).and_then(|v| v.parse().ok()).unwrap_or(500_000);
-    println!("phase,runs,rss_kib,cpu_us_per_msg,ctl_p50_ms,ctl_p99_ms,rate_per_s");
-    idle_phase(&bin, &scratch.join("idle")).await;
-    active_phase(&bin, &scratch.join("active"), &agent, total).await;
+    // `idle`, `active` or both (the default): an A/B of the relay needs
+    // only the active phase.
+    let phases = args.get(5).map(String::as_str).unwrap_or("idle,active");
+    println!(
+        "phase,runs,rss_kib,cpu_us_per_msg,ctl_p50_ms,ctl_p99_ms,rate_per_s,ahead_p50_kib,ahead_p99_kib"
+    );
+    if phases.split(',').any(|p| p == "idle") {
+        idle_phase(&bin, &scratch.join("idle")).await;
+    }
+    if phases.split(',').any(|p| p == "active") {
+        active_phase(&bin, &scratch.join("active"), &agent, total).await;
+    }
     let _ = std::fs::remove_dir_all(&scratch);
 }

@@ -298,6 +298,17 @@ async fn wait_exits(
 /// (native, host): `ensure_blocking`, `spawn` and the shared life cycle.
 macro_rules! local_provider {
     ($ty:ty, $kind:expr) => {
+        impl $ty {
+            /// `inspect` without waiting: a read of the instance's record
+            /// and a `statx` (microseconds), on the caller's thread.
+            pub fn inspect_now(
+                &self,
+                name: &str,
+            ) -> Result<$crate::provider::InstanceInfo, $crate::provider::ProviderError> {
+                self.local.inspect(name)
+            }
+        }
+
         impl $crate::provider::Provider for $ty {
             fn kind(&self) -> $crate::provider::ProviderKind {
                 $kind

@@ -369,6 +369,19 @@ macro_rules! dispatch {
     };
 }
 
+impl AnyProvider {
+    /// `inspect` answered on the caller's thread when it costs only a
+    /// record read and a `statx` (native, host); `None` when it needs a
+    /// process (docker's CLI), so it stays asynchronous.
+    pub fn inspect_now(&self, name: &str) -> Option<Result<InstanceInfo, ProviderError>> {
+        match self {
+            AnyProvider::Native(p) => Some(p.inspect_now(name)),
+            AnyProvider::Host(p) => Some(p.inspect_now(name)),
+            AnyProvider::Docker(_) => None,
+        }
+    }
+}
+
 impl Provider for AnyProvider {
     fn kind(&self) -> ProviderKind {
         dispatch!(self, p => p.kind())

@@ -186,7 +186,7 @@ pub struct NewLane {
 }
 
 pub struct Runs {
-    lanes: Mutex<HashMap<String, mpsc::UnboundedSender<Job>>>,
+    lanes: Mutex<HashMap<String, LaneTx>>,
     /// Where a new lane's queue goes to be served.
     new_lanes: mpsc::UnboundedSender<NewLane>,
     agents: Agents,
@@ -211,8 +211,36 @@ impl Runs {
         (runs, rx)
     }
 
-    pub fn lanes(&self) -> std::sync::MutexGuard<'_, HashMap<String, mpsc::UnboundedSender<Job>>> {
+    pub fn lanes(&self) -> std::sync::MutexGuard<'_, HashMap<String, LaneTx>> {
         self.lanes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `read` at once if lane `key` has nothing pending (no job queued
+    /// or being handled, no keepalive expiry under way), holding the lanes'
+    /// lock meanwhile, so no job of that lane starts before `read` ends;
+    /// `None` (and `read` not run) otherwise. A read answered here overtakes
+    /// nothing of its run, and nothing of its run overtakes it
+    /// (docs/architecture.md, "Threads"). `read` must be short: it holds
+    /// back every `send`.
+    pub fn when_idle<R>(&self, key: &str, read: impl FnOnce() -> R) -> Option<R> {
+        let lanes = self.lanes();
+        let idle = lanes.get(key).is_none_or(|l| l.pending == 0);
+        idle.then(read)
+    }
+
+    /// Lane `key` starts work of its own (its keepalive expiry): pending
+    /// until [`Runs::finished`].
+    pub fn begin(&self, key: &str) {
+        if let Some(l) = self.lanes().get_mut(key) {
+            l.pending += 1;
+        }
+    }
+
+    /// Lane `key` finished a job (or its own work).
+    pub fn finished(&self, key: &str) {
+        if let Some(l) = self.lanes().get_mut(key) {
+            l.pending = l.pending.saturating_sub(1);
+        }
     }
 
     /// How many lanes exist (runs with state, plus busy ones).
@@ -289,9 +317,12 @@ impl Agents {
 /// Queues `job` on the lane of `key`, creating the lane if needed.
 pub fn send(d: &Arc<RunContext>, key: &str, job: Job) {
     let mut lanes = d.runs.lanes();
-    if let Some(tx) = lanes.get(key) {
-        match tx.send(job) {
-            Ok(()) => return,
+    if let Some(lane) = lanes.get_mut(key) {
+        match lane.tx.send(job) {
+            Ok(()) => {
+                lane.pending += 1;
+                return;
+            }
             // The lane ended between our lookup and the send: start a new one.
             Err(mpsc::error::SendError(j)) => return start_lane(d, &mut lanes, key, j),
         }
@@ -299,15 +330,17 @@ pub fn send(d: &Arc<RunContext>, key: &str, job: Job) {
     start_lane(d, &mut lanes, key, job);
 }
 
-fn start_lane(
-    d: &Arc<RunContext>,
-    lanes: &mut HashMap<String, mpsc::UnboundedSender<Job>>,
-    key: &str,
-    job: Job,
-) {
+/// A lane's queue, and how many of its jobs are queued or being handled
+/// (plus its own work under way: [`Runs::begin`]).
+pub struct LaneTx {
+    tx: mpsc::UnboundedSender<Job>,
+    pending: usize,
+}
+
+fn start_lane(d: &Arc<RunContext>, lanes: &mut HashMap<String, LaneTx>, key: &str, job: Job) {
     let (tx, jobs) = mpsc::unbounded_channel();
     tx.send(job).ok();
-    lanes.insert(key.to_string(), tx);
+    lanes.insert(key.to_string(), LaneTx { tx, pending: 1 });
     // Err: nothing serves lanes any more (the daemon is going away).
     let _ = d.runs.new_lanes.send(NewLane { key: key.to_string(), jobs });
 }

@@ -113,6 +113,9 @@ pub fn dispatch(d: &Arc<RunContext>, msg: Incoming) {
             Err(e) => tracing::warn!("acp_message dropped: {e}"),
         },
         Incoming::SandboxControl(c) => match super::control::lane_of(d, &c) {
+            // A read that needs no lane state is answered here when its
+            // run has nothing pending (never behind the runs' thread).
+            Ok(key) if super::control::answer_now(d, &key, &c) => {}
             Ok(key) => send(d, &key, Job::Control(c)),
             Err(e) => super::control::reply_error(d, &c, &e),
         },
@@ -162,10 +165,17 @@ impl Lane {
                 .map(|at| tokio::time::Instant::now() + Duration::from_millis(at.saturating_sub(now_ms())));
             tokio::select! {
                 job = rx.recv() => match job {
-                    Some(job) => self.handle(job).await,
+                    Some(job) => {
+                        self.handle(job).await;
+                        self.ctx().runs().finished(self.run_id());
+                    }
                     None => break,
                 },
-                _ = sleep_until_opt(deadline) => self.expire().await,
+                _ = sleep_until_opt(deadline) => {
+                    self.ctx().runs().begin(self.run_id());
+                    self.expire().await;
+                    self.ctx().runs().finished(self.run_id());
+                }
             }
             if self.state().is_none() {
                 let mut lanes = self.ctx().runs().lanes();
@@ -444,6 +454,114 @@ mod tests {
         for bad in [json!("../x"), json!(""), json!(3), json!(null), json!("a:b"), json!("a\\b")] {
             assert!(valid_run_id(&bad).is_err(), "{bad} accepted");
         }
+    }
+
+    /// A daemon core (real native provider, whose launcher does not exist:
+    /// instances are recorded, no process starts) on a current-thread
+    /// runtime that only runs when the test polls it.
+    fn parked_daemon(dir: &std::path::Path) -> (tokio::runtime::Runtime, super::super::Daemon) {
+        let text = format!(
+            "orchestrator_url = \"ws://127.0.0.1:1/ws/agent\"\nstate_dir = \"{0}/state\"\n\
+             [sandbox]\nworkspaceHostRoot = \"{0}/root\"\ngitPush = false\n",
+            dir.display()
+        );
+        std::fs::create_dir_all(dir.join("root")).unwrap();
+        let table: toml::Table = toml::from_str(&text).unwrap();
+        let cfg = super::super::config::Config::from_table("t.toml", table, &Default::default()).unwrap().0;
+        let provider = crate::provider::native::NativeProvider::new(
+            &cfg.state_dir,
+            dir.join("no-launcher"),
+            "tuixiu-run-",
+        )
+        .unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let d = {
+            let _in = rt.enter();
+            super::super::Daemon::with_provider(
+                cfg,
+                "t".into(),
+                crate::provider::AnyProvider::Native(provider),
+            )
+        };
+        (rt, d)
+    }
+
+    fn control(d: &super::super::Daemon, action: &str, run: &str, id: &str) {
+        let msg = json!({"type": "sandbox_control", "action": action, "run_id": run,
+            "instance_name": format!("tuixiu-run-{run}"), "request_id": id});
+        d.dispatch(Incoming::decode(&msg.to_string()).unwrap());
+    }
+
+    /// The control results queued so far (taken out of the outbox), without
+    /// running the runs' loop.
+    fn results_now(d: &super::super::Daemon) -> Vec<Value> {
+        use futures_util::FutureExt;
+        let mut out = Vec::new();
+        while let Some(batch) = d.outbox().peek_batch(1000, 1 << 20).now_or_never() {
+            d.outbox().pop_sent(&batch);
+            out.extend(
+                batch
+                    .texts()
+                    .iter()
+                    .map(|t| serde_json::from_str::<Value>(t.as_str()).unwrap())
+                    .filter(|m| m["type"] == "sandbox_control_result"),
+            );
+        }
+        out
+    }
+
+    /// Runs the runs' loop until `n` more control results are queued.
+    fn results_after_loop(rt: &tokio::runtime::Runtime, d: &super::super::Daemon, n: usize) -> Vec<Value> {
+        let mut got = Vec::new();
+        rt.block_on(async {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+            while got.len() < n && tokio::time::Instant::now() < deadline {
+                got.extend(results_now(d));
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        });
+        assert_eq!(got.len(), n, "results: {got:?}");
+        got
+    }
+
+    #[test]
+    fn inspect_is_answered_without_the_runs_loop_and_never_overtakes_its_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let (rt, d) = parked_daemon(dir.path());
+        for run in ["r1", "r2"] {
+            control(&d, "ensure_running", run, &format!("ensure-{run}"));
+        }
+        let ensured = results_after_loop(&rt, &d, 2);
+        assert!(ensured.iter().all(|r| r["ok"] == true), "{ensured:?}");
+
+        // From here the runs' loop is not run: as if it were busy. A stop
+        // of r1 waits in r1's lane; an inspect of r2 (nothing pending) is
+        // answered at once, one of r1 is not (it would overtake the stop).
+        control(&d, "stop", "r1", "stop-r1");
+        control(&d, "inspect", "r1", "inspect-r1");
+        control(&d, "inspect", "r2", "inspect-r2");
+        let now = results_now(&d);
+        assert_eq!(now.len(), 1, "{now:?}");
+        assert_eq!(now[0]["request_id"], "inspect-r2");
+        assert_eq!(now[0]["ok"], true, "{now:?}");
+        assert_eq!(now[0]["status"], ensured[1]["status"], "{now:?}");
+
+        // The loop runs: r1's controls come out in their order, the
+        // inspect seeing what the stop did.
+        let r1 = results_after_loop(&rt, &d, 2);
+        let ids: Vec<_> = r1.iter().map(|r| r["request_id"].as_str().unwrap()).collect();
+        assert_eq!(ids, ["stop-r1", "inspect-r1"], "{r1:?}");
+        assert_eq!(r1[1]["status"], r1[0]["status"], "{r1:?}");
+        assert_ne!(r1[1]["status"], ensured[0]["status"], "{r1:?}");
+
+        // Idle again: r1's inspect is answered without the loop, and two
+        // in a row keep their order.
+        control(&d, "inspect", "r1", "again-1");
+        control(&d, "inspect", "r1", "again-2");
+        let now = results_now(&d);
+        let ids: Vec<_> = now.iter().map(|r| r["request_id"].as_str().unwrap()).collect();
+        assert_eq!(ids, ["again-1", "again-2"], "{now:?}");
+        assert!(now.iter().all(|r| r["status"] == r1[0]["status"]), "{now:?}");
     }
 
     #[test]

@@ -42,7 +42,7 @@ use super::protocol::{ControlResult, DeletedWorkspace, InventoryRef, SandboxCont
 use super::signing::SignatureError;
 use crate::hostfs::under_root::UnderRootError;
 use crate::provider::names::{self, NameError};
-use crate::provider::{Provider, ProviderError};
+use crate::provider::{InstanceInfo, Provider, ProviderError};
 use sandbox::error::io_error_text;
 
 /// Why a control failed: the `error` of its `sandbox_control_result`.
@@ -195,6 +195,37 @@ pub async fn handle(lane: &mut Lane, c: SandboxControl) {
     let mut res = ControlResult::for_msg(&c);
     let action = c.action.as_str().unwrap_or("").to_string();
     let outcome = run_action(lane, &action, &c, &mut res.fields).await;
+    answer(&d, &c, res, outcome);
+}
+
+/// Answers `c` on the caller's thread (the link's) when it is a read that
+/// needs nothing of its lane and its lane has nothing pending: `inspect`
+/// of a named instance, with a provider that reads its records in
+/// microseconds. `false`: not answered, `c` goes to its lane (which answers
+/// it in its run's order). Every other action changes something, or needs
+/// the run's state, or is global (`report_inventory` stays ordered with
+/// `gc` and `prune_orphans`): docs/architecture.md, "Threading".
+pub fn answer_now(d: &Arc<RunContext>, key: &str, c: &SandboxControl) -> bool {
+    let prefix = &d.cfg().sandbox.instance_prefix;
+    if c.action.as_str() != Some("inspect") || key == lane::GLOBAL {
+        return false;
+    }
+    let Ok(Some(name)) = named_instance(c, prefix) else { return false };
+    let answered = d.runs().when_idle(key, || {
+        let info = d.provider().inspect_now(&name)?;
+        let mut res = ControlResult::for_msg(c);
+        let outcome = admit("inspect", d, c)
+            .and_then(|()| Ok(info?))
+            .map(|info| inspected(d, key, c, &info, &mut res.fields));
+        answer(d, c, res, outcome);
+        Some(())
+    });
+    answered.flatten().is_some()
+}
+
+/// Completes and queues the result of `c`; a failure of a named run's
+/// instance is also reported as its `error` status.
+fn answer(d: &RunContext, c: &SandboxControl, mut res: ControlResult, outcome: Result<(), ControlError>) {
     match outcome {
         Ok(()) => {}
         Err(ControlError::Unsupported) => {
@@ -219,9 +250,23 @@ pub async fn handle(lane: &mut Lane, c: SandboxControl) {
     d.report().push(&res);
 }
 
-/// Long because it is the table of actions: the checks every action
-/// shares, then one short arm per action, so that what each action does
-/// and the order of the checks before it read in one place.
+/// The checks every action shares, before anything is looked at or
+/// touched: a known action, its fields well formed (a missing list of
+/// expected instances must never read as "none expected"), and the
+/// signature of a destructive one.
+fn admit(action: &str, d: &RunContext, c: &SandboxControl) -> Result<(), ControlError> {
+    if !super::protocol::CONTROL_ACTIONS.contains(&action) {
+        return Err(ControlError::Unsupported);
+    }
+    check_fields(action, c)?;
+    if is_destructive(action, c) {
+        d.signer().verify(c)?;
+    }
+    Ok(())
+}
+
+/// The admitted action, by where it acts: on this lane's run, or on the
+/// daemon's instances as a whole.
 async fn run_action(
     lane: &mut Lane,
     action: &str,
@@ -229,27 +274,43 @@ async fn run_action(
     out: &mut Map<String, Value>,
 ) -> Result<(), ControlError> {
     let d = lane.ctx().clone();
-    if !super::protocol::CONTROL_ACTIONS.contains(&action) {
-        return Err(ControlError::Unsupported);
+    admit(action, &d, c)?;
+    if GLOBAL_ACTIONS.contains(&action) {
+        global_action(&d, action, c, out).await
+    } else {
+        run_scoped(lane, action, c, out).await
     }
-    // Before anything is looked at or touched: a control whose fields are
-    // missing or malformed is refused whole (a missing list of expected
-    // instances must never read as "none expected").
-    check_fields(action, c)?;
-    if is_destructive(action, c) {
-        d.signer().verify(c)?;
+}
+
+/// What `inspect` answers (and, as the Node proxy, a status update only
+/// when the backend named the run).
+fn inspected(
+    d: &RunContext,
+    run: &str,
+    c: &SandboxControl,
+    info: &InstanceInfo,
+    out: &mut Map<String, Value>,
+) {
+    if str_field(&c.run_id).is_some() {
+        d.report().status(run, info);
     }
+    out.insert("status".into(), json!(info.status.as_str()));
+    out.insert("details".into(), json!({"created_at": info.created_at}));
+}
+
+/// The actions on one run's instance or workspace, in its lane.
+async fn run_scoped(
+    lane: &mut Lane,
+    action: &str,
+    c: &SandboxControl,
+    out: &mut Map<String, Value>,
+) -> Result<(), ControlError> {
+    let d = lane.ctx().clone();
     match action {
         "inspect" => {
             let name = instance_name(lane, c)?;
             let info = d.provider().inspect(&name).await?;
-            // As the Node proxy: a status update only when the backend
-            // named the run.
-            if str_field(&c.run_id).is_some() {
-                d.report().status(lane.run_id(), &info);
-            }
-            out.insert("status".into(), json!(info.status.as_str()));
-            out.insert("details".into(), json!({"created_at": info.created_at}));
+            inspected(&d, lane.run_id(), c, &info, out);
         }
         "ensure_running" => {
             valid_run_id(&c.run_id)?;
@@ -287,34 +348,6 @@ async fn run_action(
             ));
             out.insert("status".into(), json!("missing"));
         }
-        "report_inventory" => {
-            let expected = expected_instances(c);
-            let inv = inventory::full(d.provider(), expected.as_deref()).await?;
-            d.report().push(&inv);
-        }
-        "prune_orphans" => {
-            let orphans = orphans(&d, c).await?;
-            let mut deleted = Vec::new();
-            let mut errors = Vec::new();
-            for (name, run_id) in orphans {
-                match remove_via_lane(&d, &name, run_id.as_deref()).await {
-                    Ok(()) => deleted.push(InventoryRef {
-                        instance_name: name,
-                        run_id,
-                        reason: Some("prune_orphans"),
-                    }),
-                    Err(e) => errors.push(format!("{name}: {e}")),
-                }
-            }
-            out.insert("deleted_count".into(), json!(deleted.len()));
-            if !deleted.is_empty() {
-                d.report().push(&inventory::deleted_instances(d.provider(), deleted));
-            }
-            if !errors.is_empty() {
-                return Err(ControlError::Partial(errors.join("; ")));
-            }
-        }
-        "gc" => return gc(&d, c, out).await,
         "remove_workspace" => {
             let run_id = if lane.run_id().is_empty() {
                 return Err(ControlError::NoWorkspaceRun);
@@ -334,13 +367,55 @@ async fn run_action(
                 }],
             ));
         }
+        "git_push" => return git_push(lane, c, out).await,
+        _ => return Err(ControlError::Unsupported),
+    }
+    Ok(())
+}
+
+/// The actions on the daemon's instances (or images) as a whole, in the
+/// global lane.
+async fn global_action(
+    d: &Arc<RunContext>,
+    action: &str,
+    c: &SandboxControl,
+    out: &mut Map<String, Value>,
+) -> Result<(), ControlError> {
+    match action {
+        "report_inventory" => {
+            let expected = expected_instances(c);
+            let inv = inventory::full(d.provider(), expected.as_deref()).await?;
+            d.report().push(&inv);
+        }
+        "prune_orphans" => {
+            let orphans = orphans(d, c).await?;
+            let mut deleted = Vec::new();
+            let mut errors = Vec::new();
+            for (name, run_id) in orphans {
+                match remove_via_lane(d, &name, run_id.as_deref()).await {
+                    Ok(()) => deleted.push(InventoryRef {
+                        instance_name: name,
+                        run_id,
+                        reason: Some("prune_orphans"),
+                    }),
+                    Err(e) => errors.push(format!("{name}: {e}")),
+                }
+            }
+            out.insert("deleted_count".into(), json!(deleted.len()));
+            if !deleted.is_empty() {
+                d.report().push(&inventory::deleted_instances(d.provider(), deleted));
+            }
+            if !errors.is_empty() {
+                return Err(ControlError::Partial(errors.join("; ")));
+            }
+        }
+        "gc" => return gc(d, c, out).await,
         "remove_image" => {
             let image =
                 str_field(c.extra.get("image").unwrap_or(&Value::Null)).ok_or(ControlError::NoImage)?;
             names::validate_image(image)?;
-            remove_image(&d, image).await?;
+            remove_image(d, image).await?;
         }
-        "git_push" => return git_push(lane, c, out).await,
         _ => return Err(ControlError::Unsupported),
     }
     Ok(())
@@ -350,17 +425,32 @@ async fn run_action(
 /// run's, else `<prefix><run_id>`.
 fn instance_name(lane: &Lane, c: &SandboxControl) -> Result<String, ControlError> {
     let prefix = &lane.ctx().cfg().sandbox.instance_prefix;
-    let name = match &c.instance_name {
-        Value::String(s) if !s.trim().is_empty() => s.trim().to_string(),
-        Value::Null | Value::String(_) => match lane.state() {
-            Some(state) => state.instance_name.clone(),
-            None if !lane.run_id().is_empty() => format!("{prefix}{}", lane.run_id()),
-            None => return Err(ControlError::NoInstanceName),
-        },
-        other => return Err(ControlError::InstanceNameNotString(other.clone())),
-    };
-    names::validate_instance_name(&name, prefix).map_err(ControlError::Unmanaged)?;
-    Ok(name)
+    match named_instance(c, prefix)? {
+        Some(name) => Ok(name),
+        None => {
+            let name = match lane.state() {
+                Some(state) => state.instance_name.clone(),
+                None if !lane.run_id().is_empty() => format!("{prefix}{}", lane.run_id()),
+                None => return Err(ControlError::NoInstanceName),
+            };
+            names::validate_instance_name(&name, prefix).map_err(ControlError::Unmanaged)?;
+            Ok(name)
+        }
+    }
+}
+
+/// The instance `c` names itself (validated): `None` when its
+/// `instance_name` is absent or blank.
+fn named_instance(c: &SandboxControl, prefix: &str) -> Result<Option<String>, ControlError> {
+    match &c.instance_name {
+        Value::String(s) if !s.trim().is_empty() => {
+            let name = s.trim().to_string();
+            names::validate_instance_name(&name, prefix).map_err(ControlError::Unmanaged)?;
+            Ok(Some(name))
+        }
+        Value::Null | Value::String(_) => Ok(None),
+        other => Err(ControlError::InstanceNameNotString(other.clone())),
+    }
 }
 
 /// `expected_instances` as sent: `None` when absent (or `null`), else the
