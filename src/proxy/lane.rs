@@ -220,7 +220,7 @@ impl Runs {
     /// lock meanwhile, so no job of that lane starts before `read` ends;
     /// `None` (and `read` not run) otherwise. A read answered here overtakes
     /// nothing of its run, and nothing of its run overtakes it
-    /// (docs/architecture.md, "Threads"). `read` must be short: it holds
+    /// (docs/architecture.md, "Threading"). `read` must be short: it holds
     /// back every `send`.
     pub fn when_idle<R>(&self, key: &str, read: impl FnOnce() -> R) -> Option<R> {
         let lanes = self.lanes();
