@@ -461,15 +461,15 @@ pub const NOTES: &[(&str, &str)] = &[
     ),
     (
         "--userns-block-fd",
-        "host: read before the sandbox goes on, after the info descriptor; nested: refused",
+        "host: read before the sandbox goes on, after the info descriptor; nested: read by the portal's worker before COMMAND starts (the maps are the portal's)",
     ),
     (
         "--info-fd",
-        "host: bubblewrap's JSON (`child-pid`, namespace ids) once the namespaces exist; nested: refused",
+        "host: bubblewrap's JSON (`child-pid`, namespace ids) once the namespaces exist; nested: the same, the ids sent by the nested PID 1 ([below](#differences-from-bubblewrap-nested))",
     ),
     (
         "--json-status-fd",
-        "host: bubblewrap's JSON lines (`child-pid` and ids, then `exit-code` if COMMAND was executed); nested: refused",
+        "host: bubblewrap's JSON lines (`child-pid` and ids, then `exit-code` if COMMAND was executed); nested: the same",
     ),
     ("--new-session", "host: as bubblewrap; nested: always"),
     ("--die-with-parent", "as bubblewrap; COMMAND also dies with the launcher without it"),
