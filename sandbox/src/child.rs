@@ -7,7 +7,7 @@
 
 use std::ffi::{CStr, CString};
 use std::fmt::Write as _;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::panic::AssertUnwindSafe;
 
 use nix::errno::Errno;
@@ -15,7 +15,7 @@ use nix::errno::Errno;
 use crate::apply;
 use crate::error::{EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND, EXIT_SETUP_FAILED, ErrnoText};
 use crate::mounts::{self, Clones, Fail};
-use crate::prepare::{Action, Plan};
+use crate::prepare::{Action, HostChild, Plan};
 use crate::report::{Lossy, Report};
 use crate::sys;
 
@@ -93,14 +93,91 @@ pub(crate) fn main(plan: &Plan, fds: &ChildFds) -> ! {
     sys::exit_now(EXIT_SETUP_FAILED as i32)
 }
 
-/// The in-child checklist. Returns only on failure.
+/// The in-child checklist, in order: the order is part of the sandbox's
+/// security (ids before mounts, mounts before the pivot, the last
+/// credential change before the privileges go, the privileges before the
+/// command), so it is written out here once and each step is a function
+/// of its own. Returns only on failure.
 fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible, StepFail<'a>> {
-    // 0. Nothing the launcher had open stays with us but our pipes: a
-    //    descriptor held here (a directory, a file) would be reachable from
-    //    the sandbox through /proc/1/fd once PID 1 has dropped privileges.
-    //    The idmapped system trees the launcher prepared are ours too.
-    //    A nested sandbox also keeps the caller's descriptors, which the
-    //    launcher numbered from `fd_base` up for the command.
+    // 0. Only our pipes (and the plan's descriptors) stay open.
+    close_inherited(plan, fds)?;
+    // 1. The launcher has written our uid/gid maps.
+    wait_for_id_maps(fds.sync);
+    let bwrap_host = plan.nested.as_ref().and_then(|n| n.host.as_ref());
+    if let Some(message) = bwrap_host.and_then(|h| h.fail_at_start.as_deref()) {
+        report_and_exit(message, fds.report);
+    }
+    // 2. Become the sandbox user.
+    become_sandbox_user(plan, bwrap_host)?;
+    // 3. Die with the launcher (after 2, which resets the signal).
+    die_with_launcher(fds.sync)?;
+    // 4. Files created during setup get exactly the modes we ask for.
+    let caller_umask = sys::umask(0);
+    // 5. Nothing we mount may propagate back to the host. (A nested
+    //    sandbox's PID 1 starts in its portal worker's mount namespace and
+    //    makes its own in step 6.)
+    if plan.pool.is_none() {
+        make_mounts_slave()?;
+    }
+    // 6. Clone every host source now, while the host's tree is our root.
+    let mut host = open_host_root()?;
+    let proc_self = open_private_proc(plan, host.as_fd())?;
+    let exec_label = open_exec_label(plan)?;
+    let pool_rel = plan.pool.as_deref();
+    let mut pool = mounts::Pool::open(host.as_fd(), pool_rel).map_err(pool_fail)?;
+    let mut clones = clone_host_sources(plan, host.as_fd(), &mut pool, fds.report)?;
+    close_source_fds(plan);
+    if pool.is_some() {
+        enter_own_mount_namespace(&mut host, &mut pool, pool_rel)?;
+    }
+    send_namespace_ids(plan, fds.ns_ids);
+    // 7. Build the new root on top of `/`, in the planned order.
+    let new = build_new_root(plan, host, pool, &mut clones, fds.report)?;
+    // 8. Enter it; the host's whole tree goes with one lazy unmount.
+    enter_new_root(new)?;
+    // 9. Hostname, loopback, the egress listener.
+    set_hostname(plan)?;
+    set_up_network(plan, fds.egress)?;
+    // 10. The apply phase: the launcher lands its inputs in this tree and
+    //     has deferred binds attached, in its order.
+    if plan.apply_phase && !apply::serve(plan, clones, fds.sync, fds.ack) {
+        sys::exit_now(EXIT_SETUP_FAILED as i32);
+    }
+    // 11. The command's working directory, then bubblewrap's lock files
+    //     (opened from there, as bubblewrap's reaper does).
+    enter_working_directory(plan)?;
+    take_lock_files(plan)?;
+    // 11b. A nested sandbox's own user namespace, made only now, then
+    //      PID 1 out of the command's reach (after that last credential
+    //      change, which may reset the flag).
+    let helpers_left = enter_nested_userns(plan, proc_self, fds.sync)?;
+    make_pid1_undumpable(plan)?;
+    // 12. Drop privileges for good, here in PID 1 before the fork.
+    drop_privileges_for_good(plan, bwrap_host, fds.report)?;
+    // 12b. `--exec-label`: COMMAND inherits the attribute and is executed
+    //      in that context (bubblewrap's `setexeccon`, at the same point).
+    if let Some((attr, label, what)) = exec_label {
+        crate::selinux::set_exec(&attr, label).map_err(|e| fail(what, "", c"", e))?;
+    }
+    // 13. Start the command (PID 2); this process becomes the reaper.
+    start_command(plan, fds, caller_umask, helpers_left)
+}
+
+/// One line on the report pipe, then PID 1 ends.
+fn report_and_exit(message: &str, report_fd: RawFd) -> ! {
+    let mut report = Report::new();
+    let _ = write!(report, "{message}");
+    report.send(report_fd, EXIT_SETUP_FAILED);
+    sys::exit_now(EXIT_SETUP_FAILED as i32)
+}
+
+/// Step 0. Nothing the launcher had open stays with us but our pipes: a
+/// descriptor held here (a directory, a file) would be reachable from the
+/// sandbox through /proc/1/fd once PID 1 has dropped privileges. The
+/// idmapped system trees the launcher prepared are ours too. A nested
+/// sandbox also keeps the caller's descriptors, which the launcher numbered
+/// from `fd_base` up for the command.
+fn close_inherited<'a>(plan: &Plan, fds: &ChildFds) -> Result<(), StepFail<'a>> {
     let mut keep = [-1 as RawFd; sys::MAX_KEPT_FDS];
     let ours = [fds.report, fds.sync, fds.ack, fds.exit, fds.egress, fds.ns_ids];
     keep[..ours.len()].copy_from_slice(&ours);
@@ -108,28 +185,24 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
     keep[ours.len()..n].copy_from_slice(&plan.kept_fds[..n - ours.len()]);
     let below = plan.nested.as_ref().map_or(libc::c_uint::MAX, |n| n.fd_base as libc::c_uint);
     sys::close_all_except(&keep[..n], below)
-        .map_err(|e| fail("close inherited descriptors", "close_range", c"3..", e))?;
+        .map_err(|e| fail("close inherited descriptors", "close_range", c"3..", e))
+}
 
-    // 1. Wait until the launcher has written our uid/gid maps. End-of-file
-    //    means the launcher died before that: leave quietly.
+/// Step 1. Waits until the launcher has written our uid/gid maps.
+/// End-of-file means the launcher died before that: leave quietly.
+fn wait_for_id_maps(sync: RawFd) {
     let mut byte = [0u8; 1];
-    match sys::read(fds.sync, &mut byte) {
+    match sys::read(sync, &mut byte) {
         Ok(1) => {}
         _ => sys::exit_now(EXIT_SETUP_FAILED as i32),
     }
-    let bwrap_host = plan.nested.as_ref().and_then(|n| n.host.as_ref());
-    if let Some(message) = bwrap_host.and_then(|h| h.fail_at_start.as_deref()) {
-        let mut report = Report::new();
-        let _ = write!(report, "{message}");
-        report.send(fds.report, EXIT_SETUP_FAILED);
-        sys::exit_now(EXIT_SETUP_FAILED as i32);
-    }
+}
 
-    // 2. Become the sandbox user. For an unprivileged caller these ids are
-    //    already ours; for a root caller mapping onto other host ids this
-    //    switches to them. We keep all capabilities in our own namespace.
-    //    (Ids the caller mapped itself, bubblewrap's `--userns-block-fd`,
-    //    are the sandbox's as they are.)
+/// Step 2. For an unprivileged caller these ids are already ours; for a
+/// root caller mapping onto other host ids this switches to them. We keep
+/// all capabilities in our own namespace. (Ids the caller mapped itself,
+/// bubblewrap's `--userns-block-fd`, are the sandbox's as they are.)
+fn become_sandbox_user<'a>(plan: &Plan, bwrap_host: Option<&HostChild>) -> Result<(), StepFail<'a>> {
     if !bwrap_host.is_some_and(|h| h.caller_maps) {
         sys::setresgid(plan.gid).map_err(|e| fail("switch to the sandbox group", "setresgid", c"", e))?;
         sys::setresuid(plan.uid).map_err(|e| fail("switch to the sandbox user", "setresuid", c"", e))?;
@@ -137,65 +210,83 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
         // Unmapped ids create nothing: bubblewrap fails at its first mkdir.
         return Err(fail("Creating newroot failed", "", c"", Errno::EOVERFLOW));
     }
+    Ok(())
+}
 
-    // 3. Die with the launcher. Credential changes reset the parent-death
-    //    signal, so set it after step 2, then re-check the lifeline: if the
-    //    launcher died in between, the sync pipe is at end-of-file.
+/// Step 3. Credential changes reset the parent-death signal, so it is set
+/// after step 2; then the lifeline is re-checked: if the launcher died in
+/// between, the sync pipe is at end-of-file.
+fn die_with_launcher<'a>(sync: RawFd) -> Result<(), StepFail<'a>> {
     sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong)
         .map_err(|e| fail("die with the launcher", "prctl(PR_SET_PDEATHSIG)", c"", e))?;
-    if launcher_gone(fds.sync) {
+    if launcher_gone(sync) {
         sys::exit_now(EXIT_SETUP_FAILED as i32);
     }
+    Ok(())
+}
 
-    // 4. Files created during setup get exactly the modes we ask for.
-    let caller_umask = sys::umask(0);
+/// How steps 5 to 7 name a failure.
+const ROOT_WHAT: &str = "prepare the new root";
 
-    // 5. Nothing we mount may propagate back to the host. (A nested
-    //    sandbox's PID 1 starts in its portal worker's mount namespace and
-    //    makes its own after step 6.)
-    let root_what = "prepare the new root";
-    let slave = || {
-        sys::mount(None, c"/", None, libc::MS_SLAVE | libc::MS_REC, None)
-            .map_err(|e| fail(root_what, "mount(MS_SLAVE|MS_REC)", c"/", e))
-    };
-    if plan.pool.is_none() {
-        slave()?;
+/// Steps 5 and 6: nothing mounted below `/` propagates back to the host.
+fn make_mounts_slave<'a>() -> Result<(), StepFail<'a>> {
+    sys::mount(None, c"/", None, libc::MS_SLAVE | libc::MS_REC, None)
+        .map_err(|e| fail(ROOT_WHAT, "mount(MS_SLAVE|MS_REC)", c"/", e))
+}
+
+/// Step 6: the caller's tree, where the host sources are found.
+fn open_host_root<'a>() -> Result<OwnedFd, StepFail<'a>> {
+    sys::open(c"/", libc::O_PATH | libc::O_DIRECTORY, 0).map_err(|e| fail(ROOT_WHAT, "open", c"/", e))
+}
+
+/// Step 6: a nested sandbox that gets its own user namespace writes its id
+/// maps after the mounts, through a procfs that is never attached anywhere
+/// (the sandbox's own /proc may be missing or covered).
+fn open_private_proc<'a>(plan: &Plan, host: BorrowedFd<'_>) -> Result<Option<PrivateProc>, StepFail<'a>> {
+    match plan.nested.as_ref().filter(|n| !n.userns.is_empty()) {
+        Some(_) => Ok(Some(private_proc(host).map_err(|(call, e)| fail(ROOT_WHAT, call, c"proc", e))?)),
+        None => Ok(None),
     }
+}
 
-    // 6. Clone every host source now, while the host's tree is our root:
-    //    detached copies with their read-only/nosuid/nodev flags already set.
-    let dir = libc::O_PATH | libc::O_DIRECTORY;
-    let mut host = sys::open(c"/", dir, 0).map_err(|e| fail(root_what, "open", c"/", e))?;
-    // A nested sandbox that gets its own user namespace writes its id maps
-    // after the mounts, through a procfs that is never attached anywhere
-    // (the sandbox's own /proc may be missing or covered).
-    let proc_self = match plan.nested.as_ref().filter(|n| !n.userns.is_empty()) {
-        Some(_) => Some(private_proc(host.as_fd()).map_err(|(call, e)| fail(root_what, call, c"proc", e))?),
-        None => None,
-    };
-    // bubblewrap's `--exec-label`: this thread's `exec` attribute, opened
-    // while the caller's /proc is visible (the new root may have none),
-    // written before COMMAND starts (selinux.rs).
-    let exec_label = match plan.nested.as_ref().and_then(|n| n.exec_label.as_ref()) {
-        Some((label, what)) => Some((
+/// bubblewrap's `--exec-label`: the attribute file, the label, and the
+/// words for its failure.
+type ExecLabel<'a> = (OwnedFd, &'a [u8], &'a str);
+
+/// Step 6: this thread's `exec` attribute, opened while the caller's /proc
+/// is visible (the new root may have none), written before COMMAND starts
+/// (selinux.rs).
+fn open_exec_label(plan: &Plan) -> Result<Option<ExecLabel<'_>>, StepFail<'_>> {
+    match plan.nested.as_ref().and_then(|n| n.exec_label.as_ref()) {
+        Some((label, what)) => Ok(Some((
             crate::selinux::open_exec_attr().map_err(|e| fail(what, "", c"", e))?,
             label.as_slice(),
             what.as_str(),
-        )),
-        None => None,
-    };
-    // A nested sandbox's tmpfs content goes to its directory of the outer
-    // sandbox's pool (mounts.rs), which the portal attached below an
-    // unbindable mount in its own mount namespace: no recursive clone of a
-    // source carries it (nested/pool.rs).
-    let pool_rel = plan.pool.as_deref();
-    let mut pool = mounts::Pool::open(host.as_fd(), pool_rel)
-        .map_err(|f| fail(root_what, f.call, c"the pool", f.errno))?;
-    let mut clones = Clones::make(&plan.host_sources, host.as_fd(), &mut pool).map_err(|(i, f)| {
+        ))),
+        None => Ok(None),
+    }
+}
+
+fn pool_fail(f: Fail<'_>) -> StepFail<'_> {
+    fail(ROOT_WHAT, f.call, c"the pool", f.errno)
+}
+
+/// Step 6: detached copies of every host source, with their
+/// read-only/nosuid/nodev flags already set. A nested sandbox's tmpfs
+/// content goes to its directory of the outer sandbox's pool (mounts.rs),
+/// which the portal attached below an unbindable mount in its own mount
+/// namespace: no recursive clone of a source carries it (nested/pool.rs).
+fn clone_host_sources<'a>(
+    plan: &'a Plan,
+    host: BorrowedFd<'_>,
+    pool: &mut mounts::Pool,
+    report_fd: RawFd,
+) -> Result<Clones, StepFail<'a>> {
+    Clones::make(&plan.host_sources, host, pool).map_err(|(i, f)| {
         let source = &plan.host_sources[i];
         match source.overlay.as_ref().filter(|_| plan.nested.is_some()) {
             // bubblewrap's words for its overlay mount.
-            Some(overlay) => overlay_failure(&overlay.failure, f.errno, fds.report),
+            Some(overlay) => overlay_failure(&overlay.failure, f.errno, report_fd),
             None => StepFail {
                 action: None,
                 what: &source.what,
@@ -204,63 +295,86 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
                 fail: f,
             },
         }
-    })?;
+    })
+}
+
+/// Step 6: once cloned, the descriptors a nested sandbox's sources were
+/// opened through are of no more use here.
+fn close_source_fds(plan: &Plan) {
     if let Some(nested) = &plan.nested {
-        // Cloned: the descriptors the caller's sources were opened through
-        // are of no more use here.
         for &fd in &nested.source_fds {
             // SAFETY: the plan's descriptors, closed once, here.
             let _ = unsafe { sys::close(fd) };
         }
     }
-    if pool.is_some() {
-        // A nested sandbox's sources are descriptors the worker opened in
-        // its mount namespace, which a clone (or an overlay layer) must be
-        // made in: they are, and this process has a namespace of its own
-        // only now, whose copy of the pool hands out its directories.
-        sys::unshare(libc::CLONE_NEWNS).map_err(|e| fail(root_what, "unshare(CLONE_NEWNS)", c"", e))?;
-        slave()?;
-        host = sys::open(c"/", dir, 0).map_err(|e| fail(root_what, "open", c"/", e))?;
-        pool.reopen(host.as_fd(), pool_rel).map_err(|f| fail(root_what, f.call, c"the pool", f.errno))?;
-    }
-    // Every namespace of ours exists now: their ids for bubblewrap's status
-    // lines, which only we may read, then wait until the launcher has
-    // written those (and read `--userns-block-fd`). End-of-file: it gave up.
-    if fds.ns_ids >= 0 {
-        let ids = crate::ns_ids::namespace_ids(c"/proc/self/ns", plan.clone_flags);
-        let mut go = [0u8; 1];
-        if sys::write_all(fds.ns_ids, &crate::ns_ids::namespace_ids_bytes(&ids)).is_err()
-            || sys::read(fds.ns_ids, &mut go) != Ok(1)
-        {
-            sys::exit_now(EXIT_SETUP_FAILED as i32);
-        }
-        // SAFETY: the launcher's socket for this exchange, ours, done with.
-        let _ = unsafe { sys::close(fds.ns_ids) };
-    }
+}
 
-    // 7. A fresh tmpfs (for a nested sandbox, a directory of the pool),
-    //    stacked on top of `/` in our namespace, becomes the new root; build
-    //    it step by step, in the planned order, through its descriptor.
+/// Step 6, for a nested sandbox: its sources are descriptors the worker
+/// opened in its mount namespace, which a clone (or an overlay layer) must
+/// be made in: they are, and this process has a namespace of its own only
+/// now, whose copy of the pool hands out its directories.
+fn enter_own_mount_namespace<'a>(
+    host: &mut OwnedFd,
+    pool: &mut mounts::Pool,
+    pool_rel: Option<&'a CStr>,
+) -> Result<(), StepFail<'a>> {
+    sys::unshare(libc::CLONE_NEWNS).map_err(|e| fail(ROOT_WHAT, "unshare(CLONE_NEWNS)", c"", e))?;
+    make_mounts_slave()?;
+    *host = open_host_root()?;
+    pool.reopen(host.as_fd(), pool_rel).map_err(pool_fail)
+}
+
+/// Step 6, last: every namespace of ours exists now. Sends their ids for
+/// bubblewrap's status lines, which only we may read, then waits until the
+/// launcher has written those (and read `--userns-block-fd`). End-of-file:
+/// it gave up, and so do we.
+fn send_namespace_ids(plan: &Plan, ns_ids: RawFd) {
+    if ns_ids < 0 {
+        return;
+    }
+    let ids = crate::ns_ids::namespace_ids(c"/proc/self/ns", plan.clone_flags);
+    let mut go = [0u8; 1];
+    if sys::write_all(ns_ids, &crate::ns_ids::namespace_ids_bytes(&ids)).is_err()
+        || sys::read(ns_ids, &mut go) != Ok(1)
+    {
+        sys::exit_now(EXIT_SETUP_FAILED as i32);
+    }
+    // SAFETY: the launcher's socket for this exchange, ours, done with.
+    let _ = unsafe { sys::close(ns_ids) };
+}
+
+/// Step 7. A fresh tmpfs (for a nested sandbox, a directory of the pool),
+/// stacked on top of `/` in our namespace, becomes the new root, built
+/// step by step, in the planned order, through its descriptor, which is
+/// returned. `host` and `pool` are closed once it is built.
+fn build_new_root<'a>(
+    plan: &'a Plan,
+    host: OwnedFd,
+    mut pool: mounts::Pool,
+    clones: &mut Clones,
+    report_fd: RawFd,
+) -> Result<OwnedFd, StepFail<'a>> {
     let mut new = match pool.is_some() {
         true => pool
             .tmpfs(0o755, &[], libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV)
-            .map_err(|f| fail(root_what, f.call, c"the pool", f.errno))?,
-        false => new_root(&plan.root_tmpfs).map_err(|(call, e)| fail(root_what, call, c"tmpfs", e))?,
+            .map_err(|f| fail(ROOT_WHAT, f.call, c"the pool", f.errno))?,
+        false => new_root(&plan.root_tmpfs).map_err(|(call, e)| fail(ROOT_WHAT, call, c"tmpfs", e))?,
     };
-    sys::move_mount_fd(new.as_fd(), host.as_fd()).map_err(|e| fail(root_what, "move_mount", c"/", e))?;
+    sys::move_mount_fd(new.as_fd(), host.as_fd()).map_err(|e| fail(ROOT_WHAT, "move_mount", c"/", e))?;
     // `host` still names the caller's tree below the new root: a mount on
     // `/` replaces the new root there, and a bind of the caller's /proc is
     // cloned from there when a fresh one is refused.
     let mut dirs = mounts::Dirs::new();
     for step in &plan.steps {
         dirs.set_parents(step.parents);
-        mounts::run(&step.action, &mut new, host.as_fd(), &mut clones, &mut dirs, &mut pool, fds.report)
-            .map_err(|f| StepFail {
+        mounts::run(&step.action, &mut new, host.as_fd(), clones, &mut dirs, &mut pool, report_fd).map_err(
+            |f| StepFail {
                 what: &step.what,
                 hint: step_hint(&step.action, &f),
                 fail: f,
                 action: Some(&step.action),
-            })?;
+            },
+        )?;
     }
     drop(dirs);
     drop(pool);
@@ -272,44 +386,52 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
         // so nothing closes these numbers a second time.
         let _ = unsafe { sys::close(fd) };
     }
+    Ok(new)
+}
 
-    // 8. Enter the new root and detach everything underneath it: the
-    //    host's whole tree goes with one lazy unmount.
+/// Step 8. Enters the new root and detaches everything underneath it: the
+/// host's whole tree goes with one lazy unmount.
+fn enter_new_root<'a>(new: OwnedFd) -> Result<(), StepFail<'a>> {
     let enter_what = "enter the new root";
     sys::fchdir(new.as_fd()).map_err(|e| fail(enter_what, "fchdir", c"/", e))?;
     drop(new);
     sys::pivot_root(c".", c".").map_err(|e| fail(enter_what, "pivot_root", c".", e))?;
     sys::umount2(c".", libc::MNT_DETACH).map_err(|e| fail(enter_what, "umount2(MNT_DETACH)", c".", e))?;
-    sys::chdir(c"/").map_err(|e| fail(enter_what, "chdir", c"/", e))?;
+    sys::chdir(c"/").map_err(|e| fail(enter_what, "chdir", c"/", e))
+}
 
-    // 9. Hostname and, in a private network namespace, loopback.
+/// Step 9: the sandbox's hostname, if it has one.
+fn set_hostname(plan: &Plan) -> Result<(), StepFail<'_>> {
     if let Some(hostname) = &plan.hostname {
         sys::sethostname(hostname).map_err(|e| match plan.nested {
             Some(_) => fail("Can't set hostname to ", "", hostname, e),
             None => fail("set the hostname", "sethostname", hostname, e),
         })?;
     }
+    Ok(())
+}
+
+/// Step 9: in a private network namespace, loopback. A proxied network:
+/// the egress listener, on the loopback just brought up, goes out to
+/// whoever serves the proxy; PID 1 keeps neither it nor the socket it went
+/// out on.
+fn set_up_network<'a>(plan: &Plan, egress: RawFd) -> Result<(), StepFail<'a>> {
     if plan.network_off {
         sys::loopback_up().map_err(|e| fail("bring up loopback", "ioctl(SIOCSIFFLAGS)", c"lo", e))?;
     }
-    // 9b. A proxied network: the egress listener, on the loopback just
-    //     brought up, goes out to whoever serves the proxy; PID 1 keeps
-    //     neither it nor the socket it went out on.
     if plan.egress {
-        crate::egress::hand_out(fds.egress)
+        crate::egress::hand_out(egress)
             .map_err(|(call, e)| fail("hand out the egress listener", call, c"", e))?;
         // SAFETY: the caller's socket, inherited for this one message;
         // nothing else in this process uses or closes it.
-        let _ = unsafe { sys::close(fds.egress) };
+        let _ = unsafe { sys::close(egress) };
     }
+    Ok(())
+}
 
-    // 10. The apply phase: the launcher lands its inputs in this tree and
-    //     has deferred binds attached, in its order.
-    if plan.apply_phase && !apply::serve(plan, clones, fds.sync, fds.ack) {
-        sys::exit_now(EXIT_SETUP_FAILED as i32);
-    }
-
-    // 11. The command's working directory: the first candidate that works.
+/// Step 11. The command's working directory: the first candidate that
+/// works; the first candidate's error if none does.
+fn enter_working_directory(plan: &Plan) -> Result<(), StepFail<'_>> {
     let mut first_error = None;
     for dir in &plan.cwd {
         match sys::chdir(dir) {
@@ -328,10 +450,13 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
             None => fail("enter the working directory", "chdir", dir, e),
         });
     }
+    Ok(())
+}
 
-    // 11a. bubblewrap's `--lock-file`s, held by this process for the
-    //      sandbox's life (a read lock, as bubblewrap takes), opened from
-    //      the command's working directory as bubblewrap's reaper does.
+/// Step 11: bubblewrap's `--lock-file`s, held by this process for the
+/// sandbox's life (a read lock, as bubblewrap takes), opened from the
+/// command's working directory as bubblewrap's reaper does.
+fn take_lock_files(plan: &Plan) -> Result<(), StepFail<'_>> {
     if let Some(nested) = &plan.nested {
         for lock in &nested.lock_files {
             let fd =
@@ -341,40 +466,60 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
             std::mem::forget(fd);
         }
     }
+    Ok(())
+}
 
-    // 11b. A nested sandbox asked for its own user namespace: made only
-    //      now, so that every mount above (a fresh /proc included) was made
-    //      in the outer sandbox's user namespace, where nothing is locked.
-    let keep_caps = plan.nested.as_ref().map_or(0, |n| n.keep_caps);
+/// Step 11b. A nested sandbox asked for its own user namespace: made only
+/// now, so that every mount above (a fresh /proc included) was made in the
+/// outer sandbox's user namespace, where nothing is locked. `proc_self` is
+/// closed before this returns. True when released user-namespace helpers
+/// are left to reap.
+fn enter_nested_userns(
+    plan: &Plan,
+    proc_self: Option<PrivateProc>,
+    sync: RawFd,
+) -> Result<bool, StepFail<'_>> {
     // bubblewrap's `--userns2`: the caller's other user namespace.
     if let Some(fd) = plan.nested.as_ref().and_then(|n| n.userns2_fd) {
         sys::setns(fd, libc::CLONE_NEWUSER).map_err(|e| fail("Setting userns2 failed", "", c"", e))?;
     }
     let mut helpers_left = false;
     if let (Some(nested), Some(proc_self), Some(holder)) = (&plan.nested, &proc_self, &plan.holder_filter) {
-        enter_userns(nested, &holder.filter, proc_self.view(), fds.sync)?;
+        enter_userns(nested, &holder.filter, proc_self.view(), sync)?;
         helpers_left = true;
     }
     drop(proc_self);
-    // PID 1 holds the launcher's memory: out of the command's reach from
-    // here on, whether Landlock is enforced or not (confine.rs). After the
-    // last credential change, which may reset the flag (to the host's
-    // `fs.suid_dumpable`); a nested sandbox's PID 1 has been non-dumpable
-    // all along, a fork of the non-dumpable portal worker. A bwrap run on
-    // the host leaves it as bubblewrap does: its caller reads
-    // `/proc/PID/ns` of the `child-pid` it reports, and the command is the
-    // caller's anyway.
+    Ok(helpers_left)
+}
+
+/// Step 11b. PID 1 holds the launcher's memory: out of the command's reach
+/// from here on, whether Landlock is enforced or not (confine.rs). After
+/// the last credential change, which may reset the flag (to the host's
+/// `fs.suid_dumpable`); a nested sandbox's PID 1 has been non-dumpable all
+/// along, a fork of the non-dumpable portal worker. A bwrap run on the host
+/// leaves it as bubblewrap does: its caller reads `/proc/PID/ns` of the
+/// `child-pid` it reports, and the command is the caller's anyway.
+fn make_pid1_undumpable<'a>(plan: &Plan) -> Result<(), StepFail<'a>> {
     if !plan.nested.as_ref().is_some_and(|n| n.dumpable) {
         crate::confine::make_undumpable().map_err(|e| {
             fail("keep PID 1 out of the command's reach", "prctl(PR_SET_DUMPABLE, 0)", c"", e)
         })?;
     }
+    Ok(())
+}
 
-    // 12. Drop privileges for good, here in PID 1 before the fork, so the
-    //     command inherits nothing and the reaper keeps nothing while the
-    //     command runs: no_new_privs, then empty bounding, ambient,
-    //     effective, permitted and inheritable capability sets (a nested
-    //     command's `--cap-add`s are kept, inside its own user namespace).
+/// Step 12. Drops privileges for good, in PID 1 before the fork, so the
+/// command inherits nothing and the reaper keeps nothing while the command
+/// runs: no_new_privs, then empty bounding, ambient, effective, permitted
+/// and inheritable capability sets (a nested command's `--cap-add`s are
+/// kept, inside its own user namespace). Then bubblewrap's checks and
+/// descriptors of that moment.
+fn drop_privileges_for_good<'a>(
+    plan: &Plan,
+    bwrap_host: Option<&HostChild>,
+    report_fd: RawFd,
+) -> Result<(), StepFail<'a>> {
+    let keep_caps = plan.nested.as_ref().map_or(0, |n| n.keep_caps);
     match bwrap_host {
         Some(h) => bubblewrap_caps(h.caps).map_err(|(what, call, e)| fail(what, call, c"", e))?,
         None => {
@@ -383,10 +528,7 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
     }
     if let Some(n) = &plan.nested {
         if (n.disable_userns || n.assert_userns_disabled) && sys::unshare(libc::CLONE_NEWUSER).is_ok() {
-            let mut report = Report::new();
-            let _ = write!(report, "creation of new user namespaces was not disabled as requested");
-            report.send(fds.report, EXIT_SETUP_FAILED);
-            sys::exit_now(EXIT_SETUP_FAILED as i32);
+            report_and_exit("creation of new user namespaces was not disabled as requested", report_fd);
         }
         // `--block-fd`: wait for the caller's go (bubblewrap goes on after
         // a read error too), then close it.
@@ -404,16 +546,19 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
         // COMMAND must not inherit; nothing here uses it any more.
         let _ = unsafe { sys::close(fd) };
     }
-    // 12b. `--exec-label`: COMMAND inherits the attribute and is executed
-    //      in that context (bubblewrap's `setexeccon`, at the same point).
-    if let Some((attr, label, what)) = exec_label {
-        crate::selinux::set_exec(&attr, label).map_err(|e| fail(what, "", c"", e))?;
-    }
+    Ok(())
+}
 
-    // 13. Start the command (PID 2), which shares our memory until its
-    //     `execve` while we wait; this process then becomes the reaper.
-    //     From here on the launcher relays signals instead of ending the
-    //     setup; they stay blocked here until the reaper relays them.
+/// Step 13. Starts the command (PID 2), which shares our memory until its
+/// `execve` while we wait; this process then becomes the reaper. From here
+/// on the launcher relays signals instead of ending the setup; they stay
+/// blocked here until the reaper relays them.
+fn start_command<'a>(
+    plan: &'a Plan,
+    fds: &ChildFds,
+    caller_umask: libc::mode_t,
+    helpers_left: bool,
+) -> Result<std::convert::Infallible, StepFail<'a>> {
     let _ = sys::write_all(fds.exit, &[crate::init::EXIT_STARTING]);
     if plan.nested.as_ref().is_some_and(|n| n.exec_in_pid1) {
         // bubblewrap's `--as-pid-1`: no reaper; the launcher waits for this
@@ -452,7 +597,7 @@ fn setup<'a>(plan: &'a Plan, fds: &ChildFds) -> Result<std::convert::Infallible,
             let _ = unsafe { sys::close(source) };
         }
         // bubblewrap's reaper keeps no capability either.
-        if keep_caps != 0 || bwrap_host.is_some() {
+        if nested.keep_caps != 0 || nested.host.is_some() {
             let _ = drop_privileges();
         }
     }
@@ -921,85 +1066,86 @@ pub(crate) struct Hardening<'a> {
 /// a failure is reported on `report_fd` and ends the process.
 pub(crate) fn harden_and_exec(plan: &Hardening<'_>, report_fd: RawFd) -> ! {
     let mut report = Report::new();
-    if plan.new_session
-        && let Err(e) = sys::setsid()
-    {
-        let _ = write!(report, "start a new session: setsid() => {}", ErrnoText(e));
+    if let Err(Written) = harden(plan, &mut report) {
         report.send(report_fd, EXIT_SETUP_FAILED);
         sys::exit_now(EXIT_SETUP_FAILED as i32);
     }
+    let code = exec_first_candidate(plan.exec, &mut report);
+    report.send(report_fd, code);
+    sys::exit_now(code as i32)
+}
+
+/// A step failed and its line is in the report.
+struct Written;
+
+/// Writes one failure line into `report`.
+fn say(report: &mut Report, line: std::fmt::Arguments<'_>) -> Written {
+    let _ = report.write_fmt(line);
+    Written
+}
+
+/// Everything [`harden_and_exec`] does before `execve`, in its order.
+fn harden(plan: &Hardening<'_>, report: &mut Report) -> Result<(), Written> {
+    if plan.new_session {
+        sys::setsid()
+            .map_err(|e| say(report, format_args!("start a new session: setsid() => {}", ErrnoText(e))))?;
+    }
     // Resource limits that are rlimits (only lowered, which needs no privilege).
     for (resource, value) in plan.rlimits {
-        if let Err(e) = sys::setrlimit(*resource, *value) {
-            let _ =
-                write!(report, "apply resource limits: setrlimit({resource}, {value}) => {}", ErrnoText(e));
-            report.send(report_fd, EXIT_SETUP_FAILED);
-            sys::exit_now(EXIT_SETUP_FAILED as i32);
-        }
+        sys::setrlimit(*resource, *value).map_err(|e| {
+            let e = ErrnoText(e);
+            say(report, format_args!("apply resource limits: setrlimit({resource}, {value}) => {e}"))
+        })?;
     }
     // Nothing the launcher had open may reach the command, except what a
     // nested sandbox's caller passed, at the numbers it had there (dup2
     // leaves the new number open across exec). The sources are numbered
     // above every target, so no target overwrites a source still needed.
-    if let Err(e) = sys::close_range_cloexec(3) {
-        let _ = write!(
-            report,
-            "close inherited descriptors: close_range(3, ~0, CLOSE_RANGE_CLOEXEC) => {}",
-            ErrnoText(e)
-        );
-        report.send(report_fd, EXIT_SETUP_FAILED);
-        sys::exit_now(EXIT_SETUP_FAILED as i32);
-    }
+    sys::close_range_cloexec(3).map_err(|e| {
+        let e = ErrnoText(e);
+        say(report, format_args!("close inherited descriptors: close_range(3, ~0, CLOSE_RANGE_CLOEXEC) => {e}"))
+    })?;
     for &(target, source) in plan.fds {
-        if let Err(e) = sys::dup2(source, target) {
-            let _ = write!(report, "pass descriptor {target}: dup2 => {}", ErrnoText(e));
-            report.send(report_fd, EXIT_SETUP_FAILED);
-            sys::exit_now(EXIT_SETUP_FAILED as i32);
-        }
+        sys::dup2(source, target)
+            .map_err(|e| say(report, format_args!("pass descriptor {target}: dup2 => {}", ErrnoText(e))))?;
     }
     // Landlock, on the sandbox's own paths (we are past the final pivot).
-    if let Some(ruleset) = plan.landlock
-        && let Err((call, path, e)) = crate::landlock::apply(ruleset)
-    {
-        let _ = write!(report, "apply Landlock: {call}");
-        if let Some(path) = path {
-            let _ = write!(report, "(\"{}\")", Lossy(path.to_bytes()));
-        }
-        let _ = write!(report, " => {}", ErrnoText(e));
-        report.send(report_fd, EXIT_SETUP_FAILED);
-        sys::exit_now(EXIT_SETUP_FAILED as i32);
+    if let Some(ruleset) = plan.landlock {
+        crate::landlock::apply(ruleset).map_err(|(call, path, e)| {
+            let _ = write!(report, "apply Landlock: {call}");
+            if let Some(path) = path {
+                let _ = write!(report, "(\"{}\")", Lossy(path.to_bytes()));
+            }
+            say(report, format_args!(" => {}", ErrnoText(e)))
+        })?;
     }
     // Seccomp last: everything above ran unfiltered; from here on only
     // `execve` (and, on failure, the report's `write`) remain.
-    if let Some(program) = plan.seccomp
-        && let Err(e) = sys::seccomp_set_filter(&program.filter)
-    {
-        let _ = write!(
-            report,
-            "install the seccomp filter: seccomp(SECCOMP_SET_MODE_FILTER) => {}",
-            ErrnoText(e)
-        );
-        report.send(report_fd, EXIT_SETUP_FAILED);
-        sys::exit_now(EXIT_SETUP_FAILED as i32);
+    if let Some(program) = plan.seccomp {
+        sys::seccomp_set_filter(&program.filter).map_err(|e| {
+            let e = ErrnoText(e);
+            say(report, format_args!("install the seccomp filter: seccomp(SECCOMP_SET_MODE_FILTER) => {e}"))
+        })?;
     }
-
     for program in plan.extra_filters {
-        if let Err(e) = sys::seccomp_prctl_filter(&program.filter) {
-            // bubblewrap's words.
-            let _ = match e {
-                Errno::EINVAL => write!(
-                    report,
+        // bubblewrap's words.
+        sys::seccomp_prctl_filter(&program.filter).map_err(|e| match e {
+            Errno::EINVAL => say(
+                report,
+                format_args!(
                     "Unable to set up system call filtering as requested: prctl(PR_SET_SECCOMP) reported EINVAL. \
                      (Hint: this requires a kernel configured with CONFIG_SECCOMP and CONFIG_SECCOMP_FILTER.)"
                 ),
-                e => write!(report, "prctl(PR_SET_SECCOMP): {}", e.desc()),
-            };
-            report.send(report_fd, EXIT_SETUP_FAILED);
-            sys::exit_now(EXIT_SETUP_FAILED as i32);
-        }
+            ),
+            e => say(report, format_args!("prctl(PR_SET_SECCOMP): {}", e.desc())),
+        })?;
     }
+    Ok(())
+}
 
-    let exec = plan.exec;
+/// `execve` of each candidate path in turn; when none runs, the reason in
+/// `report` and the exit code to end with.
+fn exec_first_candidate(exec: &crate::prepare::ExecPlan, report: &mut Report) -> u8 {
     let mut denied = false;
     let mut other: Option<(Errno, &CStr)> = None;
     for candidate in &exec.candidates {
@@ -1013,7 +1159,7 @@ pub(crate) fn harden_and_exec(plan: &Hardening<'_>, report_fd: RawFd) -> ! {
         }
     }
     let program = Lossy(exec.program.as_bytes());
-    let code = match other {
+    match other {
         Some((e, path)) => {
             let _ = write!(
                 report,
@@ -1045,9 +1191,7 @@ pub(crate) fn harden_and_exec(plan: &Hardening<'_>, report_fd: RawFd) -> ! {
             );
             EXIT_NOT_FOUND
         }
-    };
-    report.send(report_fd, code);
-    sys::exit_now(code as i32)
+    }
 }
 
 /// Hints for failures of a particular kind of step.
