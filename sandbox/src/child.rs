@@ -1103,7 +1103,10 @@ fn harden(plan: &Hardening<'_>, report: &mut Report) -> Result<(), Written> {
     // above every target, so no target overwrites a source still needed.
     sys::close_range_cloexec(3).map_err(|e| {
         let e = ErrnoText(e);
-        say(report, format_args!("close inherited descriptors: close_range(3, ~0, CLOSE_RANGE_CLOEXEC) => {e}"))
+        say(
+            report,
+            format_args!("close inherited descriptors: close_range(3, ~0, CLOSE_RANGE_CLOEXEC) => {e}"),
+        )
     })?;
     for &(target, source) in plan.fds {
         sys::dup2(source, target)

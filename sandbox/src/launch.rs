@@ -32,7 +32,7 @@
 use std::ffi::CString;
 use std::fs;
 use std::io::Write as _;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
@@ -198,7 +198,8 @@ pub(crate) enum Watch<'a> {
     Caller(RawFd),
 }
 
-/// Starts the prepared sandbox and monitors it to the end.
+/// Starts the prepared sandbox and monitors it to the end: the launcher's
+/// side of the exchange drawn at the top of this file, in its order.
 pub(crate) fn execute(
     plan: &Plan,
     options: &LaunchOptions,
@@ -212,44 +213,13 @@ pub(crate) fn execute(
     let (sync_r, sync_w) = pipe("sync")?;
     let (exit_r, exit_w) = pipe("exit")?;
     let acks = if plan.apply_phase { Some(pipe("ack")?) } else { None };
-    let egress = match (plan.egress, options.egress_fd) {
-        (false, _) => -1,
-        (true, Some(fd)) => fd,
-        (true, None) => {
-            return Err(SpecError::new(
-                "a proxied network needs someone to serve its egress proxy (no egress socket was given)",
-            )
-            .into());
-        }
-    };
-
-    // A caller that ignores SIGCHLD (Erlang's ports start programs so)
-    // would have the kernel reap our child and never raise the signal the
-    // monitor waits for: its default disposition back, as bubblewrap does.
-    sys::reset_signal(libc::SIGCHLD);
-    // Block the forwarded signals and SIGCHLD before clone, so none is lost
-    // between clone and the signalfd, and none runs a default action on us.
-    let mut watched = FORWARDED_SIGNALS.to_vec();
-    watched.push(libc::SIGCHLD);
-    let watched = sys::sigset_of(&watched);
-    let old_mask = sys::set_sigmask(libc::SIG_BLOCK, &watched)
-        .map_err(|e| SyscallError::new("block signals", "sigprocmask", e))?;
+    let egress = egress_socket(plan, options)?;
+    let (watched, old_mask) = block_watched_signals()?;
     let _restore_mask = Defer(|| {
         let _ = sys::set_sigmask(libc::SIG_SETMASK, &old_mask);
     });
-
-    // A sandbox served through the portal makes its mount namespace itself,
-    // and no other process may read its namespace links (its PID 1 is never
-    // dumpable): it sends their ids for the status lines over this socket
-    // and waits there until they are written (docs/bwrap.md).
     let status = options.bwrap_status.as_ref();
-    let ids_pair = match status.filter(|s| plan.pool.is_some() && s.reports_ids()) {
-        Some(_) => Some(
-            socketpair(AddressFamily::Unix, SockType::Stream, None, SockFlag::SOCK_CLOEXEC)
-                .map_err(|e| SyscallError::new("create the namespace ids socket", "socketpair", e))?,
-        ),
-        None => None,
-    };
+    let ids_pair = namespace_ids_socket(plan, status)?;
     let child_fds = ChildFds {
         ns_ids: ids_pair.as_ref().map_or(-1, |(_, theirs)| theirs.as_raw_fd()),
         report: report_w.as_raw_fd(),
@@ -279,62 +249,13 @@ pub(crate) fn execute(
         drop(w);
         r
     });
-    let host = plan.nested.as_ref().and_then(|n| n.host.as_ref());
-    if let Some(nested) = &plan.nested {
-        // The caller's descriptors, and those its sources were opened
-        // through, are the nested PID 1's now.
-        let held = host.map_or(&[][..], |h| &h.held);
-        for source in nested
-            .fds
-            .iter()
-            .map(|&(_, source)| source)
-            .chain(nested.source_fds.iter().copied())
-            .chain(held.iter().copied())
-        {
-            // SAFETY: the plan's raw copies, ours to close, closed once.
-            let _ = unsafe { sys::close(source) };
-        }
-    }
-
-    // bubblewrap's `--userns-block-fd`: the caller writes the maps.
-    if plan.clone_flags & libc::CLONE_NEWUSER as libc::c_ulong != 0 && !host.is_some_and(|h| h.caller_maps) {
-        write_id_maps(pid, plan)?;
-    }
-    if let Some(status) = status.filter(|_| ids_r.is_none()) {
-        let ns_dir = CString::new(format!("/proc/{}/ns", proc_pid(pid))).expect("a path of digits");
-        status.announce(pid, &namespace_ids(&ns_dir, plan.clone_flags))?;
-    }
-    sys::write_all(sync_w.as_raw_fd(), &[1])
-        .map_err(|e| SyscallError::new("release the sandbox child", "write", e))?;
-    if let (Some(status), Some(ids_r)) = (status, &ids_r) {
-        // End-of-file: setup failed before the namespaces were complete;
-        // the lines still name the child, as bubblewrap's would.
-        status.announce(pid, &read_namespace_ids(ids_r.as_raw_fd()))?;
-        let _ = sys::write_all(ids_r.as_raw_fd(), &[1]);
-    }
+    close_handed_over(plan);
+    release_child(plan, pid, status, ids_r.as_ref(), sync_w.as_raw_fd())?;
     // Reap the (killed) idmap helper now, while the child builds its root,
     // rather than leave a zombie beside the sandbox for its whole life.
     drop(plan.idmap_helper.take());
-
     if let (Some(apply), Some(ack_r)) = (apply, ack_r) {
-        // A child that fails setup exits instead of saying READY; the
-        // monitor below then reads its report.
-        let ready = apply::wait_ready(ack_r.as_raw_fd())
-            .map_err(|e| SyscallError::new("wait for the sandbox", "read(ack pipe)", e))?;
-        if ready {
-            let mut ctx = ApplyContext {
-                plan,
-                root: apply::open_root(pid)?,
-                commands: sync_w.as_raw_fd(),
-                acks: ack_r.as_raw_fd(),
-                attached: vec![false; plan.deferred.len()],
-            };
-            let fs_ids = FsIds::become_sandbox_owner(plan);
-            let outcome = apply(&mut ctx);
-            drop(fs_ids);
-            outcome.map_err(LaunchError::Apply)?;
-            ctx.finish()?;
-        }
+        run_apply_phase(plan, pid, apply, ack_r.as_raw_fd(), sync_w.as_raw_fd())?;
     }
 
     let timeout = plan.limits.timeout.map(|t| (t, plan.limits.kill_after));
@@ -343,6 +264,128 @@ pub(crate) fn execute(
     let mut watch = watch;
     monitor(&mut child, pipes, plan.new_session, options, &watched, timeout, &mut watch)
     // `sync_w` (the lifeline) closes here, after the sandbox has ended.
+}
+
+/// The caller's socket for a proxied network's egress listener (-1 for
+/// other networks).
+fn egress_socket(plan: &Plan, options: &LaunchOptions) -> Result<RawFd, LaunchError> {
+    match (plan.egress, options.egress_fd) {
+        (false, _) => Ok(-1),
+        (true, Some(fd)) => Ok(fd),
+        (true, None) => Err(SpecError::new(
+            "a proxied network needs someone to serve its egress proxy (no egress socket was given)",
+        )
+        .into()),
+    }
+}
+
+/// Blocks the forwarded signals and SIGCHLD before clone, so none is lost
+/// between clone and the signalfd, and none runs a default action on us:
+/// `(the blocked set, the mask before)`.
+fn block_watched_signals() -> Result<(libc::sigset_t, libc::sigset_t), LaunchError> {
+    // A caller that ignores SIGCHLD (Erlang's ports start programs so)
+    // would have the kernel reap our child and never raise the signal the
+    // monitor waits for: its default disposition back, as bubblewrap does.
+    sys::reset_signal(libc::SIGCHLD);
+    let mut watched = FORWARDED_SIGNALS.to_vec();
+    watched.push(libc::SIGCHLD);
+    let watched = sys::sigset_of(&watched);
+    let old_mask = sys::set_sigmask(libc::SIG_BLOCK, &watched)
+        .map_err(|e| SyscallError::new("block signals", "sigprocmask", e))?;
+    Ok((watched, old_mask))
+}
+
+/// A sandbox served through the portal makes its mount namespace itself,
+/// and no other process may read its namespace links (its PID 1 is never
+/// dumpable): it sends their ids for the status lines over this socket
+/// and waits there until they are written (docs/bwrap.md).
+fn namespace_ids_socket(
+    plan: &Plan,
+    status: Option<&BwrapStatus>,
+) -> Result<Option<(OwnedFd, OwnedFd)>, LaunchError> {
+    match status.filter(|s| plan.pool.is_some() && s.reports_ids()) {
+        Some(_) => Ok(Some(
+            socketpair(AddressFamily::Unix, SockType::Stream, None, SockFlag::SOCK_CLOEXEC)
+                .map_err(|e| SyscallError::new("create the namespace ids socket", "socketpair", e))?,
+        )),
+        None => Ok(None),
+    }
+}
+
+/// A nested sandbox's caller's descriptors, and those its sources were
+/// opened through, are the nested PID 1's now: the launcher closes its
+/// copies.
+fn close_handed_over(plan: &Plan) {
+    let Some(nested) = &plan.nested else { return };
+    let held = nested.host.as_ref().map_or(&[][..], |h| &h.held);
+    for source in nested
+        .fds
+        .iter()
+        .map(|&(_, source)| source)
+        .chain(nested.source_fds.iter().copied())
+        .chain(held.iter().copied())
+    {
+        // SAFETY: the plan's raw copies, ours to close, closed once.
+        let _ = unsafe { sys::close(source) };
+    }
+}
+
+/// Writes the child's id maps (unless the caller writes them), bubblewrap's
+/// status lines, and the sync byte that lets the child go on.
+fn release_child(
+    plan: &Plan,
+    pid: libc::pid_t,
+    status: Option<&BwrapStatus>,
+    ids_r: Option<&OwnedFd>,
+    sync: RawFd,
+) -> Result<(), LaunchError> {
+    let host = plan.nested.as_ref().and_then(|n| n.host.as_ref());
+    // bubblewrap's `--userns-block-fd`: the caller writes the maps.
+    if plan.clone_flags & libc::CLONE_NEWUSER as libc::c_ulong != 0 && !host.is_some_and(|h| h.caller_maps) {
+        write_id_maps(pid, plan)?;
+    }
+    if let Some(status) = status.filter(|_| ids_r.is_none()) {
+        let ns_dir = CString::new(format!("/proc/{}/ns", proc_pid(pid))).expect("a path of digits");
+        status.announce(pid, &namespace_ids(&ns_dir, plan.clone_flags))?;
+    }
+    sys::write_all(sync, &[1]).map_err(|e| SyscallError::new("release the sandbox child", "write", e))?;
+    if let (Some(status), Some(ids_r)) = (status, ids_r) {
+        // End-of-file: setup failed before the namespaces were complete;
+        // the lines still name the child, as bubblewrap's would.
+        status.announce(pid, &read_namespace_ids(ids_r.as_raw_fd()))?;
+        let _ = sys::write_all(ids_r.as_raw_fd(), &[1]);
+    }
+    Ok(())
+}
+
+/// The apply phase, once the child says READY: `apply` lands the caller's
+/// inputs in the sandbox's tree, commanding the child over `commands`. A
+/// child that fails setup exits instead of saying READY; the monitor then
+/// reads its report.
+fn run_apply_phase(
+    plan: &Plan,
+    pid: libc::pid_t,
+    apply: ApplyFn<'_>,
+    acks: RawFd,
+    commands: RawFd,
+) -> Result<(), LaunchError> {
+    let ready = apply::wait_ready(acks)
+        .map_err(|e| SyscallError::new("wait for the sandbox", "read(ack pipe)", e))?;
+    if ready {
+        let mut ctx = ApplyContext {
+            plan,
+            root: apply::open_root(pid)?,
+            commands,
+            acks,
+            attached: vec![false; plan.deferred.len()],
+        };
+        let fs_ids = FsIds::become_sandbox_owner(plan);
+        let outcome = apply(&mut ctx);
+        drop(fs_ids);
+        outcome.map_err(LaunchError::Apply)?;
+        ctx.finish()?;
+    }
+    Ok(())
 }
 
 /// During the apply phase a root launcher writes with the host ids the
@@ -416,6 +459,10 @@ struct MonitorPipes {
     return_on_exit_status: bool,
 }
 
+/// Watches the sandbox to its end: one `poll` over the report pipe, the
+/// signalfd, the exit pipe, the lifeline and the [`Watch`]; their events
+/// handled by [`Monitor`]'s methods in a fixed order (lifeline, report,
+/// exit, watch, signals); then the status.
 fn monitor(
     child: &mut ChildGuard,
     pipes: MonitorPipes,
@@ -425,71 +472,12 @@ fn monitor(
     timeout: Option<(Duration, Duration)>,
     watch: &mut Watch<'_>,
 ) -> Result<ExitStatus, LaunchError> {
-    // The wall clock: SIGTERM at the deadline (PID 1 relays it to the
-    // command), SIGKILL to PID 1 after the grace period, which ends the
-    // whole pid namespace.
-    let start = Instant::now();
-    let mut deadline = timeout.map(|(t, _)| start + t);
-    let mut timed_out = false;
+    let mut clock = Clock::start(timeout);
     let sfd = sys::signalfd(watched, 0).map_err(|e| SyscallError::new("watch signals", "signalfd", e))?;
-
-    let MonitorPipes { report: report_r, exit: exit_r, return_on_exit_status } = pipes;
-    let mut report_bytes = Vec::new();
-    let mut report_open = true;
-    let mut exit_open = true;
-    // From PID 1 on the exit pipe: `EXIT_STARTING`, then the 4-byte status.
-    let mut exit_msg = [0u8; 5];
-    let mut exit_len = 0;
-    let mut started = false;
-    let mut killed_by: Option<i32> = None;
-    let mut lifeline = options.lifeline_fd;
-    let status = 'outer: loop {
-        let mut pfds = [
-            libc::pollfd {
-                fd: if report_open { report_r.as_raw_fd() } else { -1 },
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd { fd: sfd.as_raw_fd(), events: libc::POLLIN, revents: 0 },
-            libc::pollfd {
-                fd: if exit_open { exit_r.as_raw_fd() } else { -1 },
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd { fd: lifeline.unwrap_or(-1), events: libc::POLLIN, revents: 0 },
-            libc::pollfd {
-                fd: match watch {
-                    Watch::Portal(portal) if started => portal.fd(),
-                    Watch::Caller(fd) => *fd,
-                    _ => -1,
-                },
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        let wait_ms = match deadline {
-            None => -1,
-            Some(at) => {
-                let now = Instant::now();
-                if now >= at {
-                    if !timed_out {
-                        timed_out = true;
-                        let (limit, grace) = timeout.expect("a deadline comes from a timeout");
-                        tracing::warn!(
-                            "the command exceeded its time limit of {limit:?}: sending SIGTERM, SIGKILL in {grace:?}"
-                        );
-                        let relayed = started || exit_len > 0;
-                        let _ = sys::kill(child.pid, if relayed { libc::SIGTERM } else { libc::SIGKILL });
-                        deadline = Some(now + grace);
-                    } else {
-                        let _ = sys::kill(child.pid, libc::SIGKILL);
-                        deadline = None;
-                    }
-                    continue;
-                }
-                (at - now).as_millis().min(i32::MAX as u128) as i32 + 1
-            }
-        };
+    let mut m = Monitor::new(child, pipes, options);
+    let status = loop {
+        let mut pfds = m.poll_fds(sfd.as_raw_fd(), watch);
+        let Some(wait_ms) = clock.wait_ms(m.child.pid, m.started || m.exit_len > 0) else { continue };
         // A negative fd is ignored.
         if let Err(e) = sys::poll(&mut pfds, wait_ms) {
             if e == Errno::EINTR {
@@ -498,102 +486,249 @@ fn monitor(
             return Err(SyscallError::new("monitor the sandbox", "poll", e).into());
         }
         if pfds[3].revents != 0 {
-            // Nobody ever writes to the lifeline: any event is its hang-up.
-            tracing::warn!("the launcher's caller is gone: killing the sandbox");
-            let _ = sys::kill(child.pid, libc::SIGKILL);
-            killed_by.get_or_insert(128 + libc::SIGKILL);
-            lifeline = None;
+            m.caller_gone();
         }
-        if pfds[0].revents != 0 && read_report(&report_r, &mut report_bytes)? == 0 {
-            report_open = false;
-            if report_bytes.is_empty() && killed_by.is_none() {
-                started = true;
-                write_status(options.json_status_fd, &format!("{{\"child-pid\": {}}}", child.pid));
-                if options.release_stdio {
+        if pfds[0].revents != 0 {
+            m.read_report_pipe()?;
+        }
+        if pfds[2].revents != 0
+            && let Some(status) = m.read_exit_pipe()
+        {
+            break status;
+        }
+        if pfds[4].revents != 0 {
+            m.serve_watch(watch, pfds[4].fd);
+        }
+        if pfds[1].revents != 0
+            && let Some(status) = m.handle_signal(sfd.as_fd(), watch, new_session)
+        {
+            break status;
+        }
+    };
+    m.finish(status, clock.timed_out)
+}
+
+/// The wall clock: SIGTERM at the deadline (PID 1 relays it to the
+/// command), SIGKILL to PID 1 after the grace period, which ends the whole
+/// pid namespace.
+struct Clock {
+    /// `(limit, grace period)`.
+    timeout: Option<(Duration, Duration)>,
+    deadline: Option<Instant>,
+    timed_out: bool,
+}
+
+impl Clock {
+    fn start(timeout: Option<(Duration, Duration)>) -> Clock {
+        let start = Instant::now();
+        Clock { timeout, deadline: timeout.map(|(t, _)| start + t), timed_out: false }
+    }
+
+    /// How long `poll` may wait (-1: no deadline); `None` when the deadline
+    /// has just passed and `pid` was signalled (SIGTERM where PID 1 relays
+    /// it, i.e. once `relayed`, else SIGKILL; SIGKILL after the grace).
+    fn wait_ms(&mut self, pid: libc::pid_t, relayed: bool) -> Option<i32> {
+        let Some(at) = self.deadline else { return Some(-1) };
+        let now = Instant::now();
+        if now < at {
+            return Some((at - now).as_millis().min(i32::MAX as u128) as i32 + 1);
+        }
+        if !self.timed_out {
+            self.timed_out = true;
+            let (limit, grace) = self.timeout.expect("a deadline comes from a timeout");
+            tracing::warn!(
+                "the command exceeded its time limit of {limit:?}: sending SIGTERM, SIGKILL in {grace:?}"
+            );
+            let _ = sys::kill(pid, if relayed { libc::SIGTERM } else { libc::SIGKILL });
+            self.deadline = Some(now + grace);
+        } else {
+            let _ = sys::kill(pid, libc::SIGKILL);
+            self.deadline = None;
+        }
+        None
+    }
+}
+
+/// What the monitor has seen of the sandbox so far.
+struct Monitor<'a> {
+    child: &'a mut ChildGuard,
+    options: &'a LaunchOptions,
+    exit_r: OwnedFd,
+    report_r: OwnedFd,
+    return_on_exit_status: bool,
+    report_bytes: Vec<u8>,
+    report_open: bool,
+    exit_open: bool,
+    /// From PID 1 on the exit pipe: `EXIT_STARTING`, then the 4-byte status.
+    exit_msg: [u8; 5],
+    exit_len: usize,
+    started: bool,
+    killed_by: Option<i32>,
+    lifeline: Option<RawFd>,
+}
+
+impl<'a> Monitor<'a> {
+    fn new(child: &'a mut ChildGuard, pipes: MonitorPipes, options: &'a LaunchOptions) -> Monitor<'a> {
+        let MonitorPipes { report: report_r, exit: exit_r, return_on_exit_status } = pipes;
+        Monitor {
+            child,
+            options,
+            report_r,
+            exit_r,
+            return_on_exit_status,
+            report_bytes: Vec::new(),
+            report_open: true,
+            exit_open: true,
+            exit_msg: [0u8; 5],
+            exit_len: 0,
+            started: false,
+            killed_by: None,
+            lifeline: options.lifeline_fd,
+        }
+    }
+
+    /// What `poll` watches, by index: 0 the report pipe, 1 the signalfd,
+    /// 2 the exit pipe, 3 the lifeline, 4 the [`Watch`] (a portal only
+    /// once the command runs); -1 where there is nothing (any more).
+    fn poll_fds(&self, sfd: RawFd, watch: &Watch<'_>) -> [libc::pollfd; 5] {
+        let pollin = |fd: RawFd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+        [
+            pollin(if self.report_open { self.report_r.as_raw_fd() } else { -1 }),
+            pollin(sfd),
+            pollin(if self.exit_open { self.exit_r.as_raw_fd() } else { -1 }),
+            pollin(self.lifeline.unwrap_or(-1)),
+            pollin(match watch {
+                Watch::Portal(portal) if self.started => portal.fd(),
+                Watch::Caller(fd) => *fd,
+                _ => -1,
+            }),
+        ]
+    }
+
+    /// Nobody ever writes to the lifeline: any event is its hang-up.
+    fn caller_gone(&mut self) {
+        tracing::warn!("the launcher's caller is gone: killing the sandbox");
+        let _ = sys::kill(self.child.pid, libc::SIGKILL);
+        self.killed_by.get_or_insert(128 + libc::SIGKILL);
+        self.lifeline = None;
+    }
+
+    /// A failure record, or end-of-file: without a record (and unless the
+    /// sandbox was killed), the command has been executed.
+    fn read_report_pipe(&mut self) -> Result<(), LaunchError> {
+        if read_report(&self.report_r, &mut self.report_bytes)? == 0 {
+            self.report_open = false;
+            if self.report_bytes.is_empty() && self.killed_by.is_none() {
+                self.started = true;
+                write_status(self.options.json_status_fd, &format!("{{\"child-pid\": {}}}", self.child.pid));
+                if self.options.release_stdio {
                     release_stdio();
                 }
             }
         }
-        if pfds[2].revents != 0 {
-            match sys::read(exit_r.as_raw_fd(), &mut exit_msg[exit_len..]) {
-                Ok(0) | Err(_) => exit_open = false,
-                Ok(n) => exit_len += n,
-            }
-            if exit_len == exit_msg.len() {
-                exit_open = false;
-                let status = libc::c_int::from_ne_bytes([exit_msg[1], exit_msg[2], exit_msg[3], exit_msg[4]]);
-                if return_on_exit_status && killed_by.is_none() {
-                    child.detach();
-                    break 'outer status;
-                }
-            }
-            // Without the status (PID 1 was killed, or failed before the
-            // command ran), PID 1's own exit tells the rest.
-        }
-        if pfds[4].revents != 0 {
-            match watch {
-                Watch::Portal(portal) => portal.accept(child.pid),
-                Watch::Caller(_) => {
-                    // Nothing more is expected from the front end: any
-                    // read that is not data means it is gone.
-                    let mut byte = [0u8; 64];
-                    if !matches!(sys::read(pfds[4].fd, &mut byte), Ok(n) if n > 0) {
-                        *watch = Watch::Nothing;
-                        let _ = sys::kill(child.pid, libc::SIGKILL);
-                        killed_by.get_or_insert(128 + libc::SIGKILL);
-                    }
-                }
-                Watch::Nothing => {}
-            }
-        }
-        if pfds[1].revents != 0 {
-            let Ok(Some(info)) = sys::read_signal(sfd.as_fd()) else { continue };
-            let sig = info.ssi_signo as libc::c_int;
-            if sig == libc::SIGCHLD {
-                if let Watch::Portal(portal) = watch {
-                    portal.reap();
-                }
-                if let Ok((pid, status)) = sys::waitpid(child.pid, libc::WNOHANG)
-                    && pid == child.pid
-                {
-                    child.reaped = true;
-                    break 'outer status;
-                }
-            } else if !started && exit_len == 0 {
-                // Interrupted during setup: nothing to relay to yet. (Once
-                // PID 1 is starting the command, a signal waits in PID 1,
-                // blocked until it can relay it, even if the command has
-                // not yet closed the report pipe by executing.)
-                let _ = sys::kill(child.pid, libc::SIGKILL);
-                killed_by.get_or_insert(128 + sig);
-            } else if new_session || info.ssi_code != libc::SI_KERNEL {
-                // A signal the terminal generated (SI_KERNEL) already reached
-                // a command that shares our session; relay only the others.
-                let _ = sys::kill(child.pid, sig);
-            }
-        }
-    };
+        Ok(())
+    }
 
-    // The child is gone; whatever it reported is in the pipe already, and
-    // end-of-file follows once the last process of the sandbox has exited.
-    while report_open {
-        if read_report(&report_r, &mut report_bytes)? == 0 {
-            report_open = false;
+    /// Reads PID 1's messages; the command's wait status when the monitor
+    /// is to return with it now.
+    fn read_exit_pipe(&mut self) -> Option<libc::c_int> {
+        match sys::read(self.exit_r.as_raw_fd(), &mut self.exit_msg[self.exit_len..]) {
+            Ok(0) | Err(_) => self.exit_open = false,
+            Ok(n) => self.exit_len += n,
+        }
+        if self.exit_len == self.exit_msg.len() {
+            self.exit_open = false;
+            let m = &self.exit_msg;
+            let status = libc::c_int::from_ne_bytes([m[1], m[2], m[3], m[4]]);
+            if self.return_on_exit_status && self.killed_by.is_none() {
+                self.child.detach();
+                return Some(status);
+            }
+        }
+        // Without the status (PID 1 was killed, or failed before the
+        // command ran), PID 1's own exit tells the rest.
+        None
+    }
+
+    /// A portal's connections, or the nested caller's front end (`fd`).
+    fn serve_watch(&mut self, watch: &mut Watch<'_>, fd: RawFd) {
+        match watch {
+            Watch::Portal(portal) => portal.accept(self.child.pid),
+            Watch::Caller(_) => {
+                // Nothing more is expected from the front end: any read
+                // that is not data means it is gone.
+                let mut byte = [0u8; 64];
+                if !matches!(sys::read(fd, &mut byte), Ok(n) if n > 0) {
+                    *watch = Watch::Nothing;
+                    let _ = sys::kill(self.child.pid, libc::SIGKILL);
+                    self.killed_by.get_or_insert(128 + libc::SIGKILL);
+                }
+            }
+            Watch::Nothing => {}
         }
     }
-    let code = match (report::parse(&report_bytes), killed_by) {
-        (Some((code, message)), _) => {
-            write_status(options.json_status_fd, &format!("{{\"exit-code\": {code}}}"));
-            return Err(LaunchError::Child { code, message });
+
+    /// One signal from the signalfd: SIGCHLD reaps (PID 1's wait status
+    /// once it has exited), the others end the setup or are relayed.
+    fn handle_signal(
+        &mut self,
+        sfd: BorrowedFd<'_>,
+        watch: &mut Watch<'_>,
+        new_session: bool,
+    ) -> Option<libc::c_int> {
+        let Ok(Some(info)) = sys::read_signal(sfd) else { return None };
+        let pid = self.child.pid;
+        let sig = info.ssi_signo as libc::c_int;
+        if sig == libc::SIGCHLD {
+            if let Watch::Portal(portal) = watch {
+                portal.reap();
+            }
+            if let Ok((reaped, status)) = sys::waitpid(pid, libc::WNOHANG)
+                && reaped == pid
+            {
+                self.child.reaped = true;
+                return Some(status);
+            }
+        } else if !self.started && self.exit_len == 0 {
+            // Interrupted during setup: nothing to relay to yet. (Once
+            // PID 1 is starting the command, a signal waits in PID 1,
+            // blocked until it can relay it, even if the command has not
+            // yet closed the report pipe by executing.)
+            let _ = sys::kill(pid, libc::SIGKILL);
+            self.killed_by.get_or_insert(128 + sig);
+        } else if new_session || info.ssi_code != libc::SI_KERNEL {
+            // A signal the terminal generated (SI_KERNEL) already reached
+            // a command that shares our session; relay only the others.
+            let _ = sys::kill(pid, sig);
         }
-        (None, Some(code)) => code,
-        (None, None) => sys::exit_code_of(status),
-    };
-    write_status(options.json_status_fd, &format!("{{\"exit-code\": {code}}}"));
-    if let Some(bwrap) = options.bwrap_status.as_ref().filter(|_| started) {
-        bwrap.exited(code);
+        None
     }
-    Ok(ExitStatus { code, timed_out })
+
+    /// The child is gone with `status`: its report (a setup failure) or
+    /// the command's exit code, on the status descriptors too.
+    fn finish(mut self, status: libc::c_int, timed_out: bool) -> Result<ExitStatus, LaunchError> {
+        // Whatever it reported is in the pipe already, and end-of-file
+        // follows once the last process of the sandbox has exited.
+        while self.report_open {
+            if read_report(&self.report_r, &mut self.report_bytes)? == 0 {
+                self.report_open = false;
+            }
+        }
+        let options = self.options;
+        let code = match (report::parse(&self.report_bytes), self.killed_by) {
+            (Some((code, message)), _) => {
+                write_status(options.json_status_fd, &format!("{{\"exit-code\": {code}}}"));
+                return Err(LaunchError::Child { code, message });
+            }
+            (None, Some(code)) => code,
+            (None, None) => sys::exit_code_of(status),
+        };
+        write_status(options.json_status_fd, &format!("{{\"exit-code\": {code}}}"));
+        if let Some(bwrap) = options.bwrap_status.as_ref().filter(|_| self.started) {
+            bwrap.exited(code);
+        }
+        Ok(ExitStatus { code, timed_out })
+    }
 }
 
 /// Reads what is available on the report pipe; returns the byte count (0 at EOF).
