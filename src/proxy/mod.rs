@@ -61,6 +61,7 @@ pub mod runs;
 pub mod signing;
 pub mod status;
 pub mod tls;
+pub mod unread;
 
 use std::path::PathBuf;
 use std::sync::Arc;
