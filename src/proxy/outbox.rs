@@ -344,7 +344,10 @@ mod tests {
         // Not popped yet: a failed send keeps it.
         assert_eq!(o.peek_batch(5, 1 << 20, Some(1 << 20)).await.texts().len(), 2);
         o.pop_sent(&first);
-        assert_eq!(o.peek_batch(5, 1 << 20, Some(1 << 20)).await.texts()[0].as_str(), r#"{"type":"b","run_id":"r"}"#);
+        assert_eq!(
+            o.peek_batch(5, 1 << 20, Some(1 << 20)).await.texts()[0].as_str(),
+            r#"{"type":"b","run_id":"r"}"#
+        );
     }
 
     /// Control answers go out ahead of the queued updates; the updates

@@ -10,9 +10,9 @@ pub mod fake;
 #[path = "../install/mod.rs"]
 mod install;
 pub mod net;
-pub mod pongless;
 #[path = "../pki/mod.rs"]
 mod pki;
+pub mod pongless;
 pub use fake::backend::*;
 pub use pki::Pki;
 use std::os::unix::fs::PermissionsExt;
