@@ -58,6 +58,7 @@ pub mod repo;
 pub mod report;
 pub mod run_state;
 pub mod runs;
+pub mod shared;
 pub mod signing;
 pub mod status;
 pub mod tls;
@@ -94,7 +95,10 @@ pub struct Daemon {
     link_secrets: LinkSecrets,
     /// Registered with the backend right now.
     connected: AtomicBool,
-    run: Arc<lane::RunContext>,
+    /// The config, without its secrets: the link's (reconnects, timeouts,
+    /// TLS, registration) and the status file's. The runs do not get it.
+    cfg: Config,
+    run: Arc<runs::RunContext>,
     /// Private directories that lie where sandboxes see ([`exposed`]).
     path_warnings: Vec<String>,
 }
@@ -160,10 +164,10 @@ impl Daemon {
         };
         let signer = signing::Signer::new(cfg.control_signing_secret.take());
         let landing = landing::Landing::new(&cfg, link_secrets.auth_token.clone());
-        let (run, new_lanes) = lane::RunContext::new(cfg, provider, report, mounts, signer, landing);
+        let (run, new_lanes) = runs::RunContext::new(&cfg, provider, report, mounts, signer, landing);
         let run = Arc::new(run);
-        run.spawn(runs::serve_lanes(Arc::downgrade(&run), new_lanes));
-        Daemon { proxy_id, link_secrets, connected: AtomicBool::new(false), run, path_warnings }
+        run.runs().spawn(runs::serve_lanes(Arc::downgrade(&run), new_lanes));
+        Daemon { proxy_id, link_secrets, connected: AtomicBool::new(false), cfg, run, path_warnings }
     }
 
     /// The private directories that lie where sandboxes see, as warnings.
@@ -172,7 +176,7 @@ impl Daemon {
     }
 
     pub fn cfg(&self) -> &Config {
-        self.run.cfg()
+        &self.cfg
     }
 
     /// The link's tokens and registration secret.
@@ -185,7 +189,7 @@ impl Daemon {
     }
 
     /// What the daemon gives its runs.
-    pub fn run_context(&self) -> &Arc<lane::RunContext> {
+    pub fn run_context(&self) -> &Arc<runs::RunContext> {
         &self.run
     }
 
@@ -407,7 +411,7 @@ async fn serve(cfg: Config, proxy_id: String, metrics: Option<crate::metrics::En
         }
     };
     let run = daemon.run_context().clone();
-    if let Err(e) = identity::private_dir(run.runs_dir()) {
+    if let Err(e) = identity::private_dir(run.records().dir()) {
         report(&format!("proxy: {e}"));
         return sandbox::EXIT_SETUP_FAILED;
     }
@@ -419,8 +423,8 @@ async fn serve(cfg: Config, proxy_id: String, metrics: Option<crate::metrics::En
         "proxy {} starting: provider {}, state {}, workspaces {}",
         daemon.proxy_id(),
         run.report().wire_provider(),
-        run.cfg().state_dir.display(),
-        run.cfg().sandbox.workspace_host_root.display()
+        daemon.cfg().state_dir.display(),
+        daemon.cfg().sandbox.workspace_host_root.display()
     );
     for w in daemon.path_warnings() {
         tracing::warn!("{w}");
@@ -434,8 +438,8 @@ async fn serve(cfg: Config, proxy_id: String, metrics: Option<crate::metrics::En
     // Agents do not outlive the daemon that holds their stdio (an id
     // conflict ends the link without the signal).
     run.runs().stop_starting();
-    close_agents(run.runs(), run.cfg().agent_shutdown_grace_seconds).await;
-    run.persister().flush();
+    close_agents(run.runs(), daemon.cfg().agent_shutdown_grace_seconds).await;
+    run.records().flush();
     if let Some(at) = signalled.get() {
         tracing::info!("shut down in {} ms", at.elapsed().as_millis());
     }
@@ -521,7 +525,7 @@ fn serve_metrics(daemon: &Daemon, endpoint: crate::metrics::Endpoint) {
 
 /// Closes every live agent (stdin, SIGTERM after `grace` seconds, SIGKILL
 /// after as many more), concurrently; instances and runs stay.
-async fn close_agents(runs: &lane::Runs, grace: u64) {
+async fn close_agents(runs: &shared::Runs, grace: u64) {
     let live: Vec<_> = runs.all_agents().into_iter().filter(|a| !a.has_exited()).collect();
     if live.is_empty() {
         return;

@@ -4,22 +4,21 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 use tokio::sync::oneshot;
 
-use super::{ControlError, dry_run, expected_instances};
+use super::{ControlError, ControlPart, dry_run, expected_instances};
 use crate::hostfs::under_root::resolve_under_root;
 use crate::provider::names;
 use crate::provider::{Provider, ProviderError};
 use crate::proxy::inventory;
-use crate::proxy::lane::{self, Job, RunContext};
 use crate::proxy::protocol::{DeletedWorkspace, InventoryRef, SandboxControl};
+use crate::proxy::shared::{Job, send};
 
 /// Managed instances the backend does not expect, with their run ids.
 pub(super) async fn orphans(
-    d: &RunContext,
+    d: &ControlPart,
     c: &SandboxControl,
 ) -> Result<Vec<(String, Option<String>)>, ProviderError> {
     let expected: BTreeSet<String> =
@@ -38,17 +37,17 @@ pub(super) async fn orphans(
 /// Removes an instance in its run's lane (so it is ordered with that run's
 /// messages and the run forgets it), or directly when it has no run.
 pub(super) async fn remove_via_lane(
-    d: &Arc<RunContext>,
+    d: &ControlPart,
     name: &str,
     run_id: Option<&str>,
 ) -> Result<(), ControlError> {
-    let prefix = &d.cfg().sandbox.instance_prefix;
+    let prefix = &d.instance_prefix;
     let lane_run =
         name.strip_prefix(prefix.as_str()).filter(|id| names::validate_run_id(id).is_ok()).or(run_id);
     match lane_run {
         Some(run) => {
             let (tx, rx) = oneshot::channel();
-            lane::send(d, run, Job::Remove { name: name.to_string(), done: tx });
+            send(&d.runs, run, Job::Remove { name: name.to_string(), done: tx });
             match rx.await {
                 Ok(removed) => Ok(removed?),
                 Err(_) => Err(ControlError::LaneEnded),
@@ -63,7 +62,7 @@ pub(super) async fn remove_via_lane(
 /// the plan's order. Kept whole so the plan and what is removed cannot
 /// drift apart.
 pub(super) async fn gc(
-    d: &Arc<RunContext>,
+    d: &ControlPart,
     c: &SandboxControl,
     out: &mut Map<String, Value>,
 ) -> Result<(), ControlError> {
@@ -149,14 +148,14 @@ pub(super) async fn gc(
 /// the root first. Missing directories are fine. A workspace may be a
 /// large tree: the walk runs on the run's share of the blocking pool.
 pub(super) async fn remove_workspace(
-    d: &RunContext,
+    d: &ControlPart,
     run_id: &str,
     recorded: Option<&Path>,
 ) -> Result<(), ControlError> {
     names::validate_run_id(run_id)?;
-    let root = d.cfg().sandbox.workspace_host_root.clone();
+    let root = d.workspace_host_root.clone();
     let (run, recorded) = (run_id.to_string(), recorded.map(Path::to_path_buf));
-    d.pool().share(run_id).run(move || remove_workspace_dirs(&root, &run, recorded.as_deref())).await?
+    d.pool.share(run_id).run(move || remove_workspace_dirs(&root, &run, recorded.as_deref())).await?
 }
 
 pub(super) fn remove_workspace_dirs(
@@ -191,7 +190,7 @@ pub(super) fn under_root(root: &Path, path: &Path) -> Result<PathBuf, ControlErr
     resolve_under_root(root, path, false).map_err(ControlError::Path)
 }
 
-pub(super) async fn remove_image(d: &RunContext, image: &str) -> Result<(), ControlError> {
+pub(super) async fn remove_image(d: &ControlPart, image: &str) -> Result<(), ControlError> {
     let crate::provider::AnyProvider::Docker(docker) = d.provider() else {
         return Err(ControlError::NoImages {
             provider: d.report().wire_provider(),
