@@ -10,11 +10,12 @@
 //! | [`link`] | the WebSocket: connect, register, heartbeats, inventories, reconnect |
 //! | [`outbox`] | the bounded FIFO of everything the daemon sends, kept across disconnects |
 //! | [`protocol`] | serde types of every message both ways |
-//! | [`lane`] | what a run's parts share: the [`lane::RunContext`] the daemon gives them, its state, its jobs, the lane, the registry of lanes and agents, the replies |
+//! | [`shared`] | what a run's parts share: its state and where it is written, its agent slot, the jobs, the registry of lanes and agents, the replies |
+//! | [`lane`] | one run's lane: its run and agent slots, and the instance and agent parts that act on them |
 //! | [`landing`] | a run's agentInputs landed (planned, fetched with the download token, never over the agent's work) |
 //! | [`instance`] | a run's instance: `ensureRuntime` (name, TTL, `init`, host directories, user, mounts), removal |
 //! | [`run_state`] | what is persisted of a run (`RunState`) |
-//! | [`runs`] | routing to the lanes and each lane's loop: ordered processing, keepalive, re-adoption |
+//! | [`runs`] | the [`runs::RunContext`] the daemon gives its runs (each part made once), routing to the lanes and each lane's loop: ordered processing, keepalive, re-adoption |
 //! | [`mounts`] | what every instance gets besides the workspace and home: `/scratch`, the agent's state directory, `/run/secrets/<name>` |
 //! | [`report`] | what goes to the backend: the outbox, secrets scrubbed out, instance status reports |
 //! | [`persist`] | run state files written by one blocking worker, latest content first |
@@ -83,15 +84,14 @@ pub const EXIT_ID_CONFLICT: u8 = 3;
 /// The daemon as its top sees it (`main`, the link, the status file): the
 /// link's own state next to the run side.
 ///
-/// Each part gets what it needs and no more: lanes, agents, controls and
-/// instances get the [`lane::RunContext`] (config, provider, reporter, the
-/// lanes, the run-state writer, mounts); agents and the run-state writer
-/// report through the [`report::Reporter`] alone. Only the link and the
-/// status file see the registration state and the proxy id.
+/// Each part gets what it uses and no more (docs/architecture.md, "Layers"):
+/// the run side is the [`runs::RunContext`], which makes the instance, agent
+/// and control parts once, each with its own services and the config values
+/// it reads; the config itself stays here, for the link and the status
+/// file, which alone see the registration state and the proxy id.
 pub struct Daemon {
     proxy_id: String,
-    /// What the link authenticates with; taken out of the config the runs
-    /// get.
+    /// What the link authenticates with; taken out of the config.
     link_secrets: LinkSecrets,
     /// Registered with the backend right now.
     connected: AtomicBool,
@@ -166,7 +166,7 @@ impl Daemon {
         let landing = landing::Landing::new(&cfg, link_secrets.auth_token.clone());
         let (run, new_lanes) = runs::RunContext::new(&cfg, provider, report, mounts, signer, landing);
         let run = Arc::new(run);
-        run.runs().spawn(runs::serve_lanes(Arc::downgrade(&run), new_lanes));
+        run.spawn(runs::serve_lanes(Arc::downgrade(&run), new_lanes));
         Daemon { proxy_id, link_secrets, connected: AtomicBool::new(false), cfg, run, path_warnings }
     }
 

@@ -149,6 +149,14 @@ impl RunContext {
         (run, new_lanes)
     }
 
+    /// Starts `task` on the runs' event loop, from whichever thread.
+    pub fn spawn<F>(&self, task: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        self.runs.spawn(task)
+    }
+
     pub fn runs(&self) -> &Runs {
         &self.runs
     }
@@ -184,7 +192,7 @@ pub async fn serve_lanes(d: Weak<RunContext>, mut new_lanes: mpsc::UnboundedRece
     while let Some(NewLane { key, jobs }) = new_lanes.recv().await {
         let Some(d) = d.upgrade() else { break };
         let lane = Lane::new(d.parts.clone(), key);
-        d.runs.spawn(LaneLoop { lane, d: d.clone() }.run(jobs));
+        d.spawn(LaneLoop { lane, d: d.clone() }.run(jobs));
     }
 }
 
