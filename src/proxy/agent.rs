@@ -131,7 +131,7 @@ pub fn run_env(
 }
 
 /// The config an agent is started with, copied once from [`Config`].
-pub struct AgentSettings {
+struct AgentSettings {
     /// `agent_command`.
     command: Vec<String>,
     /// `agent_env_allowlist` (`None`: the default list).
@@ -143,7 +143,7 @@ pub struct AgentSettings {
 }
 
 impl AgentSettings {
-    pub fn new(cfg: &Config) -> AgentSettings {
+    fn new(cfg: &Config) -> AgentSettings {
         AgentSettings {
             command: cfg.agent_command.clone(),
             env_allowlist: cfg.agent_env_allowlist.clone(),
@@ -171,25 +171,21 @@ pub struct AgentPart {
     settings: AgentSettings,
 }
 
-/// What [`AgentPart::new`] takes besides the settings: the daemon's shared
-/// services this part uses.
-pub struct AgentServices {
-    pub runs: Arc<Runs>,
-    pub provider: Arc<AnyProvider>,
-    pub report: Arc<Reporter>,
-    pub mounts: Arc<Mounts>,
-    pub pool: Arc<crate::blocking::Pool>,
-}
-
 impl AgentPart {
+    /// The agent part, with the services it uses and its values of `cfg`
+    /// (its settings, the ACP host's, the git checkouts'). It alone gets
+    /// the `landing`, which holds the download token.
     pub fn new(
-        services: AgentServices,
+        cfg: &Config,
+        runs: Arc<Runs>,
+        provider: Arc<AnyProvider>,
+        report: Arc<Reporter>,
+        mounts: Arc<Mounts>,
+        pool: Arc<crate::blocking::Pool>,
         landing: Landing,
-        checkouts: Checkouts,
-        acp: Context,
-        settings: AgentSettings,
     ) -> AgentPart {
-        let AgentServices { runs, provider, report, mounts, pool } = services;
+        let acp = super::acp_sink::context(cfg, report.clone(), pool.clone());
+        let (checkouts, settings) = (Checkouts::new(cfg), AgentSettings::new(cfg));
         AgentPart { runs, provider, report, mounts, landing, checkouts, pool, acp, settings }
     }
 

@@ -40,7 +40,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use super::agent::{AgentError, AgentPart, AgentServices, AgentSettings};
+use super::agent::{AgentError, AgentPart};
 use super::config::Config;
 use super::control::ControlPart;
 use super::instance::{InstanceError, InstancePart, InstanceSettings};
@@ -50,7 +50,6 @@ use super::mounts::Mounts;
 use super::pathmap::{PathMapError, PathMapping};
 use super::persist::Persister;
 use super::protocol::{Incoming, ProxyUpdate, RunMessage, RunReply, str_field};
-use super::repo::Checkouts;
 use super::report::Reporter;
 use super::shared::{
     Job, NewLane, Records, RunIdError, RunState, Runs, STATE_VERSION, now_ms, reply_prompt, reply_session,
@@ -125,15 +124,15 @@ impl RunContext {
             landing.planning(),
             InstanceSettings::new(cfg),
         );
-        let services = AgentServices {
-            runs: runs.clone(),
-            provider: provider.clone(),
-            report: report.clone(),
-            mounts: mounts.clone(),
-            pool: pool.clone(),
-        };
-        let acp = super::acp_sink::context(cfg, report.clone(), pool.clone());
-        let agents = AgentPart::new(services, landing, Checkouts::new(cfg), acp, AgentSettings::new(cfg));
+        let agents = AgentPart::new(
+            cfg,
+            runs.clone(),
+            provider.clone(),
+            report.clone(),
+            mounts.clone(),
+            pool.clone(),
+            landing,
+        );
         let controls = ControlPart::new(cfg, provider.clone(), report.clone(), signer, runs.clone(), pool);
         let run = RunContext {
             parts: Arc::new(LaneParts::new(instances, agents, records.clone())),
