@@ -63,6 +63,7 @@ pub mod shared;
 pub mod signing;
 pub mod status;
 pub mod tls;
+pub mod unread;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -620,7 +620,7 @@ mod tests {
     fn results_now(d: &super::super::Daemon) -> Vec<Value> {
         use futures_util::FutureExt;
         let mut out = Vec::new();
-        while let Some(batch) = d.outbox().peek_batch(1000, 1 << 20).now_or_never() {
+        while let Some(batch) = d.outbox().peek_batch(1000, 1 << 20, Some(1 << 20)).now_or_never() {
             d.outbox().pop_sent(&batch);
             out.extend(
                 batch

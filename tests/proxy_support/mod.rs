@@ -10,6 +10,7 @@ pub mod fake;
 #[path = "../install/mod.rs"]
 mod install;
 pub mod net;
+pub mod pongless;
 #[path = "../pki/mod.rs"]
 mod pki;
 pub use fake::backend::*;
