@@ -583,8 +583,16 @@ mod tests {
     /// instances are recorded, no process starts) on a current-thread
     /// runtime that only runs when the test polls it.
     fn parked_daemon(dir: &std::path::Path) -> (tokio::runtime::Runtime, super::super::Daemon) {
+        parked_daemon_with(dir, "")
+    }
+
+    /// As [`parked_daemon`], with `top` added to the config's top-level keys.
+    fn parked_daemon_with(
+        dir: &std::path::Path,
+        top: &str,
+    ) -> (tokio::runtime::Runtime, super::super::Daemon) {
         let text = format!(
-            "orchestrator_url = \"ws://127.0.0.1:1/ws/agent\"\nstate_dir = \"{0}/state\"\n\
+            "orchestrator_url = \"ws://127.0.0.1:1/ws/agent\"\nstate_dir = \"{0}/state\"\n{top}\
              [sandbox]\nworkspaceHostRoot = \"{0}/root\"\ngitPush = false\n",
             dir.display()
         );
@@ -685,6 +693,20 @@ mod tests {
         let ids: Vec<_> = now.iter().map(|r| r["request_id"].as_str().unwrap()).collect();
         assert_eq!(ids, ["again-1", "again-2"], "{now:?}");
         assert!(now.iter().all(|r| r["status"] == r1[0]["status"]), "{now:?}");
+    }
+
+    /// The config the daemon keeps (and the link reads) holds no secret:
+    /// each went to the one part that signs or authenticates with it.
+    #[test]
+    fn the_kept_config_holds_no_secret() {
+        let dir = tempfile::tempdir().unwrap();
+        let secrets = "auth_token = \"tok-1\"\ncontrol_signing_secret = \"sig-2\"\n\
+                       register_hmac_secret = \"reg-3\"\n";
+        let (_rt, d) = parked_daemon_with(dir.path(), secrets);
+        let cfg = d.cfg();
+        assert!(cfg.auth_token.is_none() && cfg.bootstrap_token.is_none());
+        assert!(cfg.control_signing_secret.is_none() && cfg.register_hmac_secret.is_none());
+        assert_eq!(cfg.secrets().count(), 0);
     }
 
     #[test]
