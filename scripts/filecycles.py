@@ -1,14 +1,20 @@
 #!/usr/bin/env python3
-"""Import cycles between the files of one module of a Rust crate.
+"""Import cycles in a Rust crate: between its top-level modules, and
+between the files of each module.
 
 usage: filecycles.py SRC_DIR
-Complements a check of cycles between top-level modules: inside each
-module, a file's references (`crate::a::b`, `super::x`, `self::x`) are
-resolved to the file that defines the longest matching module path. Edges
-between a module file and its own descendants (`mod.rs` and what it
-declares) are left out: a parent re-exporting its children and children
-using their parent's types is the usual shape. What remains must form no
-cycle. `#[cfg(test)]` modules are left out. Exits 1 on a cycle.
+A file's references (`crate::a::b`, `super::x`, `self::x`) are resolved to
+the file that defines the longest matching module path.
+* Top-level modules (`src/proxy/`, `src/acp/`, `src/pidfd.rs`, ...): a
+  reference from a file of one to another is an edge between the two; the
+  layers docs/architecture.md draws must form no cycle (the crate root,
+  lib.rs/main.rs, is left out: it declares them all).
+* Inside each module, edges between a module file and its own descendants
+  (`mod.rs` and what it declares) are left out: a parent re-exporting its
+  children and children using their parent's types is the usual shape.
+  What remains must form no cycle.
+`#[cfg(test)]` modules are left out. Exits 1 on a cycle; scripts/test.sh
+runs it on both crates.
 """
 import os, re, sys
 
@@ -40,8 +46,9 @@ def main():
                 return tuple(path[:n])
         return None
     edges = {}
+    top_edges = {}
     for mod, p in files.items():
-        if len(mod) < 2:
+        if len(mod) < 1 or mod in (("lib",), ("main",)):
             continue
         text = strip(open(p, encoding="utf-8", errors="replace").read())
         refs = []
@@ -63,12 +70,30 @@ def main():
                 if name:
                     refs.append(base + name.split("::"))
         for r in refs:
+            if r and r[0] != mod[0] and (r[0],) in files:
+                top_edges.setdefault((mod[0],), set()).add((r[0],))
+            if len(mod) < 2:
+                continue
             t = resolve(r)
             if t is None or t == mod or t[0] != mod[0]:
                 continue
             if t == mod[: len(t)] or mod == t[: len(mod)]:
                 continue  # ancestor / descendant
             edges.setdefault(mod, set()).add(t)
+    name = lambda m: "::".join(m)
+    status = 0
+    for what, graph in (("module", top_edges), ("file", edges)):
+        comps = cycles(graph)
+        for comp in comps:
+            detail = [f"{name(a)}->{name(b)}" for a in comp for b in sorted(graph.get(a, ())) if b in comp]
+            print(f"{what} cycle: {' '.join(map(name, comp))} ({', '.join(detail)})")
+        count = len({m[0] for m in files if m not in (("lib",), ("main",))}) if what == "module" else len(files)
+        print(f"{len(comps)} {what}-level cycle(s) among {count} {what}s of {src}")
+        status |= 1 if comps else 0
+    return status
+
+def cycles(edges):
+    """The strongly connected components of more than one node (Tarjan)."""
     index, low, stack, on, out, i = {}, {}, [], set(), [], [0]
     def sc(v):
         index[v] = low[v] = i[0]; i[0] += 1; stack.append(v); on.add(v)
@@ -88,12 +113,7 @@ def main():
     for v in sorted(edges):
         if v not in index:
             sc(v)
-    name = lambda m: "::".join(m)
-    for comp in out:
-        detail = [f"{name(a)}->{name(b)}" for a in comp for b in sorted(edges.get(a, ())) if b in comp]
-        print(f"cycle: {' '.join(map(name, comp))} ({', '.join(detail)})")
-    print(f"{len(out)} file-level cycle(s) among {len(files)} files of {src}")
-    return 1 if out else 0
+    return out
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -21,8 +21,15 @@ cd "$(dirname "$0")/.."
 # docs/testing.md). Selected by binary, not skipped at run time.
 quick_tests=(launch zip_extract proxy_link proxy_ops metrics)
 
+layering() {
+    echo "==> no import cycles between modules or files (scripts/filecycles.py)"
+    python3 scripts/filecycles.py src
+    python3 scripts/filecycles.py sandbox/src
+}
+
 if [ "${1:-}" = --quick ]; then
     shift
+    layering
     echo "==> cargo test: unit tests of every crate (the main binary is #![no_main]: none) and the root-free integration tests (${quick_tests[*]})"
     exec cargo test --workspace --locked --lib --bin=tuixiu-sandbox-full "${quick_tests[@]/#/--test=}" "$@"
 fi
@@ -50,6 +57,7 @@ echo "==> lock files up to date (the fuzz workspace has its own)"
 (cd fuzz && cargo metadata --locked --format-version 1 >/dev/null)
 echo "==> comments cite only docs/ (scripts/check-citations.sh)"
 scripts/check-citations.sh
+layering
 echo "==> cargo fmt --check"
 cargo fmt --all -- --check
 echo "==> cargo clippy"

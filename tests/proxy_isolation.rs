@@ -202,3 +202,71 @@ async fn strict_permissions_spilled_output_and_exact_errors() {
     assert!(e["message"].as_str().unwrap().starts_with("/proc/self:"), "{e}");
     assert!(daemon.stop().success(), "{}", daemon.stderr());
 }
+
+/// The number of message chunks of prompt `id` the backend received.
+fn relayed(b: &Backend, id: &str) -> usize {
+    b.received()
+        .iter()
+        .filter(|r| r.msg["type"] == "acp_update" && r.msg["prompt_id"] == id)
+        .filter(|r| r.msg["update"]["sessionUpdate"] == "agent_message_chunk")
+        .count()
+}
+
+/// A control sent while the backend has not read for a while (a run
+/// relaying 20 MB meanwhile) is answered behind no more than the link's
+/// read window of updates (256 KiB, docs/proxy.md, "The link"), not
+/// behind the MiBs the socket buffers would hold; and no update is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_control_answer_waits_behind_no_more_than_the_read_window() {
+    const N: usize = 100_000;
+    let b = Backend::start().await;
+    let s = Scratch::new("isolation-window");
+    let cfg = acp_config(&s, &b.url, "", "");
+    let mut daemon = Daemon::start(&s, "proxy", &cfg);
+    b.registered(0, 20 * SECS).await;
+    assert_eq!(open(&b, "wa").await["ok"], true, "{}", daemon.stderr());
+    // The backend has answered the link's pings by now.
+    assert_eq!(prompt(&b, "wa", "w0", Value::Null, "say warm").await["ok"], true);
+    b.pause_reads(true);
+    b.send(&json!({"type":"prompt_send","run_id":"wa","prompt_id":"w1","session_id":null,"cwd":"/workspace",
+        "prompt":[{"type":"text","text":format!("relay {N}")}],"timeout_ms":120000}));
+    // Long enough for the agent to write far more than any socket buffer.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let before = b.received().len();
+    b.send(&json!({"type":"sandbox_control","request_id":"q-window","action":"inspect","run_id":"wa"}));
+    b.pause_reads(false);
+    b.wait_type("sandbox_control_result", "request_id", &json!("q-window"), 60 * SECS).await;
+    let rec = b.received();
+    let at = rec.iter().position(|r| r.msg["request_id"] == "q-window").unwrap();
+    let ahead: usize = rec[before..at]
+        .iter()
+        .filter(|r| r.msg["type"] == "acp_update")
+        .map(|r| r.msg.to_string().len())
+        .sum();
+    eprintln!("{} KiB of updates reached the backend before the control's answer", ahead / 1024);
+    assert!(ahead <= 320 * 1024, "{} KiB of updates ahead of the control's answer", ahead / 1024);
+    let done = b.wait_type("prompt_result", "prompt_id", &json!("w1"), 120 * SECS).await;
+    assert_eq!(done["ok"], true, "{done}");
+    assert_eq!(relayed(&b, "w1"), N, "every update arrives");
+    assert!(daemon.stop().success(), "{}", daemon.stderr());
+}
+
+/// A backend that answers no WebSocket ping (here: its pongs dropped on
+/// the way) is sent everything all the same: the link turns its read
+/// window off for the connection and says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_that_answers_no_ping_is_sent_everything() {
+    const N: usize = 20_000;
+    let b = Backend::start().await;
+    let url = proxy_support::pongless::relay(b.addr).await;
+    let s = Scratch::new("isolation-pongless");
+    let cfg = acp_config(&s, &url, "", "");
+    let mut daemon = Daemon::start(&s, "proxy", &cfg);
+    b.registered(0, 20 * SECS).await;
+    assert_eq!(open(&b, "pa").await["ok"], true, "{}", daemon.stderr());
+    let done = prompt(&b, "pa", "p1", Value::Null, &format!("relay {N}")).await;
+    assert_eq!(done["ok"], true, "{done}");
+    assert_eq!(relayed(&b, "p1"), N, "every update arrives");
+    assert!(daemon.stop().success(), "{}", daemon.stderr());
+    assert!(daemon.stderr().contains("answers no WebSocket ping"), "{}", daemon.stderr());
+}

@@ -614,7 +614,7 @@ mod tests {
         client.notification("_vendor/bare", None);
         let sent: Vec<String> = d
             .outbox()
-            .peek_batch(2, usize::MAX)
+            .peek_batch(2, usize::MAX, Some(usize::MAX))
             .await
             .texts()
             .iter()

@@ -9,36 +9,15 @@
 //! once on the binary it packages.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use clap::{Arg, ArgAction, Args, CommandFactory, ValueEnum};
+use clap::{Arg, ArgAction, CommandFactory};
 use clap_complete::Shell;
 
 use crate::cli::Cli;
+use crate::cli::docs::{CompletionShell, CompletionsArgs, ManArgs};
 use crate::{EXIT_TOOL_ERROR, report_error};
 use tuixiu_sandbox::bwrap::options::{EXTRAS, NOTES, OPTIONS};
-
-/// The shells completions are made for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum CompletionShell {
-    Bash,
-    Zsh,
-    Fish,
-}
-
-#[derive(Debug, Args)]
-pub struct CompletionsArgs {
-    /// The shell to complete for
-    #[arg(value_enum, value_name = "SHELL")]
-    pub shell: CompletionShell,
-}
-
-#[derive(Debug, Args)]
-pub struct ManArgs {
-    /// An existing directory to write the pages (section 1) into
-    #[arg(value_name = "DIR")]
-    pub dir: PathBuf,
-}
 
 /// `completions SHELL`: the script on stdout.
 pub fn completions(args: &CompletionsArgs) -> u8 {

@@ -5,32 +5,29 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::lane::RunContext;
+use super::config::Config;
 use super::now_iso;
 use super::protocol::{AcpExit, AcpMessage, AcpUpdate, Content, ProxyUpdate, acp_update_text};
 use super::report::Reporter;
 use crate::acp::port::{Context, Event, Relay, Settings, Sink};
 use crate::acp::transport::BoxFuture;
 
-impl RunContext {
-    /// What an agent of a run gets: the settings and the reporter as the
-    /// sink.
-    pub fn acp_context(&self) -> Context {
-        let cfg = self.cfg();
-        let settings = Settings {
-            permission_policy: cfg.permission_policy,
-            permission_timeout: Duration::from_secs(cfg.permission_timeout_seconds),
-            request_timeout: Duration::from_secs(cfg.acp_request_timeout_seconds),
-            shutdown_grace: Duration::from_secs(cfg.agent_shutdown_grace_seconds),
-            fs_read_max_bytes: cfg.fs_read_max_bytes,
-            run_max_terminals: cfg.run_max_terminals,
-            run_max_processes: cfg.run_max_processes,
-            run_terminal_memory_bytes: cfg.run_terminal_memory_bytes,
-            terminal_spill_dir: cfg.state_dir.join("terminals"),
-            terminal_enabled: cfg.sandbox.terminal_enabled,
-        };
-        Context { settings: Arc::new(settings), sink: self.report().clone(), pool: self.pool().clone() }
-    }
+/// What every agent of a run gets, made once: the settings from `cfg`,
+/// the reporter as the sink, the blocking pool.
+pub fn context(cfg: &Config, report: Arc<Reporter>, pool: Arc<crate::blocking::Pool>) -> Context {
+    let settings = Settings {
+        permission_policy: cfg.permission_policy,
+        permission_timeout: Duration::from_secs(cfg.permission_timeout_seconds),
+        request_timeout: Duration::from_secs(cfg.acp_request_timeout_seconds),
+        shutdown_grace: Duration::from_secs(cfg.agent_shutdown_grace_seconds),
+        fs_read_max_bytes: cfg.fs_read_max_bytes,
+        run_max_terminals: cfg.run_max_terminals,
+        run_max_processes: cfg.run_max_processes,
+        run_terminal_memory_bytes: cfg.run_terminal_memory_bytes,
+        terminal_spill_dir: cfg.state_dir.join("terminals"),
+        terminal_enabled: cfg.sandbox.terminal_enabled,
+    };
+    Context { settings: Arc::new(settings), sink: report, pool }
 }
 
 impl Sink for Reporter {

@@ -11,17 +11,23 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::io::AsyncBufReadExt;
 
-use super::landing::{self, LandingError};
-use super::lane::{Job, Lane, RunContext, RunState, init_env, reply_prompt, reply_session, send, user_name};
+use super::config::{Bootstrap, Config};
+use super::landing::{self, Landing, LandingError};
+use super::mounts::Mounts;
 use super::protocol::{AcpReply, Content, PromptResult, ProxyUpdate, RunMessage, str_field};
-use super::repo::RepoError;
+use super::repo::{Checkouts, RepoError};
+use super::report::Reporter;
+use super::shared::{
+    AgentSlot, Job, RunSlot, RunState, Runs, init_env, reply_prompt, reply_session, send, user_name,
+};
 use crate::acp::client::{Client, Spawner};
-use crate::acp::fs::GuestFs;
+use crate::acp::fs::{GuestError, GuestFs};
 use crate::acp::host::Agent;
+use crate::acp::port::Context;
 use crate::env::{Allowlist, EnvError, UserVars};
 use crate::inputs::landed::Landed;
 use crate::manifest::ManifestError;
-use crate::provider::{AnyProvider, ProcessSpec, Provider, ProviderError, Stdio};
+use crate::provider::{AnyProvider, Process, ProcessSpec, Provider, ProviderError, Stdio};
 
 /// Prompt timeout bounds (docs/protocol.md, "prompt_send").
 const PROMPT_TIMEOUT_DEFAULT: u64 = 3_600_000;
@@ -76,8 +82,6 @@ pub enum AgentError {
 /// that did not exit 0.
 #[derive(Debug, thiserror::Error)]
 pub enum ExecError {
-    #[error("the run is not prepared")]
-    NotPrepared,
     #[error(transparent)]
     Provider(#[from] ProviderError),
     #[error("timeout after {0}s")]
@@ -88,7 +92,7 @@ pub enum ExecError {
 
 /// The agent's environment: init.env → user view → envPatch → allowlist.
 pub fn run_env(
-    d: &RunContext,
+    allowlist: Option<&[String]>,
     state: &RunState,
     init: &Value,
     patch: &[(&str, &str)],
@@ -109,7 +113,7 @@ pub fn run_env(
             env.push((key.to_string(), state.home_guest.clone()));
         }
     }
-    let allow = match &d.cfg().agent_env_allowlist {
+    let allow = match allowlist {
         Some(list) => Allowlist::new(false, list.iter().map(String::as_str)),
         None => Allowlist::new(true, []),
     }?;
@@ -126,24 +130,82 @@ pub fn run_env(
     Ok(composed.vars)
 }
 
-impl Lane {
-    /// The live agent of this run, if any.
-    pub fn live_agent(&self) -> Option<Arc<Agent>> {
-        self.agent_slot().live()
+/// The config an agent is started with, copied once from [`Config`].
+struct AgentSettings {
+    /// `agent_command`.
+    command: Vec<String>,
+    /// `agent_env_allowlist` (`None`: the default list).
+    env_allowlist: Option<Vec<String>>,
+    /// `[sandbox.bootstrap]`.
+    bootstrap: Option<Bootstrap>,
+    /// `agent.state_path`: the agent's state directory inside the instance.
+    state_path: Option<String>,
+}
+
+impl AgentSettings {
+    fn new(cfg: &Config) -> AgentSettings {
+        AgentSettings {
+            command: cfg.agent_command.clone(),
+            env_allowlist: cfg.agent_env_allowlist.clone(),
+            bootstrap: cfg.sandbox.bootstrap.clone(),
+            state_path: cfg.agent.state_path.clone(),
+        }
+    }
+}
+
+/// The agent part of every lane: what starting, driving and closing a
+/// run's agent needs, and nothing else. The landing (the one holder of the
+/// download token) and the git checkouts are here, as only an agent's
+/// start uses them. Each call is given the run it acts on (its
+/// [`RunSlot`], and its [`AgentSlot`]).
+pub struct AgentPart {
+    runs: Arc<Runs>,
+    provider: Arc<AnyProvider>,
+    report: Arc<Reporter>,
+    mounts: Arc<Mounts>,
+    landing: Landing,
+    checkouts: Checkouts,
+    pool: Arc<crate::blocking::Pool>,
+    /// What each agent's ACP host gets (`acp_sink.rs`).
+    acp: Context,
+    settings: AgentSettings,
+}
+
+impl AgentPart {
+    /// The agent part, with the services it uses and its values of `cfg`
+    /// (its settings, the ACP host's, the git checkouts'). It alone gets
+    /// the `landing`, which holds the download token.
+    pub fn new(
+        cfg: &Config,
+        runs: Arc<Runs>,
+        provider: Arc<AnyProvider>,
+        report: Arc<Reporter>,
+        mounts: Arc<Mounts>,
+        pool: Arc<crate::blocking::Pool>,
+        landing: Landing,
+    ) -> AgentPart {
+        let acp = super::acp_sink::context(cfg, report.clone(), pool.clone());
+        let (checkouts, settings) = (Checkouts::new(cfg), AgentSettings::new(cfg));
+        AgentPart { runs, provider, report, mounts, landing, checkouts, pool, acp, settings }
+    }
+
+    /// What an agent of a run gets: the settings and the reporter as the
+    /// sink.
+    pub fn acp_context(&self) -> Context {
+        self.acp.clone()
     }
 
     /// Part 2's entry point: start (or reuse) the run's agent in its
     /// instance. Every failure names the item or step.
-    pub async fn open_agent(&mut self, cwd: &Value) -> Result<(), AgentError> {
-        if self.live_agent().is_some() {
+    pub async fn open(&self, run: &mut RunSlot, slot: &mut AgentSlot, cwd: &Value) -> Result<(), AgentError> {
+        if slot.live().is_some() {
             return Ok(());
         }
-        if self.ctx().runs().stopping() {
+        if self.runs.stopping() {
             return Err(AgentError::ShuttingDown);
         }
-        self.agent_slot_mut().clear();
-        let d = self.ctx().clone();
-        let state = self.state().cloned().ok_or(AgentError::NotPrepared)?;
+        slot.clear();
+        let state = run.state().cloned().ok_or(AgentError::NotPrepared)?;
         let Some(init) = state.init.clone() else {
             return Err(AgentError::NoInit);
         };
@@ -160,7 +222,7 @@ impl Lane {
         .filter_map(|(k, v)| v.map(|v| (k.to_string(), v)))
         .collect();
         let patch_ref: Vec<(&str, &str)> = patch.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        let env = run_env(&d, &state, &init, &patch_ref)?;
+        let env = run_env(self.settings.env_allowlist.as_deref(), &state, &init, &patch_ref)?;
         let cwd = match str_field(cwd) {
             Some(c) => crate::provider::check_guest_cwd_pub(c, &state.home_guest).map_err(AgentError::Cwd)?,
             None => sandbox::WORKSPACE.to_string(),
@@ -171,15 +233,15 @@ impl Lane {
         // agentInputs, in order, into the host directories behind the
         // instance (binds were declared when the instance was made).
         let (records, landing) = self.apply_inputs(&state, manifest).await;
-        if let (Some(st), Some(records)) = (self.state_mut(), records)
+        if let (Some(st), Some(records)) = (run.state_mut(), records)
             && st.landed != records
         {
             st.landed = records;
-            self.persist();
+            run.persist();
         }
         landing?;
-        if let Some(b) = d.cfg().sandbox.bootstrap.clone() {
-            self.bootstrap(&state, &env, &b).await?;
+        if let Some(b) = &self.settings.bootstrap {
+            self.bootstrap(&state, &env, b).await?;
         }
         if let Some(script) = init.get("script").and_then(Value::as_str).filter(|s| !s.trim().is_empty()) {
             let timeout = init
@@ -189,25 +251,27 @@ impl Lane {
                 .map_or(300, |t| (t.max(1.0) as u64).clamp(1, 3600));
             self.init_script(&state, &env, script, timeout).await?;
         }
-        self.start_agent(&state, env, cwd).await
+        self.start_agent(&state, slot, env, cwd).await
     }
 
     /// Host-side git preparation of the workspace (`repo.rs`); a failure is
     /// also an `init_step` `init` `failed`, as the Node proxy reports it.
     async fn prepare_repo(&self, state: &RunState, init: &Value) -> Result<(), AgentError> {
-        let d = &self.ctx();
+        let run_id = state.run_id.as_str();
         let env = init_env(Some(init));
         let fail = |e: RepoError| {
-            self.step("init", "failed", Some(e.to_string()));
+            self.step(run_id, "init", "failed", Some(e.to_string()));
             AgentError::Git(e)
         };
-        let Some(req) = d.checkouts().request(&env).map_err(fail)? else {
+        let Some(req) = self.checkouts.request(&env).map_err(fail)? else {
             return Ok(());
         };
-        let step = |stage: &str, status: &str, message: Option<String>| self.step(stage, status, message);
-        let redact = |text: &str| d.report().redact(text);
-        let blocking = d.pool().share(self.run_id());
-        let (host, owner) = (d.checkouts().host(&redact, &blocking), d.checkouts().owner(state_user(state)));
+        let step =
+            |stage: &str, status: &str, message: Option<String>| self.step(run_id, stage, status, message);
+        let redact = |text: &str| self.report.redact(text);
+        let blocking = self.pool.share(run_id);
+        let (host, owner) =
+            (self.checkouts.host(&redact, &blocking), self.checkouts.owner(state_user(state)));
         super::repo::prepare(host, &req, &state.workspace, &env, owner, &step).await.map_err(fail)
     }
 
@@ -219,35 +283,34 @@ impl Lane {
         state: &RunState,
         manifest: crate::manifest::Manifest,
     ) -> (Option<Landed>, Result<(), AgentError>) {
-        let d = self.ctx();
+        let run_id = state.run_id.as_str();
         let to = landing::Target::new(
-            self.run_id(),
-            d.mounts().scratch_dir_of(self.run_id()),
-            d.mounts().incoming_dir(self.run_id()),
-            d.report().redactor(),
-            d.pool().share(self.run_id()),
+            run_id,
+            self.mounts.scratch_dir_of(run_id),
+            self.mounts.incoming_dir(run_id),
+            self.report.redactor(),
+            self.pool.share(run_id),
         );
-        let out = d.landing().land(state, manifest, to).await;
-        let (left_alone, records, result) = out.finish(self.run_id(), &state.home_guest);
+        let out = self.landing.land(state, manifest, to).await;
+        let (left_alone, records, result) = out.finish(run_id, &state.home_guest);
         for text in left_alone {
-            tracing::warn!("run {}: {text}", self.run_id());
-            self.text(format!("[proxy] {text}"));
+            tracing::warn!("run {run_id}: {text}");
+            self.text(run_id, format!("[proxy] {text}"));
         }
         (records, result.map_err(AgentError::from))
     }
 
-    /// Runs `argv` in the instance; lines go to `on_line(is_stderr, line)`.
-    /// Returns the exit code, or `Err` on spawn failure / timeout (never
-    /// [`ExecError::Exit`]).
+    /// Runs `argv` in the run's instance; lines go to `on_line(is_stderr,
+    /// line)`. Returns the exit code, or `Err` on spawn failure / timeout
+    /// (never [`ExecError::Exit`]).
     async fn exec_lines(
         &self,
+        state: &RunState,
         argv: Vec<String>,
         env: &[(String, String)],
         timeout: Duration,
         mut on_line: impl FnMut(bool, &str),
     ) -> Result<i32, ExecError> {
-        let d = &self.ctx();
-        let state = self.state().ok_or(ExecError::NotPrepared)?;
         let spec = ProcessSpec {
             argv,
             env: env.to_vec(),
@@ -255,7 +318,7 @@ impl Lane {
             cwd_dir: None,
             stdio: Stdio::Piped,
         };
-        let mut proc = d.provider().exec(&state.instance_name, &spec).await?;
+        let mut proc = self.provider.exec(&state.instance_name, &spec).await?;
         drop(proc.stdin.take());
         let killer = proc.killer();
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(bool, String)>();
@@ -298,51 +361,50 @@ impl Lane {
         Ok(status.code_or_signal())
     }
 
-    fn text(&self, text: String) {
-        let t = self.ctx().report().redact(&text);
-        self.ctx().report().push(&ProxyUpdate::new(self.run_id(), Content::text(t)));
+    fn text(&self, run_id: &str, text: String) {
+        let t = self.report.redact(&text);
+        self.report.push(&ProxyUpdate::new(run_id, Content::text(t)));
     }
 
-    fn step(&self, stage: &str, status: &str, message: Option<String>) {
-        let message = message.map(|m| self.ctx().report().redact(&m));
-        self.ctx()
-            .report()
-            .push(&ProxyUpdate::new(self.run_id(), Content::init_step(stage, status, message)));
+    fn step(&self, run_id: &str, stage: &str, status: &str, message: Option<String>) {
+        let message = message.map(|m| self.report.redact(&m));
+        self.report.push(&ProxyUpdate::new(run_id, Content::init_step(stage, status, message)));
     }
 
     /// `init.script` with `bash -lc` in the instance (docs/protocol.md, "The
     /// init script").
     async fn init_script(
         &self,
-        _state: &RunState,
+        state: &RunState,
         env: &[(String, String)],
         script: &str,
         timeout: u64,
     ) -> Result<(), AgentError> {
-        self.text(format!("[init] start (bash, timeout={timeout}s)"));
+        let run_id = state.run_id.as_str();
+        self.text(run_id, format!("[init] start (bash, timeout={timeout}s)"));
         let argv = vec!["bash".to_string(), "-lc".to_string(), script.to_string()];
         let outcome = self
-            .exec_lines(argv, env, Duration::from_secs(timeout), |is_err, line| {
+            .exec_lines(state, argv, env, Duration::from_secs(timeout), |is_err, line| {
                 if let Some(rest) = line.strip_prefix("__TUIXIU_INIT_STEP__:") {
                     let mut parts = rest.splitn(3, ':');
                     let stage = parts.next().unwrap_or("").trim();
                     if !stage.is_empty() {
                         let status =
                             parts.next().map(str::trim).filter(|s| !s.is_empty()).unwrap_or("progress");
-                        self.step(stage, status, parts.next().map(str::to_string));
+                        self.step(run_id, stage, status, parts.next().map(str::to_string));
                         return;
                     }
                 }
                 if !line.trim().is_empty() {
-                    self.text(format!("[init:{}] {line}", if is_err { "stderr" } else { "stdout" }));
+                    self.text(run_id, format!("[init:{}] {line}", if is_err { "stderr" } else { "stdout" }));
                 }
             })
             .await;
-        let result = |r| self.ctx().report().push(&ProxyUpdate::new(self.run_id(), Content::init_result(r)));
+        let result = |r| self.report.push(&ProxyUpdate::new(run_id, Content::init_result(r)));
         match outcome {
             Ok(0) => {
                 result(Ok(()));
-                self.text("[init] done".into());
+                self.text(run_id, "[init] done".into());
                 Ok(())
             }
             Ok(code) => {
@@ -355,8 +417,8 @@ impl Lane {
             }
             Err(spawn) => {
                 let text = spawn.to_string();
-                self.step("init", "failed", Some(text.clone()));
-                result(Err((self.ctx().report().redact(&text), None)));
+                self.step(run_id, "init", "failed", Some(text.clone()));
+                result(Err((self.report.redact(&text), None)));
                 Err(AgentError::InitStart(spawn))
             }
         }
@@ -366,44 +428,43 @@ impl Lane {
     /// `bootstrap_check`, `bootstrap_install`).
     async fn bootstrap(
         &self,
-        _state: &RunState,
+        state: &RunState,
         env: &[(String, String)],
-        b: &super::config::Bootstrap,
+        b: &Bootstrap,
     ) -> Result<(), AgentError> {
+        let run_id = state.run_id.as_str();
+        let step =
+            |stage: &str, status: &str, message: Option<String>| self.step(run_id, stage, status, message);
         let timeout = Duration::from_secs(b.timeout_seconds);
-        self.step("bootstrap", "start", None);
+        step("bootstrap", "start", None);
         let sh = |c: &str| vec!["sh".to_string(), "-c".to_string(), c.to_string()];
         let echo = |is_err: bool, line: &str| {
             if !line.trim().is_empty() {
-                self.text(format!("[bootstrap:{}] {line}", if is_err { "stderr" } else { "stdout" }));
+                self.text(run_id, format!("[bootstrap:{}] {line}", if is_err { "stderr" } else { "stdout" }));
             }
         };
         if let Some(check) = &b.check_command {
-            self.step("bootstrap_check", "start", None);
-            match self.exec_lines(sh(check), env, timeout, echo).await {
+            step("bootstrap_check", "start", None);
+            match self.exec_lines(state, sh(check), env, timeout, echo).await {
                 Ok(0) => {
-                    self.step("bootstrap_check", "done", None);
-                    self.step("bootstrap_install", "skip", None);
-                    self.step("bootstrap", "done", None);
+                    step("bootstrap_check", "done", None);
+                    step("bootstrap_install", "skip", None);
+                    step("bootstrap", "done", None);
                     return Ok(());
                 }
-                Ok(code) => self.step("bootstrap_check", "failed", Some(ExecError::Exit(code).to_string())),
-                Err(e) => self.step("bootstrap_check", "failed", Some(e.to_string())),
+                Ok(code) => step("bootstrap_check", "failed", Some(ExecError::Exit(code).to_string())),
+                Err(e) => step("bootstrap_check", "failed", Some(e.to_string())),
             }
         }
         let Some(install) = &b.install_command else {
-            self.step(
-                "bootstrap",
-                "failed",
-                Some("the check failed and no installCommand is configured".into()),
-            );
+            step("bootstrap", "failed", Some("the check failed and no installCommand is configured".into()));
             return Err(AgentError::BootstrapNoInstall);
         };
-        self.step("bootstrap_install", "start", None);
-        match self.exec_lines(sh(install), env, timeout, echo).await {
+        step("bootstrap_install", "start", None);
+        match self.exec_lines(state, sh(install), env, timeout, echo).await {
             Ok(0) => {
-                self.step("bootstrap_install", "done", None);
-                self.step("bootstrap", "done", None);
+                step("bootstrap_install", "done", None);
+                step("bootstrap", "done", None);
                 Ok(())
             }
             other => {
@@ -412,52 +473,99 @@ impl Lane {
                     Err(e) => e,
                 };
                 let text = why.to_string();
-                self.step("bootstrap_install", "failed", Some(text.clone()));
-                self.step("bootstrap", "failed", Some(text));
+                step("bootstrap_install", "failed", Some(text.clone()));
+                step("bootstrap", "failed", Some(text));
                 Err(AgentError::BootstrapInstall(why))
             }
         }
     }
 
     /// The agent's process in the instance and its ACP connection: the
-    /// spec, the guest filesystem, the client, `initialize`. Long because
-    /// each step uses what the one before made; the timings logged at the
-    /// end cover them all (docs/benchmarks.md, "Execution-plane daemon").
+    /// process and the guest filesystem, the client, `initialize`. The
+    /// timings logged at the end cover every step (docs/benchmarks.md,
+    /// "Execution-plane daemon").
     async fn start_agent(
-        &mut self,
+        &self,
         state: &RunState,
+        slot: &mut AgentSlot,
         env: Vec<(String, String)>,
         cwd: String,
     ) -> Result<(), AgentError> {
-        let d = self.ctx().clone();
-        if d.cfg().agent_command.is_empty() {
+        if self.settings.command.is_empty() {
             return Err(AgentError::NoAgentCommand);
         }
+        let run_id = state.run_id.as_str();
         let spec = ProcessSpec {
-            argv: d.cfg().agent_command.clone(),
+            argv: self.settings.command.clone(),
             env: env.clone(),
             cwd: Some(cwd),
             cwd_dir: None,
             stdio: Stdio::Piped,
         };
         let name = state.instance_name.clone();
-        let allowed = [sandbox::WORKSPACE, state.home_guest.as_str()];
         let t0 = std::time::Instant::now();
-        let (process, fs, pid1) = match d.provider() {
+        let (process, fs, pid1) = self.spawn_process(state, &spec).await?;
+        let spawner = spawner(self.provider.clone(), name.clone(), pid1);
+        let cx = self.acp.clone();
+        let mut client = Client::new(
+            cx.clone(),
+            run_id.to_string(),
+            name.clone(),
+            fs,
+            spawner,
+            env,
+            state.home_guest.clone(),
+        );
+        client.sandbox_pid1 = pid1;
+        let generation = slot.next_generation();
+        let (runs, run) = (self.runs.clone(), run_id.to_string());
+        let on_exit = Box::new(move |_status| send(&runs, &run, Job::AgentExited { generation }));
+        let spawned = t0.elapsed();
+        if let Some(m) = self.report.metrics() {
+            m.sandbox_started(self.report.wire_provider(), spawned);
+        }
+        let agent = Agent::attach(cx, run_id, &name, process, client, on_exit).map_err(AgentError::Acp)?;
+        if let Err(e) = agent.initialize().await {
+            agent.shutdown("initialize failed").await;
+            return Err(AgentError::Acp(e));
+        }
+        tracing::debug!(
+            "run {run_id}: agent spawned in {spawned:?} (launcher started, sandbox made), initialize answered after {:?}",
+            t0.elapsed()
+        );
+        self.runs.set_agent(run_id, Some(agent.clone()));
+        slot.set(agent);
+        if let Ok(info) = self.provider.inspect(&name).await {
+            self.report.status(run_id, &info);
+        }
+        Ok(())
+    }
+
+    /// The agent's process in the run's instance, and the guest filesystem
+    /// its `fs/*` calls see: the sandbox's own root (native), or the host
+    /// directories behind the instance (docker, host). `pid1`: the native
+    /// sandbox's, which terminals join.
+    async fn spawn_process(
+        &self,
+        state: &RunState,
+        spec: &ProcessSpec,
+    ) -> Result<(Process, Result<GuestFs, GuestError>, Option<u32>), AgentError> {
+        let name = state.instance_name.as_str();
+        let allowed = [sandbox::WORKSPACE, state.home_guest.as_str()];
+        match &*self.provider {
             AnyProvider::Native(p) => {
                 // This lane has no agent: one still recorded is stale.
-                p.end_stale_agent(&name).await;
-                let (process, pid1) =
-                    p.spawn_agent_reporting(&name, &spec).await.map_err(AgentError::Start)?;
-                (process, GuestFs::sandbox_root(pid1, &allowed), Some(pid1))
+                p.end_stale_agent(name).await;
+                let (process, pid1) = p.spawn_agent_reporting(name, spec).await.map_err(AgentError::Start)?;
+                Ok((process, GuestFs::sandbox_root(pid1, &allowed), Some(pid1)))
             }
             other => {
                 if let AnyProvider::Host(p) = other {
                     // Host processes do not die with the daemon: one left
                     // running by a previous daemon is ended first.
-                    p.end_stale_agent(&name).await;
+                    p.end_stale_agent(name).await;
                 }
-                let process = other.spawn_agent(&name, &spec).await.map_err(AgentError::Start)?;
+                let process = other.spawn_agent(name, spec).await.map_err(AgentError::Start)?;
                 let owner = matches!(other, AnyProvider::Docker(_)).then(|| state_user(state));
                 let owner = owner.filter(|_| nix::unistd::geteuid().is_root());
                 let mut fs = GuestFs::host_dirs(
@@ -466,55 +574,19 @@ impl Lane {
                 );
                 // The agent's state directory is mounted over part of its
                 // home (usually): fs/* must see what the agent sees there.
-                if let (Some(guest), AnyProvider::Docker(_)) = (&d.cfg().agent.state_path, other) {
-                    let host = d.mounts().agent_state_dir();
+                if let (Some(guest), AnyProvider::Docker(_)) = (&self.settings.state_path, other) {
+                    let host = self.mounts.agent_state_dir();
                     fs = fs.and_then(|fs| fs.with_mount(guest, &host));
                 }
-                (process, fs, None)
+                Ok((process, fs, None))
             }
-        };
-        let spawner = spawner(d.clone(), name.clone(), pid1);
-        let cx = d.acp_context();
-        let mut client = Client::new(
-            cx.clone(),
-            self.run_id().to_string(),
-            name.clone(),
-            fs,
-            spawner,
-            env,
-            state.home_guest.clone(),
-        );
-        client.sandbox_pid1 = pid1;
-        let generation = self.agent_slot_mut().next_generation();
-        let (dd, run) = (d.clone(), self.run_id().to_string());
-        let on_exit = Box::new(move |_status| send(&dd, &run, Job::AgentExited { generation }));
-        let spawned = t0.elapsed();
-        if let Some(m) = d.report().metrics() {
-            m.sandbox_started(d.report().wire_provider(), spawned);
         }
-        let agent =
-            Agent::attach(cx, self.run_id(), &name, process, client, on_exit).map_err(AgentError::Acp)?;
-        if let Err(e) = agent.initialize().await {
-            agent.shutdown("initialize failed").await;
-            return Err(AgentError::Acp(e));
-        }
-        tracing::debug!(
-            "run {}: agent spawned in {spawned:?} (launcher started, sandbox made), initialize answered after {:?}",
-            self.run_id(),
-            t0.elapsed()
-        );
-        d.runs().set_agent(self.run_id(), Some(agent.clone()));
-        self.agent_slot_mut().set(agent);
-        if let Ok(info) = d.provider().inspect(&name).await {
-            d.report().status(self.run_id(), &info);
-        }
-        Ok(())
     }
 
-    /// Closes the agent (acp_close, stop, remove, keepalive expiry).
-    pub async fn close_agent(&mut self, reason: &str) {
-        if let Some(agent) = self.agent_slot_mut().take() {
-            self.ctx().runs().set_agent(self.run_id(), None);
+    /// Closes the run's agent (acp_close, stop, remove, keepalive expiry).
+    pub async fn close(&self, run_id: &str, slot: &mut AgentSlot, reason: &str) {
+        if let Some(agent) = slot.take() {
+            self.runs.set_agent(run_id, None);
             if !agent.has_exited() {
                 agent.shutdown(reason).await;
             }
@@ -522,13 +594,13 @@ impl Lane {
     }
 
     /// `prompt_send` after the open: the turn runs on its own task.
-    pub fn start_prompt(&mut self, m: RunMessage) {
-        let Some(agent) = self.live_agent() else {
-            reply_prompt(self.ctx().report(), &m, Err(AgentError::NotRunning));
+    pub fn start_prompt(&self, run_id: &str, slot: &mut AgentSlot, m: RunMessage) {
+        let Some(agent) = slot.live() else {
+            reply_prompt(&self.report, &m, Err(AgentError::NotRunning));
             return;
         };
-        let d = self.ctx().clone();
-        let run = self.run_id().to_string();
+        let (report, runs) = (self.report.clone(), self.runs.clone());
+        let run = run_id.to_string();
         let prompt_id = str_field(&m.prompt_id).unwrap_or_default().to_string();
         let session_id = str_field(&m.session_id).map(str::to_string);
         let cwd = str_field(&m.cwd).unwrap_or(sandbox::WORKSPACE).to_string();
@@ -542,8 +614,8 @@ impl Lane {
             .map_or(PROMPT_TIMEOUT_DEFAULT, |t| {
                 (t.max(0.0) as u64).clamp(PROMPT_TIMEOUT_MIN, PROMPT_TIMEOUT_MAX)
             });
-        self.agent_slot_mut().prompt_started();
-        d.runs().turn(true);
+        slot.prompt_started();
+        runs.turn(true);
         tokio::spawn(async move {
             let r = agent
                 .prompt(
@@ -556,16 +628,85 @@ impl Lane {
                 )
                 .await;
             match r {
-                Ok(o) => d.report().push(&PromptResult::done(
-                    &Value::from(run.as_str()),
-                    &Value::from(prompt_id),
-                    &o,
-                )),
-                Err(e) => reply_prompt(d.report(), &m, Err(e)),
+                Ok(o) => {
+                    report.push(&PromptResult::done(&Value::from(run.as_str()), &Value::from(prompt_id), &o))
+                }
+                Err(e) => reply_prompt(&report, &m, Err(e)),
             }
-            d.runs().turn(false);
-            send(&d, &run, Job::PromptDone);
+            runs.turn(false);
+            send(&runs, &run, Job::PromptDone);
         });
+    }
+
+    /// Session controls, `session_permission` and `acp_message`, which go
+    /// to the run's agent directly (not through the lane): `true` when
+    /// handled.
+    pub fn direct(&self, run_id: &str, kind: &str, msg: &RunMessage) -> bool {
+        let Some(agent) = self.runs.agent(run_id) else { return false };
+        match kind {
+            "session_cancel" => {
+                let sid = str_field(&msg.session_id).unwrap_or_default();
+                agent.cancel(sid);
+                reply_session(&self.report, msg, Ok::<(), std::convert::Infallible>(()));
+            }
+            "session_set_mode" | "session_set_model" | "session_set_config_option" => {
+                let (report, kind) = (self.report.clone(), kind.to_string());
+                let sid = str_field(&msg.session_id).unwrap_or_default().to_string();
+                let msg = RunMessage {
+                    run_id: msg.run_id.clone(),
+                    control_id: msg.control_id.clone(),
+                    extra: msg.extra.clone(),
+                    ..RunMessage::default()
+                };
+                self.runs.spawn(async move {
+                    let r = agent.control(&kind, &sid, &msg.extra).await;
+                    reply_session(&report, &msg, r);
+                });
+            }
+            "session_permission" => {
+                let outcome = msg.extra.get("outcome").and_then(Value::as_str).unwrap_or("cancelled");
+                let option = msg.extra.get("option_id").and_then(Value::as_str);
+                let rid = msg.extra.get("request_id").cloned().unwrap_or(Value::Null);
+                if !agent.client.resolve_permission(&rid, outcome, option) {
+                    tracing::info!(
+                        "run {run_id}: session_permission for request {rid}: no such pending request"
+                    );
+                }
+            }
+            "acp_message" => {
+                let message = msg.extra.get("message").cloned().unwrap_or(Value::Null);
+                self.forward_raw(run_id, &agent, message);
+            }
+            _ => return false,
+        }
+        true
+    }
+
+    /// The raw tunnel: a backend JSON-RPC message forwarded to the agent as
+    /// it is; a request gets an id of ours (the agent's id space is shared
+    /// with the daemon's own requests), and its response goes back as
+    /// `acp_message` with the backend's id.
+    fn forward_raw(&self, run_id: &str, agent: &Arc<Agent>, message: Value) {
+        let Value::Object(mut m) = message else {
+            tracing::warn!("run {run_id}: acp_message without a JSON-RPC object dropped");
+            return;
+        };
+        match (m.get("method").is_some(), m.remove("id")) {
+            (true, Some(backend_id)) if !backend_id.is_null() => {
+                let (id, rx) = agent.transport.reserve();
+                m.insert("id".into(), json!(id));
+                m.insert("jsonrpc".into(), json!("2.0"));
+                agent.transport.send_raw(&Value::Object(m));
+                let (report, run) = (self.report.clone(), run_id.to_string());
+                self.runs.spawn(async move {
+                    report.push(&AcpReply::new(&run, &backend_id, rx.await.ok()));
+                });
+            }
+            (true, _) => agent.transport.send_raw(&Value::Object(m)),
+            (false, _) => {
+                tracing::warn!("run {run_id}: acp_message that is not a request or notification dropped")
+            }
+        }
     }
 }
 
@@ -575,11 +716,11 @@ fn state_user(state: &RunState) -> (u32, u32) {
 
 /// How terminals of this run start: joined to the agent's sandbox
 /// (native), or through the provider's exec (docker, host).
-fn spawner(d: Arc<RunContext>, name: String, pid1: Option<u32>) -> Spawner {
+fn spawner(provider: Arc<AnyProvider>, name: String, pid1: Option<u32>) -> Spawner {
     Arc::new(move |spec: ProcessSpec| {
-        let (d, name) = (d.clone(), name.clone());
+        let (provider, name) = (provider.clone(), name.clone());
         Box::pin(async move {
-            let process = match (d.provider(), pid1) {
+            let process = match (&*provider, pid1) {
                 (AnyProvider::Native(p), Some(pid)) => p.exec_joined(&name, pid, &spec).await,
                 (p, _) => p.exec(&name, &spec).await,
             }?;
@@ -587,72 +728,4 @@ fn spawner(d: Arc<RunContext>, name: String, pid1: Option<u32>) -> Spawner {
             Ok((process, killer))
         })
     })
-}
-
-/// Session controls, `session_permission` and `acp_message`, which go to
-/// the run's agent directly (not through the lane): `true` when handled.
-pub fn direct(d: &Arc<RunContext>, run_id: &str, kind: &str, msg: &RunMessage) -> bool {
-    let Some(agent) = d.runs().agent(run_id) else { return false };
-    match kind {
-        "session_cancel" => {
-            let sid = str_field(&msg.session_id).unwrap_or_default();
-            agent.cancel(sid);
-            reply_session(d.report(), msg, Ok::<(), std::convert::Infallible>(()));
-        }
-        "session_set_mode" | "session_set_model" | "session_set_config_option" => {
-            let (d, kind) = (d.clone(), kind.to_string());
-            let sid = str_field(&msg.session_id).unwrap_or_default().to_string();
-            let msg = RunMessage {
-                run_id: msg.run_id.clone(),
-                control_id: msg.control_id.clone(),
-                extra: msg.extra.clone(),
-                ..RunMessage::default()
-            };
-            d.clone().spawn(async move {
-                let r = agent.control(&kind, &sid, &msg.extra).await;
-                reply_session(d.report(), &msg, r);
-            });
-        }
-        "session_permission" => {
-            let outcome = msg.extra.get("outcome").and_then(Value::as_str).unwrap_or("cancelled");
-            let option = msg.extra.get("option_id").and_then(Value::as_str);
-            let rid = msg.extra.get("request_id").cloned().unwrap_or(Value::Null);
-            if !agent.client.resolve_permission(&rid, outcome, option) {
-                tracing::info!("run {run_id}: session_permission for request {rid}: no such pending request");
-            }
-        }
-        "acp_message" => {
-            let message = msg.extra.get("message").cloned().unwrap_or(Value::Null);
-            forward_raw(d, run_id, &agent, message);
-        }
-        _ => return false,
-    }
-    true
-}
-
-/// The raw tunnel: a backend JSON-RPC message forwarded to the agent as
-/// it is; a request gets an id of ours (the agent's id space is shared
-/// with the daemon's own requests), and its response goes back as
-/// `acp_message` with the backend's id.
-fn forward_raw(d: &Arc<RunContext>, run_id: &str, agent: &Arc<Agent>, message: Value) {
-    let Value::Object(mut m) = message else {
-        tracing::warn!("run {run_id}: acp_message without a JSON-RPC object dropped");
-        return;
-    };
-    match (m.get("method").is_some(), m.remove("id")) {
-        (true, Some(backend_id)) if !backend_id.is_null() => {
-            let (id, rx) = agent.transport.reserve();
-            m.insert("id".into(), json!(id));
-            m.insert("jsonrpc".into(), json!("2.0"));
-            agent.transport.send_raw(&Value::Object(m));
-            let (d, run) = (d.clone(), run_id.to_string());
-            d.clone().spawn(async move {
-                d.report().push(&AcpReply::new(&run, &backend_id, rx.await.ok()));
-            });
-        }
-        (true, _) => agent.transport.send_raw(&Value::Object(m)),
-        (false, _) => {
-            tracing::warn!("run {run_id}: acp_message that is not a request or notification dropped")
-        }
-    }
 }

@@ -7,17 +7,22 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::landing::Landing;
-use super::lane::{Lane, RunState, STATE_VERSION, init_env};
-use super::mounts::{MountError, chown_new};
+use super::config::{Config, ProviderChoice, Volume};
+use super::landing::Planning;
+use super::mounts::{MountError, Mounts, chown_new};
+use super::report::Reporter;
+use super::shared::{RunSlot, RunState, STATE_VERSION, init_env};
 use crate::hostfs::under_root::{UnderRootError, resolve_under_root};
 use crate::inputs::{self, InputError};
 use crate::manifest::ManifestError;
 use crate::provider::names::{self, NameError};
-use crate::provider::{InstanceConfig, InstanceInfo, InstanceStatus, Mount, Provider, ProviderError};
+use crate::provider::{
+    AnyProvider, InstanceConfig, InstanceInfo, InstanceStatus, Mount, Provider, ProviderError,
+};
 
 pub const DEFAULT_TTL: u64 = 1800;
 pub const MAX_TTL: u64 = 86_400;
@@ -102,120 +107,161 @@ fn guest_home(env: &HashMap<String, String>) -> Result<String, InstanceError> {
     Ok(home_guest)
 }
 
-impl Lane {
+/// The config an instance is made from, copied once from [`Config`].
+pub struct InstanceSettings {
+    provider: ProviderChoice,
+    /// Docker's image (other providers run the host's filesystem).
+    image: Option<String>,
+    workspace_host_root: PathBuf,
+    instance_prefix: String,
+    keepalive_min_seconds: u64,
+    /// `sandbox.env`: every instance's environment.
+    env: Vec<(String, String)>,
+    volumes: Vec<Volume>,
+    nested: bool,
+    nested_userns: bool,
+    network: sandbox::Network,
+    egress: crate::egress::Policy,
+}
+
+impl InstanceSettings {
+    pub fn new(cfg: &Config) -> InstanceSettings {
+        let s = &cfg.sandbox;
+        InstanceSettings {
+            provider: s.provider,
+            image: s.image.clone(),
+            workspace_host_root: s.workspace_host_root.clone(),
+            instance_prefix: s.instance_prefix.clone(),
+            keepalive_min_seconds: cfg.keepalive_min_seconds,
+            env: s.env.clone(),
+            volumes: s.volumes.clone(),
+            nested: s.nested,
+            nested_userns: s.nested_userns,
+            network: s.network,
+            egress: s.egress.clone(),
+        }
+    }
+}
+
+/// The instance part of every lane: what making and removing a run's
+/// instance needs, and nothing else. Each call is given the run it acts on
+/// (its [`RunSlot`]).
+pub struct InstancePart {
+    provider: Arc<AnyProvider>,
+    mounts: Arc<Mounts>,
+    report: Arc<Reporter>,
+    /// How the run's agentInputs are planned (for their binds).
+    planning: Planning,
+    settings: InstanceSettings,
+}
+
+impl InstancePart {
+    pub fn new(
+        provider: Arc<AnyProvider>,
+        mounts: Arc<Mounts>,
+        report: Arc<Reporter>,
+        planning: Planning,
+        settings: InstanceSettings,
+    ) -> InstancePart {
+        InstancePart { provider, mounts, report, planning, settings }
+    }
     /// The TTL from a message: clamped, default 1 800 (or the run's current one).
-    fn ttl(&self, v: &Value) -> u64 {
-        let min = self.ctx().cfg().keepalive_min_seconds;
+    fn ttl(&self, run: &RunSlot, v: &Value) -> u64 {
+        let min = self.settings.keepalive_min_seconds;
         match v.as_f64().or_else(|| v.as_str().and_then(|s| s.trim().parse().ok())) {
             Some(n) if n.is_finite() => (n.max(0.0) as u64).clamp(min, MAX_TTL),
-            _ => self.state().map_or(DEFAULT_TTL.clamp(min, MAX_TTL), |s| s.keepalive_ttl_seconds),
+            _ => run.state().map_or(DEFAULT_TTL.clamp(min, MAX_TTL), |s| s.keepalive_ttl_seconds),
         }
     }
 
     /// `ensureRuntime`: validates the instance name, TTL and init; makes
     /// sure the run's directories and instance exist and run; persists the
-    /// state. Stops the keepalive clock (work is in flight). Long because
-    /// it is `ensureRuntime` in its order: every check before the first
-    /// directory is made, the instance before the state that records it.
+    /// state. Stops the keepalive clock (work is in flight). In
+    /// `ensureRuntime`'s order: every check before the first directory is
+    /// made, the instance before the state that records it.
     pub async fn prepare(
-        &mut self,
+        &self,
+        run: &mut RunSlot,
         instance_name: &Value,
         ttl: &Value,
         init: &Value,
     ) -> Result<(), InstanceError> {
-        let name = self.instance_name(instance_name)?;
-        let ttl = self.ttl(ttl);
+        let name = self.instance_name(run, instance_name)?;
+        let ttl = self.ttl(run, ttl);
         let init = match init {
             Value::Null => None,
             v => Some(check_init(v)?),
         };
         if let Some(env) = init.as_ref().and_then(|i| i.get("env")).and_then(Value::as_object) {
-            self.ctx()
-                .report()
-                .add_secrets(env.iter().filter_map(|(k, v)| v.as_str().map(|v| (k.as_str(), v))));
+            self.report.add_secrets(env.iter().filter_map(|(k, v)| v.as_str().map(|v| (k.as_str(), v))));
         }
-        let effective_init = init.clone().or_else(|| self.state().and_then(|s| s.init.clone()));
+        let effective_init = init.clone().or_else(|| run.state().and_then(|s| s.init.clone()));
         let env = init_env(effective_init.as_ref());
-        let (workspace, home) = self.run_dirs(init.is_some(), effective_init.as_ref(), &env)?;
+        let (workspace, home) = self.run_dirs(run, init.is_some(), effective_init.as_ref(), &env)?;
         let home_guest = guest_home(&env)?;
         let user = user_view(&env, &home_guest)?;
         let (uid, gid) = (user.uid, user.gid);
-        if self.ctx().cfg().sandbox.provider == super::config::ProviderChoice::Docker {
+        if self.settings.provider == ProviderChoice::Docker {
             chown_new(&workspace, &user);
             chown_new(&home, &user);
         }
+        let dirs = RunDirs { workspace, home, home_guest, uid, gid };
+        let config = self.instance_config(run, &name, &dirs, effective_init.as_ref(), user)?;
+        let info = match self.provider.ensure(&config).await {
+            Ok(info) => info,
+            Err(e) => {
+                self.report.error_status(run.run_id(), &name, &e.to_string());
+                return Err(e.into());
+            }
+        };
+        self.report.status(run.run_id(), &info);
+        record(run, name, ttl, init, dirs);
+        run.persist();
+        if info.status != InstanceStatus::Running {
+            return Err(InstanceError::NotRunning(info.status.as_str()));
+        }
+        Ok(())
+    }
+
+    /// What the provider makes the run's instance from: the daemon's
+    /// settings, the run's directories, user and network, and the mounts
+    /// (`sandbox.volumes`, the run's own, the manifest's binds).
+    fn instance_config(
+        &self,
+        run: &RunSlot,
+        name: &str,
+        dirs: &RunDirs,
+        effective_init: Option<&Value>,
+        user: sandbox::UserView,
+    ) -> Result<InstanceConfig, InstanceError> {
         // The manifest's binds are the instance's: a read-only WORKSPACE
         // bind shows the workspace read-only, other bindMount items are
         // mounted where they target (binds are fixed when the instance is
         // made; the applier only records them).
-        let (workspace_read_only, manifest_binds) = match effective_init.as_ref() {
-            Some(init) => manifest_binds(self.ctx().landing(), init, &home_guest)?,
+        let (workspace_read_only, manifest_binds) = match effective_init {
+            Some(init) => manifest_binds(&self.planning, init, &dirs.home_guest)?,
             None => (false, Vec::new()),
         };
-        let run_mounts = self.ctx().mounts().prepare(self.run_id(), &user, &home_guest)?;
+        let run_mounts = self.mounts.prepare(run.run_id(), &user, &dirs.home_guest)?;
         let mounts = self.instance_mounts(run_mounts, manifest_binds);
-        let (network, egress) = run_network(&self.ctx().cfg().sandbox, effective_init.as_ref())?;
-        let config = InstanceConfig {
-            image: match self.ctx().cfg().sandbox.provider {
-                super::config::ProviderChoice::Docker => self.ctx().cfg().sandbox.image.clone(),
+        let (network, egress) = run_network(&self.settings, effective_init)?;
+        Ok(InstanceConfig {
+            image: match self.settings.provider {
+                ProviderChoice::Docker => self.settings.image.clone(),
                 _ => None,
             },
-            home: Some(home.clone()),
+            home: Some(dirs.home.clone()),
             workspace_read_only,
             user,
             network,
             egress,
             mounts,
-            env: self.ctx().cfg().sandbox.env.clone(),
-            nested: self.ctx().cfg().sandbox.nested,
-            nested_userns: self.ctx().cfg().sandbox.nested_userns,
-            hidden: self.ctx().mounts().hidden().to_vec(),
-            ..InstanceConfig::new(name.clone(), self.run_id().to_string(), workspace.clone())
-        };
-        let info = match self.ctx().provider().ensure(&config).await {
-            Ok(info) => info,
-            Err(e) => {
-                self.ctx().report().error_status(self.run_id(), &name, &e.to_string());
-                return Err(e.into());
-            }
-        };
-        self.ctx().report().status(self.run_id(), &info);
-        let now = super::now_iso();
-        let run_id = self.run_id().to_string();
-        let state = self.state_or_insert_with(|| RunState {
-            version: STATE_VERSION,
-            run_id,
-            instance_name: name.clone(),
-            keepalive_ttl_seconds: ttl,
-            expires_at_ms: None,
-            workspace: workspace.clone(),
-            home: home.clone(),
-            home_guest: home_guest.clone(),
-            init: None,
-            uid,
-            gid,
-            created_at: now.clone(),
-            updated_at: now.clone(),
-            instance_removed: false,
-            landed: Default::default(),
-        });
-        state.keepalive_ttl_seconds = ttl;
-        state.expires_at_ms = None;
-        state.instance_removed = false;
-        state.workspace = workspace;
-        state.home = home;
-        state.home_guest = home_guest;
-        state.uid = uid;
-        state.gid = gid;
-        if init.is_some() {
-            state.init = init;
-        }
-        state.updated_at = now;
-        self.persist();
-        if info.status != InstanceStatus::Running {
-            return Err(InstanceError::NotRunning(info.status.as_str()));
-        }
-        Ok(())
+            env: self.settings.env.clone(),
+            nested: self.settings.nested,
+            nested_userns: self.settings.nested_userns,
+            hidden: self.mounts.hidden().to_vec(),
+            ..InstanceConfig::new(name.to_string(), run.run_id().to_string(), dirs.workspace.clone())
+        })
     }
 
     /// The run's workspace and home on the host, made (private) under
@@ -223,24 +269,25 @@ impl Lane {
     /// names one.
     fn run_dirs(
         &self,
+        run: &RunSlot,
         fresh_init: bool,
         effective_init: Option<&Value>,
         env: &HashMap<String, String>,
     ) -> Result<(PathBuf, PathBuf), InstanceError> {
-        let root = self.ctx().cfg().sandbox.workspace_host_root.clone();
-        let workspace = match (self.state(), fresh_init) {
+        let root = self.settings.workspace_host_root.clone();
+        let workspace = match (run.state(), fresh_init) {
             (Some(state), false) => state.workspace.clone(),
             _ => {
                 let wanted = workspace_from_init(effective_init, env)
-                    .unwrap_or_else(|| root.join(format!("run-{}", self.run_id())));
+                    .unwrap_or_else(|| root.join(format!("run-{}", run.run_id())));
                 under_root(&root, &wanted, true)?
             }
         };
-        let home = under_root(&root, &root.join(format!("home-{}", self.run_id())), true)?;
+        let home = under_root(&root, &root.join(format!("home-{}", run.run_id())), true)?;
         // The run's own directories, made 0755 by earlier versions.
         for dir in [&home, &workspace].into_iter().filter(|d| d.parent() == Some(root.as_path())) {
             if dir.file_name().is_some_and(|n| {
-                *n == *format!("run-{}", self.run_id()) || *n == *format!("home-{}", self.run_id())
+                *n == *format!("run-{}", run.run_id()) || *n == *format!("home-{}", run.run_id())
             }) {
                 make_private(dir);
             }
@@ -252,9 +299,7 @@ impl Lane {
     /// agent state, secrets), the manifest's binds.
     fn instance_mounts(&self, run_mounts: Vec<Mount>, manifest_binds: Vec<Mount>) -> Vec<Mount> {
         let mut mounts: Vec<Mount> = self
-            .ctx()
-            .cfg()
-            .sandbox
+            .settings
             .volumes
             .iter()
             .map(|v| Mount::Bind {
@@ -271,20 +316,20 @@ impl Lane {
     /// The run's instance name: the message's (validated), else the
     /// existing one, else `<prefix><run_id>`. A different name than the
     /// run's existing instance is an error.
-    fn instance_name(&self, v: &Value) -> Result<String, InstanceError> {
+    fn instance_name(&self, run: &RunSlot, v: &Value) -> Result<String, InstanceError> {
         let name = match v {
             Value::Null => None,
             Value::String(s) if s.trim().is_empty() => None,
             Value::String(s) => Some(s.trim().to_string()),
             other => return Err(InstanceError::NameNotString(other.clone())),
         };
-        let name = match (name, self.state()) {
+        let name = match (name, run.state()) {
             (Some(n), _) => n,
             (None, Some(state)) => state.instance_name.clone(),
-            (None, None) => format!("{}{}", self.ctx().cfg().sandbox.instance_prefix, self.run_id()),
+            (None, None) => format!("{}{}", self.settings.instance_prefix, run.run_id()),
         };
-        names::validate_instance_name(&name, &self.ctx().cfg().sandbox.instance_prefix)?;
-        if let Some(state) = self.state()
+        names::validate_instance_name(&name, &self.settings.instance_prefix)?;
+        if let Some(state) = run.state()
             && state.instance_name != name
         {
             return Err(InstanceError::NameDiffers { name, existing: state.instance_name.clone() });
@@ -292,26 +337,76 @@ impl Lane {
         Ok(name)
     }
 
-    /// Removes instance `name`; if it is this run's, the run is forgotten.
-    pub async fn remove_instance(&mut self, name: &str) -> Result<InstanceInfo, ProviderError> {
-        match self.ctx().provider().remove(name).await {
+    /// Removes instance `name`; if it is this run's, the run is forgotten
+    /// with the files the daemon kept for its instance (scratch, staged
+    /// secrets) and for the run (inputs kept aside).
+    pub async fn remove(&self, run: &mut RunSlot, name: &str) -> Result<InstanceInfo, ProviderError> {
+        match self.provider.remove(name).await {
             Ok(info) => {
-                if self.state().is_some_and(|s| s.instance_name == name) {
-                    self.forget();
+                if run.state().is_some_and(|s| s.instance_name == name) {
+                    self.mounts.discard(run.run_id());
+                    self.mounts.discard_incoming(run.run_id());
+                    run.forget();
                 }
-                if !self.run_id().is_empty() {
-                    self.ctx().report().status(self.run_id(), &info);
+                if !run.run_id().is_empty() {
+                    self.report.status(run.run_id(), &info);
                 }
                 Ok(info)
             }
             Err(e) => {
-                if !self.run_id().is_empty() {
-                    self.ctx().report().error_status(self.run_id(), name, &e.to_string());
+                if !run.run_id().is_empty() {
+                    self.report.error_status(run.run_id(), name, &e.to_string());
                 }
                 Err(e)
             }
         }
     }
+}
+
+/// The run's directories and user, as an instance was made with them.
+struct RunDirs {
+    workspace: PathBuf,
+    home: PathBuf,
+    home_guest: String,
+    uid: u32,
+    gid: u32,
+}
+
+/// Records in the run's state the instance made ready: its name, TTL,
+/// directories and user, and the run's `init` when a new one came. The
+/// keepalive clock stops (work is in flight).
+fn record(run: &mut RunSlot, name: String, ttl: u64, init: Option<Value>, dirs: RunDirs) {
+    let now = super::now_iso();
+    let run_id = run.run_id().to_string();
+    let state = run.state_or_insert_with(|| RunState {
+        version: STATE_VERSION,
+        run_id,
+        instance_name: name,
+        keepalive_ttl_seconds: ttl,
+        expires_at_ms: None,
+        workspace: dirs.workspace.clone(),
+        home: dirs.home.clone(),
+        home_guest: dirs.home_guest.clone(),
+        init: None,
+        uid: dirs.uid,
+        gid: dirs.gid,
+        created_at: now.clone(),
+        updated_at: now.clone(),
+        instance_removed: false,
+        landed: Default::default(),
+    });
+    state.keepalive_ttl_seconds = ttl;
+    state.expires_at_ms = None;
+    state.instance_removed = false;
+    state.workspace = dirs.workspace;
+    state.home = dirs.home;
+    state.home_guest = dirs.home_guest;
+    state.uid = dirs.uid;
+    state.gid = dirs.gid;
+    if init.is_some() {
+        state.init = init;
+    }
+    state.updated_at = now;
 }
 
 /// Takes group and other access away from a run's own directory.
@@ -386,7 +481,7 @@ fn init_allow_hosts(network: &Value) -> Result<Vec<crate::egress::Rule>, Instanc
 /// under `on` (everything) the list becomes the run's allowlist, with the
 /// daemon's `allowRanges`; under `off` only an empty list is no wider.
 fn run_network(
-    cfg: &super::config::SandboxConfig,
+    cfg: &InstanceSettings,
     init: Option<&Value>,
 ) -> Result<(sandbox::Network, Option<crate::egress::Policy>), InstanceError> {
     use sandbox::Network;
@@ -401,12 +496,12 @@ fn run_network(
             Err(rule) => Err(InstanceError::NetworkWidened { rule: rule.to_string(), policy: "allow" }),
         },
         (Network::On, Some(rules)) => match cfg.provider {
-            super::config::ProviderChoice::Native => Ok((
+            ProviderChoice::Native => Ok((
                 Network::Proxied,
                 Some(crate::egress::Policy { hosts: rules, ranges: cfg.egress.ranges.clone() }),
             )),
-            super::config::ProviderChoice::Docker => Err(InstanceError::NetworkNarrowing("container_oci")),
-            super::config::ProviderChoice::Host => Err(InstanceError::NetworkNarrowing("host_process")),
+            ProviderChoice::Docker => Err(InstanceError::NetworkNarrowing("container_oci")),
+            ProviderChoice::Host => Err(InstanceError::NetworkNarrowing("host_process")),
         },
         (Network::Off, Some(rules)) => match rules.first() {
             None => Ok((Network::Off, None)),
@@ -437,7 +532,7 @@ fn workspace_from_init(init: Option<&Value>, env: &HashMap<String, String>) -> O
 /// From a run's `init.agentInputs`: whether the WORKSPACE `"."` bind is
 /// read-only, and the other bindMount items as instance mounts.
 fn manifest_binds(
-    landing: &Landing,
+    planning: &Planning,
     init: &Value,
     home_guest: &str,
 ) -> Result<(bool, Vec<Mount>), InstanceError> {
@@ -445,7 +540,7 @@ fn manifest_binds(
         return Ok((false, Vec::new()));
     };
     let manifest = crate::manifest::parse_value(value)?;
-    let plan = inputs::Plan::new(manifest, &landing.config().map_err(InstanceError::InputsConfig)?)?;
+    let plan = inputs::Plan::new(manifest, &planning.config().map_err(InstanceError::InputsConfig)?)?;
     let layout = inputs::Layout::new(home_guest.to_string());
     let read_only = plan.workspace().is_some_and(|(_, a)| a == crate::manifest::Access::Ro);
     let binds = plan

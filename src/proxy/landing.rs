@@ -29,14 +29,43 @@ pub enum LandingError {
     Task { run: String, source: crate::blocking::Panicked },
 }
 
-/// What landing agentInputs needs of the daemon: its slice of the config
-/// and the token its downloads from the backend authenticate with.
-pub struct Landing {
+/// How agentInputs are planned here, without anything to fetch them
+/// with: what the instance part needs to know a run's binds.
+#[derive(Clone)]
+pub struct Planning {
     /// `workspaceHostRoot`: the only root host paths may lie under.
     root: PathBuf,
     /// The backend's origin as `http(s)://host:port/`, for relative URIs
     /// (and the one origin the token is sent to).
     base_url: Option<url::Url>,
+}
+
+impl Planning {
+    pub fn new(cfg: &Config) -> Planning {
+        Planning {
+            root: cfg.sandbox.workspace_host_root.clone(),
+            base_url: super::config::url_parts(&cfg.orchestrator_url).ok().and_then(|p| {
+                let scheme = if p.scheme == "wss" { "https" } else { "http" };
+                url::Url::parse(&format!("{scheme}://{}:{}/", p.host, p.port)).ok()
+            }),
+        }
+    }
+
+    /// Host paths only under `workspaceHostRoot`, relative URIs against
+    /// the backend's origin.
+    pub fn config(&self) -> Result<inputs::Config, inputs::AllowlistError> {
+        Ok(inputs::Config {
+            host_paths: inputs::HostAllowlist::new(std::slice::from_ref(&self.root))?,
+            base_dir: self.root.clone(),
+            base_url: self.base_url.clone(),
+        })
+    }
+}
+
+/// What landing agentInputs needs of the daemon: its slice of the config
+/// and the token its downloads from the backend authenticate with.
+pub struct Landing {
+    planning: Planning,
     /// `<state>/inputs-cache`.
     cache_dir: PathBuf,
     max_bytes: u64,
@@ -72,11 +101,7 @@ impl Target {
 impl Landing {
     pub fn new(cfg: &Config, token: Option<Secret>) -> Landing {
         Landing {
-            root: cfg.sandbox.workspace_host_root.clone(),
-            base_url: super::config::url_parts(&cfg.orchestrator_url).ok().and_then(|p| {
-                let scheme = if p.scheme == "wss" { "https" } else { "http" };
-                url::Url::parse(&format!("{scheme}://{}:{}/", p.host, p.port)).ok()
-            }),
+            planning: Planning::new(cfg),
             cache_dir: cfg.state_dir.join("inputs-cache"),
             max_bytes: cfg.skills_download_max_bytes,
             docker: cfg.sandbox.provider == ProviderChoice::Docker,
@@ -87,11 +112,13 @@ impl Landing {
     /// How agentInputs are planned here: host paths only under
     /// `workspaceHostRoot`, relative URIs against the backend's origin.
     pub fn config(&self) -> Result<inputs::Config, inputs::AllowlistError> {
-        Ok(inputs::Config {
-            host_paths: inputs::HostAllowlist::new(std::slice::from_ref(&self.root))?,
-            base_dir: self.root.clone(),
-            base_url: self.base_url.clone(),
-        })
+        self.planning.config()
+    }
+
+    /// How agentInputs are planned, without the token: what the instance
+    /// part gets.
+    pub fn planning(&self) -> Planning {
+        self.planning.clone()
     }
 
     /// Lands `manifest`'s items for the run of `state`, as `inputs::landed`

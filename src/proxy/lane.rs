@@ -1,436 +1,119 @@
-//! What every part of a run's handling shares, below them all: what the
-//! daemon gives its runs ([`RunContext`]), the run's persisted state
-//! ([`RunState`], from `run_state.rs`, below the parts that need it
-//! without the lane: `landing.rs`), the jobs of a lane ([`Job`]), the lane itself
-//! ([`Lane`]), the registry of lanes and agents ([`Runs`]), queuing a job
-//! ([`send`]) and the replies the lane's parts send.
-//!
-//! The parts sit above this file and never import each other upwards:
-//! `instance.rs` (the run's instance: `ensureRuntime`, removal),
-//! `agent.rs` (the run's agent), `control/` (`sandbox_control`), and
-//! `runs.rs` on top (routing, the lane's loop, keepalive, re-adoption).
-//! A lane's loop lives in `runs.rs`: [`send`] makes a new lane's queue and
-//! hands it to `runs.rs` as a [`NewLane`] over a channel, so this file
-//! needs nothing above it.
+//! One run's lane: the run as it holds it ([`RunSlot`], [`AgentSlot`]) and
+//! the two parts that act on it ([`LaneParts`]): the instance part
+//! (`instance.rs`) and the agent part (`agent.rs`). Each part is given
+//! only what it uses when the daemon starts, and the run it acts on with
+//! each call; neither sees the other, nor the controls' signer, nor the
+//! link's secrets. The lane's loop, which orders a run's jobs, is
+//! `runs.rs`; `control/` acts on a lane through the operations here.
 
-use std::collections::HashMap;
-use std::fmt::Display;
-use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
 
 use serde_json::Value;
-use tokio::sync::{mpsc, oneshot};
 
-use super::config::Config;
-use super::landing::Landing;
-use super::mounts::Mounts;
-use super::persist::Persister;
-use super::protocol::{PromptResult, ProxyUpdate, RunMessage, RunReply, SandboxControl};
-use super::repo::Checkouts;
-use super::report::Reporter;
-pub use super::run_state::{RunState, STATE_VERSION};
-use super::signing::Signer;
-use crate::acp::host::Agent;
-use crate::provider::{AnyProvider, ProviderError, names};
+use super::agent::{AgentError, AgentPart};
+use super::instance::{InstanceError, InstancePart};
+use super::protocol::RunMessage;
+use super::shared::{AgentSlot, Records, RunSlot, RunState};
+use crate::acp::port::Context;
+use crate::provider::{InstanceInfo, ProviderError};
 
-/// The lane of messages that concern no single run.
-pub const GLOBAL: &str = "";
-
-pub enum Job {
-    Open(RunMessage),
-    Prompt(RunMessage),
-    Close(RunMessage),
-    Session {
-        kind: String,
-        msg: RunMessage,
-    },
-    Permission(RunMessage),
-    Control(SandboxControl),
-    /// Remove instance `name` for `gc`/`prune_orphans`, in this run's order.
-    Remove {
-        name: String,
-        done: oneshot::Sender<Result<(), ProviderError>>,
-    },
-    Adopt(Box<RunState>),
-    /// The agent of `generation` exited.
-    AgentExited {
-        generation: u64,
-    },
-    /// A prompt turn ended.
-    PromptDone,
+/// The parts every lane shares: made once, from the daemon's services and
+/// its config.
+pub struct LaneParts {
+    instances: InstancePart,
+    agents: AgentPart,
+    /// Where each lane's run state is written.
+    records: Records,
 }
 
-/// What the daemon gives its runs, shared by every lane: the config, the
-/// provider, where to report, the registry of lanes, the run-state writer
-/// and the instances' extra mounts. The link's state (registration, the
-/// proxy id) is not here: a run never needs it.
-pub struct RunContext {
-    cfg: Config,
-    provider: AnyProvider,
-    report: Arc<Reporter>,
-    runs: Runs,
-    /// `<state>/runs`: one state file per run.
-    runs_dir: PathBuf,
-    persister: Persister,
-    mounts: Mounts,
-    /// Checks signed controls; the signing secret is in here only.
-    signer: Signer,
-    /// Lands agentInputs; holds the token their downloads use.
-    landing: Landing,
-    /// Makes a run's workspace a git checkout.
-    checkouts: Checkouts,
-    /// Where blocking work goes (`crate::blocking`), shared by every run.
-    pool: Arc<crate::blocking::Pool>,
-    /// The event loop the runs live on (the link has a thread of its own,
-    /// and routes messages from there).
-    runtime: Option<tokio::runtime::Handle>,
-}
-
-impl RunContext {
-    /// With the lanes to start, for `runs.rs` to run (`runs::serve_lanes`).
-    /// `cfg` holds no secret of the link or of signing any more: the
-    /// daemon took them out (`signer`, the link's own).
-    pub fn new(
-        cfg: Config,
-        provider: AnyProvider,
-        report: Arc<Reporter>,
-        mounts: Mounts,
-        signer: Signer,
-        landing: Landing,
-    ) -> (RunContext, mpsc::UnboundedReceiver<NewLane>) {
-        let (runs, new_lanes) = Runs::new();
-        let run = RunContext {
-            runs_dir: cfg.state_dir.join("runs"),
-            checkouts: Checkouts::new(&cfg),
-            persister: Persister::new(report.clone()),
-            cfg,
-            provider,
-            report,
-            runs,
-            mounts,
-            signer,
-            landing,
-            pool: crate::blocking::Pool::daemon(),
-            runtime: tokio::runtime::Handle::try_current().ok(),
-        };
-        (run, new_lanes)
+impl LaneParts {
+    pub fn new(instances: InstancePart, agents: AgentPart, records: Records) -> LaneParts {
+        LaneParts { instances, agents, records }
     }
 
-    /// Starts `task` on the runs' event loop, from whichever thread.
-    pub fn spawn<F>(&self, task: F)
-    where
-        F: std::future::Future<Output = ()> + Send + 'static,
-    {
-        match &self.runtime {
-            Some(rt) => drop(rt.spawn(task)),
-            None => drop(tokio::spawn(task)),
-        }
+    /// Session controls, `session_permission` and `acp_message` for a live
+    /// agent, which reach it without its lane: `true` when handled.
+    pub fn direct(&self, run_id: &str, kind: &str, msg: &RunMessage) -> bool {
+        self.agents.direct(run_id, kind, msg)
     }
 
-    pub fn cfg(&self) -> &Config {
-        &self.cfg
-    }
-
-    pub fn provider(&self) -> &AnyProvider {
-        &self.provider
-    }
-
-    /// The outbox, the redactor and the instance status reports.
-    pub fn report(&self) -> &Arc<Reporter> {
-        &self.report
-    }
-
-    pub fn runs(&self) -> &Runs {
-        &self.runs
-    }
-
-    pub fn runs_dir(&self) -> &std::path::Path {
-        &self.runs_dir
-    }
-
-    pub fn persister(&self) -> &Persister {
-        &self.persister
-    }
-
-    pub fn mounts(&self) -> &Mounts {
-        &self.mounts
-    }
-
-    /// Checks the signature of a destructive control.
-    pub fn signer(&self) -> &Signer {
-        &self.signer
-    }
-
-    /// Makes a run's workspace a git checkout (`TUIXIU_REPO_URL`).
-    pub fn checkouts(&self) -> &Checkouts {
-        &self.checkouts
-    }
-
-    /// Lands agentInputs (the one part that sees the download token).
-    pub fn landing(&self) -> &Landing {
-        &self.landing
-    }
-
-    /// The blocking pool ([`crate::blocking`]).
-    pub fn pool(&self) -> &Arc<crate::blocking::Pool> {
-        &self.pool
+    /// What an agent's ACP host gets (`acp_sink.rs`).
+    pub fn acp_context(&self) -> Context {
+        self.agents.acp_context()
     }
 }
 
-/// A lane to start (by `runs.rs`): its key and its queue, which may
-/// already hold jobs.
-pub struct NewLane {
-    pub key: String,
-    pub jobs: mpsc::UnboundedReceiver<Job>,
-}
-
-pub struct Runs {
-    lanes: Mutex<HashMap<String, LaneTx>>,
-    /// Where a new lane's queue goes to be served.
-    new_lanes: mpsc::UnboundedSender<NewLane>,
-    agents: Agents,
-    /// Prompt turns whose `prompt_result` is not yet queued (all runs).
-    turns: std::sync::atomic::AtomicUsize,
-    /// The daemon is shutting down: no new agent starts.
-    stopping: std::sync::atomic::AtomicBool,
-}
-
-impl Runs {
-    /// No lane yet; a lane's queue goes out on the channel returned when
-    /// its first job comes.
-    fn new() -> (Runs, mpsc::UnboundedReceiver<NewLane>) {
-        let (new_lanes, rx) = mpsc::unbounded_channel();
-        let runs = Runs {
-            lanes: Mutex::default(),
-            new_lanes,
-            agents: Agents::default(),
-            turns: Default::default(),
-            stopping: Default::default(),
-        };
-        (runs, rx)
-    }
-
-    pub fn lanes(&self) -> std::sync::MutexGuard<'_, HashMap<String, LaneTx>> {
-        self.lanes.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Runs `read` at once if lane `key` has nothing pending (no job queued
-    /// or being handled, no keepalive expiry under way), holding the lanes'
-    /// lock meanwhile, so no job of that lane starts before `read` ends;
-    /// `None` (and `read` not run) otherwise. A read answered here overtakes
-    /// nothing of its run, and nothing of its run overtakes it
-    /// (docs/architecture.md, "Threading"). `read` must be short: it holds
-    /// back every `send`.
-    pub fn when_idle<R>(&self, key: &str, read: impl FnOnce() -> R) -> Option<R> {
-        let lanes = self.lanes();
-        let idle = lanes.get(key).is_none_or(|l| l.pending == 0);
-        idle.then(read)
-    }
-
-    /// Lane `key` starts work of its own (its keepalive expiry): pending
-    /// until [`Runs::finished`].
-    pub fn begin(&self, key: &str) {
-        if let Some(l) = self.lanes().get_mut(key) {
-            l.pending += 1;
-        }
-    }
-
-    /// Lane `key` finished a job (or its own work).
-    pub fn finished(&self, key: &str) {
-        if let Some(l) = self.lanes().get_mut(key) {
-            l.pending = l.pending.saturating_sub(1);
-        }
-    }
-
-    /// How many lanes exist (runs with state, plus busy ones).
-    pub fn len(&self) -> usize {
-        self.lanes().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The live agent of `run`.
-    pub fn agent(&self, run: &str) -> Option<Arc<Agent>> {
-        self.agents.get(run)
-    }
-
-    /// Every live agent.
-    pub fn all_agents(&self) -> Vec<Arc<Agent>> {
-        self.agents.all()
-    }
-
-    pub fn set_agent(&self, run: &str, agent: Option<Arc<Agent>>) {
-        self.agents.set(run, agent)
-    }
-
-    /// A prompt turn started (`true`) or queued its result (`false`).
-    pub fn turn(&self, started: bool) {
-        use std::sync::atomic::Ordering::SeqCst;
-        if started {
-            self.turns.fetch_add(1, SeqCst);
-        } else {
-            self.turns.fetch_sub(1, SeqCst);
-        }
-    }
-
-    pub fn turns_in_flight(&self) -> usize {
-        self.turns.load(std::sync::atomic::Ordering::SeqCst)
-    }
-
-    /// From now on no agent starts (the daemon is shutting down).
-    pub fn stop_starting(&self) {
-        self.stopping.store(true, std::sync::atomic::Ordering::SeqCst);
-    }
-
-    pub fn stopping(&self) -> bool {
-        self.stopping.load(std::sync::atomic::Ordering::SeqCst)
-    }
-}
-
-/// The agents by run, for direct routing.
-#[derive(Default)]
-struct Agents {
-    map: std::sync::Mutex<HashMap<String, Arc<Agent>>>,
-}
-
-impl Agents {
-    fn get(&self, run: &str) -> Option<Arc<Agent>> {
-        self.map.lock().unwrap_or_else(|p| p.into_inner()).get(run).cloned().filter(|a| !a.has_exited())
-    }
-
-    fn all(&self) -> Vec<Arc<Agent>> {
-        self.map.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect()
-    }
-
-    fn set(&self, run: &str, agent: Option<Arc<Agent>>) {
-        let mut m = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        match agent {
-            Some(a) => m.insert(run.to_string(), a),
-            None => m.remove(run),
-        };
-    }
-}
-
-/// Queues `job` on the lane of `key`, creating the lane if needed.
-pub fn send(d: &Arc<RunContext>, key: &str, job: Job) {
-    let mut lanes = d.runs.lanes();
-    if let Some(lane) = lanes.get_mut(key) {
-        match lane.tx.send(job) {
-            Ok(()) => {
-                lane.pending += 1;
-                return;
-            }
-            // The lane ended between our lookup and the send: start a new one.
-            Err(mpsc::error::SendError(j)) => return start_lane(d, &mut lanes, key, j),
-        }
-    }
-    start_lane(d, &mut lanes, key, job);
-}
-
-/// A lane's queue, and how many of its jobs are queued or being handled
-/// (plus its own work under way: [`Runs::begin`]).
-pub struct LaneTx {
-    tx: mpsc::UnboundedSender<Job>,
-    pending: usize,
-}
-
-fn start_lane(d: &Arc<RunContext>, lanes: &mut HashMap<String, LaneTx>, key: &str, job: Job) {
-    let (tx, jobs) = mpsc::unbounded_channel();
-    tx.send(job).ok();
-    lanes.insert(key.to_string(), LaneTx { tx, pending: 1 });
-    // Err: nothing serves lanes any more (the daemon is going away).
-    let _ = d.runs.new_lanes.send(NewLane { key: key.to_string(), jobs });
-}
-
-/// Why a run id is refused.
-#[derive(Debug, thiserror::Error)]
-pub enum RunIdError {
-    #[error("run_id is missing")]
-    Missing,
-    #[error("run_id must be a string, got {0}")]
-    NotString(Value),
-    #[error(transparent)]
-    Invalid(#[from] names::NameError),
-}
-
-/// A run id as the backend must send it: a non-empty string of at most
-/// 200 characters without `/`, `\`, `:`, whitespace or control characters.
-pub fn valid_run_id(v: &Value) -> Result<String, RunIdError> {
-    let Some(s) = v.as_str() else {
-        return Err(if v.is_null() { RunIdError::Missing } else { RunIdError::NotString(v.clone()) });
-    };
-    let s = s.trim();
-    names::validate_run_id(s)?;
-    Ok(s.to_string())
-}
-
-/// Answers a `prompt_send` that failed (a successful one is answered by
-/// its turn).
-pub fn reply_prompt(report: &Reporter, m: &RunMessage, result: Result<(), impl Display>) {
-    if let Err(e) = result {
-        let e = report.redact(&e.to_string());
-        if let Some(id) = m.run_id.as_str() {
-            report.push(&ProxyUpdate::error(id, &e));
-        }
-        report.push(&PromptResult::failed(&m.run_id, &m.prompt_id, e));
-    }
-}
-
-/// Answers a session control.
-pub fn reply_session(report: &Reporter, m: &RunMessage, result: Result<(), impl Display>) {
-    let result = result.map_err(|e| report.redact(&e.to_string()));
-    report.push(&RunReply::session_control(&m.run_id, &m.control_id, result));
-}
-
-pub fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
-}
-
-/// One run's lane. `state` is `None` for a run the daemon does not hold
-/// (e.g. an `inspect` of an unknown run) and for the global lane.
+/// One run's lane. Its run's state is `None` for a run the daemon does not
+/// hold (e.g. an `inspect` of an unknown run) and for the global lane.
 pub struct Lane {
-    /// What every run shares ([`RunContext`]).
-    d: Arc<RunContext>,
-    run_id: String,
-    state: Option<RunState>,
+    parts: Arc<LaneParts>,
+    run: RunSlot,
     agent: AgentSlot,
 }
 
 impl Lane {
     /// A lane of `run_id` that holds nothing yet.
-    pub fn new(d: Arc<RunContext>, run_id: String) -> Lane {
-        Lane { d, run_id, state: None, agent: AgentSlot::default() }
-    }
-
-    /// What every run shares.
-    pub fn ctx(&self) -> &Arc<RunContext> {
-        &self.d
+    pub fn new(parts: Arc<LaneParts>, run_id: String) -> Lane {
+        let run = RunSlot::new(run_id, parts.records.clone());
+        Lane { parts, run, agent: AgentSlot::default() }
     }
 
     pub fn run_id(&self) -> &str {
-        &self.run_id
+        self.run.run_id()
     }
 
     /// The run's state: `None` for a run the daemon does not hold.
     pub fn state(&self) -> Option<&RunState> {
-        self.state.as_ref()
+        self.run.state()
     }
 
     pub fn state_mut(&mut self) -> Option<&mut RunState> {
-        self.state.as_mut()
+        self.run.state_mut()
     }
 
     /// The lane holds `state` from now on (a re-adopted run).
     pub fn set_state(&mut self, state: RunState) {
-        self.state = Some(state);
+        self.run.set_state(state);
     }
 
-    /// The run's state, made by `new` when the lane holds none.
-    pub fn state_or_insert_with(&mut self, new: impl FnOnce() -> RunState) -> &mut RunState {
-        self.state.get_or_insert_with(new)
+    /// Writes the run state ([`RunSlot::persist`]).
+    pub fn persist(&mut self) {
+        self.run.persist();
+    }
+
+    /// Told once the state last given to [`Lane::persist`] is on disk.
+    pub fn persisted(&self) -> Option<tokio::sync::oneshot::Receiver<()>> {
+        self.run.persisted()
+    }
+
+    /// `ensureRuntime` ([`InstancePart::prepare`]).
+    pub async fn prepare(
+        &mut self,
+        instance_name: &Value,
+        ttl: &Value,
+        init: &Value,
+    ) -> Result<(), InstanceError> {
+        self.parts.instances.prepare(&mut self.run, instance_name, ttl, init).await
+    }
+
+    /// Removes instance `name`; if it is this run's, the run is forgotten.
+    pub async fn remove_instance(&mut self, name: &str) -> Result<InstanceInfo, ProviderError> {
+        self.parts.instances.remove(&mut self.run, name).await
+    }
+
+    /// Starts (or reuses) the run's agent ([`AgentPart::open`]).
+    pub async fn open_agent(&mut self, cwd: &Value) -> Result<(), AgentError> {
+        self.parts.agents.open(&mut self.run, &mut self.agent, cwd).await
+    }
+
+    /// Closes the agent (acp_close, stop, remove, keepalive expiry).
+    pub async fn close_agent(&mut self, reason: &str) {
+        self.parts.agents.close(self.run.run_id(), &mut self.agent, reason).await
+    }
+
+    /// `prompt_send` after the open: the turn runs on its own task.
+    pub fn start_prompt(&mut self, m: RunMessage) {
+        self.parts.agents.start_prompt(self.run.run_id(), &mut self.agent, m)
     }
 
     pub fn agent_slot(&self) -> &AgentSlot {
@@ -440,120 +123,4 @@ impl Lane {
     pub fn agent_slot_mut(&mut self) -> &mut AgentSlot {
         &mut self.agent
     }
-
-    fn state_path(&self) -> PathBuf {
-        self.d.runs_dir.join(format!("{}.json", self.run_id))
-    }
-
-    /// Writes the run state (atomically, 0600) off the daemon's thread
-    /// (`persist.rs`); failures are logged and reported, never fatal to
-    /// the message at hand.
-    pub fn persist(&mut self) {
-        let Some(state) = &self.state else { return };
-        let bytes = serde_json::to_vec_pretty(state).expect("plain data");
-        self.d.persister.write(&self.run_id, self.state_path(), Some(bytes));
-    }
-
-    /// Told once the state last given to [`Lane::persist`] is on disk.
-    /// `None`: the run has no state.
-    pub fn persisted(&self) -> Option<tokio::sync::oneshot::Receiver<()>> {
-        self.state.as_ref()?;
-        Some(self.d.persister.on_disk(&self.state_path()))
-    }
-
-    /// Drops the run's state, in memory and on disk, with the files the
-    /// daemon kept for its instance (scratch, staged secrets) and for the
-    /// run (inputs kept aside).
-    pub fn forget(&mut self) {
-        self.state = None;
-        self.d.mounts.discard(&self.run_id);
-        self.d.mounts.discard_incoming(&self.run_id);
-        self.d.persister.write(&self.run_id, self.state_path(), None);
-    }
-}
-
-/// The run's agent as its lane holds it: the process and ACP connection,
-/// which process it is (exit notices of older ones are ignored), and the
-/// prompt turns in flight (the run is not idle while any is).
-#[derive(Default)]
-pub struct AgentSlot {
-    agent: Option<Arc<Agent>>,
-    generation: u64,
-    prompts: usize,
-}
-
-impl AgentSlot {
-    /// The agent, unless it has exited.
-    pub fn live(&self) -> Option<Arc<Agent>> {
-        self.agent.clone().filter(|a| !a.has_exited())
-    }
-
-    /// The number of the agent process about to start.
-    pub fn next_generation(&mut self) -> u64 {
-        self.generation += 1;
-        self.generation
-    }
-
-    pub fn set(&mut self, agent: Arc<Agent>) {
-        self.agent = Some(agent);
-    }
-
-    pub fn take(&mut self) -> Option<Arc<Agent>> {
-        self.agent.take()
-    }
-
-    pub fn clear(&mut self) {
-        self.agent = None;
-    }
-
-    /// The agent process `generation` exited: true (and the agent
-    /// forgotten) when it is the current one.
-    pub fn exited(&mut self, generation: u64) -> bool {
-        if generation == self.generation && self.agent.is_some() {
-            self.agent = None;
-            true
-        } else {
-            false
-        }
-    }
-
-    pub fn prompt_started(&mut self) {
-        self.prompts += 1;
-    }
-
-    pub fn prompt_done(&mut self) {
-        self.prompts = self.prompts.saturating_sub(1);
-    }
-
-    /// Prompt turns are in flight.
-    pub fn busy(&self) -> bool {
-        self.prompts > 0
-    }
-}
-
-/// `init.env` as strings (non-strings stringified, null → "").
-pub fn init_env(init: Option<&Value>) -> HashMap<String, String> {
-    let mut out = HashMap::new();
-    if let Some(env) = init.and_then(|i| i.get("env")).and_then(Value::as_object) {
-        for (k, v) in env {
-            let v = match v {
-                Value::String(s) => s.clone(),
-                Value::Null => String::new(),
-                other => other.to_string(),
-            };
-            out.insert(k.clone(), v);
-        }
-    }
-    out
-}
-
-/// The sandbox user's name from env pairs (the bwrap provider's rules).
-pub fn user_name(env: &[(String, String)]) -> String {
-    let get =
-        |k: &str| env.iter().rev().find(|(key, v)| key == k && !v.trim().is_empty()).map(|(_, v)| v.trim());
-    get("TUIXIU_BWRAP_USERNAME")
-        .or_else(|| get("USER"))
-        .or_else(|| get("LOGNAME"))
-        .unwrap_or("agent")
-        .to_string()
 }

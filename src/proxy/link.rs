@@ -35,6 +35,7 @@ use super::Daemon;
 use super::auth::TokenSource;
 use super::config::url_parts;
 use super::protocol::{Incoming, Kind, RegisterAgent};
+use super::unread::Unread;
 
 pub trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
@@ -385,7 +386,9 @@ async fn session_inner(
 /// The registered phase: outbox, heartbeats, inventories, liveness. A
 /// heartbeat (or inventory) that is due goes before the next batch of the
 /// outbox (a backlog that never empties while runs relay must not starve
-/// it), so it waits at most for the batch being written.
+/// it), so it waits at most for the batch being written. Bulk messages
+/// wait while the backend has a window's worth left to read
+/// (`unread.rs`); control answers never do.
 async fn registered(d: &Arc<Daemon>, ws: &mut Ws, shutdown: &mut tokio::sync::watch::Receiver<bool>) -> End {
     let beat = Duration::from_secs(d.cfg().heartbeat_seconds);
     let mut heartbeat = tokio::time::interval_at(Instant::now() + beat, beat);
@@ -396,7 +399,10 @@ async fn registered(d: &Arc<Daemon>, ws: &mut Ws, shutdown: &mut tokio::sync::wa
     let inventories = d.cfg().inventory_interval_seconds > 0;
     let dead_after = beat * 3 + Duration::from_secs(10);
     let mut last_rx = Instant::now();
+    let mut unread = Unread::default();
     loop {
+        let bulk_room = unread.room(Instant::now()).map(|r| usize::try_from(r).unwrap_or(usize::MAX));
+        let probe = unread.probe_deadline().filter(|_| bulk_room.is_none());
         tokio::select! {
             biased;
             _ = shutdown.changed() => return End::Shutdown,
@@ -404,6 +410,7 @@ async fn registered(d: &Arc<Daemon>, ws: &mut Ws, shutdown: &mut tokio::sync::wa
                 last_rx = Instant::now();
                 match frame {
                     None => return End::Retry { reason: "the connection was closed".into(), healthy: true },
+                    Some(Ok(Message::Pong(payload))) => unread.pong(&payload),
                     Some(frame) => match on_frame(d, frame) {
                         Rx::Continue | Rx::Ack => {}
                         Rx::End(end) => return end,
@@ -422,6 +429,7 @@ async fn registered(d: &Arc<Daemon>, ws: &mut Ws, shutdown: &mut tokio::sync::wa
                 if let Err(e) = send_text(ws, &text).await {
                     return End::Retry { reason: format!("send heartbeat: {e}"), healthy: true };
                 }
+                unread.wrote(text.len());
                 if let Err(e) = ws.send(Message::Ping(Vec::new().into())).await {
                     return End::Retry { reason: format!("send ping: {e}"), healthy: true };
                 }
@@ -431,15 +439,26 @@ async fn registered(d: &Arc<Daemon>, ws: &mut Ws, shutdown: &mut tokio::sync::wa
                     if let Err(e) = send_text(ws, &text).await {
                         return End::Retry { reason: format!("send inventory: {e}"), healthy: true };
                     }
+                    unread.wrote(text.len());
                 }
             }
-            batch = d.outbox().peek_batch(OUTBOX_BATCH, OUTBOX_BATCH_BYTES) => {
-                // Write the batch, flush once, and only then drop it from
-                // the outbox: a failure keeps it for the next connection.
+            // The window closed before the backend ever answered a ping:
+            // wake to give up waiting for one (`unread.rs`).
+            _ = tokio::time::sleep_until(probe.unwrap_or_else(Instant::now)), if probe.is_some() => {}
+            batch = d.outbox().peek_batch(OUTBOX_BATCH, OUTBOX_BATCH_BYTES, bulk_room) => {
+                // Write the batch and a window ping, flush once, and only
+                // then drop it from the outbox: a failure keeps it for the
+                // next connection.
                 for text in batch.texts() {
                     if let Err(e) = ws.feed(Message::Text(text.clone())).await {
                         return End::Retry { reason: format!("send: {e}"), healthy: true };
                     }
+                    unread.wrote(text.len());
+                }
+                if let Some(payload) = unread.ping(Instant::now())
+                    && let Err(e) = ws.feed(Message::Ping(payload.to_vec().into())).await
+                {
+                    return End::Retry { reason: format!("send ping: {e}"), healthy: true };
                 }
                 if let Err(e) = ws.flush().await {
                     return End::Retry { reason: format!("send: {e}"), healthy: true };

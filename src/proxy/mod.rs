@@ -10,11 +10,12 @@
 //! | [`link`] | the WebSocket: connect, register, heartbeats, inventories, reconnect |
 //! | [`outbox`] | the bounded FIFO of everything the daemon sends, kept across disconnects |
 //! | [`protocol`] | serde types of every message both ways |
-//! | [`lane`] | what a run's parts share: the [`lane::RunContext`] the daemon gives them, its state, its jobs, the lane, the registry of lanes and agents, the replies |
+//! | [`shared`] | what a run's parts share: its state and where it is written, its agent slot, the jobs, the registry of lanes and agents, the replies |
+//! | [`lane`] | one run's lane: its run and agent slots, and the instance and agent parts that act on them |
 //! | [`landing`] | a run's agentInputs landed (planned, fetched with the download token, never over the agent's work) |
 //! | [`instance`] | a run's instance: `ensureRuntime` (name, TTL, `init`, host directories, user, mounts), removal |
 //! | [`run_state`] | what is persisted of a run (`RunState`) |
-//! | [`runs`] | routing to the lanes and each lane's loop: ordered processing, keepalive, re-adoption |
+//! | [`runs`] | the [`runs::RunContext`] the daemon gives its runs (each part made once), routing to the lanes and each lane's loop: ordered processing, keepalive, re-adoption |
 //! | [`mounts`] | what every instance gets besides the workspace and home: `/scratch`, the agent's state directory, `/run/secrets/<name>` |
 //! | [`report`] | what goes to the backend: the outbox, secrets scrubbed out, instance status reports |
 //! | [`persist`] | run state files written by one blocking worker, latest content first |
@@ -58,9 +59,11 @@ pub mod repo;
 pub mod report;
 pub mod run_state;
 pub mod runs;
+pub mod shared;
 pub mod signing;
 pub mod status;
 pub mod tls;
+pub mod unread;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -82,19 +85,21 @@ pub const EXIT_ID_CONFLICT: u8 = 3;
 /// The daemon as its top sees it (`main`, the link, the status file): the
 /// link's own state next to the run side.
 ///
-/// Each part gets what it needs and no more: lanes, agents, controls and
-/// instances get the [`lane::RunContext`] (config, provider, reporter, the
-/// lanes, the run-state writer, mounts); agents and the run-state writer
-/// report through the [`report::Reporter`] alone. Only the link and the
-/// status file see the registration state and the proxy id.
+/// Each part gets what it uses and no more (docs/architecture.md, "Layers"):
+/// the run side is the [`runs::RunContext`], which makes the instance, agent
+/// and control parts once, each with its own services and the config values
+/// it reads; the config itself stays here, for the link and the status
+/// file, which alone see the registration state and the proxy id.
 pub struct Daemon {
     proxy_id: String,
-    /// What the link authenticates with; taken out of the config the runs
-    /// get.
+    /// What the link authenticates with; taken out of the config.
     link_secrets: LinkSecrets,
     /// Registered with the backend right now.
     connected: AtomicBool,
-    run: Arc<lane::RunContext>,
+    /// The config, without its secrets: the link's (reconnects, timeouts,
+    /// TLS, registration) and the status file's. The runs do not get it.
+    cfg: Config,
+    run: Arc<runs::RunContext>,
     /// Private directories that lie where sandboxes see ([`exposed`]).
     path_warnings: Vec<String>,
 }
@@ -160,10 +165,10 @@ impl Daemon {
         };
         let signer = signing::Signer::new(cfg.control_signing_secret.take());
         let landing = landing::Landing::new(&cfg, link_secrets.auth_token.clone());
-        let (run, new_lanes) = lane::RunContext::new(cfg, provider, report, mounts, signer, landing);
+        let (run, new_lanes) = runs::RunContext::new(&cfg, provider, report, mounts, signer, landing);
         let run = Arc::new(run);
         run.spawn(runs::serve_lanes(Arc::downgrade(&run), new_lanes));
-        Daemon { proxy_id, link_secrets, connected: AtomicBool::new(false), run, path_warnings }
+        Daemon { proxy_id, link_secrets, connected: AtomicBool::new(false), cfg, run, path_warnings }
     }
 
     /// The private directories that lie where sandboxes see, as warnings.
@@ -172,7 +177,7 @@ impl Daemon {
     }
 
     pub fn cfg(&self) -> &Config {
-        self.run.cfg()
+        &self.cfg
     }
 
     /// The link's tokens and registration secret.
@@ -185,7 +190,7 @@ impl Daemon {
     }
 
     /// What the daemon gives its runs.
-    pub fn run_context(&self) -> &Arc<lane::RunContext> {
+    pub fn run_context(&self) -> &Arc<runs::RunContext> {
         &self.run
     }
 
@@ -407,7 +412,7 @@ async fn serve(cfg: Config, proxy_id: String, metrics: Option<crate::metrics::En
         }
     };
     let run = daemon.run_context().clone();
-    if let Err(e) = identity::private_dir(run.runs_dir()) {
+    if let Err(e) = identity::private_dir(run.records().dir()) {
         report(&format!("proxy: {e}"));
         return sandbox::EXIT_SETUP_FAILED;
     }
@@ -419,8 +424,8 @@ async fn serve(cfg: Config, proxy_id: String, metrics: Option<crate::metrics::En
         "proxy {} starting: provider {}, state {}, workspaces {}",
         daemon.proxy_id(),
         run.report().wire_provider(),
-        run.cfg().state_dir.display(),
-        run.cfg().sandbox.workspace_host_root.display()
+        daemon.cfg().state_dir.display(),
+        daemon.cfg().sandbox.workspace_host_root.display()
     );
     for w in daemon.path_warnings() {
         tracing::warn!("{w}");
@@ -434,8 +439,8 @@ async fn serve(cfg: Config, proxy_id: String, metrics: Option<crate::metrics::En
     // Agents do not outlive the daemon that holds their stdio (an id
     // conflict ends the link without the signal).
     run.runs().stop_starting();
-    close_agents(run.runs(), run.cfg().agent_shutdown_grace_seconds).await;
-    run.persister().flush();
+    close_agents(run.runs(), daemon.cfg().agent_shutdown_grace_seconds).await;
+    run.records().flush();
     if let Some(at) = signalled.get() {
         tracing::info!("shut down in {} ms", at.elapsed().as_millis());
     }
@@ -521,7 +526,7 @@ fn serve_metrics(daemon: &Daemon, endpoint: crate::metrics::Endpoint) {
 
 /// Closes every live agent (stdin, SIGTERM after `grace` seconds, SIGKILL
 /// after as many more), concurrently; instances and runs stay.
-async fn close_agents(runs: &lane::Runs, grace: u64) {
+async fn close_agents(runs: &shared::Runs, grace: u64) {
     let live: Vec<_> = runs.all_agents().into_iter().filter(|a| !a.has_exited()).collect();
     if live.is_empty() {
         return;

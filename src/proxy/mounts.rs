@@ -63,7 +63,8 @@ pub const SCRATCH_DIR: &str = crate::manifest::SCRATCH_DIR;
 const REDACT_MAX: u64 = 64 * 1024;
 
 /// What the instances' extra mounts are made from: the part of the config
-/// they need, taken once when the daemon starts (`RunContext::mounts`).
+/// they need, taken once when the daemon starts (shared by the instance and
+/// agent parts and the lanes' loop).
 pub struct Mounts {
     state_dir: PathBuf,
     provider: ProviderChoice,

@@ -224,28 +224,35 @@ impl Outbox {
 
     /// The next messages to send: the urgent lane's, then the bulk's
     /// oldest, at most `max` of them and about `max_bytes` (always at
-    /// least one), waiting until there is one.
-    pub async fn peek_batch(&self, max: usize, max_bytes: usize) -> Batch {
+    /// least one), waiting until there is one. `bulk_room`: how many
+    /// bytes of bulk messages the link may write now (at least one
+    /// message when `Some`); `None` takes urgent messages only.
+    pub async fn peek_batch(&self, max: usize, max_bytes: usize, bulk_room: Option<usize>) -> Batch {
         loop {
             let notified = self.notify.notified();
             {
                 let st = self.lock();
-                if st.len() > 0 {
+                if !st.urgent.is_empty() || (bulk_room.is_some() && !st.queue.is_empty()) {
                     let mut batch = Batch::default();
                     let mut bytes = 0;
-                    let mut room = |i: &Item| {
-                        let first = bytes == 0;
-                        bytes += i.text.len().max(1);
-                        first || bytes <= max_bytes
-                    };
-                    for i in st.urgent.iter().take(max).take_while(|i| room(i)) {
+                    // The first message goes whatever its size, the rest
+                    // within `limit` bytes in all.
+                    fn fits(bytes: &mut usize, i: &Item, limit: usize) -> bool {
+                        let first = *bytes == 0;
+                        *bytes += i.text.len().max(1);
+                        first || *bytes <= limit
+                    }
+                    for i in st.urgent.iter().take(max).take_while(|i| fits(&mut bytes, i, max_bytes)) {
                         batch.texts.push(i.text.clone());
                         batch.urgent_through = Some(i.seq);
                     }
-                    let left = max - batch.texts.len();
-                    for i in st.queue.iter().take(left).take_while(|i| room(i)) {
-                        batch.texts.push(i.text.clone());
-                        batch.bulk_through = Some(i.seq);
+                    if let Some(bulk_room) = bulk_room {
+                        let left = max - batch.texts.len();
+                        let limit = max_bytes.min(bytes.saturating_add(bulk_room));
+                        for i in st.queue.iter().take(left).take_while(|i| fits(&mut bytes, i, limit)) {
+                            batch.texts.push(i.text.clone());
+                            batch.bulk_through = Some(i.seq);
+                        }
                     }
                     return batch;
                 }
@@ -331,13 +338,16 @@ mod tests {
         let o = Outbox::new(10, 1 << 20);
         o.push(&json!({"type":"a","run_id":"r"}));
         o.push_text(r#"{"type":"b","run_id":"r"}"#.into(), "b", &Arc::from("r"));
-        let first = o.peek_batch(1, 1 << 20).await;
+        let first = o.peek_batch(1, 1 << 20, Some(1 << 20)).await;
         let text: serde_json::Value = serde_json::from_str(first.texts()[0].as_str()).unwrap();
         assert_eq!(text, json!({"type":"a","run_id":"r"}));
         // Not popped yet: a failed send keeps it.
-        assert_eq!(o.peek_batch(5, 1 << 20).await.texts().len(), 2);
+        assert_eq!(o.peek_batch(5, 1 << 20, Some(1 << 20)).await.texts().len(), 2);
         o.pop_sent(&first);
-        assert_eq!(o.peek_batch(5, 1 << 20).await.texts()[0].as_str(), r#"{"type":"b","run_id":"r"}"#);
+        assert_eq!(
+            o.peek_batch(5, 1 << 20, Some(1 << 20)).await.texts()[0].as_str(),
+            r#"{"type":"b","run_id":"r"}"#
+        );
     }
 
     /// Control answers go out ahead of the queued updates; the updates
@@ -361,12 +371,12 @@ mod tests {
                 })
                 .collect()
         };
-        let b = o.peek_batch(4, 1 << 20).await;
+        let b = o.peek_batch(4, 1 << 20, Some(1 << 20)).await;
         assert_eq!(types(&b), ["sandbox_control_result", "session_control_result", "0", "1"]);
         o.pop_sent(&b);
         // An answer queued meanwhile still goes first.
         o.push(&json!({"type":"sandbox_control_result","request_id":"q2"}));
-        let b = o.peek_batch(100, 1 << 20).await;
+        let b = o.peek_batch(100, 1 << 20, Some(1 << 20)).await;
         assert_eq!(types(&b), ["sandbox_control_result", "2", "3", "4", "5"]);
         o.pop_sent(&b);
         assert!(o.is_empty());
@@ -375,7 +385,30 @@ mod tests {
         o.push(&json!({"type":"sandbox_control_result","request_id":"q3"}));
         o.push(&json!({"type":"acp_update","run_id":"r","i":0}));
         o.push(&json!({"type":"acp_update","run_id":"r","i":1}));
-        assert_eq!(types(&o.peek_batch(5, 1 << 20).await), ["sandbox_control_result", "1"]);
+        assert_eq!(types(&o.peek_batch(5, 1 << 20, Some(1 << 20)).await), ["sandbox_control_result", "1"]);
+    }
+
+    /// With the link's read window closed only answers go out; with a
+    /// little room, bulk messages up to it (and always one).
+    #[tokio::test]
+    async fn a_closed_window_holds_the_bulk_but_not_the_answers() {
+        let o = Outbox::new(100, 1 << 20);
+        let run: Arc<str> = Arc::from("r");
+        for i in 0..3 {
+            o.push_text(format!(r#"{{"type":"acp_update","run_id":"r","i":{i}}}"#), "acp_update", &run);
+        }
+        let waiting = o.peek_batch(10, 1 << 20, None);
+        tokio::pin!(waiting);
+        use futures_util::FutureExt;
+        assert!((&mut waiting).now_or_never().is_none(), "bulk only, window closed: nothing to take");
+        o.push(&json!({"type":"sandbox_control_result","request_id":"q"}));
+        let b = waiting.await;
+        assert_eq!(b.texts().len(), 1);
+        assert!(b.texts()[0].as_str().contains("sandbox_control_result"));
+        o.pop_sent(&b);
+        // One byte of room still takes one message; 80 bytes take two.
+        assert_eq!(o.peek_batch(10, 1 << 20, Some(1)).await.texts().len(), 1);
+        assert_eq!(o.peek_batch(10, 1 << 20, Some(80)).await.texts().len(), 2);
     }
 
     #[tokio::test]
@@ -393,7 +426,7 @@ mod tests {
         };
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         assert!(!waiting.is_finished(), "half full: the producer waits");
-        let batch = o.peek_batch(1, 1 << 20).await;
+        let batch = o.peek_batch(1, 1 << 20, Some(1 << 20)).await;
         o.pop_sent(&batch);
         tokio::time::timeout(std::time::Duration::from_secs(5), waiting).await.unwrap().unwrap();
         // Going down releases a waiter too.

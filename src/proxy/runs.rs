@@ -29,6 +29,10 @@
 //! script and starts the agent). A prompt turn runs on its own task, so
 //! the lane keeps serving the run's other messages; session controls and
 //! permission answers bypass the lane and reach the agent directly.
+//!
+//! [`RunContext`] is what the daemon gives its runs: the parts, each made
+//! once with what it uses, and what this file's routing and loop use
+//! themselves.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -36,16 +40,23 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use super::agent::AgentError;
-use super::instance::InstanceError;
-use super::lane::{
-    Job, Lane, NewLane, RunContext, RunIdError, RunState, STATE_VERSION, now_ms, reply_prompt, reply_session,
-    send, valid_run_id,
-};
-use super::pathmap::PathMapError;
+use super::agent::{AgentError, AgentPart};
+use super::config::Config;
+use super::control::ControlPart;
+use super::instance::{InstanceError, InstancePart, InstanceSettings};
+use super::landing::Landing;
+use super::lane::{Lane, LaneParts};
+use super::mounts::Mounts;
+use super::pathmap::{PathMapError, PathMapping};
+use super::persist::Persister;
 use super::protocol::{Incoming, ProxyUpdate, RunMessage, RunReply, str_field};
 use super::report::Reporter;
-use crate::provider::{Provider, names};
+use super::shared::{
+    Job, NewLane, Records, RunIdError, RunState, Runs, STATE_VERSION, now_ms, reply_prompt, reply_session,
+    send, valid_run_id,
+};
+use super::signing::Signer;
+use crate::provider::{AnyProvider, Provider, names};
 
 /// Why a run's message failed, as its reply says it.
 #[derive(Debug, thiserror::Error)]
@@ -70,12 +81,117 @@ pub enum RunError {
     NotOpen,
 }
 
-/// Starts every new lane (`lane::send` queues a run's first job and hands
+/// What the daemon gives its runs: the parts of a lane, the controls, and
+/// what the routing and the lane's loop here use themselves (the lanes,
+/// the reporter, the provider and mounts an expiry acts on, two config
+/// values). The link's state and secrets are not here: a run never needs
+/// them.
+pub struct RunContext {
+    runs: Arc<Runs>,
+    report: Arc<Reporter>,
+    provider: Arc<AnyProvider>,
+    mounts: Arc<Mounts>,
+    records: Records,
+    parts: Arc<LaneParts>,
+    controls: ControlPart,
+    /// `sandbox.pathMapping`, applied to `acp_open` and `prompt_send`.
+    path_mapping: PathMapping,
+    /// `expire_idle_runs`: the keepalive clock starts when a run is idle.
+    expire_idle_runs: bool,
+}
+
+impl RunContext {
+    /// Each part made from `cfg` and the services it uses; with the lanes
+    /// to start, for [`serve_lanes`]. Only the controls get the `signer`,
+    /// only the agent part the `landing` (and its download token); `cfg`
+    /// is not kept.
+    pub fn new(
+        cfg: &Config,
+        provider: AnyProvider,
+        report: Arc<Reporter>,
+        mounts: Mounts,
+        signer: Signer,
+        landing: Landing,
+    ) -> (RunContext, mpsc::UnboundedReceiver<NewLane>) {
+        let (runs, new_lanes) = Runs::new();
+        let (runs, provider, mounts) = (Arc::new(runs), Arc::new(provider), Arc::new(mounts));
+        let pool = crate::blocking::Pool::daemon();
+        let records = Records::new(Persister::new(report.clone()), cfg.state_dir.join("runs"));
+        let instances = InstancePart::new(
+            provider.clone(),
+            mounts.clone(),
+            report.clone(),
+            landing.planning(),
+            InstanceSettings::new(cfg),
+        );
+        let agents = AgentPart::new(
+            cfg,
+            runs.clone(),
+            provider.clone(),
+            report.clone(),
+            mounts.clone(),
+            pool.clone(),
+            landing,
+        );
+        let controls = ControlPart::new(cfg, provider.clone(), report.clone(), signer, runs.clone(), pool);
+        let run = RunContext {
+            parts: Arc::new(LaneParts::new(instances, agents, records.clone())),
+            records,
+            controls,
+            runs,
+            report,
+            provider,
+            mounts,
+            path_mapping: cfg.sandbox.path_mapping.clone(),
+            expire_idle_runs: cfg.expire_idle_runs,
+        };
+        (run, new_lanes)
+    }
+
+    /// Starts `task` on the runs' event loop, from whichever thread.
+    pub fn spawn<F>(&self, task: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        self.runs.spawn(task)
+    }
+
+    pub fn runs(&self) -> &Runs {
+        &self.runs
+    }
+
+    /// The outbox, the redactor and the instance status reports.
+    pub fn report(&self) -> &Arc<Reporter> {
+        &self.report
+    }
+
+    pub fn provider(&self) -> &AnyProvider {
+        &self.provider
+    }
+
+    /// `/scratch`, the agent's state and secrets of every instance.
+    pub fn mounts(&self) -> &Mounts {
+        &self.mounts
+    }
+
+    /// Where run states are written (`<state>/runs`).
+    pub fn records(&self) -> &Records {
+        &self.records
+    }
+
+    /// What an agent started outside a lane gets (`acp_sink.rs`).
+    pub fn acp_context(&self) -> crate::acp::port::Context {
+        self.parts.acp_context()
+    }
+}
+
+/// Starts every new lane (`shared::send` queues a run's first job and hands
 /// the queue over) on its own task, until the runs' context is gone.
 pub async fn serve_lanes(d: Weak<RunContext>, mut new_lanes: mpsc::UnboundedReceiver<NewLane>) {
     while let Some(NewLane { key, jobs }) = new_lanes.recv().await {
         let Some(d) = d.upgrade() else { break };
-        d.spawn(Lane::new(d.clone(), key).run(jobs));
+        let lane = Lane::new(d.parts.clone(), key);
+        d.spawn(LaneLoop { lane, d: d.clone() }.run(jobs));
     }
 }
 
@@ -84,40 +200,40 @@ pub async fn serve_lanes(d: Weak<RunContext>, mut new_lanes: mpsc::UnboundedRece
 pub fn dispatch(d: &Arc<RunContext>, msg: Incoming) {
     match msg {
         Incoming::AcpOpen(m) => match valid_run_id(&m.run_id) {
-            Ok(id) => send(d, &id, Job::Open(m)),
+            Ok(id) => send(&d.runs, &id, Job::Open(m)),
             Err(e) => reply_open(d.report(), &m.run_id, Err(e.into())),
         },
         Incoming::PromptSend(m) => match valid_run_id(&m.run_id) {
-            Ok(id) => send(d, &id, Job::Prompt(m)),
+            Ok(id) => send(&d.runs, &id, Job::Prompt(m)),
             Err(e) => reply_prompt(d.report(), &m, Err(e)),
         },
         Incoming::AcpClose(m) => match valid_run_id(&m.run_id) {
-            Ok(id) => send(d, &id, Job::Close(m)),
+            Ok(id) => send(&d.runs, &id, Job::Close(m)),
             Err(e) => d.report().push(&RunReply::closed(&m.run_id, Err(e.to_string()))),
         },
         Incoming::SessionControl { kind, msg } => match valid_run_id(&msg.run_id) {
             // Straight to a live agent (never behind a prompt); the lane
             // answers the rest (missing fields, no agent).
-            Ok(id) if session_fields_ok(&kind, &msg) && super::agent::direct(d, &id, &kind, &msg) => {}
-            Ok(id) => send(d, &id, Job::Session { kind, msg }),
+            Ok(id) if session_fields_ok(&kind, &msg) && d.parts.direct(&id, &kind, &msg) => {}
+            Ok(id) => send(&d.runs, &id, Job::Session { kind, msg }),
             Err(e) => reply_session(d.report(), &msg, Err(e)),
         },
         Incoming::SessionPermission(m) => match valid_run_id(&m.run_id) {
-            Ok(id) if super::agent::direct(d, &id, "session_permission", &m) => {}
-            Ok(id) => send(d, &id, Job::Permission(m)),
+            Ok(id) if d.parts.direct(&id, "session_permission", &m) => {}
+            Ok(id) => send(&d.runs, &id, Job::Permission(m)),
             Err(e) => tracing::warn!("session_permission dropped: {e}"),
         },
         Incoming::AcpMessage(m) => match valid_run_id(&m.run_id) {
-            Ok(id) if super::agent::direct(d, &id, "acp_message", &m) => {}
+            Ok(id) if d.parts.direct(&id, "acp_message", &m) => {}
             Ok(id) => tracing::warn!("acp_message for run {id}: the run has no agent; dropped"),
             Err(e) => tracing::warn!("acp_message dropped: {e}"),
         },
-        Incoming::SandboxControl(c) => match super::control::lane_of(d, &c) {
+        Incoming::SandboxControl(c) => match super::control::lane_of(&d.controls, &c) {
             // A read that needs no lane state is answered here when its
             // run has nothing pending (never behind the runs' thread).
-            Ok(key) if super::control::answer_now(d, &key, &c) => {}
-            Ok(key) => send(d, &key, Job::Control(c)),
-            Err(e) => super::control::reply_error(d, &c, &e),
+            Ok(key) if super::control::answer_now(&d.controls, &key, &c) => {}
+            Ok(key) => send(&d.runs, &key, Job::Control(c)),
+            Err(e) => super::control::reply_error(&d.controls, &c, &e),
         },
         Incoming::RegisterAck(_) | Incoming::IdConflict { .. } => {}
     }
@@ -156,31 +272,37 @@ fn reply_open(report: &Reporter, run_id: &Value, result: Result<(), RunError>) {
     }
 }
 
-impl Lane {
+/// A lane as its loop runs it: the lane, and what the loop itself uses.
+struct LaneLoop {
+    lane: Lane,
+    d: Arc<RunContext>,
+}
+
+impl LaneLoop {
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Job>) {
         loop {
-            let deadline = self
-                .state()
-                .and_then(|s| s.expires_at_ms)
-                .map(|at| tokio::time::Instant::now() + Duration::from_millis(at.saturating_sub(now_ms())));
+            let deadline =
+                self.lane.state().and_then(|s| s.expires_at_ms).map(|at| {
+                    tokio::time::Instant::now() + Duration::from_millis(at.saturating_sub(now_ms()))
+                });
             tokio::select! {
                 job = rx.recv() => match job {
                     Some(job) => {
                         self.handle(job).await;
-                        self.ctx().runs().finished(self.run_id());
+                        self.d.runs().finished(self.lane.run_id());
                     }
                     None => break,
                 },
                 _ = sleep_until_opt(deadline) => {
-                    self.ctx().runs().begin(self.run_id());
+                    self.d.runs().begin(self.lane.run_id());
                     self.expire().await;
-                    self.ctx().runs().finished(self.run_id());
+                    self.d.runs().finished(self.lane.run_id());
                 }
             }
-            if self.state().is_none() {
-                let mut lanes = self.ctx().runs().lanes();
+            if self.lane.state().is_none() {
+                let mut lanes = self.d.runs().lanes();
                 if rx.is_empty() {
-                    lanes.remove(self.run_id());
+                    lanes.remove(self.lane.run_id());
                     break;
                 }
             }
@@ -192,38 +314,38 @@ impl Lane {
             Job::Open(m) => self.open(m).await,
             Job::Prompt(m) => self.prompt(m).await,
             Job::PromptDone => {
-                self.agent_slot_mut().prompt_done();
+                self.lane.agent_slot_mut().prompt_done();
                 self.idle();
             }
             Job::AgentExited { generation } => {
-                if self.agent_slot_mut().exited(generation) {
-                    self.ctx().runs().set_agent(self.run_id(), None);
-                    if let Some(state) = self.state()
-                        && let Ok(info) = self.ctx().provider().inspect(&state.instance_name).await
+                if self.lane.agent_slot_mut().exited(generation) {
+                    self.d.runs().set_agent(self.lane.run_id(), None);
+                    if let Some(state) = self.lane.state()
+                        && let Ok(info) = self.d.provider().inspect(&state.instance_name).await
                     {
-                        self.ctx().report().status(self.run_id(), &info);
+                        self.d.report().status(self.lane.run_id(), &info);
                     }
                 }
             }
             Job::Close(m) => {
-                if self.state().is_some() {
-                    self.close_agent("requested").await;
+                if self.lane.state().is_some() {
+                    self.lane.close_agent("requested").await;
                 }
-                let reply = match self.state_mut() {
+                let reply = match self.lane.state_mut() {
                     Some(state) => {
                         state.expires_at_ms = Some(now_ms() + state.keepalive_ttl_seconds * 1000);
-                        self.persist();
+                        self.lane.persist();
                         RunReply::closed(&m.run_id, Ok(()))
                     }
                     None => RunReply::closed(&m.run_id, Err("run_not_found".into())),
                 };
-                self.ctx().report().push(&reply);
+                self.d.report().push(&reply);
             }
             Job::Session { kind, msg } => {
                 // A live agent is reached directly by `dispatch`; here: a
                 // missing field, or no agent (the Node proxy's run_not_open).
                 let e = session_missing(&kind, &msg).unwrap_or(RunError::NotOpen);
-                reply_session(self.ctx().report(), &msg, Err(e));
+                reply_session(self.d.report(), &msg, Err(e));
             }
             Job::Permission(m) => {
                 tracing::info!(
@@ -231,9 +353,9 @@ impl Lane {
                     m.run_id.as_str().unwrap_or("?")
                 );
             }
-            Job::Control(c) => super::control::handle(self, c).await,
+            Job::Control(c) => super::control::handle(&self.d.controls, &mut self.lane, c).await,
             Job::Remove { name, done } => {
-                let result = self.remove_instance(&name).await.map(drop);
+                let result = self.lane.remove_instance(&name).await.map(drop);
                 let _ = done.send(result);
             }
             Job::Adopt(state) => self.adopt(*state).await,
@@ -243,12 +365,13 @@ impl Lane {
     /// `acp_open`: the instance prepared, the agent started, answered.
     async fn open(&mut self, mut m: RunMessage) {
         let t0 = std::time::Instant::now();
-        let result: Result<(), RunError> =
-            self.ctx().cfg().sandbox.path_mapping.apply(&mut m).map_err(Into::into);
+        let result: Result<(), RunError> = self.d.path_mapping.apply(&mut m).map_err(Into::into);
         let result = match result {
-            Ok(()) => {
-                self.prepare(&m.instance_name, &m.keepalive_ttl_seconds, &m.init).await.map_err(Into::into)
-            }
+            Ok(()) => self
+                .lane
+                .prepare(&m.instance_name, &m.keepalive_ttl_seconds, &m.init)
+                .await
+                .map_err(Into::into),
             Err(e) => Err(e),
         };
         let prepared = t0.elapsed();
@@ -256,9 +379,9 @@ impl Lane {
         // instance exists, ok or not): `prepare` queued the record,
         // whose `fsync` overlaps the agent's start; the answer waits
         // for it below.
-        let record = self.persisted();
+        let record = self.lane.persisted();
         let result = match result {
-            Ok(()) => self.open_agent(&m.cwd).await.map_err(Into::into),
+            Ok(()) => self.lane.open_agent(&m.cwd).await.map_err(Into::into),
             Err(e) => Err(e),
         };
         // The open path's own share against the agent's start
@@ -266,21 +389,21 @@ impl Lane {
         // logs its part.
         tracing::debug!(
             "run {}: acp_open: instance ready in {prepared:?}, answered after {:?}",
-            self.run_id(),
+            self.lane.run_id(),
             t0.elapsed()
         );
         if let Some(record) = record {
             // Err: the writer went away (the daemon is stopping).
             let _ = record.await;
         }
-        reply_open(self.ctx().report(), &m.run_id, result);
+        reply_open(self.d.report(), &m.run_id, result);
         self.idle();
     }
 
     /// `prompt_send`: the instance and agent made ready if needed, then
     /// the turn started (answered when it ends) or the failure answered.
     async fn prompt(&mut self, mut m: RunMessage) {
-        let mapped = self.ctx().cfg().sandbox.path_mapping.apply(&mut m);
+        let mapped = self.d.path_mapping.apply(&mut m);
         let result: Result<(), RunError> = if let Err(e) = mapped {
             Err(e.into())
         } else if str_field(&m.prompt_id).is_none() {
@@ -288,15 +411,15 @@ impl Lane {
         } else if !m.extra.get("prompt").is_some_and(Value::is_array) {
             Err(RunError::PromptNotArray)
         } else {
-            match self.prepare(&m.instance_name, &m.keepalive_ttl_seconds, &m.init).await {
-                Ok(()) => self.open_agent(&m.cwd).await.map_err(Into::into),
+            match self.lane.prepare(&m.instance_name, &m.keepalive_ttl_seconds, &m.init).await {
+                Ok(()) => self.lane.open_agent(&m.cwd).await.map_err(Into::into),
                 Err(e) => Err(e.into()),
             }
         };
         match result {
-            Ok(()) => self.start_prompt(m),
+            Ok(()) => self.lane.start_prompt(m),
             Err(e) => {
-                reply_prompt(self.ctx().report(), &m, Err(e));
+                reply_prompt(self.d.report(), &m, Err(e));
                 self.idle();
             }
         }
@@ -304,14 +427,14 @@ impl Lane {
 
     /// Starts the keepalive clock of an idle run (see the module doc).
     fn idle(&mut self) {
-        if !self.ctx().cfg().expire_idle_runs || self.agent_slot().busy() {
+        if !self.d.expire_idle_runs || self.lane.agent_slot().busy() {
             return;
         }
-        if let Some(state) = self.state_mut()
+        if let Some(state) = self.lane.state_mut()
             && state.expires_at_ms.is_none()
         {
             state.expires_at_ms = Some(now_ms() + state.keepalive_ttl_seconds * 1000);
-            self.persist();
+            self.lane.persist();
         }
     }
 
@@ -322,33 +445,33 @@ impl Lane {
     /// over the same workspace and home, starts the agent and resumes the
     /// session. Only `remove` (and `prune_orphans`/`gc`) forget a run.
     async fn expire(&mut self) {
-        let Some(state) = self.state() else { return };
+        let Some(state) = self.lane.state() else { return };
         let name = state.instance_name.clone();
         tracing::info!(
             "run {}: keepalive expired, removing instance {name} (the run is kept)",
-            self.run_id()
+            self.lane.run_id()
         );
-        self.close_agent("keepalive_expired").await;
-        match self.ctx().provider().remove(&name).await {
+        self.lane.close_agent("keepalive_expired").await;
+        match self.d.provider().remove(&name).await {
             Ok(info) => {
                 // The instance's scratch and staged secrets go with it.
-                self.ctx().mounts().discard(self.run_id());
-                self.ctx().report().status(self.run_id(), &info);
-                if let Some(state) = self.state_mut() {
+                self.d.mounts().discard(self.lane.run_id());
+                self.d.report().status(self.lane.run_id(), &info);
+                if let Some(state) = self.lane.state_mut() {
                     state.expires_at_ms = None;
                     state.instance_removed = true;
                     state.updated_at = super::now_iso();
                 }
-                self.persist();
+                self.lane.persist();
             }
             Err(e) => {
                 let e = e.to_string();
                 tracing::error!(
                     "run {}: removing expired instance {name}: {e}; retrying in 60 s",
-                    self.run_id()
+                    self.lane.run_id()
                 );
-                self.ctx().report().error_status(self.run_id(), &name, &e);
-                if let Some(state) = self.state_mut() {
+                self.d.report().error_status(self.lane.run_id(), &name, &e);
+                if let Some(state) = self.lane.state_mut() {
                     state.expires_at_ms = Some(now_ms() + 60_000);
                 }
             }
@@ -358,24 +481,24 @@ impl Lane {
     async fn adopt(&mut self, state: RunState) {
         let name = state.instance_name.clone();
         let removed = state.instance_removed;
-        self.set_state(state);
-        match self.ctx().provider().inspect(&name).await {
+        self.lane.set_state(state);
+        match self.d.provider().inspect(&name).await {
             // Removed at its expiry, and reported then: not again.
             Ok(info) if removed && info.status == crate::provider::InstanceStatus::Missing => {
                 tracing::info!(
                     "run {}: re-adopted; its instance {name} was removed at keepalive expiry",
-                    self.run_id()
+                    self.lane.run_id()
                 );
             }
             Ok(info) => {
                 tracing::info!(
                     "run {}: re-adopted instance {name} ({})",
-                    self.run_id(),
+                    self.lane.run_id(),
                     info.status.as_str()
                 );
-                self.ctx().report().status(self.run_id(), &info);
+                self.d.report().status(self.lane.run_id(), &info);
             }
-            Err(e) => tracing::warn!("run {}: inspecting {name}: {e}", self.run_id()),
+            Err(e) => tracing::warn!("run {}: inspecting {name}: {e}", self.lane.run_id()),
         }
         self.idle();
     }
@@ -403,11 +526,11 @@ enum StateFileError {
 
 /// Loads every persisted run and hands it to its lane.
 pub async fn adopt_persisted(d: &Arc<RunContext>) {
-    let entries = match std::fs::read_dir(d.runs_dir()) {
+    let entries = match std::fs::read_dir(d.records.dir()) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
         Err(e) => {
-            tracing::error!("reading {}: {e}", d.runs_dir().display());
+            tracing::error!("reading {}: {e}", d.records.dir().display());
             return;
         }
     };
@@ -436,7 +559,7 @@ pub async fn adopt_persisted(d: &Arc<RunContext>) {
                         .add_secrets(env.iter().filter_map(|(k, v)| v.as_str().map(|v| (k.as_str(), v))));
                 }
                 let key = state.run_id.clone();
-                send(d, &key, Job::Adopt(Box::new(state)));
+                send(&d.runs, &key, Job::Adopt(Box::new(state)));
             }
             Err(e) => tracing::error!("{}: {e}; left as it is", path.display()),
         }
@@ -460,8 +583,16 @@ mod tests {
     /// instances are recorded, no process starts) on a current-thread
     /// runtime that only runs when the test polls it.
     fn parked_daemon(dir: &std::path::Path) -> (tokio::runtime::Runtime, super::super::Daemon) {
+        parked_daemon_with(dir, "")
+    }
+
+    /// As [`parked_daemon`], with `top` added to the config's top-level keys.
+    fn parked_daemon_with(
+        dir: &std::path::Path,
+        top: &str,
+    ) -> (tokio::runtime::Runtime, super::super::Daemon) {
         let text = format!(
-            "orchestrator_url = \"ws://127.0.0.1:1/ws/agent\"\nstate_dir = \"{0}/state\"\n\
+            "orchestrator_url = \"ws://127.0.0.1:1/ws/agent\"\nstate_dir = \"{0}/state\"\n{top}\
              [sandbox]\nworkspaceHostRoot = \"{0}/root\"\ngitPush = false\n",
             dir.display()
         );
@@ -497,7 +628,7 @@ mod tests {
     fn results_now(d: &super::super::Daemon) -> Vec<Value> {
         use futures_util::FutureExt;
         let mut out = Vec::new();
-        while let Some(batch) = d.outbox().peek_batch(1000, 1 << 20).now_or_never() {
+        while let Some(batch) = d.outbox().peek_batch(1000, 1 << 20, Some(1 << 20)).now_or_never() {
             d.outbox().pop_sent(&batch);
             out.extend(
                 batch
@@ -562,6 +693,20 @@ mod tests {
         let ids: Vec<_> = now.iter().map(|r| r["request_id"].as_str().unwrap()).collect();
         assert_eq!(ids, ["again-1", "again-2"], "{now:?}");
         assert!(now.iter().all(|r| r["status"] == r1[0]["status"]), "{now:?}");
+    }
+
+    /// The config the daemon keeps (and the link reads) holds no secret:
+    /// each went to the one part that signs or authenticates with it.
+    #[test]
+    fn the_kept_config_holds_no_secret() {
+        let dir = tempfile::tempdir().unwrap();
+        let secrets = "auth_token = \"tok-1\"\ncontrol_signing_secret = \"sig-2\"\n\
+                       register_hmac_secret = \"reg-3\"\n";
+        let (_rt, d) = parked_daemon_with(dir.path(), secrets);
+        let cfg = d.cfg();
+        assert!(cfg.auth_token.is_none() && cfg.bootstrap_token.is_none());
+        assert!(cfg.control_signing_secret.is_none() && cfg.register_hmac_secret.is_none());
+        assert_eq!(cfg.secrets().count(), 0);
     }
 
     #[test]

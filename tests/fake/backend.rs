@@ -93,6 +93,10 @@ struct Shared {
     /// After answering a proxy's Close, keep the TCP connection open this
     /// long (a backend behind a proxy that does not close first).
     linger_after_close: Mutex<Option<Duration>>,
+    /// While set, no connection reads (a backend too busy to read: what
+    /// the daemon writes stays in socket buffers, its pings unanswered).
+    reads_paused: AtomicBool,
+    reads_resumed: tokio::sync::Notify,
 }
 
 /// With `TUIXIU_TEST_WIRE_LOG=<file>`, every text frame any test backend
@@ -201,6 +205,14 @@ impl Backend {
     /// Answer a proxy's Close, then keep the connection open for `d`.
     pub fn linger_after_close(&self, d: Duration) {
         *self.shared.linger_after_close.lock().unwrap() = Some(d);
+    }
+
+    /// Stops (`true`) or resumes reading on every connection.
+    pub fn pause_reads(&self, on: bool) {
+        self.shared.reads_paused.store(on, Ordering::SeqCst);
+        if !on {
+            self.shared.reads_resumed.notify_waiters();
+        }
     }
 
     /// Refuse a `register_agent` whose id an open connection already holds.
@@ -401,8 +413,13 @@ where
         }
     }
     loop {
+        let resumed = s.reads_resumed.notified();
+        tokio::pin!(resumed);
+        resumed.as_mut().enable();
+        let paused = s.reads_paused.load(Ordering::SeqCst);
         tokio::select! {
-            frame = ws.next() => match frame {
+            _ = &mut resumed, if paused => {}
+            frame = ws.next(), if !paused => match frame {
                 Some(Ok(Message::Text(text))) => {
                     wire_log(&text);
                     let msg: Value = serde_json::from_str(&text).unwrap_or(json!({"unparsable": text.to_string()}));

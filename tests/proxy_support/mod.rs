@@ -12,6 +12,7 @@ mod install;
 pub mod net;
 #[path = "../pki/mod.rs"]
 mod pki;
+pub mod pongless;
 pub use fake::backend::*;
 pub use pki::Pki;
 use std::os::unix::fs::PermissionsExt;

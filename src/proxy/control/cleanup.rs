@@ -4,22 +4,21 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 use tokio::sync::oneshot;
 
-use super::{ControlError, dry_run, expected_instances};
+use super::{ControlError, ControlPart, dry_run, expected_instances};
 use crate::hostfs::under_root::resolve_under_root;
 use crate::provider::names;
 use crate::provider::{Provider, ProviderError};
 use crate::proxy::inventory;
-use crate::proxy::lane::{self, Job, RunContext};
 use crate::proxy::protocol::{DeletedWorkspace, InventoryRef, SandboxControl};
+use crate::proxy::shared::{Job, send};
 
 /// Managed instances the backend does not expect, with their run ids.
 pub(super) async fn orphans(
-    d: &RunContext,
+    d: &ControlPart,
     c: &SandboxControl,
 ) -> Result<Vec<(String, Option<String>)>, ProviderError> {
     let expected: BTreeSet<String> =
@@ -38,17 +37,17 @@ pub(super) async fn orphans(
 /// Removes an instance in its run's lane (so it is ordered with that run's
 /// messages and the run forgets it), or directly when it has no run.
 pub(super) async fn remove_via_lane(
-    d: &Arc<RunContext>,
+    d: &ControlPart,
     name: &str,
     run_id: Option<&str>,
 ) -> Result<(), ControlError> {
-    let prefix = &d.cfg().sandbox.instance_prefix;
+    let prefix = &d.instance_prefix;
     let lane_run =
         name.strip_prefix(prefix.as_str()).filter(|id| names::validate_run_id(id).is_ok()).or(run_id);
     match lane_run {
         Some(run) => {
             let (tx, rx) = oneshot::channel();
-            lane::send(d, run, Job::Remove { name: name.to_string(), done: tx });
+            send(&d.runs, run, Job::Remove { name: name.to_string(), done: tx });
             match rx.await {
                 Ok(removed) => Ok(removed?),
                 Err(_) => Err(ControlError::LaneEnded),
@@ -60,13 +59,43 @@ pub(super) async fn remove_via_lane(
 
 /// `gc`: the plan (orphaned instances, then workspaces without a run),
 /// bounded by `max_delete_count`, then, unless a dry run, the removals in
-/// the plan's order. Kept whole so the plan and what is removed cannot
-/// drift apart.
+/// the plan's order ([`gc_remove`]: the plan is what is removed).
 pub(super) async fn gc(
-    d: &Arc<RunContext>,
+    d: &ControlPart,
     c: &SandboxControl,
     out: &mut Map<String, Value>,
 ) -> Result<(), ControlError> {
+    let plan = gc_plan(d, c).await?;
+    out.insert("planned".into(), json!({"deletes": plan}));
+    if dry_run(c) != Some(false) {
+        return Ok(());
+    }
+    let removed = gc_remove(d, &plan).await;
+    out.insert(
+        "deleted".into(),
+        json!({"instances": removed.instances.len(), "workspaces": removed.workspaces.len()}),
+    );
+    if !removed.instances.is_empty() {
+        d.report().push(&inventory::deleted_instances(d.provider(), removed.instances));
+    }
+    if !removed.workspaces.is_empty() {
+        d.report().push(&inventory::deleted_workspaces(d.provider(), removed.workspaces));
+    }
+    if let Ok(inv) = inventory::full(d.provider(), None).await {
+        d.report().push(&inv);
+    }
+    let failed = !removed.errors.is_empty();
+    out.insert("errors".into(), Value::Array(removed.errors));
+    if failed {
+        return Err(ControlError::Partial("gc finished with errors (see errors)".into()));
+    }
+    Ok(())
+}
+
+/// What `gc` would remove, as its result lists it: each orphaned
+/// instance, then its run's workspace (as `gc`'s options allow), at most
+/// `max_delete_count` (default 500) deletions.
+async fn gc_plan(d: &ControlPart, c: &SandboxControl) -> Result<Vec<Value>, ControlError> {
     let opts = c.extra.get("gc").cloned().unwrap_or(Value::Null);
     let remove_orphans = opts.get("remove_orphans").and_then(Value::as_bool) != Some(false);
     let remove_workspaces = opts.get("remove_workspaces").and_then(Value::as_bool) != Some(false);
@@ -75,7 +104,6 @@ pub(super) async fn gc(
         .or_else(|| c.extra.get("max_delete_count"))
         .and_then(Value::as_f64)
         .map_or(500, |n| n.clamp(0.0, 10_000.0) as usize);
-    let dry = dry_run(c) != Some(false);
     let mut plan: Vec<Value> = Vec::new();
     for (name, run_id) in orphans(d, c).await? {
         if remove_orphans {
@@ -88,60 +116,48 @@ pub(super) async fn gc(
         }
     }
     plan.truncate(max);
-    out.insert("planned".into(), json!({"deletes": plan}));
-    if dry {
-        return Ok(());
-    }
-    let mut deleted_instances = Vec::new();
-    let mut deleted_workspaces = Vec::new();
-    let mut errors = Vec::new();
-    for item in &plan {
+    Ok(plan)
+}
+
+/// What a `gc` removed, and what it could not (as its result lists them).
+struct GcRemoved {
+    instances: Vec<InventoryRef>,
+    workspaces: Vec<DeletedWorkspace>,
+    errors: Vec<Value>,
+}
+
+/// Removes the items of `plan` in order: an instance in its run's lane,
+/// a workspace on the run's share of the blocking pool.
+async fn gc_remove(d: &ControlPart, plan: &[Value]) -> GcRemoved {
+    let mut removed = GcRemoved { instances: Vec::new(), workspaces: Vec::new(), errors: Vec::new() };
+    for item in plan {
         let name = item["instance_name"].as_str().unwrap_or_default().to_string();
         let run_id = item["run_id"].as_str().map(str::to_string);
         match item["kind"].as_str() {
             Some("instance") => match remove_via_lane(d, &name, run_id.as_deref()).await {
-                Ok(()) => {
-                    deleted_instances.push(InventoryRef { instance_name: name, run_id, reason: Some("gc") })
-                }
-                Err(e) => errors.push(
+                Ok(()) => removed.instances.push(InventoryRef { instance_name: name, run_id, reason: Some("gc") }),
+                Err(e) => removed.errors.push(
                     json!({"kind":"instance","instance_name":name,"run_id":run_id,"message":d.report().redact(&e.to_string())}),
                 ),
             },
             _ => {
                 let run = run_id.clone().unwrap_or_default();
                 match remove_workspace(d, &run, None).await {
-                    Ok(()) => deleted_workspaces.push(DeletedWorkspace {
+                    Ok(()) => removed.workspaces.push(DeletedWorkspace {
                         instance_name: Some(name),
                         run_id: run,
                         workspace_provider: "host",
                         deleted_at: crate::proxy::now_iso(),
                         reason: "gc",
                     }),
-                    Err(e) => errors
+                    Err(e) => removed
+                        .errors
                         .push(json!({"kind":"workspace","run_id":run_id,"message":d.report().redact(&e.to_string())})),
                 }
             }
         }
     }
-    out.insert(
-        "deleted".into(),
-        json!({"instances": deleted_instances.len(), "workspaces": deleted_workspaces.len()}),
-    );
-    if !deleted_instances.is_empty() {
-        d.report().push(&inventory::deleted_instances(d.provider(), deleted_instances));
-    }
-    if !deleted_workspaces.is_empty() {
-        d.report().push(&inventory::deleted_workspaces(d.provider(), deleted_workspaces));
-    }
-    if let Ok(inv) = inventory::full(d.provider(), None).await {
-        d.report().push(&inv);
-    }
-    let failed = !errors.is_empty();
-    out.insert("errors".into(), Value::Array(errors));
-    if failed {
-        return Err(ControlError::Partial("gc finished with errors (see errors)".into()));
-    }
-    Ok(())
+    removed
 }
 
 /// Deletes `<root>/run-<id>`, `<root>/home-<id>` and the run's recorded
@@ -149,14 +165,14 @@ pub(super) async fn gc(
 /// the root first. Missing directories are fine. A workspace may be a
 /// large tree: the walk runs on the run's share of the blocking pool.
 pub(super) async fn remove_workspace(
-    d: &RunContext,
+    d: &ControlPart,
     run_id: &str,
     recorded: Option<&Path>,
 ) -> Result<(), ControlError> {
     names::validate_run_id(run_id)?;
-    let root = d.cfg().sandbox.workspace_host_root.clone();
+    let root = d.workspace_host_root.clone();
     let (run, recorded) = (run_id.to_string(), recorded.map(Path::to_path_buf));
-    d.pool().share(run_id).run(move || remove_workspace_dirs(&root, &run, recorded.as_deref())).await?
+    d.pool.share(run_id).run(move || remove_workspace_dirs(&root, &run, recorded.as_deref())).await?
 }
 
 pub(super) fn remove_workspace_dirs(
@@ -191,7 +207,7 @@ pub(super) fn under_root(root: &Path, path: &Path) -> Result<PathBuf, ControlErr
     resolve_under_root(root, path, false).map_err(ControlError::Path)
 }
 
-pub(super) async fn remove_image(d: &RunContext, image: &str) -> Result<(), ControlError> {
+pub(super) async fn remove_image(d: &ControlPart, image: &str) -> Result<(), ControlError> {
     let crate::provider::AnyProvider::Docker(docker) = d.provider() else {
         return Err(ControlError::NoImages {
             provider: d.report().wire_provider(),

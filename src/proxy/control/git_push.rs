@@ -1,15 +1,17 @@
 //! `git_push`: the run's workspace pushed with the daemon's credentials,
 //! hardened (docs/proxy.md, "Protections").
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use super::ControlError;
 use super::cleanup::under_root;
+use super::{ControlError, ControlPart};
 use crate::provider::names;
+use crate::proxy::config::Config;
 use crate::proxy::gitenv::{GitEnv, check_branch};
-use crate::proxy::lane::{Lane, RunContext};
+use crate::proxy::lane::Lane;
 use crate::proxy::protocol::{SandboxControl, str_field};
 use serde_json::json;
 
@@ -22,7 +24,7 @@ pub(super) fn check_remote(r: &str) -> Result<(), ControlError> {
     if ok { Ok(()) } else { Err(ControlError::Remote(r.to_string())) }
 }
 
-pub(super) fn tail(bytes: &[u8], d: &RunContext) -> String {
+pub(super) fn tail(bytes: &[u8], d: &ControlPart) -> String {
     let text = d.report().redact(&String::from_utf8_lossy(bytes));
     if text.len() <= OUTPUT_TAIL {
         return text;
@@ -34,45 +36,86 @@ pub(super) fn tail(bytes: &[u8], d: &RunContext) -> String {
     format!("...{}", &text[start..])
 }
 
-/// `git_push` (docs/proxy.md, "Protections"). Long because its checks
-/// (branch, remote, workspace under the root, the workspace's own git
-/// config) and the push they guard read best as one sequence: splitting
-/// them would let a later step run without an earlier check in sight.
+/// What `git_push` needs of the daemon's config, copied once.
+pub(super) struct GitPushSettings {
+    /// `sandbox.gitPush`.
+    enabled: bool,
+    /// `git_push_timeout_max_seconds`.
+    timeout_max: u64,
+    /// Where the credentials' private directory is made.
+    state_dir: PathBuf,
+}
+
+impl GitPushSettings {
+    pub(super) fn new(cfg: &Config) -> GitPushSettings {
+        GitPushSettings {
+            enabled: cfg.sandbox.git_push,
+            timeout_max: cfg.git_push_timeout_max_seconds,
+            state_dir: cfg.state_dir.clone(),
+        }
+    }
+}
+
+/// A `git_push` control's fields, checked.
+struct PushRequest {
+    branch: String,
+    remote: String,
+    timeout: u64,
+    /// `env`: the credentials and `TUIXIU_REPO_URL`.
+    env: Vec<(String, String)>,
+}
+
+impl PushRequest {
+    /// The branch, then the remote, the timeout (clamped to `max`) and
+    /// `env`, each checked in that order.
+    fn from_control(c: &SandboxControl, max: u64) -> Result<PushRequest, ControlError> {
+        let field = |k: &str| c.extra.get(k).unwrap_or(&Value::Null);
+        let branch = str_field(field("branch")).ok_or(ControlError::NoBranch)?.to_string();
+        check_branch(&branch).map_err(ControlError::Branch)?;
+        let remote = str_field(field("remote")).unwrap_or("origin").to_string();
+        check_remote(&remote)?;
+        let timeout = field("timeout_seconds")
+            .as_f64()
+            .filter(|n| n.is_finite())
+            .map_or(300, |n| (n as u64).clamp(5, max));
+        let mut env: Vec<(String, String)> = Vec::new();
+        if let Some(map) = field("env").as_object() {
+            for (k, v) in map {
+                let v = v
+                    .as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| if v.is_null() { String::new() } else { v.to_string() });
+                names::validate_env(k, &v).map_err(ControlError::Env)?;
+                env.push((k.clone(), v));
+            }
+        }
+        Ok(PushRequest { branch, remote, timeout, env })
+    }
+
+    /// A non-empty `env` value.
+    fn get(&self, k: &str) -> Option<String> {
+        self.env.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone()).filter(|v| !v.is_empty())
+    }
+}
+
+/// `git_push` (docs/proxy.md, "Protections"): the request's fields, the
+/// workspace (under the root, a checkout), the workspace's own git config,
+/// then the push, each step only after the ones before it passed.
 pub(super) async fn git_push(
+    d: &ControlPart,
     lane: &mut Lane,
     c: &SandboxControl,
     out: &mut Map<String, Value>,
 ) -> Result<(), ControlError> {
-    let d = lane.ctx().clone();
-    if !d.cfg().sandbox.git_push {
+    if !d.git.enabled {
         return Err(ControlError::GitPushDisabled);
     }
-    let field = |k: &str| c.extra.get(k).unwrap_or(&Value::Null);
-    let branch = str_field(field("branch")).ok_or(ControlError::NoBranch)?.to_string();
-    check_branch(&branch).map_err(ControlError::Branch)?;
-    let remote = str_field(field("remote")).unwrap_or("origin").to_string();
-    check_remote(&remote)?;
-    let max = d.cfg().git_push_timeout_max_seconds;
-    let timeout =
-        field("timeout_seconds").as_f64().filter(|n| n.is_finite()).map_or(300, |n| (n as u64).clamp(5, max));
-    let mut env: Vec<(String, String)> = Vec::new();
-    if let Some(map) = field("env").as_object() {
-        for (k, v) in map {
-            let v = v
-                .as_str()
-                .map(str::to_string)
-                .unwrap_or_else(|| if v.is_null() { String::new() } else { v.to_string() });
-            names::validate_env(k, &v).map_err(ControlError::Env)?;
-            env.push((k.clone(), v));
-        }
-    }
-    d.report().add_secrets(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-    let get =
-        |k: &str| env.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone()).filter(|v| !v.is_empty());
+    let req = PushRequest::from_control(c, d.git.timeout_max)?;
+    d.report().add_secrets(req.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
     if lane.run_id().is_empty() {
         return Err(ControlError::GitPushNoRun);
     }
-    let root = &d.cfg().sandbox.workspace_host_root;
+    let root = &d.workspace_host_root;
     let ws = lane
         .state()
         .map(|s| s.workspace.clone())
@@ -81,8 +124,7 @@ pub(super) async fn git_push(
     if !ws.is_dir() || std::fs::symlink_metadata(ws.join(".git")).is_err() {
         return Err(ControlError::NotCheckout(ws));
     }
-
-    let genv = GitEnv::new(&d.cfg().state_dir, &get).map_err(ControlError::GitEnv)?;
+    let genv = GitEnv::new(&d.git.state_dir, &|k: &str| req.get(k)).map_err(ControlError::GitEnv)?;
     // The workspace is agent-writable: its config must not get to run
     // commands on the host or redirect the credentials.
     let git = |args: &[&str]| {
@@ -90,9 +132,24 @@ pub(super) async fn git_push(
         cmd.arg("-C").arg(&ws).args(args);
         cmd
     };
-    // Repository config that could run a command on the host or send the
-    // credentials elsewhere (per-URL credential helpers survive the
-    // `credential.helper=` override above) is refused outright.
+    check_repo(d, &git, &req).await?;
+    let child = git(&["push", "-u", "--", &req.remote, &req.branch])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(ControlError::GitSpawn)?;
+    wait_push(d, child, req.timeout, out).await
+}
+
+/// Refuses a workspace whose repository config could run a command on
+/// the host or send the credentials elsewhere (per-URL credential helpers
+/// survive the `credential.helper=` override), and one whose remote does
+/// not push to `TUIXIU_REPO_URL` (when given).
+async fn check_repo(
+    d: &ControlPart,
+    git: &(dyn Fn(&[&str]) -> tokio::process::Command + Sync),
+    req: &PushRequest,
+) -> Result<(), ControlError> {
     let listed = git(&["config", "--local", "--includes", "--name-only", "--list"])
         .output()
         .await
@@ -100,24 +157,34 @@ pub(super) async fn git_push(
     if let Some(key) = String::from_utf8_lossy(&listed.stdout).lines().find(|k| dangerous_git_key(k)) {
         return Err(ControlError::DangerousConfig(key.to_string()));
     }
-    if let Some(repo_url) = get("TUIXIU_REPO_URL") {
-        let got = git(&["remote", "get-url", "--push", &remote]).output().await.map_err(ControlError::Git)?;
+    if let Some(repo_url) = req.get("TUIXIU_REPO_URL") {
+        let got =
+            git(&["remote", "get-url", "--push", &req.remote]).output().await.map_err(ControlError::Git)?;
         let url = String::from_utf8_lossy(&got.stdout).trim().to_string();
         if !got.status.success() || url != repo_url.trim() {
-            return Err(ControlError::RemoteMismatch { remote, url: d.report().redact(&url) });
+            return Err(ControlError::RemoteMismatch {
+                remote: req.remote.clone(),
+                url: d.report().redact(&url),
+            });
         }
     }
-    let child = git(&["push", "-u", "--", &remote, &branch])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .map_err(ControlError::GitSpawn)?;
+    Ok(())
+}
+
+/// Waits for the push at most `timeout` seconds (then kills its process
+/// group); its output's tails, exit code and signal go in the result.
+async fn wait_push(
+    d: &ControlPart,
+    child: tokio::process::Child,
+    timeout: u64,
+    out: &mut Map<String, Value>,
+) -> Result<(), ControlError> {
     let pid = child.id();
     match tokio::time::timeout(Duration::from_secs(timeout), child.wait_with_output()).await {
         Ok(Ok(output)) => {
             use std::os::unix::process::ExitStatusExt;
-            out.insert("stdout".into(), json!(tail(&output.stdout, &d)));
-            out.insert("stderr".into(), json!(tail(&output.stderr, &d)));
+            out.insert("stdout".into(), json!(tail(&output.stdout, d)));
+            out.insert("stderr".into(), json!(tail(&output.stderr, d)));
             out.insert("code".into(), json!(output.status.code()));
             out.insert("signal".into(), json!(output.status.signal().map(signal_name)));
             if output.status.success() {

@@ -34,15 +34,18 @@ use cleanup::{gc, orphans, remove_image, remove_via_lane, remove_workspace};
 use fields::check_fields;
 use git_push::git_push;
 
+use super::config::Config;
 use super::gitenv::GitError;
 use super::instance::InstanceError;
 use super::inventory;
-use super::lane::{self, Lane, RunContext, RunIdError, valid_run_id};
+use super::lane::Lane;
 use super::protocol::{ControlResult, DeletedWorkspace, InventoryRef, SandboxControl, str_field};
-use super::signing::SignatureError;
+use super::report::Reporter;
+use super::shared::{self, RunIdError, Runs, valid_run_id};
+use super::signing::{SignatureError, Signer};
 use crate::hostfs::under_root::UnderRootError;
 use crate::provider::names::{self, NameError};
-use crate::provider::{InstanceInfo, Provider, ProviderError};
+use crate::provider::{AnyProvider, InstanceInfo, Provider, ProviderError};
 use sandbox::error::io_error_text;
 
 /// Why a control failed: the `error` of its `sandbox_control_result`.
@@ -144,20 +147,68 @@ pub enum ControlError {
     RemoteMismatch { remote: String, url: String },
 }
 
+/// The controls' part: what answering `sandbox_control` needs, and nothing
+/// else. The signer is here (and used only by [`admit`]); a run's instance
+/// and agent are reached through its [`Lane`].
+pub struct ControlPart {
+    provider: Arc<AnyProvider>,
+    report: Arc<Reporter>,
+    /// Checks the signature of a destructive control.
+    signer: Signer,
+    /// The lanes: `inspect`'s fast path, and removals in a run's order.
+    runs: Arc<Runs>,
+    pool: Arc<crate::blocking::Pool>,
+    /// `sandbox.instancePrefix`: the instances the controls may touch.
+    instance_prefix: String,
+    /// `workspaceHostRoot`: where workspaces may be removed.
+    workspace_host_root: PathBuf,
+    git: git_push::GitPushSettings,
+}
+
+impl ControlPart {
+    pub fn new(
+        cfg: &Config,
+        provider: Arc<AnyProvider>,
+        report: Arc<Reporter>,
+        signer: Signer,
+        runs: Arc<Runs>,
+        pool: Arc<crate::blocking::Pool>,
+    ) -> ControlPart {
+        ControlPart {
+            provider,
+            report,
+            signer,
+            runs,
+            pool,
+            instance_prefix: cfg.sandbox.instance_prefix.clone(),
+            workspace_host_root: cfg.sandbox.workspace_host_root.clone(),
+            git: git_push::GitPushSettings::new(cfg),
+        }
+    }
+
+    fn provider(&self) -> &AnyProvider {
+        &self.provider
+    }
+
+    fn report(&self) -> &Arc<Reporter> {
+        &self.report
+    }
+}
+
 /// Actions answered in the global lane (they concern many runs, or none).
 const GLOBAL_ACTIONS: &[&str] = &["report_inventory", "remove_image", "gc", "prune_orphans"];
 
 /// The lane for a control: its run (from `run_id`, else a managed instance
 /// name), or the global lane. An invalid `run_id` is refused here.
-pub fn lane_of(d: &Arc<RunContext>, c: &SandboxControl) -> Result<String, RunIdError> {
+pub fn lane_of(d: &ControlPart, c: &SandboxControl) -> Result<String, RunIdError> {
     let action = c.action.as_str().unwrap_or("");
     if GLOBAL_ACTIONS.contains(&action) {
-        return Ok(lane::GLOBAL.to_string());
+        return Ok(shared::GLOBAL.to_string());
     }
     if !c.run_id.is_null() && c.run_id != Value::String(String::new()) {
         return valid_run_id(&c.run_id);
     }
-    let prefix = &d.cfg().sandbox.instance_prefix;
+    let prefix = &d.instance_prefix;
     Ok(str_field(&c.instance_name)
         .and_then(|n| n.strip_prefix(prefix.as_str()))
         .filter(|id| names::validate_run_id(id).is_ok())
@@ -166,7 +217,7 @@ pub fn lane_of(d: &Arc<RunContext>, c: &SandboxControl) -> Result<String, RunIdE
 }
 
 /// Answers a control that could not be routed.
-pub fn reply_error(d: &RunContext, c: &SandboxControl, error: impl std::fmt::Display) {
+pub fn reply_error(d: &ControlPart, c: &SandboxControl, error: impl std::fmt::Display) {
     let mut res = ControlResult::for_msg(c);
     res.ok = false;
     res.error = Some(d.report().redact(&error.to_string()));
@@ -190,12 +241,12 @@ fn dry_run(c: &SandboxControl) -> Option<bool> {
         .or(Some(true))
 }
 
-pub async fn handle(lane: &mut Lane, c: SandboxControl) {
-    let d = lane.ctx().clone();
+/// Answers `c` in its lane.
+pub async fn handle(d: &ControlPart, lane: &mut Lane, c: SandboxControl) {
     let mut res = ControlResult::for_msg(&c);
     let action = c.action.as_str().unwrap_or("").to_string();
-    let outcome = run_action(lane, &action, &c, &mut res.fields).await;
-    answer(&d, &c, res, outcome);
+    let outcome = run_action(d, lane, &action, &c, &mut res.fields).await;
+    answer(d, &c, res, outcome);
 }
 
 /// Answers `c` on the caller's thread (the link's) when it is a read that
@@ -205,13 +256,13 @@ pub async fn handle(lane: &mut Lane, c: SandboxControl) {
 /// it in its run's order). Every other action changes something, or needs
 /// the run's state, or is global (`report_inventory` stays ordered with
 /// `gc` and `prune_orphans`): docs/architecture.md, "Threading".
-pub fn answer_now(d: &Arc<RunContext>, key: &str, c: &SandboxControl) -> bool {
-    let prefix = &d.cfg().sandbox.instance_prefix;
-    if c.action.as_str() != Some("inspect") || key == lane::GLOBAL {
+pub fn answer_now(d: &ControlPart, key: &str, c: &SandboxControl) -> bool {
+    let prefix = &d.instance_prefix;
+    if c.action.as_str() != Some("inspect") || key == shared::GLOBAL {
         return false;
     }
     let Ok(Some(name)) = named_instance(c, prefix) else { return false };
-    let answered = d.runs().when_idle(key, || {
+    let answered = d.runs.when_idle(key, || {
         let info = d.provider().inspect_now(&name)?;
         let mut res = ControlResult::for_msg(c);
         let outcome = admit("inspect", d, c)
@@ -225,7 +276,7 @@ pub fn answer_now(d: &Arc<RunContext>, key: &str, c: &SandboxControl) -> bool {
 
 /// Completes and queues the result of `c`; a failure of a named run's
 /// instance is also reported as its `error` status.
-fn answer(d: &RunContext, c: &SandboxControl, mut res: ControlResult, outcome: Result<(), ControlError>) {
+fn answer(d: &ControlPart, c: &SandboxControl, mut res: ControlResult, outcome: Result<(), ControlError>) {
     match outcome {
         Ok(()) => {}
         Err(ControlError::Unsupported) => {
@@ -254,13 +305,13 @@ fn answer(d: &RunContext, c: &SandboxControl, mut res: ControlResult, outcome: R
 /// touched: a known action, its fields well formed (a missing list of
 /// expected instances must never read as "none expected"), and the
 /// signature of a destructive one.
-fn admit(action: &str, d: &RunContext, c: &SandboxControl) -> Result<(), ControlError> {
+fn admit(action: &str, d: &ControlPart, c: &SandboxControl) -> Result<(), ControlError> {
     if !super::protocol::CONTROL_ACTIONS.contains(&action) {
         return Err(ControlError::Unsupported);
     }
     check_fields(action, c)?;
     if is_destructive(action, c) {
-        d.signer().verify(c)?;
+        d.signer.verify(c)?;
     }
     Ok(())
 }
@@ -268,24 +319,24 @@ fn admit(action: &str, d: &RunContext, c: &SandboxControl) -> Result<(), Control
 /// The admitted action, by where it acts: on this lane's run, or on the
 /// daemon's instances as a whole.
 async fn run_action(
+    d: &ControlPart,
     lane: &mut Lane,
     action: &str,
     c: &SandboxControl,
     out: &mut Map<String, Value>,
 ) -> Result<(), ControlError> {
-    let d = lane.ctx().clone();
-    admit(action, &d, c)?;
+    admit(action, d, c)?;
     if GLOBAL_ACTIONS.contains(&action) {
-        global_action(&d, action, c, out).await
+        global_action(d, action, c, out).await
     } else {
-        run_scoped(lane, action, c, out).await
+        run_scoped(d, lane, action, c, out).await
     }
 }
 
 /// What `inspect` answers (and, as the Node proxy, a status update only
 /// when the backend named the run).
 fn inspected(
-    d: &RunContext,
+    d: &ControlPart,
     run: &str,
     c: &SandboxControl,
     info: &InstanceInfo,
@@ -300,29 +351,29 @@ fn inspected(
 
 /// The actions on one run's instance or workspace, in its lane.
 async fn run_scoped(
+    d: &ControlPart,
     lane: &mut Lane,
     action: &str,
     c: &SandboxControl,
     out: &mut Map<String, Value>,
 ) -> Result<(), ControlError> {
-    let d = lane.ctx().clone();
     match action {
         "inspect" => {
-            let name = instance_name(lane, c)?;
+            let name = instance_name(d, lane, c)?;
             let info = d.provider().inspect(&name).await?;
-            inspected(&d, lane.run_id(), c, &info, out);
+            inspected(d, lane.run_id(), c, &info, out);
         }
         "ensure_running" => {
             valid_run_id(&c.run_id)?;
             lane.prepare(&c.instance_name, &Value::Null, &Value::Null).await?;
-            let name = instance_name(lane, c)?;
+            let name = instance_name(d, lane, c)?;
             let info = d.provider().inspect(&name).await?;
             out.insert("status".into(), json!(info.status.as_str()));
             out.insert("details".into(), json!({"created_at": info.created_at}));
             lane.persist();
         }
         "stop" => {
-            let name = instance_name(lane, c)?;
+            let name = instance_name(d, lane, c)?;
             if lane.state().is_some_and(|s| s.instance_name == name) {
                 lane.close_agent("stopped").await;
             }
@@ -333,7 +384,7 @@ async fn run_scoped(
             out.insert("status".into(), json!(info.status.as_str()));
         }
         "remove" => {
-            let name = instance_name(lane, c)?;
+            let name = instance_name(d, lane, c)?;
             if lane.state().is_some_and(|s| s.instance_name == name) {
                 lane.close_agent("removed").await;
             }
@@ -355,7 +406,7 @@ async fn run_scoped(
                 lane.run_id().to_string()
             };
             let extra = lane.state().map(|s| s.workspace.clone());
-            remove_workspace(&d, &run_id, extra.as_deref()).await?;
+            remove_workspace(d, &run_id, extra.as_deref()).await?;
             d.report().push(&inventory::deleted_workspaces(
                 d.provider(),
                 vec![DeletedWorkspace {
@@ -367,7 +418,7 @@ async fn run_scoped(
                 }],
             ));
         }
-        "git_push" => return git_push(lane, c, out).await,
+        "git_push" => return git_push(d, lane, c, out).await,
         _ => return Err(ControlError::Unsupported),
     }
     Ok(())
@@ -376,7 +427,7 @@ async fn run_scoped(
 /// The actions on the daemon's instances (or images) as a whole, in the
 /// global lane.
 async fn global_action(
-    d: &Arc<RunContext>,
+    d: &ControlPart,
     action: &str,
     c: &SandboxControl,
     out: &mut Map<String, Value>,
@@ -423,8 +474,8 @@ async fn global_action(
 
 /// The instance a control names: `instance_name` (validated), else the
 /// run's, else `<prefix><run_id>`.
-fn instance_name(lane: &Lane, c: &SandboxControl) -> Result<String, ControlError> {
-    let prefix = &lane.ctx().cfg().sandbox.instance_prefix;
+fn instance_name(d: &ControlPart, lane: &Lane, c: &SandboxControl) -> Result<String, ControlError> {
+    let prefix = &d.instance_prefix;
     match named_instance(c, prefix)? {
         Some(name) => Ok(name),
         None => {

@@ -5,6 +5,9 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+pub mod docs;
+pub mod skills;
+
 pub use tuixiu_sandbox::launcher::args::*;
 pub use tuixiu_sandbox::proxy::cli::ProxyArgs;
 
@@ -84,7 +87,7 @@ pub enum Command {
     /// Skill jobs: the Skill Runner HTTP API, one-off runs, package checks
     /// (see docs/skills.md).
     #[command(subcommand)]
-    Skills(crate::cmd::skills::SkillsCommand),
+    Skills(skills::SkillsCommand),
 
     /// Run the execution-plane daemon: connect to the tuixiu backend and
     /// keep one sandbox instance per run (a drop-in for the Node acp-proxy).
@@ -129,11 +132,11 @@ pub enum Command {
         tuixiu-sandbox completions bash > /etc/bash_completion.d/tuixiu-sandbox\n  \
         tuixiu-sandbox completions zsh > \"${fpath[1]}/_tuixiu-sandbox\"\n  \
         tuixiu-sandbox completions fish > ~/.config/fish/completions/tuixiu-sandbox.fish")]
-    Completions(crate::cmd::docs::CompletionsArgs),
+    Completions(docs::CompletionsArgs),
 
     /// Internal: write the man pages into DIR (the package build runs it).
     #[command(name = "__man", hide = true)]
-    Man(crate::cmd::docs::ManArgs),
+    Man(docs::ManArgs),
 }
 
 #[derive(Debug, Args)]
