@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# bench: side-by-side wall-clock timing of any commands, interleaved (the A/B helper the others use; anchor: the last command)
 """Side-by-side wall-clock benchmark of two or more commands.
 
 Runs the commands alternately (A B A B ...) so that machine drift affects

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# bench: the daemon's agent host: acp_open, 10 KB reads, update relay rate, RSS (anchor: Node acp-proxy, 50 ms / 42 500 updates/s)
 # The daemon's agent host against its targets (docs/benchmarks.md, "The
 # daemon's agent host"), native provider, release build, driven by a Rust
 # fake backend on loopback (`daemon_bench acp`, examples/daemon_bench/) with a minimal compiled
@@ -19,21 +20,20 @@
 #     loopback, so neither end is what limits the rate.
 # Needs root (the sandbox runs as the daemon's user; /proc/<pid>/clear_refs).
 #
-#   scripts/bench-acp.sh                     # 3 rounds, 30 opens, 1 000 000 updates
-#   ROUNDS=5 OPENS=50 FLOOD=500000 scripts/bench-acp.sh
-set -euo pipefail
-cd "$(dirname "$0")/.."
+#   scripts/bench acp                     # 3 rounds, 30 opens, 1 000 000 updates
+#   ROUNDS=5 OPENS=50 FLOOD=500000 scripts/bench acp
+source "$(dirname "$0")/lib.sh"
 ROUNDS=${ROUNDS:-3}
 OPENS=${OPENS:-30}
 FLOOD=${FLOOD:-1000000}
-AGENT=${AGENT:-target/release/examples/acp_bench_agent}
+AGENT=${AGENT:-"$REL/examples/acp_bench_agent"}
 
-cargo build --release --quiet --bins --example daemon_bench --example acp_bench_agent
-echo "machine: $(nproc) cores ($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "tuixiu-sandbox $(target/release/tuixiu-sandbox --version | cut -d' ' -f2), $(/usr/bin/python3 --version)"
+bench_build --bins --example daemon_bench --example acp_bench_agent
+bench_machine
+echo "tuixiu-sandbox $("$REL/tuixiu-sandbox" --version | cut -d' ' -f2), $(/usr/bin/python3 --version)"
 echo "anchor (Node acp-proxy on bwrap, same kind of machine; docs/benchmarks.md): acp_open 50 ms; 10 KB read 16.5 ms; 42 500 updates/s; RSS 63 MB idle, 84 MB peak"
 for i in $(seq 1 "$ROUNDS"); do
-    echo "--- round $i (load $(cut -d' ' -f1-3 /proc/loadavg))"
-    target/release/examples/daemon_bench acp target/release/tuixiu-sandbox \
-        "$(mktemp -d /tmp/tuixiu-acp-bench-XXXXXX)" "$AGENT" "$OPENS" "$FLOOD"
+    echo "--- round $i (load $(bench_load))"
+    "$REL/examples/daemon_bench" acp "$REL/tuixiu-sandbox" \
+        "$(bench_scratch)" "$AGENT" "$OPENS" "$FLOOD"
 done

@@ -1,27 +1,26 @@
 #!/usr/bin/env bash
+# bench: our launcher called as `bwrap` on codex's and Flatpak's command lines (anchor: reference bubblewrap, target <= 0.8x)
 # bwrap on the host (docs/benchmarks.md, "bwrap on the host"): codex's and
 # Flatpak's typical command lines (COMMAND is /usr/bin/true) through our
 # launcher called as `bwrap` and through a reference bubblewrap, alternating in
-# one run (scripts/abbench.py, which execs each directly: no shell in the
+# one run (scripts/bench.d/abbench.py, which execs each directly: no shell in the
 # measurement): start-to-exit wall time, median, ratio. Then the CPU time of
 # each (perf stat), which a loaded machine disturbs less.
 #
-#   BWRAP_REF=/path/to/bubblewrap-0.11.1/bwrap scripts/bench-bwrap.sh
-#   RUNS=300 AS_USER=nobody BWRAP_REF=... scripts/bench-bwrap.sh
+#   BWRAP_REF=/path/to/bubblewrap-0.11.1/bwrap scripts/bench bwrap
+#   RUNS=300 AS_USER=nobody BWRAP_REF=... scripts/bench bwrap
 #
 # BWRAP_REF defaults to the host's bwrap (Debian 12: 0.8.0); the figures in
 # docs/benchmarks.md are against 0.11.1 built from source with meson
 # (-Dbuildtype=release). Target: ours <= 0.8x.
-set -euo pipefail
-cd "$(dirname "$0")/.."
+source "$(dirname "$0")/lib.sh"
 RUNS=${RUNS:-200}
 ref=${BWRAP_REF:-$(command -v bwrap || true)}
-[ -x "$ref" ] || { echo "bench-bwrap: no reference bwrap (BWRAP_REF=...)" >&2; exit 1; }
-cargo build --release --quiet --bin tuixiu-sandbox
-dir=$(mktemp -d /tmp/tuixiu-bench-bwrap-XXXXXX)
-trap 'rm -rf "$dir"' EXIT
+[ -x "$ref" ] || { echo "bench bwrap: no reference bwrap (BWRAP_REF=...)" >&2; exit 1; }
+bench_build --bin tuixiu-sandbox
+dir=$(bench_scratch)
 mkdir "$dir/ours" "$dir/ref" "$dir/cwd"
-cp target/release/tuixiu-sandbox "$dir/ours/bwrap"
+cp "$REL/tuixiu-sandbox" "$dir/ours/bwrap"
 cp "$ref" "$dir/ref/bwrap"
 printf 'user:x:1000:1000::/home/user:/bin/sh\n' >"$dir/passwd"
 printf 'user:x:1000:\n' >"$dir/group"
@@ -52,7 +51,7 @@ echo "reference: $("$ref" --version)"
 for line in codex flatpak; do
     declare -n args=$line
     echo "== $line"
-    python3 scripts/abbench.py -n "$RUNS" "${as_user[@]}" \
+    python3 scripts/bench.d/abbench.py -n "$RUNS" "${as_user[@]}" \
         --name "ours-$line" -- "$dir/ours/bwrap" "${args[@]}" \
         --name "bwrap-$line" -- "$dir/ref/bwrap" "${args[@]}"
     if command -v perf >/dev/null; then

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
+# bench: extraction time and peak RSS against archive size and entry count (anchor: `unzip -q`; writes docs/plots/extract-*)
 # Scaling curve (c) (docs/benchmarks.md, "Extraction against"): zip extraction
 # time and peak memory against archive size (1 MB ... 1 GB) and entry count (10
 # ... 100 000), ours (`__extract`, default workers) next to `unzip -q` at every
 # point.
 #
-#   scripts/curve-extract.sh            (about 10 minutes on 2 cores)
-#   ROUNDS=3 MAX_MB=256 scripts/curve-extract.sh   (more rounds, smaller top)
-#   PLOT_ONLY=1 scripts/curve-extract.sh        (redraw the SVGs from the CSV)
+#   scripts/bench curve-extract            (about 10 minutes on 2 cores)
+#   ROUNDS=3 MAX_MB=256 scripts/bench curve-extract   (more rounds, smaller top)
+#   PLOT_ONLY=1 scripts/bench curve-extract        (redraw the SVGs from the CSV)
 #
 # Size sweep: 64 files of text-like data (scripts/make-zip.py, level 6)
 # sized so the archive is about 1, 4, 16, 64, 256, 1024 MB. Count sweep:
@@ -15,8 +16,7 @@
 # time and the largest peak RSS (GNU time) are kept. The limits are raised
 # for `__extract` (the defaults refuse 100 MiB and 5 000 entries).
 # Writes docs/plots/extract.csv and the SVGs beside it (scripts/plot.py).
-set -euo pipefail
-cd "$(dirname "$0")/.."
+source "$(dirname "$0")/lib.sh"
 rounds="${ROUNDS:-2}"
 max_mb="${MAX_MB:-1024}"
 
@@ -25,10 +25,9 @@ if [ -z "${PLOT_ONLY:-}" ]; then
 for tool in unzip:unzip /usr/bin/time:time; do
     command -v "${tool%%:*}" >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${tool##*:}"; }
 done
-cargo build --release --quiet --bin tuixiu-sandbox-full
-bin="$PWD/target/release/tuixiu-sandbox-full"
-work="$(mktemp -d /dev/shm/tuixiu-curve-extract.XXXXXX)"
-trap 'rm -rf "$work"' EXIT
+bench_build --bin tuixiu-sandbox-full
+bin="$REL/tuixiu-sandbox-full"
+work="$(bench_scratch /dev/shm)"
 mkdir -p docs/plots
 
 python3 - "$bin" "$work" "$rounds" "$max_mb" "$csv" <<'PY'
@@ -98,4 +97,4 @@ plot --where sweep=count --x entries --y ours_ms,unzip_ms --logx --logy --xlabel
     --ylabel "wall time, ms" --title "Extraction time against entry count" --out docs/plots/extract-time-count.svg
 plot --where sweep=count --x entries --y ours_rss_mib,unzip_rss_mib --logx --xlabel "entries (4 KiB each)" \
     --ylabel "peak RSS, MiB" --title "Extraction peak memory against entry count" --out docs/plots/extract-rss-count.svg
-echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p' | head -1), kernel $(uname -r); wrote $csv and docs/plots/extract-*.svg"
+bench_machine; echo "wrote $csv and docs/plots/extract-*.svg"

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
+# bench: what a manifest adds to `run` against its item count and input size (anchor: `run -- true`; writes docs/plots/manifest-*)
 # Scaling curve (b) (docs/benchmarks.md, "Manifest apply against"): what a
 # manifest adds to `run`, against its item count (1 ... 1 000) and against the
 # bytes it lands (1 ... 256 MB).
 #
-#   scripts/curve-manifest.sh            (a few minutes on 2 cores)
-#   ROUNDS=20 scripts/curve-manifest.sh  (more rounds per point)
-#   PLOT_ONLY=1 scripts/curve-manifest.sh  (redraw the SVGs from the CSV)
+#   scripts/bench curve-manifest            (a few minutes on 2 cores)
+#   ROUNDS=20 scripts/bench curve-manifest  (more rounds per point)
+#   PLOT_ONLY=1 scripts/bench curve-manifest  (redraw the SVGs from the CSV)
 #
 # Items: N `writeFile` items of 1 KiB each into the sandbox's tmpfs home
 # (`notes/dK/fNNNN.md`, 10 directories). Bytes: one `copy` of a host
@@ -15,16 +16,14 @@
 # same sandbox without a manifest); the apply time is the difference of
 # the medians. Writes docs/plots/manifest.csv and the SVGs beside it
 # (scripts/plot.py).
-set -euo pipefail
-cd "$(dirname "$0")/.."
+source "$(dirname "$0")/lib.sh"
 rounds="${ROUNDS:-10}"
 
 csv=docs/plots/manifest.csv
 if [ -z "${PLOT_ONLY:-}" ]; then
-cargo build --release --quiet
-bin="$PWD/target/release/tuixiu-sandbox"
-work="$(mktemp -d /tmp/tuixiu-curve-manifest.XXXXXX)"
-trap 'rm -rf "$work"' EXIT
+bench_build
+bin="$REL/tuixiu-sandbox"
+work="$(bench_scratch)"
 mkdir -p docs/plots "$work/ws"
 
 python3 - "$bin" "$work" "$rounds" "$csv" <<'PY'
@@ -85,4 +84,4 @@ plot --where sweep=items --x items --y manifest_run_ms,run_ms,apply_ms --logx --
     --ylabel "wall time, ms" --title "run --manifest against item count" --out docs/plots/manifest-items.svg
 plot --where sweep=bytes --x mb --y manifest_run_ms,run_ms,apply_ms --logx --logy --xlabel "bytes copied, MB (16 files)" \
     --ylabel "wall time, ms" --title "run --manifest against bytes landed" --out docs/plots/manifest-bytes.svg
-echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p' | head -1), kernel $(uname -r); wrote $csv and docs/plots/manifest-*.svg"
+bench_machine; echo "wrote $csv and docs/plots/manifest-*.svg"

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
+# bench: startup against bind mounts and seccomp profile size (anchor: `run -- /bin/true`; writes docs/plots/startup-*)
 # Scaling curve (d) (docs/benchmarks.md, "Startup against bind mounts"): startup
 # time of `run -- /bin/true` against the number of bind mounts (0 ... 110: a
 # sandbox takes at most 128 host sources, MAX_HOST_SOURCES in
 # sandbox/src/prepare.rs, of which the system view and /dev use about ten) and
 # against the size of the seccomp profile (0 ... 1 000 rules).
 #
-#   scripts/curve-startup.sh              (a few minutes on 2 cores)
-#   ROUNDS=100 scripts/curve-startup.sh   (more rounds per point)
-#   PLOT_ONLY=1 scripts/curve-startup.sh  (redraw the SVGs from the CSV)
+#   scripts/bench curve-startup              (a few minutes on 2 cores)
+#   ROUNDS=100 scripts/bench curve-startup   (more rounds per point)
+#   PLOT_ONLY=1 scripts/bench curve-startup  (redraw the SVGs from the CSV)
 #
 # Binds: N `--ro-bind` of N distinct host directories (one small file each)
 # onto /mnt/bNNN, on top of the default hardened sandbox. Seccomp: a JSON
@@ -20,16 +21,14 @@
 # built-in `default` profile); the added time is the difference of the
 # medians. Writes docs/plots/startup.csv and the SVGs beside it
 # (scripts/plot.py).
-set -euo pipefail
-cd "$(dirname "$0")/.."
+source "$(dirname "$0")/lib.sh"
 rounds="${ROUNDS:-60}"
 
 csv=docs/plots/startup.csv
 if [ -z "${PLOT_ONLY:-}" ]; then
-cargo build --release --quiet --bin tuixiu-sandbox
-bin="$PWD/target/release/tuixiu-sandbox"
-work="$(mktemp -d /tmp/tuixiu-curve-startup.XXXXXX)"
-trap 'rm -rf "$work"' EXIT
+bench_build --bin tuixiu-sandbox
+bin="$REL/tuixiu-sandbox"
+work="$(bench_scratch)"
 mkdir -p docs/plots "$work/ws"
 
 python3 - "$bin" "$work" "$rounds" "$csv" <<'PY'
@@ -84,4 +83,4 @@ plot --where sweep=binds --x n --y run_ms,anchor_ms,added_ms --xlabel "extra --r
     --ylabel "wall time, ms" --title "run -- /bin/true against bind mounts" --out docs/plots/startup-binds.svg
 plot --where sweep=seccomp --x n --y run_ms,anchor_ms,added_ms --xlabel "seccomp profile rules (ioctl argument matches)" \
     --ylabel "wall time, ms" --title "run -- /bin/true against seccomp profile size" --out docs/plots/startup-seccomp.svg
-echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p' | head -1), kernel $(uname -r); wrote $csv and docs/plots/startup-*.svg"
+bench_machine; echo "wrote $csv and docs/plots/startup-*.svg"

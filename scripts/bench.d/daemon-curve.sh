@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# bench: daemon scaling curves: RSS, CPU per message, inspect p50/p99 against idle and relaying runs (writes docs/plots/daemon-*)
 # Scaling curves of the execution-plane daemon (docs/benchmarks.md, "Curve
 # (a)"): one daemon with 1, 10, 100, 1 000 idle runs and one with 1, 10, 50 runs
 # relaying at once; RSS, the daemon's CPU per message, and the latency p50/p99
@@ -7,19 +8,18 @@
 # backend, examples/acp_bench_agent.rs the agent; release build, native
 # provider. Needs root (sandboxes as the daemon's user, /proc/<pid>/clear_refs).
 #
-#   scripts/bench-daemon-curve.sh                   # docs/plots/daemon.csv + SVGs
-#   TOTAL=1000000 OUT=/tmp/curve scripts/bench-daemon-curve.sh
-set -euo pipefail
-cd "$(dirname "$0")/.."
+#   scripts/bench daemon-curve                   # docs/plots/daemon.csv + SVGs
+#   TOTAL=1000000 OUT=/tmp/curve scripts/bench daemon-curve
+source "$(dirname "$0")/lib.sh"
 TOTAL=${TOTAL:-500000}
 OUT=${OUT:-docs/plots}
 
-cargo build --release --quiet --bins --example daemon_bench --example acp_bench_agent
+bench_build --bins --example daemon_bench --example acp_bench_agent
 mkdir -p "$OUT"
-echo "machine: $(nproc) cores ($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-target/release/examples/daemon_bench curve target/release/tuixiu-sandbox \
-    "$(mktemp -d /tmp/tuixiu-curve-XXXXXX)" target/release/examples/acp_bench_agent "$TOTAL" | tee "$OUT/daemon.csv"
-echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+bench_machine >&2
+"$REL/examples/daemon_bench" curve "$REL/tuixiu-sandbox" \
+    "$(bench_scratch)" "$REL/examples/acp_bench_agent" "$TOTAL" | tee "$OUT/daemon.csv"
+echo "load after: $(bench_load)" >&2
 
 plot() { python3 scripts/plot.py "$OUT/daemon.csv" --x runs "$@"; }
 plot --where phase=idle --y rss_kib --logx --out "$OUT/daemon-idle-rss.svg" \

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""The egress proxy of `--network allow`, measured (scripts/bench-egress.sh
+"""The egress proxy of `--network allow`, measured (scripts/bench egress
 builds the release binaries and calls this).
 
-    bench-egress.py BIN_DIR [--runs N] [--requests N] [--connections N]
+    scripts/bench.d/egress.py BIN_DIR [--runs N] [--requests N] [--connections N]
 
 1. Throughput: a 100 MB download (curl, to /dev/null) from a loopback
    server, directly from the host and from inside a sandbox through the

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
+# bench: the safe zip extractor, 90 MB in 2 000 files (anchor: `unzip -q`, target <= 0.5x)
 # Benchmark: the safe zip extractor of downloadExtract against Info-ZIP's
 # `unzip -q`, on the same archive, alternating runs in one session.
 #
-#   scripts/bench-extract.sh [RUNS]          (default 15 runs of each)
-#   BASE_BIN=/path/to/older/tuixiu-sandbox-full scripts/bench-extract.sh
+#   scripts/bench extract [RUNS]          (default 15 runs of each)
+#   BASE_BIN=/path/to/older/tuixiu-sandbox-full scripts/bench extract
 #
 # The archive: 2 000 files of 44 KiB of text-like data each (90 MB) in 40
 # directories, deflated by Python's zipfile (level 6) into a ~50 MB zip,
@@ -16,18 +17,16 @@
 # warm-up round; the trees are compared with `diff -r` at the end.
 # Prints the machine, a Markdown table (median, p10, p90, peak RSS from
 # GNU time) and each median over unzip's (target: <= 0.5, twice its speed).
-set -euo pipefail
-cd "$(dirname "$0")/.."
+source "$(dirname "$0")/lib.sh"
 runs="${1:-15}"
 
 for tool in unzip:unzip /usr/bin/time:time; do
     command -v "${tool%%:*}" >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${tool##*:}"; }
 done
-cargo build --release --quiet --bin tuixiu-sandbox-full
-bin="$PWD/target/release/tuixiu-sandbox-full"
+bench_build --bin tuixiu-sandbox-full
+bin="$REL/tuixiu-sandbox-full"
 
-work="$(mktemp -d /dev/shm/tuixiu-bench-extract.XXXXXX)"
-trap 'rm -rf "$work"' EXIT
+work="$(bench_scratch /dev/shm)"
 
 python3 scripts/make-zip.py "$work/bench.zip" --files 2000 --file-bytes 45056 --dirs 40
 
@@ -82,4 +81,4 @@ for name, _, _ in commands:
     print(f"| {name} | {med * 1000:.1f} | {xs[len(xs) // 10] * 1000:.1f} | {xs[(len(xs) * 9) // 10] * 1000:.1f} "
           f"| {rss[name] / 1024:.1f} MiB | **{med / anchor:.2f}** |")
 PY
-echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p' | head -1), kernel $(uname -r), $(unzip -v | head -1 | cut -d' ' -f1-2)"
+bench_machine "$(unzip -v | head -1 | cut -d' ' -f1-2)"

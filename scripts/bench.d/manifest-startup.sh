@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# bench: what a manifest adds to `run` startup (anchor: `run -- true` alone, target <= +20 ms)
 # Benchmark: what a manifest adds to `tuixiu-sandbox run` startup.
 #
 # Baseline: `run --workspace WS -- true`. With the manifest: the same run
@@ -8,15 +9,13 @@
 # in one session; the medians and their difference are printed (target:
 # the manifest adds at most 20 ms).
 #
-# Usage: scripts/bench-manifest-startup.sh [RUNS]   (default 40 of each)
-set -euo pipefail
-cd "$(dirname "$0")/.."
+# Usage: scripts/bench manifest-startup [RUNS]   (default 40 of each)
+source "$(dirname "$0")/lib.sh"
 runs="${1:-40}"
 
-cargo build --release --quiet
-bin="$PWD/target/release/tuixiu-sandbox"
-work="$(mktemp -d /tmp/tuixiu-bench-startup.XXXXXX)"
-trap 'rm -rf "$work"' EXIT
+bench_build
+bin="$REL/tuixiu-sandbox"
+work="$(bench_scratch)"
 mkdir -p "$work/ws" "$work/cache/zips"
 chmod 700 "$work/cache" "$work/cache/zips"
 
@@ -67,4 +66,4 @@ print(f"run -- true:            median {ma * 1000:.1f} ms over {runs} runs")
 print(f"run --manifest -- true: median {mb * 1000:.1f} ms over {runs} runs")
 print(f"added by the manifest: {(mb - ma) * 1000:.1f} ms (target <= 20 ms)")
 PY
-echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p' | head -1), kernel $(uname -r)"
+bench_machine

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
+# bench: where startup time goes: syscalls, perf stat, perf record (anchor: `unshare -Urmpf --mount-proc`)
 # Where the startup time of `tuixiu-sandbox run -- /bin/true` goes, next to
 # the bare-namespace floor `unshare -Urmpf --mount-proc /bin/true`
 # (docs/benchmarks.md, "against the bare namespaces").
 #
-#   scripts/profile-startup.sh            # as the current user, 300 starts each
-#   RUNS=500 scripts/profile-startup.sh
-#   AS_USER=nobody scripts/profile-startup.sh   # unprivileged (needs root)
+#   scripts/bench profile-startup            # as the current user, 300 starts each
+#   RUNS=500 scripts/bench profile-startup
+#   AS_USER=nobody scripts/bench profile-startup   # unprivileged (needs root)
 #
 # Three views, each of ours and of unshare's:
 #  1. syscall counts of one start (`strace -f -c`, /bin/true included);
@@ -16,17 +17,15 @@
 # Needs strace and perf (linux-perf), and to be allowed to profile the
 # kernel (root, or kernel.perf_event_paranoid <= 1); with AS_USER, perf
 # runs as root and the starts as the user.
-set -euo pipefail
-cd "$(dirname "$0")/.."
+source "$(dirname "$0")/lib.sh"
 RUNS=${RUNS:-300}
 for tool in strace perf unshare; do
     command -v "$tool" >/dev/null || { echo "profile-startup: $tool not found" >&2; exit 1; }
 done
-cargo build --release --quiet --bin tuixiu-sandbox
-dir=$(mktemp -d /tmp/tuixiu-profile-XXXXXX)
-trap 'rm -rf "$dir"' EXIT
+bench_build --bin tuixiu-sandbox
+dir=$(bench_scratch)
 chmod 755 "$dir"
-cp target/release/tuixiu-sandbox "$dir/"
+cp "$REL/tuixiu-sandbox" "$dir/"
 mkdir "$dir/ws"
 wrap=()
 if [ -n "${AS_USER:-}" ]; then
@@ -35,8 +34,8 @@ if [ -n "${AS_USER:-}" ]; then
 fi
 ours=("$dir/tuixiu-sandbox" run --workspace "$dir/ws" -- /bin/true)
 floor=(unshare -Urmpf --mount-proc /bin/true)
-echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p' | head -1), kernel $(uname -r), caller uid $("${wrap[@]}" id -u)"
-echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+bench_machine "caller uid $("${wrap[@]}" id -u)"
+echo "load average before: $(bench_load)"
 
 echo "== 1. syscalls of one start (strace -f -c; calls, errors)"
 for name in ours floor; do
@@ -147,4 +146,4 @@ print(f"   {'grouped':44} {'ours µs':>9} {'unshare µs':>11} {'difference':>11}
 for g in sorted(set(ga) | set(gb), key=lambda g: -(ga[g] - gb[g])):
     print(f"   {g:44} {ga[g]:9.0f} {gb[g]:11.0f} {ga[g] - gb[g]:+11.0f}")
 PY
-echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "load average after: $(bench_load)"

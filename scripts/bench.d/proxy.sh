@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# bench: daemon footprint and control latency: idle RSS, RSS per idle run, inspect bursts (anchor: bare node idle RSS)
 # Footprint and control latency of the execution-plane daemon
 # (`tuixiu-sandbox proxy`, native provider, release build), driven by a
 # Rust fake backend on loopback (`daemon_bench proxy`, examples/daemon_bench/):
@@ -12,19 +13,18 @@
 # As an anchor run in the same session, the idle RSS of a bare Node.js
 # process (`node -e 'setInterval(...)'`): a floor under any Node proxy.
 #
-#   scripts/bench-proxy.sh           # 3 rounds
-#   ROUNDS=5 scripts/bench-proxy.sh
-#   PROXY_ARGS="--log-format json -v" scripts/bench-proxy.sh   # daemon options
-set -euo pipefail
-cd "$(dirname "$0")/.."
+#   scripts/bench proxy           # 3 rounds
+#   ROUNDS=5 scripts/bench proxy
+#   PROXY_ARGS="--log-format json -v" scripts/bench proxy   # daemon options
+source "$(dirname "$0")/lib.sh"
 ROUNDS=${ROUNDS:-3}
 
-cargo build --release --quiet --bins --example daemon_bench
-echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "tuixiu-sandbox $(target/release/tuixiu-sandbox --version | cut -d' ' -f2)"
+bench_build --bins --example daemon_bench
+bench_machine
+echo "tuixiu-sandbox $("$REL/tuixiu-sandbox" --version | cut -d' ' -f2)"
 for i in $(seq 1 "$ROUNDS"); do
     echo "--- round $i"
-    target/release/examples/daemon_bench proxy target/release/tuixiu-sandbox "$(mktemp -d /tmp/tuixiu-proxy-bench-XXXXXX)"
+    "$REL/examples/daemon_bench" proxy "$REL/tuixiu-sandbox" "$(bench_scratch)"
 done
 
 if command -v node >/dev/null; then

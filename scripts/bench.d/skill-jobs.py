@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# bench: skill jobs: per-job overhead, result-cache hits, 50 concurrent jobs (anchor: the stub engine as a plain subprocess)
 """Benchmark of skill jobs: per-job overhead, the result cache's hit
 path, and 50 concurrent jobs.
 
@@ -20,7 +21,7 @@ Starts `tuixiu-sandbox skills serve` on a free port with the test skill
 3. Concurrency: 50 jobs created and uploaded at once from 50 threads;
    every one must end `succeeded` (none lost).
 
-    bench-skill-jobs.py [--bin target/release/tuixiu-sandbox] [-n 40]
+    scripts/bench skill-jobs [--bin target/release/tuixiu-sandbox] [-n 40]
                         [--base-bin OTHER/target/release/tuixiu-sandbox]
 
 `--base-bin` starts a second server from another build (e.g. main) with

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# bench: startup of `run -- /bin/true`, hardened and not (anchors: bwrap <= 0.8x, `unshare -Urmpf` <= 1.2x)
 # Startup latency of `tuixiu-sandbox run -- /bin/true` (docs/benchmarks.md,
 # "Startup"), hardened: with the default seccomp profile and Landlock (best
 # effort, i.e. fully enforced on a kernel with Landlock ABI >= 6) and, for a
@@ -9,23 +10,21 @@
 # bare-namespace floor: `unshare -Urmpf --mount-proc /bin/true` (user, mount and
 # pid namespaces and a fresh /proc, nothing else).
 #
-#   scripts/bench-startup.sh            # 300 runs each, as the current user
-#   RUNS=500 scripts/bench-startup.sh
-#   AS_USER=nobody scripts/bench-startup.sh   # unprivileged (needs root)
+#   scripts/bench startup            # 300 runs each, as the current user
+#   RUNS=500 scripts/bench startup
+#   AS_USER=nobody scripts/bench startup   # unprivileged (needs root)
 #
 # Needs bubblewrap (apt-get install bubblewrap) and util-linux's unshare.
 # Targets: the hardened median <= 0.8x bwrap's and <= 1.2x
 # unshare's (docs/benchmarks.md, "against the bare namespaces").
-set -euo pipefail
-cd "$(dirname "$0")/.."
+source "$(dirname "$0")/lib.sh"
 RUNS=${RUNS:-300}
 
-command -v bwrap >/dev/null || { echo "bench-startup: bwrap not found (apt-get install bubblewrap)" >&2; exit 1; }
-cargo build --release --quiet
-bin_dir=$(mktemp -d /tmp/tuixiu-bench-XXXXXX)
-trap 'rm -rf "$bin_dir"' EXIT
+command -v bwrap >/dev/null || { echo "bench startup: bwrap not found (apt-get install bubblewrap)" >&2; exit 1; }
+bench_build
+bin_dir=$(bench_scratch)
 chmod 755 "$bin_dir"
-cp target/release/tuixiu-sandbox target/release/tuixiu-sandbox-full "$bin_dir/"
+cp "$REL/tuixiu-sandbox" "$REL/tuixiu-sandbox-full" "$bin_dir/"
 ws="$bin_dir/workspace"
 mkdir -p "$ws"
 
@@ -51,12 +50,12 @@ fi
 ours=("$bin_dir/tuixiu-sandbox" run --workspace "$ws")
 echo "tuixiu-sandbox $("$bin_dir/tuixiu-sandbox" --version | cut -d' ' -f2), $(bwrap --version)"
 echo "$("${wrap[@]}" "${ours[@]}" -v -- /bin/true 2>&1 | grep -o "landlock: .*" || echo "landlock: ?")"
-echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-python3 scripts/abbench.py -n "$RUNS" "${as_user[@]}" --vs bwrap \
+echo "load average before: $(bench_load)"
+python3 scripts/bench.d/abbench.py -n "$RUNS" "${as_user[@]}" --vs bwrap \
     --name hardened -- "${ours[@]}" -- /bin/true \
     --name no-seccomp-landlock -- "${ours[@]}" --seccomp unconfined --landlock off -- /bin/true \
     --name bwrap -- bwrap --unshare-user --uid 1000 --gid 1000 --unshare-pid --unshare-ipc --unshare-uts \
         "${bwrap_view[@]}" --proc /proc --dev /dev --tmpfs /tmp --bind "$ws" /workspace --tmpfs /home/agent \
         --chdir /workspace --die-with-parent --new-session /bin/true \
     --name unshare -- unshare -Urmpf --mount-proc /bin/true
-echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "load average after: $(bench_load)"

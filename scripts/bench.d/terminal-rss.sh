@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# bench: daemon peak RSS with 32 terminals per run at the output cap, 1 and 4 runs (anchor: the memory budget)
 # The daemon's peak RSS with terminal output at the cap (docs/benchmarks.md,
 # "One run cannot hold up another"): one run,
 # then four, each with 32 terminals at outputByteLimit 64 MiB printing
@@ -8,17 +9,15 @@
 # /proc/<pid>/clear_refs). Writes up to 2 GiB per run under the scratch
 # directory's state (the output beyond the memory budget).
 #
-#   scripts/bench-terminal-rss.sh                # 1 and 4 runs
-#   BIN=/other/target/release/tuixiu-sandbox RUNS="1" scripts/bench-terminal-rss.sh
-set -euo pipefail
-cd "$(dirname "$0")/.."
+#   scripts/bench terminal-rss                # 1 and 4 runs
+#   BIN=/other/target/release/tuixiu-sandbox RUNS="1" scripts/bench terminal-rss
+source "$(dirname "$0")/lib.sh"
 RUNS=${RUNS:-"1 4"}
 BYTES=${BYTES:-83886080}
-cargo build --release --quiet --bins --example daemon_bench --example acp_bench_agent
-T=${CARGO_TARGET_DIR:-target}
-BIN=${BIN:-$T/release/tuixiu-sandbox}
-echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)"
+bench_build --bins --example daemon_bench --example acp_bench_agent
+BIN=${BIN:-"$REL/tuixiu-sandbox"}
+bench_machine
 for runs in $RUNS; do
-    "$T/release/examples/daemon_bench" terminal-rss "$BIN" "$(mktemp -d /var/tmp/tuixiu-term-rss-XXXXXX)" \
-        "$T/release/examples/acp_bench_agent" "$runs" "$BYTES"
+    "$REL/examples/daemon_bench" terminal-rss "$BIN" "$(bench_scratch /var/tmp)" \
+        "$REL/examples/acp_bench_agent" "$runs" "$BYTES"
 done
