@@ -5,7 +5,7 @@
 
 N files of B bytes each (`dirNN/fileNNNNNN.txt`, spread over D directories),
 deflated with zlib at the given level (Python's zipfile, as
-scripts/bench-extract.sh always did). The text is words of 2-9 random
+scripts/bench extract always did). The text is words of 2-9 random
 letters, a newline after about one word in ten: it deflates to a little
 over half its size, like source code. Each file is a different window of a
 4 MiB pool of such text, so files do not repeat within deflate's 32 KiB

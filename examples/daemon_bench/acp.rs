@@ -1,4 +1,4 @@
-//! Benchmark of the daemon's agent host (run by scripts/bench-acp.sh).
+//! Benchmark of the daemon's agent host (run by scripts/bench acp).
 //!
 //! This program is the backend: a WebSocket server on loopback that the
 //! real daemon (`tuixiu-sandbox proxy`, release build, native provider)

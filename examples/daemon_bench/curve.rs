@@ -1,4 +1,4 @@
-//! Scaling curves of the daemon (run by scripts/bench-daemon-curve.sh):
+//! Scaling curves of the daemon (run by scripts/bench daemon-curve):
 //! how its memory, CPU per message and control latency grow with the work.
 //!
 //! The backend is this program (a WebSocket server on loopback, as in

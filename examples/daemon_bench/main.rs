@@ -5,13 +5,13 @@
 //!
 //! Usage: daemon_bench SUBCOMMAND ARGS...
 //!
-//! * `acp`: `acp_open` latency and the update relay (scripts/bench-acp.sh);
+//! * `acp`: `acp_open` latency and the update relay (scripts/bench acp);
 //! * `proxy`: idle RSS, idle runs, `sandbox_control` bursts and round trips
-//!   (scripts/bench-proxy.sh);
+//!   (scripts/bench proxy);
 //! * `curve`: memory, CPU and latency as runs and updates grow
-//!   (scripts/bench-daemon-curve.sh);
+//!   (scripts/bench daemon-curve);
 //! * `terminal-rss`: the memory for terminal output
-//!   (scripts/bench-terminal-rss.sh).
+//!   (scripts/bench terminal-rss).
 //!
 //! The backend's link and the proxy.toml builder are the tests' own fakes
 //! (tests/fake, included here); the agent they start is

@@ -1,4 +1,4 @@
-//! Benchmark of `tuixiu-sandbox proxy` (run by scripts/bench-proxy.sh).
+//! Benchmark of `tuixiu-sandbox proxy` (run by scripts/bench proxy).
 //!
 //! This program is the backend: a WebSocket server on loopback that the
 //! real daemon (release build, native provider) connects to. It measures

@@ -1,5 +1,5 @@
 //! The daemon's memory for terminal output (run by
-//! scripts/bench-terminal-rss.sh): RUNS runs at once, each with 32
+//! scripts/bench terminal-rss): RUNS runs at once, each with 32
 //! terminals at the 64 MiB `outputByteLimit`, each printing more than that;
 //! once all have exited their output is read one terminal after another.
 //! The daemon is the real one (release build, native provider), the agent

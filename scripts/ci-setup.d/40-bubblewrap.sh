@@ -1,6 +1,6 @@
 # bubblewrap: the nested-sandbox tests check that a host's /usr/bin/bwrap
 # is covered by our front end inside a sandbox (tests/nested.rs), and
-# scripts/bench-nested.sh measures against it.
+# scripts/bench nested measures against it.
 if ! command -v bwrap >/dev/null; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends bubblewrap >/dev/null
 fi

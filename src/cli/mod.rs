@@ -105,7 +105,7 @@ pub enum Command {
     Proxy(ProxyArgs),
 
     /// Internal: extract a zip with the safe extractor into an empty
-    /// directory, as downloadExtract does (used by scripts/bench-extract.sh).
+    /// directory, as downloadExtract does (used by scripts/bench extract).
     #[command(name = "__extract", hide = true)]
     Extract(ExtractArgs),
 
