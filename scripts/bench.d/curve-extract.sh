@@ -22,9 +22,7 @@ max_mb="${MAX_MB:-1024}"
 
 csv=docs/plots/extract.csv
 if [ -z "${PLOT_ONLY:-}" ]; then
-for tool in unzip:unzip /usr/bin/time:time; do
-    command -v "${tool%%:*}" >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${tool##*:}"; }
-done
+bench_install unzip:unzip /usr/bin/time:time
 bench_build --bin tuixiu-sandbox-full
 bin="$REL/tuixiu-sandbox-full"
 work="$(bench_scratch /dev/shm)"

@@ -20,9 +20,7 @@
 source "$(dirname "$0")/lib.sh"
 runs="${1:-15}"
 
-for tool in unzip:unzip /usr/bin/time:time; do
-    command -v "${tool%%:*}" >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${tool##*:}"; }
-done
+bench_install unzip:unzip /usr/bin/time:time
 bench_build --bin tuixiu-sandbox-full
 bin="$REL/tuixiu-sandbox-full"
 

@@ -4,6 +4,8 @@
 #   * REL: the release build directory (CARGO_TARGET_DIR honoured), absolute;
 #   * bench_build ARGS...: `cargo build --release --quiet ARGS...`, skipped
 #     when NO_BUILD is set (use the release builds as they are);
+#   * bench_install COMMAND:PACKAGE...: apt-get installs PACKAGE where
+#     COMMAND is missing;
 #   * bench_machine [EXTRA...]: one line naming the machine and its load;
 #   * bench_load: the load averages (1, 5, 15 min);
 #   * bench_scratch [BASE]: a fresh private directory under BASE (/tmp,
@@ -22,6 +24,13 @@ REL=$(realpath -m "${CARGO_TARGET_DIR:-target}")/release
 
 bench_build() {
     [ -n "${NO_BUILD:-}" ] || cargo build --release --quiet "$@"
+}
+
+bench_install() {
+    local tool
+    for tool in "$@"; do
+        command -v "${tool%%:*}" >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${tool##*:}"; }
+    done
 }
 
 bench_load() {
