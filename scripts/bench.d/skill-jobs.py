@@ -61,7 +61,7 @@ import urllib.error
 import urllib.request
 import zipfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
 TARGET = 0.025  # overhead median, seconds (docs/benchmarks.md, "Skill jobs")
 
@@ -201,7 +201,8 @@ def table(rows):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bin", default=os.path.join(ROOT, "target", "release", "tuixiu-sandbox"))
+    ap.add_argument("--bin", default=os.path.join(
+        os.path.abspath(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))), "release", "tuixiu-sandbox"))
     ap.add_argument("--base-bin", help="another build to run side by side (e.g. main's)")
     ap.add_argument("-n", "--runs", type=int, default=40)
     ap.add_argument("--concurrent", type=int, default=50)
