@@ -9,8 +9,9 @@
 //! the outbox, where an answer can still overtake it.
 //!
 //! "Read" is learnt from the WebSocket itself, with no change to the
-//! protocol: after each batch the link sends a ping carrying a sequence
-//! number, and a WebSocket peer answers a ping with a pong of the same
+//! protocol: after a batch the link sends a ping carrying a sequence
+//! number (when none is unanswered, or 32 KiB were written since the
+//! last), and a WebSocket peer answers a ping with a pong of the same
 //! payload when it reads the ping, which is after every frame before it.
 //! A backend that never answers pings (none we know of; every WebSocket
 //! library answers them) is found out after [`PROBE`] with the window
