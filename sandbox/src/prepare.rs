@@ -409,32 +409,122 @@ pub(crate) fn own_ids() -> (u32, u32) {
     (nix::unistd::geteuid().as_raw(), nix::unistd::getegid().as_raw())
 }
 
+/// The host ids the sandbox user maps onto: the spec's, or the caller's
+/// own. Only root may map onto ids other than its own.
+fn host_ids(spec: &SandboxSpec) -> Result<(u32, u32), SpecError> {
+    let (own_uid, own_gid) = own_ids();
+    let (host_uid, host_gid) = match spec.host_ids {
+        Some(ids) => (ids.uid, ids.gid),
+        None => (own_uid, own_gid),
+    };
+    if (host_uid, host_gid) != (own_uid, own_gid) && own_uid != 0 {
+        return Err(SpecError::new(format!(
+            "mapping the sandbox user onto host ids {host_uid}:{host_gid} needs root; \
+             an unprivileged caller's sandbox user maps onto its own ids {own_uid}:{own_gid}"
+        )));
+    }
+    Ok((host_uid, host_gid))
+}
+
+/// The namespaces the sandbox is cloned into: a private network
+/// namespace only when its network is private.
+fn clone_flags(spec: &SandboxSpec) -> c_ulong {
+    let mut flags = libc::CLONE_NEWUSER
+        | libc::CLONE_NEWNS
+        | libc::CLONE_NEWPID
+        | libc::CLONE_NEWIPC
+        | libc::CLONE_NEWUTS;
+    if spec.network.is_private() {
+        flags |= libc::CLONE_NEWNET;
+    }
+    flags as c_ulong
+}
+
+/// The nested sandboxes' portal (its listening socket and the `bwrap`
+/// front end that serves it) when the spec asks for nesting and a front
+/// end is given; says which in the log.
+fn nested_portal<'a>(
+    spec: &SandboxSpec,
+    front_end: Option<&'a Path>,
+) -> Result<Option<(OwnedFd, &'a Path)>, SpecError> {
+    let portal = match front_end.filter(|_| spec.nested) {
+        Some(exe) => Some((crate::portal::socket()?, exe)),
+        None => None,
+    };
+    match (&portal, spec.nested) {
+        (Some(_), _) => tracing::info!(
+            "nested sandboxes: on (`bwrap` is {}, first on PATH, served by this launcher; \
+             their commands' own user, mount and pid namespaces: {})",
+            crate::portal::PORTAL_BIN,
+            if spec.security.nested_userns == crate::NestedUserns::On {
+                "on"
+            } else {
+                "off (--nested-userns)"
+            }
+        ),
+        (None, true) => tracing::info!("nested sandboxes: not available (no bwrap front end given)"),
+        (None, false) => tracing::info!("nested sandboxes: off"),
+    }
+    Ok(portal)
+}
+
+fn check_hostname(hostname: &str) -> Result<(), SpecError> {
+    if hostname.is_empty() || hostname.len() > 64 || hostname.contains(['\0', '/']) {
+        return Err(SpecError::new(format!("hostname {hostname:?} must be 1-64 bytes without '/'")));
+    }
+    Ok(())
+}
+
+/// The spec's seccomp filter, compiled, and what it is in the log.
+fn seccomp_filter(spec: &SandboxSpec) -> Result<Option<seccomp::Program>, SpecError> {
+    let security = &spec.security;
+    let seccomp = seccomp::compile(&security.seccomp, security.allow_ptrace, spec.sockets())?;
+    match &seccomp {
+        Some(p) => tracing::info!(
+            "seccomp: {} ({} BPF instructions{})",
+            security.seccomp.describe(),
+            p.filter.len(),
+            if security.allow_ptrace { ", ptrace allowed" } else { "" }
+        ),
+        None => {
+            tracing::warn!("seccomp: unconfined: the command can make every syscall the namespaces allow")
+        }
+    }
+    Ok(seccomp)
+}
+
+/// The spec's Landlock rules, and what the kernel will enforce of them in
+/// the log (a warning when less than asked).
+fn landlock_rules(spec: &SandboxSpec) -> Result<Option<landlock::Plan>, SpecError> {
+    let security = &spec.security;
+    let (landlock, enforcement) = landlock::plan(security.landlock, &landlock_paths(spec)?, security.no_ip)?;
+    match &enforcement {
+        landlock::Enforcement::Full { .. } => tracing::info!("landlock: {enforcement}"),
+        landlock::Enforcement::Not { .. } if security.landlock == crate::LandlockMode::Off => {
+            tracing::info!("landlock: {enforcement}")
+        }
+        _ => tracing::warn!("landlock: {enforcement}"),
+    }
+    Ok(landlock)
+}
+
+/// The descriptors the command's setup still needs after the launcher
+/// closes the rest: the detached trees to attach, and the portal's socket.
+fn kept_fds(steps: &[Step], portal: Option<&OwnedFd>) -> Vec<std::os::fd::RawFd> {
+    use std::os::fd::AsRawFd;
+    let trees = steps.iter().filter_map(|step| match &step.action {
+        Action::AttachTree { tree, .. } => Some(tree.as_raw_fd()),
+        _ => None,
+    });
+    trees.chain(portal.map(AsRawFd::as_raw_fd)).collect()
+}
+
 impl Plan {
     /// `front_end` is the binary bound as `bwrap` when the spec asks for
     /// nested sandboxes (`None`: no portal).
     pub(crate) fn prepare(spec: &SandboxSpec, front_end: Option<&Path>) -> Result<Plan, SpecError> {
         spec.user.validate()?;
-        let (own_uid, own_gid) = own_ids();
-        let (host_uid, host_gid) = match spec.host_ids {
-            Some(ids) => (ids.uid, ids.gid),
-            None => (own_uid, own_gid),
-        };
-        if (host_uid, host_gid) != (own_uid, own_gid) && own_uid != 0 {
-            return Err(SpecError::new(format!(
-                "mapping the sandbox user onto host ids {host_uid}:{host_gid} needs root; \
-                 an unprivileged caller's sandbox user maps onto its own ids {own_uid}:{own_gid}"
-            )));
-        }
-
-        let mut clone_flags = libc::CLONE_NEWUSER
-            | libc::CLONE_NEWNS
-            | libc::CLONE_NEWPID
-            | libc::CLONE_NEWIPC
-            | libc::CLONE_NEWUTS;
-        if spec.network.is_private() {
-            clone_flags |= libc::CLONE_NEWNET;
-        }
-
+        let (host_uid, host_gid) = host_ids(spec)?;
         // Whether the sandbox's user and group are host root (uid/gid 0 of
         // the initial user namespace): secrets and RLIMIT_NPROC depend on it.
         let (root_uid, root_gid) = idmap::host_root(host_uid, host_gid);
@@ -454,114 +544,32 @@ impl Plan {
             pool: false,
             fd_sources: false,
         };
-        let portal = match front_end.filter(|_| spec.nested) {
-            Some(exe) => Some((crate::portal::socket()?, exe)),
-            None => None,
-        };
-        match (&portal, spec.nested) {
-            (Some(_), _) => tracing::info!(
-                "nested sandboxes: on (`bwrap` is {}, first on PATH, served by this launcher; \
-                 their commands' own user, mount and pid namespaces: {})",
-                crate::portal::PORTAL_BIN,
-                if spec.security.nested_userns == crate::NestedUserns::On {
-                    "on"
-                } else {
-                    "off (--nested-userns)"
-                }
-            ),
-            (None, true) => tracing::info!("nested sandboxes: not available (no bwrap front end given)"),
-            (None, false) => tracing::info!("nested sandboxes: off"),
-        }
-        // The portal comes right after the system view (whose /usr/bin/bwrap
-        // it covers), before everything the caller adds.
-        let last_system = spec.mounts.iter().rposition(|op| matches!(op, MountOp::SystemBind { .. }));
-        if last_system.is_none()
-            && let Some((socket, exe)) = &portal
-        {
-            plan.push_portal(exe, socket, false)?;
-        }
-        for (i, op) in spec.mounts.iter().enumerate() {
-            if !matches!(op, MountOp::SystemBind { .. }) {
-                for step in plan.splicer.steps_for(op.dst())? {
-                    plan.push_splice(step)?;
-                }
-            }
-            plan.expand(op)?;
-            plan.splicer.planned(op);
-            if Some(i) == last_system {
-                plan.push_masks()?;
-                if let Some((socket, exe)) = &portal {
-                    plan.push_portal(exe, socket, true)?;
-                }
-            }
-        }
-        if spec.deferred_binds.len() > MAX_DEFERRED {
-            return Err(SpecError::new(format!("at most {MAX_DEFERRED} deferred binds are supported")));
-        }
-        let mut deferred = Vec::with_capacity(spec.deferred_binds.len());
-        for bind in &spec.deferred_binds {
-            let (dst_text, dst) = guest_rel("bind destination", &bind.dst)?;
-            let source = plan.host_source(&bind.src, bind.access, &dst_text)?;
-            deferred.push(Deferred { source, dst });
-        }
+        let portal = nested_portal(spec, front_end)?;
+        plan.expand_view(&spec.mounts, portal.as_ref())?;
+        let deferred = plan.deferred_binds(&spec.deferred_binds)?;
         plan.finish()?;
         plan.push(
             "make / read-only".into(),
             Action::Remount { dst: CString::default(), attrs: MOUNT_RDONLY },
         );
 
-        if spec.hostname.is_empty() || spec.hostname.len() > 64 || spec.hostname.contains(['\0', '/']) {
-            return Err(SpecError::new(format!(
-                "hostname {:?} must be 1-64 bytes without '/'",
-                spec.hostname
-            )));
-        }
+        check_hostname(&spec.hostname)?;
         let (cwd_text, _) = guest_rel("working directory", &spec.cwd)?;
-
         let security = &spec.security;
         if security.no_ip && spec.network != Network::Off {
             return Err(SpecError::new(
                 "denying IP sockets (network none) needs a private network namespace (network off)",
             ));
         }
-        let sockets = spec.sockets();
-        let seccomp = seccomp::compile(&security.seccomp, security.allow_ptrace, sockets)?;
-        match &seccomp {
-            Some(p) => tracing::info!(
-                "seccomp: {} ({} BPF instructions{})",
-                security.seccomp.describe(),
-                p.filter.len(),
-                if security.allow_ptrace { ", ptrace allowed" } else { "" }
-            ),
-            None => {
-                tracing::warn!("seccomp: unconfined: the command can make every syscall the namespaces allow")
-            }
-        }
-        let (landlock, enforcement) =
-            landlock::plan(security.landlock, &landlock_paths(spec)?, security.no_ip)?;
-        match &enforcement {
-            landlock::Enforcement::Full { .. } => tracing::info!("landlock: {enforcement}"),
-            landlock::Enforcement::Not { .. } if security.landlock == crate::LandlockMode::Off => {
-                tracing::info!("landlock: {enforcement}")
-            }
-            _ => tracing::warn!("landlock: {enforcement}"),
-        }
+        let seccomp = seccomp_filter(spec)?;
+        let landlock = landlock_rules(spec)?;
         let limits = limits::prepare(&security.limits, plan.user_is_host_root)?;
         let masked = match &plan.hiding {
             SecretHiding::Masks(masks) => masks.iter().map(|(path, _)| path.clone()).collect(),
             _ => Vec::new(),
         };
-
-        let mut kept_fds: Vec<std::os::fd::RawFd> = plan
-            .steps
-            .iter()
-            .filter_map(|step| match &step.action {
-                Action::AttachTree { tree, .. } => Some(std::os::fd::AsRawFd::as_raw_fd(tree)),
-                _ => None,
-            })
-            .collect();
         let portal = portal.map(|(socket, _)| socket);
-        kept_fds.extend(portal.as_ref().map(std::os::fd::AsRawFd::as_raw_fd));
+        let kept_fds = kept_fds(&plan.steps, portal.as_ref());
         let command_stack = crate::sys::ChildStack::new()
             .map_err(|e| SpecError::new(format!("allocate the command's stack: mmap => {e}")))?;
         Ok(Plan {
@@ -573,7 +581,7 @@ impl Plan {
             seccomp,
             landlock,
             limits,
-            clone_flags: clone_flags as c_ulong,
+            clone_flags: clone_flags(spec),
             uid: spec.user.uid,
             gid: spec.user.gid,
             host_uid,
@@ -871,6 +879,53 @@ impl Expansion<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Plans the spec's mounts in order. Destinations missing inside the
+    /// read-only system view are spliced in first; right after the last
+    /// system bind come the secret masks and the portal (which covers the
+    /// system view's /usr/bin/bwrap), before everything the caller adds.
+    fn expand_view(
+        &mut self,
+        mounts: &[MountOp],
+        portal: Option<&(OwnedFd, &Path)>,
+    ) -> Result<(), SpecError> {
+        let last_system = mounts.iter().rposition(|op| matches!(op, MountOp::SystemBind { .. }));
+        if last_system.is_none()
+            && let Some((socket, exe)) = portal
+        {
+            self.push_portal(exe, socket, false)?;
+        }
+        for (i, op) in mounts.iter().enumerate() {
+            if !matches!(op, MountOp::SystemBind { .. }) {
+                for step in self.splicer.steps_for(op.dst())? {
+                    self.push_splice(step)?;
+                }
+            }
+            self.expand(op)?;
+            self.splicer.planned(op);
+            if Some(i) == last_system {
+                self.push_masks()?;
+                if let Some((socket, exe)) = portal {
+                    self.push_portal(exe, socket, true)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The binds made after the command's setup, their sources opened now.
+    fn deferred_binds(&mut self, binds: &[crate::spec::DeferredBind]) -> Result<Vec<Deferred>, SpecError> {
+        if binds.len() > MAX_DEFERRED {
+            return Err(SpecError::new(format!("at most {MAX_DEFERRED} deferred binds are supported")));
+        }
+        let mut deferred = Vec::with_capacity(binds.len());
+        for bind in binds {
+            let (dst_text, dst) = guest_rel("bind destination", &bind.dst)?;
+            let source = self.host_source(&bind.src, bind.access, &dst_text)?;
+            deferred.push(Deferred { source, dst });
+        }
+        Ok(deferred)
     }
 
     fn expand(&mut self, op: &MountOp) -> Result<(), SpecError> {
