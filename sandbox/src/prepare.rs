@@ -942,59 +942,22 @@ impl Expansion<'_> {
                 }
                 None => {
                     let index = self.host_source(src, Access::Ro, &dst_text)?;
-                    let source = &self.host_sources[index];
-                    let (what, kind) = (source.what.clone(), source.kind);
-                    self.push(what, Action::Bind { source: Source::Host(index), dst, kind });
+                    self.push_host_bind(index, dst);
                 }
             },
             MountOp::Bind { src, access, .. } => {
                 let index = self.host_source(src, *access, &dst_text)?;
-                let source = &self.host_sources[index];
-                let (what, kind) = (source.what.clone(), source.kind);
-                self.push(what, Action::Bind { source: Source::Host(index), dst, kind });
+                self.push_host_bind(index, dst);
             }
             MountOp::Tmpfs { mode, owned_by_user, size, .. } => {
-                let mut options = vec![option("mode", &format!("{mode:o}"))?];
-                options.extend(self.tmpfs_size_options(size.map(limits::tmpfs_sized))?);
-                if *owned_by_user {
-                    // Interpreted in the sandbox's user namespace, where these ids are mapped.
-                    options.push(option("uid", &self.user.uid.to_string())?);
-                    options.push(option("gid", &self.user.gid.to_string())?);
-                }
-                options.extend(self.file_label.as_ref().map(crate::selinux::mount_option));
-                self.push(
-                    format!("mount tmpfs on {dst_text}"),
-                    Action::Fs {
-                        fstype: cstring("fstype", "tmpfs")?,
-                        options,
-                        attrs: MOUNT_NOSUID | MOUNT_NODEV,
-                        dst,
-                        // bwrap's `--size` makes a tmpfs of its own (the
-                        // portal's worker reserves it from the pool).
-                        pooled: self.pool && size.is_none(),
-                    },
-                );
+                self.push_tmpfs(*mode, *owned_by_user, *size, dst, &dst_text)?
             }
             MountOp::Proc { mode, .. } => {
                 let prepared = procfs::prepare(&dst_text, dst, *mode, self.bwrap)?;
                 self.push(format!("mount proc on {dst_text}"), Action::Proc(prepared));
             }
             MountOp::Dev { bwrap, .. } => self.expand_dev(&dst_text, *bwrap)?,
-            MountOp::File { contents, mode, .. } => {
-                let path = self.stage(&format!("the contents of {dst_text}"), contents.clone(), *mode)?;
-                self.push(
-                    format!("bind the generated {dst_text}"),
-                    Action::Bind {
-                        source: Source::New {
-                            path,
-                            attrs: MOUNT_RDONLY | MOUNT_NOSUID | MOUNT_NODEV,
-                            optional: false,
-                        },
-                        dst,
-                        kind: Kind::File,
-                    },
-                );
-            }
+            MountOp::File { contents, mode, .. } => self.push_generated(contents, *mode, dst, &dst_text)?,
             MountOp::Symlink { target, .. } => self.push(
                 format!("symlink {dst_text} -> {target}"),
                 Action::Symlink { target: cstring("symlink target", target.as_str())?, dst },
@@ -1005,9 +968,7 @@ impl Expansion<'_> {
             MountOp::DevBind { src, .. } => {
                 let what = format!("bind {} -> {dst_text} (rw, devices)", src.display());
                 let index = self.host_source_with(src, MOUNT_NOSUID, what)?;
-                let source = &self.host_sources[index];
-                let (what, kind) = (source.what.clone(), source.kind);
-                self.push(what, Action::Bind { source: Source::Host(index), dst, kind });
+                self.push_host_bind(index, dst);
             }
             MountOp::Mqueue { .. } => self.push(
                 format!("mount mqueue on {dst_text}"),
@@ -1046,6 +1007,70 @@ impl Expansion<'_> {
                 Action::Remount { dst, attrs: MOUNT_RDONLY | MOUNT_NOSUID | MOUNT_NODEV },
             ),
         }
+        Ok(())
+    }
+
+    /// Binds the host source opened as `index` at `dst`.
+    fn push_host_bind(&mut self, index: usize, dst: CString) {
+        let source = &self.host_sources[index];
+        let (what, kind) = (source.what.clone(), source.kind);
+        self.push(what, Action::Bind { source: Source::Host(index), dst, kind });
+    }
+
+    /// A tmpfs at `dst`: its `mode`, its size (its own, or the sandbox's
+    /// default), owned by the sandbox user if asked, with the file label.
+    fn push_tmpfs(
+        &mut self,
+        mode: u32,
+        owned_by_user: bool,
+        size: Option<u64>,
+        dst: CString,
+        dst_text: &str,
+    ) -> Result<(), SpecError> {
+        let mut options = vec![option("mode", &format!("{mode:o}"))?];
+        options.extend(self.tmpfs_size_options(size.map(limits::tmpfs_sized))?);
+        if owned_by_user {
+            // Interpreted in the sandbox's user namespace, where these ids are mapped.
+            options.push(option("uid", &self.user.uid.to_string())?);
+            options.push(option("gid", &self.user.gid.to_string())?);
+        }
+        options.extend(self.file_label.as_ref().map(crate::selinux::mount_option));
+        self.push(
+            format!("mount tmpfs on {dst_text}"),
+            Action::Fs {
+                fstype: cstring("fstype", "tmpfs")?,
+                options,
+                attrs: MOUNT_NOSUID | MOUNT_NODEV,
+                dst,
+                // bwrap's `--size` makes a tmpfs of its own (the
+                // portal's worker reserves it from the pool).
+                pooled: self.pool && size.is_none(),
+            },
+        );
+        Ok(())
+    }
+
+    /// A generated read-only file at `dst`: staged, then bound.
+    fn push_generated(
+        &mut self,
+        contents: &[u8],
+        mode: u32,
+        dst: CString,
+        dst_text: &str,
+    ) -> Result<(), SpecError> {
+        let path = self.stage(&format!("the contents of {dst_text}"), contents.to_vec(), mode)?;
+        self.push(
+            format!("bind the generated {dst_text}"),
+            Action::Bind {
+                source: Source::New {
+                    path,
+                    attrs: MOUNT_RDONLY | MOUNT_NOSUID | MOUNT_NODEV,
+                    optional: false,
+                },
+                dst,
+                kind: Kind::File,
+            },
+        );
         Ok(())
     }
 
