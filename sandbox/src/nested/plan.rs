@@ -215,6 +215,11 @@ pub struct HostOptions {
     pub file_label: Option<String>,
 }
 
+/// Stays one piece past ~80 lines: after the few decisions at its top it
+/// is a single literal of the nested parts, field by field, each with the
+/// bubblewrap rule it follows; split up, the rules would lose their
+/// neighbours.
+///
 /// The plan of a bwrap run on the host: the request's view from the
 /// caller's own, bubblewrap's namespaces and id map, no hardening beyond
 /// bubblewrap's unless asked. `fds` are the caller's descriptors COMMAND
@@ -237,34 +242,17 @@ pub(crate) fn prepare_host(
     let mounts = mounts(req, &view, &mut |src, optional| source(&req.cwd, src, optional))?;
 
     let (own_uid, own_gid) = crate::prepare::own_ids();
-    let mut flags = libc::CLONE_NEWNS as c_ulong | unshare_flags(req);
-    if new_pid {
-        flags |= libc::CLONE_NEWPID as c_ulong;
-    }
     let new_user = req.unshare.user && host.userns_fd.is_none();
     let inner = (req.uid.unwrap_or(own_uid), req.gid.unwrap_or(own_gid));
-    if new_user {
-        flags |= libc::CLONE_NEWUSER as c_ulong;
-    }
+    let flags = host_clone_flags(req, new_pid, new_user);
     let (mut targets, fd_base) =
         renumber(&req.fds, fds, floor).map_err(|e| RequestError::Invalid(format!("descriptors: {e}")))?;
     let block_fd = source_of(req.block_fd, &targets);
     let userns2_fd = source_of(req.userns2_fd, &targets);
     let (held, held_stdio) = hold_consumed(req, host, &mut targets);
-    let seccomp = match &host.seccomp {
-        Some(policy) => {
-            crate::seccomp::compile(policy, false, crate::seccomp::Sockets::Profile).map_err(invalid)?
-        }
-        None => None,
-    };
+    let seccomp = host_seccomp(host)?;
     let spec = spec(req, mounts, bwrap_user(inner));
-    let root = host.root_caps.is_some();
-    let caps = BwrapCaps {
-        requested: req.caps.or(host.root_caps).unwrap_or(0),
-        set: req.caps.is_some() || !root,
-        bound: new_user || host.userns_fd.is_some(),
-        root,
-    };
+    let caps = bwrap_caps(req, host, new_user);
     let parts = NestedParts {
         clone_flags: flags,
         program: req.command[0].clone(),
@@ -317,6 +305,41 @@ pub(crate) fn prepare_host(
         },
     };
     Plan::prepare_nested(&spec, parts).map_err(invalid)
+}
+
+/// bubblewrap's namespaces: a mount namespace, the ones `--unshare-*`
+/// asks for, a pid namespace and a user namespace where decided.
+fn host_clone_flags(req: &Request, new_pid: bool, new_user: bool) -> c_ulong {
+    let mut flags = libc::CLONE_NEWNS as c_ulong | unshare_flags(req);
+    if new_pid {
+        flags |= libc::CLONE_NEWPID as c_ulong;
+    }
+    if new_user {
+        flags |= libc::CLONE_NEWUSER as c_ulong;
+    }
+    flags
+}
+
+/// `--tx-seccomp`'s profile, compiled (none by default, as bubblewrap).
+fn host_seccomp(host: &HostOptions) -> Result<Option<Program>, RequestError> {
+    match &host.seccomp {
+        Some(policy) => {
+            crate::seccomp::compile(policy, false, crate::seccomp::Sockets::Profile).map_err(invalid)
+        }
+        None => Ok(None),
+    }
+}
+
+/// The capabilities COMMAND keeps: `--cap-add`/`--cap-drop`'s set, or a
+/// root caller's own.
+fn bwrap_caps(req: &Request, host: &HostOptions, new_user: bool) -> BwrapCaps {
+    let root = host.root_caps.is_some();
+    BwrapCaps {
+        requested: req.caps.or(host.root_caps).unwrap_or(0),
+        set: req.caps.is_some() || !root,
+        bound: new_user || host.userns_fd.is_some(),
+        root,
+    }
 }
 
 /// What bubblewrap consumes itself COMMAND does not get: `--block-fd`
