@@ -468,6 +468,16 @@ fn nested_portal<'a>(
     Ok(portal)
 }
 
+/// Denying IP sockets leaves a shared network namespace usable: refused.
+fn check_no_ip(spec: &SandboxSpec) -> Result<(), SpecError> {
+    if spec.security.no_ip && spec.network != Network::Off {
+        return Err(SpecError::new(
+            "denying IP sockets (network none) needs a private network namespace (network off)",
+        ));
+    }
+    Ok(())
+}
+
 fn check_hostname(hostname: &str) -> Result<(), SpecError> {
     if hostname.is_empty() || hostname.len() > 64 || hostname.contains(['\0', '/']) {
         return Err(SpecError::new(format!("hostname {hostname:?} must be 1-64 bytes without '/'")));
@@ -556,11 +566,7 @@ impl Plan {
         check_hostname(&spec.hostname)?;
         let (cwd_text, _) = guest_rel("working directory", &spec.cwd)?;
         let security = &spec.security;
-        if security.no_ip && spec.network != Network::Off {
-            return Err(SpecError::new(
-                "denying IP sockets (network none) needs a private network namespace (network off)",
-            ));
-        }
+        check_no_ip(spec)?;
         let seccomp = seccomp_filter(spec)?;
         let landlock = landlock_rules(spec)?;
         let limits = limits::prepare(&security.limits, plan.user_is_host_root)?;
@@ -928,6 +934,8 @@ impl Expansion<'_> {
         Ok(deferred)
     }
 
+    // Just over ~80 lines: one short arm per kind of mount operation, each
+    // saying the step it plans; the longer ones are methods already.
     fn expand(&mut self, op: &MountOp) -> Result<(), SpecError> {
         let (dst_text, dst) = guest_rel("mount destination", op.dst())?;
         match op {
@@ -1225,6 +1233,8 @@ impl Expansion<'_> {
         Ok([option("size", &size.to_string())?, option("nr_inodes", &inodes.to_string())?])
     }
 
+    // Just over ~80 lines: `/dev`'s steps as one ordered list, in
+    // bubblewrap's order; split, the order would be spread over functions.
     /// The minimal `/dev`, as bubblewrap's `--dev` builds it; the
     /// runtime's (`bwrap` false) read-only and `noexec`, with a private
     /// tmpfs for `shm`.

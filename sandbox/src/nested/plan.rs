@@ -215,11 +215,9 @@ pub struct HostOptions {
     pub file_label: Option<String>,
 }
 
-/// Stays one piece past ~80 lines: after the few decisions at its top it
-/// is a single literal of the nested parts, field by field, each with the
-/// bubblewrap rule it follows; split up, the rules would lose their
-/// neighbours.
-///
+// Just over ~80 lines: after the few decisions at its top it is a single
+// literal of the nested parts, field by field, each with the bubblewrap
+// rule it follows; split up, the rules would lose their neighbours.
 /// The plan of a bwrap run on the host: the request's view from the
 /// caller's own, bubblewrap's namespaces and id map, no hardening beyond
 /// bubblewrap's unless asked. `fds` are the caller's descriptors COMMAND
