@@ -1135,22 +1135,7 @@ impl Expansion<'_> {
         dst_text: &str,
     ) -> Result<(), SpecError> {
         let fd_sources = self.fd_sources;
-        let path = |p: &Path| -> Result<String, SpecError> {
-            if fd_sources {
-                // A descriptor the caller opened: overlayfs follows the
-                // magic link to what it is open on.
-                descriptor_of(p)?;
-                return Ok(p.display().to_string());
-            }
-            let real = std::fs::canonicalize(p).map_err(|e| {
-                SpecError::new(format!("overlay source {}: {}", p.display(), io_error_text(&e)))
-            })?;
-            let real = real
-                .into_os_string()
-                .into_string()
-                .map_err(|_| SpecError::new(format!("overlay source {}: path is not UTF-8", p.display())))?;
-            Ok(real)
-        };
+        let path = |p: &Path| overlay_path(p, fd_sources);
         // overlayfs unescapes these (`\` before any byte), not `lowerdir+`.
         let escaped = |p: &Path| path(p).map(|p| p.replace('\\', "\\\\"));
         let mut options = Vec::new();
@@ -1171,29 +1156,9 @@ impl Expansion<'_> {
         } else {
             "ro-overlay"
         };
-        // bubblewrap's option string, as its messages show it: its paths
-        // for the caller's tree (`/oldroot`) and its tmp-overlays' layers.
-        let bwrap_path = |p: &Path| -> Result<String, SpecError> {
-            let mut escaped = String::from("/oldroot");
-            for c in path(p)?.chars() {
-                if matches!(c, '\\' | ',' | ':') {
-                    escaped.push('\\');
-                }
-                escaped.push(c);
-            }
-            Ok(escaped)
-        };
-        let mut shown = match upper {
-            Some((up, work)) => format!("upperdir={},workdir={},", bwrap_path(up)?, bwrap_path(work)?),
-            None if tmp => {
-                let n =
-                    self.host_sources.iter().filter(|s| s.overlay.as_ref().is_some_and(|o| o.tmp)).count();
-                format!("upperdir=/tmp-overlay-upper-{n},workdir=/tmp-overlay-work-{n},")
-            }
-            None => String::new(),
-        };
-        let layers = lower.iter().map(|p| bwrap_path(p)).collect::<Result<Vec<_>, _>>()?;
-        shown.push_str(&format!("lowerdir={},userxattr", layers.join(":")));
+        let tmp_overlays =
+            self.host_sources.iter().filter(|s| s.overlay.as_ref().is_some_and(|o| o.tmp)).count();
+        let shown = bwrap_overlay_options(lower, upper, tmp.then_some(tmp_overlays), fd_sources)?;
         let failure = format!("Can't make overlay mount on /newroot{dst_text} with options {shown}");
         let what = format!("mount {kind} on {dst_text}");
         let attrs = MOUNT_NOSUID | MOUNT_NODEV | if upper.is_none() && !tmp { MOUNT_RDONLY } else { 0 };
@@ -1463,6 +1428,53 @@ pub(crate) fn parents_for(mode: u32) -> u32 {
 
 /// A `key=value` filesystem option.
 /// The descriptor number a `/proc/self/fd/N` source names.
+/// An overlay layer's path as overlayfs is given it: the host path with
+/// its links resolved, or, with `fd_sources`, the `/proc/self/fd/N` of a
+/// descriptor the caller opened (overlayfs follows the magic link to what
+/// it is open on).
+fn overlay_path(p: &Path, fd_sources: bool) -> Result<String, SpecError> {
+    if fd_sources {
+        descriptor_of(p)?;
+        return Ok(p.display().to_string());
+    }
+    let real = std::fs::canonicalize(p)
+        .map_err(|e| SpecError::new(format!("overlay source {}: {}", p.display(), io_error_text(&e))))?;
+    let real = real
+        .into_os_string()
+        .into_string()
+        .map_err(|_| SpecError::new(format!("overlay source {}: path is not UTF-8", p.display())))?;
+    Ok(real)
+}
+
+/// bubblewrap's option string of an overlay, as its messages show it: its
+/// paths for the caller's tree (`/oldroot`) and, for the tmp-overlay
+/// numbered `tmp_overlay` (when no `upper` is given), its layers.
+fn bwrap_overlay_options(
+    lower: &[PathBuf],
+    upper: Option<&(PathBuf, PathBuf)>,
+    tmp_overlay: Option<usize>,
+    fd_sources: bool,
+) -> Result<String, SpecError> {
+    let bwrap_path = |p: &Path| -> Result<String, SpecError> {
+        let mut escaped = String::from("/oldroot");
+        for c in overlay_path(p, fd_sources)?.chars() {
+            if matches!(c, '\\' | ',' | ':') {
+                escaped.push('\\');
+            }
+            escaped.push(c);
+        }
+        Ok(escaped)
+    };
+    let mut shown = match (upper, tmp_overlay) {
+        (Some((up, work)), _) => format!("upperdir={},workdir={},", bwrap_path(up)?, bwrap_path(work)?),
+        (None, Some(n)) => format!("upperdir=/tmp-overlay-upper-{n},workdir=/tmp-overlay-work-{n},"),
+        (None, None) => String::new(),
+    };
+    let layers = lower.iter().map(|p| bwrap_path(p)).collect::<Result<Vec<_>, _>>()?;
+    shown.push_str(&format!("lowerdir={},userxattr", layers.join(":")));
+    Ok(shown)
+}
+
 fn descriptor_of(src: &Path) -> Result<std::os::fd::RawFd, SpecError> {
     src.to_str()
         .and_then(|s| s.strip_prefix("/proc/self/fd/"))
