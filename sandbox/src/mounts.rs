@@ -547,6 +547,20 @@ fn write_new<'a>(root: BorrowedFd<'_>, path: &'a CStr, contents: &[u8], mode: u3
     sys::write_all(std::os::fd::AsRawFd::as_raw_fd(&fd), contents).map_err(|e| Fail::rooted("write", path, e))
 }
 
+/// The open parent directory of `dst` (its missing parents made) and the
+/// name `dst` has in it, held in `bufs`.
+fn parent_of<'d, 'a, 'b>(
+    root: BorrowedFd<'_>,
+    dirs: &'d mut Dirs,
+    dst: &'a CStr,
+    bufs: &'b mut ([u8; PATH_BUF], [u8; 256]),
+) -> Result<'a, (BorrowedFd<'d>, &'b CStr)> {
+    let (parent, name) =
+        split_last(dst, &mut bufs.0, &mut bufs.1).map_err(|e| Fail::rooted("split", dst, e))?;
+    let dir = dirs.get(root, parent).map_err(|f| Fail::rooted(f.call, dst, f.errno).in_parent())?;
+    Ok((dir, name))
+}
+
 /// A file at `dst` (created or truncated) holding `contents`.
 fn create_file<'a>(
     root: BorrowedFd<'_>,
@@ -555,11 +569,8 @@ fn create_file<'a>(
     contents: &[u8],
     mode: u32,
 ) -> Result<'a, ()> {
-    let mut parent_buf = [0u8; PATH_BUF];
-    let mut name_buf = [0u8; 256];
-    let (parent, name) =
-        split_last(dst, &mut parent_buf, &mut name_buf).map_err(|e| Fail::rooted("split", dst, e))?;
-    let dir = dirs.get(root, parent).map_err(|f| Fail::rooted(f.call, dst, f.errno).in_parent())?;
+    let mut bufs = ([0u8; PATH_BUF], [0u8; 256]);
+    let (dir, name) = parent_of(root, dirs, dst, &mut bufs)?;
     let flags = libc::O_CREAT | libc::O_TRUNC | libc::O_WRONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
     let fd =
         sys::openat(dir, name, flags, mode).map_err(|e| not_dir_is_parent(Fail::rooted("openat", dst, e)))?;
@@ -608,11 +619,8 @@ fn symlink<'a>(
     dst: &'a CStr,
     notices: std::os::fd::RawFd,
 ) -> Result<'a, ()> {
-    let mut parent_buf = [0u8; PATH_BUF];
-    let mut name_buf = [0u8; 256];
-    let (parent, name) =
-        split_last(dst, &mut parent_buf, &mut name_buf).map_err(|e| Fail::rooted("split", dst, e))?;
-    let dir = dirs.get(root, parent).map_err(|f| Fail::rooted(f.call, dst, f.errno).in_parent())?;
+    let mut bufs = ([0u8; PATH_BUF], [0u8; 256]);
+    let (dir, name) = parent_of(root, dirs, dst, &mut bufs)?;
     match sys::symlinkat(target, dir, name) {
         Ok(()) => Ok(()),
         // Idempotent, as in bubblewrap: an identical link is fine.
