@@ -241,49 +241,15 @@ impl SandboxBuilder {
             mode: 0o644,
         });
         mounts.extend(self.extra);
-        let binds: Vec<(&Path, &str)> = mounts
-            .iter()
-            .filter_map(|op| match op {
-                MountOp::SystemBind { src, dst }
-                | MountOp::Bind { src, dst, .. }
-                | MountOp::DevBind { src, dst } => Some((src.as_path(), dst.as_str())),
-                _ => None,
-            })
-            .collect();
-        let covers = guest_path::covers(&self.hidden, &binds);
-        for dst in covers {
-            mounts.push(MountOp::Tmpfs { dst: dst.clone(), mode: 0o555, owned_by_user: false, size: None });
-            mounts.push(MountOp::RemountRo { dst });
-        }
+        let covers = hidden_covers(&mounts, &self.hidden);
+        mounts.extend(covers);
 
         let default_cwd = if self.workspace.is_some() { WORKSPACE.to_string() } else { home.clone() };
         let cwd = match &self.cwd {
             None => default_cwd,
-            Some(dir) => {
-                let norm = guest_path::normalize(dir)
-                    .map_err(|why| SpecError::new(format!("working directory {dir:?} {why}")))?;
-                if !(guest_path::is_within(&norm, WORKSPACE) || guest_path::is_within(&norm, &home)) {
-                    return Err(SpecError::new(format!(
-                        "working directory {dir:?} must be under {WORKSPACE} or the home {home}"
-                    )));
-                }
-                norm
-            }
+            Some(dir) => working_dir(dir, &home)?,
         };
-
-        let mut env = vec![
-            ("PATH".to_string(), DEFAULT_PATH.to_string()),
-            ("HOME".to_string(), home.clone()),
-            ("USER".to_string(), self.user.name.clone()),
-            ("LOGNAME".to_string(), self.user.name.clone()),
-            ("SHELL".to_string(), self.user.shell.clone()),
-        ];
-        if self.network == Network::Proxied {
-            env.extend(crate::egress::proxy_env());
-        }
-        for (k, v) in self.env {
-            set_var(&mut env, k, v);
-        }
+        let env = environment(&self.user, self.network, self.env);
 
         Ok(SandboxSpec {
             argv: self.argv,
@@ -300,6 +266,59 @@ impl SandboxBuilder {
             nested: self.nested,
         })
     }
+}
+
+/// Covers for the `hidden` host paths that the binds among `mounts` would
+/// show: an empty read-only tmpfs over each.
+fn hidden_covers(mounts: &[MountOp], hidden: &[PathBuf]) -> Vec<MountOp> {
+    let binds: Vec<(&Path, &str)> = mounts
+        .iter()
+        .filter_map(|op| match op {
+            MountOp::SystemBind { src, dst }
+            | MountOp::Bind { src, dst, .. }
+            | MountOp::DevBind { src, dst } => Some((src.as_path(), dst.as_str())),
+            _ => None,
+        })
+        .collect();
+    let mut covers = Vec::new();
+    for dst in guest_path::covers(hidden, &binds) {
+        covers.push(MountOp::Tmpfs { dst: dst.clone(), mode: 0o555, owned_by_user: false, size: None });
+        covers.push(MountOp::RemountRo { dst });
+    }
+    covers
+}
+
+/// The working directory `dir` asked for, normalized; it must be under
+/// the workspace or the `home`.
+fn working_dir(dir: &str, home: &str) -> Result<String, SpecError> {
+    let norm = guest_path::normalize(dir)
+        .map_err(|why| SpecError::new(format!("working directory {dir:?} {why}")))?;
+    if !(guest_path::is_within(&norm, WORKSPACE) || guest_path::is_within(&norm, home)) {
+        return Err(SpecError::new(format!(
+            "working directory {dir:?} must be under {WORKSPACE} or the home {home}"
+        )));
+    }
+    Ok(norm)
+}
+
+/// The command's environment: the user's basics, the egress proxy's
+/// variables when the network is proxied, then the caller's `extra` in
+/// order (a later value replaces an earlier one in place).
+fn environment(user: &UserView, network: Network, extra: Vec<(String, String)>) -> Vec<(String, String)> {
+    let mut env = vec![
+        ("PATH".to_string(), DEFAULT_PATH.to_string()),
+        ("HOME".to_string(), user.home.clone()),
+        ("USER".to_string(), user.name.clone()),
+        ("LOGNAME".to_string(), user.name.clone()),
+        ("SHELL".to_string(), user.shell.clone()),
+    ];
+    if network == Network::Proxied {
+        env.extend(crate::egress::proxy_env());
+    }
+    for (k, v) in extra {
+        set_var(&mut env, k, v);
+    }
+    env
 }
 
 /// Sets `key` in an ordered environment, replacing an earlier value in place.

@@ -163,19 +163,7 @@ pub(crate) fn plan(
     let handled_net = if deny_tcp { AccessNet::from_all(known).bits() } else { 0 };
     let scoped = Scope::from_all(known).bits();
 
-    let mut missing = Vec::new();
-    if abi < 3 {
-        missing.push("truncate");
-    }
-    if abi < 4 && deny_tcp {
-        missing.push("TCP bind/connect");
-    }
-    if abi < 5 {
-        missing.push("device ioctls");
-    }
-    if abi < FULL_ABI {
-        missing.push("abstract unix socket and signal scoping");
-    }
+    let missing = missing_rights(abi, deny_tcp);
     let enforcement =
         if missing.is_empty() { Enforcement::Full { abi } } else { Enforcement::Partial { abi, missing } };
     if mode == LandlockMode::Require
@@ -205,6 +193,25 @@ pub(crate) fn plan(
         8
     };
     Ok((Some(Plan { handled_fs: all_fs, handled_net, scoped, attr_size, rules }), enforcement))
+}
+
+/// What Landlock ABI `abi` cannot enforce of what the runtime asks for
+/// (TCP only when `deny_tcp`).
+fn missing_rights(abi: i32, deny_tcp: bool) -> Vec<&'static str> {
+    let mut missing = Vec::new();
+    if abi < 3 {
+        missing.push("truncate");
+    }
+    if abi < 4 && deny_tcp {
+        missing.push("TCP bind/connect");
+    }
+    if abi < 5 {
+        missing.push("device ioctls");
+    }
+    if abi < FULL_ABI {
+        missing.push("abstract unix socket and signal scoping");
+    }
+    missing
 }
 
 impl Plan {

@@ -136,45 +136,13 @@ pub(crate) fn prepare(limits: &Limits, user_is_host_root: bool) -> Result<Prepar
     let mut applied: Vec<String> = Vec::new();
     let mut not_applied: Vec<String> = Vec::new();
 
-    let mut wanted: Vec<&str> = Vec::new();
-    if limits.memory.is_some() {
-        wanted.push("memory");
-    }
-    if limits.cpu_millis.is_some() {
-        wanted.push("cpu");
-    }
-    if limits.pids.is_some() {
-        wanted.push("pids");
-    }
+    let wanted = wanted_controllers(limits);
     let mut in_cgroup: Vec<&str> = Vec::new();
     if !wanted.is_empty() {
         match create_cgroup(&wanted) {
             Ok((cg, usable)) => {
-                let mut wrote = Vec::new();
-                let mut write = |file: &str, value: String| -> bool {
-                    let ok = std::fs::write(cg.dir.join(file), &value).is_ok();
-                    if ok {
-                        wrote.push(format!("{file}={value}"));
-                    }
-                    ok
-                };
-                if let (Some(bytes), true) = (limits.memory, usable.contains(&"memory"))
-                    && write("memory.max", bytes.to_string())
-                {
-                    // Without this the limit only moves the excess to swap.
-                    let _ = write("memory.swap.max", "0".into());
-                    in_cgroup.push("memory");
-                }
-                if let (Some(millis), true) = (limits.cpu_millis, usable.contains(&"cpu"))
-                    && write("cpu.max", format!("{} 100000", millis * 100))
-                {
-                    in_cgroup.push("cpu");
-                }
-                if let (Some(n), true) = (limits.pids, usable.contains(&"pids"))
-                    && write("pids.max", n.to_string())
-                {
-                    in_cgroup.push("pids");
-                }
+                let wrote;
+                (in_cgroup, wrote) = write_cgroup_limits(&cg, limits, &usable);
                 if in_cgroup.is_empty() {
                     drop(cg);
                 } else {
@@ -186,10 +154,86 @@ pub(crate) fn prepare(limits: &Limits, user_is_host_root: bool) -> Result<Prepar
         }
     }
 
+    let rlimits = rlimit_fallbacks(limits, &in_cgroup, user_is_host_root, &mut applied, &mut not_applied);
+    out.rlimits.extend(rlimits);
+    if let Some(n) = limits.nofile {
+        out.rlimits.push((libc::RLIMIT_NOFILE as libc::c_int, n));
+        applied.push(format!("RLIMIT_NOFILE={n}"));
+    }
+    if let Some(t) = out.timeout {
+        applied.push(format!("timeout {:?} (then SIGTERM, SIGKILL after {:?})", t, out.kill_after));
+    }
+    if !applied.is_empty() {
+        tracing::info!("limits in force: {}", applied.join("; "));
+    }
+    for line in not_applied {
+        tracing::warn!("{line}");
+    }
+    Ok(out)
+}
+
+/// The cgroup v2 controllers the limits ask for.
+fn wanted_controllers(limits: &Limits) -> Vec<&'static str> {
+    let mut wanted = Vec::new();
+    if limits.memory.is_some() {
+        wanted.push("memory");
+    }
+    if limits.cpu_millis.is_some() {
+        wanted.push("cpu");
+    }
+    if limits.pids.is_some() {
+        wanted.push("pids");
+    }
+    wanted
+}
+
+/// Writes the limits into the sandbox's cgroup `cg`, for the controllers
+/// in `usable`: the controllers whose limit was written, and the
+/// `file=value` lines written.
+fn write_cgroup_limits(cg: &Cgroup, limits: &Limits, usable: &[&str]) -> (Vec<&'static str>, Vec<String>) {
+    let mut in_cgroup = Vec::new();
+    let mut wrote = Vec::new();
+    let mut write = |file: &str, value: String| -> bool {
+        let ok = std::fs::write(cg.dir.join(file), &value).is_ok();
+        if ok {
+            wrote.push(format!("{file}={value}"));
+        }
+        ok
+    };
+    if let (Some(bytes), true) = (limits.memory, usable.contains(&"memory"))
+        && write("memory.max", bytes.to_string())
+    {
+        // Without this the limit only moves the excess to swap.
+        let _ = write("memory.swap.max", "0".into());
+        in_cgroup.push("memory");
+    }
+    if let (Some(millis), true) = (limits.cpu_millis, usable.contains(&"cpu"))
+        && write("cpu.max", format!("{} 100000", millis * 100))
+    {
+        in_cgroup.push("cpu");
+    }
+    if let (Some(n), true) = (limits.pids, usable.contains(&"pids"))
+        && write("pids.max", n.to_string())
+    {
+        in_cgroup.push("pids");
+    }
+    (in_cgroup, wrote)
+}
+
+/// The rlimits standing in for the cgroup limits not set (`in_cgroup`
+/// says which were), and what is and is not in force because of that.
+fn rlimit_fallbacks(
+    limits: &Limits,
+    in_cgroup: &[&str],
+    user_is_host_root: bool,
+    applied: &mut Vec<String>,
+    not_applied: &mut Vec<String>,
+) -> Vec<(libc::c_int, u64)> {
+    let mut rlimits = Vec::new();
     if let Some(bytes) = limits.memory
         && !in_cgroup.contains(&"memory")
     {
-        out.rlimits.push((libc::RLIMIT_AS as libc::c_int, bytes));
+        rlimits.push((libc::RLIMIT_AS as libc::c_int, bytes));
         not_applied.push(format!(
             "--memory: no writable cgroup v2 with the memory controller; applied RLIMIT_AS={bytes} instead, \
              which limits each process's address space, not the sandbox's total memory \
@@ -214,27 +258,14 @@ pub(crate) fn prepare(limits: &Limits, user_is_host_root: bool) -> Result<Prepar
                  processes of host root (which the sandbox user maps onto) from RLIMIT_NPROC; use --map-uid"
             ));
         } else {
-            out.rlimits.push((libc::RLIMIT_NPROC as libc::c_int, n));
+            rlimits.push((libc::RLIMIT_NPROC as libc::c_int, n));
             applied.push(format!("RLIMIT_NPROC={n} (per user, in the sandbox's user namespace)"));
             not_applied.push(format!(
                 "--pids {n}: no writable cgroup v2 with the pids controller; applied RLIMIT_NPROC={n} instead"
             ));
         }
     }
-    if let Some(n) = limits.nofile {
-        out.rlimits.push((libc::RLIMIT_NOFILE as libc::c_int, n));
-        applied.push(format!("RLIMIT_NOFILE={n}"));
-    }
-    if let Some(t) = out.timeout {
-        applied.push(format!("timeout {:?} (then SIGTERM, SIGKILL after {:?})", t, out.kill_after));
-    }
-    if !applied.is_empty() {
-        tracing::info!("limits in force: {}", applied.join("; "));
-    }
-    for line in not_applied {
-        tracing::warn!("{line}");
-    }
-    Ok(out)
+    rlimits
 }
 
 /// The cgroup2 mount point and its root (for cgroup namespaces).

@@ -18,7 +18,7 @@
 //!
 //! Nothing here allocates: paths are split into stack buffers.
 
-use std::ffi::CStr;
+use std::ffi::{CStr, CString};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use nix::errno::Errno;
@@ -459,20 +459,7 @@ pub(crate) fn run<'a>(
     let root = new.as_fd();
     match action {
         Action::Bind { source, dst, kind } => {
-            let copy = match source {
-                Source::Host(index) => {
-                    clones.take(*index).ok_or(Fail::rooted("open_tree", dst, Errno::EBUSY))?
-                }
-                Source::New { path, attrs, optional } => {
-                    match clone_tree(root, path, RESOLVE_IN_ROOT, *attrs) {
-                        Ok(copy) => copy,
-                        Err(f) if *optional && f.errno == Errno::ENOENT && f.call == "openat2" => {
-                            return Ok(());
-                        }
-                        Err(f) => return Err(f),
-                    }
-                }
-            };
+            let Some(copy) = copy_source(source, dst, root, clones)? else { return Ok(()) };
             attach_owned(copy, new, host, dirs, dst, *kind)
         }
         Action::Fs { options, attrs, dst, pooled: true, .. } => {
@@ -480,113 +467,29 @@ pub(crate) fn run<'a>(
             attach_owned(dir, new, host, dirs, dst, Kind::Dir)
         }
         Action::Fs { fstype, options, attrs, dst, .. } => {
-            let fs = sys::fsopen(fstype).map_err(|e| Fail::new("fsopen", fstype, e))?;
-            // The "source" shows up in /proc/mounts; default would be "none".
-            sys::fsconfig_set(fs.as_fd(), c"source", Some(fstype))
-                .map_err(|e| Fail::new("fsconfig", c"source", e))?;
-            for (key, value) in options {
-                sys::fsconfig_set(fs.as_fd(), key, value.as_deref())
-                    .map_err(|e| Fail::new("fsconfig", key, e))?;
-            }
-            sys::fsconfig_create(fs.as_fd())
-                .map_err(|e| Fail::new("fsconfig(FSCONFIG_CMD_CREATE)", fstype, e))?;
-            let mnt = sys::fsmount(fs.as_fd(), *attrs).map_err(|e| Fail::new("fsmount", fstype, e))?;
+            let mnt = new_fs(fstype, options, *attrs)?;
             attach_owned(mnt, new, host, dirs, dst, Kind::Dir)
         }
-        Action::WriteFile { path, contents, mode } => {
-            let flags = libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_NOFOLLOW;
-            let fd = sys::openat(root, path, flags, *mode).map_err(|e| Fail::rooted("openat", path, e))?;
-            sys::write_all(std::os::fd::AsRawFd::as_raw_fd(&fd), contents)
-                .map_err(|e| Fail::rooted("write", path, e))
-        }
+        Action::WriteFile { path, contents, mode } => write_new(root, path, contents, *mode),
         // The new root itself is a directory (bubblewrap's `creat` of it).
         Action::CreateFile { dst, .. } if dst.is_empty() => Err(Fail::rooted("openat", dst, Errno::EISDIR)),
-        Action::CreateFile { dst, contents, mode } => {
-            let mut parent_buf = [0u8; PATH_BUF];
-            let mut name_buf = [0u8; 256];
-            let (parent, name) =
-                split_last(dst, &mut parent_buf, &mut name_buf).map_err(|e| Fail::rooted("split", dst, e))?;
-            let dir = dirs.get(root, parent).map_err(|f| Fail::rooted(f.call, dst, f.errno).in_parent())?;
-            let flags = libc::O_CREAT | libc::O_TRUNC | libc::O_WRONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
-            let fd = sys::openat(dir, name, flags, *mode)
-                .map_err(|e| not_dir_is_parent(Fail::rooted("openat", dst, e)))?;
-            sys::write_all(std::os::fd::AsRawFd::as_raw_fd(&fd), contents)
-                .map_err(|e| Fail::rooted("write", dst, e))
-        }
+        Action::CreateFile { dst, contents, mode } => create_file(root, dirs, dst, contents, *mode),
         Action::BindData { dst, contents, mode, attrs } => {
-            let tmp = match pool.is_some() {
-                true => pool.new_dir(0o755)?,
-                false => pool.tmpfs(0o755, &[], 0)?,
-            };
-            let flags = libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY;
-            let file = sys::openat(tmp.as_fd(), c"data", flags, *mode)
-                .map_err(|e| Fail::rooted("openat", dst, e))?;
-            sys::write_all(std::os::fd::AsRawFd::as_raw_fd(&file), contents)
-                .map_err(|e| Fail::rooted("write", dst, e))?;
-            let copy = clone_tree(tmp.as_fd(), c"data", RESOLVE_IN_ROOT, *attrs)?;
+            let copy = data_file(pool, dst, contents, *mode, *attrs)?;
             attach_owned(copy, new, host, dirs, dst, Kind::File)
         }
         Action::Chmod { dst, mode } => {
             let target = resolve(root, dst, None)?;
             sys::fchmod_path(target.as_fd(), *mode).map_err(|e| Fail::rooted("fchmodat2", dst, e))
         }
-        Action::RemoveStaging { files, dir } => {
-            dirs.fd = None;
-            for file in files {
-                sys::unlinkat(root, file, 0).map_err(|e| Fail::rooted("unlinkat", file, e))?;
-            }
-            sys::unlinkat(root, dir, libc::AT_REMOVEDIR)
-                .map_err(|e| Fail::rooted("unlinkat(AT_REMOVEDIR)", dir, e))
-        }
+        Action::RemoveStaging { files, dir } => remove_staging(root, dirs, files, dir),
         Action::Symlink { dst, .. } if dst.is_empty() => {
             symlink_exists(dst, None, notices);
         }
-        Action::Symlink { target, dst } => {
-            let mut parent_buf = [0u8; PATH_BUF];
-            let mut name_buf = [0u8; 256];
-            let (parent, name) =
-                split_last(dst, &mut parent_buf, &mut name_buf).map_err(|e| Fail::rooted("split", dst, e))?;
-            let dir = dirs.get(root, parent).map_err(|f| Fail::rooted(f.call, dst, f.errno).in_parent())?;
-            match sys::symlinkat(target, dir, name) {
-                Ok(()) => Ok(()),
-                // Idempotent, as in bubblewrap: an identical link is fine.
-                Err(Errno::EEXIST) if same_link(dir, name, target) => Ok(()),
-                Err(Errno::EEXIST) => {
-                    let mut buf = [0u8; PATH_BUF];
-                    let found = sys::readlinkat(dir, name, &mut buf).ok().map(|n| &buf[..n]);
-                    symlink_exists(dst, found, notices)
-                }
-                Err(e) => Err(not_dir_is_parent(Fail::rooted("symlinkat", dst, e))),
-            }
-        }
+        Action::Symlink { target, dst } => symlink(root, dirs, target, dst, notices),
         // `--dir /`: the new root is one already.
         Action::Dir { dst, .. } if dst.is_empty() => Ok(()),
-        Action::Dir { dst, mode } => {
-            let mut parent_buf = [0u8; PATH_BUF];
-            let mut name_buf = [0u8; 256];
-            let (parent, name) =
-                split_last(dst, &mut parent_buf, &mut name_buf).map_err(|e| Fail::rooted("split", dst, e))?;
-            // Missing parents as bubblewrap makes them: no access for
-            // group or others where the directory itself gives none.
-            let parents = crate::prepare::parents_for(*mode);
-            let own;
-            let dir = if parents == dirs.parents || parent.is_empty() {
-                dirs.get(root, parent).map_err(|f| Fail::rooted(f.call, dst, f.errno).in_parent())?
-            } else {
-                own = resolve_mode(root, parent, Some(Kind::Dir), parents, parents)
-                    .map_err(|f| Fail::rooted(f.call, dst, f.errno).in_parent())?;
-                own.as_fd()
-            };
-            match sys::mkdirat(dir, name, *mode) {
-                Ok(()) => Ok(()),
-                // What is there must be a directory, or a link to one.
-                Err(Errno::EEXIST) => {
-                    let there = resolve(root, dst, None)?;
-                    fits(&there, dst, Kind::Dir)
-                }
-                Err(e) => Err(not_dir_is_parent(Fail::rooted("mkdirat", dst, e))),
-            }
-        }
+        Action::Dir { dst, mode } => make_dir(root, dirs, dst, *mode),
         Action::AttachTree { tree, dst, kind } => attach(tree.as_fd(), root, dirs, dst, *kind),
         Action::Proc(prepared) => proc(prepared, root, host, dirs, notices),
         Action::Move { from, dst } => {
@@ -594,34 +497,204 @@ pub(crate) fn run<'a>(
             let tree = resolve(root, from, None)?;
             attach(tree.as_fd(), root, dirs, dst, Kind::Dir)
         }
-        Action::Remount { dst, attrs } => {
-            // bubblewrap makes the missing parents, then finds no
-            // destination, or no mount there.
-            let target = match resolve(root, dst, None) {
-                Err(f) if f.errno == Errno::ENOENT => {
-                    let mut parent_buf = [0u8; PATH_BUF];
-                    let mut name_buf = [0u8; 256];
-                    if let Ok((parent, _)) = split_last(dst, &mut parent_buf, &mut name_buf) {
-                        dirs.get(root, parent).map_err(|f| Fail::rooted(f.call, dst, f.errno).in_parent())?;
-                    }
-                    return Err(f);
-                }
-                other => other?,
-            };
-            if !sys::is_mount_root(target.as_fd()).map_err(|e| Fail::rooted("statx", dst, e))? {
-                return Err(Fail::rooted("statx(STATX_ATTR_MOUNT_ROOT)", dst, Errno::EINVAL));
-            }
-            sys::mount_setattr(target.as_fd(), *attrs, false)
-                .map_err(|e| Fail::rooted("mount_setattr", dst, e))
-        }
-        Action::Listen { socket, dir, name } => {
-            // bind() takes a path: from inside the directory, the bare name.
-            let dir_fd = resolve(root, dir, None)?;
-            sys::fchdir(dir_fd.as_fd()).map_err(|e| Fail::rooted("fchdir", dir, e))?;
-            sys::bind_unix(*socket, name).map_err(|e| Fail::rooted("bind", dir, e))?;
-            sys::listen(*socket).map_err(|e| Fail::rooted("listen", dir, e))
-        }
+        Action::Remount { dst, attrs } => remount(root, dirs, dst, *attrs),
+        Action::Listen { socket, dir, name } => listen(root, *socket, dir, name),
     }
+}
+
+/// The detached copy a bind attaches at `dst`: the host source opened
+/// before the sandbox was entered, or a path of the new root. `None` when
+/// an optional path is missing (nothing to bind).
+fn copy_source<'a>(
+    source: &'a Source,
+    dst: &'a CStr,
+    root: BorrowedFd<'_>,
+    clones: &mut Clones,
+) -> Result<'a, Option<OwnedFd>> {
+    match source {
+        Source::Host(index) => {
+            clones.take(*index).map(Some).ok_or(Fail::rooted("open_tree", dst, Errno::EBUSY))
+        }
+        Source::New { path, attrs, optional } => match clone_tree(root, path, RESOLVE_IN_ROOT, *attrs) {
+            Ok(copy) => Ok(Some(copy)),
+            Err(f) if *optional && f.errno == Errno::ENOENT && f.call == "openat2" => Ok(None),
+            Err(f) => Err(f),
+        },
+    }
+}
+
+/// A new detached mount of `fstype` with `options`.
+fn new_fs<'a>(
+    fstype: &'a CStr,
+    options: &'a [(CString, Option<CString>)],
+    attrs: u64,
+) -> Result<'a, OwnedFd> {
+    let fs = sys::fsopen(fstype).map_err(|e| Fail::new("fsopen", fstype, e))?;
+    // The "source" shows up in /proc/mounts; default would be "none".
+    sys::fsconfig_set(fs.as_fd(), c"source", Some(fstype))
+        .map_err(|e| Fail::new("fsconfig", c"source", e))?;
+    for (key, value) in options {
+        sys::fsconfig_set(fs.as_fd(), key, value.as_deref()).map_err(|e| Fail::new("fsconfig", key, e))?;
+    }
+    sys::fsconfig_create(fs.as_fd()).map_err(|e| Fail::new("fsconfig(FSCONFIG_CMD_CREATE)", fstype, e))?;
+    sys::fsmount(fs.as_fd(), attrs).map_err(|e| Fail::new("fsmount", fstype, e))
+}
+
+/// A generated file that must not exist yet at `path`.
+fn write_new<'a>(root: BorrowedFd<'_>, path: &'a CStr, contents: &[u8], mode: u32) -> Result<'a, ()> {
+    let flags = libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_NOFOLLOW;
+    let fd = sys::openat(root, path, flags, mode).map_err(|e| Fail::rooted("openat", path, e))?;
+    sys::write_all(std::os::fd::AsRawFd::as_raw_fd(&fd), contents).map_err(|e| Fail::rooted("write", path, e))
+}
+
+/// The open parent directory of `dst` (its missing parents made) and the
+/// name `dst` has in it, held in `bufs`.
+fn parent_of<'d, 'a, 'b>(
+    root: BorrowedFd<'_>,
+    dirs: &'d mut Dirs,
+    dst: &'a CStr,
+    bufs: &'b mut ([u8; PATH_BUF], [u8; 256]),
+) -> Result<'a, (BorrowedFd<'d>, &'b CStr)> {
+    let (parent, name) =
+        split_last(dst, &mut bufs.0, &mut bufs.1).map_err(|e| Fail::rooted("split", dst, e))?;
+    let dir = dirs.get(root, parent).map_err(|f| Fail::rooted(f.call, dst, f.errno).in_parent())?;
+    Ok((dir, name))
+}
+
+/// A file at `dst` (created or truncated) holding `contents`.
+fn create_file<'a>(
+    root: BorrowedFd<'_>,
+    dirs: &mut Dirs,
+    dst: &'a CStr,
+    contents: &[u8],
+    mode: u32,
+) -> Result<'a, ()> {
+    let mut bufs = ([0u8; PATH_BUF], [0u8; 256]);
+    let (dir, name) = parent_of(root, dirs, dst, &mut bufs)?;
+    let flags = libc::O_CREAT | libc::O_TRUNC | libc::O_WRONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    let fd =
+        sys::openat(dir, name, flags, mode).map_err(|e| not_dir_is_parent(Fail::rooted("openat", dst, e)))?;
+    sys::write_all(std::os::fd::AsRawFd::as_raw_fd(&fd), contents).map_err(|e| Fail::rooted("write", dst, e))
+}
+
+/// A detached copy of a file holding `contents`, written in a private
+/// directory (of the pool, or a fresh tmpfs), for a bind at `dst`.
+fn data_file<'a>(
+    pool: &mut Pool,
+    dst: &'a CStr,
+    contents: &[u8],
+    mode: u32,
+    attrs: u64,
+) -> Result<'a, OwnedFd> {
+    let tmp = match pool.is_some() {
+        true => pool.new_dir(0o755)?,
+        false => pool.tmpfs(0o755, &[], 0)?,
+    };
+    let flags = libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY;
+    let file = sys::openat(tmp.as_fd(), c"data", flags, mode).map_err(|e| Fail::rooted("openat", dst, e))?;
+    sys::write_all(std::os::fd::AsRawFd::as_raw_fd(&file), contents)
+        .map_err(|e| Fail::rooted("write", dst, e))?;
+    clone_tree(tmp.as_fd(), c"data", RESOLVE_IN_ROOT, attrs)
+}
+
+/// Unlinks the generated `files` and their staging `dir`.
+fn remove_staging<'a>(
+    root: BorrowedFd<'_>,
+    dirs: &mut Dirs,
+    files: &'a [CString],
+    dir: &'a CStr,
+) -> Result<'a, ()> {
+    dirs.fd = None;
+    for file in files {
+        sys::unlinkat(root, file, 0).map_err(|e| Fail::rooted("unlinkat", file, e))?;
+    }
+    sys::unlinkat(root, dir, libc::AT_REMOVEDIR).map_err(|e| Fail::rooted("unlinkat(AT_REMOVEDIR)", dir, e))
+}
+
+/// A symlink at `dst` to `target`; an identical one already there is fine.
+fn symlink<'a>(
+    root: BorrowedFd<'_>,
+    dirs: &mut Dirs,
+    target: &CStr,
+    dst: &'a CStr,
+    notices: std::os::fd::RawFd,
+) -> Result<'a, ()> {
+    let mut bufs = ([0u8; PATH_BUF], [0u8; 256]);
+    let (dir, name) = parent_of(root, dirs, dst, &mut bufs)?;
+    match sys::symlinkat(target, dir, name) {
+        Ok(()) => Ok(()),
+        // Idempotent, as in bubblewrap: an identical link is fine.
+        Err(Errno::EEXIST) if same_link(dir, name, target) => Ok(()),
+        Err(Errno::EEXIST) => {
+            let mut buf = [0u8; PATH_BUF];
+            let found = sys::readlinkat(dir, name, &mut buf).ok().map(|n| &buf[..n]);
+            symlink_exists(dst, found, notices)
+        }
+        Err(e) => Err(not_dir_is_parent(Fail::rooted("symlinkat", dst, e))),
+    }
+}
+
+/// A directory at `dst`; one already there (or a link to one) is fine.
+fn make_dir<'a>(root: BorrowedFd<'_>, dirs: &mut Dirs, dst: &'a CStr, mode: u32) -> Result<'a, ()> {
+    let mut parent_buf = [0u8; PATH_BUF];
+    let mut name_buf = [0u8; 256];
+    let (parent, name) =
+        split_last(dst, &mut parent_buf, &mut name_buf).map_err(|e| Fail::rooted("split", dst, e))?;
+    // Missing parents as bubblewrap makes them: no access for
+    // group or others where the directory itself gives none.
+    let parents = crate::prepare::parents_for(mode);
+    let own;
+    let dir = if parents == dirs.parents || parent.is_empty() {
+        dirs.get(root, parent).map_err(|f| Fail::rooted(f.call, dst, f.errno).in_parent())?
+    } else {
+        own = resolve_mode(root, parent, Some(Kind::Dir), parents, parents)
+            .map_err(|f| Fail::rooted(f.call, dst, f.errno).in_parent())?;
+        own.as_fd()
+    };
+    match sys::mkdirat(dir, name, mode) {
+        Ok(()) => Ok(()),
+        // What is there must be a directory, or a link to one.
+        Err(Errno::EEXIST) => {
+            let there = resolve(root, dst, None)?;
+            fits(&there, dst, Kind::Dir)
+        }
+        Err(e) => Err(not_dir_is_parent(Fail::rooted("mkdirat", dst, e))),
+    }
+}
+
+/// Sets `attrs` on the mount whose root is at `dst`.
+fn remount<'a>(root: BorrowedFd<'_>, dirs: &mut Dirs, dst: &'a CStr, attrs: u64) -> Result<'a, ()> {
+    // bubblewrap makes the missing parents, then finds no
+    // destination, or no mount there.
+    let target = match resolve(root, dst, None) {
+        Err(f) if f.errno == Errno::ENOENT => {
+            let mut parent_buf = [0u8; PATH_BUF];
+            let mut name_buf = [0u8; 256];
+            if let Ok((parent, _)) = split_last(dst, &mut parent_buf, &mut name_buf) {
+                dirs.get(root, parent).map_err(|f| Fail::rooted(f.call, dst, f.errno).in_parent())?;
+            }
+            return Err(f);
+        }
+        other => other?,
+    };
+    if !sys::is_mount_root(target.as_fd()).map_err(|e| Fail::rooted("statx", dst, e))? {
+        return Err(Fail::rooted("statx(STATX_ATTR_MOUNT_ROOT)", dst, Errno::EINVAL));
+    }
+    sys::mount_setattr(target.as_fd(), attrs, false).map_err(|e| Fail::rooted("mount_setattr", dst, e))
+}
+
+/// Binds the listening `socket` as `name` in the directory `dir`.
+fn listen<'a>(
+    root: BorrowedFd<'_>,
+    socket: std::os::fd::RawFd,
+    dir: &'a CStr,
+    name: &CStr,
+) -> Result<'a, ()> {
+    // bind() takes a path: from inside the directory, the bare name.
+    let dir_fd = resolve(root, dir, None)?;
+    sys::fchdir(dir_fd.as_fd()).map_err(|e| Fail::rooted("fchdir", dir, e))?;
+    sys::bind_unix(socket, name).map_err(|e| Fail::rooted("bind", dir, e))?;
+    sys::listen(socket).map_err(|e| Fail::rooted("listen", dir, e))
 }
 
 /// `/proc` as procfs.rs decided: a fresh procfs with its covers, or the

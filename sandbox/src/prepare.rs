@@ -409,32 +409,132 @@ pub(crate) fn own_ids() -> (u32, u32) {
     (nix::unistd::geteuid().as_raw(), nix::unistd::getegid().as_raw())
 }
 
+/// The host ids the sandbox user maps onto: the spec's, or the caller's
+/// own. Only root may map onto ids other than its own.
+fn host_ids(spec: &SandboxSpec) -> Result<(u32, u32), SpecError> {
+    let (own_uid, own_gid) = own_ids();
+    let (host_uid, host_gid) = match spec.host_ids {
+        Some(ids) => (ids.uid, ids.gid),
+        None => (own_uid, own_gid),
+    };
+    if (host_uid, host_gid) != (own_uid, own_gid) && own_uid != 0 {
+        return Err(SpecError::new(format!(
+            "mapping the sandbox user onto host ids {host_uid}:{host_gid} needs root; \
+             an unprivileged caller's sandbox user maps onto its own ids {own_uid}:{own_gid}"
+        )));
+    }
+    Ok((host_uid, host_gid))
+}
+
+/// The namespaces the sandbox is cloned into: a private network
+/// namespace only when its network is private.
+fn clone_flags(spec: &SandboxSpec) -> c_ulong {
+    let mut flags = libc::CLONE_NEWUSER
+        | libc::CLONE_NEWNS
+        | libc::CLONE_NEWPID
+        | libc::CLONE_NEWIPC
+        | libc::CLONE_NEWUTS;
+    if spec.network.is_private() {
+        flags |= libc::CLONE_NEWNET;
+    }
+    flags as c_ulong
+}
+
+/// The nested sandboxes' portal (its listening socket and the `bwrap`
+/// front end that serves it) when the spec asks for nesting and a front
+/// end is given; says which in the log.
+fn nested_portal<'a>(
+    spec: &SandboxSpec,
+    front_end: Option<&'a Path>,
+) -> Result<Option<(OwnedFd, &'a Path)>, SpecError> {
+    let portal = match front_end.filter(|_| spec.nested) {
+        Some(exe) => Some((crate::portal::socket()?, exe)),
+        None => None,
+    };
+    match (&portal, spec.nested) {
+        (Some(_), _) => tracing::info!(
+            "nested sandboxes: on (`bwrap` is {}, first on PATH, served by this launcher; \
+             their commands' own user, mount and pid namespaces: {})",
+            crate::portal::PORTAL_BIN,
+            if spec.security.nested_userns == crate::NestedUserns::On {
+                "on"
+            } else {
+                "off (--nested-userns)"
+            }
+        ),
+        (None, true) => tracing::info!("nested sandboxes: not available (no bwrap front end given)"),
+        (None, false) => tracing::info!("nested sandboxes: off"),
+    }
+    Ok(portal)
+}
+
+/// Denying IP sockets leaves a shared network namespace usable: refused.
+fn check_no_ip(spec: &SandboxSpec) -> Result<(), SpecError> {
+    if spec.security.no_ip && spec.network != Network::Off {
+        return Err(SpecError::new(
+            "denying IP sockets (network none) needs a private network namespace (network off)",
+        ));
+    }
+    Ok(())
+}
+
+fn check_hostname(hostname: &str) -> Result<(), SpecError> {
+    if hostname.is_empty() || hostname.len() > 64 || hostname.contains(['\0', '/']) {
+        return Err(SpecError::new(format!("hostname {hostname:?} must be 1-64 bytes without '/'")));
+    }
+    Ok(())
+}
+
+/// The spec's seccomp filter, compiled, and what it is in the log.
+fn seccomp_filter(spec: &SandboxSpec) -> Result<Option<seccomp::Program>, SpecError> {
+    let security = &spec.security;
+    let seccomp = seccomp::compile(&security.seccomp, security.allow_ptrace, spec.sockets())?;
+    match &seccomp {
+        Some(p) => tracing::info!(
+            "seccomp: {} ({} BPF instructions{})",
+            security.seccomp.describe(),
+            p.filter.len(),
+            if security.allow_ptrace { ", ptrace allowed" } else { "" }
+        ),
+        None => {
+            tracing::warn!("seccomp: unconfined: the command can make every syscall the namespaces allow")
+        }
+    }
+    Ok(seccomp)
+}
+
+/// The spec's Landlock rules, and what the kernel will enforce of them in
+/// the log (a warning when less than asked).
+fn landlock_rules(spec: &SandboxSpec) -> Result<Option<landlock::Plan>, SpecError> {
+    let security = &spec.security;
+    let (landlock, enforcement) = landlock::plan(security.landlock, &landlock_paths(spec)?, security.no_ip)?;
+    match &enforcement {
+        landlock::Enforcement::Full { .. } => tracing::info!("landlock: {enforcement}"),
+        landlock::Enforcement::Not { .. } if security.landlock == crate::LandlockMode::Off => {
+            tracing::info!("landlock: {enforcement}")
+        }
+        _ => tracing::warn!("landlock: {enforcement}"),
+    }
+    Ok(landlock)
+}
+
+/// The descriptors the command's setup still needs after the launcher
+/// closes the rest: the detached trees to attach, and the portal's socket.
+fn kept_fds(steps: &[Step], portal: Option<&OwnedFd>) -> Vec<std::os::fd::RawFd> {
+    use std::os::fd::AsRawFd;
+    let trees = steps.iter().filter_map(|step| match &step.action {
+        Action::AttachTree { tree, .. } => Some(tree.as_raw_fd()),
+        _ => None,
+    });
+    trees.chain(portal.map(AsRawFd::as_raw_fd)).collect()
+}
+
 impl Plan {
     /// `front_end` is the binary bound as `bwrap` when the spec asks for
     /// nested sandboxes (`None`: no portal).
     pub(crate) fn prepare(spec: &SandboxSpec, front_end: Option<&Path>) -> Result<Plan, SpecError> {
         spec.user.validate()?;
-        let (own_uid, own_gid) = own_ids();
-        let (host_uid, host_gid) = match spec.host_ids {
-            Some(ids) => (ids.uid, ids.gid),
-            None => (own_uid, own_gid),
-        };
-        if (host_uid, host_gid) != (own_uid, own_gid) && own_uid != 0 {
-            return Err(SpecError::new(format!(
-                "mapping the sandbox user onto host ids {host_uid}:{host_gid} needs root; \
-                 an unprivileged caller's sandbox user maps onto its own ids {own_uid}:{own_gid}"
-            )));
-        }
-
-        let mut clone_flags = libc::CLONE_NEWUSER
-            | libc::CLONE_NEWNS
-            | libc::CLONE_NEWPID
-            | libc::CLONE_NEWIPC
-            | libc::CLONE_NEWUTS;
-        if spec.network.is_private() {
-            clone_flags |= libc::CLONE_NEWNET;
-        }
-
+        let (host_uid, host_gid) = host_ids(spec)?;
         // Whether the sandbox's user and group are host root (uid/gid 0 of
         // the initial user namespace): secrets and RLIMIT_NPROC depend on it.
         let (root_uid, root_gid) = idmap::host_root(host_uid, host_gid);
@@ -454,114 +554,28 @@ impl Plan {
             pool: false,
             fd_sources: false,
         };
-        let portal = match front_end.filter(|_| spec.nested) {
-            Some(exe) => Some((crate::portal::socket()?, exe)),
-            None => None,
-        };
-        match (&portal, spec.nested) {
-            (Some(_), _) => tracing::info!(
-                "nested sandboxes: on (`bwrap` is {}, first on PATH, served by this launcher; \
-                 their commands' own user, mount and pid namespaces: {})",
-                crate::portal::PORTAL_BIN,
-                if spec.security.nested_userns == crate::NestedUserns::On {
-                    "on"
-                } else {
-                    "off (--nested-userns)"
-                }
-            ),
-            (None, true) => tracing::info!("nested sandboxes: not available (no bwrap front end given)"),
-            (None, false) => tracing::info!("nested sandboxes: off"),
-        }
-        // The portal comes right after the system view (whose /usr/bin/bwrap
-        // it covers), before everything the caller adds.
-        let last_system = spec.mounts.iter().rposition(|op| matches!(op, MountOp::SystemBind { .. }));
-        if last_system.is_none()
-            && let Some((socket, exe)) = &portal
-        {
-            plan.push_portal(exe, socket, false)?;
-        }
-        for (i, op) in spec.mounts.iter().enumerate() {
-            if !matches!(op, MountOp::SystemBind { .. }) {
-                for step in plan.splicer.steps_for(op.dst())? {
-                    plan.push_splice(step)?;
-                }
-            }
-            plan.expand(op)?;
-            plan.splicer.planned(op);
-            if Some(i) == last_system {
-                plan.push_masks()?;
-                if let Some((socket, exe)) = &portal {
-                    plan.push_portal(exe, socket, true)?;
-                }
-            }
-        }
-        if spec.deferred_binds.len() > MAX_DEFERRED {
-            return Err(SpecError::new(format!("at most {MAX_DEFERRED} deferred binds are supported")));
-        }
-        let mut deferred = Vec::with_capacity(spec.deferred_binds.len());
-        for bind in &spec.deferred_binds {
-            let (dst_text, dst) = guest_rel("bind destination", &bind.dst)?;
-            let source = plan.host_source(&bind.src, bind.access, &dst_text)?;
-            deferred.push(Deferred { source, dst });
-        }
+        let portal = nested_portal(spec, front_end)?;
+        plan.expand_view(&spec.mounts, portal.as_ref())?;
+        let deferred = plan.deferred_binds(&spec.deferred_binds)?;
         plan.finish()?;
         plan.push(
             "make / read-only".into(),
             Action::Remount { dst: CString::default(), attrs: MOUNT_RDONLY },
         );
 
-        if spec.hostname.is_empty() || spec.hostname.len() > 64 || spec.hostname.contains(['\0', '/']) {
-            return Err(SpecError::new(format!(
-                "hostname {:?} must be 1-64 bytes without '/'",
-                spec.hostname
-            )));
-        }
+        check_hostname(&spec.hostname)?;
         let (cwd_text, _) = guest_rel("working directory", &spec.cwd)?;
-
         let security = &spec.security;
-        if security.no_ip && spec.network != Network::Off {
-            return Err(SpecError::new(
-                "denying IP sockets (network none) needs a private network namespace (network off)",
-            ));
-        }
-        let sockets = spec.sockets();
-        let seccomp = seccomp::compile(&security.seccomp, security.allow_ptrace, sockets)?;
-        match &seccomp {
-            Some(p) => tracing::info!(
-                "seccomp: {} ({} BPF instructions{})",
-                security.seccomp.describe(),
-                p.filter.len(),
-                if security.allow_ptrace { ", ptrace allowed" } else { "" }
-            ),
-            None => {
-                tracing::warn!("seccomp: unconfined: the command can make every syscall the namespaces allow")
-            }
-        }
-        let (landlock, enforcement) =
-            landlock::plan(security.landlock, &landlock_paths(spec)?, security.no_ip)?;
-        match &enforcement {
-            landlock::Enforcement::Full { .. } => tracing::info!("landlock: {enforcement}"),
-            landlock::Enforcement::Not { .. } if security.landlock == crate::LandlockMode::Off => {
-                tracing::info!("landlock: {enforcement}")
-            }
-            _ => tracing::warn!("landlock: {enforcement}"),
-        }
+        check_no_ip(spec)?;
+        let seccomp = seccomp_filter(spec)?;
+        let landlock = landlock_rules(spec)?;
         let limits = limits::prepare(&security.limits, plan.user_is_host_root)?;
         let masked = match &plan.hiding {
             SecretHiding::Masks(masks) => masks.iter().map(|(path, _)| path.clone()).collect(),
             _ => Vec::new(),
         };
-
-        let mut kept_fds: Vec<std::os::fd::RawFd> = plan
-            .steps
-            .iter()
-            .filter_map(|step| match &step.action {
-                Action::AttachTree { tree, .. } => Some(std::os::fd::AsRawFd::as_raw_fd(tree)),
-                _ => None,
-            })
-            .collect();
         let portal = portal.map(|(socket, _)| socket);
-        kept_fds.extend(portal.as_ref().map(std::os::fd::AsRawFd::as_raw_fd));
+        let kept_fds = kept_fds(&plan.steps, portal.as_ref());
         let command_stack = crate::sys::ChildStack::new()
             .map_err(|e| SpecError::new(format!("allocate the command's stack: mmap => {e}")))?;
         Ok(Plan {
@@ -573,7 +587,7 @@ impl Plan {
             seccomp,
             landlock,
             limits,
-            clone_flags: clone_flags as c_ulong,
+            clone_flags: clone_flags(spec),
             uid: spec.user.uid,
             gid: spec.user.gid,
             host_uid,
@@ -873,6 +887,55 @@ impl Expansion<'_> {
         Ok(())
     }
 
+    /// Plans the spec's mounts in order. Destinations missing inside the
+    /// read-only system view are spliced in first; right after the last
+    /// system bind come the secret masks and the portal (which covers the
+    /// system view's /usr/bin/bwrap), before everything the caller adds.
+    fn expand_view(
+        &mut self,
+        mounts: &[MountOp],
+        portal: Option<&(OwnedFd, &Path)>,
+    ) -> Result<(), SpecError> {
+        let last_system = mounts.iter().rposition(|op| matches!(op, MountOp::SystemBind { .. }));
+        if last_system.is_none()
+            && let Some((socket, exe)) = portal
+        {
+            self.push_portal(exe, socket, false)?;
+        }
+        for (i, op) in mounts.iter().enumerate() {
+            if !matches!(op, MountOp::SystemBind { .. }) {
+                for step in self.splicer.steps_for(op.dst())? {
+                    self.push_splice(step)?;
+                }
+            }
+            self.expand(op)?;
+            self.splicer.planned(op);
+            if Some(i) == last_system {
+                self.push_masks()?;
+                if let Some((socket, exe)) = portal {
+                    self.push_portal(exe, socket, true)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The binds made after the command's setup, their sources opened now.
+    fn deferred_binds(&mut self, binds: &[crate::spec::DeferredBind]) -> Result<Vec<Deferred>, SpecError> {
+        if binds.len() > MAX_DEFERRED {
+            return Err(SpecError::new(format!("at most {MAX_DEFERRED} deferred binds are supported")));
+        }
+        let mut deferred = Vec::with_capacity(binds.len());
+        for bind in binds {
+            let (dst_text, dst) = guest_rel("bind destination", &bind.dst)?;
+            let source = self.host_source(&bind.src, bind.access, &dst_text)?;
+            deferred.push(Deferred { source, dst });
+        }
+        Ok(deferred)
+    }
+
+    // Just over ~80 lines: one short arm per kind of mount operation, each
+    // saying the step it plans; the longer ones are methods already.
     fn expand(&mut self, op: &MountOp) -> Result<(), SpecError> {
         let (dst_text, dst) = guest_rel("mount destination", op.dst())?;
         match op {
@@ -887,59 +950,22 @@ impl Expansion<'_> {
                 }
                 None => {
                     let index = self.host_source(src, Access::Ro, &dst_text)?;
-                    let source = &self.host_sources[index];
-                    let (what, kind) = (source.what.clone(), source.kind);
-                    self.push(what, Action::Bind { source: Source::Host(index), dst, kind });
+                    self.push_host_bind(index, dst);
                 }
             },
             MountOp::Bind { src, access, .. } => {
                 let index = self.host_source(src, *access, &dst_text)?;
-                let source = &self.host_sources[index];
-                let (what, kind) = (source.what.clone(), source.kind);
-                self.push(what, Action::Bind { source: Source::Host(index), dst, kind });
+                self.push_host_bind(index, dst);
             }
             MountOp::Tmpfs { mode, owned_by_user, size, .. } => {
-                let mut options = vec![option("mode", &format!("{mode:o}"))?];
-                options.extend(self.tmpfs_size_options(size.map(limits::tmpfs_sized))?);
-                if *owned_by_user {
-                    // Interpreted in the sandbox's user namespace, where these ids are mapped.
-                    options.push(option("uid", &self.user.uid.to_string())?);
-                    options.push(option("gid", &self.user.gid.to_string())?);
-                }
-                options.extend(self.file_label.as_ref().map(crate::selinux::mount_option));
-                self.push(
-                    format!("mount tmpfs on {dst_text}"),
-                    Action::Fs {
-                        fstype: cstring("fstype", "tmpfs")?,
-                        options,
-                        attrs: MOUNT_NOSUID | MOUNT_NODEV,
-                        dst,
-                        // bwrap's `--size` makes a tmpfs of its own (the
-                        // portal's worker reserves it from the pool).
-                        pooled: self.pool && size.is_none(),
-                    },
-                );
+                self.push_tmpfs(*mode, *owned_by_user, *size, dst, &dst_text)?
             }
             MountOp::Proc { mode, .. } => {
                 let prepared = procfs::prepare(&dst_text, dst, *mode, self.bwrap)?;
                 self.push(format!("mount proc on {dst_text}"), Action::Proc(prepared));
             }
             MountOp::Dev { bwrap, .. } => self.expand_dev(&dst_text, *bwrap)?,
-            MountOp::File { contents, mode, .. } => {
-                let path = self.stage(&format!("the contents of {dst_text}"), contents.clone(), *mode)?;
-                self.push(
-                    format!("bind the generated {dst_text}"),
-                    Action::Bind {
-                        source: Source::New {
-                            path,
-                            attrs: MOUNT_RDONLY | MOUNT_NOSUID | MOUNT_NODEV,
-                            optional: false,
-                        },
-                        dst,
-                        kind: Kind::File,
-                    },
-                );
-            }
+            MountOp::File { contents, mode, .. } => self.push_generated(contents, *mode, dst, &dst_text)?,
             MountOp::Symlink { target, .. } => self.push(
                 format!("symlink {dst_text} -> {target}"),
                 Action::Symlink { target: cstring("symlink target", target.as_str())?, dst },
@@ -950,9 +976,7 @@ impl Expansion<'_> {
             MountOp::DevBind { src, .. } => {
                 let what = format!("bind {} -> {dst_text} (rw, devices)", src.display());
                 let index = self.host_source_with(src, MOUNT_NOSUID, what)?;
-                let source = &self.host_sources[index];
-                let (what, kind) = (source.what.clone(), source.kind);
-                self.push(what, Action::Bind { source: Source::Host(index), dst, kind });
+                self.push_host_bind(index, dst);
             }
             MountOp::Mqueue { .. } => self.push(
                 format!("mount mqueue on {dst_text}"),
@@ -991,6 +1015,70 @@ impl Expansion<'_> {
                 Action::Remount { dst, attrs: MOUNT_RDONLY | MOUNT_NOSUID | MOUNT_NODEV },
             ),
         }
+        Ok(())
+    }
+
+    /// Binds the host source opened as `index` at `dst`.
+    fn push_host_bind(&mut self, index: usize, dst: CString) {
+        let source = &self.host_sources[index];
+        let (what, kind) = (source.what.clone(), source.kind);
+        self.push(what, Action::Bind { source: Source::Host(index), dst, kind });
+    }
+
+    /// A tmpfs at `dst`: its `mode`, its size (its own, or the sandbox's
+    /// default), owned by the sandbox user if asked, with the file label.
+    fn push_tmpfs(
+        &mut self,
+        mode: u32,
+        owned_by_user: bool,
+        size: Option<u64>,
+        dst: CString,
+        dst_text: &str,
+    ) -> Result<(), SpecError> {
+        let mut options = vec![option("mode", &format!("{mode:o}"))?];
+        options.extend(self.tmpfs_size_options(size.map(limits::tmpfs_sized))?);
+        if owned_by_user {
+            // Interpreted in the sandbox's user namespace, where these ids are mapped.
+            options.push(option("uid", &self.user.uid.to_string())?);
+            options.push(option("gid", &self.user.gid.to_string())?);
+        }
+        options.extend(self.file_label.as_ref().map(crate::selinux::mount_option));
+        self.push(
+            format!("mount tmpfs on {dst_text}"),
+            Action::Fs {
+                fstype: cstring("fstype", "tmpfs")?,
+                options,
+                attrs: MOUNT_NOSUID | MOUNT_NODEV,
+                dst,
+                // bwrap's `--size` makes a tmpfs of its own (the
+                // portal's worker reserves it from the pool).
+                pooled: self.pool && size.is_none(),
+            },
+        );
+        Ok(())
+    }
+
+    /// A generated read-only file at `dst`: staged, then bound.
+    fn push_generated(
+        &mut self,
+        contents: &[u8],
+        mode: u32,
+        dst: CString,
+        dst_text: &str,
+    ) -> Result<(), SpecError> {
+        let path = self.stage(&format!("the contents of {dst_text}"), contents.to_vec(), mode)?;
+        self.push(
+            format!("bind the generated {dst_text}"),
+            Action::Bind {
+                source: Source::New {
+                    path,
+                    attrs: MOUNT_RDONLY | MOUNT_NOSUID | MOUNT_NODEV,
+                    optional: false,
+                },
+                dst,
+                kind: Kind::File,
+            },
+        );
         Ok(())
     }
 
@@ -1047,22 +1135,7 @@ impl Expansion<'_> {
         dst_text: &str,
     ) -> Result<(), SpecError> {
         let fd_sources = self.fd_sources;
-        let path = |p: &Path| -> Result<String, SpecError> {
-            if fd_sources {
-                // A descriptor the caller opened: overlayfs follows the
-                // magic link to what it is open on.
-                descriptor_of(p)?;
-                return Ok(p.display().to_string());
-            }
-            let real = std::fs::canonicalize(p).map_err(|e| {
-                SpecError::new(format!("overlay source {}: {}", p.display(), io_error_text(&e)))
-            })?;
-            let real = real
-                .into_os_string()
-                .into_string()
-                .map_err(|_| SpecError::new(format!("overlay source {}: path is not UTF-8", p.display())))?;
-            Ok(real)
-        };
+        let path = |p: &Path| overlay_path(p, fd_sources);
         // overlayfs unescapes these (`\` before any byte), not `lowerdir+`.
         let escaped = |p: &Path| path(p).map(|p| p.replace('\\', "\\\\"));
         let mut options = Vec::new();
@@ -1083,29 +1156,9 @@ impl Expansion<'_> {
         } else {
             "ro-overlay"
         };
-        // bubblewrap's option string, as its messages show it: its paths
-        // for the caller's tree (`/oldroot`) and its tmp-overlays' layers.
-        let bwrap_path = |p: &Path| -> Result<String, SpecError> {
-            let mut escaped = String::from("/oldroot");
-            for c in path(p)?.chars() {
-                if matches!(c, '\\' | ',' | ':') {
-                    escaped.push('\\');
-                }
-                escaped.push(c);
-            }
-            Ok(escaped)
-        };
-        let mut shown = match upper {
-            Some((up, work)) => format!("upperdir={},workdir={},", bwrap_path(up)?, bwrap_path(work)?),
-            None if tmp => {
-                let n =
-                    self.host_sources.iter().filter(|s| s.overlay.as_ref().is_some_and(|o| o.tmp)).count();
-                format!("upperdir=/tmp-overlay-upper-{n},workdir=/tmp-overlay-work-{n},")
-            }
-            None => String::new(),
-        };
-        let layers = lower.iter().map(|p| bwrap_path(p)).collect::<Result<Vec<_>, _>>()?;
-        shown.push_str(&format!("lowerdir={},userxattr", layers.join(":")));
+        let tmp_overlays =
+            self.host_sources.iter().filter(|s| s.overlay.as_ref().is_some_and(|o| o.tmp)).count();
+        let shown = bwrap_overlay_options(lower, upper, tmp.then_some(tmp_overlays), fd_sources)?;
         let failure = format!("Can't make overlay mount on /newroot{dst_text} with options {shown}");
         let what = format!("mount {kind} on {dst_text}");
         let attrs = MOUNT_NOSUID | MOUNT_NODEV | if upper.is_none() && !tmp { MOUNT_RDONLY } else { 0 };
@@ -1145,6 +1198,8 @@ impl Expansion<'_> {
         Ok([option("size", &size.to_string())?, option("nr_inodes", &inodes.to_string())?])
     }
 
+    // Just over ~80 lines: `/dev`'s steps as one ordered list, in
+    // bubblewrap's order; split, the order would be spread over functions.
     /// The minimal `/dev`, as bubblewrap's `--dev` builds it; the
     /// runtime's (`bwrap` false) read-only and `noexec`, with a private
     /// tmpfs for `shm`.
@@ -1373,6 +1428,53 @@ pub(crate) fn parents_for(mode: u32) -> u32 {
 
 /// A `key=value` filesystem option.
 /// The descriptor number a `/proc/self/fd/N` source names.
+/// An overlay layer's path as overlayfs is given it: the host path with
+/// its links resolved, or, with `fd_sources`, the `/proc/self/fd/N` of a
+/// descriptor the caller opened (overlayfs follows the magic link to what
+/// it is open on).
+fn overlay_path(p: &Path, fd_sources: bool) -> Result<String, SpecError> {
+    if fd_sources {
+        descriptor_of(p)?;
+        return Ok(p.display().to_string());
+    }
+    let real = std::fs::canonicalize(p)
+        .map_err(|e| SpecError::new(format!("overlay source {}: {}", p.display(), io_error_text(&e))))?;
+    let real = real
+        .into_os_string()
+        .into_string()
+        .map_err(|_| SpecError::new(format!("overlay source {}: path is not UTF-8", p.display())))?;
+    Ok(real)
+}
+
+/// bubblewrap's option string of an overlay, as its messages show it: its
+/// paths for the caller's tree (`/oldroot`) and, for the tmp-overlay
+/// numbered `tmp_overlay` (when no `upper` is given), its layers.
+fn bwrap_overlay_options(
+    lower: &[PathBuf],
+    upper: Option<&(PathBuf, PathBuf)>,
+    tmp_overlay: Option<usize>,
+    fd_sources: bool,
+) -> Result<String, SpecError> {
+    let bwrap_path = |p: &Path| -> Result<String, SpecError> {
+        let mut escaped = String::from("/oldroot");
+        for c in overlay_path(p, fd_sources)?.chars() {
+            if matches!(c, '\\' | ',' | ':') {
+                escaped.push('\\');
+            }
+            escaped.push(c);
+        }
+        Ok(escaped)
+    };
+    let mut shown = match (upper, tmp_overlay) {
+        (Some((up, work)), _) => format!("upperdir={},workdir={},", bwrap_path(up)?, bwrap_path(work)?),
+        (None, Some(n)) => format!("upperdir=/tmp-overlay-upper-{n},workdir=/tmp-overlay-work-{n},"),
+        (None, None) => String::new(),
+    };
+    let layers = lower.iter().map(|p| bwrap_path(p)).collect::<Result<Vec<_>, _>>()?;
+    shown.push_str(&format!("lowerdir={},userxattr", layers.join(":")));
+    Ok(shown)
+}
+
 fn descriptor_of(src: &Path) -> Result<std::os::fd::RawFd, SpecError> {
     src.to_str()
         .and_then(|s| s.strip_prefix("/proc/self/fd/"))

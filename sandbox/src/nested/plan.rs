@@ -4,6 +4,7 @@
 //! outer sandbox's view (the worker has entered its mount namespace), so a
 //! path that the outer sandbox does not show does not exist for a nested one.
 
+use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 
@@ -46,52 +47,12 @@ pub(crate) fn prepare(
     pool: &str,
 ) -> Result<Plan, RequestError> {
     req.check_served(fds.len(), outer.user_is_host_root)?;
-
-    // `--proc` as the outer sandbox's /proc was asked for: where the kernel
-    // refused the outer one a fresh procfs (inside a container) it refuses
-    // the nested one too, and `auto` then binds the outer /proc read-only,
-    // which shows no more than the outer sandbox already sees.
-    let proc_mode = outer_spec
-        .mounts
-        .iter()
-        .find_map(|op| match op {
-            MountOp::Proc { mode, .. } => Some(*mode),
-            _ => None,
-        })
-        .unwrap_or_default();
-
-    // Every source is opened once, here, in the outer sandbox's view (this
-    // process's, in which the portal is not mounted: pool.rs), and what
-    // it is open on is what the nested PID 1 clones: nothing is looked up
-    // by path again.
-    let pool_devs = super::pool::devs();
-    let mut opened = Vec::new();
-    for op in &req.ops {
-        for (src, optional, layer) in sources_of(op) {
-            let fd = open_source(&req.cwd, src, optional, &pool_devs)?;
-            if let (Some(fd), true) = (&fd, layer) {
-                unmasked(fd, src, &outer.masked)?;
-            }
-            opened.push(fd);
-        }
-    }
+    let proc_mode = outer_proc_mode(outer_spec);
+    let opened = open_sources(req, &outer.masked)?;
     let highest = opened.iter().flatten().map(AsRawFd::as_raw_fd).fold(floor, RawFd::max);
     let (targets, fd_base) =
         renumber(&req.fds, fds, highest).map_err(|e| RequestError::Invalid(format!("descriptors: {e}")))?;
-    let mut source_fds = Vec::new();
-    let mut paths = std::collections::VecDeque::new();
-    for fd in opened {
-        paths.push_back(match fd {
-            Some(fd) => {
-                let want = fd_base + (targets.len() + source_fds.len()) as RawFd;
-                let moved =
-                    move_to(fd, want).map_err(|e| RequestError::Invalid(format!("descriptors: {e}")))?;
-                source_fds.push(moved);
-                Some(PathBuf::from(format!("/proc/self/fd/{moved}")))
-            }
-            None => None,
-        });
-    }
+    let (source_fds, mut paths) = move_sources(opened, fd_base, targets.len())?;
 
     // No nested tmpfs may be larger than the outer sandbox's own (each is
     // memory the outer limits may not count, docs/security.md).
@@ -106,17 +67,7 @@ pub(crate) fn prepare(
     // Inside the outer sandbox's user namespace we are its user.
     let (outer_uid, outer_gid) = (outer_spec.user.uid, outer_spec.user.gid);
     let inner = (req.uid.unwrap_or(outer_uid), req.gid.unwrap_or(outer_gid));
-    // Its own user namespace, made after the mounts; with
-    // `--disable-userns`, the limit is set in that one and one more is made
-    // inside it (bubblewrap's order): the outer sandbox's own limit is
-    // never touched.
-    let mut userns = Vec::new();
-    if req.unshare.user || req.disable_userns {
-        userns.push(UserNs { maps: id_maps(inner, (outer_uid, outer_gid)), limit_first: false });
-    }
-    if req.disable_userns {
-        userns.push(UserNs { maps: id_maps(inner, inner), limit_first: true });
-    }
+    let userns = nested_userns(req, inner, (outer_uid, outer_gid));
     let block_fd = source_of(req.block_fd, &targets);
     let userns2_fd = source_of(req.userns2_fd, &targets);
 
@@ -159,6 +110,82 @@ pub(crate) fn prepare(
     Plan::prepare_nested(&spec, parts).map_err(|e| RequestError::Invalid(e.to_string()))
 }
 
+/// `--proc` as the outer sandbox's /proc was asked for: where the kernel
+/// refused the outer one a fresh procfs (inside a container) it refuses
+/// the nested one too, and `auto` then binds the outer /proc read-only,
+/// which shows no more than the outer sandbox already sees.
+fn outer_proc_mode(outer_spec: &SandboxSpec) -> crate::ProcMode {
+    outer_spec
+        .mounts
+        .iter()
+        .find_map(|op| match op {
+            MountOp::Proc { mode, .. } => Some(*mode),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+/// Every source of the request's operations, in order (`None` for a
+/// missing optional one). Each is opened once, here, in the outer
+/// sandbox's view (this process's, in which the portal is not mounted:
+/// pool.rs), and what it is open on is what the nested PID 1 clones:
+/// nothing is looked up by path again. An overlay layer must not be one of
+/// the outer sandbox's `masked` paths.
+fn open_sources(req: &Request, masked: &[String]) -> Result<Vec<Option<OwnedFd>>, RequestError> {
+    let pool_devs = super::pool::devs();
+    let mut opened = Vec::new();
+    for op in &req.ops {
+        for (src, optional, layer) in sources_of(op) {
+            let fd = open_source(&req.cwd, src, optional, &pool_devs)?;
+            if let (Some(fd), true) = (&fd, layer) {
+                unmasked(fd, src, masked)?;
+            }
+            opened.push(fd);
+        }
+    }
+    Ok(opened)
+}
+
+/// Moves the opened sources right after the command's `targets`
+/// descriptors (from `fd_base`): their numbers, and the
+/// `/proc/self/fd/N` path each source is then known by, in order.
+fn move_sources(
+    opened: Vec<Option<OwnedFd>>,
+    fd_base: RawFd,
+    targets: usize,
+) -> Result<(Vec<RawFd>, VecDeque<Option<PathBuf>>), RequestError> {
+    let mut source_fds = Vec::new();
+    let mut paths = VecDeque::new();
+    for fd in opened {
+        paths.push_back(match fd {
+            Some(fd) => {
+                let want = fd_base + (targets + source_fds.len()) as RawFd;
+                let moved =
+                    move_to(fd, want).map_err(|e| RequestError::Invalid(format!("descriptors: {e}")))?;
+                source_fds.push(moved);
+                Some(PathBuf::from(format!("/proc/self/fd/{moved}")))
+            }
+            None => None,
+        });
+    }
+    Ok((source_fds, paths))
+}
+
+/// The nested command's own user namespace, made after the mounts; with
+/// `--disable-userns`, the limit is set in that one and one more is made
+/// inside it (bubblewrap's order): the outer sandbox's own limit is never
+/// touched.
+fn nested_userns(req: &Request, inner: (u32, u32), outer: (u32, u32)) -> Vec<UserNs> {
+    let mut userns = Vec::new();
+    if req.unshare.user || req.disable_userns {
+        userns.push(UserNs { maps: id_maps(inner, outer), limit_first: false });
+    }
+    if req.disable_userns {
+        userns.push(UserNs { maps: id_maps(inner, inner), limit_first: true });
+    }
+    userns
+}
+
 /// What a bwrap run on the host (`tuixiu-sandbox bwrap` outside any
 /// sandbox of ours) takes besides the request: bubblewrap's options that
 /// only the process starting the sandbox can serve, and our extras.
@@ -188,6 +215,9 @@ pub struct HostOptions {
     pub file_label: Option<String>,
 }
 
+// Just over ~80 lines: after the few decisions at its top it is a single
+// literal of the nested parts, field by field, each with the bubblewrap
+// rule it follows; split up, the rules would lose their neighbours.
 /// The plan of a bwrap run on the host: the request's view from the
 /// caller's own, bubblewrap's namespaces and id map, no hardening beyond
 /// bubblewrap's unless asked. `fds` are the caller's descriptors COMMAND
@@ -210,47 +240,17 @@ pub(crate) fn prepare_host(
     let mounts = mounts(req, &view, &mut |src, optional| source(&req.cwd, src, optional))?;
 
     let (own_uid, own_gid) = crate::prepare::own_ids();
-    let mut flags = libc::CLONE_NEWNS as c_ulong | unshare_flags(req);
-    if new_pid {
-        flags |= libc::CLONE_NEWPID as c_ulong;
-    }
     let new_user = req.unshare.user && host.userns_fd.is_none();
     let inner = (req.uid.unwrap_or(own_uid), req.gid.unwrap_or(own_gid));
-    if new_user {
-        flags |= libc::CLONE_NEWUSER as c_ulong;
-    }
+    let flags = host_clone_flags(req, new_pid, new_user);
     let (mut targets, fd_base) =
         renumber(&req.fds, fds, floor).map_err(|e| RequestError::Invalid(format!("descriptors: {e}")))?;
     let block_fd = source_of(req.block_fd, &targets);
     let userns2_fd = source_of(req.userns2_fd, &targets);
-    // What bubblewrap consumes itself COMMAND does not get: `--block-fd`
-    // (closed once read) and `--sync-fd` (its reaper's).
-    let sync_fd = host.sync_fd.filter(|_| !req.as_pid_1);
-    let consumed = |target: &RawFd| Some(*target) == req.block_fd || Some(*target) == sync_fd;
-    let held: Vec<RawFd> = targets.iter().filter(|(t, _)| consumed(t)).map(|&(_, source)| source).collect();
-    let held_stdio: Vec<RawFd> = targets.iter().map(|&(t, _)| t).filter(|t| consumed(t) && *t < 3).collect();
-    targets.retain(|(_, source)| !held.contains(source));
-    let seccomp = match &host.seccomp {
-        Some(policy) => {
-            crate::seccomp::compile(policy, false, crate::seccomp::Sockets::Profile).map_err(invalid)?
-        }
-        None => None,
-    };
-    let user = crate::UserView {
-        name: "bwrap".into(),
-        uid: inner.0,
-        gid: inner.1,
-        home: "/".into(),
-        shell: "/bin/sh".into(),
-    };
-    let spec = spec(req, mounts, user);
-    let root = host.root_caps.is_some();
-    let caps = BwrapCaps {
-        requested: req.caps.or(host.root_caps).unwrap_or(0),
-        set: req.caps.is_some() || !root,
-        bound: new_user || host.userns_fd.is_some(),
-        root,
-    };
+    let (held, held_stdio) = hold_consumed(req, host, &mut targets);
+    let seccomp = host_seccomp(host)?;
+    let spec = spec(req, mounts, bwrap_user(inner));
+    let caps = bwrap_caps(req, host, new_user);
     let parts = NestedParts {
         clone_flags: flags,
         program: req.command[0].clone(),
@@ -265,11 +265,7 @@ pub(crate) fn prepare_host(
         landlock: host.landlock,
         landlock_fs: true,
         overlay_userxattr: new_user || !in_initial_userns(),
-        file_label: host
-            .file_label
-            .as_deref()
-            .map(|l| std::ffi::CString::new(l).map_err(|_| RequestError::Invalid("--file-label".into())))
-            .transpose()?,
+        file_label: file_label(host)?,
         child: NestedChild {
             // `--disable-userns`: one more user namespace, mapping the
             // sandbox's ids onto themselves, once the limit is set.
@@ -303,17 +299,93 @@ pub(crate) fn prepare_host(
             // it (its memory is writable through /proc/1/mem): not dumpable
             // then, as in `run` (docs/security.md).
             dumpable: host.seccomp.is_none() && host.landlock == crate::LandlockMode::Off,
-            exec_label: match &host.exec_label {
-                Some(label) => Some((
-                    crate::selinux::attr_bytes(label)
-                        .map_err(|_| RequestError::Invalid("--exec-label".into()))?,
-                    format!("label_exec {}", req.command[0]),
-                )),
-                None => None,
-            },
+            exec_label: exec_label(req, host)?,
         },
     };
     Plan::prepare_nested(&spec, parts).map_err(invalid)
+}
+
+/// bubblewrap's namespaces: a mount namespace, the ones `--unshare-*`
+/// asks for, a pid namespace and a user namespace where decided.
+fn host_clone_flags(req: &Request, new_pid: bool, new_user: bool) -> c_ulong {
+    let mut flags = libc::CLONE_NEWNS as c_ulong | unshare_flags(req);
+    if new_pid {
+        flags |= libc::CLONE_NEWPID as c_ulong;
+    }
+    if new_user {
+        flags |= libc::CLONE_NEWUSER as c_ulong;
+    }
+    flags
+}
+
+/// `--tx-seccomp`'s profile, compiled (none by default, as bubblewrap).
+fn host_seccomp(host: &HostOptions) -> Result<Option<Program>, RequestError> {
+    match &host.seccomp {
+        Some(policy) => {
+            crate::seccomp::compile(policy, false, crate::seccomp::Sockets::Profile).map_err(invalid)
+        }
+        None => Ok(None),
+    }
+}
+
+/// The capabilities COMMAND keeps: `--cap-add`/`--cap-drop`'s set, or a
+/// root caller's own.
+fn bwrap_caps(req: &Request, host: &HostOptions, new_user: bool) -> BwrapCaps {
+    let root = host.root_caps.is_some();
+    BwrapCaps {
+        requested: req.caps.or(host.root_caps).unwrap_or(0),
+        set: req.caps.is_some() || !root,
+        bound: new_user || host.userns_fd.is_some(),
+        root,
+    }
+}
+
+/// What bubblewrap consumes itself COMMAND does not get: `--block-fd`
+/// (closed once read) and `--sync-fd` (its reaper's). Takes them out of
+/// `targets`: the sources PID 1 holds instead, and which of the numbers
+/// COMMAND would have had them at are standard streams.
+fn hold_consumed(
+    req: &Request,
+    host: &HostOptions,
+    targets: &mut Vec<(RawFd, RawFd)>,
+) -> (Vec<RawFd>, Vec<RawFd>) {
+    let sync_fd = host.sync_fd.filter(|_| !req.as_pid_1);
+    let consumed = |target: &RawFd| Some(*target) == req.block_fd || Some(*target) == sync_fd;
+    let held: Vec<RawFd> = targets.iter().filter(|(t, _)| consumed(t)).map(|&(_, source)| source).collect();
+    let held_stdio: Vec<RawFd> = targets.iter().map(|&(t, _)| t).filter(|t| consumed(t) && *t < 3).collect();
+    targets.retain(|(_, source)| !held.contains(source));
+    (held, held_stdio)
+}
+
+/// bubblewrap's sandbox user: `inner`'s ids, no name of the caller's.
+fn bwrap_user(inner: (u32, u32)) -> crate::UserView {
+    crate::UserView {
+        name: "bwrap".into(),
+        uid: inner.0,
+        gid: inner.1,
+        home: "/".into(),
+        shell: "/bin/sh".into(),
+    }
+}
+
+/// `--file-label`, as the mount option it becomes.
+fn file_label(host: &HostOptions) -> Result<Option<std::ffi::CString>, RequestError> {
+    host.file_label
+        .as_deref()
+        .map(|l| std::ffi::CString::new(l).map_err(|_| RequestError::Invalid("--file-label".into())))
+        .transpose()
+}
+
+/// `--exec-label`: the bytes written to the exec attribute, and what the
+/// write is called in an error.
+fn exec_label(req: &Request, host: &HostOptions) -> Result<Option<(Vec<u8>, String)>, RequestError> {
+    match &host.exec_label {
+        Some(label) => Ok(Some((
+            crate::selinux::attr_bytes(label).map_err(|_| RequestError::Invalid("--exec-label".into()))?,
+            format!("label_exec {}", req.command[0]),
+        ))),
+        None => Ok(None),
+    }
 }
 
 fn invalid(e: crate::SpecError) -> RequestError {

@@ -265,20 +265,10 @@ impl Request {
         Ok(())
     }
 
-    /// Checks everything that does not need the filesystem; `received` is
-    /// how many descriptors came with the request.
-    pub fn check(&self, received: usize) -> Result<(), RequestError> {
+    /// No string the command's `execve` and setup take holds a NUL byte,
+    /// and every environment variable has a name.
+    fn check_strings(&self) -> Result<(), RequestError> {
         let bad = |what: String| Err(RequestError::Invalid(what));
-        // An empty COMMAND is execvp's to refuse, as in bubblewrap.
-        if self.command.is_empty() {
-            return bad("no command".into());
-        }
-        if self.command.len() + 3 * self.ops.len() > MAX_ARGS {
-            return bad(format!("more than {MAX_ARGS} arguments"));
-        }
-        if self.env.len() > MAX_ENV {
-            return bad(format!("more than {MAX_ENV} environment variables"));
-        }
         let strings = self
             .command
             .iter()
@@ -297,6 +287,24 @@ impl Request {
                 return bad(format!("environment variable name {key:?}"));
             }
         }
+        Ok(())
+    }
+
+    /// Checks everything that does not need the filesystem; `received` is
+    /// how many descriptors came with the request.
+    pub fn check(&self, received: usize) -> Result<(), RequestError> {
+        let bad = |what: String| Err(RequestError::Invalid(what));
+        // An empty COMMAND is execvp's to refuse, as in bubblewrap.
+        if self.command.is_empty() {
+            return bad("no command".into());
+        }
+        if self.command.len() + 3 * self.ops.len() > MAX_ARGS {
+            return bad(format!("more than {MAX_ARGS} arguments"));
+        }
+        if self.env.len() > MAX_ENV {
+            return bad(format!("more than {MAX_ENV} environment variables"));
+        }
+        self.check_strings()?;
         if !self.cwd.starts_with('/') {
             return bad(format!("working directory {:?} is not absolute", self.cwd));
         }
