@@ -350,15 +350,21 @@ mod tests {
         );
     }
 
+    /// Queues updates of run `r` numbered by `range`; returns the run id.
+    fn push_updates(o: &Outbox, range: std::ops::Range<usize>) -> Arc<str> {
+        let run: Arc<str> = Arc::from("r");
+        for i in range {
+            o.push_text(format!(r#"{{"type":"acp_update","run_id":"r","i":{i}}}"#), "acp_update", &run);
+        }
+        run
+    }
+
     /// Control answers go out ahead of the queued updates; the updates
     /// keep their order, and a batch cut short leaves the rest queued.
     #[tokio::test]
     async fn control_answers_overtake_the_bulk() {
         let o = Outbox::new(100, 1 << 20);
-        let run: Arc<str> = Arc::from("r");
-        for i in 0..5 {
-            o.push_text(format!(r#"{{"type":"acp_update","run_id":"r","i":{i}}}"#), "acp_update", &run);
-        }
+        let run = push_updates(&o, 0..5);
         o.push(&json!({"type":"sandbox_control_result","request_id":"q1"}));
         o.push_text(r#"{"type":"acp_update","run_id":"r","i":5}"#.into(), "acp_update", &run);
         o.push(&json!({"type":"session_control_result","control_id":"c1"}));
@@ -393,10 +399,7 @@ mod tests {
     #[tokio::test]
     async fn a_closed_window_holds_the_bulk_but_not_the_answers() {
         let o = Outbox::new(100, 1 << 20);
-        let run: Arc<str> = Arc::from("r");
-        for i in 0..3 {
-            o.push_text(format!(r#"{{"type":"acp_update","run_id":"r","i":{i}}}"#), "acp_update", &run);
-        }
+        push_updates(&o, 0..3);
         let waiting = o.peek_batch(10, 1 << 20, None);
         tokio::pin!(waiting);
         use futures_util::FutureExt;
