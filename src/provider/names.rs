@@ -126,16 +126,10 @@ pub fn validate_image(image: &str) -> Result<(), NameError> {
         Some((rest, digest)) => (rest, Some(digest)),
         None => (image, None),
     };
-    if let Some(digest) = digest {
-        let Some((algo, hex)) = digest.split_once(':') else {
-            return fail("the digest must be ALGORITHM:HEX");
-        };
-        let algo_ok = !algo.is_empty()
-            && algo.as_bytes()[0].is_ascii_alphabetic()
-            && algo.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'.' | b'_' | b'-'));
-        if !algo_ok || hex.len() < 32 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return fail("the digest must be ALGORITHM:HEX with at least 32 hex digits");
-        }
+    if let Some(digest) = digest
+        && let Err(reason) = check_digest(digest)
+    {
+        return fail(reason);
     }
     // A tag is whatever follows the last ':' that comes after the last '/'
     // (a ':' before it belongs to a registry port).
@@ -144,16 +138,10 @@ pub fn validate_image(image: &str) -> Result<(), NameError> {
         Some(i) => (&rest[..last_slash + i], Some(&rest[last_slash + i + 1..])),
         None => (rest, None),
     };
-    if let Some(tag) = tag {
-        let ok = !tag.is_empty()
-            && tag.len() <= 128
-            && (tag.as_bytes()[0].is_ascii_alphanumeric() || tag.as_bytes()[0] == b'_')
-            && tag.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
-        if !ok {
-            return fail(
-                "the tag must be letters, digits, '_', '.' or '-' (at most 128, not starting with '.' or '-')",
-            );
-        }
+    if let Some(tag) = tag
+        && let Err(reason) = check_tag(tag)
+    {
+        return fail(reason);
     }
     if name.is_empty() {
         return fail("the repository name is empty");
@@ -162,26 +150,11 @@ pub fn validate_image(image: &str) -> Result<(), NameError> {
         return fail("the repository name is longer than 255 characters");
     }
     let mut components: Vec<&str> = name.split('/').collect();
-    if components.len() > 1 && is_registry_host(components[0]) {
-        let host = components.remove(0);
-        let (domain, port) = match host.split_once(':') {
-            Some((d, p)) => (d, Some(p)),
-            None => (host, None),
-        };
-        let domain_ok = domain.split('.').all(|label| {
-            !label.is_empty()
-                && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-        });
-        if !domain_ok {
-            return fail("the registry host is not a valid host name");
-        }
-        if let Some(port) = port
-            && (port.is_empty() || port.len() > 5 || !port.bytes().all(|b| b.is_ascii_digit()))
-        {
-            return fail("the registry port must be digits");
-        }
+    if components.len() > 1
+        && is_registry_host(components[0])
+        && let Err(reason) = check_registry(components.remove(0))
+    {
+        return fail(reason);
     }
     for component in components {
         if !is_path_component(component) {
@@ -189,6 +162,56 @@ pub fn validate_image(image: &str) -> Result<(), NameError> {
                 "each path component must be lower-case letters and digits, separated by '.', '_', '__' or dashes",
             );
         }
+    }
+    Ok(())
+}
+
+/// `ALGORITHM:HEX` after an image's `@`.
+fn check_digest(digest: &str) -> Result<(), &'static str> {
+    let Some((algo, hex)) = digest.split_once(':') else {
+        return Err("the digest must be ALGORITHM:HEX");
+    };
+    let algo_ok = !algo.is_empty()
+        && algo.as_bytes()[0].is_ascii_alphabetic()
+        && algo.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'.' | b'_' | b'-'));
+    if !algo_ok || hex.len() < 32 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err("the digest must be ALGORITHM:HEX with at least 32 hex digits");
+    }
+    Ok(())
+}
+
+/// A tag: at most 128 of `[A-Za-z0-9_.-]`, not starting with `.` or `-`.
+fn check_tag(tag: &str) -> Result<(), &'static str> {
+    let ok = !tag.is_empty()
+        && tag.len() <= 128
+        && (tag.as_bytes()[0].is_ascii_alphanumeric() || tag.as_bytes()[0] == b'_')
+        && tag.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err("the tag must be letters, digits, '_', '.' or '-' (at most 128, not starting with '.' or '-')")
+    }
+}
+
+/// A registry `host[:port]` (the first component, when it names one).
+fn check_registry(host: &str) -> Result<(), &'static str> {
+    let (domain, port) = match host.split_once(':') {
+        Some((d, p)) => (d, Some(p)),
+        None => (host, None),
+    };
+    let domain_ok = domain.split('.').all(|label| {
+        !label.is_empty()
+            && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            && !label.starts_with('-')
+            && !label.ends_with('-')
+    });
+    if !domain_ok {
+        return Err("the registry host is not a valid host name");
+    }
+    if let Some(port) = port
+        && (port.is_empty() || port.len() > 5 || !port.bytes().all(|b| b.is_ascii_digit()))
+    {
+        return Err("the registry port must be digits");
     }
     Ok(())
 }
