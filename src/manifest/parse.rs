@@ -39,6 +39,23 @@ pub fn parse_value(value: &Value) -> Result<Manifest> {
         None => outer,
     };
 
+    check_top_level(obj)?;
+
+    let env_patch = match obj.get("envPatch") {
+        None | Some(Value::Null) => EnvPatch::default(),
+        Some(Value::Object(map)) => env_patch(map)?,
+        Some(_) => {
+            return Err(ManifestError::new(Code::InvalidEnvPatch, None, "envPatch must be an object"));
+        }
+    };
+
+    let items = items(obj)?;
+    Ok(Manifest { version: 1, env_patch, items })
+}
+
+/// The top level's keys (the v1 set; `env` refused with its own reason),
+/// then its `version`.
+fn check_top_level(obj: &Map<String, Value>) -> Result<()> {
     for key in obj.keys() {
         match key.as_str() {
             "version" | "envPatch" | "items" => {}
@@ -77,15 +94,11 @@ pub fn parse_value(value: &Value) -> Result<Manifest> {
             ));
         }
     }
+    Ok(())
+}
 
-    let env_patch = match obj.get("envPatch") {
-        None | Some(Value::Null) => EnvPatch::default(),
-        Some(Value::Object(map)) => env_patch(map)?,
-        Some(_) => {
-            return Err(ManifestError::new(Code::InvalidEnvPatch, None, "envPatch must be an object"));
-        }
-    };
-
+/// `items`: an array of at most `MAX_ITEMS`, each parsed, ids unique.
+fn items(obj: &Map<String, Value>) -> Result<Vec<Item>> {
     let raw_items = match obj.get("items") {
         Some(Value::Array(items)) => items,
         Some(_) => return Err(ManifestError::new(Code::InvalidItems, None, "items must be an array")),
@@ -111,7 +124,7 @@ pub fn parse_value(value: &Value) -> Result<Manifest> {
         }
         items.push(item);
     }
-    Ok(Manifest { version: 1, env_patch, items })
+    Ok(items)
 }
 
 fn env_patch(map: &Map<String, Value>) -> Result<EnvPatch> {
