@@ -183,19 +183,7 @@ fn item(position: usize, raw: &Value) -> Result<Item> {
         return Err(ManifestError::new(Code::InvalidItem, Some(&pos), "item must be an object"));
     };
 
-    let id = match obj.get("id").and_then(Value::as_str).map(str::trim) {
-        Some(id) if !id.is_empty() => id,
-        _ => {
-            return Err(ManifestError::new(Code::InvalidItemId, Some(&pos), "id must be a non-empty string"));
-        }
-    };
-    if id.len() > MAX_ID_LEN || id.chars().any(char::is_control) {
-        return Err(ManifestError::new(
-            Code::InvalidItemId,
-            Some(&pos),
-            format!("id must be at most {MAX_ID_LEN} bytes without control characters"),
-        ));
-    }
+    let id = item_id(&pos, obj)?;
     let err = |code: Code, message: String| ManifestError::new(code, Some(id), message);
 
     for key in obj.keys() {
@@ -220,27 +208,7 @@ fn item(position: usize, raw: &Value) -> Result<Item> {
         }
     };
 
-    let apply = match obj.get("apply").and_then(Value::as_str) {
-        Some("bindMount" | "bind_mount") => Apply::BindMount,
-        Some("copy") => Apply::Copy,
-        Some("downloadExtract" | "download_extract" | "extract") => Apply::DownloadExtract,
-        Some("writeFile" | "write_file") => Apply::WriteFile,
-        Some("checkout") => Apply::Checkout,
-        Some(other) => {
-            return Err(err(
-                Code::InvalidItemApply,
-                format!(
-                    "apply {other:?} is not one of bindMount, copy, downloadExtract, writeFile, checkout"
-                ),
-            ));
-        }
-        None => {
-            return Err(err(
-                Code::InvalidItemApply,
-                "apply must be one of bindMount, copy, downloadExtract, writeFile, checkout".into(),
-            ));
-        }
-    };
+    let apply = apply(id, obj.get("apply"))?;
 
     let access = match obj.get("access") {
         None | Some(Value::Null) => Access::Rw,
@@ -265,6 +233,51 @@ fn item(position: usize, raw: &Value) -> Result<Item> {
     }
 
     Ok(Item { id: id.to_string(), name, apply, access, source, target })
+}
+
+/// An item's `id`, trimmed: non-empty, bounded, no control characters
+/// (errors name the item by its position).
+fn item_id<'a>(pos: &str, obj: &'a Map<String, Value>) -> Result<&'a str> {
+    let id = match obj.get("id").and_then(Value::as_str).map(str::trim) {
+        Some(id) if !id.is_empty() => id,
+        _ => {
+            return Err(ManifestError::new(Code::InvalidItemId, Some(&pos), "id must be a non-empty string"));
+        }
+    };
+    if id.len() > MAX_ID_LEN || id.chars().any(char::is_control) {
+        return Err(ManifestError::new(
+            Code::InvalidItemId,
+            Some(&pos),
+            format!("id must be at most {MAX_ID_LEN} bytes without control characters"),
+        ));
+    }
+    Ok(id)
+}
+
+/// An item's `apply` (the snake_case spellings accepted too).
+fn apply(id: &str, raw: Option<&Value>) -> Result<Apply> {
+    let err = |code: Code, message: String| ManifestError::new(code, Some(id), message);
+    Ok(match raw.and_then(Value::as_str) {
+        Some("bindMount" | "bind_mount") => Apply::BindMount,
+        Some("copy") => Apply::Copy,
+        Some("downloadExtract" | "download_extract" | "extract") => Apply::DownloadExtract,
+        Some("writeFile" | "write_file") => Apply::WriteFile,
+        Some("checkout") => Apply::Checkout,
+        Some(other) => {
+            return Err(err(
+                Code::InvalidItemApply,
+                format!(
+                    "apply {other:?} is not one of bindMount, copy, downloadExtract, writeFile, checkout"
+                ),
+            ));
+        }
+        None => {
+            return Err(err(
+                Code::InvalidItemApply,
+                "apply must be one of bindMount, copy, downloadExtract, writeFile, checkout".into(),
+            ));
+        }
+    })
 }
 
 fn target(id: &str, raw: Option<&Value>) -> Result<Target> {
