@@ -241,13 +241,13 @@ fn item_id<'a>(pos: &str, obj: &'a Map<String, Value>) -> Result<&'a str> {
     let id = match obj.get("id").and_then(Value::as_str).map(str::trim) {
         Some(id) if !id.is_empty() => id,
         _ => {
-            return Err(ManifestError::new(Code::InvalidItemId, Some(&pos), "id must be a non-empty string"));
+            return Err(ManifestError::new(Code::InvalidItemId, Some(pos), "id must be a non-empty string"));
         }
     };
     if id.len() > MAX_ID_LEN || id.chars().any(char::is_control) {
         return Err(ManifestError::new(
             Code::InvalidItemId,
-            Some(&pos),
+            Some(pos),
             format!("id must be at most {MAX_ID_LEN} bytes without control characters"),
         ));
     }
