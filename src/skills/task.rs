@@ -77,6 +77,27 @@ impl Service {
         self.record_outcome(&job, outcome, &paths).await;
     }
 
+    /// The result-cache entry a turn's success makes (none for a failure,
+    /// a job without a cache key, or one answered from the cache), listed
+    /// off the event loop.
+    async fn cache_entry(
+        self: &Arc<Self>,
+        before: &JobRecord,
+        outcome: &Outcome,
+    ) -> Option<crate::skills::cache::Entry> {
+        let (Outcome::Succeeded { warnings }, Some(key), Some(run_id)) =
+            (outcome, &before.cache_key, &before.run_id)
+        else {
+            return None;
+        };
+        if before.cache_hit {
+            return None;
+        }
+        let (svc, key, run_id, id, warnings) =
+            (Arc::clone(self), key.clone(), run_id.clone(), before.request_id.clone(), warnings.clone());
+        tokio::task::spawn_blocking(move || svc.cache.entry_for(&key, &run_id, &id, &warnings)).await.ok()
+    }
+
     /// Writes the outcome of a turn: terminal (the engine's home removed,
     /// a success cached), or a resumable job waiting for its user (its
     /// home kept for the next turn, its wait timer armed).
@@ -91,21 +112,7 @@ impl Service {
         if !waiting {
             run::cleanup(paths);
         }
-        let entry = match (&outcome, &before.cache_key, &before.run_id) {
-            (Outcome::Succeeded { warnings }, Some(key), Some(run_id)) if !before.cache_hit => {
-                let (svc, key, run_id, id, warnings) = (
-                    Arc::clone(self),
-                    key.clone(),
-                    run_id.clone(),
-                    before.request_id.clone(),
-                    warnings.clone(),
-                );
-                tokio::task::spawn_blocking(move || svc.cache.entry_for(&key, &run_id, &id, &warnings))
-                    .await
-                    .ok()
-            }
-            _ => None,
-        };
+        let entry = self.cache_entry(&before, &outcome).await;
         let record = self
             .update_after(
                 job,
