@@ -111,6 +111,45 @@ pub struct Plan {
 /// keeps their clones in a fixed table).
 pub const MAX_BINDS: usize = 64;
 
+/// A bindMount's step: the `WORKSPACE` `"."` one (at most one, a
+/// directory) chooses the workspace; any other counts against
+/// [`MAX_BINDS`].
+fn bind_step(
+    item: &Item,
+    host: HostPath,
+    workspace_item: &mut Option<String>,
+    binds: &mut usize,
+) -> Result<Step, InputError> {
+    let id = item.id.as_str();
+    if item.target.root == Root::Workspace && item.target.is_root() {
+        if let Some(first) = &workspace_item {
+            return Err(InputError::new(Code::Conflict, id, Cause::WorkspaceTaken { first: first.clone() }));
+        }
+        if !host.is_dir {
+            return Err(InputError::new(
+                Code::HostPath,
+                id,
+                Cause::WorkspaceNotDirectory { path: host.canonical.clone() },
+            ));
+        }
+        *workspace_item = Some(item.id.clone());
+        Ok(Step::Workspace { host, access: item.access })
+    } else {
+        *binds += 1;
+        if *binds > MAX_BINDS {
+            return Err(InputError::new(Code::Conflict, id, Cause::TooManyBinds { max: MAX_BINDS }));
+        }
+        if item.target.is_root() && !host.is_dir {
+            return Err(InputError::new(
+                Code::HostPath,
+                id,
+                Cause::BindRootNeedsDirectory { path: host.canonical.clone() },
+            ));
+        }
+        Ok(Step::Bind { host, access: item.access })
+    }
+}
+
 impl Plan {
     pub fn new(manifest: Manifest, config: &Config) -> Result<Plan, InputError> {
         let mut items = Vec::with_capacity(manifest.items.len());
@@ -121,41 +160,7 @@ impl Plan {
             let step = match (&item.apply, &item.source) {
                 (Apply::BindMount, Source::HostPath { path }) => {
                     let host = config.host_paths.resolve(id, path, &config.base_dir)?;
-                    if item.target.root == Root::Workspace && item.target.is_root() {
-                        if let Some(first) = &workspace_item {
-                            return Err(InputError::new(
-                                Code::Conflict,
-                                id,
-                                Cause::WorkspaceTaken { first: first.clone() },
-                            ));
-                        }
-                        if !host.is_dir {
-                            return Err(InputError::new(
-                                Code::HostPath,
-                                id,
-                                Cause::WorkspaceNotDirectory { path: host.canonical.clone() },
-                            ));
-                        }
-                        workspace_item = Some(item.id.clone());
-                        Step::Workspace { host, access: item.access }
-                    } else {
-                        binds += 1;
-                        if binds > MAX_BINDS {
-                            return Err(InputError::new(
-                                Code::Conflict,
-                                id,
-                                Cause::TooManyBinds { max: MAX_BINDS },
-                            ));
-                        }
-                        if item.target.is_root() && !host.is_dir {
-                            return Err(InputError::new(
-                                Code::HostPath,
-                                id,
-                                Cause::BindRootNeedsDirectory { path: host.canonical.clone() },
-                            ));
-                        }
-                        Step::Bind { host, access: item.access }
-                    }
+                    bind_step(&item, host, &mut workspace_item, &mut binds)?
                 }
                 (Apply::Copy, Source::HostPath { path }) => {
                     let host = config.host_paths.resolve(id, path, &config.base_dir)?;
