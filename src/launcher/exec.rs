@@ -13,31 +13,25 @@ use sandbox::{MountOp, SandboxSpec};
 use super::args::ExecArgs;
 use super::{EXIT_TOOL_ERROR, report_error};
 
-pub fn main(args: ExecArgs) -> u8 {
+/// The spec read from `--spec-fd` (a descriptor above stderr, read to
+/// its end and closed), with the `--proc` and `--nested` overrides.
+fn read_spec(args: &ExecArgs) -> Result<SandboxSpec, String> {
     if args.spec_fd < 3 {
-        report_error(format!("--spec-fd {}: must be a descriptor above stderr", args.spec_fd));
-        return EXIT_TOOL_ERROR;
+        return Err(format!("--spec-fd {}: must be a descriptor above stderr", args.spec_fd));
     }
     if let Err(e) = super::launch::check_fd(args.spec_fd) {
-        report_error(format!("--spec-fd {}: {}", args.spec_fd, sandbox::error::io_error_text(&e)));
-        return EXIT_TOOL_ERROR;
+        return Err(format!("--spec-fd {}: {}", args.spec_fd, sandbox::error::io_error_text(&e)));
     }
     // SAFETY: the descriptor was handed to us for exactly this purpose and
     // nothing else in this process refers to it.
     let mut file = unsafe { std::fs::File::from_raw_fd(args.spec_fd) };
     let mut bytes = Vec::new();
     if let Err(e) = file.read_to_end(&mut bytes) {
-        report_error(format!("reading the spec from fd {}: {e}", args.spec_fd));
-        return EXIT_TOOL_ERROR;
+        return Err(format!("reading the spec from fd {}: {e}", args.spec_fd));
     }
     drop(file);
-    let mut spec = match SandboxSpec::from_json(&bytes) {
-        Ok(spec) => spec,
-        Err(e) => {
-            report_error(format!("invalid sandbox spec on fd {}: {e}", args.spec_fd));
-            return EXIT_TOOL_ERROR;
-        }
-    };
+    let mut spec = SandboxSpec::from_json(&bytes)
+        .map_err(|e| format!("invalid sandbox spec on fd {}: {e}", args.spec_fd))?;
     if let Some(proc) = args.proc {
         for op in &mut spec.mounts {
             if let MountOp::Proc { mode, .. } = op {
@@ -48,25 +42,35 @@ pub fn main(args: ExecArgs) -> u8 {
     if let Some(nested) = args.nested {
         spec.nested = nested == super::args::NestedArg::On;
     }
+    Ok(spec)
+}
+
+/// Every other descriptor handed over is open.
+fn check_fds(args: &ExecArgs) -> Result<(), String> {
     let fds = [
         ("--lifeline-fd", args.lifeline_fd),
         ("--egress-fd", args.egress_fd),
         ("--nested-counts-fd", args.nested_counts_fd),
+        ("--cwd-fd", args.cwd_fd),
     ];
     for (flag, fd) in fds {
         if let Some(fd) = fd
             && let Err(e) = super::launch::check_fd(fd)
         {
-            report_error(format!("{flag} {fd}: {}", sandbox::error::io_error_text(&e)));
-            return EXIT_TOOL_ERROR;
+            return Err(format!("{flag} {fd}: {}", sandbox::error::io_error_text(&e)));
         }
     }
-    if let Some(fd) = args.cwd_fd
-        && let Err(e) = super::launch::check_fd(fd)
-    {
-        report_error(format!("--cwd-fd {fd}: {}", sandbox::error::io_error_text(&e)));
-        return EXIT_TOOL_ERROR;
-    }
+    Ok(())
+}
+
+pub fn main(args: ExecArgs) -> u8 {
+    let spec = match read_spec(&args).and_then(|spec| check_fds(&args).map(|()| spec)) {
+        Ok(spec) => spec,
+        Err(message) => {
+            report_error(message);
+            return EXIT_TOOL_ERROR;
+        }
+    };
     // SAFETY: checked open above; handed to us for this, and kept open
     // (never closed here) until the process image is replaced.
     let cwd_dir = args.cwd_fd.map(|fd| unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) });
