@@ -213,6 +213,24 @@ pub fn parse_head(buf: &[u8]) -> Result<Option<Head>, RequestError> {
         "HTTP/1.0" => true,
         _ => return Err(RequestError::Version),
     };
+    let headers = parse_headers(lines)?;
+    let ask = if method == "CONNECT" {
+        Ask::Connect(Target::parse_authority(uri, None)?)
+    } else {
+        let (authority, path) = origin_parts(uri)?;
+        Ask::Forward {
+            target: Target::parse_authority(authority, Some(80))?,
+            method: method.to_string(),
+            path,
+            http10,
+            headers,
+        }
+    };
+    Ok(Some(Head { ask, len }))
+}
+
+/// The header lines after the request line, at most [`MAX_HEADERS`].
+fn parse_headers<'a>(lines: impl Iterator<Item = &'a str>) -> Result<Vec<(String, String)>, RequestError> {
     let mut headers = Vec::new();
     for line in lines {
         if headers.len() == MAX_HEADERS {
@@ -231,34 +249,29 @@ pub fn parse_head(buf: &[u8]) -> Result<Option<Head>, RequestError> {
         }
         headers.push((name.to_string(), value.to_string()));
     }
-    let ask = if method == "CONNECT" {
-        Ask::Connect(Target::parse_authority(uri, None)?)
-    } else {
-        let rest = match uri.get(..7) {
-            Some(scheme) if scheme.eq_ignore_ascii_case("http://") => &uri[7..],
-            _ if uri.starts_with('/') || uri == "*" => return Err(RequestError::NotAbsolute),
-            _ => return Err(RequestError::Scheme),
-        };
-        let (authority, path) = match rest.find(['/', '?', '#']) {
-            Some(i) => (&rest[..i], &rest[i..]),
-            None => (rest, "/"),
-        };
-        // The fragment is the client's own; what remains is the path and
-        // query, `/` when the URI has neither.
-        let path = path.split('#').next().unwrap_or("");
-        let path = if path.starts_with('/') { path.to_string() } else { format!("/{path}") };
-        if path.bytes().any(|b| b <= b' ' || b == 0x7f) {
-            return Err(RequestError::RequestLine);
-        }
-        Ask::Forward {
-            target: Target::parse_authority(authority, Some(80))?,
-            method: method.to_string(),
-            path,
-            http10,
-            headers,
-        }
+    Ok(headers)
+}
+
+/// An absolute `http://` URI's authority, and its path and query (`/`
+/// when it has neither; the fragment is the client's own).
+fn origin_parts(uri: &str) -> Result<(&str, String), RequestError> {
+    let rest = match uri.get(..7) {
+        Some(scheme) if scheme.eq_ignore_ascii_case("http://") => &uri[7..],
+        _ if uri.starts_with('/') || uri == "*" => return Err(RequestError::NotAbsolute),
+        _ => return Err(RequestError::Scheme),
     };
-    Ok(Some(Head { ask, len }))
+    let (authority, path) = match rest.find(['/', '?', '#']) {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    // The fragment is the client's own; what remains is the path and
+    // query, `/` when the URI has neither.
+    let path = path.split('#').next().unwrap_or("");
+    let path = if path.starts_with('/') { path.to_string() } else { format!("/{path}") };
+    if path.bytes().any(|b| b <= b' ' || b == 0x7f) {
+        return Err(RequestError::RequestLine);
+    }
+    Ok((authority, path))
 }
 
 /// The head a [`Ask::Forward`] is passed on with: origin form, `Host`
