@@ -154,18 +154,9 @@ pub(super) fn write_entry(
         // header that lies is caught there, whatever the data holds.
         let room = (entry.size - produced).saturating_add(1).min((s.output.len() - filled) as u64) as usize;
         let out = &mut s.output[filled..filled + room];
-        let (consumed, made, ended) = if stored {
-            let n = (end - start).min(room);
-            out[..n].copy_from_slice(&s.input[start..start + n]);
-            (n, n, input_done && start + n == end)
-        } else {
-            let (in_before, out_before) = (s.inflate.total_in(), s.inflate.total_out());
-            let how = if input_done { FlushDecompress::Finish } else { FlushDecompress::None };
-            let status = s.inflate.decompress(&s.input[start..end], out, how).map_err(|e| corrupt(&e))?;
-            let consumed = (s.inflate.total_in() - in_before) as usize;
-            let made = (s.inflate.total_out() - out_before) as usize;
-            (consumed, made, status == Status::StreamEnd)
-        };
+        let inflate = (!stored).then_some(&mut s.inflate);
+        let (consumed, made, ended) =
+            advance(inflate, &s.input[start..end], out, input_done).map_err(|e| corrupt(&e))?;
         start += consumed;
         filled += made;
         produced += made as u64;
@@ -200,6 +191,28 @@ pub(super) fn write_entry(
         return Err(corrupt(&"Invalid checksum").into());
     }
     Ok(produced)
+}
+
+/// Moves an entry's data from `input` into `out`: copied when stored,
+/// else through `inflate` (`input_done`: no more input follows). Returns
+/// the input consumed, the output made, and whether the data ended.
+fn advance(
+    inflate: Option<&mut Decompress>,
+    input: &[u8],
+    out: &mut [u8],
+    input_done: bool,
+) -> Result<(usize, usize, bool), flate2::DecompressError> {
+    let Some(inflate) = inflate else {
+        let n = input.len().min(out.len());
+        out[..n].copy_from_slice(&input[..n]);
+        return Ok((n, n, input_done && n == input.len()));
+    };
+    let (in_before, out_before) = (inflate.total_in(), inflate.total_out());
+    let how = if input_done { FlushDecompress::Finish } else { FlushDecompress::None };
+    let status = inflate.decompress(input, out, how)?;
+    let consumed = (inflate.total_in() - in_before) as usize;
+    let made = (inflate.total_out() - out_before) as usize;
+    Ok((consumed, made, status == Status::StreamEnd))
 }
 
 pub(super) fn size_lie(entry: &Entry) -> ZipError {
