@@ -166,18 +166,11 @@ pub fn required_of(schema: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Loads and checks the package in `dir`. `engines` is every engine this
-/// server knows (built-ins first, then configured ones).
-pub fn load(dir: &Path, engines: &[String]) -> Result<Skill, PackageError> {
-    let dir_name = dir.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
-    let root = fsio::open_dir(dir).map_err(|e| {
-        PackageError(format!("cannot open the skill directory: {}", sandbox::error::io_error_text(&e)))
-    })?;
-    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
-
-    // 1. Required files.
-    let skill_md = read_doc(&root, "SKILL.md");
-    let runner = read_doc(&root, "assets/runner.json");
+/// `SKILL.md` and `assets/runner.json`, read; when either is absent, one
+/// error naming every absent one.
+fn required_files(root: &OwnedFd) -> Result<(Vec<u8>, Vec<u8>), PackageError> {
+    let skill_md = read_doc(root, "SKILL.md");
+    let runner = read_doc(root, "assets/runner.json");
     let missing: Vec<&str> = [("SKILL.md", &skill_md), ("assets/runner.json", &runner)]
         .iter()
         .filter(|(_, r)| matches!(r, Err(Missing::Absent)))
@@ -188,6 +181,20 @@ pub fn load(dir: &Path, engines: &[String]) -> Result<Skill, PackageError> {
     }
     let skill_md = skill_md.map_err(|e| e.into_error("SKILL.md"))?;
     let runner = runner.map_err(|e| e.into_error("assets/runner.json"))?;
+    Ok((skill_md, runner))
+}
+
+/// Loads and checks the package in `dir`. `engines` is every engine this
+/// server knows (built-ins first, then configured ones).
+pub fn load(dir: &Path, engines: &[String]) -> Result<Skill, PackageError> {
+    let dir_name = dir.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
+    let root = fsio::open_dir(dir).map_err(|e| {
+        PackageError(format!("cannot open the skill directory: {}", sandbox::error::io_error_text(&e)))
+    })?;
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+
+    // 1. Required files.
+    let (skill_md, runner) = required_files(&root)?;
 
     // 2. runner.json must parse.
     let manifest: Value =
