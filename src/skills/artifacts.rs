@@ -266,6 +266,35 @@ impl BundleKind {
     }
 }
 
+/// A debug bundle's files, by name.
+///
+/// Upstream's engine works in the run directory itself, so its files sit
+/// at the top next to the server's. Here the engine's workspace is put at
+/// the top; where it wrote a file of the same name as one of the
+/// server's, the server's is bundled, and its `bundle/` is left out as
+/// upstream leaves `bundle/` out.
+fn debug_files<'a>(
+    run: BorrowedFd<'a>,
+    workspace: Option<BorrowedFd<'a>>,
+    made: &[(&str, &'a [u8])],
+) -> std::io::Result<Vec<(String, Source<'a>)>> {
+    let io = |e: Errno| std::io::Error::from_raw_os_error(e as i32);
+    let mut by_name: BTreeMap<String, Source<'_>> = BTreeMap::new();
+    if let Some(ws) = workspace {
+        for f in walk_logged(ws, &["bundle"], "the workspace").map_err(io)? {
+            by_name.insert(f.rel.clone(), Source::File(ws, f.rel));
+        }
+    }
+    let server_side = ["bundle", "home", "workspace"];
+    for f in walk_logged(run, &server_side, "the run directory").map_err(io)? {
+        by_name.insert(f.rel.clone(), Source::File(run, f.rel));
+    }
+    for (name, bytes) in made {
+        by_name.insert(name.to_string(), Source::Bytes(bytes));
+    }
+    Ok(by_name.into_iter().collect())
+}
+
 /// Where the bytes of a bundled file come from.
 enum Source<'a> {
     /// A regular file beneath a directory descriptor.
@@ -303,27 +332,7 @@ pub fn bundle(
                 }
             }
         }
-        BundleKind::Debug => {
-            // Upstream's engine works in the run directory itself, so its
-            // files sit at the top next to the server's. Here the engine's
-            // workspace is put at the top; where it wrote a file of the
-            // same name as one of the server's, the server's is bundled,
-            // and its `bundle/` is left out as upstream leaves `bundle/` out.
-            let mut by_name: BTreeMap<String, Source<'_>> = BTreeMap::new();
-            if let Some(ws) = &workspace {
-                for f in walk_logged(ws.as_fd(), &["bundle"], "the workspace").map_err(io)? {
-                    by_name.insert(f.rel.clone(), Source::File(ws.as_fd(), f.rel));
-                }
-            }
-            let server_side = ["bundle", "home", "workspace"];
-            for f in walk_logged(run.as_fd(), &server_side, "the run directory").map_err(io)? {
-                by_name.insert(f.rel.clone(), Source::File(run.as_fd(), f.rel));
-            }
-            for (name, bytes) in made {
-                by_name.insert(name.to_string(), Source::Bytes(bytes));
-            }
-            files.extend(by_name);
-        }
+        BundleKind::Debug => files = debug_files(run.as_fd(), workspace.as_ref().map(AsFd::as_fd), made)?,
     }
     let tmp = AtomicFile::new_in(&bundle_dir, ".tmp-")?;
     let mut zip = zip::ZipWriter::new(tmp.file.try_clone()?);
