@@ -30,6 +30,9 @@ layering() {
 if [ "${1:-}" = --quick ]; then
     shift
     layering
+    # The fake agent (an example) is built by `cargo test` only when no
+    # test target is named; `metrics` runs it.
+    cargo build --workspace --locked --example fake_agent
     echo "==> cargo test: unit tests of every crate (the main binary is #![no_main]: none) and the root-free integration tests (${quick_tests[*]})"
     exec cargo test --workspace --locked --lib --bin=tuixiu-sandbox-full "${quick_tests[@]/#/--test=}" "$@"
 fi

@@ -15,7 +15,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use docker_support::Booted;
-use proxy_support::agent::AGENT;
+use proxy_support::agent::agent_binary;
 use proxy_support::net::{backend_ip, private_network};
 use proxy_support::{Backend, Pki, SECS, Scratch, binary, jwt};
 use serde_json::{Value, json};
@@ -64,10 +64,10 @@ async fn the_unit_runs_the_daemon_under_systemd() {
     assert!(cp.status.success(), "{}", text(&cp.stderr));
 
     // /etc/tuixiu-sandbox: the config, the token (root's, 0600: only the
-    // credential reaches the daemon), the CA, the scripted agent.
+    // credential reaches the daemon), the CA, the fake agent.
     let etc = s.dir.join("etc-tuixiu");
     std::fs::create_dir_all(etc.join("agent")).unwrap();
-    std::fs::write(etc.join("agent/scripted_agent.py"), AGENT).unwrap();
+    std::fs::copy(agent_binary(), etc.join("agent/fake_agent")).unwrap();
     let pki = Pki::generate_for(&s.dir.join("pki"), &[&backend_ip(1)]);
     std::fs::copy(&pki.ca_file, etc.join("ca.pem")).unwrap();
     let token = jwt("systemd", 3600);
@@ -76,7 +76,7 @@ async fn the_unit_runs_the_daemon_under_systemd() {
         etc.join("proxy.toml"),
         format!(
             "orchestrator_url = \"wss://{}:{PORT}/ws/agent\"\nheartbeat_seconds = 1\nreconnect_max_seconds = 1\n\
-             agent_command = [\"python3\", \"/agent/scripted_agent.py\"]\nagent_shutdown_grace_seconds = 1\n\
+             agent_command = [\"/agent/fake_agent\"]\nagent_shutdown_grace_seconds = 1\n\
              [agent]\nid = \"{PROXY_ID}\"\n[tls]\nca_file = \"/etc/tuixiu-sandbox/ca.pem\"\n\
              [sandbox]\nworkspaceHostRoot = \"/srv/tuixiu/workspaces\"\n\
              [[sandbox.volumes]]\nhostPath = \"/etc/tuixiu-sandbox/agent\"\nguestPath = \"/agent\"\nreadOnly = true\n",

@@ -1,6 +1,6 @@
 //! The daemon's Prometheus metrics (`proxy --metrics-listen`), scraped
 //! over real sockets while runs go through the fake backend to the
-//! scripted agent in real sandboxes, and read with a real parser of the
+//! fake agent in real sandboxes, and read with a real parser of the
 //! text format (the `prometheus-parse` crate, tests/scrape/mod.rs).
 
 mod egress_support;

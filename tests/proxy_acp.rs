@@ -1,5 +1,5 @@
 //! The agent host end to end: fake backend → real daemon → real sandbox
-//! (native, and docker) → the scripted agent (tests/fixtures/scripted_agent.py).
+//! (native, and docker) → the fake agent (tests/fake/agent.rs).
 
 mod docker_support;
 mod proxy_support;
@@ -22,7 +22,7 @@ fn init(script: &str) -> Value {
 
 /// `[sandbox]` lines for the docker provider. The busybox test image has
 /// no python3 or bash: the host's /usr and loader are bound read-only for
-/// the scripted agent. `more` goes before the volume tables.
+/// the fake agent. `more` goes before the volume tables.
 fn docker_extra(more: &str) -> String {
     format!(
         "provider = \"container_oci\"\nimage = \"{}\"\nenv = {{ PATH = \"/usr/bin:/bin\" }}\n{more}\n\
@@ -409,7 +409,7 @@ async fn mounts_scenario(docker: bool) {
     let secrets = format!("secretFiles = {{ token = \"{}\" }}", secret_file.display());
     let sandbox_extra = if docker { docker_extra(&secrets) } else { secrets };
     let cfg = acp_config(&s, &b.url, "", &sandbox_extra);
-    // The scripted agent keeps its sessions in ~/.scripted-agent.
+    // The fake agent keeps its sessions in ~/.scripted-agent.
     let env = [("ACP_PROXY_AGENT_STATE_PATH", "/home/agent/.scripted-agent")];
     let mut daemon = Daemon::start_env(&s, "proxy", &cfg, &env);
     b.registered(0, 20 * SECS).await;

@@ -1,6 +1,6 @@
 //! The daemon under faults (docs/reliability.md, "Fault matrix"): the real
-//! daemon binary, the real native sandbox and the scripted agent
-//! (tests/fixtures/scripted_agent.py), driven by the fake backend of
+//! daemon binary, the real native sandbox and the fake agent
+//! (tests/fake/agent.rs), driven by the fake backend of
 //! tests/proxy_support: restarts and kills of the daemon, expiry, full
 //! disks, unwritable state, agents that ignore end-of-file.
 
@@ -19,7 +19,7 @@ use proxy_support::agent::{acp_config, agent_dir, chunks, prompt};
 use proxy_support::{Backend, Daemon, SECS, Scratch};
 use serde_json::{Value, json};
 
-/// How the scripted agent behaves when its stdin ends.
+/// How the fake agent behaves when its stdin ends.
 #[derive(Clone, Copy, Debug)]
 enum OnEof {
     Exit,
@@ -27,12 +27,11 @@ enum OnEof {
     Ignore,
 }
 
-/// A config running the scripted agent with `on_eof`, tagged with a
+/// A config running the fake agent with `on_eof`, tagged with a
 /// marker unique to this scratch directory (to find its processes).
 fn agent_config(s: &Scratch, url: &str, on_eof: OnEof, extra: &str) -> String {
     let dir = agent_dir(s);
-    let mut argv =
-        vec!["python3".to_string(), "/agent/scripted_agent.py".into(), format!("--marker={}", marker(s))];
+    let mut argv = vec!["/agent/fake_agent".to_string(), format!("--marker={}", marker(s))];
     if let OnEof::Ignore = on_eof {
         argv.extend(["--ignore-eof".into(), "--ignore-term".into()]);
     }

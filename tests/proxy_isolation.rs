@@ -1,7 +1,7 @@
 //! One run cannot stall or steer another (docs/acp.md, "Paths" and
 //! "terminal/*"; docs/architecture.md, "Threading"): the real daemon, a
 //! fake backend over a real WebSocket, native sandboxes running the
-//! scripted agent (tests/fixtures/scripted_agent.py).
+//! fake agent (tests/fake/agent.rs).
 
 mod proxy_support;
 

@@ -1,7 +1,7 @@
 //! Nested sandboxes through the daemon (docs/security.md, "Nested sandboxes"):
 //! a run on the native provider whose agent runs `bwrap` itself, with the
 //! daemon as root, as uid 65534 and nested in `unshare -U -r`. The agent is the
-//! scripted one (tests/fixtures/scripted_agent.py); its `run` command starts
+//! fake one (tests/fake/agent.rs); its `run` command starts
 //! the stand-in of tests/fixtures/nested/ as the agent's own child process.
 
 mod nested_support;
@@ -15,7 +15,7 @@ async fn stand_in_through_the_daemon(caller: &str) {
     let backend = Backend::start().await;
     let s = Scratch::new(&format!("nested-{caller}"));
     let cfg = acp_config(&s, &backend.url, "", "");
-    // The stand-in sits next to the scripted agent (at /agent, read-only).
+    // The stand-in sits next to the fake agent (at /agent, read-only).
     nested_support::install(&agent_dir(&s).join("nested"));
     let uid = if caller == "root" { 0 } else { 65534 };
     let run = format!("n-{caller}");

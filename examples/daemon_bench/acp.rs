@@ -25,10 +25,9 @@
 //! and at the end the agent floods a pipe alone and the backend takes a
 //! pre-built flood of masked frames over loopback alone.
 //!
-//! The agent is examples/acp_bench_agent.rs (a compiled minimal agent) or,
-//! given a `.py` file, the tests' scripted agent
-//! (tests/fixtures/scripted_agent.py, run as `python3 -S`), which speaks the
-//! same `reads` and `relay` commands.
+//! The agent is the tests' fake agent (tests/fake/agent.rs, compiled) or,
+//! given a `.py` file, a stdlib-only Python agent speaking the same
+//! `reads` and `relay` commands, run as `python3 -S`.
 //!
 //! Usage: daemon_bench acp <tuixiu-sandbox binary> <scratch dir> <agent> [OPENS] [FLOOD]
 

@@ -9,7 +9,7 @@
 //!   lane, keepalive timer, instance record; no agent); at each step, once
 //!   settled, the RSS and 300 sequential `sandbox_control inspect` round
 //!   trips (latency p50/p99, the daemon's CPU per inspect);
-//! * active: runs with an agent (examples/acp_bench_agent.rs in its
+//! * active: runs with an agent (tests/fake/agent.rs in its
 //!   sandbox) up to 1, 10, 50; at each step every run floods at once
 //!   (`TOTAL` updates of 200 B shared among them), every update checked in
 //!   order per run, while an `inspect` goes out every 5 ms and its round

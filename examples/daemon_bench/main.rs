@@ -15,7 +15,7 @@
 //!
 //! The backend's link and the proxy.toml builder are the tests' own fakes
 //! (tests/fake, included here); the agent they start is
-//! examples/acp_bench_agent.rs.
+//! tests/fake/agent.rs.
 
 mod acp;
 mod curve;

@@ -3,7 +3,7 @@
 //! terminals at the 64 MiB `outputByteLimit`, each printing more than that;
 //! once all have exited their output is read one terminal after another.
 //! The daemon is the real one (release build, native provider), the agent
-//! examples/acp_bench_agent.rs (`terms`).
+//! tests/fake/agent.rs (`terms`).
 //!
 //! Output, one line per measurement: the daemon's peak RSS (VmHWM, reset
 //! after the runs were opened) over the whole step, its RSS at the end,

@@ -2,10 +2,9 @@
 # bench: the daemon's agent host: acp_open, 10 KB reads, update relay rate, RSS (anchor: Node acp-proxy, 50 ms / 42 500 updates/s)
 # The daemon's agent host against its targets (docs/benchmarks.md, "The
 # daemon's agent host"), native provider, release build, driven by a Rust
-# fake backend on loopback (`daemon_bench acp`, examples/daemon_bench/) with a minimal compiled
-# agent
-# (examples/acp_bench_agent.rs; AGENT=tests/fixtures/scripted_agent.py for the
-# tests' stdlib-only Python agent, run as `python3 -S`):
+# fake backend on loopback (`daemon_bench acp`, examples/daemon_bench/) with the
+# tests' compiled fake agent (tests/fake/agent.rs; AGENT=FILE.py runs a
+# stdlib-only Python agent speaking the same commands, as `python3 -S`):
 #   * acp_open -> acp_opened with a fresh run each time (target: median
 #     <= 20 ms; Node acp-proxy on bwrap: 50 ms), next to the agent's own
 #     start on the host, so the daemon's share shows;
@@ -26,9 +25,9 @@ source "$(dirname "$0")/lib.sh"
 ROUNDS=${ROUNDS:-3}
 OPENS=${OPENS:-30}
 FLOOD=${FLOOD:-1000000}
-AGENT=${AGENT:-"$REL/examples/acp_bench_agent"}
+AGENT=${AGENT:-"$REL/examples/fake_agent"}
 
-bench_build --bins --example daemon_bench --example acp_bench_agent
+bench_build --bins --example daemon_bench --example fake_agent
 bench_machine
 echo "tuixiu-sandbox $("$REL/tuixiu-sandbox" --version | cut -d' ' -f2), $(/usr/bin/python3 --version)"
 echo "anchor (Node acp-proxy on bwrap, same kind of machine; docs/benchmarks.md): acp_open 50 ms; 10 KB read 16.5 ms; 42 500 updates/s; RSS 63 MB idle, 84 MB peak"

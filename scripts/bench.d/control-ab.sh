@@ -4,7 +4,7 @@
 # while 1, 10 and 50 runs relay (the active phase of
 # scripts/bench daemon-curve), two daemon binaries in interleaved
 # rounds: A, B, A, B, ... The backend and the agent are this tree's
-# release builds (examples/daemon_bench, examples/acp_bench_agent); only
+# release builds (examples/daemon_bench, examples/fake_agent); only
 # the daemon differs. Needs root. Output: CSV rows prefixed by the
 # round and the binary's label.
 #
@@ -15,13 +15,13 @@ A=${1:?usage: scripts/bench control-ab BINARY_A BINARY_B [ROUNDS] [TOTAL]}
 B=${2:?usage: scripts/bench control-ab BINARY_A BINARY_B [ROUNDS] [TOTAL]}
 ROUNDS=${3:-3}
 TOTAL=${4:-500000}
-bench_build --bins --example daemon_bench --example acp_bench_agent
+bench_build --bins --example daemon_bench --example fake_agent
 bench_machine >&2
 echo "round,daemon,phase,runs,rss_kib,cpu_us_per_msg,ctl_p50_ms,ctl_p99_ms,rate_per_s,ahead_p50_kib,ahead_p99_kib"
 one() {
     local scratch
     scratch=$(bench_scratch)
-    "$REL/examples/daemon_bench" curve "$3" "$scratch" "$REL/examples/acp_bench_agent" "$TOTAL" active |
+    "$REL/examples/daemon_bench" curve "$3" "$scratch" "$REL/examples/fake_agent" "$TOTAL" active |
         grep '^active,' | sed "s/^/$1,$2,/"
     rm -rf "$scratch"
 }

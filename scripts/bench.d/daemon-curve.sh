@@ -5,7 +5,7 @@
 # relaying at once; RSS, the daemon's CPU per message, and the latency p50/p99
 # of `sandbox_control inspect` round trips (during the relay they queue behind
 # the updates in the daemon's one outbound FIFO). `daemon_bench curve` (examples/daemon_bench/) is the
-# backend, examples/acp_bench_agent.rs the agent; release build, native
+# backend, tests/fake/agent.rs the agent; release build, native
 # provider. Needs root (sandboxes as the daemon's user, /proc/<pid>/clear_refs).
 #
 #   scripts/bench daemon-curve                   # docs/plots/daemon.csv + SVGs
@@ -14,11 +14,11 @@ source "$(dirname "$0")/lib.sh"
 TOTAL=${TOTAL:-500000}
 OUT=${OUT:-docs/plots}
 
-bench_build --bins --example daemon_bench --example acp_bench_agent
+bench_build --bins --example daemon_bench --example fake_agent
 mkdir -p "$OUT"
 bench_machine >&2
 "$REL/examples/daemon_bench" curve "$REL/tuixiu-sandbox" \
-    "$(bench_scratch)" "$REL/examples/acp_bench_agent" "$TOTAL" | tee "$OUT/daemon.csv"
+    "$(bench_scratch)" "$REL/examples/fake_agent" "$TOTAL" | tee "$OUT/daemon.csv"
 echo "load after: $(bench_load)" >&2
 
 plot() { python3 scripts/plot.py "$OUT/daemon.csv" --x runs "$@"; }

@@ -4,7 +4,7 @@
 # "One run cannot hold up another"): one run,
 # then four, each with 32 terminals at outputByteLimit 64 MiB printing
 # 80 MiB each, their output read once all have exited
-# (`daemon_bench terminal-rss`, examples/daemon_bench/; agent examples/acp_bench_agent.rs). Native
+# (`daemon_bench terminal-rss`, examples/daemon_bench/; agent tests/fake/agent.rs). Native
 # provider, release build; needs root (sandboxes as the daemon's user,
 # /proc/<pid>/clear_refs). Writes up to 2 GiB per run under the scratch
 # directory's state (the output beyond the memory budget).
@@ -14,10 +14,10 @@
 source "$(dirname "$0")/lib.sh"
 RUNS=${RUNS:-"1 4"}
 BYTES=${BYTES:-83886080}
-bench_build --bins --example daemon_bench --example acp_bench_agent
+bench_build --bins --example daemon_bench --example fake_agent
 BIN=${BIN:-"$REL/tuixiu-sandbox"}
 bench_machine
 for runs in $RUNS; do
     "$REL/examples/daemon_bench" terminal-rss "$BIN" "$(bench_scratch /var/tmp)" \
-        "$REL/examples/acp_bench_agent" "$runs" "$BYTES"
+        "$REL/examples/fake_agent" "$runs" "$BYTES"
 done

@@ -1,5 +1,6 @@
-//! The scripted ACP agent (tests/fixtures/scripted_agent.py) and helpers
-//! to read what it reported, for the agent host's end-to-end tests.
+//! The fake ACP agent (tests/fake/agent.rs, the example `fake_agent`)
+//! and helpers to read what it reported, for the agent host's end-to-end
+//! tests.
 
 use std::path::{Path, PathBuf};
 
@@ -7,17 +8,27 @@ use serde_json::{Value, json};
 
 use super::{Backend, SECS, Scratch};
 
-pub const AGENT: &str = include_str!("../fixtures/scripted_agent.py");
+/// The built agent: `target/<profile>/examples/fake_agent`, next to this
+/// test's own `target/<profile>/deps/`. `cargo test` builds it with the
+/// tests (examples are built unless test targets are named alone).
+pub fn agent_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's own path");
+    let profile = exe.parent().and_then(Path::parent).expect("target/<profile>/deps/TEST");
+    let bin = profile.join("examples/fake_agent");
+    assert!(bin.is_file(), "{} is missing: build it with `cargo build --example fake_agent`", bin.display());
+    bin
+}
 
-/// Writes the agent where every caller can read it; returns its directory.
+/// Places the agent where every caller can read and run it; returns its
+/// directory (mounted at `/agent` by [`acp_config`]).
 pub fn agent_dir(s: &Scratch) -> PathBuf {
     let dir = s.dir.join("agent");
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("scripted_agent.py"), AGENT).unwrap();
+    std::fs::copy(agent_binary(), dir.join("fake_agent")).unwrap();
     dir
 }
 
-/// A config running the scripted agent (at `/agent`, read-only) with
+/// A config running the fake agent (at `/agent`, read-only) with
 /// terminals on; `extra` goes to the top level, `sandbox_extra` to
 /// `[sandbox]` (before the volume tables).
 pub fn acp_config(s: &Scratch, url: &str, extra: &str, sandbox_extra: &str) -> String {
@@ -30,8 +41,8 @@ pub fn acp_config(s: &Scratch, url: &str, extra: &str, sandbox_extra: &str) -> S
         .build()
 }
 
-/// The scripted agent's command line, as [`agent_dir`] places it.
-pub const AGENT_COMMAND: &str = r#"agent_command = ["python3", "/agent/scripted_agent.py"]"#;
+/// The fake agent's command line, as [`agent_dir`] places it.
+pub const AGENT_COMMAND: &str = r#"agent_command = ["/agent/fake_agent"]"#;
 
 /// Sends a prompt and waits for its result.
 pub async fn prompt(b: &Backend, run: &str, id: &str, session: Value, text: &str) -> Value {
