@@ -78,7 +78,7 @@ fuzz_target!(|data: &[u8]| {
             std::thread::sleep(Duration::from_micros(50));
             let n = d.outbox().len();
             if n > 0 {
-                let batch = d.outbox().peek_batch(n, usize::MAX).await;
+                let batch = d.outbox().peek_batch(n, usize::MAX, Some(usize::MAX)).await;
                 sent.extend(batch.texts().iter().map(|t| t.as_str().to_string()));
                 d.outbox().pop_sent(&batch);
             }

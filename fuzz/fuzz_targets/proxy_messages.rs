@@ -82,7 +82,7 @@ fuzz_target!(|data: &[u8]| {
             std::thread::sleep(Duration::from_micros(100));
             let n = d.outbox().len();
             if n > 0 {
-                let batch = d.outbox().peek_batch(n, usize::MAX).await;
+                let batch = d.outbox().peek_batch(n, usize::MAX, Some(usize::MAX)).await;
                 for text in batch.texts() {
                     let v: Value = serde_json::from_str(text.as_str()).unwrap_or_else(|e| {
                         panic!("an outgoing message is not JSON ({e}): {}", text.as_str())
