@@ -139,16 +139,18 @@ impl Unread {
             _ => None,
         }
     }
-
-    /// Bytes written and not yet known to be read.
-    pub fn unread(&self) -> u64 {
-        self.sent - self.read
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl Unread {
+        /// Bytes written and not yet known to be read.
+        fn unread(&self) -> u64 {
+            self.sent - self.read
+        }
+    }
 
     #[test]
     fn the_window_closes_when_the_backend_has_not_read_and_opens_on_its_pong() {

@@ -128,28 +128,30 @@ impl Agent {
         self.update(sid, &report.to_string(), "agent_message_chunk");
     }
 
-    /// Sends a request and waits for its whole answer (`result` or `error`).
-    fn request(&self, method: &str, params: &Value) -> Value {
+    /// Sends a request; its whole answer (`result` or `error`) comes on
+    /// the receiver (an error when stdin closed first).
+    fn ask(&self, method: &str, params: &Value) -> mpsc::Receiver<Value> {
         let id = self.next_id.fetch_add(1, Ordering::SeqCst);
         let (tx, rx) = mpsc::channel();
         self.pending.lock().unwrap().insert(id, tx);
         self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        rx
+    }
+
+    fn answer(rx: mpsc::Receiver<Value>) -> Value {
         rx.recv().unwrap_or_else(|_| json!({"error": {"code": 0, "message": "stdin closed"}}))
+    }
+
+    /// Sends a request and waits for its whole answer.
+    fn request(&self, method: &str, params: &Value) -> Value {
+        Self::answer(self.ask(method, params))
     }
 
     /// Sends `n` requests at once (no thread each: the timing is the
     /// daemon's, not the agent's), then waits for every answer, in order.
     fn requests(&self, method: &str, params: &Value, n: usize) -> Vec<Value> {
-        let waits: Vec<_> = (0..n)
-            .map(|_| {
-                let id = self.next_id.fetch_add(1, Ordering::SeqCst);
-                let (tx, rx) = mpsc::channel();
-                self.pending.lock().unwrap().insert(id, tx);
-                self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
-                rx
-            })
-            .collect();
-        waits.into_iter().map(|rx| rx.recv().unwrap_or(Value::Null)).collect()
+        let waits: Vec<_> = (0..n).map(|_| self.ask(method, params)).collect();
+        waits.into_iter().map(Self::answer).collect()
     }
 
     fn result(&self, method: &str, params: &Value) -> Value {
@@ -488,11 +490,7 @@ impl Agent {
         let size = Mutex::new(0usize);
         let timed = || {
             let t = Instant::now();
-            let r = self.request("fs/read_text_file", &params);
-            if let Some(e) = r.get("error") {
-                eprintln!("read failed: {e}");
-                std::process::exit(1);
-            }
+            let r = read_ok(self.request("fs/read_text_file", &params));
             *size.lock().unwrap() = r["result"]["content"].as_str().map_or(0, |c| c.chars().count());
             t.elapsed().as_nanos() as u64
         };
@@ -506,10 +504,7 @@ impl Agent {
             seq8.push(t.elapsed().as_nanos() as u64);
             let t = Instant::now();
             for r in self.requests("fs/read_text_file", &params, 8) {
-                if let Some(e) = r.get("error") {
-                    eprintln!("read failed: {e}");
-                    std::process::exit(1);
-                }
+                read_ok(r);
             }
             conc8.push(t.elapsed().as_nanos() as u64);
         }
@@ -531,6 +526,15 @@ impl Agent {
         };
         self.chunk(sid, &report);
     }
+}
+
+/// A read's answer; a failed read ends the benchmark (its figures would lie).
+fn read_ok(r: Value) -> Value {
+    if let Some(e) = r.get("error") {
+        eprintln!("read failed: {e}");
+        std::process::exit(1);
+    }
+    r
 }
 
 fn main() {
